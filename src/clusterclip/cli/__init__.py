@@ -1,0 +1,56 @@
+"""``clusterclip`` command line: one subcommand per pipeline stage.
+
+Each subcommand lives in its own module under ``clusterclip.cli`` and exposes
+``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
+Those modules import heavy libraries (torch, faiss, matplotlib) inside
+``run`` only, so ``clusterclip --help`` stays fast.
+
+An :class:`~clusterclip.errors.InputError` anywhere becomes a one-line message
+on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from clusterclip import __version__
+from clusterclip.errors import InputError
+
+# In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
+COMMANDS = ("embed", "cluster", "assign", "group", "sample", "run", "report",
+            "experiment", "demo")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors exit 2 too
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="clusterclip", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"clusterclip {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"clusterclip.cli.{name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except InputError as e:
+        print(f"clusterclip {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"clusterclip {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from clusterclip.cli import main
+
+sys.exit(main())

@@ -1,0 +1,48 @@
+"""Option groups shared by several subcommands (``run`` reuses them all)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_corpus_options(p: argparse.ArgumentParser) -> None:
+    """Options that say how to read a corpus (``embed``, ``run``)."""
+    g = p.add_argument_group("corpus")
+    g.add_argument("--text-field", default="text",
+                   help="field holding the document text (default: text)")
+    g.add_argument("--id-field", default=None,
+                   help="optional field holding a document id, kept in the corpus index")
+    g.add_argument("--skip-bad-lines", action="store_true",
+                   help="skip and count malformed lines instead of failing on the first one")
+
+
+def add_embed_options(p: argparse.ArgumentParser) -> None:
+    """Options of the embedding stage (``embed``, ``run``)."""
+    g = p.add_argument_group("embedding")
+    g.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm",
+                   help="minilm: bundled all-MiniLM-L6-v2 (default); hf: any local "
+                        "Hugging Face AutoModel (--model); fast: CPU embedder, no neural model")
+    g.add_argument("--model", default=None, help="local model path (for minilm or hf)")
+    g.add_argument("--pooling", choices=("mean", "first"), default="mean",
+                   help="pooling for --embedder hf (default: mean)")
+    g.add_argument("--max-length", type=int, default=256, help="truncate to this many tokens")
+    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
+    g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="storage dtype of embeddings.npy (default: float32)")
+
+
+def add_kmeans_options(p: argparse.ArgumentParser) -> None:
+    """Options of the clustering stage (``cluster``, ``run``)."""
+    g = p.add_argument_group("k-means")
+    g.add_argument("--iters", type=int, default=50, help="maximum iterations (default: 50)")
+    g.add_argument("--n-init", type=int, default=1, help="restarts; the best objective wins")
+    g.add_argument("--tol", type=float, default=1e-4,
+                   help="stop when the relative objective change falls below this")
+    g.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
+    g.add_argument("--backend", choices=("torch", "faiss"), default="torch")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--kmeans-device", default="cpu",
+                   help="torch device for k-means: cpu, cuda, ... (default: cpu)")
+    g.add_argument("--chunk-rows", type=int, default=65536,
+                   help="rows streamed from embeddings.npy at a time (bounds memory)")

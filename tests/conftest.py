@@ -1,0 +1,22 @@
+"""Shared fixtures. Tests use the corpus bundled with the package, so they do
+not depend on anything outside the repository."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Keep the 2-core CI machine from oversubscribing when torch and BLAS both spawn threads.
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session")
+def pydocs_path():
+    from clusterclip.data import pydocs_path
+
+    return pydocs_path()
