@@ -7,8 +7,16 @@ optional extras.
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
-
-from clusterclip.sampling import ClusterClipSampler  # noqa: E402
-
 __all__ = ["ClusterClipSampler", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `import clusterclip.<stage>` never pays for the sampler's imports.
+    if name == "ClusterClipSampler":
+        from clusterclip.sampling import ClusterClipSampler
+
+        return ClusterClipSampler
+    raise AttributeError(f"module 'clusterclip' has no attribute {name!r}")
