@@ -1,0 +1,348 @@
+"""The corpus index: every document addressed by a stable integer index.
+
+A scan reads each input once, streaming, and keeps only small per-document
+arrays (which file, where in it, whether it has text, its length); the text
+itself stays on disk and is read again by address when a stage needs it.
+Document ``i`` is the ``i``-th document line (or Parquet row) over the input
+files in the order given, folders expanded in sorted order.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.corpus import readers
+from clusterclip.errors import InputError
+
+INDEX_VERSION = 1
+_ARRAYS = ("file_id", "address", "nbytes", "line", "valid", "text_len")
+_MAX_EXAMPLES = 20
+
+
+def _has_text(t: str | None) -> bool:
+    # Whitespace-only text carries nothing to embed: it is excluded like missing text.
+    return t is not None and not t.isspace() and t != ""
+
+
+class Corpus:
+    """An indexed, read-on-demand collection of text documents.
+
+    Arrays (length N = ``len(corpus)``, corpus order):
+
+    - ``valid``: bool[N], True where the document has non-empty text.
+    - ``text_lengths``: int32[N], text length in characters (0 when not valid).
+    - ``file_id``: int32[N] index into ``files``; ``address``: int64[N] byte
+      offset of the line (JSONL; decompressed offset for gzip) or row (Parquet);
+      ``nbytes``: int64[N] line length in bytes; ``line``: int64[N] 1-based line
+      (or row) number in its file, for messages.
+
+    Build one with :meth:`scan`; persist with :meth:`save` / :meth:`load`.
+    """
+
+    def __init__(self, files: list[dict[str, Any]], arrays: dict[str, np.ndarray],
+                 text_field: str, id_field: str | None, stats: dict[str, Any],
+                 ids: list[Any] | None = None) -> None:
+        self.files = files
+        self.text_field = text_field
+        self.id_field = id_field
+        self.stats = stats
+        self.ids = ids
+        self.file_id = arrays["file_id"]
+        self.address = arrays["address"]
+        self.nbytes = arrays["nbytes"]
+        self.line = arrays["line"]
+        self.valid = arrays["valid"]
+        self.text_lengths = arrays["text_len"]
+        # first document index of each file, plus N at the end
+        self._file_start = np.array([f["first"] for f in files] + [len(self.valid)],
+                                    dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.valid.shape[0])
+
+    def __repr__(self) -> str:
+        return (f"Corpus({len(self)} documents, {self.stats['valid']} with text, "
+                f"{len(self.files)} files)")
+
+    # -- building ------------------------------------------------------------
+    @classmethod
+    def scan(cls, paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+             text_field: str = "text", id_field: str | None = None,
+             skip_bad_lines: bool = False, progress: bool = True) -> Corpus:
+        """Index ``paths`` (files or folders) in one streaming pass.
+
+        A malformed line raises :class:`InputError` naming file and line,
+        unless ``skip_bad_lines`` (then it is counted in ``stats['bad_lines']``
+        and is not a document). Empty, whitespace-only, null or missing text
+        makes a document with ``valid`` False (counted in ``stats['empty']``).
+        """
+        from tqdm import tqdm
+
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        if not text_field:
+            raise InputError("--text-field must not be empty")
+        files_in, ignored = readers.expand_inputs(paths)
+        cols = {k: array.array(t) for k, t in (("file_id", "i"), ("address", "q"),
+                                                ("nbytes", "q"), ("line", "q"),
+                                                ("valid", "b"), ("text_len", "i"))}
+        ids: list[Any] | None = [] if id_field else None
+        files: list[dict[str, Any]] = []
+        bad_examples: list[str] = []
+        totals = {"bad_lines": 0, "blank_lines": 0, "empty": 0}
+        field_seen = False
+        first_keys: list[str] | None = None
+        n = 0
+        bar = tqdm(desc="scanning corpus", unit="doc", disable=not progress, leave=False)
+        for fid, path in enumerate(files_in):
+            kind = readers.kind_of(path)
+            try:
+                st = path.stat()
+            except OSError as e:
+                raise InputError(f"{path}: cannot read ({e.strerror})") from None
+            if not os.access(path, os.R_OK):
+                raise InputError(f"{path}: cannot read (permission denied)")
+            rec_f = {"path": str(path), "kind": kind, "size": st.st_size,
+                     "mtime_ns": st.st_mtime_ns, "first": n, "documents": 0, "empty": 0,
+                     "bad_lines": 0, "blank_lines": 0}
+            if kind == "parquet":
+                items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
+            else:
+                items = readers.scan_jsonl(path, kind, text_field, id_field)
+            for item in items:
+                if isinstance(item, readers.Blank):
+                    rec_f["blank_lines"] += 1
+                    continue
+                if isinstance(item, readers.BadLine):
+                    if not skip_bad_lines:
+                        raise InputError(f"{path}:{item.line}: {item.reason} "
+                                         f"(--skip-bad-lines skips and counts such lines)")
+                    rec_f["bad_lines"] += 1
+                    if len(bad_examples) < _MAX_EXAMPLES:
+                        bad_examples.append(f"{path}:{item.line}: {item.reason}")
+                    continue
+                ok = _has_text(item.text)
+                field_seen = field_seen or item.has_field
+                if first_keys is None and not item.has_field and kind != "parquet":
+                    first_keys = _keys_at(path, kind, item.address, item.nbytes)
+                cols["file_id"].append(fid)
+                cols["address"].append(item.address)
+                cols["nbytes"].append(item.nbytes)
+                cols["line"].append(item.line)
+                cols["valid"].append(1 if ok else 0)
+                cols["text_len"].append(min(len(item.text), 2**31 - 1) if ok else 0)
+                if ids is not None:
+                    ids.append(item.doc_id)
+                rec_f["documents"] += 1
+                if not ok:
+                    rec_f["empty"] += 1
+                n += 1
+                bar.update()
+            for k in totals:
+                totals[k] += rec_f[k]
+            files.append(rec_f)
+        bar.close()
+        if n and not field_seen:
+            keys = ", ".join(first_keys or []) or "none"
+            raise InputError(f"no document has a {text_field!r} field (fields of the first "
+                             f"document: {keys}); choose the field with --text-field")
+        dtypes = {"i": np.int32, "q": np.int64, "b": np.int8}
+        arrays = {k: np.array(v, dtype=dtypes[v.typecode]) for k, v in cols.items()}
+        arrays["valid"] = arrays["valid"].astype(bool)
+        stats = {
+            "files": len(files),
+            "documents": n,
+            "valid": int(arrays["valid"].sum()),
+            "empty": totals["empty"],
+            "bad_lines": totals["bad_lines"],
+            "blank_lines": totals["blank_lines"],
+            "bad_line_examples": bad_examples,
+            "ignored_files": ignored,
+            "text_field": text_field,
+            "id_field": id_field,
+        }
+        if ids is not None:
+            hashable = [json.dumps(i, sort_keys=True, default=str) for i in ids]
+            stats["missing_ids"] = sum(1 for i in ids if i is None)
+            stats["duplicate_ids"] = len(hashable) - len(set(hashable))
+        return cls(files, arrays, text_field, id_field, stats, ids)
+
+    # -- reading -------------------------------------------------------------
+    def _file_of(self, index: int) -> int:
+        return int(np.searchsorted(self._file_start, index, side="right") - 1)
+
+    def _check_range(self, start: int, stop: int | None) -> tuple[int, int]:
+        n = len(self)
+        stop = n if stop is None else stop
+        if not (0 <= start <= stop <= n):
+            raise IndexError(f"range [{start}, {stop}) outside the corpus of {n} documents")
+        return start, stop
+
+    def iter_records(self, start: int = 0, stop: int | None = None,
+                     columns: list[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yield ``(index, record)`` for documents ``start..stop-1`` in corpus order.
+
+        ``record`` is the whole JSON object (or the Parquet row, restricted to
+        ``columns`` when given). Streams: memory holds one line / row group.
+        """
+        start, stop = self._check_range(start, stop)
+        yield from self._records(range(start, stop), columns)
+
+    def _records(self, indices: Iterable[int], columns: list[str] | None
+                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Records for ascending ``indices``, grouped by file (one pass per file)."""
+        idx = np.fromiter(indices, dtype=np.int64) if not isinstance(indices, range) else None
+        if idx is None:
+            r = indices  # a range: walk files by slices without materialising it
+            assert isinstance(r, range)
+            lo, hi = r.start, r.stop
+            pieces = []
+            for fid in range(len(self.files)):
+                a = max(lo, int(self._file_start[fid]))
+                b = min(hi, int(self._file_start[fid + 1]))
+                if a < b:
+                    pieces.append((fid, a, b, None))
+        else:
+            pieces = []
+            fids = np.searchsorted(self._file_start, idx, side="right") - 1
+            bounds = np.flatnonzero(np.diff(fids)) + 1
+            for part, fpart in zip(np.split(idx, bounds), np.split(fids, bounds), strict=True):
+                if len(part):
+                    pieces.append((int(fpart[0]), 0, 0, part))
+        for fid, a, b, part in pieces:
+            f = self.files[fid]
+            path = Path(f["path"])
+            sel = np.arange(a, b) if part is None else part
+            if f["kind"] == "parquet":
+                rows = self.address[sel]
+                if part is None:
+                    gen = _parquet_range(path, int(rows[0]), int(rows[-1]) + 1, columns)
+                else:
+                    gen = readers.read_parquet_rows(path, rows.tolist(), columns)
+                for i, rec in zip(sel.tolist(), gen, strict=True):
+                    yield i, rec
+            else:
+                addrs = zip(self.address[sel].tolist(), self.nbytes[sel].tolist(), strict=True)
+                for i, raw in zip(sel.tolist(), readers.read_jsonl_lines(path, f["kind"], addrs),
+                                  strict=True):
+                    yield i, readers.decode_record(path, raw)
+
+    def iter_texts(self, start: int = 0, stop: int | None = None
+                   ) -> Iterator[tuple[int, str | None]]:
+        """Yield ``(index, text)`` for ``start..stop-1`` in corpus order; None when excluded."""
+        for i, rec in self.iter_records(start, stop, columns=[self.text_field]):
+            yield i, self._text(i, rec)
+
+    def _text(self, i: int, rec: dict[str, Any]) -> str | None:
+        if not self.valid[i]:
+            return None
+        t = readers.text_from_record(rec, self.text_field)
+        if t is None:
+            raise InputError(f"{self.files[self._file_of(i)]['path']}:{int(self.line[i])}: "
+                             f"file changed since it was indexed")
+        return t
+
+    def texts(self, indices: Sequence[int] | np.ndarray) -> list[str | None]:
+        """Texts of arbitrary ``indices`` (any order, repeats allowed); None when excluded."""
+        return self._values_at(indices, self.text_field, text=True)
+
+    def field_values(self, name: str, indices: Sequence[int] | np.ndarray | None = None
+                     ) -> list[Any]:
+        """Values of field ``name`` (None when missing), for ``indices`` or all documents."""
+        if indices is None:
+            return [rec.get(name) for _, rec in self.iter_records(columns=[name])]
+        return self._values_at(indices, name, text=False)
+
+    def _values_at(self, indices: Sequence[int] | np.ndarray, name: str, text: bool
+                   ) -> list[Any]:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"document index out of range [0, {len(self)})")
+        uniq = np.unique(idx)
+        if text:
+            uniq = uniq[self.valid[uniq]]
+        got: dict[int, Any] = {}
+        for i, rec in self._records(uniq, columns=[name]):
+            got[i] = self._text(i, rec) if text else rec.get(name)
+        return [got.get(int(i)) for i in idx]
+
+    # -- integrity -----------------------------------------------------------
+    def verify_files(self) -> None:
+        """Raise InputError if an input file changed (size or mtime) since the scan."""
+        for f in self.files:
+            try:
+                st = os.stat(f["path"])
+            except OSError as e:
+                raise InputError(f"{f['path']}: cannot read ({e.strerror})") from None
+            if st.st_size != f["size"] or st.st_mtime_ns != f["mtime_ns"]:
+                raise InputError(f"{f['path']}: changed since the corpus was indexed; "
+                                 f"re-run embed")
+
+    # -- persistence ---------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write the index to ``directory`` (replaced atomically as a whole)."""
+        from clusterclip.io import atomic_path
+
+        with atomic_path(directory) as tmp:
+            tmp.mkdir()
+            arrays = {"file_id": self.file_id, "address": self.address, "nbytes": self.nbytes,
+                      "line": self.line, "valid": self.valid, "text_len": self.text_lengths}
+            for k, a in arrays.items():
+                np.save(tmp / f"{k}.npy", np.ascontiguousarray(a), allow_pickle=False)
+            if self.ids is not None:
+                with open(tmp / "ids.jsonl", "w", encoding="utf-8") as fh:
+                    for i in self.ids:
+                        fh.write(json.dumps(i, default=str, ensure_ascii=False) + "\n")
+            meta = {"version": INDEX_VERSION, "text_field": self.text_field,
+                    "id_field": self.id_field, "files": self.files, "stats": self.stats}
+            (tmp / "corpus.json").write_text(
+                json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Corpus:
+        """Read an index written by :meth:`save` (arrays memory-mapped when ``mmap``)."""
+        d = Path(directory)
+        try:
+            meta = json.loads((d / "corpus.json").read_text(encoding="utf-8"))
+            arrays = {k: np.load(d / f"{k}.npy", mmap_mode="r" if mmap else None,
+                                 allow_pickle=False) for k in _ARRAYS}
+        except (OSError, ValueError) as e:
+            raise InputError(f"{d}: not a corpus index ({e})") from None
+        if meta.get("version") != INDEX_VERSION:
+            raise InputError(f"{d}: corpus index version {meta.get('version')} "
+                             f"is not {INDEX_VERSION}; re-run embed")
+        ids = None
+        if meta.get("id_field"):
+            with open(d / "ids.jsonl", encoding="utf-8") as fh:
+                ids = [json.loads(line) for line in fh]
+        return cls(meta["files"], arrays, meta["text_field"], meta["id_field"],
+                   meta["stats"], ids)
+
+
+def _keys_at(path: Path, kind: str, address: int, nbytes: int) -> list[str]:
+    raw = next(readers.read_jsonl_lines(path, kind, [(address, nbytes)]))
+    return sorted(readers.decode_record(path, raw))[:10]
+
+
+def _parquet_range(path: Path, lo: int, hi: int, columns: list[str] | None
+                   ) -> Iterator[dict[str, Any]]:
+    """Rows ``lo..hi-1`` of a Parquet file, one row group in memory at a time."""
+    pf = readers._parquet_file(path)
+    columns = readers.present_columns(pf, columns)
+    starts = readers.parquet_row_groups(path)
+    for g in range(len(starts) - 1):
+        a, b = max(lo, starts[g]), min(hi, starts[g + 1])
+        if a >= b:
+            continue
+        if columns == []:  # none of the asked columns exist: rows without fields
+            yield from ({} for _ in range(b - a))
+            continue
+        table = pf.read_row_group(g, columns=columns)
+        yield from table.slice(a - starts[g], b - a).to_pylist()

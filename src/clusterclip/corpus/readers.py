@@ -1,0 +1,308 @@
+"""File formats of a corpus: JSON Lines (plain or gzip) and Parquet.
+
+A reader knows how to *scan* one file (yield one record per document, or a
+:class:`BadLine`) and how to *fetch* documents again by their address (byte
+offset of the line for JSON Lines, row number for Parquet). The index built
+from a scan lives in :mod:`clusterclip.corpus.index`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterclip.errors import InputError
+
+# Suffix -> kind. Folders are expanded to the files with one of these suffixes.
+KINDS = {".jsonl.gz": "jsonl.gz", ".jsonl": "jsonl", ".parquet": "parquet"}
+_BOM = b"\xef\xbb\xbf"
+
+
+def kind_of(path: Path) -> str | None:
+    """The reader kind of ``path`` from its suffix, or None for an unknown one."""
+    name = path.name.lower()
+    for suffix, kind in KINDS.items():
+        if name.endswith(suffix):
+            return kind
+    return None
+
+
+def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[str]]:
+    """Resolve files and folders into the ordered list of corpus files.
+
+    Files keep the order given; a folder contributes its files with a known
+    suffix, recursively, sorted by relative path. Returns ``(files, ignored)``
+    where ``ignored`` lists folder entries with other suffixes (reported, not
+    read). Hidden files and folders (``.name``) are skipped.
+    """
+    files: list[Path] = []
+    ignored: list[str] = []
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            found = []
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for n in names:
+                    if n.startswith("."):
+                        continue
+                    f = Path(root) / n
+                    (found if kind_of(f) else ignored).append(f)
+            found.sort(key=lambda f: f.relative_to(p).as_posix())
+            if not found:
+                raise InputError(f"{given}: folder holds no .jsonl, .jsonl.gz or .parquet files")
+            files.extend(found)
+        elif p.exists():
+            if kind_of(p) is None:
+                raise InputError(f"{given}: unknown file type (expected .jsonl, .jsonl.gz, "
+                                 f".parquet or a folder of them)")
+            files.append(p)
+        else:
+            raise InputError(f"{given}: no such file or folder")
+    resolved = [f.resolve() for f in files]
+    seen: set[Path] = set()
+    for given, r in zip(files, resolved, strict=True):
+        if r in seen:
+            raise InputError(f"{given}: given more than once")
+        seen.add(r)
+    if not resolved:
+        raise InputError("no input files given")
+    return resolved, sorted(str(i) for i in ignored)
+
+
+@dataclass
+class Record:
+    """One scanned document. ``address`` is a byte offset (JSONL) or row (Parquet)."""
+
+    address: int
+    nbytes: int
+    line: int
+    text: str | None
+    doc_id: Any
+    has_field: bool
+
+
+@dataclass
+class BadLine:
+    """A line that is not a document: ``reason`` says why."""
+
+    line: int
+    reason: str
+
+
+class Blank:
+    """A whitespace-only line: neither a document nor an error (counted)."""
+
+
+BLANK = Blank()
+
+
+def _parse_object(raw: bytes, text_field: str, id_field: str | None,
+                  line: int) -> dict[str, Any] | BadLine:
+    try:
+        s = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return BadLine(line, f"invalid UTF-8 at byte {e.start} of the line")
+    try:
+        obj = json.loads(s)
+    except json.JSONDecodeError as e:
+        return BadLine(line, f"invalid JSON ({e.msg} at column {e.colno})")
+    except RecursionError:
+        return BadLine(line, "invalid JSON (nested too deeply)")
+    if not isinstance(obj, dict):
+        return BadLine(line, f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _text_of(obj: dict[str, Any], text_field: str, line: int) -> tuple[str | None, bool] | BadLine:
+    if text_field not in obj:
+        return None, False
+    t = obj[text_field]
+    if t is None:
+        return None, True
+    if not isinstance(t, str):
+        return BadLine(line, f"field {text_field!r} is {type(t).__name__}, expected a string")
+    return t, True
+
+
+def _open_jsonl(path: Path, kind: str):
+    try:
+        if kind == "jsonl.gz":
+            return gzip.open(path, "rb")
+        return open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def scan_jsonl(path: Path, kind: str, text_field: str,
+               id_field: str | None) -> Iterator[Record | BadLine | Blank]:
+    """Yield one item per line of a JSON Lines file (plain or gzip), streaming."""
+    f = _open_jsonl(path, kind)
+    pos = 0
+    line = 0
+    try:
+        with f:
+            while True:
+                try:
+                    raw = f.readline()
+                except (OSError, EOFError, zlib.error) as e:
+                    raise InputError(f"{path}:{line + 1}: cannot read ({e})") from None
+                if not raw:
+                    return
+                line += 1
+                start, size = pos, len(raw)
+                pos += size
+                if line == 1 and raw.startswith(_BOM):
+                    start += len(_BOM)
+                    raw = raw[len(_BOM):]
+                if not raw.strip():
+                    yield BLANK
+                    continue
+                obj = _parse_object(raw, text_field, id_field, line)
+                if isinstance(obj, BadLine):
+                    yield obj
+                    continue
+                got = _text_of(obj, text_field, line)
+                if isinstance(got, BadLine):
+                    yield got
+                    continue
+                text, has = got
+                doc_id = obj.get(id_field) if id_field else None
+                yield Record(start, len(raw), line, text, doc_id, has)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def read_jsonl_lines(path: Path, kind: str, addresses: Iterable[tuple[int, int]]
+                     ) -> Iterator[bytes]:
+    """Yield the raw bytes at each ``(offset, nbytes)``; offsets must not decrease.
+
+    Plain files seek; gzip files decompress forward once (a gzip seek forward
+    reads and discards), so fetching any subset costs at most one pass.
+    """
+    with _open_jsonl(path, kind) as f:
+        for offset, nbytes in addresses:
+            if f.tell() != offset:
+                f.seek(offset)
+            raw = f.read(nbytes)
+            if len(raw) != nbytes:
+                raise InputError(f"{path}: file is shorter than when it was indexed")
+            yield raw
+
+
+def decode_record(path: Path, raw: bytes) -> dict[str, Any]:
+    """Parse a line fetched again by address (it parsed at scan time)."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        obj = None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: file changed since it was indexed")
+    return obj
+
+
+def text_from_record(obj: dict[str, Any], text_field: str) -> str | None:
+    t = obj.get(text_field)
+    return t if isinstance(t, str) else None
+
+
+# -- Parquet -----------------------------------------------------------------
+
+def _parquet_file(path: Path):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(f"{path}: reading Parquet needs pyarrow "
+                         f"(pip install 'clusterclip[parquet]')") from None
+    try:
+        return pq.ParquetFile(path)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read as Parquet ({e})") from None
+    except Exception as e:  # pyarrow raises ArrowInvalid etc. for a corrupt footer
+        raise InputError(f"{path}: not a valid Parquet file ({e})") from None
+
+
+def _check_string_column(path: Path, schema, name: str, what: str) -> None:
+    import pyarrow as pa
+
+    idx = schema.get_field_index(name)
+    if idx < 0:
+        raise InputError(f"{path}: no column {name!r} ({what}); columns: "
+                         f"{', '.join(schema.names)}")
+    t = schema.field(idx).type
+    string_like = pa.types.is_string(t) or pa.types.is_large_string(t)
+    if hasattr(pa.types, "is_string_view"):
+        string_like = string_like or pa.types.is_string_view(t)
+    if what == "text field" and not string_like:
+        raise InputError(f"{path}: column {name!r} has type {t}, expected a string column")
+
+
+def scan_parquet(path: Path, text_field: str, id_field: str | None,
+                 batch_rows: int = 8192) -> Iterator[Record]:
+    """Yield one record per Parquet row, reading only the needed columns in batches."""
+    pf = _parquet_file(path)
+    schema = pf.schema_arrow
+    _check_string_column(path, schema, text_field, "text field")
+    cols = [text_field]
+    if id_field:
+        _check_string_column(path, schema, id_field, "id field")
+        cols.append(id_field)
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
+            texts = batch.column(0).to_pylist()
+            ids = batch.column(1).to_pylist() if id_field else [None] * len(texts)
+            for t, i in zip(texts, ids, strict=True):
+                yield Record(row, 0, row + 1, t, i, True)
+                row += 1
+    except OSError as e:
+        raise InputError(f"{path}: cannot read row {row + 1} ({e})") from None
+
+
+def present_columns(pf, columns: list[str] | None) -> list[str] | None:
+    """``columns`` that the file has; a missing column reads as None, like a missing key."""
+    if columns is None:
+        return None
+    names = set(pf.schema_arrow.names)
+    return [c for c in columns if c in names]
+
+
+def parquet_row_groups(path: Path) -> list[int]:
+    """Start row of each row group, plus the total row count at the end."""
+    md = _parquet_file(path).metadata
+    starts = [0]
+    for g in range(md.num_row_groups):
+        starts.append(starts[-1] + md.row_group(g).num_rows)
+    return starts
+
+
+def read_parquet_rows(path: Path, rows: list[int], columns: list[str] | None
+                      ) -> Iterator[dict[str, Any]]:
+    """Yield the rows (ascending) as dicts, reading each needed row group once."""
+    import bisect
+
+    pf = _parquet_file(path)
+    columns = present_columns(pf, columns)
+    starts = parquet_row_groups(path)
+    i = 0
+    while i < len(rows):
+        g = bisect.bisect_right(starts, rows[i]) - 1
+        if g >= len(starts) - 1:
+            raise InputError(f"{path}: file is shorter than when it was indexed")
+        j = i
+        while j < len(rows) and rows[j] < starts[g + 1]:
+            j += 1
+        if columns == []:  # none of the asked columns exist: rows without fields
+            yield from ({} for _ in range(j - i))
+            i = j
+            continue
+        table = pf.read_row_group(g, columns=columns)
+        local = [r - starts[g] for r in rows[i:j]]
+        yield from table.take(local).to_pylist()
+        i = j
