@@ -1,0 +1,86 @@
+"""``clusterclip report``: clusters, schedule mixture and the choice of R, as plots and markdown."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
+
+
+def _strategies(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip() and s.strip() != "none"]
+
+
+def _clips(text: str) -> list[int]:
+    try:
+        if "-" in text and "," not in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            return list(range(lo, hi + 1))
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'A-B' or 'A,B,C', got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/, ...)")
+    p.add_argument("--schedule", default=None,
+                   help="schedule .npy to analyse (default: W/schedule.npy if it exists); "
+                        "its length sets the budget")
+    p.add_argument("--no-schedule", action="store_true",
+                   help="ignore W/schedule.npy; compare generated schedules only")
+    p.add_argument("--label-field", default=None,
+                   help="corpus field with reference labels: adds NMI, ARI and purity")
+    p.add_argument("--strategies", type=_strategies, default=None,
+                   help="schedules to generate at the same budget, comma-separated "
+                        "(clusterclip, random, uniform, temperature; 'none' for none; "
+                        "default: clusterclip,random)")
+    p.add_argument("--num-samples", type=int, default=None,
+                   help="budget T when no schedule is given (default: min(3, R) epochs)")
+    p.add_argument("--clip", type=int, default=4, help="ClusterClip's R (default: 4)")
+    p.add_argument("--alpha", type=float, default=0.0,
+                   help="temperature: cluster weight n_k**alpha (default: 0, uniform)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--windows", type=int, default=50,
+                   help="time windows for the mixture-over-training series (default: 50)")
+    p.add_argument("--target-repetition", type=int, default=4,
+                   help="choose-R: most passes allowed over a tail document (default: 4)")
+    p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
+                   help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16)")
+    p.add_argument("--out", default=None, help="report directory (default: W/report)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
+    from clusterclip.report import build_report
+
+    root = Path(args.workdir)
+    if not root.is_dir():
+        raise InputError(f"work directory {root} does not exist")
+    schedule = args.schedule
+    if schedule is None and not args.no_schedule and (root / "schedule.npy").exists():
+        schedule = root / "schedule.npy"
+    summary = build_report(
+        root, schedule=schedule, label_field=args.label_field, strategies=args.strategies,
+        num_samples=args.num_samples, clip=args.clip, alpha=args.alpha, seed=args.seed,
+        windows=args.windows, target_repetition=args.target_repetition,
+        clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty())
+    out = Path(args.out) if args.out else root / "report"
+    print(f"report: {out / 'report.md'}")
+    print(f"budget T = {summary['num_samples']:,} samples over "
+          f"{summary['eligible_documents']:,} documents in {summary['clusters']['clusters']} "
+          f"clusters")
+    print(f"{'schedule':<14}{'max rep':>8}{'seen':>8}{'tail 25%':>10}{'head 25%':>10}")
+    for name, s in summary["schedules"].items():
+        print(f"{name:<14}{s['max_repetition']:>8}{s['coverage']:>8.1%}"
+              f"{s['tail_quartile_share']:>10.1%}{s['head_quartile_share']:>10.1%}")
+    print(f"corpus: tail 25% = {summary['corpus_tail_share']:.1%}, "
+          f"head 25% = {summary['corpus_head_share']:.1%}")
+    agreement = summary.get("label_agreement")
+    if agreement:
+        print(f"vs {agreement['field']}: NMI {agreement['nmi']:.3f}, ARI {agreement['ari']:.3f}, "
+              f"purity {agreement['purity']:.3f}")
+    choose = summary["choose_clip"]
+    print(f"recommended R = {choose['recommended_clip']}: {choose['reason']}")
+    return 0

@@ -1,0 +1,35 @@
+"""Report: what the clusters are and what mixture training will see.
+
+Pure cores (arrays in, numbers out) live in :mod:`~clusterclip.report.stats`
+(cluster sizes, streaming schedule statistics), :mod:`~clusterclip.report.metrics`
+(NMI, ARI, purity) and :mod:`~clusterclip.report.clip` (choosing the clip R for
+a budget). :mod:`~clusterclip.report.plots` draws the figures and
+:func:`build_report` reads a work directory and writes ``W/report/``.
+"""
+
+from __future__ import annotations
+
+from clusterclip.report.build import build_report
+from clusterclip.report.clip import choose_clip, expected_draws, quartile_clusters
+from clusterclip.report.metrics import (
+    adjusted_rand_index,
+    cluster_label_agreement,
+    normalized_mutual_info,
+    purity,
+)
+from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summary, size_profile
+
+__all__ = [
+    "ScheduleStats",
+    "adjusted_rand_index",
+    "build_report",
+    "choose_clip",
+    "cluster_label_agreement",
+    "cluster_sizes",
+    "expected_draws",
+    "normalized_mutual_info",
+    "purity",
+    "quartile_clusters",
+    "schedule_summary",
+    "size_profile",
+]

@@ -1,0 +1,434 @@
+"""Assemble the report from a work directory: read, compute, plot, write ``W/report/``.
+
+This is the edge of the report package: it reads the work directory's files,
+generates comparison schedules with the sampler, and writes everything into a
+temporary directory that replaces ``W/report/`` only when complete.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.report.clip import DEFAULT_CLIPS, DEFAULT_TARGET_REPETITION, choose_clip
+from clusterclip.report.clip import quartile_clusters as _quartiles
+from clusterclip.report.metrics import cluster_label_agreement
+from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summary, size_profile
+
+STRATEGIES = ("clusterclip", "random", "uniform", "temperature")
+DEFAULT_STRATEGIES = ("clusterclip", "random")
+DEFAULT_EPOCHS = 3
+EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
+EXAMPLE_DOCS = 3
+EXAMPLE_CHARS = 200
+# Generate measured columns for the choose-R table only while it stays cheap.
+MEASURE_SAMPLE_LIMIT = 20_000_000
+FIGURES = {"sizes": "cluster_sizes.png", "share": "schedule_share.png",
+           "repetition": "repetition.png", "mixture": "mixture.png",
+           "choose_clip": "choose_clip.png"}
+
+
+# -- reading the work directory ---------------------------------------------------------
+def _load_array(path: Path, what: str, required: bool = True) -> np.ndarray | None:
+    if not path.exists():
+        if required:
+            raise InputError(f"{path}: missing ({what}); run the earlier stages first")
+        return None
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable .npy file ({e})") from None
+
+
+def load_labels(root: Path) -> tuple[np.ndarray, int]:
+    """``W/labels.npy`` checked (1-D integers >= -1) and the number of clusters K.
+
+    K comes from ``W/centroids.npy`` when present (so empty clusters count),
+    else from the largest label.
+    """
+    path = root / "labels.npy"
+    labels = _load_array(path, "cluster labels")
+    assert labels is not None
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise InputError(f"{path}: expected a 1-D integer array, got {labels.dtype}"
+                         f"{list(labels.shape)}")
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.size == 0:
+        raise InputError(f"{path}: no documents")
+    if labels.min() < -1:
+        raise InputError(f"{path}: label {int(labels.min())} at document "
+                         f"{int(np.argmin(labels))}; labels must be >= -1")
+    if not (labels >= 0).any():
+        raise InputError(f"{path}: every document is excluded (label -1)")
+    k = int(labels.max()) + 1
+    centroids = _load_array(root / "centroids.npy", "centroids", required=False)
+    if centroids is not None:
+        if centroids.ndim != 2 or centroids.shape[0] < k:
+            raise InputError(f"{root / 'centroids.npy'}: shape {list(centroids.shape)} does not "
+                             f"cover the {k} clusters of labels.npy")
+        k = int(centroids.shape[0])
+    return labels, k
+
+
+def load_schedule(path: Path, num_docs: int) -> np.ndarray:
+    """A schedule file: 1-D integer ``.npy`` (memory-mapped; range checked while streaming)."""
+    if not path.exists():
+        raise InputError(f"{path}: schedule file does not exist")
+    sched = _load_array(path, "schedule")
+    assert sched is not None
+    if sched.ndim != 1 or not np.issubdtype(sched.dtype, np.integer):
+        raise InputError(f"{path}: expected a 1-D integer array of document indices, got "
+                         f"{sched.dtype}{list(sched.shape)}")
+    if sched.size == 0:
+        raise InputError(f"{path}: empty schedule")
+    return sched
+
+
+def _blocks_of(array: np.ndarray, block: int) -> Iterator[np.ndarray]:
+    for start in range(0, array.shape[0], block):
+        yield np.asarray(array[start:start + block], dtype=np.int64)
+
+
+def _block_size(num_docs: int) -> int:
+    # Each block costs one bincount of length N, so blocks of at least N samples keep that
+    # amortised to O(1) per sample.
+    return max(1 << 20, num_docs)
+
+
+# -- generated schedules ---------------------------------------------------------------
+def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alpha: float,
+             seed: int):
+    from clusterclip import ClusterClipSampler
+
+    try:
+        return ClusterClipSampler(labels, num_samples=num_samples, strategy=strategy,
+                                  clip=clip, alpha=alpha, seed=seed)
+    except ValueError as e:
+        raise InputError(f"{strategy} sampler: {e}") from None
+
+
+def _progress(iterable, total: int, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    from tqdm import tqdm
+
+    def gen():
+        with tqdm(total=total, desc=desc, unit="sample", unit_scale=True, leave=False) as bar:
+            for b in iterable:
+                yield b
+                bar.update(len(b))
+    return gen()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def _round_floats(obj: Any, digits: int = 6) -> Any:
+    """Floats to ``digits`` significant digits: readable JSON, stable across platforms."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _round_floats(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_round_floats(v, digits) for v in obj]
+    return obj
+
+
+def _clip_events(stats: ScheduleStats, labels: np.ndarray, sizes: np.ndarray, clip: int
+                 ) -> dict[str, Any]:
+    """Clusters that reached R x n_k samples, with the window bounds where that happened."""
+    cum = np.cumsum(stats.window_counts, axis=0)
+    done = cum >= clip * sizes[None, :]
+    live = sizes > 0
+    clipped = done[-1] & live
+    if not clipped.any():
+        return {"clusters_clipped": 0}
+    first_window = np.argmax(done[:, clipped], axis=0)
+    ends = stats.edges[1:]
+    return {"clusters_clipped": int(clipped.sum()),
+            "first": int(ends[first_window.min()]), "last": int(ends[first_window.max()]),
+            "resolution": "window end"}
+
+
+def _sampler_clip_events(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """First/last clip position from the sampler's own summary, when it reports them."""
+    events = summary.get("clip_events") if isinstance(summary, dict) else None
+    if not events:
+        return None
+    positions: list[int] = []
+    if isinstance(events, dict):
+        positions = [int(v) for v in events.values()]
+    elif isinstance(events, list):
+        for e in events:
+            if isinstance(e, dict):
+                pos = e.get("position", e.get("pos"))
+                if pos is not None:
+                    positions.append(int(pos))
+            elif isinstance(e, (list, tuple)) and len(e) == 2:
+                positions.append(int(e[1]))
+    if not positions:
+        return None
+    return {"clusters_clipped": len(positions), "first": min(positions),
+            "last": max(positions), "resolution": "exact (sampler)"}
+
+
+# -- the report ------------------------------------------------------------------------
+def _examples(root: Path, labels: np.ndarray, sizes: np.ndarray, corpus,
+              majority: dict[int, str] | None) -> list[dict[str, Any]] | None:
+    scores = _load_array(root / "scores.npy", "scores", required=False)
+    if scores is None or corpus is None:
+        return None
+    if scores.shape != labels.shape:
+        raise InputError(f"{root / 'scores.npy'}: shape {list(scores.shape)} does not match "
+                         f"labels.npy {list(labels.shape)}")
+    nonempty = np.flatnonzero(sizes > 0)
+    by_size = nonempty[np.lexsort((nonempty, -sizes[nonempty]))]  # largest first, then id
+    m = min(EXAMPLE_CLUSTERS, by_size.size)
+    chosen = [(int(k), "largest") for k in by_size[:m]]
+    chosen += [(int(k), "smallest") for k in by_size[::-1][:m] if int(k) not in
+               {c for c, _ in chosen}]
+    out = []
+    for k, group in chosen:
+        members = np.flatnonzero(labels == k)
+        s = np.asarray(scores[members], dtype=np.float64)
+        top = members[np.lexsort((members, -s))][:EXAMPLE_DOCS]
+        texts = corpus.texts(top)
+        docs = []
+        for i, t in zip(top, texts, strict=True):
+            one_line = " ".join((t or "").split())[:EXAMPLE_CHARS]
+            docs.append({"index": int(i), "score": float(scores[i]), "text": one_line})
+        ex = {"cluster": k, "group": group, "size": int(sizes[k]), "documents": docs}
+        if majority is not None:
+            ex["majority_label"] = majority.get(k)
+        out.append(ex)
+    return out
+
+
+def _label_agreement(corpus, labels: np.ndarray, field: str
+                     ) -> tuple[dict[str, Any], dict[int, str]]:
+    values = corpus.field_values(field)
+    present = np.array([v is not None for v in values], dtype=bool)
+    if not present.any():
+        raise InputError(f"--label-field {field}: no document has this field")
+    keep = present & (labels >= 0)
+    names = np.array([str(v) if v is not None else "" for v in values], dtype=object)
+    classes, cls = np.unique(names[keep].astype(str), return_inverse=True)
+    clusters = labels[keep]
+    result = {"field": field, **cluster_label_agreement(clusters, cls),
+              "documents": int(keep.sum()), "classes": int(classes.size),
+              "skipped_missing": int(((labels >= 0) & ~present).sum())}
+    # Majority value per cluster, to help name the clusters in the examples.
+    flat = clusters * classes.size + cls
+    table = np.bincount(flat, minlength=(int(labels.max()) + 1) * classes.size).reshape(
+        -1, classes.size)
+    majority = {int(k): str(classes[int(np.argmax(table[k]))])
+                for k in np.flatnonzero(table.sum(axis=1))}
+    return result, majority
+
+
+def build_report(
+    workdir: str | os.PathLike[str],
+    *,
+    schedule: str | os.PathLike[str] | None = None,
+    label_field: str | None = None,
+    strategies: Sequence[str] | None = None,
+    num_samples: int | None = None,
+    clip: int = 4,
+    alpha: float = 0.0,
+    seed: int = 0,
+    windows: int = 50,
+    target_repetition: int = DEFAULT_TARGET_REPETITION,
+    clips: Sequence[int] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Write ``W/report/`` (summary.json, clusters.csv, PNG figures, report.md); return the summary.
+
+    ``schedule``: a schedule ``.npy`` to analyse (its length sets the budget T);
+    ``strategies``: schedules to generate at the same T with the sampler
+    (default: clusterclip and random); ``num_samples``: T when no schedule is
+    given (default: ``min(3, clip)`` epochs of the eligible documents, which
+    fits the ClusterClip capacity); ``clip``/``alpha``/``seed``: sampler
+    parameters; ``windows``: time windows for the mixture series;
+    ``target_repetition`` and ``clips``: the choose-R analysis; ``out``: the
+    report directory (default ``W/report``), replaced atomically.
+
+    Raises :class:`InputError` for a missing work directory or labels, a
+    schedule with indices outside the corpus, an unknown label field, a budget
+    over capacity, or bad option values; nothing is written then.
+    """
+    from clusterclip.io import atomic_path
+
+    root = Path(workdir)
+    if not root.is_dir():
+        raise InputError(f"work directory {root} does not exist")
+    if clip < 1:
+        raise InputError(f"--clip must be >= 1, got {clip}")
+    if windows < 1:
+        raise InputError(f"--windows must be >= 1, got {windows}")
+    if target_repetition < 1:
+        raise InputError(f"--target-repetition must be >= 1, got {target_repetition}")
+    strategies = list(DEFAULT_STRATEGIES if strategies is None else strategies)
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise InputError(f"unknown strategy {s!r} (choose from {', '.join(STRATEGIES)})")
+    labels, k = load_labels(root)
+    n = int(labels.size)
+    eligible = labels >= 0
+    n_eligible = int(eligible.sum())
+    sizes = cluster_sizes(labels, k)
+    profile = size_profile(sizes)
+
+    sched = None
+    if schedule is not None:
+        sched = load_schedule(Path(schedule), n)
+        total = int(sched.size)
+    elif num_samples is not None:
+        if num_samples <= 0:
+            raise InputError(f"--num-samples must be positive, got {num_samples}")
+        total = int(num_samples)
+    else:
+        total = min(DEFAULT_EPOCHS, clip) * n_eligible
+    if "clusterclip" in strategies and total > clip * n_eligible:
+        raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = {clip} x "
+                         f"{n_eligible} = {clip * n_eligible}; raise --clip or lower the budget")
+    if not strategies and sched is None:
+        raise InputError("nothing to report: give --schedule or at least one strategy")
+
+    corpus = None
+    notes: list[str] = []
+    if (root / "corpus").is_dir():
+        from clusterclip.corpus import Corpus
+
+        corpus = Corpus.load(root / "corpus")
+        if len(corpus) != n:
+            raise InputError(f"{root / 'corpus'}: {len(corpus)} documents but labels.npy has {n}")
+    else:
+        notes.append("no corpus index (W/corpus): example documents are not shown")
+    if label_field is not None and corpus is None:
+        raise InputError(f"--label-field {label_field}: needs the corpus index {root / 'corpus'}")
+    agreement, majority = (_label_agreement(corpus, labels, label_field)
+                           if label_field is not None else (None, None))
+
+    block = _block_size(n)
+    schedules: dict[str, dict[str, Any]] = {}
+    shares: dict[str, np.ndarray] = {}
+    if sched is not None:
+        st = ScheduleStats(labels, k, total, windows)
+        try:
+            st.consume(_progress(_blocks_of(sched, block), total, "schedule", progress))
+        except ValueError as e:
+            raise InputError(f"{schedule}: {e}") from None
+        summary_s = schedule_summary(st, sizes, eligible, clip)
+        summary_s["source"] = Path(schedule).name
+        summary_s["clip_events"] = _clip_events(st, labels, sizes, clip)
+        if st.excluded:
+            notes.append(f"the schedule draws {st.excluded} samples from excluded documents "
+                         "(label -1)")
+        schedules["schedule"] = summary_s
+        shares["schedule"] = st.cluster_counts / total
+    for strategy in strategies:
+        sampler = _sampler(labels, strategy, total, clip, alpha, seed)
+        st = ScheduleStats(labels, k, total, windows)
+        st.consume(_progress(sampler.blocks(block), total, strategy, progress))
+        summary_s = schedule_summary(st, sizes, eligible,
+                                     clip if strategy == "clusterclip" else np.inf)
+        summary_s["parameters"] = {"strategy": strategy, "seed": seed, **(
+            {"clip": clip} if strategy == "clusterclip" else {}), **(
+            {"alpha": alpha} if strategy in ("clusterclip", "temperature") else {})}
+        if strategy == "clusterclip":
+            summary_s["clip_events"] = (_sampler_clip_events(_jsonable(sampler.summary()))
+                                        or _clip_events(st, labels, sizes, clip))
+        schedules[strategy] = summary_s
+        shares[strategy] = st.cluster_counts / total
+
+    tail, head = _quartiles(sizes)
+    tail_docs = np.isin(labels, tail)
+
+    def measure(r: int) -> dict[str, Any]:
+        st = ScheduleStats(labels, k, total, 1)
+        st.consume(_sampler(labels, "clusterclip", total, r, alpha, seed).blocks(block))
+        return {"measured_tail_max_repetition": int(st.doc_counts[tail_docs].max()),
+                "measured_tail_share": float(st.cluster_counts[tail].sum() / total)}
+
+    clip_grid = sorted(set(DEFAULT_CLIPS if clips is None else clips) | {clip})
+    cheap = total * len(clip_grid) <= MEASURE_SAMPLE_LIMIT
+    choose = choose_clip(labels, total, alpha=alpha, target_repetition=target_repetition,
+                         clips=clip_grid, measure=measure if cheap else None)
+    if not cheap:
+        notes.append(f"choose-R: measured columns skipped (T x {len(clip_grid)} values of R "
+                     f"exceeds {MEASURE_SAMPLE_LIMIT:,} samples); expected values only")
+
+    summary: dict[str, Any] = {
+        "documents": n,
+        "eligible_documents": n_eligible,
+        "excluded_documents": n - n_eligible,
+        "num_clusters": k,
+        "num_samples": total,
+        "windows": int(schedules[next(iter(schedules))]["window_end"].__len__()),
+        "clusters": profile,
+        "corpus_tail_share": float(sizes[tail].sum() / n_eligible),
+        "corpus_head_share": float(sizes[head].sum() / n_eligible),
+        "schedules": schedules,
+        "choose_clip": choose,
+        "label_agreement": agreement,
+        "examples": _examples(root, labels, sizes, corpus, majority),
+        "notes": notes,
+        "figures": dict(FIGURES),
+    }
+    summary = _round_floats(_jsonable(summary))
+
+    target = Path(out) if out is not None else root / "report"
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        _write_report(tmp, summary, sizes, profile, shares)
+    return summary
+
+
+def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
+                  profile: dict[str, Any], shares: dict[str, np.ndarray]) -> None:
+    import json
+
+    from clusterclip.report import plots
+    from clusterclip.report.markdown import render_markdown
+
+    plots.plot_cluster_sizes(sizes, profile, directory / FIGURES["sizes"])
+    plots.plot_schedule_share(sizes, shares, directory / FIGURES["share"])
+    plots.plot_repetition({name: s["repetition_histogram"]
+                           for name, s in summary["schedules"].items()},
+                          directory / FIGURES["repetition"])
+    plots.plot_mixture(summary["schedules"], summary["corpus_tail_share"],
+                       summary["corpus_head_share"], profile["clusters"],
+                       directory / FIGURES["mixture"])
+    plots.plot_choose_clip(summary["choose_clip"], directory / FIGURES["choose_clip"])
+    (directory / "summary.json").write_text(
+        json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+        encoding="utf-8")
+    (directory / "report.md").write_text(render_markdown(summary, FIGURES), encoding="utf-8")
+    # Per-cluster numbers: too many for summary.json when K is large.
+    names = list(shares)
+    corpus_share = sizes / max(1, int(sizes.sum()))
+    lines = ["cluster,size,corpus_share," + ",".join(f"{s}_share" for s in names)]
+    for c in range(sizes.size):
+        lines.append(f"{c},{int(sizes[c])},{corpus_share[c]:.6g}," +
+                     ",".join(f"{shares[s][c]:.6g}" for s in names))
+    (directory / "clusters.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")

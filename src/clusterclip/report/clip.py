@@ -1,0 +1,221 @@
+"""Choosing the clip R for a training budget (beyond the paper).
+
+The paper fixes R by hand. Here R is chosen from the cluster sizes and the
+budget T with the *expected* ("fluid") course of the ClusterClip sampler:
+
+With temperature ``alpha``, a cluster k in the pool receives draws at a rate
+proportional to ``w_k = n_k ** alpha``. Write ``s`` for the draws received per
+unit of weight so far; every cluster in the pool has received ``w_k * s``
+draws. Cluster k leaves the pool when that reaches ``R * n_k``, i.e. at
+``s_k = R * n_k / w_k``. Sorting clusters by ``s_k`` turns the whole schedule
+into a piecewise-linear map from ``s`` to the global position, so the expected
+draws of every cluster at any budget, and every clip position, cost
+O(K log K) whatever T is (10^8 samples are as cheap as 10^3).
+
+Inside a cluster the sampler draws without replacement pass by pass, so ``d``
+draws from a cluster of ``n`` documents repeat its most repeated document
+``ceil(d / n)`` times. The expected numbers are within sampling noise of a real
+schedule; :func:`choose_clip` can add measured columns from the real sampler
+where T is small enough to generate.
+
+The recommended R is the largest R that (a) fits the budget (``R * N >= T``)
+and (b) keeps every tail cluster (the smallest 25% by size) at or under
+``target_repetition`` passes. Larger R keeps the mixture balanced for longer,
+so the largest admissible R is the most balanced schedule the repetition limit
+allows. A default target of 4 follows the data-constrained scaling result
+(Muennighoff et al., 2023) that up to about four passes over the same data
+cost little compared with fresh data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+DEFAULT_TARGET_REPETITION = 4
+DEFAULT_CLIPS = tuple(range(1, 17))
+TAIL_QUANTILE = 0.25
+
+
+def quartile_clusters(sizes: np.ndarray, quantile: float = TAIL_QUANTILE
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of the smallest and the largest ``quantile`` share of non-empty clusters.
+
+    ``sizes`` is int[K] (documents per cluster). Ties are broken by cluster id,
+    so the split is deterministic. Each group holds ``ceil(quantile * K')``
+    clusters (at least one), K' = number of non-empty clusters. Returns
+    (tail_ids, head_ids), int64 arrays sorted by size ascending / descending.
+    """
+    sizes = np.asarray(sizes)
+    nonempty = np.flatnonzero(sizes > 0)
+    order = nonempty[np.lexsort((nonempty, sizes[nonempty]))]  # size asc, id asc
+    m = max(1, math.ceil(quantile * order.size)) if order.size else 0
+    return order[:m].astype(np.int64), order[::-1][:m].astype(np.int64)
+
+
+def expected_draws(sizes: np.ndarray, clip: float, num_samples: int, alpha: float = 0.0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Expected draws per cluster after ``num_samples`` ClusterClip samples.
+
+    ``sizes`` int[K] documents per cluster (empty clusters get no draws);
+    ``clip`` R >= 1 (``math.inf`` for no clip, i.e. plain uniform/temperature).
+    Returns (draws float64[K], clip_position float64[K]): the expected number
+    of samples from each cluster, and the global position at which each cluster
+    leaves the pool (``inf`` if it has not left by ``num_samples``). When
+    ``num_samples`` exceeds the capacity R * N, draws stop at R * n_k.
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    draws = np.zeros_like(sizes)
+    clip_pos = np.full_like(sizes, np.inf)
+    live = np.flatnonzero(sizes > 0)
+    if live.size == 0 or num_samples <= 0:
+        return draws, clip_pos
+    n = sizes[live]
+    w = n ** alpha
+    s_clip = clip * n / w  # per-unit-weight draws at which each cluster is exhausted
+    order = np.lexsort((live, s_clip))
+    s_sorted = s_clip[order]
+    # Weight still in the pool while the j-th cluster (in clip order) is the next to go.
+    pool_weight = np.cumsum(w[order][::-1])[::-1]
+    with np.errstate(invalid="ignore"):  # inf - inf when clip is inf
+        ds = np.diff(s_sorted, prepend=0.0)
+    ds = np.where(np.isfinite(ds), ds, np.inf)
+    t_sorted = np.cumsum(ds * pool_weight)  # position at which each cluster leaves
+    j = int(np.searchsorted(t_sorted, num_samples, side="right"))  # first still in pool
+    if j >= order.size:
+        s_at_t = s_sorted[-1]
+    else:
+        s_prev = s_sorted[j - 1] if j > 0 else 0.0
+        t_prev = t_sorted[j - 1] if j > 0 else 0.0
+        s_at_t = s_prev + (num_samples - t_prev) / pool_weight[j]
+    d = np.minimum(w * s_at_t, clip * n)
+    draws[live] = d
+    pos = np.full(order.size, np.inf)
+    pos[order[:j]] = t_sorted[:j]
+    clip_pos[live] = pos
+    return draws, clip_pos
+
+
+def _max_repetition(draws: np.ndarray, sizes: np.ndarray) -> int:
+    if draws.size == 0:
+        return 0
+    # Passes are drawn without replacement: d draws over n docs repeat one doc ceil(d/n) times.
+    return int(np.max(np.ceil(draws / sizes - 1e-9)))
+
+
+def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0
+             ) -> dict[str, Any]:
+    """One row of the choose-R table for clip ``clip`` (expected values).
+
+    Keys: clip, capacity, feasible, first_clip_position (None if no cluster is
+    clipped within the budget), clusters_clipped, tail_max_repetition (passes
+    over the most repeated document of the smallest 25% of clusters),
+    tail_mean_repetition (tail samples / tail documents), tail_share and
+    head_share (share of the schedule from the smallest / largest 25% of
+    clusters), max_repetition (over all clusters).
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    total = int(sizes.sum())
+    capacity = int(clip) * total
+    budget = min(num_samples, capacity)
+    draws, clip_pos = expected_draws(sizes, clip, budget, alpha)
+    tail, head = quartile_clusters(sizes)
+    clipped = np.isfinite(clip_pos)
+    live = sizes > 0
+    return {
+        "clip": int(clip),
+        "capacity": capacity,
+        "feasible": bool(num_samples <= capacity),
+        "first_clip_position": int(round(float(clip_pos[clipped].min()))) if clipped.any()
+        else None,
+        "clusters_clipped": int(clipped.sum()),
+        "tail_max_repetition": _max_repetition(draws[tail], sizes[tail].astype(np.float64)),
+        "tail_mean_repetition": float(draws[tail].sum() / sizes[tail].sum()),
+        "tail_share": float(draws[tail].sum() / budget) if budget else 0.0,
+        "head_share": float(draws[head].sum() / budget) if budget else 0.0,
+        "max_repetition": _max_repetition(draws[live], sizes[live].astype(np.float64)),
+    }
+
+
+def choose_clip(
+    labels: np.ndarray,
+    num_samples: int,
+    *,
+    alpha: float = 0.0,
+    target_repetition: int = DEFAULT_TARGET_REPETITION,
+    clips: Sequence[int] = DEFAULT_CLIPS,
+    measure: Callable[[int], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Table of R -> consequences at budget T, and the recommended R.
+
+    ``labels`` int[N] cluster id per document (-1 excluded); ``num_samples`` T.
+    ``measure``, if given, is called with each R and returns measured values
+    from a real schedule (e.g. ``{"measured_tail_max_repetition": ...}``) that
+    are merged into that row.
+
+    Returns a JSON-serialisable dict: budget, alpha, target_repetition,
+    eligible_documents, clusters, tail_clusters, min_feasible_clip, rows (one per
+    R, see :func:`clip_row`), recommended_clip (None if no R in ``clips`` fits
+    the budget), clip_inactive_from (the smallest R in ``clips`` at which no
+    cluster is clipped within the budget, i.e. larger R change nothing), and
+    reason (one sentence for the report).
+    """
+    if num_samples <= 0:
+        raise ValueError(f"num_samples must be positive, got {num_samples}")
+    if target_repetition < 1:
+        raise ValueError(f"target_repetition must be >= 1, got {target_repetition}")
+    labels = np.asarray(labels)
+    eligible = labels[labels >= 0]
+    sizes = np.bincount(eligible) if eligible.size else np.zeros(0, np.int64)
+    n_docs = int(sizes.sum())
+    if n_docs == 0:
+        raise ValueError("no eligible documents (every label is -1)")
+    clips = sorted({int(r) for r in clips if int(r) >= 1})
+    tail, _ = quartile_clusters(sizes)
+    rows = []
+    for r in clips:
+        row = clip_row(sizes, r, num_samples, alpha)
+        if measure is not None and row["feasible"]:
+            row.update(measure(r))
+        rows.append(row)
+    min_feasible = math.ceil(num_samples / n_docs)
+    feasible = [row for row in rows if row["feasible"]]
+    ok = [row for row in feasible if row["tail_max_repetition"] <= target_repetition]
+    inactive = [row["clip"] for row in rows if row["clusters_clipped"] == 0]
+    clip_inactive_from = min(inactive) if inactive else None
+    if ok:
+        best = max(row["clip"] for row in ok)
+        if clip_inactive_from is not None and best >= clip_inactive_from:
+            best = clip_inactive_from
+            reason = (f"No cluster is clipped within the budget from R={best} on, and the tail "
+                      f"stays at or under {target_repetition} passes: any R >= {best} gives "
+                      f"the same schedule as no clip.")
+        else:
+            reason = (f"R={best} is the largest R that fits the budget and keeps every tail "
+                      f"cluster at or under {target_repetition} passes.")
+    elif feasible:
+        best = min(row["clip"] for row in feasible)
+        reason = (f"No R keeps the tail at or under {target_repetition} passes at this budget; "
+                  f"R={best} is the smallest R whose capacity fits it (T needs "
+                  f"R >= {min_feasible}).")
+    else:
+        best = None
+        reason = (f"The budget needs R >= {min_feasible}, above every R considered "
+                  f"({clips[0]}..{clips[-1]}).")
+    return {
+        "budget": int(num_samples),
+        "alpha": float(alpha),
+        "target_repetition": int(target_repetition),
+        "eligible_documents": n_docs,
+        "clusters": int((sizes > 0).sum()),
+        "tail_clusters": int(tail.size),
+        "tail_documents": int(sizes[tail].sum()),
+        "min_feasible_clip": int(min_feasible),
+        "rows": rows,
+        "recommended_clip": best,
+        "clip_inactive_from": clip_inactive_from,
+        "reason": reason,
+    }

@@ -1,0 +1,160 @@
+"""``report.md``: the summary as prose and tables, with the figures embedded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c) for c in row) + " |")
+    return out
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
+
+
+def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> str:
+    """Markdown text of the report; ``figures`` maps figure keys to file names."""
+    p = summary["clusters"]
+    lines = [
+        "# ClusterClip report",
+        "",
+        f"Corpus: {summary['documents']:,} documents, {summary['eligible_documents']:,} "
+        f"eligible for sampling ({summary['excluded_documents']:,} excluded, label -1), in "
+        f"{p['clusters']:,} non-empty clusters ({p['empty_clusters']} empty). "
+        f"Budget T = {summary['num_samples']:,} samples "
+        f"({summary['num_samples'] / max(1, summary['eligible_documents']):.2f} epochs).",
+        "",
+        "## Clusters",
+        "",
+        f"Sizes range from {p['min_size']:,} to {p['max_size']:,} documents (median "
+        f"{p['median_size']:g}, {p['imbalance']:.0f}x imbalance). The largest "
+        f"{p['head_fraction']:.0%} of clusters ({p['head_clusters']}) hold "
+        f"{_pct(p['head_share'])} of the documents; the smallest {p['tail_fraction']:.0%} "
+        f"({p['tail_clusters']}) hold {_pct(p['tail_share'])}.",
+        "",
+        f"![cluster sizes]({figures['sizes']})",
+        "",
+    ]
+    agreement = summary.get("label_agreement")
+    if agreement:
+        lines += [
+            f"### Agreement with the `{agreement['field']}` field",
+            "",
+            f"Over {agreement['documents']:,} documents ({agreement['skipped_missing']:,} "
+            f"without a value skipped) and {agreement['classes']} distinct values:",
+            "",
+            *_table(["NMI", "ARI", "purity"],
+                    [[f"{agreement['nmi']:.3f}", f"{agreement['ari']:.3f}",
+                      f"{agreement['purity']:.3f}"]]),
+            "",
+        ]
+    examples = summary.get("examples")
+    if examples:
+        lines += ["### What the clusters are",
+                  "",
+                  "Documents nearest each centroid (highest cosine similarity), first 200 "
+                  "characters:",
+                  ""]
+        for ex in examples:
+            label = f", mostly `{ex['majority_label']}`" if ex.get("majority_label") else ""
+            lines.append(f"**Cluster {ex['cluster']}** ({ex['group']}, {ex['size']:,} "
+                         f"document{'s' if ex['size'] != 1 else ''}{label})")
+            lines.append("")
+            for d in ex["documents"]:
+                lines.append(f"- doc {d['index']} (score {d['score']:.3f}): "
+                             f"{_escape(d['text'])}")
+            lines.append("")
+    sched = summary["schedules"]
+    width = max(len(s["repetition_histogram"]) for s in sched.values())
+    lines += [
+        "## Schedules",
+        "",
+        "Each schedule below has the same budget T. `random` is plain multi-epoch shuffling; "
+        "`clusterclip` draws clusters uniformly and retires a cluster after R passes.",
+        "",
+        *_table(
+            ["schedule", "max repetition", "documents seen", "smallest 25% share",
+             "largest 25% share", "cluster share min..max", "never sampled"],
+            [[name, s["max_repetition"], _pct(s["coverage"]), _pct(s["tail_quartile_share"]),
+              _pct(s["head_quartile_share"]),
+              f"{s['cluster_share_min']:.2g}..{s['cluster_share_max']:.2g}",
+              s["clusters_never_sampled"]] for name, s in sched.items()]),
+        "",
+        f"For reference, the smallest 25% of clusters hold {_pct(summary['corpus_tail_share'])} "
+        f"of the corpus and the largest 25% hold {_pct(summary['corpus_head_share'])}.",
+        "",
+        "### Share of each cluster",
+        "",
+        f"![schedule share vs corpus share]({figures['share']})",
+        "",
+        "### Repetition",
+        "",
+        *_table(["schedule"] + [f"seen {r}x" for r in range(width)],
+                [[name] + [f"{c:,}" for c in s["repetition_histogram"]]
+                 + ["0"] * (width - len(s["repetition_histogram"]))
+                 for name, s in sched.items()]),
+        "",
+        f"![repetition histogram]({figures['repetition']})",
+        "",
+        "### Mixture over training time",
+        "",
+        f"Per window ({summary['windows']} windows over the schedule): clusters still in the "
+        "pool (a cluster leaves once the schedule has drawn all its documents R times; "
+        "schedules without a clip keep every cluster) and the share of samples from the "
+        "smallest and largest quartile of clusters.",
+        "",
+        f"![mixture over training]({figures['mixture']})",
+        "",
+    ]
+    for name, s in sched.items():
+        if "clip_events" in s and s["clip_events"]:
+            ce = s["clip_events"]
+            lines.append(f"`{name}`: {ce['clusters_clipped']} clusters clipped; the first at "
+                         f"position {ce['first']:,}, the last at {ce['last']:,}.")
+            lines.append("")
+    choose = summary.get("choose_clip")
+    if choose:
+        measured = any("measured_tail_max_repetition" in r for r in choose["rows"])
+        header = ["R", "capacity", "fits T", "first clip at", "clusters clipped by T",
+                  "tail max repetition", "tail mean repetition", "tail share", "head share"]
+        if measured:
+            header += ["measured tail max rep.", "measured tail share"]
+        rows = []
+        for r in choose["rows"]:
+            row = [r["clip"], f"{r['capacity']:,}", "yes" if r["feasible"] else "no",
+                   f"{r['first_clip_position']:,}" if r["first_clip_position"] is not None
+                   else "-", r["clusters_clipped"], r["tail_max_repetition"],
+                   f"{r['tail_mean_repetition']:.2f}", _pct(r["tail_share"]),
+                   _pct(r["head_share"])]
+            if measured:
+                row += [r.get("measured_tail_max_repetition", "-"),
+                        _pct(r["measured_tail_share"]) if "measured_tail_share" in r else "-"]
+            rows.append(row)
+        lines += [
+            "## Choosing the clip R for this budget",
+            "",
+            f"Tail = the smallest 25% of clusters ({choose['tail_clusters']} clusters, "
+            f"{choose['tail_documents']:,} documents). Target: no tail document more than "
+            f"{choose['target_repetition']} times. Expected values from the sampler's mean "
+            "course (exact in expectation, instant for any T)"
+            + ("; measured columns from real schedules." if measured else "."),
+            "",
+            f"**Recommended R = {choose['recommended_clip']}.** {choose['reason']}",
+            "",
+            *_table(header, rows),
+            "",
+            f"![choosing R]({figures['choose_clip']})",
+            "",
+        ]
+    if summary.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
+    return "\n".join(lines)

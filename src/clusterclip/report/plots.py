@@ -1,0 +1,207 @@
+"""The report's figures (matplotlib, headless Agg backend).
+
+Each function takes the numbers (never files) and writes one PNG. matplotlib
+is imported inside the functions so that importing the report package stays
+cheap. PNGs are written without the software/date metadata, so the same input
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+DPI = 110
+# One color per strategy, stable across figures (tab10 order).
+_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple",
+           "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    # Same fonts and sizes whatever the user's matplotlibrc says.
+    plt.rcdefaults()
+    plt.rcParams.update({"figure.dpi": DPI, "axes.grid": True, "grid.alpha": 0.3,
+                         "font.size": 9, "svg.hashsalt": "clusterclip"})
+    return plt
+
+
+def _save(fig, path: str | os.PathLike[str]) -> None:
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _color(i: int) -> str:
+    return _COLORS[i % len(_COLORS)]
+
+
+def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
+                       path: str | os.PathLike[str]) -> None:
+    """Cluster sizes sorted largest first (log y), head and tail shaded."""
+    plt = _pyplot()
+    live = np.sort(np.asarray(sizes)[np.asarray(sizes) > 0])[::-1]
+    k = live.size
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    rank = np.arange(1, k + 1)
+    ax.bar(rank, live, width=1.0, color="tab:blue", alpha=0.75, label="documents per cluster")
+    n_head, n_tail = profile["head_clusters"], profile["tail_clusters"]
+    ax.axvspan(0.5, n_head + 0.5, color="tab:red", alpha=0.12,
+               label=f"largest {profile['head_fraction']:.0%} of clusters: "
+                     f"{profile['head_share']:.1%} of documents")
+    ax.axvspan(k - n_tail + 0.5, k + 0.5, color="tab:green", alpha=0.12,
+               label=f"smallest {profile['tail_fraction']:.0%} of clusters: "
+                     f"{profile['tail_share']:.1%} of documents")
+    ax.set_yscale("log")
+    ax.set_xlim(0.5, k + 0.5)
+    ax.set_xlabel("cluster rank (largest first)")
+    ax.set_ylabel("documents (log scale)")
+    ax.set_title(f"Cluster sizes: {k} clusters, {profile['documents']:,} documents, "
+                 f"largest/smallest = {profile['imbalance']:.0f}x")
+    ax.legend(loc="upper right", fontsize=8)
+    _save(fig, path)
+
+
+def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
+                        path: str | os.PathLike[str]) -> None:
+    """Per-cluster share of each schedule against the cluster's share of the corpus."""
+    plt = _pyplot()
+    sizes = np.asarray(sizes)
+    live = sizes > 0
+    corpus_share = sizes[live] / sizes[live].sum()
+    k = int(live.sum())
+    fig, ax = plt.subplots(figsize=(6.0, 4.6))
+    lo = min(corpus_share.min(), *(s[live][s[live] > 0].min() for s in shares.values()
+                                   if (s[live] > 0).any())) / 1.5
+    hi = max(corpus_share.max(), *(s[live].max() for s in shares.values())) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls="--",
+            label="share of corpus (size-proportional)")
+    ax.axhline(1.0 / k, color="gray", lw=0.8, ls=":", label=f"balanced (1/{k})")
+    for i, (name, share) in enumerate(shares.items()):
+        s = share[live]
+        ok = s > 0
+        ax.scatter(corpus_share[ok], s[ok], s=14, alpha=0.7, color=_color(i), label=name,
+                   edgecolors="none")
+        if (~ok).any():
+            ax.scatter(corpus_share[~ok], np.full((~ok).sum(), lo * 1.1), marker="v", s=16,
+                       color=_color(i), alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("share of the corpus (cluster size / documents)")
+    ax.set_ylabel("share of the schedule (samples / T)")
+    ax.set_title("Per-cluster share: schedule vs corpus (one point per cluster)")
+    ax.legend(loc="upper left", fontsize=8)
+    _save(fig, path)
+
+
+def plot_repetition(histograms: Mapping[str, Sequence[int]],
+                    path: str | os.PathLike[str]) -> None:
+    """Grouped bars: number of documents seen 0, 1, 2, ... times, per schedule."""
+    plt = _pyplot()
+    names = list(histograms)
+    m = max(len(h) for h in histograms.values())
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    width = 0.8 / max(1, len(names))
+    x = np.arange(m)
+    for i, name in enumerate(names):
+        h = np.zeros(m, dtype=np.int64)
+        h[:len(histograms[name])] = histograms[name]
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, np.where(h > 0, h, np.nan), width,
+               color=_color(i), label=name)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=0.7)  # so that a bar of one document is still visible
+    ax.set_xticks(x if m <= 25 else x[:: int(np.ceil(m / 25))])
+    ax.set_xlabel("times a document appears in the schedule")
+    ax.set_ylabel("documents (log scale)")
+    ax.set_title("Repetition: how often each document is seen")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: float,
+                 corpus_head_share: float, num_clusters: int,
+                 path: str | os.PathLike[str]) -> None:
+    """Mixture over training time, per schedule: pool size and quartile shares per window.
+
+    ``series[name]`` holds ``window_end``, ``clusters_in_pool``,
+    ``tail_quartile_share_per_window`` and ``head_quartile_share_per_window``.
+    """
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.9))
+    for i, (name, s) in enumerate(series.items()):
+        end = np.asarray(s["window_end"], dtype=np.float64)
+        progress = end / end[-1]
+        start = np.concatenate([[0.0], progress[:-1]])
+        ax1.step(start, s["clusters_in_pool"], where="post", color=_color(i), label=name)
+        mid = (start + progress) / 2
+        ax2.plot(mid, s["tail_quartile_share_per_window"], color=_color(i), lw=1.4,
+                 label=f"{name}: smallest 25%")
+        ax2.plot(mid, s["head_quartile_share_per_window"], color=_color(i), lw=1.4, ls="--",
+                 label=f"{name}: largest 25%")
+    ax1.set_ylim(0, num_clusters * 1.05)
+    ax1.set_xlim(0, 1)
+    ax1.set_xlabel("training progress (share of the schedule)")
+    ax1.set_ylabel("clusters still drawn")
+    ax1.set_title("Clusters in the pool")
+    ax1.legend(fontsize=8, loc="lower left")
+    ax2.axhline(corpus_tail_share, color="black", lw=0.8, ls=":",
+                label=f"corpus share, smallest 25% ({corpus_tail_share:.1%})")
+    ax2.axhline(corpus_head_share, color="black", lw=0.8, ls="-.",
+                label=f"corpus share, largest 25% ({corpus_head_share:.1%})")
+    ax2.set_xlim(0, 1)
+    ax2.set_ylim(0, 1.02)
+    ax2.set_xlabel("training progress (share of the schedule)")
+    ax2.set_ylabel("share of the window's samples")
+    ax2.set_title("Samples from the smallest / largest quartile of clusters")
+    ax2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _save(fig, path)
+
+
+def plot_choose_clip(analysis: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Tail repetition and tail share against R, with the target and the chosen R."""
+    plt = _pyplot()
+    rows = analysis["rows"]
+    r = np.array([row["clip"] for row in rows])
+    rep = np.array([row["tail_max_repetition"] for row in rows])
+    share = np.array([row["tail_share"] for row in rows])
+    feasible = np.array([row["feasible"] for row in rows])
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    ax.plot(r, rep, marker="o", color="tab:red", label="tail max repetition (expected)")
+    if any("measured_tail_max_repetition" in row for row in rows):
+        mr = [(row["clip"], row["measured_tail_max_repetition"]) for row in rows
+              if "measured_tail_max_repetition" in row]
+        ax.plot(*zip(*mr, strict=True), marker="x", ls="none", color="black", ms=7,
+                label="tail max repetition (measured)")
+    ax.axhline(analysis["target_repetition"], color="tab:red", ls=":", lw=1,
+               label=f"target repetition ({analysis['target_repetition']})")
+    if (~feasible).any():
+        ax.axvspan(r.min() - 0.5, r[~feasible].max() + 0.5, color="gray", alpha=0.15,
+                   label="over capacity (R x N < T)")
+    best = analysis["recommended_clip"]
+    if best is not None:
+        ax.axvline(best, color="tab:green", lw=2, alpha=0.6, label=f"recommended R = {best}")
+    ax.set_xlabel("clip R (maximum passes over any document)")
+    ax.set_ylabel("passes over the most repeated tail document")
+    ax.set_xticks(r)
+    ax2 = ax.twinx()
+    ax2.plot(r, share, marker="s", color="tab:blue", label="tail share of the schedule")
+    ax2.set_ylabel("share of samples from the smallest 25% of clusters", color="tab:blue")
+    ax2.set_ylim(0, max(0.05, share.max() * 1.15))
+    ax2.grid(False)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+    ax.set_title(f"Choosing R for T = {analysis['budget']:,} samples "
+                 f"({analysis['budget'] / analysis['eligible_documents']:.2g} epochs)")
+    _save(fig, path)

@@ -1,0 +1,215 @@
+"""Statistics of a corpus's clusters and of a training schedule (pure numpy).
+
+A schedule can hold 10^8 samples, so it is consumed in blocks
+(:class:`ScheduleStats`): each block costs a few ``np.bincount`` calls and
+nothing is kept per sample. Everything here takes arrays and returns arrays or
+plain dicts; files and plots live elsewhere in the package.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from clusterclip.report.clip import quartile_clusters
+
+
+def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
+    """Documents per cluster: int64[K] from int[N] labels (-1 = excluded, not counted).
+
+    K is ``num_clusters`` if given (clusters without documents get 0), else
+    ``labels.max() + 1``.
+    """
+    labels = np.asarray(labels)
+    eligible = labels[labels >= 0]
+    k = int(num_clusters) if num_clusters is not None else (
+        int(eligible.max()) + 1 if eligible.size else 0)
+    return np.bincount(eligible, minlength=k).astype(np.int64)
+
+
+def size_profile(sizes: np.ndarray, head_fraction: float = 0.10,
+                 tail_fraction: float = 0.50) -> dict[str, Any]:
+    """How skewed the clusters are.
+
+    ``sizes`` int[K]. Returns clusters (non-empty), empty_clusters, documents,
+    min/median/max size, head_share (share of documents in the largest
+    ``head_fraction`` of non-empty clusters), tail_share (share in the smallest
+    ``tail_fraction``), and the imbalance ratio max/min.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    live = np.sort(sizes[sizes > 0])[::-1]
+    total = int(live.sum())
+    k = int(live.size)
+    n_head = max(1, math.ceil(head_fraction * k)) if k else 0
+    n_tail = max(1, math.ceil(tail_fraction * k)) if k else 0
+    return {
+        "clusters": k,
+        "empty_clusters": int(sizes.size - k),
+        "documents": total,
+        "min_size": int(live[-1]) if k else 0,
+        "median_size": float(np.median(live)) if k else 0.0,
+        "max_size": int(live[0]) if k else 0,
+        "head_fraction": head_fraction,
+        "head_clusters": n_head,
+        "head_share": float(live[:n_head].sum() / total) if total else 0.0,
+        "tail_fraction": tail_fraction,
+        "tail_clusters": n_tail,
+        "tail_share": float(live[k - n_tail:].sum() / total) if total else 0.0,
+        "imbalance": float(live[0] / live[-1]) if k else 0.0,
+    }
+
+
+def window_edges(total: int, windows: int) -> np.ndarray:
+    """Integer edges (int64[W+1]) that split positions 0..total-1 into W near-equal windows.
+
+    W is ``min(windows, total)`` so that no window is empty.
+    """
+    w = max(1, min(int(windows), int(total)))
+    return (np.arange(w + 1, dtype=np.int64) * int(total)) // w
+
+
+class ScheduleStats:
+    """Streaming statistics of one schedule of document indices.
+
+    ``labels`` int[N] (cluster per document, -1 excluded), ``num_clusters`` K,
+    ``total`` the schedule's length T (known up front, from the file or the
+    sampler), ``windows`` how many windows to split training time into.
+    Feed blocks of int64 document indices in order with :meth:`update`; each
+    block must stay inside 0..N-1 (checked, see ``source``).
+
+    Accumulated (memory O(N + K * W), independent of T):
+      - ``doc_counts`` int64[N]: times each document appears;
+      - ``window_counts`` int64[W, K]: samples of each cluster per window;
+      - ``excluded`` int: samples of documents labelled -1.
+    """
+
+    def __init__(self, labels: np.ndarray, num_clusters: int, total: int,
+                 windows: int = 50) -> None:
+        self.labels = np.asarray(labels)
+        self.num_docs = int(self.labels.shape[0])
+        self.num_clusters = int(num_clusters)
+        self.total = int(total)
+        self.edges = window_edges(self.total, windows)
+        self.doc_counts = np.zeros(self.num_docs, dtype=np.int64)
+        self.window_counts = np.zeros((self.edges.size - 1, self.num_clusters), dtype=np.int64)
+        self.excluded = 0
+        self.position = 0
+
+    def update(self, block: np.ndarray) -> None:
+        """Add the next ``block`` (int[b]) of the schedule.
+
+        Raises ValueError naming the global position of the first index outside
+        0..N-1, or if more than ``total`` samples arrive.
+        """
+        block = np.asarray(block)
+        if block.size == 0:
+            return
+        if block.ndim != 1 or not np.issubdtype(block.dtype, np.integer):
+            raise ValueError(f"schedule blocks must be 1-D integer arrays, got {block.dtype}"
+                             f"{list(block.shape)}")
+        start = self.position
+        if start + block.size > self.total:
+            raise ValueError(f"schedule is longer than the declared {self.total} samples")
+        bad = (block < 0) | (block >= self.num_docs)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"position {start + i}: document index {int(block[i])} is outside "
+                             f"0..{self.num_docs - 1}")
+        self.doc_counts += np.bincount(block, minlength=self.num_docs)
+        # Shift by one so that excluded documents (-1) land in bin 0.
+        lab = self.labels[block].astype(np.int64) + 1
+        first = int(np.searchsorted(self.edges, start, side="right")) - 1
+        last = int(np.searchsorted(self.edges, start + block.size - 1, side="right")) - 1
+        for w in range(first, last + 1):
+            lo = max(int(self.edges[w]), start) - start
+            hi = min(int(self.edges[w + 1]), start + block.size) - start
+            counts = np.bincount(lab[lo:hi], minlength=self.num_clusters + 1)
+            self.excluded += int(counts[0])
+            self.window_counts[w] += counts[1:]
+        self.position += block.size
+
+    def consume(self, blocks: Iterable[np.ndarray]) -> ScheduleStats:
+        """Feed every block of ``blocks``; return self."""
+        for b in blocks:
+            self.update(b)
+        return self
+
+    # -- results -----------------------------------------------------------
+    def check_complete(self) -> None:
+        if self.position != self.total:
+            raise ValueError(f"schedule ended after {self.position} of {self.total} samples")
+
+    @property
+    def cluster_counts(self) -> np.ndarray:
+        """int64[K]: samples of each cluster over the whole schedule."""
+        return self.window_counts.sum(axis=0)
+
+    def repetition_histogram(self, eligible: np.ndarray | None = None) -> np.ndarray:
+        """int64[M+1]: entry r = number of (eligible) documents seen exactly r times."""
+        counts = self.doc_counts if eligible is None else self.doc_counts[eligible]
+        return np.bincount(counts) if counts.size else np.zeros(1, np.int64)
+
+    def clusters_in_pool(self, sizes: np.ndarray, clip: float) -> np.ndarray:
+        """int64[W]: clusters still in the pool at the start of each window.
+
+        Derived from the data with ClusterClip's rule, so it works for any
+        schedule: a non-empty cluster k is out once the schedule has drawn
+        ``clip * n_k`` samples from it (all its documents ``clip`` times).
+        ``clip = inf`` counts every non-empty cluster (no clipping). Non-increasing.
+        """
+        sizes = np.asarray(sizes)
+        before = np.cumsum(self.window_counts, axis=0) - self.window_counts
+        in_pool = (before < clip * sizes[None, :]) & (sizes > 0)[None, :]
+        return in_pool.sum(axis=1).astype(np.int64)
+
+    def group_share_per_window(self, cluster_ids: np.ndarray) -> np.ndarray:
+        """float64[W]: share of each window's samples that fall in ``cluster_ids``."""
+        per_window = self.window_counts.sum(axis=1)
+        group = self.window_counts[:, np.asarray(cluster_ids, dtype=np.int64)].sum(axis=1)
+        return np.divide(group, per_window, out=np.zeros(per_window.size), where=per_window > 0)
+
+
+def schedule_summary(stats: ScheduleStats, sizes: np.ndarray, eligible: np.ndarray,
+                     clip: float = np.inf) -> dict[str, Any]:
+    """JSON-ready summary of one schedule.
+
+    ``sizes`` int64[K] cluster sizes, ``eligible`` bool[N] documents that may
+    be sampled (label >= 0), ``clip`` the R for the pool series (see
+    :meth:`ScheduleStats.clusters_in_pool`; inf: nothing leaves). Keys: samples, excluded_samples,
+    unique_documents, coverage (share of eligible documents seen at least
+    once), max_repetition, epochs_equivalent (T / eligible N),
+    repetition_histogram (list, entry r = documents seen r times),
+    tail_quartile_share / head_quartile_share (share of samples from the
+    smallest / largest 25% of clusters), cluster_share_min/max, and the
+    per-window series window_end, clusters_in_pool, tail_quartile_share_per_window,
+    head_quartile_share_per_window.
+    """
+    stats.check_complete()
+    hist = stats.repetition_histogram(eligible)
+    n_eligible = int(eligible.sum())
+    tail, head = quartile_clusters(sizes)
+    counts = stats.cluster_counts
+    total = stats.total
+    live = sizes > 0
+    share = counts / total if total else np.zeros(counts.size)
+    return {
+        "samples": total,
+        "excluded_samples": int(stats.excluded),
+        "unique_documents": int(n_eligible - hist[0]),
+        "coverage": float((n_eligible - hist[0]) / n_eligible) if n_eligible else 0.0,
+        "max_repetition": int(hist.size - 1),
+        "epochs_equivalent": float(total / n_eligible) if n_eligible else 0.0,
+        "repetition_histogram": [int(x) for x in hist],
+        "tail_quartile_share": float(counts[tail].sum() / total) if total else 0.0,
+        "head_quartile_share": float(counts[head].sum() / total) if total else 0.0,
+        "cluster_share_min": float(share[live].min()) if live.any() else 0.0,
+        "cluster_share_max": float(share[live].max()) if live.any() else 0.0,
+        "clusters_never_sampled": int((live & (counts == 0)).sum()),
+        "window_end": [int(x) for x in stats.edges[1:]],
+        "clusters_in_pool": [int(x) for x in stats.clusters_in_pool(sizes, clip)],
+        "tail_quartile_share_per_window": [float(x) for x in stats.group_share_per_window(tail)],
+        "head_quartile_share_per_window": [float(x) for x in stats.group_share_per_window(head)],
+    }
