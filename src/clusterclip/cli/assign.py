@@ -1,0 +1,39 @@
+"""``clusterclip assign``: label new embeddings with existing centroids."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "label embeddings with existing K-means centroids (writes labels.npy, scores.npy)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--centroids", required=True, help="K x d centroids.npy (from cluster)")
+    p.add_argument("--embeddings", required=True, help="N x d .npy embeddings to label")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--valid", help="optional bool .npy mask; False rows get label -1")
+    p.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
+    p.add_argument("--kmeans-device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--chunk-rows", type=int, default=65536,
+                   help="rows read at a time (bounds memory)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.clustering import distributed as D
+    from clusterclip.clustering.stage import assign_embeddings_file
+    from clusterclip.errors import InputError
+
+    if args.chunk_rows < 1:
+        raise InputError(f"--chunk-rows {args.chunk_rows}: must be >= 1")
+    created = D.init_from_env(args.kmeans_device)
+    try:
+        result = assign_embeddings_file(args.centroids, args.embeddings, args.out,
+                                        metric=args.metric, device=args.kmeans_device,
+                                        chunk_rows=args.chunk_rows, valid_path=args.valid)
+    finally:
+        D.shutdown(created)
+    if D.is_main():
+        print(f"assign: {result['n_valid']} rows labelled with {result['n_clusters']} centroids "
+              f"({result['n_excluded']} excluded, {result['empty_clusters']} clusters unused)")
+        print(f"labels: {result['labels']}\nscores: {result['scores']}")
+    return 0

@@ -1,0 +1,251 @@
+"""File edges of the clustering stage: work directory, bare embeddings file, assign.
+
+Every function here may run under ``torchrun``: each rank clusters its
+contiguous shard of rows, rank 0 gathers labels and scores and writes every
+output (atomically, through :mod:`clusterclip.io`). Inputs are validated on
+every rank before anything is written, so bad input leaves no output behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.clustering import distributed as D
+from clusterclip.clustering._rows import check_matrix
+from clusterclip.clustering.kmeans import KMeans, assign
+from clusterclip.errors import InputError
+from clusterclip.io import fingerprint, save_npy, sha256_file, write_json
+from clusterclip.workdir import Workdir
+
+STAGE = "cluster"
+OUTPUTS = ("labels.npy", "scores.npy", "centroids.npy")
+
+
+def _open_embeddings(path: Path) -> np.memmap:
+    X = D.open_npy(path)
+    check_matrix(X, str(path))
+    if X.dtype == np.float64:
+        raise InputError(f"{path}: expected float16 or float32 embeddings, got float64")
+    return X
+
+
+def _open_valid(path: str | os.PathLike[str] | None, n_rows: int) -> np.ndarray | None:
+    """The bool valid mask at ``path`` (None when ``path`` is None)."""
+    if path is None:
+        return None
+    v = D.open_npy(path)
+    if v.dtype != np.bool_ or v.shape != (n_rows,):
+        raise InputError(f"{path}: expected a bool array of shape ({n_rows},), "
+                         f"got {v.dtype} of shape {v.shape}")
+    return np.asarray(v)
+
+
+def _params(n_clusters: int, max_iter: int, n_init: int, tol: float, metric: str, backend: str,
+            seed: int) -> dict[str, Any]:
+    """The parameters that change the result (device and chunk size do not)."""
+    return {"n_clusters": int(n_clusters), "max_iter": int(max_iter), "n_init": int(n_init),
+            "tol": float(tol), "metric": metric, "backend": backend, "seed": int(seed)}
+
+
+def _fit_shard(emb: Path, X: np.ndarray, valid: np.ndarray | None, params: dict[str, Any],
+               device: str, chunk_rows: int, progress: bool) -> tuple[KMeans, dict[str, Any]]:
+    """Fit on this rank's shard; returns the estimator and gathered outputs (rank 0)."""
+    rank, world = D.rank_and_world()
+    start, stop = D.shard_bounds(X.shape[0], rank, world)
+    shard_valid = None if valid is None else valid[start:stop]
+    km = KMeans(params["n_clusters"], max_iter=params["max_iter"], n_init=params["n_init"],
+                tol=params["tol"], metric=params["metric"], seed=params["seed"], device=device,
+                chunk_rows=chunk_rows, backend=params["backend"], progress=progress)
+    t0 = time.perf_counter()
+    km.fit(X[start:stop], shard_valid)
+    seconds = time.perf_counter() - t0
+    labels = D.gather_rows(km.labels_)
+    scores = D.gather_rows(km.scores_)
+    info: dict[str, Any] = {}
+    if labels is not None and D.is_main():
+        counts = np.bincount(labels[labels >= 0], minlength=params["n_clusters"])
+        info = {
+            "n_clusters": int(params["n_clusters"]),
+            "objective": km.objective_,
+            "objective_history": [float(f) for f in km.objective_history_],
+            "objective_kind": ("mean cosine similarity" if params["metric"] == "cosine"
+                               else "mean squared euclidean distance"),
+            "n_iter": int(km.n_iter_),
+            "reseeds": [int(r) for r in km.reseeds_],
+            "empty_clusters": int(km.empty_clusters_),
+            "n_rows": int(X.shape[0]),
+            "n_valid": int((labels >= 0).sum()),
+            "n_excluded": int((labels < 0).sum()),
+            "cluster_size_min": int(counts.min()),
+            "cluster_size_median": float(np.median(counts)),
+            "cluster_size_max": int(counts.max()),
+            "processes": world,
+            "seconds": round(seconds, 3),
+        }
+    info["_labels"], info["_scores"] = labels, scores
+    return km, info
+
+
+def _write_outputs(root: Path, km: KMeans, info: dict[str, Any]) -> None:
+    save_npy(root / "labels.npy", info.pop("_labels").astype(np.int32))
+    save_npy(root / "scores.npy", info.pop("_scores").astype(np.float32))
+    save_npy(root / "centroids.npy", km.cluster_centers_.astype(np.float32))
+
+
+def _check_k(n_clusters: int) -> None:
+    if not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
+        raise InputError(f"--clusters {n_clusters}: must be an integer >= 1")
+
+
+def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_init: int = 1,
+                    tol: float = 1e-4, metric: str = "cosine", backend: str = "torch",
+                    seed: int = 0, device: str = "cpu", chunk_rows: int = 65536,
+                    progress: bool = True) -> dict[str, Any]:
+    """Cluster ``W/embeddings.npy`` (rows where ``W/valid.npy`` is True; all if absent).
+
+    Writes ``W/labels.npy`` (int32, -1 for excluded rows), ``W/scores.npy``
+    (float32), ``W/centroids.npy`` (float32, K x d) and the stage ``cluster`` in
+    the manifest (objective per iteration in its info). Skips the work when the
+    stage is current (same ``embed`` stage or embeddings bytes, same parameters).
+    Returns the stage info plus ``skipped`` and the output paths.
+    """
+    _check_k(n_clusters)
+    emb = workdir.path("embeddings.npy")
+    X = _open_embeddings(emb)
+    valid_file = workdir.path("valid.npy")
+    valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
+    params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
+    KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
+    n_valid = X.shape[0] if valid is None else int(valid.sum())
+    if n_clusters > n_valid:
+        raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
+    fp = ""
+    current = False
+    if D.is_main():
+        embed = workdir.stage("embed")
+        if embed and embed.get("status") == "done" and embed.get("fingerprint"):
+            base: dict[str, Any] = {"embed": embed["fingerprint"]}
+        else:
+            base = {"embeddings": workdir.input_record(emb)["sha256"]}
+            if valid is not None:
+                base["valid"] = workdir.input_record(workdir.path("valid.npy"))["sha256"]
+        fp = fingerprint({"inputs": base, "params": params})
+        current = workdir.is_current(STAGE, fp)
+    paths = {name[:-4]: str(workdir.path(name)) for name in OUTPUTS}
+    if D.Comm().any(current):
+        rec = workdir.stage(STAGE) or {}
+        return {**rec.get("info", {}), **paths, "skipped": True}
+    km, info = _fit_shard(emb, X, valid, params, device, chunk_rows, progress)
+    if D.is_main():
+        workdir.begin(STAGE, fp, {**params, "device": device, "chunk_rows": chunk_rows})
+        _write_outputs(workdir.root, km, info)
+        workdir.finish(STAGE, fp, list(OUTPUTS), info)
+    return {**{k: v for k, v in info.items() if not k.startswith("_")}, **paths,
+            "skipped": False}
+
+
+def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
+                            n_clusters: int, max_iter: int = 50, n_init: int = 1,
+                            tol: float = 1e-4, metric: str = "cosine", backend: str = "torch",
+                            seed: int = 0, device: str = "cpu", chunk_rows: int = 65536,
+                            valid_path: str | os.PathLike[str] | None = None,
+                            progress: bool = True) -> dict[str, Any]:
+    """Cluster a bare ``.npy`` embeddings file; outputs and a manifest go to ``out_dir``.
+
+    Same outputs and caching as :func:`cluster_workdir` (fingerprint: the
+    embeddings file's bytes, the optional valid mask's bytes and the
+    parameters). ``out_dir`` is created only once clustering has succeeded.
+    """
+    _check_k(n_clusters)
+    emb = Path(path)
+    X = _open_embeddings(emb)
+    valid = _open_valid(valid_path, X.shape[0])
+    params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
+    KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
+    n_valid = X.shape[0] if valid is None else int(valid.sum())
+    if n_clusters > n_valid:
+        raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    fp = ""
+    current = False
+    if D.is_main():
+        base = {"embeddings": sha256_file(emb)}
+        if valid_path is not None:
+            base["valid"] = sha256_file(valid_path)
+        fp = fingerprint({"inputs": base, "params": params})
+        current = out.is_dir() and Workdir(out, create=False).is_current(STAGE, fp)
+    paths = {name[:-4]: str(out / name) for name in OUTPUTS}
+    if D.Comm().any(current):
+        rec = Workdir(out, create=False).stage(STAGE) if D.is_main() else None
+        return {**((rec or {}).get("info", {})), **paths, "skipped": True}
+    km, info = _fit_shard(emb, X, valid, params, device, chunk_rows, progress)
+    if D.is_main():
+        wd = Workdir(out)
+        wd.begin(STAGE, fp, {**params, "device": device, "chunk_rows": chunk_rows,
+                             "embeddings": str(emb.resolve())})
+        _write_outputs(wd.root, km, info)
+        wd.finish(STAGE, fp, list(OUTPUTS), info)
+    return {**{k: v for k, v in info.items() if not k.startswith("_")}, **paths,
+            "skipped": False}
+
+
+def assign_embeddings_file(centroids_path: str | os.PathLike[str],
+                           embeddings_path: str | os.PathLike[str],
+                           out_dir: str | os.PathLike[str], *, metric: str = "cosine",
+                           device: str = "cpu", chunk_rows: int = 65536,
+                           valid_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Label new embeddings with existing centroids.
+
+    Writes ``out_dir/labels.npy`` (int32, -1 where the valid mask is False) and
+    ``out_dir/scores.npy`` (float32) plus ``out_dir/assign.json`` (inputs, counts).
+    """
+    C = D.open_npy(centroids_path)
+    check_matrix(C, str(centroids_path))
+    C = np.asarray(C, dtype=np.float32)
+    emb = Path(embeddings_path)
+    X = _open_embeddings(emb)
+    if C.shape[1] != X.shape[1]:
+        raise InputError(f"{centroids_path}: centroids have {C.shape[1]} dimensions but "
+                         f"{emb} has {X.shape[1]}")
+    if not np.isfinite(C).all():
+        raise InputError(f"{centroids_path}: centroids hold NaN or infinite values")
+    valid = _open_valid(valid_path, X.shape[0])
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    rank, world = D.rank_and_world()
+    start, stop = D.shard_bounds(X.shape[0], rank, world)
+    labels, scores = assign(X[start:stop], C, metric=metric, device=device,
+                            chunk_rows=chunk_rows,
+                            valid=None if valid is None else valid[start:stop])
+    bad = False
+    if valid is None or valid[start:stop].any():
+        v = labels >= 0
+        bad = not np.isfinite(scores[v]).all()
+    if D.Comm().any(bad):
+        raise InputError(f"{emb}: embeddings hold NaN or infinite values")
+    labels_all = D.gather_rows(labels)
+    scores_all = D.gather_rows(scores)
+    result: dict[str, Any] = {"labels": str(out / "labels.npy"),
+                              "scores": str(out / "scores.npy")}
+    if D.is_main():
+        assert labels_all is not None and scores_all is not None
+        out.mkdir(parents=True, exist_ok=True)
+        save_npy(out / "labels.npy", labels_all.astype(np.int32))
+        save_npy(out / "scores.npy", scores_all.astype(np.float32))
+        counts = np.bincount(labels_all[labels_all >= 0], minlength=C.shape[0])
+        info = {"centroids": str(Path(centroids_path).resolve()),
+                "embeddings": str(emb.resolve()), "metric": metric,
+                "n_rows": int(X.shape[0]), "n_valid": int((labels_all >= 0).sum()),
+                "n_excluded": int((labels_all < 0).sum()), "n_clusters": int(C.shape[0]),
+                "empty_clusters": int((counts == 0).sum())}
+        write_json(out / "assign.json", info)
+        result.update(info)
+    return result
