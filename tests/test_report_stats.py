@@ -1,0 +1,124 @@
+"""Streaming schedule statistics equal the same numbers computed on the whole array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip.report.clip import quartile_clusters
+from clusterclip.report.stats import (
+    ScheduleStats,
+    cluster_sizes,
+    schedule_summary,
+    size_profile,
+    window_edges,
+)
+
+
+@st.composite
+def labelled_schedules(draw):
+    n = draw(st.integers(1, 120))
+    k = draw(st.integers(1, 12))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(-1, k, n)
+    labels[rng.integers(0, n)] = rng.integers(0, k)  # at least one eligible document
+    eligible = np.flatnonzero(labels >= 0)
+    t = draw(st.integers(1, 600))
+    schedule = rng.choice(eligible, t)
+    cuts = np.sort(rng.integers(0, t + 1, draw(st.integers(0, 6))))
+    windows = draw(st.integers(1, 40))
+    return labels, k, schedule, cuts, windows
+
+
+@settings(max_examples=120, deadline=None)
+@given(labelled_schedules())
+def test_streamed_counts_equal_whole_array_counts(case):
+    labels, k, schedule, cuts, windows = case
+    stats = ScheduleStats(labels, k, schedule.size, windows)
+    stats.consume(np.split(schedule, cuts))  # arbitrary block boundaries, empty blocks too
+    np.testing.assert_array_equal(stats.doc_counts, np.bincount(schedule, minlength=labels.size))
+    lab = labels[schedule]
+    np.testing.assert_array_equal(stats.cluster_counts, np.bincount(lab, minlength=k))
+    # Each window holds exactly the samples between its edges.
+    edges = window_edges(schedule.size, windows)
+    for w in range(edges.size - 1):
+        np.testing.assert_array_equal(
+            stats.window_counts[w], np.bincount(lab[edges[w]:edges[w + 1]], minlength=k))
+    assert stats.window_counts.sum() == schedule.size
+    sizes = cluster_sizes(labels, k)
+    eligible = labels >= 0
+    summary = schedule_summary(stats, sizes, eligible, clip=2)
+    hist = np.bincount(np.bincount(schedule, minlength=labels.size)[eligible])
+    assert summary["repetition_histogram"] == hist.tolist()
+    assert sum(summary["repetition_histogram"]) == eligible.sum()
+    assert summary["max_repetition"] == np.bincount(schedule).max()
+    tail, head = quartile_clusters(sizes)
+    assert summary["tail_quartile_share"] == pytest.approx(np.isin(lab, tail).mean())
+    assert summary["head_quartile_share"] == pytest.approx(np.isin(lab, head).mean())
+    pool = np.array(summary["clusters_in_pool"])
+    assert pool[0] == (sizes > 0).sum()
+    assert (np.diff(pool) <= 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 10_000), st.integers(1, 200))
+def test_windows_partition_the_schedule(total, windows):
+    edges = window_edges(total, windows)
+    assert edges[0] == 0 and edges[-1] == total
+    widths = np.diff(edges)
+    assert (widths >= 1).all() and widths.max() - widths.min() <= 1
+
+
+def test_pool_counts_clusters_until_drawn_R_times():
+    # Cluster 0 (1 doc) is drawn twice in the first window: with R=2 it is out from window 1.
+    labels = np.array([0, 1, 1, 2, 2, 2])
+    schedule = np.array([0, 0, 1, 2, 3, 4, 5, 1, 3, 4])
+    stats = ScheduleStats(labels, 3, schedule.size, windows=5).consume([schedule])
+    sizes = cluster_sizes(labels)
+    pool = stats.clusters_in_pool(sizes, clip=2)
+    assert pool.tolist() == [3, 2, 2, 2, 2]
+    assert stats.clusters_in_pool(sizes, clip=np.inf).tolist() == [3] * 5
+
+
+def test_out_of_range_index_names_its_position():
+    stats = ScheduleStats(np.array([0, 1, 0]), 2, 5)
+    stats.update(np.array([0, 1]))
+    with pytest.raises(ValueError, match="position 3: document index 3"):
+        stats.update(np.array([2, 3, 0]))
+    with pytest.raises(ValueError, match="position 0: document index -1"):
+        ScheduleStats(np.array([0]), 1, 1).update(np.array([-1]))
+
+
+def test_overlong_and_short_schedules_are_rejected():
+    stats = ScheduleStats(np.array([0, 1]), 2, 2)
+    with pytest.raises(ValueError, match="longer"):
+        stats.update(np.array([0, 1, 0]))
+    stats.update(np.array([0]))
+    with pytest.raises(ValueError, match="ended after 1 of 2"):
+        stats.check_complete()
+
+
+def test_excluded_documents_are_counted_not_dropped():
+    labels = np.array([0, -1, 1])
+    stats = ScheduleStats(labels, 2, 4).consume([np.array([0, 1, 1, 2])])
+    assert stats.excluded == 2
+    assert stats.cluster_counts.sum() == 2
+
+
+def test_size_profile_head_and_tail():
+    sizes = np.array([1000, 0, 1, 10, 100, 1, 1, 1, 1, 1, 1])  # one empty cluster
+    p = size_profile(sizes)
+    assert p["clusters"] == 10 and p["empty_clusters"] == 1
+    assert p["head_clusters"] == 1 and p["head_share"] == pytest.approx(1000 / sizes.sum())
+    assert p["tail_clusters"] == 5 and p["tail_share"] == pytest.approx(5 / sizes.sum())
+    assert p["imbalance"] == 1000
+
+
+def test_quartiles_are_disjoint_for_four_or_more_clusters():
+    sizes = np.array([5, 1, 9, 3, 0, 7, 2, 2])
+    tail, head = quartile_clusters(sizes)
+    assert set(tail) == {1, 6} and set(head) == {2, 5}  # ties broken by id: 6 before 7
+    assert not set(tail) & set(head)
