@@ -106,6 +106,9 @@ def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alp
              seed: int):
     from clusterclip import ClusterClipSampler
 
+    # The baselines take no alpha (the sampler refuses one); the clip only binds clusterclip.
+    if strategy in ("random", "uniform"):
+        alpha = 0.0
     try:
         return ClusterClipSampler(labels, num_samples=num_samples, strategy=strategy,
                                   clip=clip, alpha=alpha, seed=seed)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from clusterclip.report.stats import repetition_bins
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -74,7 +76,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
                              f"{_escape(d['text'])}")
             lines.append("")
     sched = summary["schedules"]
-    width = max(len(s["repetition_histogram"]) for s in sched.values())
+    bins = repetition_bins(max(len(s["repetition_histogram"]) for s in sched.values()) - 1)
     lines += [
         "## Schedules",
         "",
@@ -98,9 +100,9 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
         "### Repetition",
         "",
-        *_table(["schedule"] + [f"seen {r}x" for r in range(width)],
-                [[name] + [f"{c:,}" for c in s["repetition_histogram"]]
-                 + ["0"] * (width - len(s["repetition_histogram"]))
+        *_table(["schedule"] + [f"seen {lo}x" if lo == hi else f"seen {lo}-{hi}x"
+                                for lo, hi in bins],
+                [[name] + [f"{sum(s['repetition_histogram'][lo:hi + 1]):,}" for lo, hi in bins]
                  for name, s in sched.items()]),
         "",
         f"![repetition histogram]({figures['repetition']})",

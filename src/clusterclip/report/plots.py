@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.report.stats import repetition_bins
+
 DPI = 110
 # One color per strategy, stable across figures (tab10 order).
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple",
@@ -110,18 +112,20 @@ def plot_repetition(histograms: Mapping[str, Sequence[int]],
     """Grouped bars: number of documents seen 0, 1, 2, ... times, per schedule."""
     plt = _pyplot()
     names = list(histograms)
-    m = max(len(h) for h in histograms.values())
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    bins = repetition_bins(max(len(h) for h in histograms.values()) - 1)
+    fig, ax = plt.subplots(figsize=(6.4 if len(bins) <= 12 else 8.0, 3.8))
     width = 0.8 / max(1, len(names))
-    x = np.arange(m)
+    x = np.arange(len(bins))
     for i, name in enumerate(names):
-        h = np.zeros(m, dtype=np.int64)
-        h[:len(histograms[name])] = histograms[name]
-        ax.bar(x + (i - (len(names) - 1) / 2) * width, np.where(h > 0, h, np.nan), width,
-               color=_color(i), label=name)
+        h = np.asarray(histograms[name], dtype=np.int64)
+        counts = np.array([h[lo:hi + 1].sum() for lo, hi in bins])
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, np.where(counts > 0, counts, np.nan),
+               width, color=_color(i), label=name)
     ax.set_yscale("log")
     ax.set_ylim(bottom=0.7)  # so that a bar of one document is still visible
-    ax.set_xticks(x if m <= 25 else x[:: int(np.ceil(m / 25))])
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in bins],
+                       rotation=0 if len(bins) <= 12 else 45)
     ax.set_xlabel("times a document appears in the schedule")
     ax.set_ylabel("documents (log scale)")
     ax.set_title("Repetition: how often each document is seen")
@@ -143,7 +147,10 @@ def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: flo
         end = np.asarray(s["window_end"], dtype=np.float64)
         progress = end / end[-1]
         start = np.concatenate([[0.0], progress[:-1]])
-        ax1.step(start, s["clusters_in_pool"], where="post", color=_color(i), label=name)
+        pool = list(s["clusters_in_pool"])
+        # Line styles differ so that schedules with the same pool (no clip) stay visible.
+        ax1.step(np.append(start, 1.0), pool + pool[-1:], where="post", color=_color(i),
+                 ls=("-", "--", ":", "-.")[i % 4], lw=1.8, label=name)
         mid = (start + progress) / 2
         ax2.plot(mid, s["tail_quartile_share_per_window"], color=_color(i), lw=1.4,
                  label=f"{name}: smallest 25%")

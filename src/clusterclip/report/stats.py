@@ -71,6 +71,27 @@ def window_edges(total: int, windows: int) -> np.ndarray:
     return (np.arange(w + 1, dtype=np.int64) * int(total)) // w
 
 
+def repetition_bins(max_repetition: int) -> list[tuple[int, int]]:
+    """Inclusive ranges of "times seen" for the repetition figure.
+
+    0..10 one by one, then 1-2-5 steps (11-20, 21-50, 51-100, ...), so that a
+    schedule repeating a document 800 times still fits in a readable figure.
+    """
+    bins = [(r, r) for r in range(min(max_repetition, 10) + 1)]
+    lo, steps = 11, (2, 5, 10)
+    scale = 10
+    while lo <= max_repetition:
+        for f in steps:
+            hi = f * scale
+            if hi >= lo:
+                bins.append((lo, hi))
+                lo = hi + 1
+            if lo > max_repetition:
+                break
+        scale *= 10
+    return bins
+
+
 class ScheduleStats:
     """Streaming statistics of one schedule of document indices.
 
