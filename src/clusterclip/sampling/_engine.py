@@ -1,0 +1,374 @@
+"""Global schedules: global position -> document index, with count-only seeking.
+
+Two engines, both pure functions of their inputs and seed:
+
+* :class:`ClusterEngine` (``uniform``, ``temperature``, ``clusterclip``): draw
+  ``t`` picks a cluster from the pool with the uint32 variate ``t`` (see
+  :mod:`._rng`), then takes the next document of that cluster's current pass.
+  Its whole state is the position and the per-cluster draw counts; the pool
+  and every cluster's place in its passes derive from those counts.
+* :class:`EpochEngine` (``random``): epoch ``e`` is a permutation of the
+  eligible documents keyed on ``(seed, e)``; its state is the position.
+
+Both work in sub-blocks of vectorised numpy; the result never depends on how
+a range of positions is split into calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clusterclip.sampling._rng import (
+    CHUNK,
+    TAG_EPOCH,
+    TAG_PASS,
+    ChoiceVariates,
+    keyed_generator,
+)
+
+# A cluster smaller than GROUP_ELEMS documents gets ceil(GROUP_ELEMS / n_k)
+# passes generated together from one key (seed, cluster, group): tiny clusters
+# then need a new generator only every ~GROUP_ELEMS draws, and a sub-block
+# rarely crosses a group boundary. Part of the schedule's definition.
+GROUP_ELEMS = 2048
+MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
+MIN_BLOCK = 256
+GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
+
+
+class ClusterEngine:
+    """Schedule of the cluster strategies.
+
+    Parameters
+    ----------
+    docs_by_cluster : (N_eligible,) int32/int64, document ids grouped by cluster
+        (ascending id inside each cluster).
+    sizes : (K,) int64, n_k; empty clusters (n_k = 0) never enter the pool.
+    seed : int >= 0.
+    weights : (K,) float64 or None. Cluster-choice weight; None is uniform over
+        the pool (exact integer arithmetic, the fast path).
+    clip : int or None. A cluster leaves the pool once it has ``clip * n_k`` draws.
+    """
+
+    def __init__(self, docs_by_cluster: np.ndarray, sizes: np.ndarray, seed: int,
+                 weights: np.ndarray | None = None, clip: int | None = None) -> None:
+        self.docs = docs_by_cluster
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.K = int(self.sizes.size)
+        self.seed = int(seed)
+        self.weights = weights
+        self.clip = clip
+        self.offsets = np.zeros(self.K + 1, np.int64)
+        np.cumsum(self.sizes, out=self.offsets[1:])
+        nonempty = self.sizes > 0
+        self.passes_per_group = np.ones(self.K, np.int64)
+        self.passes_per_group[nonempty] = np.maximum(
+            1, -(-GROUP_ELEMS // self.sizes[nonempty]))
+        self.group_len = self.passes_per_group * self.sizes
+        self.seg_off = np.zeros(self.K + 1, np.int64)
+        np.cumsum(self.group_len, out=self.seg_off[1:])
+        self.limit = None if clip is None else int(clip) * self.sizes
+        self._variates = ChoiceVariates(self.seed)
+        self._cur: np.ndarray | None = None  # current group of passes of every cluster
+        self._cur_group: np.ndarray | None = None
+        self.clip_events: list[tuple[int, int]] = []  # (cluster, global position of its last draw)
+        self.reset(0, None)
+
+    def fresh(self) -> ClusterEngine:
+        """A new engine at position 0 sharing this one's read-only arrays."""
+        return ClusterEngine(self.docs, self.sizes, self.seed, self.weights, self.clip)
+
+    # ----------------------------------------------------------------- state
+    def reset(self, position: int, counts: np.ndarray | None) -> None:
+        """Jump to ``position`` whose per-cluster draw counts are ``counts``."""
+        self.pos = int(position)
+        self.counts = (np.zeros(self.K, np.int64) if counts is None
+                       else np.array(counts, dtype=np.int64))
+        self._blk_start = self.pos
+        self._blk_choice = np.empty(0, np.int64)
+        self._rebuild_pool()
+
+    def _rebuild_pool(self) -> None:
+        alive = self.sizes > 0
+        if self.limit is not None:
+            alive &= self.counts < self.limit
+        self.pool = np.flatnonzero(alive)
+        # Draws left before each pool cluster is clipped (pool-local; None if unclipped).
+        self._rem = None if self.limit is None else self.limit[self.pool] - self.counts[self.pool]
+        self._pool_changed()
+
+    def _drop_from_pool(self, j: int) -> None:
+        """Cluster at pool-local index j completed its last pass: it leaves for good."""
+        m = self.pool.size
+        for name in ("pool", "_rem"):  # shift left in place: cheaper than np.delete
+            a = getattr(self, name)
+            a[j:m - 1] = a[j + 1:m]
+            setattr(self, name, a[:m - 1])
+        self._pool_changed()
+
+    def _pool_changed(self) -> None:
+        m = self.pool.size
+        self._key_dtype = np.uint16 if m <= 0xFFFF else np.int64
+        if self.weights is None or m == 0:
+            self._p = None
+            return
+        w = self.weights[self.pool]
+        cum = np.cumsum(w)
+        self._p = w / cum[-1]
+        # Integer boundaries on the 2**32 variate grid: cluster j owns
+        # [bounds[j-1], bounds[j]); the sentinel 2**32 ends the last one.
+        bounds = np.empty(m, np.uint64)
+        inner = np.floor(cum[:-1] / cum[-1] * 2.0**32)
+        bounds[:-1] = np.minimum(inner, 2.0**32 - 1).astype(np.uint64)
+        bounds[-1] = 1 << 32
+        self._bounds = bounds
+        # guide[h] = number of boundaries below h << shift: the search for
+        # variate u starts at guide[u >> shift] and moves right a few steps.
+        bits = int(min(GUIDE_BITS, max(8, m.bit_length() + 2)))
+        self._guide_shift = np.uint32(32 - bits)
+        hist = np.bincount((bounds[:-1] >> np.uint64(32 - bits)).astype(np.int64),
+                           minlength=1 << bits)
+        self._guide = np.zeros(1 << bits, np.int64)
+        np.cumsum(hist[:-1], out=self._guide[1:])
+
+    def counts_at(self, position: int) -> np.ndarray:
+        """Per-cluster draw counts at ``position`` (>= start of the last block)."""
+        if position == self.pos:
+            return self.counts.copy()
+        if self._blk_start <= position < self.pos:
+            tail = self._blk_choice[position - self._blk_start:]
+            return self.counts - np.bincount(tail, minlength=self.K)
+        if position > self.pos:
+            self.seek(position)
+            return self.counts.copy()
+        raise LookupError(position)
+
+    def seek(self, position: int) -> None:
+        """Advance to ``position`` counting draws only (no documents gathered)."""
+        if position < self.pos:
+            raise ValueError("seek backwards")
+        self.advance(position - self.pos, gather=False)
+
+    # --------------------------------------------------------------- drawing
+    def _choose(self, u: np.ndarray) -> np.ndarray:
+        """Pool-local cluster index (int64) for each uint32 variate."""
+        m = self.pool.size
+        if self._p is None:
+            local = np.multiply(u, m, dtype=np.uint64)
+            local >>= np.uint64(32)
+            return local.view(np.int64)
+        local = self._guide[u >> self._guide_shift]
+        bounds = self._bounds
+        sel = np.flatnonzero(bounds[local] <= u)
+        while sel.size:
+            local[sel] += 1
+            sel = sel[bounds[local[sel]] <= u[sel]]
+        return local
+
+    def _block_size(self) -> int:
+        if self._rem is None:
+            return MAX_BLOCK
+        # Draws until the next expected clip: sub-blocks about that long keep
+        # the work thrown away at a clip event small in dense clip periods.
+        if self._p is None:
+            d = float(self._rem.min()) * self.pool.size
+        else:
+            d = float(np.min(self._rem / self._p))
+        return int(min(MAX_BLOCK, max(MIN_BLOCK, 1.25 * d + MIN_BLOCK)))
+
+    def _first_completion(self, local: np.ndarray, over: np.ndarray) -> tuple[int, int]:
+        """Earliest draw in ``local`` completing the last pass of a cluster in ``over``.
+
+        Returns (pool-local cluster, draw index inside the sub-block).
+        """
+        rem = self._rem
+        if over.size == 1:
+            j = int(over[0])
+            return j, int(np.flatnonzero(local == j)[rem[j] - 1])
+        flag = np.zeros(self.pool.size, bool)
+        flag[over] = True
+        sel = np.flatnonzero(flag[local])  # draws of the candidate clusters, in order
+        sub = local[sel]
+        order = np.argsort(sub.astype(self._key_dtype, copy=False), kind="stable")
+        per = np.bincount(sub, minlength=self.pool.size)[over]
+        ends = sel[order[np.cumsum(per) - per + rem[over] - 1]]
+        i = int(np.argmin(ends))
+        return int(over[i]), int(ends[i])
+
+    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
+        """Process the next ``n`` global draws; return their documents (int64) if ``gather``."""
+        out = np.empty(n, np.int64) if gather else None
+        chosen = np.empty(n, np.int64) if gather else None
+        start, done = self.pos, 0
+        while done < n:
+            m = self.pool.size
+            if m == 0:
+                raise RuntimeError("every cluster is clipped: num_samples exceeds capacity")
+            t = self.pos
+            b = min(n - done, CHUNK - t % CHUNK, self._block_size())
+            local = self._choose(self._variates.get(t, b))
+            # Per-cluster counts of the sub-block: `hit` (pool-local clusters
+            # drawn, ascending) and `hits`; sparse when the sub-block is short.
+            full = None
+            if b * 8 < m:
+                hit, hits = np.unique(local, return_counts=True)
+            else:
+                full = np.bincount(local, minlength=m)
+            clipped = -1
+            if self._rem is not None:
+                if full is not None:
+                    over = np.flatnonzero(full >= self._rem)
+                else:
+                    over = hit[hits >= self._rem[hit]]
+                if over.size:
+                    # Exact position of the earliest pass completion that
+                    # clips a cluster; draws after it see a smaller pool.
+                    clipped, last = self._first_completion(local, over)
+                    b = last + 1
+                    local = local[:b]
+                    if full is not None:
+                        full = np.bincount(local, minlength=m)
+                    else:
+                        hit, hits = np.unique(local, return_counts=True)
+            if full is not None:
+                hit = np.flatnonzero(full)
+                hits = full[hit]
+            if gather:
+                out[done:done + b] = self._gather(local, hit, hits)
+                chosen[done:done + b] = self.pool[local]
+            self.counts[self.pool[hit]] += hits
+            if self._rem is not None:
+                self._rem[hit] -= hits
+            self.pos += b
+            done += b
+            if clipped >= 0:
+                self.clip_events.append((int(self.pool[clipped]), self.pos - 1))
+                self._drop_from_pool(clipped)
+        if gather:
+            self._blk_start, self._blk_choice = start, chosen
+        else:
+            self._blk_start, self._blk_choice = self.pos, np.empty(0, np.int64)
+        return out
+
+    # ------------------------------------------------------------- documents
+    def _ensure_cur(self) -> np.ndarray:
+        if self._cur is None:
+            dtype = np.int32 if self.docs.size < 2**31 else np.int64
+            self._cur = np.empty(int(self.seg_off[-1]), dtype)
+            self._cur_group = np.full(self.K, -1, np.int64)
+        return self._cur
+
+    def _load_group(self, k: int, g: int) -> None:
+        """Materialise passes [g*G, (g+1)*G) of cluster k (G = passes_per_group[k])."""
+        n, G = int(self.sizes[k]), int(self.passes_per_group[k])
+        if n == 1:
+            local = np.zeros(G, np.int64)
+        else:
+            rng = keyed_generator(self.seed, TAG_PASS, k, g)
+            if G == 1:
+                local = rng.permutation(n)
+            else:
+                local = np.tile(np.arange(n), G).reshape(G, n)
+                rng.permuted(local, axis=1, out=local)
+                local = local.ravel()
+        o, so = int(self.offsets[k]), int(self.seg_off[k])
+        self._cur[so:so + G * n] = self.docs[o + local]
+        self._cur_group[k] = g
+
+    def _gather(self, local: np.ndarray, hit: np.ndarray, hits: np.ndarray) -> np.ndarray:
+        """Documents (int64) of a sub-block's draws.
+
+        local : (b,) pool-local cluster of each draw; hit : ascending pool-local
+        clusters drawn; hits : their draw counts in the sub-block.
+        """
+        cur = self._ensure_cur()
+        b = local.size
+        # Rank of each draw among the sub-block's draws of its cluster: a
+        # stable sort groups them in draw order (radix sort for uint16 keys).
+        order = np.argsort(local.astype(self._key_dtype, copy=False), kind="stable")
+        first = np.cumsum(hits) - hits
+        k = self.pool[hit]
+        j0 = self.counts[k]
+        glen = self.group_len[k]
+        g0 = j0 // glen
+        g1 = (j0 + hits - 1) // glen
+        wrap = np.flatnonzero((g0 != g1) | (self._cur_group[k] != g0))
+        base = self.seg_off[k] + (j0 - g0 * glen) - first
+        base[wrap] = -first[wrap]  # placeholder in range; overwritten below
+        idx = np.repeat(base, hits)
+        idx += np.arange(b)
+        vals = cur.take(idx, mode="clip")
+        for i in wrap.tolist():
+            self._fill_wrapped(int(k[i]), int(j0[i]), int(hits[i]), vals, int(first[i]))
+        out = np.empty(b, np.int64)
+        out[order] = vals
+        return out
+
+    def _fill_wrapped(self, k: int, j0: int, cnt: int, vals: np.ndarray, w: int) -> None:
+        """Draws j0 .. j0+cnt-1 of cluster k, which cross a group boundary (or need a load)."""
+        glen, so = int(self.group_len[k]), int(self.seg_off[k])
+        j, end = j0, j0 + cnt
+        while j < end:
+            g = j // glen
+            if self._cur_group[k] != g:
+                self._load_group(k, g)
+            hi = min(end, (g + 1) * glen)
+            vals[w:w + hi - j] = self._cur[so + j - g * glen:so + hi - g * glen]
+            w += hi - j
+            j = hi
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_cur"] = state["_cur_group"] = None  # rebuilt lazily from counts
+        return state
+
+
+class EpochEngine:
+    """Schedule of ``random``: epochs of permutations of the eligible documents.
+
+    eligible : (N_eligible,) int64, ascending document ids.
+    """
+
+    def __init__(self, eligible: np.ndarray, seed: int) -> None:
+        self.eligible = eligible
+        self.seed = int(seed)
+        self._epoch = -1
+        self._order: np.ndarray | None = None
+        self.reset(0)
+
+    def fresh(self) -> EpochEngine:
+        return EpochEngine(self.eligible, self.seed)
+
+    def reset(self, position: int, counts: object = None) -> None:
+        self.pos = int(position)
+
+    def seek(self, position: int) -> None:
+        if position < self.pos:
+            raise ValueError("seek backwards")
+        self.pos = int(position)
+
+    def _epoch_order(self, e: int) -> np.ndarray:
+        if e != self._epoch:
+            order = self.eligible.copy()
+            keyed_generator(self.seed, TAG_EPOCH, e).shuffle(order)
+            self._order, self._epoch = order, e
+        return self._order
+
+    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
+        if not gather:
+            self.pos += n
+            return None
+        out = np.empty(n, np.int64)
+        ne, done = self.eligible.size, 0
+        while done < n:
+            e, i = divmod(self.pos, ne)
+            take = min(n - done, ne - i)
+            out[done:done + take] = self._epoch_order(e)[i:i + take]
+            done += take
+            self.pos += take
+        return out
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_order"], state["_epoch"] = None, -1
+        return state

@@ -1,0 +1,363 @@
+"""``ClusterClipSampler``: ClusterClip and its baselines as one resumable sampler.
+
+The global schedule (a sequence of ``num_samples`` document indices) depends
+only on ``(labels, strategy, clip, alpha or cluster_weights, seed,
+num_samples)``. Ranks share it out: see :class:`ClusterClipSampler`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.io import array_fingerprint
+from clusterclip.sampling._engine import ClusterEngine, EpochEngine
+
+STRATEGIES = ("random", "uniform", "temperature", "clusterclip")
+STATE_VERSION = 1
+ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
+SEEK_GAP = 1 << 16  # a gap longer than this before the next index is skipped count-only
+
+
+def _as_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer, got {value!r}")
+    if int(value) < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {int(value)}")
+    return int(value)
+
+
+def _as_labels(labels: Any) -> np.ndarray:
+    a = np.asarray(labels)
+    if a.ndim != 1:
+        raise InputError(f"labels must be a 1-D array, got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise InputError(f"labels must be integers, got dtype {a.dtype}")
+    if a.size == 0:
+        raise InputError("labels is empty")
+    lo, hi = int(a.min()), int(a.max())
+    if lo < -1:
+        i = int(np.argmax(a < -1))
+        raise InputError(f"labels must be cluster ids >= 0 or -1 (excluded), got {lo} at index {i}")
+    if hi < 0:
+        raise InputError(f"no eligible documents: all {a.size} labels are -1")
+    if hi >= 2**31 - 1:
+        raise InputError(f"cluster id {hi} is too large (ids must be < 2**31 - 1)")
+    return a
+
+
+class ClusterClipSampler:
+    """Stream of document indices drawn by cluster (ClusterClip and baselines).
+
+    Parameters
+    ----------
+    labels : (N,) integer array. Cluster id (>= 0) of each document; -1 excludes it.
+    num_samples : int >= 1. Length T of the global schedule.
+    strategy : "random" | "uniform" | "temperature" | "clusterclip".
+
+        * random: epochs of fresh permutations of all eligible documents.
+        * uniform: cluster uniformly among non-empty clusters, then the next
+          document of its current pass (a fresh permutation of the cluster
+          each pass: no repeat inside a cluster before all were seen).
+        * temperature: as uniform, cluster k with weight n_k ** alpha.
+        * clusterclip: as temperature, but a cluster that completes its
+          ``clip``-th pass leaves the pool for good. No document appears more
+          than ``clip`` times; capacity is clip x eligible N.
+    clip : int >= 1, clusterclip only (ignored otherwise).
+    alpha : float, temperature and clusterclip only (must be 0 otherwise).
+    seed : int >= 0.
+    rank, world_size : this process's share. From start position c, rank r
+        yields global positions c + r, c + r + W, ...: floor((T - c) / W)
+        indices for every rank; the last (T - c) mod W positions are served
+        to nobody (``summary()['unserved_positions']``).
+    consumed_samples : int in [0, T]. Start at this global position (after a
+        count-only replay of the draws before it; no documents are gathered).
+    cluster_weights : optional (>= K,) float array, > 0 for non-empty clusters.
+        Replaces n_k ** alpha as the cluster-choice weight (temperature,
+        clusterclip), e.g. n_k ** alpha / mean tokens per document of k.
+
+    Iteration continues from the current position (``state_dict`` reflects
+    what has been handed out, by ``iter`` and ``blocks`` alike). Once the
+    stream is exhausted, a new ``iter()`` starts again from the start position
+    (the constructor's ``consumed_samples`` or the last ``load_state_dict``),
+    like any re-iterable torch sampler; ``len()`` is what the next ``iter()``
+    yields.
+    """
+
+    def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
+                 clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, consumed_samples: int = 0,
+                 cluster_weights: Any = None) -> None:
+        # ---- every parameter is checked here, before any work
+        if strategy not in STRATEGIES:
+            raise InputError(f"unknown strategy {strategy!r}; choose one of "
+                             + ", ".join(STRATEGIES))
+        lab = _as_labels(labels)
+        T = _as_int("num_samples", num_samples, 1)
+        seed = _as_int("seed", seed, 0)
+        world_size = _as_int("world_size", world_size, 1)
+        rank = _as_int("rank", rank, 0)
+        if rank >= world_size:
+            raise InputError(f"rank must be < world_size {world_size}, got {rank}")
+        consumed = _as_int("consumed_samples", consumed_samples, 0)
+        if consumed > T:
+            raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
+        if strategy == "clusterclip":
+            clip = _as_int("clip", clip, 1)
+        else:
+            clip = None
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) \
+                or not math.isfinite(alpha):
+            raise InputError(f"alpha must be a finite number, got {alpha!r}")
+        alpha = float(alpha)
+        if strategy in ("random", "uniform") and alpha != 0.0:
+            raise InputError(f"alpha applies to temperature and clusterclip only, "
+                             f"got alpha={alpha} with strategy {strategy}")
+
+        K = int(lab.max()) + 1
+        eligible_mask = lab >= 0
+        sizes = np.bincount(lab[eligible_mask], minlength=K).astype(np.int64)
+        n_eligible = int(sizes.sum())
+        weights = None
+        if cluster_weights is not None:
+            if strategy in ("random", "uniform"):
+                raise InputError(f"cluster_weights applies to temperature and clusterclip "
+                                 f"only, got strategy {strategy}")
+            if alpha != 0.0:
+                raise InputError("give alpha or cluster_weights, not both "
+                                 f"(cluster_weights replaces n_k ** alpha), got alpha={alpha}")
+            w = np.asarray(cluster_weights, dtype=np.float64)
+            if w.ndim != 1 or w.size < K:
+                raise InputError(f"cluster_weights must be a 1-D array of length >= {K} "
+                                 f"(number of cluster ids), got shape {w.shape}")
+            w = w[:K].copy()
+            bad = np.flatnonzero((sizes > 0) & ~(np.isfinite(w) & (w > 0)))
+            if bad.size:
+                k = int(bad[0])
+                raise InputError(f"cluster_weights must be finite and > 0 for non-empty "
+                                 f"clusters, got {w[k]} for cluster {k}")
+            w[sizes == 0] = 0.0
+            weights = w
+        elif strategy in ("temperature", "clusterclip") and alpha != 0.0:
+            weights = np.where(sizes > 0, sizes.astype(np.float64) ** alpha, 0.0)
+            if not np.all(np.isfinite(weights)):
+                raise InputError(f"alpha={alpha} overflows the cluster weights n_k ** alpha")
+        capacity = clip * n_eligible if clip is not None else None
+        if capacity is not None and T > capacity:
+            raise InputError(f"num_samples {T} exceeds capacity {capacity} = clip {clip} x "
+                             f"{n_eligible} eligible documents")
+
+        self.strategy = strategy
+        self.num_samples = T
+        self.clip = clip
+        self.alpha = alpha if strategy in ("temperature", "clusterclip") else None
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.capacity = capacity
+        self.num_eligible = n_eligible
+        self.num_excluded = int(lab.size - n_eligible)
+        self.cluster_sizes = sizes
+        self._labels_fp = array_fingerprint(lab.astype(np.int64, copy=False))
+        self._weights_fp = None if cluster_weights is None else array_fingerprint(weights)
+
+        idx_dtype = np.int32 if lab.size < 2**31 else np.int64
+        eligible = np.flatnonzero(eligible_mask).astype(idx_dtype, copy=False)
+        if strategy == "random":
+            self._engine: ClusterEngine | EpochEngine = EpochEngine(
+                eligible.astype(np.int64, copy=False), seed)
+        else:
+            keys = lab[eligible]
+            keys = keys.astype(np.uint16 if K <= 0xFFFF else np.int64, copy=False)
+            docs = eligible[np.argsort(keys, kind="stable")]
+            self._engine = ClusterEngine(docs, sizes, seed, weights, clip)
+        self._set_start(consumed, None)
+
+    # ------------------------------------------------------------- positions
+    def _set_start(self, position: int, counts: np.ndarray | None) -> None:
+        eng = self._engine
+        if isinstance(eng, ClusterEngine):
+            if counts is None:
+                eng.reset(0, None)
+                eng.seek(position)
+                counts = eng.counts.copy()
+            else:
+                eng.reset(position, counts)
+        else:
+            eng.reset(position)
+        self._start = int(position)
+        self._start_counts = counts
+        self._length = (self.num_samples - self._start) // self.world_size
+        self._taken = 0
+        self._buf = np.empty(0, np.int64)
+        self._buf_list: list[int] | None = None
+        self._buf_i = 0
+
+    @property
+    def position(self) -> int:
+        """Global position this rank has consumed up to (start + taken x world_size)."""
+        return self._start + self._taken * self.world_size
+
+    def _restart_if_done(self) -> None:
+        if self._taken >= self._length:
+            self._set_start(self._start, self._start_counts)
+
+    def _produce(self, n: int) -> np.ndarray:
+        """Compute this rank's next ``n`` indices (the buffer must be empty)."""
+        n = min(n, self._length - self._taken)
+        if n <= 0:
+            return np.empty(0, np.int64)
+        W = self.world_size
+        p0 = self._start + self.rank + self._taken * W
+        eng = self._engine
+        if eng.pos > p0:  # only after a state_dict fallback; replay from the start
+            eng.reset(self._start, self._start_counts)
+        if p0 - eng.pos > SEEK_GAP:
+            eng.seek(p0)
+        begin = eng.pos
+        glob = eng.advance(p0 + (n - 1) * W + 1 - begin, gather=True)
+        return glob[p0 - begin::W] if W == 1 else np.ascontiguousarray(glob[p0 - begin::W])
+
+    # ------------------------------------------------------------- iteration
+    def __len__(self) -> int:
+        left = self._length - self._taken
+        return left if left > 0 else self._length
+
+    def __iter__(self) -> Iterator[int]:
+        return _IndexIterator(self)
+
+    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
+        """This rank's indices as int64 arrays of at most ``block_size`` (bulk export).
+
+        Advances the same state as ``iter``: a block counts as handed out once yielded.
+        """
+        block_size = _as_int("block_size", block_size, 1)
+        self._restart_if_done()
+        while self._taken < self._length:
+            if self._buf_i < self._buf.size:
+                blk = self._buf[self._buf_i:self._buf_i + block_size]
+                self._buf_i += blk.size
+            else:
+                blk = self._produce(block_size)
+            self._taken += blk.size
+            yield blk
+
+    # ----------------------------------------------------------------- state
+    def _config(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "num_samples": self.num_samples,
+                "clip": self.clip, "alpha": self.alpha, "seed": self.seed,
+                "labels": self._labels_fp, "cluster_weights": self._weights_fp}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Small JSON-serialisable resume state (O(K)); independent of rank and world size."""
+        pos = self.position
+        d: dict[str, Any] = {"version": STATE_VERSION, **self._config(), "position": pos}
+        eng = self._engine
+        if isinstance(eng, ClusterEngine):
+            try:
+                counts = eng.counts_at(pos)
+            except LookupError:
+                eng.reset(self._start, self._start_counts)
+                eng.seek(pos)
+                counts = eng.counts.copy()
+            d["counts"] = counts.tolist()
+        return d
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where ``state`` was taken (any rank / world size)."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise InputError(f"state_dict version must be {STATE_VERSION}, got "
+                             f"{state.get('version') if isinstance(state, dict) else state!r}")
+        for key, mine in self._config().items():
+            if state.get(key) != mine:
+                raise InputError(f"state_dict does not match this sampler: {key} "
+                                 f"{state.get(key)!r} != {mine!r}")
+        pos = state.get("position")
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= self.num_samples:
+            raise InputError(f"state_dict position must be in [0, {self.num_samples}], got {pos!r}")
+        counts = None
+        if isinstance(self._engine, ClusterEngine):
+            counts = np.asarray(state.get("counts", []), dtype=np.int64)
+            lim = self._engine.limit
+            if (counts.shape != self.cluster_sizes.shape or int(counts.sum()) != pos
+                    or (counts < 0).any() or (lim is not None and (counts > lim).any())):
+                raise InputError("state_dict counts are inconsistent with its position and "
+                                 "this sampler's clusters")
+        self._set_start(pos, counts)
+
+    # --------------------------------------------------------------- summary
+    def summary(self) -> dict[str, Any]:
+        """JSON-able description of the whole global schedule and of this rank's share.
+
+        For the cluster strategies this runs a count-only pass over the schedule
+        (about 0.1 s per 10**7 positions).
+        """
+        T, ne, sizes = self.num_samples, self.num_eligible, self.cluster_sizes
+        nonempty = sizes > 0
+        s: dict[str, Any] = {
+            "strategy": self.strategy, "num_samples": T, "seed": self.seed,
+            "clip": self.clip, "alpha": self.alpha,
+            "cluster_weights": self._weights_fp is not None,
+            "capacity": self.capacity,
+            "eligible_documents": ne, "excluded_documents": self.num_excluded,
+            "clusters": int(nonempty.sum()),
+            "cluster_size_min": int(sizes[nonempty].min()),
+            "cluster_size_median": float(np.median(sizes[nonempty])),
+            "cluster_size_max": int(sizes.max()),
+            "epochs_equivalent": T / ne,
+        }
+        if isinstance(self._engine, EpochEngine):
+            s.update(clusters_clipped=0, clip_events=[], max_repetition=-(-T // ne),
+                     min_repetition=T // ne, documents_seen=min(T, ne))
+        else:
+            eng = self._engine.fresh()
+            eng.seek(T)
+            c = eng.counts
+            reps_hi = -(-c[nonempty] // sizes[nonempty])
+            seen = np.minimum(c[nonempty], sizes[nonempty]).sum()
+            events = [[k, p] for k, p in eng.clip_events]
+            s.update(clusters_clipped=len(events), clip_events=events,
+                     first_clip_position=events[0][1] if events else None,
+                     last_clip_position=events[-1][1] if events else None,
+                     max_repetition=int(reps_hi.max()),
+                     min_repetition=int((c[nonempty] // sizes[nonempty]).min()),
+                     documents_seen=int(seen),
+                     clusters_never_drawn=int((c[nonempty] == 0).sum()))
+        s.update(rank=self.rank, world_size=self.world_size, start_position=self._start,
+                 samples_per_rank=self._length,
+                 unserved_positions=(T - self._start) % self.world_size)
+        return s
+
+    def __repr__(self) -> str:
+        return (f"ClusterClipSampler(strategy={self.strategy!r}, num_samples={self.num_samples}, "
+                f"clip={self.clip}, alpha={self.alpha}, seed={self.seed}, rank={self.rank}, "
+                f"world_size={self.world_size}, position={self.position})")
+
+
+class _IndexIterator:
+    """Python-int iterator over a sampler's rank stream (shares the sampler's state)."""
+
+    def __init__(self, sampler: ClusterClipSampler) -> None:
+        self._s = sampler
+        sampler._restart_if_done()
+
+    def __iter__(self) -> _IndexIterator:
+        return self
+
+    def __next__(self) -> int:
+        s = self._s
+        if s._buf_i >= s._buf.size:
+            if s._taken >= s._length:
+                raise StopIteration
+            s._buf, s._buf_i, s._buf_list = s._produce(ITER_BLOCK), 0, None
+        if s._buf_list is None:
+            s._buf_list = s._buf.tolist()
+        v = s._buf_list[s._buf_i]
+        s._buf_i += 1
+        s._taken += 1
+        return v
