@@ -1,0 +1,278 @@
+"""``clusterclip report`` end to end on a small work directory built from the bundled corpus.
+
+The work directory holds a real corpus index over 600 Python-docs sections.
+Its clusters are the documentation folders (field ``label``), with the large
+``library`` folder split in three and two small folders merged, so that the
+clusters differ from the labels and the agreement metrics are not trivially 1.
+Scores are real cosine similarities of hashed bag-of-words vectors to their
+cluster centroid.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+from clusterclip.cli import main
+from clusterclip.report import build_report
+from clusterclip.report.clip import quartile_clusters
+from clusterclip.report.stats import window_edges
+
+N_DOCS = 600
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _bag_of_words(texts: list[str], dim: int = 256) -> np.ndarray:
+    out = np.zeros((len(texts), dim), dtype=np.float64)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z_]{3,}", t.lower()):
+            out[i, (sum(map(ord, w)) * 2654435761) % dim] += 1.0
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, pydocs_path) -> Path:
+    from clusterclip.corpus import Corpus
+
+    root = tmp_path_factory.mktemp("report_wd")
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    rows = rows[:: len(rows) // N_DOCS][:N_DOCS]  # spread over every folder
+    rows[5]["text"] = "   "  # one document without text: excluded (-1)
+    src = root / "docs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    corpus = Corpus.scan(src, progress=False)
+    corpus.save(root / "corpus")
+    folders = sorted({r["label"] for r in rows})
+    labels = np.array([folders.index(r["label"]) for r in rows], dtype=np.int32)
+    library = folders.index("library")
+    labels[(labels == library) & (np.arange(labels.size) % 3 == 1)] = len(folders)
+    labels[(labels == library) & (np.arange(labels.size) % 3 == 2)] = len(folders) + 1
+    labels[labels == folders.index("installing")] = folders.index("install")
+    labels = np.unique(labels, return_inverse=True)[1].astype(np.int32)  # ids 0..K-1
+    valid = np.asarray(corpus.valid)
+    labels[~valid] = -1
+    emb = _bag_of_words([r["text"] for r in rows])
+    k = int(labels.max()) + 1
+    centroids = np.stack([emb[labels == c].mean(axis=0) for c in range(k)])
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    scores = np.einsum("nd,nd->n", emb, centroids[np.maximum(labels, 0)]).astype(np.float32)
+    scores[labels < 0] = 0.0
+    np.save(root / "labels.npy", labels)
+    np.save(root / "scores.npy", scores)
+    np.save(root / "centroids.npy", centroids.astype(np.float32))
+    np.save(root / "valid.npy", valid)
+    np.save(root / "embeddings.npy", emb.astype(np.float32))
+    return root
+
+
+def _sampler_schedule(labels, strategy, total, clip=4, seed=0):
+    from clusterclip import ClusterClipSampler
+
+    s = ClusterClipSampler(labels, num_samples=total, strategy=strategy, clip=clip, seed=seed)
+    return np.concatenate(list(s.blocks(1 << 16))), s
+
+
+def _report(args, capsys):
+    rc = main(["report", *map(str, args)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def full_report(workdir, tmp_path_factory) -> Path:
+    """One CLI run with the default strategies and the label field, shared by several tests."""
+    out = tmp_path_factory.mktemp("full") / "rep"
+    assert main(["report", "--workdir", str(workdir), "--label-field", "label",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def _summary(report_dir: Path) -> dict:
+    return json.loads((report_dir / "summary.json").read_text(encoding="utf-8"))
+
+
+def test_report_files_are_valid(full_report):
+    import matplotlib.image as mpimg
+
+    out = full_report
+    summary = _summary(out)
+    md = (out / "report.md").read_text(encoding="utf-8")
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert sorted(images) == sorted(summary["figures"].values())
+    for name in images:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC
+        pixels = mpimg.imread(out / name)
+        assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 300
+        assert pixels.std() > 0.01  # not a blank canvas
+    # Per-cluster shares: every schedule distributes all of its samples.
+    table = np.genfromtxt(out / "clusters.csv", delimiter=",", names=True)
+    for name in summary["schedules"]:
+        assert table[f"{name}_share"].sum() == pytest.approx(1.0, abs=1e-4)
+    assert table["corpus_share"].sum() == pytest.approx(1.0, abs=1e-4)
+    assert list(summary["schedules"]) == ["clusterclip", "random"]
+    assert not list(out.parent.glob(".rep.*"))  # no temporary left behind
+
+
+def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
+    labels = np.load(workdir / "labels.npy")
+    eligible = labels >= 0
+    summary = build_report(workdir, clip=3, seed=5, windows=20, out=tmp_path / "r")
+    total = 3 * int(eligible.sum())  # default budget: min(3, R) epochs
+    assert summary["num_samples"] == total
+    sizes = np.bincount(labels[eligible])
+    tail, head = quartile_clusters(sizes)
+    for strategy, s in summary["schedules"].items():
+        sched, _ = _sampler_schedule(labels, strategy, total, clip=3, seed=5)
+        assert s["samples"] == sched.size == total
+        counts = np.bincount(sched, minlength=labels.size)
+        assert s["repetition_histogram"] == np.bincount(counts[eligible]).tolist()
+        lab = labels[sched]
+        assert s["tail_quartile_share"] == pytest.approx(np.isin(lab, tail).mean(), rel=1e-5)
+        assert s["head_quartile_share"] == pytest.approx(np.isin(lab, head).mean(), rel=1e-5)
+        edges = window_edges(total, 20)
+        for w, share in enumerate(s["tail_quartile_share_per_window"]):
+            want = np.isin(lab[edges[w]:edges[w + 1]], tail).mean()
+            assert share == pytest.approx(want, abs=1e-5)
+    cc = summary["schedules"]["clusterclip"]
+    assert cc["max_repetition"] <= 3
+    pool = np.array(cc["clusters_in_pool"])
+    assert pool[0] == (sizes > 0).sum() and (np.diff(pool) <= 0).all() and pool[-1] < pool[0]
+    assert set(summary["schedules"]["random"]["clusters_in_pool"]) == {(sizes > 0).sum()}
+    # ClusterClip starts balanced and drifts toward the large clusters.
+    tail_series = cc["tail_quartile_share_per_window"]
+    assert tail_series[0] > summary["corpus_tail_share"] > tail_series[-1]
+
+
+def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):
+    labels = np.load(workdir / "labels.npy")
+    eligible = labels >= 0
+    clip = 2
+    total = 2 * int(eligible.sum())
+    sched, sampler = _sampler_schedule(labels, "clusterclip", total, clip=clip, seed=1)
+    path = tmp_path / "sched.npy"
+    np.save(path, sched)
+    rc, stdout, _ = _report(["--workdir", workdir, "--schedule", path, "--strategies", "none",
+                             "--clip", clip, "--windows", 25, "--out", tmp_path / "r"], capsys)
+    assert rc == 0
+    assert str(tmp_path / "r" / "report.md") in stdout and "recommended R" in stdout
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text(encoding="utf-8"))
+    s = summary["schedules"]["schedule"]
+    assert list(summary["schedules"]) == ["schedule"]
+    assert s["samples"] == total and s["source"] == "sched.npy"
+    counts = np.bincount(sched, minlength=labels.size)
+    assert s["repetition_histogram"] == np.bincount(counts[eligible]).tolist()
+    # Independent pool: cluster k is out after the position of its (R * n_k)-th sample.
+    sizes = np.bincount(labels[eligible])
+    lab = labels[sched]
+    out_at = np.full(sizes.size, np.inf)
+    for k in range(sizes.size):
+        pos = np.flatnonzero(lab == k)
+        if pos.size >= clip * sizes[k]:
+            out_at[k] = pos[clip * sizes[k] - 1]
+    edges = window_edges(total, 25)
+    want = [int(((sizes > 0) & ~(out_at < edges[w])).sum()) for w in range(25)]
+    assert s["clusters_in_pool"] == want
+    assert s["clip_events"]["clusters_clipped"] == sampler.summary()["clusters_clipped"]
+
+
+def test_label_agreement_matches_sklearn(workdir, full_report):
+    from clusterclip.corpus import Corpus
+
+    summary = _summary(full_report)
+    labels = np.load(workdir / "labels.npy")
+    field = Corpus.load(workdir / "corpus").field_values("label")
+    keep = labels >= 0
+    classes = np.array(field, dtype=object)[keep].astype(str)
+    got = summary["label_agreement"]
+    assert got["documents"] == keep.sum() and got["skipped_missing"] == 0
+    assert got["nmi"] == pytest.approx(normalized_mutual_info_score(classes, labels[keep]),
+                                       rel=1e-5)
+    assert got["ari"] == pytest.approx(adjusted_rand_score(classes, labels[keep]), rel=1e-5)
+    assert 0.5 < got["nmi"] < 1.0  # the clusters differ from the folders, by construction
+
+
+def test_examples_are_the_documents_nearest_the_centroid(workdir, full_report):
+    summary = _summary(full_report)
+    labels = np.load(workdir / "labels.npy")
+    scores = np.load(workdir / "scores.npy")
+    sizes = np.bincount(labels[labels >= 0])
+    shown = {ex["cluster"]: ex for ex in summary["examples"]}
+    assert int(np.argmax(sizes)) in shown and int(np.argmin(sizes)) in shown
+    for k, ex in shown.items():
+        members = np.flatnonzero(labels == k)
+        best = members[np.argsort(-scores[members], kind="stable")][:len(ex["documents"])]
+        assert [d["index"] for d in ex["documents"]] == best.tolist()
+        for d in ex["documents"]:
+            assert 0 < len(d["text"]) <= 200 and "\n" not in d["text"]
+    md = (full_report / "report.md").read_text(encoding="utf-8")
+    assert summary["examples"][0]["documents"][0]["text"][:60] in md
+
+
+def test_same_input_gives_identical_bytes(workdir, full_report, tmp_path):
+    again = tmp_path / "again"
+    build_report(workdir, label_field="label", out=again)
+    files = sorted(p.name for p in full_report.iterdir())
+    assert files == sorted(p.name for p in again.iterdir())
+    for f in files:
+        assert (full_report / f).read_bytes() == (again / f).read_bytes(), f
+
+
+def test_choose_clip_measured_agrees_with_expected(full_report):
+    summary = _summary(full_report)
+    rows = [r for r in summary["choose_clip"]["rows"] if r["feasible"]]
+    assert rows and all("measured_tail_max_repetition" in r for r in rows)
+    for r in rows:
+        assert abs(r["measured_tail_max_repetition"] - r["tail_max_repetition"]) <= 1
+        assert r["measured_tail_share"] == pytest.approx(r["tail_share"], abs=0.02)
+    best = summary["choose_clip"]["recommended_clip"]
+    assert best is not None and best * summary["eligible_documents"] >= summary["num_samples"]
+    md = (full_report / "report.md").read_text(encoding="utf-8")
+    assert f"Recommended R = {best}" in md
+
+
+def _bad_schedule(workdir, tmp_path):
+    labels = np.load(workdir / "labels.npy")
+    sched = np.arange(50, dtype=np.int64)
+    sched[40] = labels.size  # one past the last document
+    np.save(tmp_path / "bad.npy", sched)
+    return ["--workdir", workdir, "--schedule", tmp_path / "bad.npy"]
+
+
+@pytest.mark.parametrize("case,pattern", [
+    ("missing_workdir", "does not exist"),
+    ("missing_labels", "labels.npy: missing"),
+    ("out_of_range", "position 40: document index 600"),
+    ("unknown_field", "no document has this field"),
+    ("over_capacity", "exceeds the ClusterClip capacity"),
+    ("unknown_strategy", "unknown strategy"),
+])
+def test_bad_input_exits_2_and_writes_nothing(case, pattern, workdir, tmp_path, capsys):
+    if case == "missing_workdir":
+        args = ["--workdir", tmp_path / "nope"]
+    elif case == "missing_labels":
+        empty = tmp_path / "empty_wd"
+        empty.mkdir()
+        args = ["--workdir", empty]
+    elif case == "out_of_range":
+        args = _bad_schedule(workdir, tmp_path)
+    elif case == "unknown_field":
+        args = ["--workdir", workdir, "--label-field", "no_such_field"]
+    elif case == "over_capacity":
+        args = ["--workdir", workdir, "--num-samples", 10**6, "--clip", 2]
+    else:
+        args = ["--workdir", workdir, "--strategies", "clusterclip,shuffled"]
+    out = tmp_path / "report_out"
+    rc, stdout, stderr = _report([*args, "--out", out], capsys)
+    assert rc == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and re.search(pattern, lines[0]), stderr
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report_out")]
