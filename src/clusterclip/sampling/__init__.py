@@ -5,5 +5,6 @@ Arrays in, indices out; needs only numpy. The torch adapter lives in
 """
 
 from clusterclip.sampling.sampler import STRATEGIES, ClusterClipSampler
+from clusterclip.sampling.schedule import write_schedule
 
-__all__ = ["STRATEGIES", "ClusterClipSampler"]
+__all__ = ["STRATEGIES", "ClusterClipSampler", "write_schedule"]

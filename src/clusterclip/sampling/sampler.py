@@ -69,7 +69,8 @@ class ClusterClipSampler:
           ``clip``-th pass leaves the pool for good. No document appears more
           than ``clip`` times; capacity is clip x eligible N.
     clip : int >= 1, clusterclip only (ignored otherwise).
-    alpha : float, temperature and clusterclip only (must be 0 otherwise).
+    alpha : float, temperature and clusterclip only (must be 0 otherwise,
+        unless cluster_weights is given).
     seed : int >= 0.
     rank, world_size : this process's share. From start position c, rank r
         yields global positions c + r, c + r + W, ...: floor((T - c) / W)
@@ -78,8 +79,9 @@ class ClusterClipSampler:
     consumed_samples : int in [0, T]. Start at this global position (after a
         count-only replay of the draws before it; no documents are gathered).
     cluster_weights : optional (>= K,) float array, > 0 for non-empty clusters.
-        Replaces n_k ** alpha as the cluster-choice weight (temperature,
-        clusterclip), e.g. n_k ** alpha / mean tokens per document of k.
+        Replaces n_k ** alpha as the cluster-choice weight (uniform,
+        temperature, clusterclip; alpha is then ignored), e.g.
+        n_k ** alpha / mean tokens per document of k.
 
     Iteration continues from the current position (``state_dict`` reflects
     what has been handed out, by ``iter`` and ``blocks`` alike). Once the
@@ -115,7 +117,7 @@ class ClusterClipSampler:
                 or not math.isfinite(alpha):
             raise InputError(f"alpha must be a finite number, got {alpha!r}")
         alpha = float(alpha)
-        if strategy in ("random", "uniform") and alpha != 0.0:
+        if strategy in ("random", "uniform") and alpha != 0.0 and cluster_weights is None:
             raise InputError(f"alpha applies to temperature and clusterclip only, "
                              f"got alpha={alpha} with strategy {strategy}")
 
@@ -125,12 +127,8 @@ class ClusterClipSampler:
         n_eligible = int(sizes.sum())
         weights = None
         if cluster_weights is not None:
-            if strategy in ("random", "uniform"):
-                raise InputError(f"cluster_weights applies to temperature and clusterclip "
-                                 f"only, got strategy {strategy}")
-            if alpha != 0.0:
-                raise InputError("give alpha or cluster_weights, not both "
-                                 f"(cluster_weights replaces n_k ** alpha), got alpha={alpha}")
+            if strategy == "random":
+                raise InputError("cluster_weights does not apply to strategy random")
             w = np.asarray(cluster_weights, dtype=np.float64)
             if w.ndim != 1 or w.size < K:
                 raise InputError(f"cluster_weights must be a 1-D array of length >= {K} "
@@ -155,7 +153,8 @@ class ClusterClipSampler:
         self.strategy = strategy
         self.num_samples = T
         self.clip = clip
-        self.alpha = alpha if strategy in ("temperature", "clusterclip") else None
+        self.alpha = (alpha if strategy in ("temperature", "clusterclip")
+                      and cluster_weights is None else None)
         self.seed = seed
         self.rank = rank
         self.world_size = world_size

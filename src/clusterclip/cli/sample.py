@@ -1,0 +1,117 @@
+"""clusterclip sample: labels.npy -> schedule.npy (document indices) and a summary."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
+
+STRATEGY_CHOICES = ("random", "uniform", "temperature", "clusterclip")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--labels", required=True,
+                   help="1-D integer .npy: cluster id per document, -1 = excluded")
+    p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="clusterclip",
+                   help="default: clusterclip")
+    p.add_argument("--clip", type=int, default=4,
+                   help="clusterclip: max times any document is drawn (default: 4)")
+    p.add_argument("--alpha", type=float, default=0.0,
+                   help="temperature/clusterclip: cluster weight n_k ** alpha (default: 0)")
+    p.add_argument("--num-samples", type=int, required=True, help="global schedule length T")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output .npy (int64 indices of this rank)")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world-size", type=int, default=1,
+                   help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
+    p.add_argument("--consumed-samples", type=int, default=0,
+                   help="start at this global position (resume)")
+    p.add_argument("--cluster-weights", default=None,
+                   help="optional 1-D float .npy replacing n_k ** alpha as cluster weight")
+    p.add_argument("--summary-json", default=None,
+                   help="also write the full summary (all clip events) as JSON here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _load_array(path: str, what: str) -> Any:
+    import numpy as np
+
+    from clusterclip.errors import InputError
+
+    try:
+        a = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"{path}: cannot read {what} as .npy: {msg}") from None
+    if not isinstance(a, np.ndarray):
+        raise InputError(f"{path}: expected a single .npy array of {what}, got an archive")
+    return a
+
+
+def format_summary(s: dict[str, Any], out: str | None = None) -> str:
+    """Human-readable lines of a sampler summary."""
+    lines = [f"strategy:    {s['strategy']} (seed {s['seed']}"
+             + (f", clip {s['clip']}" if s.get("clip") is not None else "")
+             + (f", alpha {s['alpha']}" if s.get("alpha") is not None else "")
+             + (", cluster weights" if s.get("cluster_weights") else "") + ")",
+             f"samples:     {s['num_samples']:,} global; rank {s['rank']} of "
+             f"{s['world_size']}: {s['samples_per_rank']:,} from position "
+             f"{s['start_position']:,}"
+             + (f" ({s['unserved_positions']} trailing positions served to no rank)"
+                if s["unserved_positions"] else "")
+             + (f" -> {out}" if out else ""),
+             f"documents:   {s['eligible_documents']:,} eligible, "
+             f"{s['excluded_documents']:,} excluded (-1), in {s['clusters']:,} clusters "
+             f"(sizes {s['cluster_size_min']:,} .. {s['cluster_size_max']:,}, "
+             f"median {s['cluster_size_median']:g})"]
+    if s.get("capacity") is not None:
+        lines.append(f"capacity:    {s['capacity']:,} = clip {s['clip']} x "
+                     f"{s['eligible_documents']:,} eligible documents")
+    if s["strategy"] == "clusterclip":
+        ev = s["clip_events"]
+        if ev:
+            shown = ", ".join(f"{k}@{p:,}" for k, p in ev[:8])
+            more = f", ... ({len(ev) - 8} more)" if len(ev) > 8 else ""
+            lines.append(f"clipped:     {len(ev):,} of {s['clusters']:,} clusters, first at "
+                         f"position {ev[0][1]:,}, last at {ev[-1][1]:,} "
+                         f"(cluster@position: {shown}{more})")
+        else:
+            lines.append(f"clipped:     none of {s['clusters']:,} clusters")
+    lines.append(f"repetition:  max {s['max_repetition']} per document, min "
+                 f"{s['min_repetition']}; {s['documents_seen']:,} of "
+                 f"{s['eligible_documents']:,} documents drawn at least once")
+    lines.append(f"epochs:      {s['epochs_equivalent']:.4g} equivalent (T / eligible N)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
+    from clusterclip.io import write_json
+    from clusterclip.sampling import write_schedule
+
+    labels = _load_array(args.labels, "labels")
+    if labels.ndim != 1:
+        raise InputError(f"{args.labels}: labels must be a 1-D array, got shape {labels.shape}")
+    if labels.dtype.kind not in "iu":
+        raise InputError(f"{args.labels}: labels must be integers, got dtype {labels.dtype}")
+    weights = None
+    if args.cluster_weights is not None:
+        weights = _load_array(args.cluster_weights, "cluster weights")
+        if weights.dtype.kind not in "iuf":
+            raise InputError(f"{args.cluster_weights}: cluster weights must be numbers, "
+                             f"got dtype {weights.dtype}")
+    if Path(args.out).is_dir():
+        raise InputError(f"--out {args.out}: is a directory")
+    summary = write_schedule(
+        labels, args.out, num_samples=args.num_samples, strategy=args.strategy,
+        clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
+        world_size=args.world_size, consumed_samples=args.consumed_samples,
+        cluster_weights=weights, progress=not args.no_progress)
+    if args.summary_json:
+        write_json(args.summary_json, summary)
+    print(format_summary(summary, args.out))
+    return 0

@@ -1,0 +1,56 @@
+"""``torch.utils.data.Sampler`` adapter (optional: imports torch).
+
+``ClusterClipTorchSampler`` wraps :class:`~clusterclip.sampling.ClusterClipSampler`
+for ``DataLoader`` (any ``num_workers``: the sampler runs in the main process)
+and torchdata's ``StatefulDataLoader`` (it is ``Stateful``: the loader saves
+and restores ``state_dict`` with its own). There is no ``set_epoch``: the
+schedule already spans the whole run (``num_samples`` draws over all epochs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch.distributed as dist
+from torch.utils.data import Sampler
+
+from clusterclip.sampling.sampler import ClusterClipSampler
+
+
+class ClusterClipTorchSampler(Sampler[int]):
+    """Yields this rank's document indices as Python ints.
+
+    Same parameters as :class:`ClusterClipSampler`; ``rank`` and
+    ``world_size`` default to the initialised ``torch.distributed`` process
+    group (else 0 and 1). Picklable; ``state_dict`` is plain JSON.
+    """
+
+    def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
+                 clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int | None = None,
+                 world_size: int | None = None, consumed_samples: int = 0,
+                 cluster_weights: Any = None) -> None:
+        if world_size is None:
+            world_size = dist.get_world_size() if dist.is_available() and \
+                dist.is_initialized() else 1
+        if rank is None:
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        self.sampler = ClusterClipSampler(
+            labels, num_samples, strategy=strategy, clip=clip, alpha=alpha, seed=seed,
+            rank=rank, world_size=world_size, consumed_samples=consumed_samples,
+            cluster_weights=cluster_weights)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state_dict)
+
+    def summary(self) -> dict[str, Any]:
+        return self.sampler.summary()
