@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.report.clip import DEFAULT_CLIPS, DEFAULT_TARGET_REPETITION, choose_clip
+from clusterclip.report.clip import DEFAULT_TARGET_REPETITION, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.metrics import cluster_label_agreement
 from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summary, size_profile
@@ -373,7 +373,8 @@ def build_report(
         return {"measured_tail_max_repetition": int(st.doc_counts[tail_docs].max()),
                 "measured_tail_share": float(st.cluster_counts[tail].sum() / total)}
 
-    clip_grid = sorted(set(DEFAULT_CLIPS if clips is None else clips) | {clip})
+    grid = default_clips(math.ceil(total / n_eligible)) if clips is None else clips
+    clip_grid = sorted({int(r) for r in grid if int(r) >= 1} | {clip})
     cheap = total * len(clip_grid) <= MEASURE_SAMPLE_LIMIT
     choose = choose_clip(labels, total, alpha=alpha, target_repetition=target_repetition,
                          clips=clip_grid, measure=measure if cheap else None)

@@ -37,6 +37,11 @@ import numpy as np
 
 DEFAULT_TARGET_REPETITION = 4
 DEFAULT_CLIPS = tuple(range(1, 17))
+
+
+def default_clips(min_feasible: int) -> list[int]:
+    """R values to tabulate: 1..16, extended so that at least 8 of them fit the budget."""
+    return list(range(1, max(DEFAULT_CLIPS[-1], min_feasible + 7) + 1))
 TAIL_QUANTILE = 0.25
 
 
@@ -146,7 +151,7 @@ def choose_clip(
     *,
     alpha: float = 0.0,
     target_repetition: int = DEFAULT_TARGET_REPETITION,
-    clips: Sequence[int] = DEFAULT_CLIPS,
+    clips: Sequence[int] | None = None,
     measure: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Table of R -> consequences at budget T, and the recommended R.
@@ -154,7 +159,7 @@ def choose_clip(
     ``labels`` int[N] cluster id per document (-1 excluded); ``num_samples`` T.
     ``measure``, if given, is called with each R and returns measured values
     from a real schedule (e.g. ``{"measured_tail_max_repetition": ...}``) that
-    are merged into that row.
+    are merged into that row. ``clips`` defaults to :func:`default_clips`.
 
     Returns a JSON-serialisable dict: budget, alpha, target_repetition,
     eligible_documents, clusters, tail_clusters, min_feasible_clip, rows (one per
@@ -173,7 +178,12 @@ def choose_clip(
     n_docs = int(sizes.sum())
     if n_docs == 0:
         raise ValueError("no eligible documents (every label is -1)")
+    min_feasible = math.ceil(num_samples / n_docs)
+    if clips is None:
+        clips = default_clips(min_feasible)
     clips = sorted({int(r) for r in clips if int(r) >= 1})
+    if not clips:
+        raise ValueError("no clip value >= 1 to consider")
     tail, _ = quartile_clusters(sizes)
     rows = []
     for r in clips:
@@ -181,7 +191,6 @@ def choose_clip(
         if measure is not None and row["feasible"]:
             row.update(measure(r))
         rows.append(row)
-    min_feasible = math.ceil(num_samples / n_docs)
     feasible = [row for row in rows if row["feasible"]]
     ok = [row for row in feasible if row["tail_max_repetition"] <= target_repetition]
     inactive = [row["clip"] for row in rows if row["clusters_clipped"] == 0]

@@ -55,8 +55,9 @@ def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
     live = np.sort(np.asarray(sizes)[np.asarray(sizes) > 0])[::-1]
     k = live.size
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    rank = np.arange(1, k + 1)
-    ax.bar(rank, live, width=1.0, color="tab:blue", alpha=0.75, label="documents per cluster")
+    # One filled staircase rather than K bars: 10^4 bar patches take seconds to draw.
+    ax.stairs(live, np.arange(k + 1) + 0.5, fill=True, color="tab:blue", alpha=0.75,
+              label="documents per cluster")
     n_head, n_tail = profile["head_clusters"], profile["tail_clusters"]
     ax.axvspan(0.5, n_head + 0.5, color="tab:red", alpha=0.12,
                label=f"largest {profile['head_fraction']:.0%} of clusters: "
@@ -68,10 +69,11 @@ def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
     ax.set_xlim(0.5, k + 0.5)
     ax.set_xlabel("cluster rank (largest first)")
     ax.set_ylabel("documents (log scale)")
-    ax.set_title(f"Cluster sizes: {k} clusters, {profile['documents']:,} documents, "
-                 f"largest/smallest = {profile['imbalance']:.0f}x")
+    ax.set_title(f"Cluster sizes: {k:,} clusters, {profile['documents']:,} documents\n"
+                 f"largest / smallest = {profile['max_size']:,} / {profile['min_size']:,} "
+                 f"= {profile['imbalance']:,.0f}x")
     ax.legend(loc="upper right", fontsize=8)
-    _save(fig, path, dict(left=0.10, right=0.98, bottom=0.13, top=0.92))
+    _save(fig, path, dict(left=0.10, right=0.98, bottom=0.13, top=0.87))
 
 
 def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
