@@ -152,21 +152,30 @@ def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
 
 
 def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):
-    labels = np.load(workdir / "labels.npy")
+    # W/schedule.npy written as `clusterclip run` does: the report picks it up, and takes R
+    # from the manifest's sample stage when --clip is not given.
+    import shutil
+
+    from clusterclip.workdir import Workdir
+
+    wd = tmp_path / "wd"
+    shutil.copytree(workdir, wd)
+    labels = np.load(wd / "labels.npy")
     eligible = labels >= 0
     clip = 2
     total = 2 * int(eligible.sum())
     sched, sampler = _sampler_schedule(labels, "clusterclip", total, clip=clip, seed=1)
-    path = tmp_path / "sched.npy"
-    np.save(path, sched)
-    rc, stdout, _ = _report(["--workdir", workdir, "--schedule", path, "--strategies", "none",
-                             "--clip", clip, "--windows", 25, "--out", tmp_path / "r"], capsys)
+    np.save(wd / "schedule.npy", sched)
+    w = Workdir(wd)
+    w.begin("sample", "fp", {"strategy": "clusterclip", "clip": clip, "num_samples": total})
+    w.finish("sample", "fp", ["schedule.npy"])
+    rc, stdout, _ = _report(["--workdir", wd, "--strategies", "none", "--windows", 25], capsys)
     assert rc == 0
-    assert str(tmp_path / "r" / "report.md") in stdout and "recommended R" in stdout
-    summary = json.loads((tmp_path / "r" / "summary.json").read_text(encoding="utf-8"))
-    s = summary["schedules"]["schedule"]
+    assert str(wd / "report" / "report.md") in stdout and "recommended R" in stdout
+    summary = _summary(wd / "report")
     assert list(summary["schedules"]) == ["schedule"]
-    assert s["samples"] == total and s["source"] == "sched.npy"
+    s = summary["schedules"]["schedule"]
+    assert s["samples"] == total and s["source"] == "schedule.npy" and s["pool_clip"] == clip
     counts = np.bincount(sched, minlength=labels.size)
     assert s["repetition_histogram"] == np.bincount(counts[eligible]).tolist()
     # Independent pool: cluster k is out after the position of its (R * n_k)-th sample.

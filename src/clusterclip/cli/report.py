@@ -23,6 +23,21 @@ def _clips(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected 'A-B' or 'A,B,C', got {text!r}") from None
 
 
+def _recorded_clip(root: Path, schedule) -> int | None:
+    """The clip that ``clusterclip sample``/``run`` recorded for W/schedule.npy, if any."""
+    if schedule is None or Path(schedule).resolve() != (root / "schedule.npy").resolve():
+        return None
+    from clusterclip.workdir import Workdir
+
+    rec = Workdir(root, create=False).stage("sample") or {}
+    params = rec.get("params") or {}
+    clip = params.get("clip")
+    if rec.get("status") == "done" and params.get("strategy") == "clusterclip" \
+            and isinstance(clip, int) and clip >= 1:
+        return clip
+    return None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/, ...)")
     p.add_argument("--schedule", default=None,
@@ -38,7 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: clusterclip,random)")
     p.add_argument("--num-samples", type=int, default=None,
                    help="budget T when no schedule is given (default: min(3, R) epochs)")
-    p.add_argument("--clip", type=int, default=4, help="ClusterClip's R (default: 4)")
+    p.add_argument("--clip", type=int, default=None,
+                   help="ClusterClip's R for generated schedules, and the R by which a given "
+                        "schedule's clusters leave the pool (default: the R that wrote "
+                        "W/schedule.npy per the manifest, else 4)")
     p.add_argument("--alpha", type=float, default=0.0,
                    help="temperature: cluster weight n_k**alpha (default: 0, uniform)")
     p.add_argument("--seed", type=int, default=0)
@@ -61,9 +79,12 @@ def run(args: argparse.Namespace) -> int:
     schedule = args.schedule
     if schedule is None and not args.no_schedule and (root / "schedule.npy").exists():
         schedule = root / "schedule.npy"
+    clip = args.clip
+    if clip is None:
+        clip = _recorded_clip(root, schedule) or 4
     summary = build_report(
         root, schedule=schedule, label_field=args.label_field, strategies=args.strategies,
-        num_samples=args.num_samples, clip=args.clip, alpha=args.alpha, seed=args.seed,
+        num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
         windows=args.windows, target_repetition=args.target_repetition,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty())
     out = Path(args.out) if args.out else root / "report"

@@ -343,6 +343,7 @@ def build_report(
             raise InputError(f"{schedule}: {e}") from None
         summary_s = schedule_summary(st, sizes, eligible, clip)
         summary_s["source"] = Path(schedule).name
+        summary_s["pool_clip"] = clip  # the R by which its clusters leave the pool
         summary_s["clip_events"] = _clip_events(st, labels, sizes, clip)
         if st.excluded:
             notes.append(f"the schedule draws {st.excluded} samples from excluded documents "

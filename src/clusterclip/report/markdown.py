@@ -118,7 +118,11 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
     ]
     for name, s in sched.items():
-        if "clip_events" in s and s["clip_events"]:
+        if "pool_clip" in s:
+            lines.append(f"`{name}` ({s['source']}): its clusters leave the pool after "
+                         f"R = {s['pool_clip']} passes (`--clip`).")
+            lines.append("")
+        if "clip_events" in s and s["clip_events"].get("clusters_clipped"):
             ce = s["clip_events"]
             lines.append(f"`{name}`: {ce['clusters_clipped']} clusters clipped; the first at "
                          f"position {ce['first']:,}, the last at {ce['last']:,}.")
