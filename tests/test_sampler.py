@@ -18,8 +18,14 @@ from scipy.stats import chisquare
 from clusterclip import ClusterClipSampler
 from clusterclip.errors import InputError
 from clusterclip.sampling import STRATEGIES
-from clusterclip.sampling._engine import GROUP_ELEMS
-from clusterclip.sampling._rng import CHUNK, TAG_PASS, ChoiceVariates, keyed_generator
+from clusterclip.sampling._engine import BIG_PASS, GROUP_ELEMS
+from clusterclip.sampling._rng import (
+    CHUNK,
+    TAG_PASS,
+    ChoiceVariates,
+    KeyedStreams,
+    sfc64_generator,
+)
 
 labels_st = st.lists(st.integers(-1, 9), min_size=1, max_size=120).filter(
     lambda xs: any(x >= 0 for x in xs)).map(lambda xs: np.array(xs, dtype=np.int64))
@@ -97,6 +103,7 @@ def _reference(labels, T, strategy, clip, alpha, seed):
     sizes = np.bincount(labels[labels >= 0], minlength=K)
     docs = [np.flatnonzero(labels == k) for k in range(K)]
     var = ChoiceVariates(seed)
+    passes = KeyedStreams(seed, TAG_PASS)
     counts = np.zeros(K, np.int64)
     out = []
     for t in range(T):
@@ -115,10 +122,14 @@ def _reference(labels, T, strategy, clip, alpha, seed):
         n, c = sizes[k], counts[k]
         p = c // n  # pass number; passes come in groups keyed on (seed, k, group)
         G = max(1, -(-GROUP_ELEMS // n))
+        if strategy == "clusterclip":
+            G = min(G, clip)  # never more passes than a cluster can have
         if n == 1:
             perm = [0]
+        elif G == 1 and n >= BIG_PASS:
+            perm = sfc64_generator(seed, TAG_PASS, k, p).permutation(n)
         else:
-            rng = keyed_generator(seed, TAG_PASS, k, p // G)
+            rng = passes(k, p // G)
             perm = (rng.permutation(n) if G == 1 else
                     rng.permuted(np.broadcast_to(np.arange(n), (G, n)), axis=1)[p % G])
         out.append(int(docs[k][perm[c % n]]))
@@ -141,8 +152,9 @@ def test_vectorised_engine_equals_per_draw_definition(labels, strategy, clip, fr
     # many small clusters clipped close together: sparse sub-blocks, several
     # candidate completions per sub-block
     ([3] * 150 + [1] * 50 + [40] * 10, "clusterclip", 2, 1800),
-    # a cluster above GROUP_ELEMS (one pass per group) crossing passes mid-block
+    # clusters above GROUP_ELEMS / BIG_PASS (one pass per group) crossing passes mid-block
     ([2500, 30, 7], "uniform", None, 9000),
+    ([4200, 3], "uniform", None, 9000),
 ])
 def test_engine_equals_definition_on_block_edge_cases(sizes, strategy, clip, T):
     labels = np.repeat(np.arange(len(sizes)), sizes)

@@ -23,14 +23,17 @@ from clusterclip.sampling._rng import (
     TAG_EPOCH,
     TAG_PASS,
     ChoiceVariates,
-    keyed_generator,
+    KeyedStreams,
+    sfc64_generator,
 )
 
 # A cluster smaller than GROUP_ELEMS documents gets ceil(GROUP_ELEMS / n_k)
 # passes generated together from one key (seed, cluster, group): tiny clusters
 # then need a new generator only every ~GROUP_ELEMS draws, and a sub-block
-# rarely crosses a group boundary. Part of the schedule's definition.
+# rarely crosses a group boundary; with a clip R, at most R passes are made
+# together (a cluster never has more). Part of the schedule's definition.
 GROUP_ELEMS = 2048
+BIG_PASS = 4096  # passes of clusters this big come from their own SFC64 generator
 MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
 MIN_BLOCK = 256
 GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
@@ -64,11 +67,16 @@ class ClusterEngine:
         self.passes_per_group = np.ones(self.K, np.int64)
         self.passes_per_group[nonempty] = np.maximum(
             1, -(-GROUP_ELEMS // self.sizes[nonempty]))
+        if clip is not None:  # a cluster never has more than `clip` passes
+            np.minimum(self.passes_per_group, int(clip), out=self.passes_per_group)
         self.group_len = self.passes_per_group * self.sizes
         self.seg_off = np.zeros(self.K + 1, np.int64)
         np.cumsum(self.group_len, out=self.seg_off[1:])
         self.limit = None if clip is None else int(clip) * self.sizes
+        self._cluster_key = np.uint16 if self.K <= 0xFFFF else np.int64
+        self._cluster_bits = max(1, (self.K - 1).bit_length())
         self._variates = ChoiceVariates(self.seed)
+        self._passes = KeyedStreams(self.seed, TAG_PASS)
         self._cur: np.ndarray | None = None  # current group of passes of every cluster
         self._cur_group: np.ndarray | None = None
         self.clip_events: list[tuple[int, int]] = []  # (cluster, global position of its last draw)
@@ -198,7 +206,10 @@ class ClusterEngine:
     def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
         """Process the next ``n`` global draws; return their documents (int64) if ``gather``."""
         out = np.empty(n, np.int64) if gather else None
-        chosen = np.empty(n, np.int64) if gather else None
+        chosen: list[np.ndarray] = []  # cluster of each draw, in runs
+        pending: list[np.ndarray] = []  # runs whose documents are not gathered yet
+        pending_n = 0
+        pending_counts = self.counts.copy() if gather else None
         start, done = self.pos, 0
         while done < n:
             m = self.pool.size
@@ -234,18 +245,28 @@ class ClusterEngine:
                 hit = np.flatnonzero(full)
                 hits = full[hit]
             if gather:
-                out[done:done + b] = self._gather(local, hit, hits)
-                chosen[done:done + b] = self.pool[local]
+                # Documents are gathered per run of >= MAX_BLOCK draws, not per
+                # sub-block: dense clip periods make many short sub-blocks.
+                run = self.pool.take(local)
+                chosen.append(run)
+                pending.append(run)
+                pending_n += b
             self.counts[self.pool[hit]] += hits
             if self._rem is not None:
                 self._rem[hit] -= hits
             self.pos += b
             done += b
+            if gather and (pending_n >= MAX_BLOCK or done == n):
+                run = pending[0] if len(pending) == 1 else np.concatenate(pending)
+                self._gather(run, pending_counts, out[done - pending_n:done])
+                pending, pending_n = [], 0
+                pending_counts = self.counts.copy()
             if clipped >= 0:
                 self.clip_events.append((int(self.pool[clipped]), self.pos - 1))
                 self._drop_from_pool(clipped)
         if gather:
-            self._blk_start, self._blk_choice = start, chosen
+            self._blk_start = start
+            self._blk_choice = chosen[0] if len(chosen) == 1 else np.concatenate(chosen)
         else:
             self._blk_start, self._blk_choice = self.pos, np.empty(0, np.int64)
         return out
@@ -263,32 +284,48 @@ class ClusterEngine:
         n, G = int(self.sizes[k]), int(self.passes_per_group[k])
         if n == 1:
             local = np.zeros(G, np.int64)
+        elif G == 1 and n >= BIG_PASS:
+            # Big cluster: seeding cost is negligible next to n, and SFC64
+            # shuffles faster than the Philox streams used for small ones.
+            local = sfc64_generator(self.seed, TAG_PASS, k, g).permutation(n)
         else:
-            rng = keyed_generator(self.seed, TAG_PASS, k, g)
+            rng = self._passes(k, g)
             if G == 1:
                 local = rng.permutation(n)
             else:
-                local = np.tile(np.arange(n), G).reshape(G, n)
+                local = (np.arange(G * n) % n).reshape(G, n)
                 rng.permuted(local, axis=1, out=local)
                 local = local.ravel()
         o, so = int(self.offsets[k]), int(self.seg_off[k])
         self._cur[so:so + G * n] = self.docs[o + local]
         self._cur_group[k] = g
 
-    def _gather(self, local: np.ndarray, hit: np.ndarray, hits: np.ndarray) -> np.ndarray:
-        """Documents (int64) of a sub-block's draws.
+    def _gather(self, clusters: np.ndarray, counts: np.ndarray, out: np.ndarray) -> None:
+        """Write into ``out`` the documents of draws of ``clusters`` (global ids).
 
-        local : (b,) pool-local cluster of each draw; hit : ascending pool-local
-        clusters drawn; hits : their draw counts in the sub-block.
+        counts : (K,) draws per cluster before these draws.
         """
         cur = self._ensure_cur()
-        b = local.size
-        # Rank of each draw among the sub-block's draws of its cluster: a
-        # stable sort groups them in draw order (radix sort for uint16 keys).
-        order = np.argsort(local.astype(self._key_dtype, copy=False), kind="stable")
+        b = clusters.size
+        # Rank of each draw among these draws of its cluster: a stable sort
+        # groups them in draw order (numpy radix-sorts 16-bit keys).
+        ib = 32 - self._cluster_bits
+        if b <= 1 << ib:
+            # (cluster << ib | draw index) as uint32: one SIMD sort of unique
+            # keys gives the draws grouped by cluster, in draw order.
+            keys = clusters.astype(np.uint32)
+            keys <<= np.uint32(ib)
+            keys |= np.arange(b, dtype=np.uint32)
+            keys.sort()
+            keys &= np.uint32((1 << ib) - 1)
+            order = keys
+        else:
+            order = np.argsort(clusters.astype(self._cluster_key, copy=False), kind="stable")
+        full = np.bincount(clusters, minlength=self.K)
+        k = np.flatnonzero(full)
+        hits = full[k]
         first = np.cumsum(hits) - hits
-        k = self.pool[hit]
-        j0 = self.counts[k]
+        j0 = counts[k]
         glen = self.group_len[k]
         g0 = j0 // glen
         g1 = (j0 + hits - 1) // glen
@@ -300,9 +337,7 @@ class ClusterEngine:
         vals = cur.take(idx, mode="clip")
         for i in wrap.tolist():
             self._fill_wrapped(int(k[i]), int(j0[i]), int(hits[i]), vals, int(first[i]))
-        out = np.empty(b, np.int64)
         out[order] = vals
-        return out
 
     def _fill_wrapped(self, k: int, j0: int, cnt: int, vals: np.ndarray, w: int) -> None:
         """Draws j0 .. j0+cnt-1 of cluster k, which cross a group boundary (or need a load)."""
@@ -332,6 +367,7 @@ class EpochEngine:
     def __init__(self, eligible: np.ndarray, seed: int) -> None:
         self.eligible = eligible
         self.seed = int(seed)
+        self._streams = KeyedStreams(self.seed, TAG_EPOCH)
         self._epoch = -1
         self._order: np.ndarray | None = None
         self.reset(0)
@@ -350,7 +386,7 @@ class EpochEngine:
     def _epoch_order(self, e: int) -> np.ndarray:
         if e != self._epoch:
             order = self.eligible.copy()
-            keyed_generator(self.seed, TAG_EPOCH, e).shuffle(order)
+            self._streams(e).shuffle(order)
             self._order, self._epoch = order, e
         return self._order
 

@@ -25,6 +25,42 @@ def keyed_generator(*key: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(k) for k in key])))
 
 
+def sfc64_generator(*key: int) -> np.random.Generator:
+    """A fresh Generator on SFC64 (the fastest numpy bit generator) keyed on ``key``."""
+    return np.random.Generator(np.random.SFC64(np.random.SeedSequence([int(k) for k in key])))
+
+
+class KeyedStreams:
+    """Random streams indexed by ``(a, b)`` under a fixed ``(seed, tag)``.
+
+    Philox4x64 is counter based: the stream of ``(a, b)`` starts at counter
+    ``(0, a, b, 0)`` under the key derived from ``(seed, tag)``, and streams
+    never overlap (each may use 2**64 blocks). Switching streams is a cheap
+    state assignment on one reused generator (about 10x cheaper than seeding
+    a new one), which matters for the many small clusters' passes.
+    """
+
+    def __init__(self, seed: int, tag: int) -> None:
+        self.seed, self.tag = int(seed), int(tag)
+        self._key = np.random.SeedSequence([self.seed, self.tag]).generate_state(2, np.uint64)
+        self._bitgen = np.random.Philox(key=self._key)
+        self._gen = np.random.Generator(self._bitgen)
+
+    def __call__(self, a: int, b: int = 0) -> np.random.Generator:
+        """The generator positioned at the start of stream ``(a, b)`` (shared object)."""
+        self._bitgen.state = {
+            "bit_generator": "Philox",
+            "state": {"counter": np.array([0, a, b, 0], dtype=np.uint64), "key": self._key},
+            "buffer": np.zeros(4, np.uint64), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0}
+        return self._gen
+
+    def __getstate__(self) -> dict:
+        return {"seed": self.seed, "tag": self.tag}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["seed"], state["tag"])
+
+
 class ChoiceVariates:
     """Uniform uint32 variates indexed by global draw position.
 
