@@ -1,0 +1,159 @@
+"""Pure data steps of the experiment: byte tokens, the held-out split, packing.
+
+Everything here takes and returns numpy arrays; nothing touches files or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from clusterclip.experiment.config import EOS
+
+
+def encode_documents(texts: Sequence[str | None], max_doc_tokens: int
+                     ) -> tuple[list[np.ndarray], np.ndarray]:
+    """UTF-8 bytes of each text, truncated, each followed by :data:`EOS`.
+
+    Long documents are *truncated*: a document keeps its first
+    ``max_doc_tokens - 1`` bytes, then EOS, so that every document (plus one
+    leading EOS as context) fits one training window and each one is evaluated
+    from its start. A missing text (None) becomes an empty array.
+
+    Returns ``(docs, truncated)``: ``docs[i]`` is int16[n_i] with values in
+    [0, 256] (n_i <= max_doc_tokens, 0 for missing text), ``truncated`` is
+    bool[N], True where bytes were cut off.
+    """
+    if max_doc_tokens < 2:
+        raise ValueError("max_doc_tokens must be at least 2 (one byte plus EOS)")
+    keep = max_doc_tokens - 1
+    docs: list[np.ndarray] = []
+    truncated = np.zeros(len(texts), dtype=bool)
+    for i, text in enumerate(texts):
+        if text is None:
+            docs.append(np.zeros(0, dtype=np.int16))
+            continue
+        raw = text.encode("utf-8", errors="surrogatepass")
+        truncated[i] = len(raw) > keep
+        tokens = np.empty(min(len(raw), keep) + 1, dtype=np.int16)
+        tokens[:-1] = np.frombuffer(raw[:keep], dtype=np.uint8)
+        tokens[-1] = EOS
+        docs.append(tokens)
+    return docs, truncated
+
+
+def stratified_split(labels: np.ndarray, valid_fraction: float = 0.1,
+                     min_cluster_docs: int = 10, seed: int = 0) -> np.ndarray:
+    """Choose held-out (validation) documents, stratified by cluster.
+
+    ``labels``: int[N], cluster id per document, -1 for excluded documents.
+    Every cluster with at least ``min_cluster_docs`` documents gives
+    ``max(1, round(valid_fraction * n_k))`` of its documents, chosen uniformly
+    at random; smaller clusters give none (they stay whole in training, since
+    holding out their only documents would leave nothing of them to learn).
+    Excluded documents are never held out. Deterministic in ``seed``.
+
+    Returns bool[N], True for held-out documents.
+    """
+    labels = np.asarray(labels)
+    if not 0.0 < valid_fraction < 1.0:
+        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
+    if min_cluster_docs < 2:
+        raise ValueError("min_cluster_docs must be at least 2, so a cluster keeps training docs")
+    held = np.zeros(labels.shape[0], dtype=bool)
+    rng = np.random.default_rng(seed)
+    eligible = np.flatnonzero(labels >= 0)
+    # stable sort: members of a cluster stay in corpus order before the shuffle
+    order = eligible[np.argsort(labels[eligible], kind="stable")]
+    ids, starts, counts = np.unique(labels[order], return_index=True, return_counts=True)
+    for start, n in zip(starts, counts, strict=True):
+        if n < min_cluster_docs:
+            continue
+        take = min(n - 1, max(1, int(round(valid_fraction * n))))
+        members = order[start:start + n]
+        held[rng.choice(members, size=take, replace=False)] = True
+    return held
+
+
+def pack_sequences(docs: Iterable[np.ndarray], seq_len: int) -> Iterator[np.ndarray]:
+    """Pack a stream of documents into fixed-length training windows.
+
+    The token stream is one EOS followed by each document in order (each
+    document already ends with EOS, see :func:`encode_documents`). Window
+    ``j`` is ``stream[j * seq_len : j * seq_len + seq_len + 1]`` (int64), so
+    inputs are ``w[:-1]`` and targets ``w[1:]``: every token of the stream
+    after the first is a target exactly once, and documents cross window
+    boundaries as in LM pre-training. A final partial window is not yielded.
+    """
+    if seq_len < 1:
+        raise ValueError("seq_len must be positive")
+    buf = np.array([EOS], dtype=np.int64)
+    pending: list[np.ndarray] = [buf]
+    have = 1
+    for doc in docs:
+        if doc.size == 0:
+            continue
+        pending.append(doc)
+        have += doc.size
+        if have < seq_len + 1:
+            continue
+        buf = np.concatenate(pending).astype(np.int64, copy=False)
+        n_windows = (buf.size - 1) // seq_len
+        for j in range(n_windows):
+            yield buf[j * seq_len: j * seq_len + seq_len + 1].copy()
+        rest = buf[n_windows * seq_len:]  # starts with the last target, as next input
+        pending = [rest]
+        have = rest.size
+
+
+def token_balanced_weights(labels: np.ndarray, doc_tokens: np.ndarray, alpha: float = 0.0,
+                           num_clusters: int | None = None) -> np.ndarray:
+    """Cluster choice weights that balance clusters by *tokens* instead of documents.
+
+    A cluster sampler picks cluster k with weight w_k and then one document of
+    it, so cluster k receives tokens in proportion to w_k * m_k, where m_k is
+    its mean document length in tokens. With ``w_k = n_k ** alpha / m_k`` the
+    expected tokens per cluster are proportional to ``n_k ** alpha`` (equal
+    for alpha = 0), which is the document-balanced rule restated in tokens.
+
+    ``labels``: int[N] (-1 excluded); ``doc_tokens``: int[N] tokens per document.
+    Returns float64[K] (K = ``num_clusters`` or max label + 1), normalised to
+    sum 1; clusters without documents get weight 0.
+    """
+    labels = np.asarray(labels)
+    doc_tokens = np.asarray(doc_tokens, dtype=np.float64)
+    k = int(num_clusters if num_clusters is not None else labels.max(initial=-1) + 1)
+    use = labels >= 0
+    counts = np.bincount(labels[use], minlength=k).astype(np.float64)
+    tokens = np.bincount(labels[use], weights=doc_tokens[use], minlength=k)
+    weights = np.zeros(k, dtype=np.float64)
+    ok = (counts > 0) & (tokens > 0)
+    mean_tokens = tokens[ok] / counts[ok]
+    weights[ok] = counts[ok] ** alpha / mean_tokens
+    total = weights.sum()
+    if total <= 0:
+        raise ValueError("no cluster has any tokens")
+    return weights / total
+
+
+def matched_train_sample(labels: np.ndarray, held: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Training documents with the same per-cluster counts as the held-out set.
+
+    For every cluster, choose as many of its *training* documents as it has
+    held-out documents, uniformly at random. The loss on this sample is
+    directly comparable to the held-out loss (same cluster mix), so their
+    difference is the generalisation gap. Returns int64 document indices,
+    ascending.
+    """
+    labels = np.asarray(labels)
+    held = np.asarray(held, dtype=bool)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for k in np.unique(labels[held]):
+        pool = np.flatnonzero((labels == k) & ~held)
+        take = min(pool.size, int(np.count_nonzero(held & (labels == k))))
+        chosen.append(rng.choice(pool, size=take, replace=False))
+    if not chosen:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.concatenate(chosen)).astype(np.int64)

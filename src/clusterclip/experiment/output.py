@@ -1,0 +1,170 @@
+"""The experiment's files: results.json, results.md and two PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from clusterclip.experiment.metrics import METRICS
+
+_LABELS = {
+    "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
+    "val_head": "val head", "train_micro": "train", "gap": "gap",
+}
+
+
+def strategy_name(name: str, results: dict[str, Any]) -> str:
+    """Display name: cluster strategies balanced by tokens are marked so."""
+    if name != "random" and results["config"]["balance_by"] == "tokens":
+        return f"{name} (tokens)"
+    return name
+
+
+def format_table(results: dict[str, Any], markdown: bool = False) -> str:
+    """Per strategy, ``mean ± std`` over seeds of every metric (nats per token)."""
+    head = ["strategy"] + [_LABELS[m] for m in METRICS]
+    rows = []
+    for name, entry in results["strategies"].items():
+        cells = [strategy_name(name, results)]
+        for m in METRICS:
+            v = entry["metrics"][m]
+            cells.append(f"{v['mean']:.4f} ± {v['std']:.4f}")
+        rows.append(cells)
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))
+                     for r in [head, *rows])
+
+
+def format_deltas(results: dict[str, Any]) -> str:
+    """Markdown table of paired differences to random (same seed, same init)."""
+    lines = []
+    for name, entry in results["strategies"].items():
+        if "vs_random" not in entry:
+            continue
+        cells = [strategy_name(name, results) + " − random"]
+        for m in METRICS:
+            v = entry["vs_random"][m]
+            cells.append(f"{v['mean']:+.4f} ± {v['std']:.4f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    head = ["difference"] + [_LABELS[m] for m in METRICS]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *lines])
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """``results.md``: setup, the metric table, paired differences, plots."""
+    c, d = results["config"], results["data"]
+    m = c["model"]
+    parts = [
+        "# ClusterClip experiment: held-out loss per sampling strategy",
+        "",
+        f"A byte-level decoder-only transformer ({m['n_layers']} layers, d={m['d_model']}, "
+        f"{m['n_heads']} heads, window {m['seq_len']}) is trained once per strategy and seed "
+        f"on {d['budget_tokens']:,} tokens ({c['steps']} steps; "
+        f"{d['epochs_equivalent']:.2f} epochs of the training text), from the same "
+        f"initialisation for the same seed. Seeds: {c['seeds']}; clip R = {c['clip']}; "
+        f"alpha = {c['alpha']}; clusters balanced by {c['balance_by']}; "
+        f"device {results['device']}.",
+        "",
+        f"Data: {d['documents']:,} documents in {d['clusters']} clusters "
+        f"({d['no_text']} without text and {d['excluded']} excluded in all). "
+        f"Held out: {d['valid_docs']} documents ({d['valid_tokens']:,} tokens) from the "
+        f"{d['valid_clusters']} clusters with at least {c['min_cluster_docs']} documents, "
+        f"{c['valid_fraction']:.0%} of each; training uses the other {d['train_docs']:,} "
+        f"({d['train_tokens']:,} tokens). Documents are truncated to their first "
+        f"{c['max_doc_tokens'] - 1} bytes ({d['truncated']:,} were longer), each followed by "
+        f"an end-of-document token, and packed in schedule order into windows.",
+        "",
+        "Loss in nats per token, mean ± std over seeds. *micro*: all held-out tokens; "
+        "*macro*: mean of per-cluster losses; *tail* / *head*: mean over the smallest / largest "
+        f"quarter of the evaluated clusters (tail {d['tail_clusters']}, head "
+        f"{d['head_clusters']}); *train*: the same loss on a training sample with the held-out "
+        "set's cluster mix; *gap* = val micro − train. Lower is better "
+        "(uniform-byte baseline ln 256 = 5.545).",
+        "",
+        format_table(results, markdown=True),
+    ]
+    deltas = format_deltas(results)
+    if deltas:
+        parts += ["", "Paired by seed (same initialisation), difference to random "
+                  "(negative = lower loss than random); a mean within about 2 std of 0 is "
+                  "not distinguishable from noise at this number of seeds:", "", deltas]
+    parts += ["", "What each schedule fed the model (first seed):", "",
+              "| strategy | docs drawn | distinct docs | max repetition | tail token share "
+              "| head token share |", "|---|---|---|---|---|---|"]
+    for name, entry in results["strategies"].items():
+        s = entry["runs"][0]["schedule"]
+        parts.append(f"| {strategy_name(name, results)} | {s['docs_drawn']:,} | "
+                     f"{s['distinct_docs']:,} | {s['max_repetition']} | "
+                     f"{s['tail_token_share']:.3f} | {s['head_token_share']:.3f} |")
+    parts += ["", "![validation loss over training](val_curves.png)", "",
+              "![per-cluster loss vs cluster size](cluster_loss.png)", ""]
+    return "\n".join(parts)
+
+
+def plot_curves(results: dict[str, Any], path: Path) -> None:
+    """Validation micro loss against training tokens, mean ± std band per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    for name, entry in results["strategies"].items():
+        curves = [r["curve"] for r in entry["runs"]]
+        x = np.array([p["tokens"] for p in curves[0]])
+        y = np.array([[p["val_loss"] for p in c] for c in curves])
+        mean, std = y.mean(axis=0), y.std(axis=0)
+        ax.plot(x[1:], mean[1:], marker="o", ms=3, label=strategy_name(name, results))
+        ax.fill_between(x[1:], (mean - std)[1:], (mean + std)[1:], alpha=0.2)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("validation loss (nats/token, micro)")
+    ax.set_title("Validation loss over training (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
+    """Final per-cluster validation loss against cluster size, one series per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    for name, entry in results["strategies"].items():
+        keys = sorted(entry["runs"][0]["per_cluster"], key=int)
+        size = np.array([entry["runs"][0]["per_cluster"][k]["size"] for k in keys])
+        loss = np.array([[r["per_cluster"][k]["loss"] for k in keys] for r in entry["runs"]])
+        order = np.argsort(size, kind="stable")
+        ax.plot(size[order], loss.mean(axis=0)[order], marker="o", ms=4, lw=0.8,
+                label=strategy_name(name, results))
+    ax.set_xscale("log")
+    ax.set_xlabel("cluster size (documents, log scale)")
+    ax.set_ylabel("validation loss of the cluster (nats/token)")
+    ax.set_title("Per-cluster held-out loss vs cluster size (mean over seeds)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
+    """Write every output file into ``directory`` (created); returns their names."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "results.json").write_text(
+        json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (directory / "results.md").write_text(render_markdown(results), encoding="utf-8")
+    plot_curves(results, directory / "val_curves.png")
+    plot_cluster_loss(results, directory / "cluster_loss.png")
+    return ["results.json", "results.md", "val_curves.png", "cluster_loss.png"]
