@@ -285,3 +285,13 @@ def test_bad_input_exits_2_and_writes_nothing(case, pattern, workdir, tmp_path, 
     assert len(lines) == 1 and "error" in lines[0] and re.search(pattern, lines[0]), stderr
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report_out")]
+
+
+def test_failed_run_keeps_the_previous_report(workdir, tmp_path, capsys):
+    out = tmp_path / "report_out"
+    out.mkdir()
+    (out / "summary.json").write_text("{}\n", encoding="utf-8")
+    rc, _, _ = _report([*_bad_schedule(workdir, tmp_path), "--out", out], capsys)
+    assert rc == 2
+    assert [p.name for p in out.iterdir()] == ["summary.json"]
+    assert (out / "summary.json").read_text(encoding="utf-8") == "{}\n"

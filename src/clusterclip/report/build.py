@@ -389,7 +389,7 @@ def build_report(
         "excluded_documents": n - n_eligible,
         "num_clusters": k,
         "num_samples": total,
-        "windows": int(schedules[next(iter(schedules))]["window_end"].__len__()),
+        "windows": len(next(iter(schedules.values()))["window_end"]),
         "clusters": profile,
         "corpus_tail_share": float(sizes[tail].sum() / n_eligible),
         "corpus_head_share": float(sizes[head].sum() / n_eligible),
