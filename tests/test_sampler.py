@@ -18,13 +18,12 @@ from scipy.stats import chisquare
 from clusterclip import ClusterClipSampler
 from clusterclip.errors import InputError
 from clusterclip.sampling import STRATEGIES
-from clusterclip.sampling._engine import BIG_PASS, GROUP_ELEMS
+from clusterclip.sampling._engine import GROUP_ELEMS
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_PASS,
     ChoiceVariates,
     KeyedStreams,
-    sfc64_generator,
 )
 
 labels_st = st.lists(st.integers(-1, 9), min_size=1, max_size=120).filter(
@@ -126,8 +125,6 @@ def _reference(labels, T, strategy, clip, alpha, seed):
             G = min(G, clip)  # never more passes than a cluster can have
         if n == 1:
             perm = [0]
-        elif G == 1 and n >= BIG_PASS:
-            perm = sfc64_generator(seed, TAG_PASS, k, p).permutation(n)
         else:
             rng = passes(k, p // G)
             perm = (rng.permutation(n) if G == 1 else
@@ -152,7 +149,7 @@ def test_vectorised_engine_equals_per_draw_definition(labels, strategy, clip, fr
     # many small clusters clipped close together: sparse sub-blocks, several
     # candidate completions per sub-block
     ([3] * 150 + [1] * 50 + [40] * 10, "clusterclip", 2, 1800),
-    # clusters above GROUP_ELEMS / BIG_PASS (one pass per group) crossing passes mid-block
+    # clusters above GROUP_ELEMS (one pass per group) crossing passes mid-block
     ([2500, 30, 7], "uniform", None, 9000),
     ([4200, 3], "uniform", None, 9000),
 ])

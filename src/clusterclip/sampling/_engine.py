@@ -24,7 +24,6 @@ from clusterclip.sampling._rng import (
     TAG_PASS,
     ChoiceVariates,
     KeyedStreams,
-    sfc64_generator,
 )
 
 # A cluster smaller than GROUP_ELEMS documents gets ceil(GROUP_ELEMS / n_k)
@@ -33,7 +32,6 @@ from clusterclip.sampling._rng import (
 # rarely crosses a group boundary; with a clip R, at most R passes are made
 # together (a cluster never has more). Part of the schedule's definition.
 GROUP_ELEMS = 2048
-BIG_PASS = 4096  # passes of clusters this big come from their own SFC64 generator
 MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
 MIN_BLOCK = 256
 GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
@@ -284,10 +282,6 @@ class ClusterEngine:
         n, G = int(self.sizes[k]), int(self.passes_per_group[k])
         if n == 1:
             local = np.zeros(G, np.int64)
-        elif G == 1 and n >= BIG_PASS:
-            # Big cluster: seeding cost is negligible next to n, and SFC64
-            # shuffles faster than the Philox streams used for small ones.
-            local = sfc64_generator(self.seed, TAG_PASS, k, g).permutation(n)
         else:
             rng = self._passes(k, g)
             if G == 1:
@@ -297,7 +291,8 @@ class ClusterEngine:
                 rng.permuted(local, axis=1, out=local)
                 local = local.ravel()
         o, so = int(self.offsets[k]), int(self.seg_off[k])
-        self._cur[so:so + G * n] = self.docs[o + local]
+        # mode="clip": with out= and the default mode numpy buffers a copy
+        np.take(self.docs[o:o + n], local, out=self._cur[so:so + G * n], mode="clip")
         self._cur_group[k] = g
 
     def _gather(self, clusters: np.ndarray, counts: np.ndarray, out: np.ndarray) -> None:
