@@ -17,10 +17,14 @@ def _clips(text: str) -> list[int]:
     try:
         if "-" in text and "," not in text:
             lo, hi = (int(x) for x in text.split("-", 1))
-            return list(range(lo, hi + 1))
-        return [int(x) for x in text.split(",") if x.strip()]
+            values = list(range(lo, hi + 1))
+        else:
+            values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected 'A-B' or 'A,B,C', got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"values of R must be >= 1, got {text!r}")
+    return values
 
 
 def _recorded_clip(root: Path, schedule) -> int | None:
@@ -65,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-repetition", type=int, default=4,
                    help="choose-R: most passes allowed over a tail document (default: 4)")
     p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
-                   help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16)")
+                   help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
+                        "extended to 7 past the smallest R that fits the budget)")
     p.add_argument("--out", default=None, help="report directory (default: W/report)")
 
 
