@@ -114,7 +114,6 @@ class ClusterEngine:
 
     def _pool_changed(self) -> None:
         m = self.pool.size
-        self._key_dtype = np.uint16 if m <= 0xFFFF else np.int64
         if self.weights is None or m == 0:
             self._p = None
             return
@@ -195,9 +194,10 @@ class ClusterEngine:
         flag[over] = True
         sel = np.flatnonzero(flag[local])  # draws of the candidate clusters, in order
         sub = local[sel]
-        order = np.argsort(sub.astype(self._key_dtype, copy=False), kind="stable")
+        # (cluster, draw) pairs in order: sort unique composite keys (SIMD sort)
+        order = np.sort(sub * local.size + sel) % local.size
         per = np.bincount(sub, minlength=self.pool.size)[over]
-        ends = sel[order[np.cumsum(per) - per + rem[over] - 1]]
+        ends = order[np.cumsum(per) - per + rem[over] - 1]
         i = int(np.argmin(ends))
         return int(over[i]), int(ends[i])
 
@@ -332,7 +332,7 @@ class ClusterEngine:
         vals = cur.take(idx, mode="clip")
         for i in wrap.tolist():
             self._fill_wrapped(int(k[i]), int(j0[i]), int(hits[i]), vals, int(first[i]))
-        out[order] = vals
+        out[order] = vals.astype(np.int64)  # same-dtype scatter is faster
 
     def _fill_wrapped(self, k: int, j0: int, cnt: int, vals: np.ndarray, w: int) -> None:
         """Draws j0 .. j0+cnt-1 of cluster k, which cross a group boundary (or need a load)."""
