@@ -73,7 +73,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"device {results['device']}.",
         "",
         f"Data: {d['documents']:,} documents in {d['clusters']} clusters "
-        f"({d['no_text']} without text and {d['excluded']} excluded in all). "
+        f"({d['excluded']} excluded: label -1 or no text, of which {d['no_text']} "
+        "without text). "
         f"Held out: {d['valid_docs']} documents ({d['valid_tokens']:,} tokens) from the "
         f"{d['valid_clusters']} clusters with at least {c['min_cluster_docs']} documents, "
         f"{c['valid_fraction']:.0%} of each; training uses the other {d['train_docs']:,} "
@@ -147,7 +148,7 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
         size = np.array([entry["runs"][0]["per_cluster"][k]["size"] for k in keys])
         loss = np.array([[r["per_cluster"][k]["loss"] for k in keys] for r in entry["runs"]])
         order = np.argsort(size, kind="stable")
-        ax.plot(size[order], loss.mean(axis=0)[order], marker="o", ms=4, lw=0.8,
+        ax.plot(size[order], loss.mean(axis=0)[order], marker="o", ms=4, lw=0.8, alpha=0.8,
                 label=strategy_name(name, results))
     ax.set_xscale("log")
     ax.set_xlabel("cluster size (documents, log scale)")
