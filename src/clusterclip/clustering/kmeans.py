@@ -41,7 +41,7 @@ _INIT_MIN_SAMPLE = 4096
 # At most this many worst-fitting rows are candidates for re-seeding empty clusters.
 _RESEED_POOL = 256
 # Passes at the end that re-seed clusters left empty by the last assignment.
-_MAX_REPAIRS = 5
+_MAX_REPAIRS = 10
 
 
 @dataclass
@@ -454,7 +454,10 @@ class _Engine:
         (score, global row), so the choice does not depend on the sharding."""
         import torch
 
+        # A row that is alone in its cluster would only empty that cluster by moving.
+        sizes = p.counts.cpu().numpy()
         v = np.flatnonzero(p.labels >= 0)
+        v = v[sizes[p.labels[v]] > 1]
         kk = min(k, len(v))
         if kk:
             part = v[np.argpartition(p.scores[v], kk - 1)[:kk]] if kk < len(v) else v
