@@ -146,7 +146,7 @@ def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: flo
     ``tail_quartile_share_per_window`` and ``head_quartile_share_per_window``.
     """
     plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.9))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.6, 3.9))
     for i, (name, s) in enumerate(series.items()):
         end = np.asarray(s["window_end"], dtype=np.float64)
         progress = end / end[-1]
@@ -170,13 +170,16 @@ def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: flo
                 label=f"corpus share, smallest 25% ({corpus_tail_share:.1%})")
     ax2.axhline(corpus_head_share, color="black", lw=0.8, ls="-.",
                 label=f"corpus share, largest 25% ({corpus_head_share:.1%})")
+    top = max([corpus_tail_share, corpus_head_share]
+              + [max(max(s["tail_quartile_share_per_window"]),
+                     max(s["head_quartile_share_per_window"])) for s in series.values()])
     ax2.set_xlim(0, 1)
-    ax2.set_ylim(0, 1.02)
+    ax2.set_ylim(0, min(1.02, top * 1.15 + 0.02))
     ax2.set_xlabel("training progress (share of the schedule)")
     ax2.set_ylabel("share of the window's samples")
     ax2.set_title("Samples from the smallest / largest quartile of clusters")
     ax2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    _save(fig, path, dict(left=0.06, right=0.78, bottom=0.13, top=0.91, wspace=0.22))
+    _save(fig, path, dict(left=0.06, right=0.74, bottom=0.13, top=0.91, wspace=0.22))
 
 
 def plot_choose_clip(analysis: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
@@ -187,7 +190,7 @@ def plot_choose_clip(analysis: Mapping[str, Any], path: str | os.PathLike[str]) 
     rep = np.array([row["tail_max_repetition"] for row in rows])
     share = np.array([row["tail_share"] for row in rows])
     feasible = np.array([row["feasible"] for row in rows])
-    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
     ax.plot(r, rep, marker="o", color="tab:red", label="tail max repetition (expected)")
     if any("measured_tail_max_repetition" in row for row in rows):
         mr = [(row["clip"], row["measured_tail_max_repetition"]) for row in rows
@@ -212,7 +215,9 @@ def plot_choose_clip(analysis: Mapping[str, Any], path: str | os.PathLike[str]) 
     ax2.grid(False)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+    # Below the axes: inside, the legend would hide the curves it explains.
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+              ncol=2, frameon=False)
     ax.set_title(f"Choosing R for T = {analysis['budget']:,} samples "
                  f"({analysis['budget'] / analysis['eligible_documents']:.2g} epochs)")
-    _save(fig, path, dict(left=0.10, right=0.88, bottom=0.13, top=0.91))
+    _save(fig, path, dict(left=0.10, right=0.88, bottom=0.25, top=0.93))
