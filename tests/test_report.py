@@ -124,6 +124,9 @@ def test_report_files_are_valid(full_report):
 def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
     labels = np.load(workdir / "labels.npy")
     eligible = labels >= 0
+    from clusterclip.corpus import Corpus
+
+    text_lengths = np.asarray(Corpus.load(workdir / "corpus").text_lengths, dtype=np.int64)
     summary = build_report(workdir, clip=3, seed=5, windows=20, out=tmp_path / "r")
     total = 3 * int(eligible.sum())  # default budget: min(3, R) epochs
     assert summary["num_samples"] == total
@@ -137,6 +140,11 @@ def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
         lab = labels[sched]
         assert s["tail_quartile_share"] == pytest.approx(np.isin(lab, tail).mean(), rel=1e-5)
         assert s["head_quartile_share"] == pytest.approx(np.isin(lab, head).mean(), rel=1e-5)
+        # In characters: every sample weighs its document's text length.
+        chars = text_lengths[sched]
+        assert s["characters"] == chars.sum()
+        assert s["tail_quartile_char_share"] == pytest.approx(
+            chars[np.isin(lab, tail)].sum() / chars.sum(), rel=1e-5)
         edges = window_edges(total, 20)
         for w, share in enumerate(s["tail_quartile_share_per_window"]):
             want = np.isin(lab[edges[w]:edges[w + 1]], tail).mean()

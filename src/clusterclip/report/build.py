@@ -19,7 +19,13 @@ from clusterclip.errors import InputError
 from clusterclip.report.clip import DEFAULT_TARGET_REPETITION, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.metrics import cluster_label_agreement
-from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summary, size_profile
+from clusterclip.report.stats import (
+    ScheduleStats,
+    character_shares,
+    cluster_sizes,
+    schedule_summary,
+    size_profile,
+)
 
 STRATEGIES = ("clusterclip", "random", "uniform", "temperature")
 DEFAULT_STRATEGIES = ("clusterclip", "random")
@@ -248,6 +254,15 @@ def _label_agreement(corpus, labels: np.ndarray, field: str
     return result, majority
 
 
+def _corpus_char_shares(labels: np.ndarray, text_lengths: np.ndarray, tail: np.ndarray,
+                        head: np.ndarray) -> dict[str, float]:
+    keep = labels >= 0
+    chars = np.bincount(labels[keep], weights=text_lengths[keep].astype(np.float64))
+    total = float(chars.sum()) or 1.0
+    return {"tail_quartile_char_share": float(chars[tail].sum() / total),
+            "head_quartile_char_share": float(chars[head].sum() / total)}
+
+
 def build_report(
     workdir: str | os.PathLike[str],
     *,
@@ -332,6 +347,15 @@ def build_report(
     agreement, majority = (_label_agreement(corpus, labels, label_field)
                            if label_field is not None else (None, None))
 
+    tail, head = _quartiles(sizes)
+    text_lengths = None if corpus is None else np.asarray(corpus.text_lengths, dtype=np.int64)
+
+    def with_characters(summary_s: dict[str, Any], st: ScheduleStats) -> dict[str, Any]:
+        if text_lengths is not None:
+            summary_s.update(character_shares(st, labels, text_lengths,
+                                              {"tail_quartile": tail, "head_quartile": head}))
+        return summary_s
+
     block = _block_size(n)
     schedules: dict[str, dict[str, Any]] = {}
     shares: dict[str, np.ndarray] = {}
@@ -348,7 +372,7 @@ def build_report(
         if st.excluded:
             notes.append(f"the schedule draws {st.excluded} samples from excluded documents "
                          "(label -1)")
-        schedules["schedule"] = summary_s
+        schedules["schedule"] = with_characters(summary_s, st)
         shares["schedule"] = st.cluster_counts / total
     for strategy in strategies:
         sampler = _sampler(labels, strategy, total, clip, alpha, seed)
@@ -362,10 +386,9 @@ def build_report(
         if strategy == "clusterclip":
             summary_s["clip_events"] = (_sampler_clip_events(_jsonable(sampler.summary()))
                                         or _clip_events(st, labels, sizes, clip))
-        schedules[strategy] = summary_s
+        schedules[strategy] = with_characters(summary_s, st)
         shares[strategy] = st.cluster_counts / total
 
-    tail, head = _quartiles(sizes)
     tail_docs = np.isin(labels, tail)
 
     def measure(r: int) -> dict[str, Any]:
@@ -393,6 +416,8 @@ def build_report(
         "clusters": profile,
         "corpus_tail_share": float(sizes[tail].sum() / n_eligible),
         "corpus_head_share": float(sizes[head].sum() / n_eligible),
+        "corpus_char_shares": None if text_lengths is None else _corpus_char_shares(
+            labels, text_lengths, tail, head),
         "schedules": schedules,
         "choose_clip": choose,
         "label_agreement": agreement,

@@ -23,6 +23,22 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
 
 
+def _character_lines(summary: Mapping[str, Any]) -> list[str]:
+    corpus = summary.get("corpus_char_shares")
+    if not corpus:
+        return []
+    rows = [[name, f"{s['characters']:,}", _pct(s["tail_quartile_char_share"]),
+             _pct(s["head_quartile_char_share"])] for name, s in summary["schedules"].items()]
+    rows.append(["corpus (each document once)", "-", _pct(corpus["tail_quartile_char_share"]),
+                 _pct(corpus["head_quartile_char_share"])])
+    return ["Measured in text instead of documents (characters, a proxy for tokens: a "
+            "training budget is counted in tokens, and clusters differ in document length):",
+            "",
+            *_table(["schedule", "characters", "smallest 25% share", "largest 25% share"],
+                    rows),
+            ""]
+
+
 def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> str:
     """Markdown text of the report; ``figures`` maps figure keys to file names."""
     p = summary["clusters"]
@@ -94,6 +110,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         f"For reference, the smallest 25% of clusters hold {_pct(summary['corpus_tail_share'])} "
         f"of the corpus and the largest 25% hold {_pct(summary['corpus_head_share'])}.",
         "",
+        *_character_lines(summary),
         "### Share of each cluster",
         "",
         f"![schedule share vs corpus share]({figures['share']})",

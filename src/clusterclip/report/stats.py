@@ -236,3 +236,25 @@ def schedule_summary(stats: ScheduleStats, sizes: np.ndarray, eligible: np.ndarr
         "tail_quartile_share_per_window": [float(x) for x in stats.group_share_per_window(tail)],
         "head_quartile_share_per_window": [float(x) for x in stats.group_share_per_window(head)],
     }
+
+
+def character_shares(stats: ScheduleStats, labels: np.ndarray, text_lengths: np.ndarray,
+                     groups: dict[str, np.ndarray]) -> dict[str, Any]:
+    """How a schedule splits *text* (characters, a proxy for tokens) rather than documents.
+
+    ``labels`` int[N], ``text_lengths`` int[N] characters per document,
+    ``groups`` name -> cluster ids. Returns ``characters`` (total characters in
+    the schedule, repeats counted) and ``<name>_char_share`` for each group.
+    A training budget is counted in tokens, so a schedule balanced by documents
+    can still be unbalanced in text when clusters differ in document length.
+    """
+    labels = np.asarray(labels)
+    keep = labels >= 0
+    weight = stats.doc_counts[keep] * np.asarray(text_lengths, dtype=np.float64)[keep]
+    per_cluster = np.bincount(labels[keep], weights=weight, minlength=stats.num_clusters)
+    total = float(per_cluster.sum())
+    out: dict[str, Any] = {"characters": int(round(total))}
+    for name, ids in groups.items():
+        out[f"{name}_char_share"] = float(per_cluster[ids].sum() / total) if total else 0.0
+    return out
+
