@@ -277,7 +277,8 @@ class ClusterClipSampler:
                 raise InputError(f"state_dict does not match this sampler: {key} "
                                  f"{state.get(key)!r} != {mine!r}")
         pos = state.get("position")
-        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= self.num_samples:
+        if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) \
+                or not 0 <= pos <= self.num_samples:
             raise InputError(f"state_dict position must be in [0, {self.num_samples}], got {pos!r}")
         counts = None
         if isinstance(self._engine, ClusterEngine):
@@ -287,7 +288,7 @@ class ClusterClipSampler:
                     or (counts < 0).any() or (lim is not None and (counts > lim).any())):
                 raise InputError("state_dict counts are inconsistent with its position and "
                                  "this sampler's clusters")
-        self._set_start(pos, counts)
+        self._set_start(int(pos), counts)
 
     # --------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
