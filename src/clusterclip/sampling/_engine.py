@@ -91,7 +91,7 @@ class ClusterEngine:
         self.counts = (np.zeros(self.K, np.int64) if counts is None
                        else np.array(counts, dtype=np.int64))
         self._blk_start = self.pos
-        self._blk_choice = np.empty(0, np.int64)
+        self._blk_choice = np.empty(0, np.uint32)
         self._rebuild_pool()
 
     def _rebuild_pool(self) -> None:
@@ -114,6 +114,7 @@ class ClusterEngine:
 
     def _pool_changed(self) -> None:
         m = self.pool.size
+        self._pool32 = self.pool.astype(np.uint32)  # compact cluster ids for gathering
         if self.weights is None or m == 0:
             self._p = None
             return
@@ -208,6 +209,7 @@ class ClusterEngine:
         pending: list[np.ndarray] = []  # runs whose documents are not gathered yet
         pending_n = 0
         pending_counts = self.counts.copy() if gather else None
+        pending_full = np.zeros(self.K, np.int64) if gather else None
         start, done = self.pos, 0
         while done < n:
             m = self.pool.size
@@ -245,10 +247,11 @@ class ClusterEngine:
             if gather:
                 # Documents are gathered per run of >= MAX_BLOCK draws, not per
                 # sub-block: dense clip periods make many short sub-blocks.
-                run = self.pool.take(local)
+                run = self._pool32.take(local)
                 chosen.append(run)
                 pending.append(run)
                 pending_n += b
+                pending_full[self.pool[hit]] += hits
             self.counts[self.pool[hit]] += hits
             if self._rem is not None:
                 self._rem[hit] -= hits
@@ -256,9 +259,10 @@ class ClusterEngine:
             done += b
             if gather and (pending_n >= MAX_BLOCK or done == n):
                 run = pending[0] if len(pending) == 1 else np.concatenate(pending)
-                self._gather(run, pending_counts, out[done - pending_n:done])
+                self._gather(run, pending_counts, pending_full, out[done - pending_n:done])
                 pending, pending_n = [], 0
                 pending_counts = self.counts.copy()
+                pending_full[:] = 0
             if clipped >= 0:
                 self.clip_events.append((int(self.pool[clipped]), self.pos - 1))
                 self._drop_from_pool(clipped)
@@ -266,7 +270,7 @@ class ClusterEngine:
             self._blk_start = start
             self._blk_choice = chosen[0] if len(chosen) == 1 else np.concatenate(chosen)
         else:
-            self._blk_start, self._blk_choice = self.pos, np.empty(0, np.int64)
+            self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
         return out
 
     # ------------------------------------------------------------- documents
@@ -295,10 +299,11 @@ class ClusterEngine:
         np.take(self.docs[o:o + n], local, out=self._cur[so:so + G * n], mode="clip")
         self._cur_group[k] = g
 
-    def _gather(self, clusters: np.ndarray, counts: np.ndarray, out: np.ndarray) -> None:
-        """Write into ``out`` the documents of draws of ``clusters`` (global ids).
+    def _gather(self, clusters: np.ndarray, counts: np.ndarray, full: np.ndarray,
+                out: np.ndarray) -> None:
+        """Write into ``out`` the documents of draws of ``clusters`` (uint32 global ids).
 
-        counts : (K,) draws per cluster before these draws.
+        counts : (K,) draws per cluster before these draws; full : (K,) their bincount.
         """
         cur = self._ensure_cur()
         b = clusters.size
@@ -308,15 +313,13 @@ class ClusterEngine:
         if b <= 1 << ib:
             # (cluster << ib | draw index) as uint32: one SIMD sort of unique
             # keys gives the draws grouped by cluster, in draw order.
-            keys = clusters.astype(np.uint32)
-            keys <<= np.uint32(ib)
+            keys = clusters << np.uint32(ib)
             keys |= np.arange(b, dtype=np.uint32)
             keys.sort()
             keys &= np.uint32((1 << ib) - 1)
             order = keys
         else:
             order = np.argsort(clusters.astype(self._cluster_key, copy=False), kind="stable")
-        full = np.bincount(clusters, minlength=self.K)
         k = np.flatnonzero(full)
         hits = full[k]
         first = np.cumsum(hits) - hits
