@@ -76,6 +76,19 @@ def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
     _save(fig, path, dict(left=0.10, right=0.98, bottom=0.13, top=0.87))
 
 
+def _percent_log_ticks(axis, lo: float, hi: float) -> None:
+    """Log axis of shares labelled as percentages: 1-2-5 over a short range, else decades.
+
+    (matplotlib's default minor labels overlap when the range is under a decade.)
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    subs = (1.0, 2.0, 5.0) if np.log10(hi / lo) < 2.5 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{100 * v:.4g}%"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
                         path: str | os.PathLike[str]) -> None:
     """Per-cluster share of each schedule against the cluster's share of the corpus."""
@@ -103,11 +116,13 @@ def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    _percent_log_ticks(ax.xaxis, lo, hi)
+    _percent_log_ticks(ax.yaxis, lo, hi)
     ax.set_xlabel("share of the corpus (cluster size / documents)")
     ax.set_ylabel("share of the schedule (samples / T)")
     ax.set_title("Per-cluster share: schedule vs corpus (one point per cluster)")
     ax.legend(loc="upper left", fontsize=8)
-    _save(fig, path, dict(left=0.13, right=0.97, bottom=0.11, top=0.93))
+    _save(fig, path, dict(left=0.14, right=0.97, bottom=0.11, top=0.93))
 
 
 def plot_repetition(histograms: Mapping[str, Sequence[int]],
