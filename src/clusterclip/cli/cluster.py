@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
                   tol=args.tol, metric=args.metric, backend=args.backend, seed=args.seed,
                   device=args.kmeans_device, chunk_rows=args.chunk_rows)
     created = D.init_from_env(args.kmeans_device)
+    main_rank = D.is_main()  # decided before the process group goes away
     try:
         if args.workdir:
             result = cluster_workdir(Workdir(args.workdir, create=False), **common)
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                                              **common)
     finally:
         D.shutdown(created)
-    if D.is_main():
+    if main_rank:
         print(summary(result))
     return 0
 
