@@ -163,8 +163,9 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     """Write every output file into ``directory`` (created); returns their names."""
     directory.mkdir(parents=True, exist_ok=True)
+    stable = {k: v for k, v in results.items() if k != "timing"}  # byte-identical reruns
     (directory / "results.json").write_text(
-        json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        json.dumps(stable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (directory / "results.md").write_text(render_markdown(results), encoding="utf-8")
     plot_curves(results, directory / "val_curves.png")
     plot_cluster_loss(results, directory / "cluster_loss.png")
