@@ -101,12 +101,14 @@ class ClusterEngine:
         self.pool = np.flatnonzero(alive)
         # Draws left before each pool cluster is clipped (pool-local; None if unclipped).
         self._rem = None if self.limit is None else self.limit[self.pool] - self.counts[self.pool]
+        self._pool32 = None
+        self._shrink = 1.0
         self._pool_changed()
 
     def _drop_from_pool(self, j: int) -> None:
         """Cluster at pool-local index j completed its last pass: it leaves for good."""
         m = self.pool.size
-        for name in ("pool", "_rem"):  # shift left in place: cheaper than np.delete
+        for name in ("pool", "_rem", "_pool32"):  # shift left in place: cheaper than np.delete
             a = getattr(self, name)
             a[j:m - 1] = a[j + 1:m]
             setattr(self, name, a[:m - 1])
@@ -114,7 +116,8 @@ class ClusterEngine:
 
     def _pool_changed(self) -> None:
         m = self.pool.size
-        self._pool32 = self.pool.astype(np.uint32)  # compact cluster ids for gathering
+        if getattr(self, "_pool32", None) is None or self._pool32.size != m:
+            self._pool32 = self.pool.astype(np.uint32)  # compact cluster ids for gathering
         if self.weights is None or m == 0:
             self._p = None
             return
@@ -180,7 +183,9 @@ class ClusterEngine:
             d = float(self._rem.min()) * self.pool.size
         else:
             d = float(np.min(self._rem / self._p))
-        return int(min(MAX_BLOCK, max(MIN_BLOCK, 1.25 * d + MIN_BLOCK)))
+        # `_shrink` adapts to how early clips actually came in recent
+        # sub-blocks (many clusters near completion clip well before d).
+        return int(min(MAX_BLOCK, max(MIN_BLOCK, self._shrink * (1.25 * d + MIN_BLOCK))))
 
     def _first_completion(self, local: np.ndarray, over: np.ndarray) -> tuple[int, int]:
         """Earliest draw in ``local`` completing the last pass of a cluster in ``over``.
@@ -235,12 +240,16 @@ class ClusterEngine:
                     # Exact position of the earliest pass completion that
                     # clips a cluster; draws after it see a smaller pool.
                     clipped, last = self._first_completion(local, over)
+                    if 4 * (last + 1) < b:  # most of the sub-block was wasted
+                        self._shrink = max(self._shrink * 0.5, 1.0 / 64)
                     b = last + 1
                     local = local[:b]
                     if full is not None:
                         full = np.bincount(local, minlength=m)
                     else:
                         hit, hits = np.unique(local, return_counts=True)
+                elif self._shrink < 1.0:
+                    self._shrink = min(1.0, self._shrink * 2.0)
             if full is not None:
                 hit = np.flatnonzero(full)
                 hits = full[hit]
