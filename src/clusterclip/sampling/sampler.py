@@ -83,6 +83,14 @@ class ClusterClipSampler:
         temperature, clusterclip; alpha is then ignored), e.g.
         n_k ** alpha / mean tokens per document of k.
 
+    Attributes: ``capacity`` (clip x eligible N for clusterclip, else None),
+    ``position`` (global position consumed so far, what ``state_dict`` saves),
+    ``num_eligible``, ``num_excluded``, ``cluster_sizes`` ((K,) int64 n_k).
+
+    Every rank computes the whole global schedule and keeps its share, so a
+    rank costs O(global positions), not O(its positions); the schedule is then
+    independent of the world size (elastic resumption).
+
     Iteration continues from the current position (``state_dict`` reflects
     what has been handed out, by ``iter`` and ``blocks`` alike). Once the
     stream is exhausted, a new ``iter()`` starts again from the start position
