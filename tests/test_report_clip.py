@@ -14,7 +14,7 @@ from clusterclip.report.clip import choose_clip, expected_draws, quartile_cluste
 sizes_st = st.lists(st.integers(0, 60), min_size=1, max_size=25).filter(lambda s: sum(s) > 0)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(sizes_st, st.integers(1, 8), st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.01, 1.0))
 def test_expected_draws_respect_the_sampler_rules(sizes, clip, alpha, fraction):
     sizes = np.array(sizes)
@@ -70,7 +70,7 @@ def corpora(draw):
     return labels, max(1, int(epochs * labels.size))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(corpora(), st.integers(1, 6), st.sampled_from([0.0, 0.3]))
 def test_recommendation_is_the_largest_admissible_R(case, target, alpha):
     labels, budget = case

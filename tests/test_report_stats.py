@@ -33,7 +33,7 @@ def labelled_schedules(draw):
     return labels, k, schedule, cuts, windows
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(labelled_schedules())
 def test_streamed_counts_equal_whole_array_counts(case):
     labels, k, schedule, cuts, windows = case
