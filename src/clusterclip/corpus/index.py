@@ -198,7 +198,11 @@ class Corpus:
     def _records(self, indices: Iterable[int], columns: list[str] | None
                  ) -> Iterator[tuple[int, dict[str, Any]]]:
         """Records for ascending ``indices``, grouped by file (one pass per file)."""
-        idx = np.fromiter(indices, dtype=np.int64) if not isinstance(indices, range) else None
+        if isinstance(indices, range):
+            idx = None
+        else:
+            idx = np.asarray(indices if isinstance(indices, np.ndarray)
+                             else np.fromiter(indices, dtype=np.int64), dtype=np.int64)
         if idx is None:
             r = indices  # a range: walk files by slices without materialising it
             assert isinstance(r, range)
@@ -238,6 +242,22 @@ class Corpus:
                    ) -> Iterator[tuple[int, str | None]]:
         """Yield ``(index, text)`` for ``start..stop-1`` in corpus order; None when excluded."""
         for i, rec in self.iter_records(start, stop, columns=[self.text_field]):
+            yield i, self._text(i, rec)
+
+    def iter_texts_at(self, indices: Sequence[int] | np.ndarray
+                      ) -> Iterator[tuple[int, str | None]]:
+        """Yield ``(index, text)`` for ascending ``indices``, streaming, one pass per file.
+
+        For a gzip file this decompresses once up to the last index asked for,
+        however many separate ranges ``indices`` covers.
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size:
+            if np.any(np.diff(idx) < 0):
+                raise ValueError("iter_texts_at needs ascending indices")
+            if idx[0] < 0 or idx[-1] >= len(self):
+                raise IndexError(f"document index out of range [0, {len(self)})")
+        for i, rec in self._records(idx, columns=[self.text_field]):
             yield i, self._text(i, rec)
 
     def _text(self, i: int, rec: dict[str, Any]) -> str | None:

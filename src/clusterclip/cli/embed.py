@@ -1,0 +1,67 @@
+"""``clusterclip embed INPUT... --workdir W``: corpus -> W/embeddings.npy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from clusterclip.cli._options import add_corpus_options, add_embed_options
+
+HELP = "embed a corpus (.jsonl, .jsonl.gz, .parquet or folders) into W/embeddings.npy"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="corpus files (.jsonl, .jsonl.gz, .parquet) or folders of them")
+    p.add_argument("--workdir", "-w", required=True, help="work directory (created if missing)")
+    add_corpus_options(p)
+    add_embed_options(p)
+    g = p.add_argument_group("embedding shards")
+    g.add_argument("--shard-size", type=int, default=4096,
+                   help="documents per resumable shard (default: 4096)")
+    g.add_argument("--keep-shards", action="store_true",
+                   help="keep W/embed/ shards after merging (default: remove them)")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a local --embedder hf model to run its own code "
+                        "(e.g. jina-embeddings-v2)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.embedding.pipeline import embed_workdir
+
+    info = embed_workdir(
+        args.workdir, args.inputs, text_field=args.text_field, id_field=args.id_field,
+        skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+        pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+        device=args.device, dtype=args.dtype, shard_size=args.shard_size,
+        keep_shards=args.keep_shards, trust_remote_code=args.trust_remote_code,
+        progress=not args.no_progress)
+    import os
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(summary_text(info), file=sys.stdout)
+    return 0
+
+
+def summary_text(info: dict) -> str:
+    """Human summary of an embed run (also used by ``run``)."""
+    head = ("embeddings are current (inputs and parameters unchanged), nothing to do"
+            if info.get("skipped") else
+            f"embedded {info['documents_embedded']} documents with {info['embedder']} "
+            f"in {info['seconds']:.1f} s ({info['shards_computed']} shards computed, "
+            f"{info['shards_reused']} reused)")
+    lines = [
+        head,
+        f"  documents:        {info['documents']} in {info['files']} files",
+        f"  with text:        {info['valid']}",
+        f"  empty (label -1): {info['empty']}",
+        f"  bad lines skipped: {info['bad_lines']}",
+        f"  dim:              {info['dim']} ({info['dtype']})",
+        f"  embeddings:       {info['embeddings']}",
+        f"  valid mask:       {info['valid_path']}",
+        f"  corpus index:     {info['corpus']}",
+    ]
+    if info.get("ignored_files"):
+        lines.insert(2, f"  ignored files:    {info['ignored_files']} (unknown types in folders)")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""Embedding: texts -> L2-normalised vectors, and the resumable ``embed`` stage.
+
+Embedders (all return float32 n x d, rows L2-normalised, in input order):
+
+- ``minilm``: a sentence-transformers model, by default the bundled
+  all-MiniLM-L6-v2 (offline), :class:`SentenceTransformerEmbedder`;
+- ``hf``: any local Hugging Face ``AutoModel``, mean or first-token pooling,
+  :class:`HFEmbedder`;
+- ``fast``: static token vectors distilled from MiniLM, IDF-weighted, no
+  neural network per document, :class:`StaticEmbedder`.
+
+:func:`embed_workdir` runs the stage into a work directory (shards, resume,
+``torchrun``); :func:`make_embedder` loads an embedder by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Embedder", "HFEmbedder", "SentenceTransformerEmbedder", "StaticEmbedder",
+           "embed_workdir", "embedder_identity", "l2_normalize", "length_bucketed_batches",
+           "make_embedder"]
+
+_WHERE = {
+    "Embedder": "base", "l2_normalize": "base", "length_bucketed_batches": "base",
+    "SentenceTransformerEmbedder": "transformer", "HFEmbedder": "transformer",
+    "StaticEmbedder": "static",
+    "embed_workdir": "pipeline", "make_embedder": "pipeline", "embedder_identity": "pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that importing the package does not import torch.
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(f"clusterclip.embedding.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'clusterclip.embedding' has no attribute {name!r}")

@@ -1,0 +1,69 @@
+"""What every embedder shares: the interface, length bucketing, normalisation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Rows of ``x`` (n x d float32) scaled to unit L2 norm; all-zero rows stay zero."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norms, eps)
+
+
+def length_bucketed_batches(lengths: Sequence[int] | np.ndarray,
+                            batch_size: int) -> list[np.ndarray]:
+    """Split positions ``0..n-1`` into batches of similar length, longest first.
+
+    Sorting by length keeps padding (wasted compute) small inside a batch;
+    longest first makes an out-of-memory batch fail at once, not at the end.
+    The sort is stable, so equal lengths keep their order (determinism).
+    Returns int64 arrays whose concatenation is a permutation of ``0..n-1``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class Embedder:
+    """Texts in, L2-normalised float32 vectors out.
+
+    Subclasses set ``name`` and ``dim`` and implement :meth:`_encode_sorted`
+    (one batch of texts of similar length -> n x dim float32) or override
+    :meth:`encode` entirely. :meth:`identity` describes everything that
+    changes the vectors; it goes into the work directory's fingerprint.
+    """
+
+    name: str = "embedder"
+    dim: int = 0
+
+    def __init__(self, batch_size: int = 64, max_length: int = 256) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.batch_size = batch_size
+        self.max_length = max_length
+
+    def identity(self) -> dict[str, Any]:
+        """JSON-serialisable description of what determines the output vectors."""
+        return {"embedder": self.name, "dim": self.dim, "max_length": self.max_length}
+
+    def prepare(self, sample_texts: Sequence[str]) -> None:
+        """Fit corpus-dependent state from a fixed sample of texts (default: none)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``: n x dim float32, rows L2-normalised, in the order given."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for batch in length_bucketed_batches([len(t) for t in texts], self.batch_size):
+            out[batch] = self._encode_sorted([texts[i] for i in batch])
+        return l2_normalize(out)
+
+    def _encode_sorted(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError

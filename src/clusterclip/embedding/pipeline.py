@@ -1,0 +1,391 @@
+"""The embedding stage: corpus -> ``W/embeddings.npy``, in resumable shards.
+
+Layout inside the work directory ``W``::
+
+    W/corpus/                 the corpus index (clusterclip.corpus.Corpus.save)
+    W/embed/plan.json         fingerprint, N, shard size, dim, dtype of this run
+    W/embed/shard-00012.npy   rows [12*S, 13*S) in corpus order (zeros where excluded)
+    W/embed/shard-00012.done  completion record, written after the shard file
+    W/embeddings.npy          N x d, L2-normalised, float32 or float16, memory-mappable
+    W/valid.npy               bool[N]
+
+A shard counts only when its ``.done`` record exists and matches the file,
+and both are written atomically (temporary file, then rename), so a killed
+run resumes at the first missing shard and never mixes in a half-written one.
+Under ``torchrun`` every process embeds every P-th missing shard; rank 0
+scans the corpus before and merges after.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.corpus import Corpus
+from clusterclip.corpus.readers import expand_inputs
+from clusterclip.embedding.base import Embedder
+from clusterclip.errors import InputError
+from clusterclip.io import atomic_path, fingerprint, save_npy, write_json
+from clusterclip.workdir import Workdir
+
+STAGE = "embed"
+PIPELINE_VERSION = 1
+DEFAULT_SHARD_SIZE = 4096
+# Documents read to fit corpus statistics (IDF of the fast embedder).
+SAMPLE_SIZE = 10_000
+EMBEDDERS = ("minilm", "hf", "fast")
+
+
+# -- embedders ----------------------------------------------------------------
+
+def model_folder(embedder: str, model: str | os.PathLike[str] | None) -> Path:
+    """The local model folder an embedder reads (bundled MiniLM unless ``model``)."""
+    from clusterclip.embedding.transformer import _local_model, bundled_minilm_path
+
+    if embedder not in EMBEDDERS:
+        raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
+    return _local_model(model, None if embedder == "hf" else bundled_minilm_path())
+
+
+def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
+                      pooling: str = "mean", max_length: int = 256,
+                      dtype: str = "float32") -> dict[str, Any]:
+    """What determines the vectors, computed without loading the model (for fingerprints).
+
+    Batch size and device are left out: they change speed, not the vectors
+    (beyond float rounding).
+    """
+    from clusterclip.embedding.static import STATIC_VERSION
+    from clusterclip.embedding.transformer import model_identity
+
+    ident: dict[str, Any] = {"embedder": embedder, "max_length": max_length, "dtype": dtype,
+                             "model": model_identity(model_folder(embedder, model)),
+                             "version": PIPELINE_VERSION}
+    if embedder == "hf":
+        ident["pooling"] = pooling
+    if embedder == "fast":
+        ident["static_version"] = STATIC_VERSION
+        ident["sample_size"] = SAMPLE_SIZE
+    return ident
+
+
+def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | None = None,
+                  pooling: str = "mean", max_length: int = 256, batch_size: int = 64,
+                  device: str = "cpu", dtype: str = "float32", progress: bool = True,
+                  trust_remote_code: bool = False) -> Embedder:
+    """Load an embedder by name (``minilm``, ``hf`` or ``fast``)."""
+    if max_length < 1:
+        raise InputError(f"--max-length {max_length}: must be at least 1")
+    if batch_size < 1:
+        raise InputError(f"--batch-size {batch_size}: must be at least 1")
+    if dtype not in ("float32", "float16"):
+        raise InputError(f"--dtype {dtype}: expected float32 or float16")
+    half = dtype == "float16"
+    if embedder == "minilm":
+        from clusterclip.embedding.transformer import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size,
+                                           max_length=max_length, half=half)
+    if embedder == "hf":
+        from clusterclip.embedding.transformer import HFEmbedder
+
+        return HFEmbedder(model, pooling=pooling, device=device, batch_size=batch_size,
+                          max_length=max_length, half=half,
+                          trust_remote_code=trust_remote_code)
+    if embedder == "fast":
+        from clusterclip.embedding.static import StaticEmbedder
+
+        # Per-batch overhead is a tokenizer call: small batches only cost time here.
+        return StaticEmbedder(model, max_length=max_length, batch_size=max(batch_size, 1024),
+                              progress=progress)
+    raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
+
+
+def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE) -> np.ndarray:
+    """Up to ``size`` evenly spaced indices of valid documents (deterministic)."""
+    idx = np.flatnonzero(valid)
+    if len(idx) <= size:
+        return idx
+    return idx[np.linspace(0, len(idx) - 1, size).round().astype(np.int64)]
+
+
+# -- processes ------------------------------------------------------------------
+
+@dataclass
+class Group:
+    """This process's place among the ``torchrun`` processes (rank 0 of 1 when alone)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def from_env(cls, device: str) -> Group:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            cuda = device.startswith("cuda")
+            if cuda:
+                import torch
+
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group(backend="nccl" if cuda else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size())
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+
+def _on_rank0(group: Group, fn: Any) -> Any:
+    """Run ``fn`` on rank 0 and hand its result (or its InputError) to every rank."""
+    result: Any = None
+    if group.rank == 0:
+        try:
+            result = ("ok", fn())
+        except InputError as e:
+            result = ("error", str(e))
+            if group.world == 1:
+                raise
+    status, value = group.broadcast(result)
+    if status == "error":
+        raise InputError(value)
+    return value
+
+
+# -- shards -----------------------------------------------------------------------
+
+def shard_name(s: int) -> str:
+    return f"shard-{s:05d}"
+
+
+def shard_is_done(shard_dir: Path, s: int, start: int, stop: int, dim: int, dtype: str) -> bool:
+    """True when shard ``s`` has its completion record and a file of the recorded shape."""
+    record = shard_dir / f"{shard_name(s)}.done"
+    try:
+        rec = json.loads(record.read_text(encoding="utf-8"))
+        arr = np.load(shard_dir / f"{shard_name(s)}.npy", mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        return False
+    return (rec.get("start") == start and rec.get("stop") == stop
+            and arr.shape == (stop - start, dim) and arr.dtype == np.dtype(dtype))
+
+
+def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int
+                 ) -> Iterator[tuple[int, np.ndarray, list[str]]]:
+    """For each shard (ascending): its valid indices and their texts, read in one pass."""
+    n = len(corpus)
+    per_shard = []
+    for s in shards:
+        start, stop = s * shard_size, min((s + 1) * shard_size, n)
+        per_shard.append(start + np.flatnonzero(corpus.valid[start:stop]))
+    wanted = np.concatenate(per_shard) if per_shard else np.zeros(0, np.int64)
+    texts = corpus.iter_texts_at(wanted)
+    for s, idx in zip(shards, per_shard, strict=True):
+        yield s, idx, [t for _, t in (next(texts) for _ in range(len(idx)))]
+
+
+def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: list[int], *,
+                 shard_size: int, dtype: str, progress: bool = True,
+                 desc: str = "embedding") -> int:
+    """Embed ``shards`` (ascending shard numbers) of ``corpus`` into ``shard_dir``.
+
+    Each shard file holds rows [s*S, min((s+1)*S, N)) in corpus order, zeros for
+    excluded documents, followed by its ``.done`` record. Returns documents embedded.
+    """
+    from tqdm import tqdm
+
+    n = len(corpus)
+    total = sum(int(corpus.valid[s * shard_size:(s + 1) * shard_size].sum()) for s in shards)
+    done = 0
+    with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
+        for s, idx, texts in _shard_texts(corpus, shards, shard_size):
+            start, stop = s * shard_size, min((s + 1) * shard_size, n)
+            rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
+            if len(texts):
+                rows[idx - start] = embedder.encode(texts)
+            save_npy(shard_dir / f"{shard_name(s)}.npy", rows.astype(dtype))
+            write_json(shard_dir / f"{shard_name(s)}.done",
+                       {"shard": s, "start": start, "stop": stop, "documents": len(texts)})
+            done += len(texts)
+            bar.update(len(texts))
+    return done
+
+
+def merge_shards(shard_dir: Path, out: Path, n: int, dim: int, dtype: str,
+                 shard_size: int) -> None:
+    """Concatenate all shards into one ``.npy`` at ``out`` (atomically, streaming)."""
+    n_shards = math.ceil(n / shard_size)
+    with atomic_path(out) as tmp:
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(n, dim))
+        for s in range(n_shards):
+            start, stop = s * shard_size, min((s + 1) * shard_size, n)
+            if not shard_is_done(shard_dir, s, start, stop, dim, dtype):
+                raise RuntimeError(f"shard {s} is missing at merge time")
+            arr[start:stop] = np.load(shard_dir / f"{shard_name(s)}.npy", mmap_mode="r")
+        arr.flush()
+        del arr
+
+
+# -- the stage ----------------------------------------------------------------------
+
+def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], *,
+                  text_field: str = "text", id_field: str | None = None,
+                  skip_bad_lines: bool = False, embedder: str = "minilm",
+                  model: str | None = None, pooling: str = "mean", max_length: int = 256,
+                  batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
+                  shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
+                  trust_remote_code: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run the embedding stage into ``workdir``; skip it when its outputs are current.
+
+    Writes ``W/corpus/``, ``W/embeddings.npy`` (N x d, corpus order, zeros for
+    excluded documents) and ``W/valid.npy`` (bool[N]); records stage ``embed``
+    in the manifest. Under ``torchrun`` every process must call this with the
+    same arguments. Returns a summary (counts, dim, paths, ``skipped``,
+    ``shards_reused``, ``shards_computed``), the same on every process.
+    """
+    t0 = time.time()
+    if shard_size < 1:
+        raise InputError(f"shard size {shard_size}: must be at least 1")
+    group = Group.from_env(device)
+    root = Path(workdir.root if isinstance(workdir, Workdir) else workdir)
+    wd = workdir if isinstance(workdir, Workdir) else None
+    shard_dir = root / "embed"
+    params = {"text_field": text_field, "id_field": id_field, "skip_bad_lines": skip_bad_lines,
+              "embedder": embedder, "model": model, "pooling": pooling,
+              "max_length": max_length, "batch_size": batch_size, "device": device,
+              "dtype": dtype, "shard_size": shard_size}
+
+    def plan() -> dict[str, Any]:
+        nonlocal wd
+        if wd is None:
+            wd = Workdir(root)
+        files, _ = expand_inputs(inputs)
+        records = [wd.input_record(f) for f in files]
+        ident = embedder_identity(embedder, model, pooling=pooling, max_length=max_length,
+                                  dtype=dtype)
+        corpus_opts = {"text_field": text_field, "id_field": id_field,
+                       "skip_bad_lines": skip_bad_lines}
+        fp = fingerprint({"inputs": records, "corpus": corpus_opts, "embedder": ident})
+        if wd.is_current(STAGE, fp):
+            return {"current": True, "fingerprint": fp, "info": wd.stage(STAGE)["info"]}
+        wd.begin(STAGE, fp, params)
+        old = _read_json(shard_dir / "plan.json")
+        resumable = (old is not None and old.get("fingerprint") == fp
+                     and old.get("shard_size") == shard_size
+                     and (root / "corpus" / "corpus.json").exists())
+        if resumable:
+            corpus = Corpus.load(root / "corpus")
+            corpus.verify_files()
+        else:
+            shutil.rmtree(shard_dir, ignore_errors=True)
+            corpus = Corpus.scan(inputs, text_field=text_field, id_field=id_field,
+                                 skip_bad_lines=skip_bad_lines, progress=progress)
+            if corpus.stats["valid"] == 0:
+                raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
+                                 f"({corpus.stats['documents']} documents, "
+                                 f"{corpus.stats['empty']} empty)")
+            corpus.save(root / "corpus")
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            write_json(shard_dir / "plan.json", {"fingerprint": fp, "shard_size": shard_size,
+                                                 "documents": len(corpus)})
+        return {"current": False, "fingerprint": fp, "resumed": resumable}
+
+    decision = _on_rank0(group, plan)
+    if decision["current"]:
+        info = dict(decision["info"])
+        info.update(skipped=True, seconds=round(time.time() - t0, 3))
+        return info
+    fp = decision["fingerprint"]
+    corpus = Corpus.load(root / "corpus", mmap=False)
+
+    # Rank 0 loads first: a first use of the fast embedder builds its cached table.
+    emb = None
+    for turn in (0, 1):
+        if (group.rank == 0) == (turn == 0):
+            emb = make_embedder(embedder, model=model, pooling=pooling, max_length=max_length,
+                                batch_size=batch_size, device=device, dtype=dtype,
+                                progress=progress and group.rank == 0,
+                                trust_remote_code=trust_remote_code)
+        group.barrier()
+    assert emb is not None
+    if type(emb).prepare is not Embedder.prepare:
+        emb.prepare(corpus.texts(sample_indices(corpus.valid)))
+
+    n = len(corpus)
+    n_shards = math.ceil(n / shard_size)
+    todo = _on_rank0(group, lambda: [
+        s for s in range(n_shards)
+        if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n),
+                             emb.dim, dtype)])
+    mine = todo[group.rank::group.world]
+    desc = "embedding" if group.world == 1 else f"embedding (rank {group.rank})"
+    embedded = embed_shards(corpus, emb, shard_dir, mine, shard_size=shard_size, dtype=dtype,
+                            progress=progress, desc=desc)
+    counts = group.gather(embedded)
+    group.barrier()
+
+    def finish() -> dict[str, Any]:
+        assert wd is not None
+        merge_shards(shard_dir, root / "embeddings.npy", n, emb.dim, dtype, shard_size)
+        save_npy(root / "valid.npy", np.asarray(corpus.valid, dtype=bool))
+        st = corpus.stats
+        info = {"documents": st["documents"], "valid": st["valid"], "empty": st["empty"],
+                "bad_lines": st["bad_lines"], "blank_lines": st["blank_lines"],
+                "files": st["files"], "ignored_files": len(st["ignored_files"]),
+                "dim": emb.dim, "dtype": dtype, "embedder": embedder,
+                "embeddings": str(root / "embeddings.npy"), "valid_path": str(root / "valid.npy"),
+                "corpus": str(root / "corpus"), "shards": n_shards,
+                "shards_reused": n_shards - len(todo), "shards_computed": len(todo),
+                "documents_embedded": int(sum(counts)), "processes": group.world,
+                "fingerprint": fp, "skipped": False}
+        wd.finish(STAGE, fp, ["embeddings.npy", "valid.npy", "corpus/corpus.json"], info)
+        if not keep_shards:
+            shutil.rmtree(shard_dir, ignore_errors=True)
+        return info
+
+    info = _on_rank0(group, finish)
+    group.barrier()
+    info = dict(info)
+    info["seconds"] = round(time.time() - t0, 3)
+    return info
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

