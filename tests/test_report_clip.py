@@ -101,6 +101,19 @@ def test_recommendation_is_the_largest_admissible_R(case, target, alpha):
         assert best == min(r["clip"] for r in feasible)
 
 
+def test_cluster_weights_replace_the_temperature():
+    labels = np.repeat(np.arange(6), [1, 3, 9, 27, 81, 243])
+    sizes = np.bincount(labels)
+    by_alpha = choose_clip(labels, 700, alpha=0.5)
+    by_weights = choose_clip(labels, 700, cluster_weights=sizes ** 0.5)
+    assert by_weights["rows"] == by_alpha["rows"]
+    # Weighting small clusters up makes them run out sooner.
+    heavy_tail = choose_clip(labels, 700, cluster_weights=1.0 / sizes)
+    assert heavy_tail["rows"][3]["first_clip_position"] < by_alpha["rows"][3]["first_clip_position"]
+    with pytest.raises(ValueError, match="cluster_weights"):
+        choose_clip(labels, 700, cluster_weights=np.ones(3))
+
+
 def test_measured_columns_are_merged_for_feasible_rows_only():
     labels = np.repeat([0, 1, 2], [2, 5, 30])
     calls = []

@@ -61,12 +61,15 @@ def quartile_clusters(sizes: np.ndarray, quantile: float = TAIL_QUANTILE
     return order[:m].astype(np.int64), order[::-1][:m].astype(np.int64)
 
 
-def expected_draws(sizes: np.ndarray, clip: float, num_samples: int, alpha: float = 0.0
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def expected_draws(sizes: np.ndarray, clip: float, num_samples: int, alpha: float = 0.0,
+                   weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Expected draws per cluster after ``num_samples`` ClusterClip samples.
 
     ``sizes`` int[K] documents per cluster (empty clusters get no draws);
     ``clip`` R >= 1 (``math.inf`` for no clip, i.e. plain uniform/temperature).
+    ``weights`` float[K] (> 0 for non-empty clusters), if given, replaces
+    ``n_k ** alpha`` as the cluster-choice weight, as the sampler's
+    ``cluster_weights`` does (e.g. to balance by tokens).
     Returns (draws float64[K], clip_position float64[K]): the expected number
     of samples from each cluster, and the global position at which each cluster
     leaves the pool (``inf`` if it has not left by ``num_samples``). When
@@ -79,7 +82,7 @@ def expected_draws(sizes: np.ndarray, clip: float, num_samples: int, alpha: floa
     if live.size == 0 or num_samples <= 0:
         return draws, clip_pos
     n = sizes[live]
-    w = n ** alpha
+    w = n ** alpha if weights is None else np.asarray(weights, dtype=np.float64)[live]
     s_clip = clip * n / w  # per-unit-weight draws at which each cluster is exhausted
     order = np.lexsort((live, s_clip))
     s_sorted = s_clip[order]
@@ -111,8 +114,8 @@ def _max_repetition(draws: np.ndarray, sizes: np.ndarray) -> int:
     return int(np.max(np.ceil(draws / sizes - 1e-9)))
 
 
-def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0
-             ) -> dict[str, Any]:
+def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0,
+             weights: np.ndarray | None = None) -> dict[str, Any]:
     """One row of the choose-R table for clip ``clip`` (expected values).
 
     Keys: clip, capacity, feasible, first_clip_position (None if no cluster is
@@ -126,7 +129,7 @@ def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0
     total = int(sizes.sum())
     capacity = int(clip) * total
     budget = min(num_samples, capacity)
-    draws, clip_pos = expected_draws(sizes, clip, budget, alpha)
+    draws, clip_pos = expected_draws(sizes, clip, budget, alpha, weights)
     tail, head = quartile_clusters(sizes)
     clipped = np.isfinite(clip_pos)
     live = sizes > 0
@@ -153,6 +156,7 @@ def choose_clip(
     target_repetition: int = DEFAULT_TARGET_REPETITION,
     clips: Sequence[int] | None = None,
     measure: Callable[[int], dict[str, Any]] | None = None,
+    cluster_weights: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Table of R -> consequences at budget T, and the recommended R.
 
@@ -160,6 +164,7 @@ def choose_clip(
     ``measure``, if given, is called with each R and returns measured values
     from a real schedule (e.g. ``{"measured_tail_max_repetition": ...}``) that
     are merged into that row. ``clips`` defaults to :func:`default_clips`.
+    ``cluster_weights`` (float[K]) replaces ``n_k ** alpha`` as in the sampler.
 
     Returns a JSON-serialisable dict: budget, alpha, target_repetition,
     eligible_documents, clusters, tail_clusters, min_feasible_clip, rows (one per
@@ -178,6 +183,12 @@ def choose_clip(
     n_docs = int(sizes.sum())
     if n_docs == 0:
         raise ValueError("no eligible documents (every label is -1)")
+    if cluster_weights is not None:
+        cluster_weights = np.asarray(cluster_weights, dtype=np.float64)
+        if cluster_weights.ndim != 1 or cluster_weights.size < sizes.size \
+                or not (cluster_weights[:sizes.size][sizes > 0] > 0).all():
+            raise ValueError(f"cluster_weights must be a 1-D array of >= {sizes.size} values, "
+                             f"> 0 for every non-empty cluster")
     min_feasible = math.ceil(num_samples / n_docs)
     if clips is None:
         clips = default_clips(min_feasible)
@@ -187,7 +198,7 @@ def choose_clip(
     tail, _ = quartile_clusters(sizes)
     rows = []
     for r in clips:
-        row = clip_row(sizes, r, num_samples, alpha)
+        row = clip_row(sizes, r, num_samples, alpha, cluster_weights)
         if measure is not None and row["feasible"]:
             row.update(measure(r))
         rows.append(row)
@@ -199,9 +210,9 @@ def choose_clip(
         best = max(row["clip"] for row in ok)
         if clip_inactive_from is not None and best >= clip_inactive_from:
             best = clip_inactive_from
-            reason = (f"No cluster is clipped within the budget from R={best} on, and the tail "
-                      f"stays at or under {target_repetition} passes: any R >= {best} gives "
-                      f"the same schedule as no clip.")
+            reason = (f"From R={best} on no cluster is expected to be clipped within the "
+                      f"budget, and the tail stays at or under {target_repetition} passes: any "
+                      f"R >= {best} behaves like no clip.")
         else:
             reason = (f"R={best} is the largest R that fits the budget and keeps every tail "
                       f"cluster at or under {target_repetition} passes.")
