@@ -167,9 +167,10 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
             "",
             f"Tail = the smallest 25% of clusters ({choose['tail_clusters']} clusters, "
             f"{choose['tail_documents']:,} documents). Target: no tail document more than "
-            f"{choose['target_repetition']} times. Expected values from the sampler's mean "
-            "course (exact in expectation, instant for any T)"
-            + ("; measured columns from real schedules." if measured else "."),
+            f"{choose['target_repetition']} times. Expected values follow the sampler's mean "
+            "course (every cluster in the pool drawn at its average rate; instant for any T)"
+            + ("; the measured columns come from real schedules at the same budget and seed."
+               if measured else "."),
             "",
             f"**Recommended R = {choose['recommended_clip']}.** {choose['reason']}",
             "",
