@@ -205,7 +205,8 @@ class KMeans:
         for restart in range(self.n_init):
             t0 = time.perf_counter()
             if isinstance(self.init, str):
-                C = _init_kmeanspp(reader, valid, valid_sizes, self.n_clusters, self.metric,
+                C = _init_kmeanspp(reader, valid, valid_sizes, row_offset, self.n_clusters,
+                                   self.metric,
                                    np.random.default_rng([self.seed, restart]), dev)
             else:
                 C = torch.as_tensor(np.asarray(self.init, dtype=np.float32), device=dev)
@@ -330,6 +331,8 @@ class _Engine:
         on_cpu = dev.type == "cpu"
         bad_row = -1
         for start, rows in self.reader:
+            if not rows.flags.writeable:  # torch warns on read-only arrays; copy the chunk
+                rows = rows.copy()
             x_all = torch.from_numpy(rows).to(dev)
             if x_all.dtype != torch.float32:
                 x_all = x_all.float()
@@ -371,7 +374,7 @@ class _Engine:
                     arg_v, score_v, sqdist_v = arg, score, sqdist
                     vm = None
                 else:
-                    vm = torch.from_numpy(np.ascontiguousarray(vm_np)).to(dev)
+                    vm = torch.from_numpy(np.array(vm_np, dtype=bool)).to(dev)
                     arg_v, score_v, sqdist_v = arg[vm], score[vm], sqdist[vm]
                 if check_finite and bad_row < 0:
                     finite = torch.isfinite(norm if vm is None else norm[vm])
@@ -481,8 +484,9 @@ class _Engine:
         return vec[torch.from_numpy(order)]
 
 
-def _init_kmeanspp(reader: RowReader, valid: np.ndarray | None, valid_sizes: list[int], K: int,
-                   metric: str, rng: np.random.Generator, dev: Any) -> Any:
+def _init_kmeanspp(reader: RowReader, valid: np.ndarray | None, valid_sizes: list[int],
+                   row_offset: int, K: int, metric: str, rng: np.random.Generator,
+                   dev: Any) -> Any:
     """k-means++ on a seeded sample of the valid rows; identical on every rank.
 
     The sample is drawn over the global order of valid rows, so it does not
@@ -503,11 +507,13 @@ def _init_kmeanspp(reader: RowReader, valid: np.ndarray | None, valid_sizes: lis
         mine = np.flatnonzero(valid)[mine]
     sample = np.zeros((m, reader.d), dtype=np.float32)
     sample[a:b] = reader.take(mine)
+    rows = np.zeros(m, dtype=np.int64)
+    rows[a:b] = mine + row_offset
     S = D.all_reduce_sum(torch.from_numpy(sample)).to(dev)
     if not bool(torch.isfinite(S).all()):
         bad = int(torch.nonzero(~torch.isfinite(S).all(dim=1))[0, 0])
-        raise InputError(f"embeddings: valid row number {int(picks[bad])} (counting valid rows "
-                         f"only) holds NaN or infinite values")
+        row = int(D.all_reduce_sum(torch.from_numpy(rows))[bad])
+        raise InputError(f"embeddings: row {row} holds NaN or infinite values")
     if metric == "cosine":
         S = _normalise_rows(S)
     sq = (S * S).sum(dim=1)
@@ -557,7 +563,7 @@ def assign(X: np.ndarray, centroids: np.ndarray, *, metric: str = "cosine", devi
         raise InputError(f"valid mask: expected bool of shape ({X.shape[0]},)")
     est = KMeans(centroids.shape[0], metric=metric, device=device, chunk_rows=chunk_rows)
     dev = est._torch_device()
-    C = torch.as_tensor(np.asarray(centroids, dtype=np.float32), device=dev)
+    C = torch.tensor(np.asarray(centroids, dtype=np.float32), device=dev)
     if metric == "cosine":
         C = _normalise_rows(C)
     # Prediction is per row, so each rank works alone (no collectives).

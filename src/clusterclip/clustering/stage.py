@@ -42,7 +42,7 @@ def _open_valid(path: str | os.PathLike[str] | None, n_rows: int) -> np.ndarray 
     if v.dtype != np.bool_ or v.shape != (n_rows,):
         raise InputError(f"{path}: expected a bool array of shape ({n_rows},), "
                          f"got {v.dtype} of shape {v.shape}")
-    return np.asarray(v)
+    return np.array(v)  # small (N bools); a writable copy
 
 
 def _params(n_clusters: int, max_iter: int, n_init: int, tol: float, metric: str, backend: str,
