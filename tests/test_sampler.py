@@ -18,7 +18,7 @@ from scipy.stats import chisquare
 from clusterclip import ClusterClipSampler
 from clusterclip.errors import InputError
 from clusterclip.sampling import STRATEGIES
-from clusterclip.sampling._engine import GROUP_ELEMS
+from clusterclip.sampling._engine import passes_per_group
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_PASS,
@@ -103,6 +103,8 @@ def _reference(labels, T, strategy, clip, alpha, seed):
     docs = [np.flatnonzero(labels == k) for k in range(K)]
     var = ChoiceVariates(seed)
     passes = KeyedStreams(seed, TAG_PASS)
+    # passes are generated in groups of G per key, G from n_k, N, K and clip
+    ppg = passes_per_group(sizes, clip if strategy == "clusterclip" else None)
     counts = np.zeros(K, np.int64)
     out = []
     for t in range(T):
@@ -120,9 +122,7 @@ def _reference(labels, T, strategy, clip, alpha, seed):
         k = pool[j]
         n, c = sizes[k], counts[k]
         p = c // n  # pass number; passes come in groups keyed on (seed, k, group)
-        G = max(1, -(-GROUP_ELEMS // n))
-        if strategy == "clusterclip":
-            G = min(G, clip)  # never more passes than a cluster can have
+        G = int(ppg[k])
         if n == 1:
             perm = [0]
         else:
@@ -149,7 +149,7 @@ def test_vectorised_engine_equals_per_draw_definition(labels, strategy, clip, fr
     # many small clusters clipped close together: sparse sub-blocks, several
     # candidate completions per sub-block
     ([3] * 150 + [1] * 50 + [40] * 10, "clusterclip", 2, 1800),
-    # clusters above GROUP_ELEMS (one pass per group) crossing passes mid-block
+    # clusters above the group size (one pass per group) crossing passes mid-block
     ([2500, 30, 7], "uniform", None, 9000),
     ([4200, 3], "uniform", None, 9000),
 ])
@@ -158,6 +158,16 @@ def test_engine_equals_definition_on_block_edge_cases(sizes, strategy, clip, T):
     np.random.default_rng(0).shuffle(labels)
     got = list(ClusterClipSampler(labels, T, strategy=strategy, clip=clip or 4, seed=1))
     assert got == _reference(labels, T, strategy, clip, 0.0, 1)
+
+
+def test_many_clusters_take_the_wide_sort_path_and_match_the_definition():
+    # 20,000 one-document clusters (15-bit ids): runs of 2**18 draws need 64-bit sort keys.
+    # With n_k = 1 the document drawn is the cluster chosen, floor(u * m / 2**32).
+    K, T = 20_000, 200_000
+    out = np.concatenate(list(ClusterClipSampler(np.arange(K), T, strategy="uniform",
+                                                 seed=4).blocks()))
+    u = ChoiceVariates(4).get(0, T).astype(np.uint64)
+    assert np.array_equal(out, ((u * np.uint64(K)) >> np.uint64(32)).astype(np.int64))
 
 
 @pytest.mark.parametrize("strategy,alpha", [("uniform", 0.0), ("temperature", 0.5),

@@ -26,12 +26,28 @@ from clusterclip.sampling._rng import (
     KeyedStreams,
 )
 
-# A cluster smaller than GROUP_ELEMS documents gets ceil(GROUP_ELEMS / n_k)
-# passes generated together from one key (seed, cluster, group): tiny clusters
-# then need a new generator only every ~GROUP_ELEMS draws, and a sub-block
-# rarely crosses a group boundary; with a clip R, at most R passes are made
-# together (a cluster never has more). Part of the schedule's definition.
+# A small cluster gets ceil(E / n_k) passes generated together from one key
+# (seed, cluster, group), E = min(2048, max(16, max(2 N, 2**22) / K)): tiny
+# clusters then need a new generator only every ~E draws, a sub-block rarely
+# crosses a group boundary, and the pass buffer stays within N + max(2 N,
+# 2**22) + 16 K entries. With a clip R, at most R passes are made together (a
+# cluster never has more). Part of the schedule's definition.
 GROUP_ELEMS = 2048
+
+
+def passes_per_group(sizes: np.ndarray, clip: int | None) -> np.ndarray:
+    """(K,) int64: passes generated per key for clusters of ``sizes`` (n_k)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    nonempty = sizes > 0
+    room = max(2 * int(sizes.sum()), 1 << 22)  # pass buffer entries beyond N
+    elems = int(min(GROUP_ELEMS, max(16, room // max(1, int(nonempty.sum())))))
+    ppg = np.ones(sizes.size, np.int64)
+    ppg[nonempty] = np.maximum(1, -(-elems // sizes[nonempty]))
+    if clip is not None:
+        np.minimum(ppg, int(clip), out=ppg)
+    return ppg
+
+
 MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
 MIN_BLOCK = 256
 GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
@@ -61,17 +77,11 @@ class ClusterEngine:
         self.clip = clip
         self.offsets = np.zeros(self.K + 1, np.int64)
         np.cumsum(self.sizes, out=self.offsets[1:])
-        nonempty = self.sizes > 0
-        self.passes_per_group = np.ones(self.K, np.int64)
-        self.passes_per_group[nonempty] = np.maximum(
-            1, -(-GROUP_ELEMS // self.sizes[nonempty]))
-        if clip is not None:  # a cluster never has more than `clip` passes
-            np.minimum(self.passes_per_group, int(clip), out=self.passes_per_group)
+        self.passes_per_group = passes_per_group(self.sizes, clip)
         self.group_len = self.passes_per_group * self.sizes
         self.seg_off = np.zeros(self.K + 1, np.int64)
         np.cumsum(self.group_len, out=self.seg_off[1:])
         self.limit = None if clip is None else int(clip) * self.sizes
-        self._cluster_key = np.uint16 if self.K <= 0xFFFF else np.int64
         self._cluster_bits = max(1, (self.K - 1).bit_length())
         self._variates = ChoiceVariates(self.seed)
         self._passes = KeyedStreams(self.seed, TAG_PASS)
@@ -254,8 +264,14 @@ class ClusterEngine:
                 hit = np.flatnonzero(full)
                 hits = full[hit]
             if gather:
-                # Documents are gathered per run of >= MAX_BLOCK draws, not per
-                # sub-block: dense clip periods make many short sub-blocks.
+                # Documents are gathered per run of up to MAX_BLOCK draws, not
+                # per sub-block: dense clip periods make many short sub-blocks.
+                if pending_n + b > MAX_BLOCK:
+                    self._flush(pending, pending_counts, pending_full,
+                                out[done - pending_n:done])
+                    pending, pending_n = [], 0
+                    pending_counts = self.counts.copy()
+                    pending_full[:] = 0
                 run = self._pool32.take(local)
                 chosen.append(run)
                 pending.append(run)
@@ -266,12 +282,8 @@ class ClusterEngine:
                 self._rem[hit] -= hits
             self.pos += b
             done += b
-            if gather and (pending_n >= MAX_BLOCK or done == n):
-                run = pending[0] if len(pending) == 1 else np.concatenate(pending)
-                self._gather(run, pending_counts, pending_full, out[done - pending_n:done])
-                pending, pending_n = [], 0
-                pending_counts = self.counts.copy()
-                pending_full[:] = 0
+            if gather and done == n:
+                self._flush(pending, pending_counts, pending_full, out[done - pending_n:done])
             if clipped >= 0:
                 self.clip_events.append((int(self.pool[clipped]), self.pos - 1))
                 self._drop_from_pool(clipped)
@@ -308,6 +320,11 @@ class ClusterEngine:
         np.take(self.docs[o:o + n], local, out=self._cur[so:so + G * n], mode="clip")
         self._cur_group[k] = g
 
+    def _flush(self, runs: list[np.ndarray], counts: np.ndarray, full: np.ndarray,
+               out: np.ndarray) -> None:
+        if runs:
+            self._gather(runs[0] if len(runs) == 1 else np.concatenate(runs), counts, full, out)
+
     def _gather(self, clusters: np.ndarray, counts: np.ndarray, full: np.ndarray,
                 out: np.ndarray) -> None:
         """Write into ``out`` the documents of draws of ``clusters`` (uint32 global ids).
@@ -327,8 +344,12 @@ class ClusterEngine:
             keys.sort()
             keys &= np.uint32((1 << ib) - 1)
             order = keys
-        else:
-            order = np.argsort(clusters.astype(self._cluster_key, copy=False), kind="stable")
+        else:  # many clusters: the same with 64-bit keys
+            keys = clusters.astype(np.uint64)
+            keys <<= np.uint64(32)
+            keys |= np.arange(b, dtype=np.uint64)
+            keys.sort()
+            order = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
         k = np.flatnonzero(full)
         hits = full[k]
         first = np.cumsum(hits) - hits
