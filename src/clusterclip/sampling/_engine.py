@@ -184,9 +184,9 @@ class ClusterEngine:
             sel = sel[bounds[local[sel]] <= u[sel]]
         return local
 
-    def _block_size(self) -> int:
-        if self._rem is None:
-            return MAX_BLOCK
+    def _block_size(self, gather: bool) -> int:
+        if self._rem is None:  # count-only: whole variate chunks amortise the O(K) work
+            return MAX_BLOCK if gather else CHUNK
         # Draws until the next expected clip: sub-blocks about that long keep
         # the work thrown away at a clip event small in dense clip periods.
         if self._p is None:
@@ -231,7 +231,7 @@ class ClusterEngine:
             if m == 0:
                 raise RuntimeError("every cluster is clipped: num_samples exceeds capacity")
             t = self.pos
-            b = min(n - done, CHUNK - t % CHUNK, self._block_size())
+            b = min(n - done, CHUNK - t % CHUNK, self._block_size(gather))
             local = self._choose(self._variates.get(t, b))
             # Per-cluster counts of the sub-block: `hit` (pool-local clusters
             # drawn, ascending) and `hits`; sparse when the sub-block is short.
