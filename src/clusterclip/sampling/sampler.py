@@ -236,7 +236,23 @@ class ClusterClipSampler:
         return left if left > 0 else self._length
 
     def __iter__(self) -> Iterator[int]:
-        return _IndexIterator(self)
+        self._restart_if_done()
+        return self._iter_ints()
+
+    def _iter_ints(self) -> Iterator[int]:
+        # The shared position is re-read for every index, so iterators and
+        # blocks() may be interleaved; each index counts as handed out on yield.
+        while True:
+            if self._buf_i >= self._buf.size:
+                if self._taken >= self._length:
+                    return
+                self._buf, self._buf_i, self._buf_list = self._produce(ITER_BLOCK), 0, None
+            if self._buf_list is None:
+                self._buf_list = self._buf.tolist()
+            i = self._buf_i
+            self._buf_i = i + 1
+            self._taken += 1
+            yield self._buf_list[i]
 
     def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
         """This rank's indices as int64 arrays of at most ``block_size`` (bulk export).
@@ -345,27 +361,3 @@ class ClusterClipSampler:
         return (f"ClusterClipSampler(strategy={self.strategy!r}, num_samples={self.num_samples}, "
                 f"clip={self.clip}, alpha={self.alpha}, seed={self.seed}, rank={self.rank}, "
                 f"world_size={self.world_size}, position={self.position})")
-
-
-class _IndexIterator:
-    """Python-int iterator over a sampler's rank stream (shares the sampler's state)."""
-
-    def __init__(self, sampler: ClusterClipSampler) -> None:
-        self._s = sampler
-        sampler._restart_if_done()
-
-    def __iter__(self) -> _IndexIterator:
-        return self
-
-    def __next__(self) -> int:
-        s = self._s
-        if s._buf_i >= s._buf.size:
-            if s._taken >= s._length:
-                raise StopIteration
-            s._buf, s._buf_i, s._buf_list = s._produce(ITER_BLOCK), 0, None
-        if s._buf_list is None:
-            s._buf_list = s._buf.tolist()
-        v = s._buf_list[s._buf_i]
-        s._buf_i += 1
-        s._taken += 1
-        return v
