@@ -14,6 +14,11 @@ _LABELS = {
 }
 
 
+def _ordered(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Strategies in the order they were asked for (results.json sorts its keys)."""
+    return [(n, results["strategies"][n]) for n in results["config"]["strategies"]]
+
+
 def strategy_name(name: str, results: dict[str, Any]) -> str:
     """Display name: cluster strategies balanced by tokens are marked so."""
     if name != "random" and results["config"]["balance_by"] == "tokens":
@@ -25,7 +30,7 @@ def format_table(results: dict[str, Any], markdown: bool = False) -> str:
     """Per strategy, ``mean ± std`` over seeds of every metric (nats per token)."""
     head = ["strategy"] + [_LABELS[m] for m in METRICS]
     rows = []
-    for name, entry in results["strategies"].items():
+    for name, entry in _ordered(results):
         cells = [strategy_name(name, results)]
         for m in METRICS:
             v = entry["metrics"][m]
@@ -43,7 +48,7 @@ def format_table(results: dict[str, Any], markdown: bool = False) -> str:
 def format_deltas(results: dict[str, Any]) -> str:
     """Markdown table of paired differences to random (same seed, same init)."""
     lines = []
-    for name, entry in results["strategies"].items():
+    for name, entry in _ordered(results):
         if "vs_random" not in entry:
             continue
         cells = [strategy_name(name, results) + " − random"]
@@ -99,7 +104,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     parts += ["", "What each schedule fed the model (first seed):", "",
               "| strategy | docs drawn | distinct docs | max repetition | tail token share "
               "| head token share |", "|---|---|---|---|---|---|"]
-    for name, entry in results["strategies"].items():
+    for name, entry in _ordered(results):
         s = entry["runs"][0]["schedule"]
         parts.append(f"| {strategy_name(name, results)} | {s['docs_drawn']:,} | "
                      f"{s['distinct_docs']:,} | {s['max_repetition']} | "
@@ -118,7 +123,7 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    for name, entry in results["strategies"].items():
+    for name, entry in _ordered(results):
         curves = [r["curve"] for r in entry["runs"]]
         x = np.array([p["tokens"] for p in curves[0]])
         y = np.array([[p["val_loss"] for p in c] for c in curves])
@@ -135,27 +140,56 @@ def plot_curves(results: dict[str, Any], path: Path) -> None:
 
 
 def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
-    """Final per-cluster validation loss against cluster size, one series per strategy."""
+    """Final per-cluster validation loss against cluster size (mean over seeds).
+
+    Left: the loss of each cluster per strategy. Right (when random was run):
+    each strategy's difference to random, paired by seed, which separates the
+    strategy's effect from how hard each cluster's text is.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    for name, entry in results["strategies"].items():
+    base = results["strategies"].get("random")
+    others = [(n, e) for n, e in _ordered(results) if n != "random"]
+    two = base is not None and bool(others)
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(12.0 if two else 6.4, 4.2),
+                             layout="constrained", squeeze=False)
+
+    def per_cluster(entry: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         keys = sorted(entry["runs"][0]["per_cluster"], key=int)
         size = np.array([entry["runs"][0]["per_cluster"][k]["size"] for k in keys])
         loss = np.array([[r["per_cluster"][k]["loss"] for k in keys] for r in entry["runs"]])
+        return size, loss
+
+    ax = axes[0][0]
+    for name, entry in _ordered(results):
+        size, loss = per_cluster(entry)
         order = np.argsort(size, kind="stable")
         ax.plot(size[order], loss.mean(axis=0)[order], marker="o", ms=4, lw=0.8, alpha=0.8,
                 label=strategy_name(name, results))
-    ax.set_xscale("log")
-    ax.set_xlabel("cluster size (documents, log scale)")
     ax.set_ylabel("validation loss of the cluster (nats/token)")
-    ax.set_title("Per-cluster held-out loss vs cluster size (mean over seeds)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
+    ax.set_title("Per-cluster held-out loss vs cluster size")
+    if two:
+        ax2 = axes[0][1]
+        _, base_loss = per_cluster(base)
+        for i, (name, entry) in enumerate(others, start=1):
+            size, loss = per_cluster(entry)
+            diff = (loss - base_loss).mean(axis=0)  # paired by seed
+            order = np.argsort(size, kind="stable")
+            ax2.plot(size[order], diff[order], marker="o", ms=4, lw=0.8, color=f"C{i}",
+                     label=f"{strategy_name(name, results)} − random")
+        ax2.axhline(0.0, color="C0", lw=1)
+        ax2.set_ylabel("loss difference to random (nats/token)")
+        ax2.set_title("Per-cluster difference to random (below 0: better)")
+    for a in axes[0]:
+        a.set_xscale("log")
+        a.set_xlabel("cluster size (documents, log scale)")
+        a.grid(alpha=0.3, which="both")
+        a.legend()
+    fig.suptitle("Mean over seeds")
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -166,7 +200,12 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     stable = {k: v for k, v in results.items() if k != "timing"}  # byte-identical reruns
     (directory / "results.json").write_text(
         json.dumps(stable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return ["results.json", *render_files(stable, directory)]
+
+
+def render_files(results: dict[str, Any], directory: Path) -> list[str]:
+    """results.md and the plots from a results dict (also one read back from results.json)."""
     (directory / "results.md").write_text(render_markdown(results), encoding="utf-8")
     plot_curves(results, directory / "val_curves.png")
     plot_cluster_loss(results, directory / "cluster_loss.png")
-    return ["results.json", "results.md", "val_curves.png", "cluster_loss.png"]
+    return ["results.md", "val_curves.png", "cluster_loss.png"]
