@@ -41,7 +41,7 @@ def workdir(tmp_path_factory, pydocs_path):
 
 def test_quick_experiment_reports_every_metric_and_learns(workdir, capsys):
     rc = main(["experiment", "--workdir", str(workdir), "--quick", "--seeds", "2",
-               "--tokens", "32768", "--threads", "1", "--no-progress"])
+               "--tokens", "24576", "--threads", "1", "--no-progress"])
     assert rc == 0
     out = workdir / "experiment"
     res = json.loads((out / "results.json").read_text())
