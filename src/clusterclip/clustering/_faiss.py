@@ -63,7 +63,7 @@ def fit_faiss(est: KMeans, X: np.ndarray, valid: np.ndarray | None) -> KMeans:
         km.train(x)
     else:
         km.train(x, init_centroids=np.asarray(est.init, dtype=np.float32))
-    est.init_seconds_ = 0.0
+    est.init_seconds_ = est.init_cpu_seconds_ = 0.0
     est.train_seconds_ = time.perf_counter() - t0
     centroids = np.asarray(km.centroids, dtype=np.float32).reshape(K, d)
     labels, scores = assign(X, centroids, metric=est.metric, device="cpu",

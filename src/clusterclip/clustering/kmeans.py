@@ -16,9 +16,11 @@ maximised) or the mean squared euclidean distance (euclidean, minimised).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +92,7 @@ class KMeans:
     n_iter_: centroid updates done in the kept run; reseeds_: empty clusters
         re-seeded at each update of the kept run; empty_clusters_: clusters
         still empty at the end (only when there are fewer distinct rows than K).
+    init_seconds_, init_cpu_seconds_: wall and CPU time spent initialising (torch).
     """
 
     def __init__(self, n_clusters: int, max_iter: int = 50, n_init: int = 1, tol: float = 1e-4,
@@ -201,18 +204,20 @@ class KMeans:
         engine = _Engine(reader, valid, row_offset, self.metric, dev, D.Comm())
         maximise = self.metric == "cosine"
         best: dict[str, Any] | None = None
-        self.init_seconds_ = 0.0
+        self.init_seconds_ = self.init_cpu_seconds_ = 0.0
         for restart in range(self.n_init):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if isinstance(self.init, str):
-                C = _init_kmeanspp(reader, valid, valid_sizes, row_offset, self.n_clusters,
-                                   self.metric,
-                                   np.random.default_rng([self.seed, restart]), dev)
+                with _single_thread(dev):
+                    C = _init_kmeanspp(reader, valid, valid_sizes, row_offset, self.n_clusters,
+                                       self.metric,
+                                       np.random.default_rng([self.seed, restart]), dev)
             else:
                 C = torch.as_tensor(np.asarray(self.init, dtype=np.float32), device=dev)
                 if self.metric == "cosine":
                     C = _normalise_rows(C)
             self.init_seconds_ += time.perf_counter() - t0
+            self.init_cpu_seconds_ += time.process_time() - c0
             run = self._lloyd(engine, C, restart)
             better = best is None or (
                 run["objective"] > best["objective"] if maximise
@@ -276,6 +281,24 @@ class KMeans:
         return {"centroids": C, "labels": p.labels, "scores": p.scores, "history": history,
                 "objective": history[-1], "inertia": p.extra["inertia"], "n_iter": n_iter,
                 "reseeds": reseeds, "empty": empty}
+
+
+@contextlib.contextmanager
+def _single_thread(dev: Any) -> Iterator[None]:
+    """Run k-means++'s thousands of small tensor ops on one CPU thread: each parallel
+    region costs a thread hand-off, which dominated (and was 6x slower) on a busy
+    2-core machine; the ops are too small to gain from a second thread."""
+    import torch
+
+    if dev.type != "cpu":
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def _normalise_rows(C: Any) -> Any:
