@@ -24,15 +24,6 @@ from clusterclip.embedding.pipeline import embed_workdir  # noqa: E402
 from clusterclip.workdir import Workdir  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def static_cache(request):
-    path = request.config.cache.mkdir("clusterclip-static")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("CLUSTERCLIP_CACHE", str(path))
-    yield path
-    mp.undo()
-
-
 def child_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra}
@@ -68,7 +59,7 @@ def pydocs_texts(pydocs_path, n: int, chars: int) -> list[str]:
         return [json.loads(next(f))["text"][:chars] for _ in range(n)]
 
 
-def test_stage_outputs_caching_and_invalidation(tmp_path, static_cache, pydocs_path):
+def test_stage_outputs_caching_and_invalidation(tmp_path, pydocs_path):
     texts = pydocs_texts(pydocs_path, 40, 400)
     texts[3] = ""
     texts[17] = None
@@ -80,13 +71,13 @@ def test_stage_outputs_caching_and_invalidation(tmp_path, static_cache, pydocs_p
     assert info["shards"] == 5 and info["shards_computed"] == 5 and not info["skipped"]
     emb = np.load(w / "embeddings.npy", mmap_mode="r")
     valid = np.load(w / "valid.npy")
-    assert emb.shape == (40, 384) and emb.dtype == np.float32
+    assert emb.shape == (40, 256) and emb.dtype == np.float32
     assert valid.dtype == bool and valid.sum() == 38 and not valid[3] and not valid[17]
     norms = np.linalg.norm(emb, axis=1)
     assert np.allclose(norms[valid], 1.0, atol=1e-5) and np.all(norms[~valid] == 0)
     assert not (w / "embed").exists()  # shards are removed after the merge
     rec = Workdir(w).stage("embed")
-    assert rec["status"] == "done" and rec["info"]["dim"] == 384
+    assert rec["status"] == "done" and rec["info"]["dim"] == 256
 
     # corpus order: row i is text i, whatever shard or file it came from
     from clusterclip.embedding import make_embedder
@@ -129,13 +120,13 @@ def test_cli_bad_line_exits_2_and_leaves_no_output(tmp_path):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
-def test_cli_skip_bad_lines_counts_them(tmp_path, static_cache):
+def test_cli_skip_bad_lines_counts_them(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"text": "fine words"}\n[1, 2]\n{"text": ""}\n{"text": "more words"}\n',
                  encoding="utf-8")
     w = tmp_path / "W"
     r = cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--skip-bad-lines",
-            "--no-progress", env=child_env(CLUSTERCLIP_CACHE=str(static_cache)))
+            "--no-progress")
     assert r.returncode == 0, r.stderr
     assert "bad lines skipped: 1" in r.stdout and "empty (label -1): 1" in r.stdout
     assert str(w / "embeddings.npy") in r.stdout
@@ -178,7 +169,7 @@ def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs
                        atol=1e-5)
 
 
-def test_half_written_shard_is_recomputed(tmp_path, static_cache, pydocs_path):
+def test_half_written_shard_is_recomputed(tmp_path, pydocs_path):
     texts = pydocs_texts(pydocs_path, 30, 300)
     c = write_corpus(tmp_path / "c.jsonl", texts)
     w = tmp_path / "W"
