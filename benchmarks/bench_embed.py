@@ -73,6 +73,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="timing rounds (best kept)")
     ap.add_argument("--seeds", type=int, default=3, help="k-means restarts averaged for NMI")
     ap.add_argument("--clusters", default="15,50")
+    ap.add_argument("--minilm-embeddings", default=None,
+                    help="N x d MiniLM vectors of all pydocs docs saved by an earlier full run "
+                         "(np.save), for the full-corpus MiniLM NMI row when MiniLM itself "
+                         "runs on a subset")
     args = ap.parse_args()
 
     import torch
@@ -115,7 +119,12 @@ def main() -> None:
     cos = float(np.sum(e_ours * e_direct, axis=1).min())
 
     # -- fast: TF-IDF + random projection vs distilled static vectors -------------
-    table_cached = any(cache_dir().glob("static-*.npy"))
+    from clusterclip.embedding.static import STATIC_VERSION
+    from clusterclip.embedding.transformer import model_identity
+    from clusterclip.io import fingerprint
+
+    key = fingerprint({"v": STATIC_VERSION, "model": model_identity(bundled_minilm_path())})
+    table_cached = (cache_dir() / f"static-{key}.npy").exists()
     fast, t_init, c_init = timed(lambda: make_embedder("fast", max_length=args.max_length))
     valid = np.ones(len(texts), dtype=bool)
     sample = [texts[i] for i in sample_indices(valid, SAMPLE_SIZE)]
@@ -134,8 +143,11 @@ def main() -> None:
     # -- quality ---------------------------------------------------------------------
     e_minilm_full = e_ours if n_minilm == len(texts) else None
     quality = []
+    if e_minilm_full is None and args.minilm_embeddings:
+        e_minilm_full = np.load(args.minilm_embeddings)
     if e_minilm_full is not None:
-        quality.append(("minilm (ours)", "all", nmi_row(e_minilm_full, labels, ks, args.seeds)))
+        name = "minilm" if n_minilm == len(texts) else "minilm (vectors from --minilm-embeddings)"
+        quality.append((name, "all", nmi_row(e_minilm_full, labels, ks, args.seeds)))
     quality.append((f"minilm (ours), {n_minilm}-doc subset", "subset",
                     nmi_row(e_ours, labels[sub], ks, args.seeds)))
     quality.append(("fast (TF-IDF + random projection)", "all",
