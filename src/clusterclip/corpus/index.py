@@ -101,54 +101,56 @@ class Corpus:
         first_keys: list[str] | None = None
         n = 0
         bar = tqdm(desc="scanning corpus", unit="doc", disable=not progress, leave=False)
-        for fid, path in enumerate(files_in):
-            kind = readers.kind_of(path)
-            try:
-                st = path.stat()
-            except OSError as e:
-                raise InputError(f"{path}: cannot read ({e.strerror})") from None
-            if not os.access(path, os.R_OK):
-                raise InputError(f"{path}: cannot read (permission denied)")
-            rec_f = {"path": str(path), "kind": kind, "size": st.st_size,
-                     "mtime_ns": st.st_mtime_ns, "first": n, "documents": 0, "empty": 0,
-                     "bad_lines": 0, "blank_lines": 0}
-            if kind == "parquet":
-                items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
-            else:
-                items = readers.scan_jsonl(path, kind, text_field, id_field)
-            for item in items:
-                if isinstance(item, readers.Blank):
-                    rec_f["blank_lines"] += 1
-                    continue
-                if isinstance(item, readers.BadLine):
-                    if not skip_bad_lines:
-                        raise InputError(f"{path}:{item.line}: {item.reason} "
-                                         f"(--skip-bad-lines skips and counts such lines)")
-                    rec_f["bad_lines"] += 1
-                    if len(bad_examples) < _MAX_EXAMPLES:
-                        bad_examples.append(f"{path}:{item.line}: {item.reason}")
-                    continue
-                ok = _has_text(item.text)
-                field_seen = field_seen or item.has_field
-                if first_keys is None and not item.has_field and kind != "parquet":
-                    first_keys = _keys_at(path, kind, item.address, item.nbytes)
-                cols["file_id"].append(fid)
-                cols["address"].append(item.address)
-                cols["nbytes"].append(item.nbytes)
-                cols["line"].append(item.line)
-                cols["valid"].append(1 if ok else 0)
-                cols["text_len"].append(min(len(item.text), 2**31 - 1) if ok else 0)
-                if ids is not None:
-                    ids.append(item.doc_id)
-                rec_f["documents"] += 1
-                if not ok:
-                    rec_f["empty"] += 1
-                n += 1
-                bar.update()
-            for k in totals:
-                totals[k] += rec_f[k]
-            files.append(rec_f)
-        bar.close()
+        try:
+            for fid, path in enumerate(files_in):
+                kind = readers.kind_of(path)
+                try:
+                    st = path.stat()
+                except OSError as e:
+                    raise InputError(f"{path}: cannot read ({e.strerror})") from None
+                if not os.access(path, os.R_OK):
+                    raise InputError(f"{path}: cannot read (permission denied)")
+                rec_f = {"path": str(path), "kind": kind, "size": st.st_size,
+                         "mtime_ns": st.st_mtime_ns, "first": n, "documents": 0, "empty": 0,
+                         "bad_lines": 0, "blank_lines": 0}
+                if kind == "parquet":
+                    items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
+                else:
+                    items = readers.scan_jsonl(path, kind, text_field, id_field)
+                for item in items:
+                    if isinstance(item, readers.Blank):
+                        rec_f["blank_lines"] += 1
+                        continue
+                    if isinstance(item, readers.BadLine):
+                        if not skip_bad_lines:
+                            raise InputError(f"{path}:{item.line}: {item.reason} "
+                                             f"(--skip-bad-lines skips and counts such lines)")
+                        rec_f["bad_lines"] += 1
+                        if len(bad_examples) < _MAX_EXAMPLES:
+                            bad_examples.append(f"{path}:{item.line}: {item.reason}")
+                        continue
+                    ok = _has_text(item.text)
+                    field_seen = field_seen or item.has_field
+                    if first_keys is None and not item.has_field and kind != "parquet":
+                        first_keys = _keys_at(path, kind, item.address, item.nbytes)
+                    cols["file_id"].append(fid)
+                    cols["address"].append(item.address)
+                    cols["nbytes"].append(item.nbytes)
+                    cols["line"].append(item.line)
+                    cols["valid"].append(1 if ok else 0)
+                    cols["text_len"].append(min(len(item.text), 2**31 - 1) if ok else 0)
+                    if ids is not None:
+                        ids.append(item.doc_id)
+                    rec_f["documents"] += 1
+                    if not ok:
+                        rec_f["empty"] += 1
+                    n += 1
+                    bar.update()
+                for k in totals:
+                    totals[k] += rec_f[k]
+                files.append(rec_f)
+        finally:
+            bar.close()  # also on error, so the message starts on a clean line
         if n and not field_seen:
             keys = ", ".join(first_keys or []) or "none"
             raise InputError(f"no document has a {text_field!r} field (fields of the first "
