@@ -29,16 +29,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="clusterclip", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="clusterclip",
+        description="Balance LLM training data by semantic cluster: embed a corpus, cluster it "
+                    "with spherical K-means, and sample a ClusterClip training schedule.")
     parser.add_argument("--version", action="version", version=f"clusterclip {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
-        try:  # TEMPORARY while the stages are written in parallel; removed at integration
-            module = importlib.import_module(f"clusterclip.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"clusterclip.cli.{name}":
-                raise
-            continue
+        module = importlib.import_module(f"clusterclip.cli.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_module=module)

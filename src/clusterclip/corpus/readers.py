@@ -112,7 +112,7 @@ def _parse_object(raw: bytes, text_field: str, id_field: str | None,
     try:
         obj = json.loads(s)
     except json.JSONDecodeError as e:
-        return BadLine(line, f"invalid JSON ({e.msg} at column {e.colno})")
+        return BadLine(line, f"invalid JSON ({e.msg.removesuffix(' at')} at column {e.colno})")
     except RecursionError:
         return BadLine(line, "invalid JSON (nested too deeply)")
     if not isinstance(obj, dict):

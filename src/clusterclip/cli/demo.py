@@ -1,0 +1,33 @@
+"""clusterclip demo: the whole pipeline on the bundled Python-docs corpus."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
+        "group, report and a quick LM experiment")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="demo-out", help="output directory (default: demo-out)")
+    p.add_argument("--input", default=None,
+                   help="corpus to use instead of the bundled one (.jsonl/.jsonl.gz/.parquet)")
+    p.add_argument("--label-field", default="label",
+                   help="field compared with the clusters in the report (default: label)")
+    p.add_argument("--clusters", type=int, default=64, help="K (default: 64)")
+    p.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm")
+    p.add_argument("--clip", type=int, default=4, help="repetition clip R (default: 4)")
+    p.add_argument("--epochs", type=float, default=3.0,
+                   help="schedule length in epochs of the corpus (default: 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (embedding, k-means, training)")
+    p.add_argument("--experiment", choices=("quick", "full", "none"), default="quick",
+                   help="LM experiment size: quick (minutes, default), full (~15 min on "
+                        "2 cores), none")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.pipeline import run_demo
+
+    run_demo(args)
+    return 0

@@ -1,0 +1,33 @@
+"""clusterclip run: embed, cluster and (with --num-samples) sample, in one work directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from clusterclip.cli._options import add_corpus_options, add_embed_options, add_kmeans_options
+
+HELP = "embed + cluster (+ sample with --num-samples) a corpus in one work directory"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help=".jsonl / .jsonl.gz / .parquet files or folders of them")
+    p.add_argument("--workdir", required=True, help="work directory for all artifacts")
+    p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
+    add_corpus_options(p)
+    add_embed_options(p)
+    add_kmeans_options(p)
+    g = p.add_argument_group("sampling (only with --num-samples)")
+    g.add_argument("--num-samples", type=int, default=None,
+                   help="length T of the training schedule written to W/schedule.npy")
+    g.add_argument("--strategy", default="clusterclip",
+                   choices=("clusterclip", "uniform", "temperature", "random"))
+    g.add_argument("--clip", type=int, default=4, help="repetition clip R (clusterclip)")
+    g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.pipeline import run_pipeline
+
+    run_pipeline(args)
+    return 0

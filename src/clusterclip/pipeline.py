@@ -1,0 +1,185 @@
+"""The whole pipeline in one work directory: embed -> cluster -> sample.
+
+Each stage is skipped when the manifest says its output is current (same
+inputs, same parameters), so re-running ``clusterclip run`` after a kill or
+with a changed downstream parameter only does the work that is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.io import fingerprint
+from clusterclip.workdir import Workdir
+
+
+def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip", clip: int = 4,
+                   alpha: float = 0.0, seed: int = 0) -> dict[str, Any]:
+    """Write ``W/schedule.npy`` (int64 document indices) from ``W/labels.npy``.
+
+    Returns the sampler's summary, which is also recorded in the manifest.
+    """
+    from clusterclip.sampling import write_schedule
+
+    labels_path = w.path("labels.npy")
+    if not labels_path.exists():
+        raise InputError(f"{labels_path}: missing; run `clusterclip cluster` first")
+    cluster = w.stage("cluster") or {}
+    params = {"num_samples": num_samples, "strategy": strategy, "clip": clip, "alpha": alpha,
+              "seed": seed}
+    fp = fingerprint({"cluster": cluster.get("fingerprint"), **params})
+    if w.is_current("sample", fp):
+        return {**w.stage("sample")["info"], "skipped": True}
+    w.begin("sample", fp, params)
+    labels = np.load(labels_path)
+    summary = write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
+                             strategy=strategy, clip=clip, alpha=alpha, seed=seed)
+    w.finish("sample", fp, ["schedule.npy"], summary)
+    return {**summary, "skipped": False}
+
+
+def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
+    """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
+    from clusterclip.clustering import cluster_workdir
+    from clusterclip.clustering.distributed import is_main
+    from clusterclip.embedding import embed_workdir
+
+    if args.clusters is not None and args.clusters < 1:
+        raise InputError(f"--clusters {args.clusters}: must be >= 1")
+    if args.num_samples is not None and args.num_samples <= 0:
+        raise InputError(f"--num-samples {args.num_samples}: must be > 0")
+    w = Workdir(args.workdir)
+    out: dict[str, Any] = {}
+    out["embed"] = embed_workdir(
+        w, args.inputs, text_field=args.text_field, id_field=args.id_field,
+        skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+        pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+        device=args.device, dtype=args.dtype)
+    w = Workdir(args.workdir)  # the embed stage wrote the manifest
+    out["cluster"] = cluster_workdir(
+        w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+        metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
+        chunk_rows=args.chunk_rows)
+    if args.num_samples is not None and is_main():
+        w = Workdir(args.workdir)
+        out["sample"] = sample_workdir(w, num_samples=args.num_samples, strategy=args.strategy,
+                                       clip=args.clip, alpha=args.alpha, seed=args.seed)
+    if is_main():
+        _print_summary(w, out)
+    return out
+
+
+def _reused(stage: dict[str, Any]) -> str:
+    return "  (reused: inputs and parameters unchanged)" if stage.get("skipped") else ""
+
+
+def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
+    e, c = out["embed"], out["cluster"]
+    print(f"corpus:     {e.get('documents')} documents, {e.get('empty')} without text "
+          f"(label -1), {e.get('bad_lines', 0)} bad lines skipped")
+    print(f"embeddings: {w.path('embeddings.npy')} ({e.get('embedder')}, dim {e.get('dim')})"
+          f"{_reused(e)}")
+    print(f"clusters:   {w.path('labels.npy')}, {w.path('scores.npy')}, "
+          f"{w.path('centroids.npy')}{_reused(c)}")
+    print(f"k-means:    {c.get('n_clusters')} clusters (sizes {c.get('cluster_size_min')}.."
+          f"{c.get('cluster_size_max')}), objective {c.get('objective', float('nan')):.4f} "
+          f"after {c.get('n_iter')} iterations")
+    if "sample" in out:
+        s = out["sample"]
+        print(f"schedule:   {w.path('schedule.npy')} ({s.get('num_samples')} samples, "
+              f"{s.get('strategy')}, capacity {s.get('capacity')}, "
+              f"{s.get('clusters_clipped')} clusters clipped, max repetition "
+              f"{s.get('max_repetition')}){_reused(s)}")
+    print(f"manifest:   {w.path('manifest.json')}")
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    """``clusterclip demo``: every stage on the bundled corpus, then a short summary table."""
+    import time
+    from pathlib import Path
+
+    from clusterclip.clustering import cluster_workdir
+    from clusterclip.corpus import Corpus
+    from clusterclip.data import pydocs_path
+    from clusterclip.embedding import embed_workdir
+    from clusterclip.grouping import group_corpus
+    from clusterclip.report import build_report
+
+    out = Path(args.out)
+    w = Workdir(out / "work")
+    corpus_path = Path(args.input) if args.input else pydocs_path()
+    steps: list[tuple[str, float]] = []
+    t0 = time.perf_counter()
+
+    def step(name: str) -> None:
+        nonlocal t0
+        now = time.perf_counter()
+        steps.append((name, now - t0))
+        t0 = now
+        print(f"[demo] {name} done in {steps[-1][1]:.1f}s", flush=True)
+
+    print(f"[demo] corpus: {corpus_path}", flush=True)
+    emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
+                        skip_bad_lines=False, embedder=args.embedder, model=None, pooling="mean",
+                        max_length=256, batch_size=64, device=args.device, dtype="float32")
+    step("embed")
+    w = Workdir(w.root)
+    clu = cluster_workdir(w, n_clusters=args.clusters, max_iter=100, n_init=3, tol=1e-5,
+                          seed=args.seed, device=args.device)
+    step("cluster")
+    w = Workdir(w.root)
+    eligible = int(np.count_nonzero(np.load(w.path("labels.npy")) >= 0))
+    num_samples = max(1, int(round(args.epochs * eligible)))
+    smp = sample_workdir(w, num_samples=num_samples, clip=args.clip, seed=args.seed)
+    step("sample")
+    corpus = Corpus.load(w.path("corpus"))
+    grp = group_corpus(corpus, np.load(w.path("labels.npy")), np.load(w.path("scores.npy")),
+                       out / "grouped")
+    step("group")
+    rep = build_report(w.root, schedule=w.path("schedule.npy"), label_field=args.label_field,
+                       strategies=("clusterclip", "uniform", "random"), clip=args.clip,
+                       seed=args.seed, out=out / "report")
+    step("report")
+    exp = None
+    if args.experiment != "none":
+        from clusterclip.experiment import run_experiment
+
+        exp = run_experiment(w.root, quick=args.experiment == "quick", clip=args.clip,
+                             device=args.device)
+        step("experiment")
+    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps)
+    return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,
+            "experiment": exp}
+
+
+def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: dict[str, Any],
+                      grp: dict[str, Any], rep: dict[str, Any], exp: dict[str, Any] | None,
+                      steps: list[tuple[str, float]]) -> None:
+    print()
+    print("== clusterclip demo ==")
+    print(f"documents        {emb.get('documents')} ({emb.get('empty')} without text)")
+    print(f"clusters         {clu.get('n_clusters')}  objective {clu.get('objective', 0):.4f}")
+    agree = rep.get("label_agreement")
+    if agree:
+        print(f"vs labels        NMI {agree['nmi']:.3f}  ARI {agree['ari']:.3f}  "
+              f"purity {agree['purity']:.3f}")
+    print(f"schedule         {smp.get('num_samples')} samples, {smp.get('strategy')}, "
+          f"clip {smp.get('clip')}, max repetition {smp.get('max_repetition')}")
+    print(f"grouped          {grp['documents']} documents in {grp['files']} files, "
+          f"verified exactly once")
+    if exp:
+        from clusterclip.experiment.output import format_table
+
+        print()
+        print(format_table(exp))
+    print()
+    print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))
+    print(f"report:     {out}/report/report.md")
+    print(f"grouped:    {out}/grouped/")
+    if exp:
+        print(f"experiment: {out}/work/experiment/results.md")
+    print(f"work dir:   {out}/work/ (manifest.json lists every artifact)")

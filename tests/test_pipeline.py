@@ -1,0 +1,107 @@
+"""`clusterclip run` and `clusterclip demo`: every stage chained in one work directory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from clusterclip.cli import main
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory, pydocs_path):
+    """240 real documents, one without text and one malformed line."""
+    path = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as src:
+        recs = [json.loads(line) for _, line in zip(range(240), src, strict=False)]
+    recs[17]["text"] = "   "
+    lines = [json.dumps(r) for r in recs]
+    lines.insert(100, '{"text": "broken')
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(corpus, workdir, *extra):
+    return main(["run", str(corpus), "--workdir", str(workdir), "--clusters", "6",
+                 "--embedder", "fast", "--skip-bad-lines", "--num-samples", "600", *extra])
+
+
+def test_run_chains_every_stage_and_reuses_current_ones(small_corpus, tmp_path, capsys):
+    w = tmp_path / "w"
+    assert _run(small_corpus, w) == 0
+    out = capsys.readouterr().out
+    assert "240 documents, 1 without text" in out and "1 bad lines skipped" in out
+    labels = np.load(w / "labels.npy")
+    schedule = np.load(w / "schedule.npy")
+    assert labels.shape == (240,) and labels[17] == -1 and (labels[labels != 17] >= -1).all()
+    assert set(np.unique(labels[labels >= 0])) == set(range(6))
+    assert schedule.dtype == np.int64 and schedule.shape == (600,)
+    assert (labels[schedule] >= 0).all()  # excluded documents are never scheduled
+    assert np.bincount(schedule, minlength=240).max() <= 4  # the default clip
+    manifest = json.loads((w / "manifest.json").read_text())
+    assert {s: manifest["stages"][s]["status"] for s in ("embed", "cluster", "sample")} == {
+        "embed": "done", "cluster": "done", "sample": "done"}
+
+    # Unchanged inputs and parameters: every stage is reused, outputs untouched.
+    mtimes = {p.name: p.stat().st_mtime_ns for p in w.glob("*.npy")}
+    assert _run(small_corpus, w) == 0
+    assert capsys.readouterr().out.count("(reused") == 3
+    assert mtimes == {p.name: p.stat().st_mtime_ns for p in w.glob("*.npy")}
+
+    # A changed downstream parameter re-runs only what depends on it.
+    assert _run(small_corpus, w, "--clip", "3") == 0
+    out = capsys.readouterr().out
+    reps = np.bincount(np.load(w / "schedule.npy"), minlength=240).max()
+    assert out.count("(reused") == 2 and f"max repetition {reps})" in out and reps <= 3
+
+    # A changed input invalidates everything downstream of it.
+    small_corpus.write_text(small_corpus.read_text() + '{"text": "one more document"}\n')
+    try:
+        assert _run(small_corpus, w) == 0
+        assert "(reused" not in capsys.readouterr().out
+        assert np.load(w / "labels.npy").shape == (241,)
+    finally:
+        small_corpus.write_text("".join(small_corpus.read_text().splitlines(True)[:-1]))
+
+
+def test_run_is_byte_deterministic(small_corpus, tmp_path):
+    for name in ("a", "b"):
+        assert _run(small_corpus, tmp_path / name, "--seed", "3") == 0
+    for f in ("embeddings.npy", "valid.npy", "labels.npy", "scores.npy", "centroids.npy",
+              "schedule.npy"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_run_bad_input_exits_2_with_one_line_and_no_outputs(small_corpus, tmp_path, capsys):
+    w = tmp_path / "w"
+    assert main(["run", str(small_corpus), "--workdir", str(w), "--clusters", "6",
+                 "--embedder", "fast"]) == 2  # the malformed line, without --skip-bad-lines
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(errors) == 1 and f"{small_corpus}:101: invalid JSON" in errors[0]
+    assert not (w / "embeddings.npy").exists() and not (w / "labels.npy").exists()
+    assert _run(small_corpus, w, "--clip", "0") == 2
+    assert "clip" in capsys.readouterr().err
+    assert not (w / "schedule.npy").exists()
+    assert main(["run", str(small_corpus), "--workdir", str(w), "--clusters", "0"]) == 2
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--input", str(small_corpus), "--embedder", "fast",
+                 "--clusters", "6", "--experiment", "none"]) == 2  # malformed line: exit 2
+    capsys.readouterr()
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(ln for ln in small_corpus.read_text().splitlines(True)
+                            if '"broken' not in ln))
+    assert main(["demo", "--out", str(out), "--input", str(good), "--embedder", "fast",
+                 "--clusters", "6", "--experiment", "none"]) == 0
+    printed = capsys.readouterr().out
+    assert "== clusterclip demo ==" in printed and "NMI" in printed
+    assert (out / "report" / "report.md").exists()
+    assert (out / "report" / "summary.json").exists()
+    assert (out / "grouped" / "group.json").exists()
+    assert np.load(out / "work" / "schedule.npy").shape == (3 * 239,)
