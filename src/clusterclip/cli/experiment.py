@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tiny model and budget (a minute or two), for tests and smoke runs")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: the CPUs this process may use)")
+                   help="torch CPU threads (default: 1 with --quick, else the CPUs this "
+                        "process may use; on a busy shared machine 1 is often fastest)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

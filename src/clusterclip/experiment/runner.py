@@ -344,7 +344,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     and seed (see :func:`compare_strategies`); writes ``results.json``,
     ``results.md``, ``val_curves.png`` and ``cluster_loss.png`` into
     ``W/experiment/`` as one atomic directory replacement. ``quick`` selects
-    :meth:`ExperimentConfig.quick`; ``tokens`` overrides the budget; a full
+    :meth:`ExperimentConfig.quick` (and 1 torch thread unless ``threads`` is
+    given; otherwise all CPUs this process may use); ``tokens`` overrides the budget; a full
     ``config`` overrides everything else. Returns the results dict, plus
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
@@ -361,6 +362,10 @@ def run_experiment(workdir: str | os.PathLike[str], *,
             over["tokens"] = tokens
         config = replace(base, **over)
     config.validate()  # before reading anything: bad options fail fast
+    if threads is None and quick:
+        # The quick model is tiny: a second thread gains little, and on a shared
+        # 2-core machine two OpenMP threads ran it ~4x slower than one (measured).
+        threads = 1
     if device != "cpu":
         import torch
 
