@@ -73,11 +73,13 @@ def mean_cosine(X: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> flo
     """Mean over rows of the best cosine similarity to the normalised centroids."""
     import torch
 
+    from clusterclip.clustering._rows import RowReader
+
     C = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
     C = C / C.norm(dim=1, keepdim=True).clamp_min(1e-12)
     total = 0.0
-    for s in range(0, X.shape[0], chunk):
-        x = torch.from_numpy(np.ascontiguousarray(X[s:s + chunk], dtype=np.float32))
+    for _, rows in RowReader(X, chunk):  # reads, never maps, a memmap's pages
+        x = torch.from_numpy(np.array(rows, dtype=np.float32))
         sims = (x @ C.T).max(dim=1).values / x.norm(dim=1).clamp_min(1e-12)
         total += float(sims.double().sum())
     return total / X.shape[0]
@@ -106,6 +108,7 @@ def worker(a: argparse.Namespace) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         km.fit(X)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
+        res["peak_rss_gib"] = peak_rss_gib()
         iters = max(km.n_iter_, 1)
         res.update(init_s=km.init_seconds_, total_s=total,
                    per_iter_s=(total - km.init_seconds_) / iters,
@@ -129,6 +132,7 @@ def worker(a: argparse.Namespace) -> dict:
         km.index.search(x, 1)  # the final labels
         label = time.perf_counter() - t1
         cpu = time.process_time() - c0
+        res["peak_rss_gib"] = peak_rss_gib()
         res.update(init_s=0.0, load_s=t_load, train_s=train, total_s=train + label,
                    cpu_per_iter_s=cpu / a.iters,
                    per_iter_s=(train + label) / a.iters, train_per_iter_s=train / a.iters,
@@ -144,10 +148,10 @@ def worker(a: argparse.Namespace) -> dict:
             t0, c0 = time.perf_counter(), time.process_time()
             km.fit(x)
             total, cpu = time.perf_counter() - t0, time.process_time() - c0
+        res["peak_rss_gib"] = peak_rss_gib()
         res.update(init_s=0.0, total_s=total, per_iter_s=total / max(km.n_iter_, 1),
                    cpu_per_iter_s=cpu / max(km.n_iter_, 1),
                    objective=mean_cosine(x, km.cluster_centers_), n_iter=int(km.n_iter_))
-    res["peak_rss_gib"] = peak_rss_gib()
     return res
 
 
@@ -204,6 +208,7 @@ def main() -> None:
     p.add_argument("--ooc-k", type=int, default=256)
     p.add_argument("--no-ooc", action="store_true", help="skip the out-of-core case")
     p.add_argument("--no-sklearn", action="store_true")
+    p.add_argument("--no-in-ram", action="store_true", help="skip the in-RAM case")
     p.add_argument("--cache", default=os.environ.get("BENCH_CACHE", "/tmp/clusterclip-bench"))
     p.add_argument("--timeout", type=float, default=1800)
     # internal: run one method in a subprocess
@@ -221,9 +226,11 @@ def main() -> None:
     methods = ["ours", "faiss"] + ([] if a.no_sklearn else ["sklearn"])
     print(f"# K-means benchmark: {a.threads} threads, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.2f} at start")
-    data = make_data(cache / f"blobs_{a.n}x{a.d}_{a.k}.npy", a.n, a.d, a.k, seed=0)
-    rows = [run_method(m, data, a.k, a.iters, a.threads, 0, a.timeout) for m in methods]
-    print(table(f"in RAM: N={a.n:,}, d={a.d}, K={a.k}, {a.iters} iterations", rows), flush=True)
+    if not a.no_in_ram:
+        data = make_data(cache / f"blobs_{a.n}x{a.d}_{a.k}.npy", a.n, a.d, a.k, seed=0)
+        rows = [run_method(m, data, a.k, a.iters, a.threads, 0, a.timeout) for m in methods]
+        print(table(f"in RAM: N={a.n:,}, d={a.d}, K={a.k}, {a.iters} iterations", rows),
+              flush=True)
     if not a.no_ooc:
         budget = a.memory * GIB
         data = make_data(cache / f"blobs_{a.ooc_n}x{a.d}_{a.ooc_k}.npy", a.ooc_n, a.d, a.ooc_k,
