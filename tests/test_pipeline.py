@@ -105,3 +105,22 @@ def test_demo_runs_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsys):
     assert (out / "report" / "summary.json").exists()
     assert (out / "grouped" / "group.json").exists()
     assert np.load(out / "work" / "schedule.npy").shape == (3 * 239,)
+
+
+@pytest.mark.slow
+def test_clusters_of_the_real_corpus_agree_with_its_doc_folders(pydocs_path, tmp_path, capsys):
+    """Our embedder + our K-means on all 4,096 pydocs sections: the clusters carry the topic
+    signal of the documentation folders (NMI well above a shuffled baseline)."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.report import normalized_mutual_info
+
+    w = tmp_path / "w"
+    assert main(["run", str(pydocs_path), "--workdir", str(w), "--clusters", "15",
+                 "--embedder", "fast", "--n-init", "2"]) == 0
+    labels = np.load(w / "labels.npy")
+    folders = Corpus.load(w / "corpus").field_values("label")
+    _, truth = np.unique(np.array(folders), return_inverse=True)
+    nmi = normalized_mutual_info(labels, truth)
+    rng = np.random.default_rng(0)
+    shuffled = max(normalized_mutual_info(rng.permutation(labels), truth) for _ in range(5))
+    assert nmi > 0.08 and nmi > 5 * shuffled, (nmi, shuffled)

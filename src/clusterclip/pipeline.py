@@ -140,7 +140,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     grp = group_corpus(corpus, np.load(w.path("labels.npy")), np.load(w.path("scores.npy")),
                        out / "grouped")
     step("group")
-    rep = build_report(w.root, schedule=w.path("schedule.npy"), label_field=args.label_field,
+    # The report regenerates the ClusterClip schedule (identical to W/schedule.npy: same
+    # labels, budget and seed) next to the baselines, so each curve carries its strategy name.
+    rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
                        strategies=("clusterclip", "uniform", "random"), clip=args.clip,
                        seed=args.seed, out=out / "report")
     step("report")
