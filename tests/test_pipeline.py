@@ -124,3 +124,33 @@ def test_clusters_of_the_real_corpus_agree_with_its_doc_folders(pydocs_path, tmp
     rng = np.random.default_rng(0)
     shuffled = max(normalized_mutual_info(rng.permutation(labels), truth) for _ in range(5))
     assert nmi > 0.08 and nmi > 5 * shuffled, (nmi, shuffled)
+
+
+@pytest.mark.slow
+def test_run_under_torchrun_equals_one_process(small_corpus, tmp_path):
+    """Two real gloo processes chain every stage and write what one process writes."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(ln for ln in small_corpus.read_text().splitlines(True)
+                            if '"broken' not in ln))
+    args = ["run", str(good), "--clusters", "6", "--embedder", "fast", "--num-samples", "500"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "clusterclip.cli",
+         *args, "--workdir", str(tmp_path / "two")],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("schedule:") == 1  # only rank 0 reports
+    assert main([*args, "--workdir", str(tmp_path / "one")]) == 0
+    for f in ("valid.npy", "labels.npy", "centroids.npy", "schedule.npy"):
+        assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
+    one, two = (np.load(tmp_path / d / "embeddings.npy") for d in ("one", "two"))
+    np.testing.assert_allclose(one, two, atol=1e-6)
