@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import math
 from pathlib import Path
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 from clusterclip.cli import main
-from clusterclip.experiment import METRICS
+from clusterclip.experiment import METRICS, QUICK_EPOCHS, SCHEDULE_STATS
 
 
 def _make_workdir(root: Path, pydocs_path: Path, per_label: int = 40) -> Path:
@@ -36,15 +38,25 @@ def _make_workdir(root: Path, pydocs_path: Path, per_label: int = 40) -> Path:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, pydocs_path):
+    # 15 pydocs folders, capped at 40 documents: 11 clusters of 40, then 36, 22, 10, 7
+    # and 1 document, so the budget repeats the small clusters (a skewed corpus)
     return _make_workdir(tmp_path_factory.mktemp("exp"), pydocs_path)
 
 
-def test_quick_experiment_reports_every_metric_and_learns(workdir, capsys):
-    rc = main(["experiment", "--workdir", str(workdir), "--quick", "--seeds", "2",
-               "--tokens", "24576", "--threads", "1", "--no-progress"])
+@pytest.fixture(scope="module")
+def quick_run(workdir):
+    """`clusterclip experiment --quick` with its default budget, once for the module."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["experiment", "--workdir", str(workdir), "--quick", "--seeds", "2",
+                   "--no-progress"])
     assert rc == 0
+    return json.loads((workdir / "experiment" / "results.json").read_text()), out.getvalue()
+
+
+def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
+    res, printed = quick_run
     out = workdir / "experiment"
-    res = json.loads((out / "results.json").read_text())
     assert "timing" not in res  # the only unstable part stays out of the file
     assert res["config"]["strategies"] == ["random", "uniform", "clusterclip"]
     assert set(res["strategies"]) == {"random", "uniform", "clusterclip"}
@@ -53,6 +65,7 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, capsys):
             v = entry["metrics"][m]
             assert len(v["values"]) == 2 and all(math.isfinite(x) for x in v["values"]), (name, m)
             assert v["mean"] == pytest.approx(np.mean(v["values"]))
+        assert set(entry["schedule"]) == set(SCHEDULE_STATS)
         if name != "random":
             assert set(entry["vs_random"]) == set(METRICS)
         for run in entry["runs"]:
@@ -60,15 +73,37 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, capsys):
             assert run["val_micro"] < math.log(256)
             assert run["curve"][-1]["val_loss"] < run["curve"][0]["val_loss"]
             assert run["gap"] == pytest.approx(run["val_micro"] - run["train_micro"])
-            assert run["schedule"]["max_repetition"] <= (4 if name == "clusterclip" else 10**9)
     d = res["data"]
     assert d["valid_docs"] > 0 and d["train_docs"] + d["valid_docs"] == d["documents"]
+    # the budget is the quick epochs-equivalent of the training tokens, in whole batches
+    batch = res["config"]["train"]["batch_size"] * res["config"]["model"]["seq_len"]
+    assert res["config"]["tokens"] is None and res["config"]["epochs"] == QUICK_EPOCHS > 1
+    assert d["budget_tokens"] == (int(QUICK_EPOCHS * d["train_tokens"]) // batch) * batch
+    assert d["steps"] * batch == d["budget_tokens"] and d["epochs_equivalent"] > 1
     for png in ("val_curves.png", "cluster_loss.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "results.md").read_text()
-    assert "| clusterclip |" in md and "val_curves.png" in md
-    printed = capsys.readouterr().out
-    assert "clusterclip" in printed and "val micro" in printed
+    assert "| clusterclip |" in md and "val_curves.png" in md and "clusters clipped" in md
+    assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed
+
+
+def test_quick_defaults_make_the_clip_bind(quick_run):
+    """Over an epoch on a skewed corpus: ClusterClip retires clusters, uniform repeats more."""
+    res, _ = quick_run
+    clip = res["config"]["clip"]
+    runs = {n: e["runs"] for n, e in res["strategies"].items()}
+    for cc, un, rnd in zip(runs["clusterclip"], runs["uniform"], runs["random"], strict=True):
+        c, u, r = cc["schedule"], un["schedule"], rnd["schedule"]
+        assert c["max_repetition"] <= clip and c["clusters_over_clip"] == 0
+        assert c["clusters_clipped"] >= 1  # the clip bound: some cluster left the pool
+        assert u["clusters_clipped"] == 0 == r["clusters_clipped"]  # no clip, no retirement
+        assert u["max_repetition"] > clip and u["clusters_over_clip"] >= 1
+        # random: whole permutations, so a document repeats only once per epoch of documents
+        assert r["max_repetition"] == -(-r["docs_drawn"] // res["data"]["train_docs"]) >= 2
+        # balancing gives the small clusters more than their share of the corpus; the
+        # draws a retired cluster no longer takes go to documents not seen yet
+        assert r["tail_token_share"] < c["tail_token_share"]
+        assert c["distinct_docs"] >= u["distinct_docs"]
 
 
 def test_balance_by_tokens_runs_and_is_recorded(workdir, tmp_path):
@@ -120,9 +155,23 @@ def test_missing_workdir_or_labels_exit_2(tmp_path, capsys):
     assert not (tmp_path / "experiment").exists()
 
 
-def test_budget_over_clip_capacity_is_refused(workdir, tmp_path, capsys):
-    # clip 1 can feed each training token once; ask for far more than the corpus holds
-    rc = main(["experiment", "--workdir", str(workdir), "--quick", "--clip", "1",
-               "--tokens", "10000000", "--strategies", "clusterclip", "--no-progress"])
+@pytest.mark.parametrize("budget", [["--tokens", "10000000"], ["--epochs", "1.5"]])
+def test_budget_over_clip_capacity_is_refused(workdir, capsys, budget):
+    # clip 1 can feed each training token once; ask for more than the corpus holds
+    rc = main(["experiment", "--workdir", str(workdir), "--quick", "--clip", "1", *budget,
+               "--strategies", "clusterclip", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "raise --clip" in err
+
+
+def test_epochs_and_tokens_are_one_budget(workdir):
+    from clusterclip.errors import InputError
+    from clusterclip.experiment import run_experiment
+
+    with pytest.raises(SystemExit) as e:  # argparse: mutually exclusive options
+        main(["experiment", "--workdir", str(workdir), "--epochs", "2", "--tokens", "9000"])
+    assert e.value.code == 2
+    with pytest.raises(InputError, match="not both"):
+        run_experiment(workdir, epochs=2.0, tokens=9000, progress=False)
+    with pytest.raises(InputError, match="--epochs"):
+        run_experiment(workdir, epochs=0.0, progress=False)

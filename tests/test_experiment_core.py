@@ -210,3 +210,63 @@ def test_evaluation_is_independent_of_batching_and_training_is_deterministic():
         torch.set_num_threads(threads)
     assert a == b
     assert a["curve"][-1]["val_loss"] < a["curve"][0]["val_loss"]
+
+
+def test_budget_is_epochs_of_training_tokens_unless_tokens_given():
+    from clusterclip.errors import InputError
+    from clusterclip.experiment import DEFAULT_EPOCHS, ExperimentConfig
+
+    cfg = ExperimentConfig()
+    batch = cfg.train.batch_size * cfg.model.seq_len
+    assert cfg.epochs == DEFAULT_EPOCHS and cfg.tokens is None
+    for train_tokens in (1, batch - 1, 10 * batch + 7, 471_552):
+        got = cfg.budget_tokens(train_tokens)
+        assert got % batch == 0 and got >= batch  # whole batches, at least one
+        assert got == max(batch, int(DEFAULT_EPOCHS * train_tokens) // batch * batch)
+    assert ExperimentConfig(tokens=5 * batch + 3).budget_tokens(10**9) == 5 * batch
+    assert ExperimentConfig(epochs=0.5).budget_tokens(100 * batch) == 50 * batch
+    for bad in (dict(epochs=0.0), dict(epochs=float("nan")), dict(tokens=batch - 1)):
+        with pytest.raises(InputError):
+            ExperimentConfig(**bad).validate()
+    quick = ExperimentConfig.quick()
+    assert quick.epochs > 1 and quick.max_doc_tokens <= quick.model.seq_len
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=2, max_size=12),
+       clip=st.integers(1, 4), frac=st.floats(0.05, 1.0), seed=st.integers(0, 1000))
+def test_clip_statistics_of_a_fed_prefix(sizes, clip, frac, seed):
+    """The runner's figures for the documents actually fed (a prefix of the schedule).
+
+    ``clusters_clipped`` from a sampler of the prefix's length equals the clusters
+    whose every document was fed ``clip`` times in that prefix (schedules are
+    prefix-consistent), and the other statistics follow their definitions.
+    """
+    from clusterclip import ClusterClipSampler
+    from clusterclip.experiment import schedule_stats
+
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    cap = clip * labels.size
+    full = np.concatenate(list(ClusterClipSampler(labels, cap, clip=clip, seed=seed).blocks(64)))
+    fed = full[:max(1, int(frac * cap))]
+    clipped = ClusterClipSampler(labels, fed.size, clip=clip,
+                                 seed=seed).summary()["clusters_clipped"]
+    per_cluster = np.bincount(labels[fed], minlength=len(sizes))
+    assert clipped == int(np.sum(per_cluster == clip * np.array(sizes)))
+    doc_tokens = np.arange(labels.size) % 7 + 1
+    s = schedule_stats(fed, labels, doc_tokens, tail=[0], head=[len(sizes) - 1], clip=clip,
+                       clusters_clipped=clipped)
+    reps = np.bincount(fed, minlength=labels.size)
+    assert s["max_repetition"] == reps.max() <= clip and s["clusters_over_clip"] == 0
+    assert s["docs_drawn"] == fed.size and s["distinct_docs"] == np.count_nonzero(reps)
+    tok = doc_tokens[fed]
+    assert s["tail_token_share"] == pytest.approx(tok[labels[fed] == 0].sum() / tok.sum())
+    assert s["head_token_share"] == pytest.approx(
+        tok[labels[fed] == len(sizes) - 1].sum() / tok.sum())
+    # the same prefix length under uniform: the clusters pushed past the clip are counted
+    u = np.concatenate(list(ClusterClipSampler(labels, fed.size, strategy="uniform",
+                                               seed=seed).blocks(64)))
+    su = schedule_stats(u, labels, doc_tokens, [0], [1], clip, 0)
+    over = np.unique(labels[np.bincount(u, minlength=labels.size) > clip])
+    assert su["clusters_over_clip"] == over.size
+    assert su["max_repetition"] == np.bincount(u).max()

@@ -26,25 +26,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "weights divided by the cluster's mean document length (default docs)")
     p.add_argument("--seeds", type=int, default=3,
                    help="seeds per strategy (model init and schedule), default 3")
-    p.add_argument("--tokens", type=int, default=None,
-                   help="training tokens per run (default: 614,400; --quick: 49,152)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--epochs", type=float, default=None,
+                        help="training budget per run in epochs-equivalent of the training "
+                             "tokens (default 3; --quick 1.5): over 1, small clusters repeat "
+                             "and the clip binds")
+    budget.add_argument("--tokens", type=int, default=None,
+                        help="explicit training budget per run in tokens (instead of --epochs)")
     p.add_argument("--quick", action="store_true",
-                   help="tiny model and budget (a minute or two), for tests and smoke runs")
+                   help="smaller model on the first 63 bytes of each document, 1.5 epochs "
+                        "(about a minute on the demo corpus), for tests and the demo")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: 1 with --quick, else the CPUs this "
-                        "process may use; on a busy shared machine 1 is often fastest)")
+                   help="torch CPU threads (default 2, at most the CPUs this process may "
+                        "use; on a busy shared machine 1 can be faster)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment
-    from clusterclip.experiment.output import format_table
+    from clusterclip.experiment.output import format_schedule_table, format_table
 
     results = run_experiment(
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
-        device=args.device, tokens=args.tokens, threads=args.threads,
+        device=args.device, epochs=args.epochs, tokens=args.tokens, threads=args.threads,
         progress=not args.no_progress)
     d = results["data"]
     print(f"held-out loss, nats/token, mean ± std over {args.seeds} seed(s); "
@@ -52,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
           f"({d['epochs_equivalent']:.2f} epochs), {d['valid_docs']} held-out docs "
           f"in {d['valid_clusters']} clusters")
     print(format_table(results))
+    print()
+    print(format_schedule_table(results))
     print(f"wrote {results['out_dir']}/results.json, results.md and plots "
           f"in {results['wall_seconds']:.0f} s")
     return 0

@@ -2,7 +2,10 @@
 
 Data flow: ``W/labels.npy`` + ``W/corpus/`` -> stratified held-out split ->
 per (strategy, seed): sampler schedule -> packed windows -> training ->
-held-out loss (micro, macro, tail, head, train gap) -> ``W/experiment/``.
+held-out loss (micro, macro, tail, head, train gap) and what the schedule fed
+(repetition, clusters clipped, tail / head token share) -> ``W/experiment/``.
+The budget is in epochs-equivalent of the training tokens (default 2), so
+small clusters repeat and ClusterClip's clip binds.
 
 Pure pieces (numpy in, numpy out): :mod:`~clusterclip.experiment.data`
 (tokens, split, packing, token-balanced weights) and
@@ -21,16 +24,20 @@ from clusterclip.experiment.data import (
 )
 from clusterclip.experiment.metrics import METRICS, mean_std, per_cluster_loss, summarize
 from clusterclip.experiment.runner import (
+    DEFAULT_EPOCHS,
     DEFAULT_STRATEGIES,
+    QUICK_EPOCHS,
+    SCHEDULE_STATS,
     STRATEGIES,
     ExperimentConfig,
     compare_strategies,
     run_experiment,
+    schedule_stats,
 )
 
 __all__ = [
-    "DEFAULT_STRATEGIES", "METRICS", "STRATEGIES", "ExperimentConfig", "compare_strategies",
-    "encode_documents", "matched_train_sample", "mean_std", "pack_sequences",
-    "per_cluster_loss", "run_experiment", "stratified_split", "summarize",
-    "token_balanced_weights",
+    "DEFAULT_EPOCHS", "DEFAULT_STRATEGIES", "METRICS", "QUICK_EPOCHS", "SCHEDULE_STATS",
+    "STRATEGIES", "ExperimentConfig", "compare_strategies", "encode_documents",
+    "matched_train_sample", "mean_std", "pack_sequences", "per_cluster_loss", "run_experiment",
+    "schedule_stats", "stratified_split", "summarize", "token_balanced_weights",
 ]

@@ -12,9 +12,10 @@ VOCAB_SIZE = 257
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape of the model. The default (0.46 M parameters) trains at ~10k tokens/s on 2 cores."""
+    """Shape of the model. The default (0.45 M parameters, window 128) trains at about
+    24k tokens/s with 2 torch threads on an idle 2-core machine (15k with 1)."""
 
-    seq_len: int = 256
+    seq_len: int = 128
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
@@ -27,7 +28,7 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation settings shared by every run of an experiment."""
 
-    batch_size: int = 8
+    batch_size: int = 16
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_frac: float = 0.05

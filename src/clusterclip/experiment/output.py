@@ -36,12 +36,49 @@ def format_table(results: dict[str, Any], markdown: bool = False) -> str:
             v = entry["metrics"][m]
             cells.append(f"{v['mean']:.4f} ± {v['std']:.4f}")
         rows.append(cells)
+    return _table(head, rows, markdown)
+
+
+_SCHEDULE_LABELS = {
+    "docs_drawn": "docs fed", "distinct_docs": "distinct docs",
+    "max_repetition": "max repetition", "clusters_clipped": "clusters clipped",
+    "clusters_over_clip": "clusters over clip", "tail_token_share": "tail token share",
+    "head_token_share": "head token share",
+}
+
+
+def _schedule_cell(stat: str, v: dict[str, Any]) -> str:
+    """Counts: the value if equal over seeds, else ``min–max``; shares: mean ± std."""
+    if stat.endswith("_share"):
+        return f"{v['mean']:.3f} ± {v['std']:.3f}"
+    lo, hi = int(min(v["values"])), int(max(v["values"]))
+    return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+
+
+def format_schedule_table(results: dict[str, Any], markdown: bool = False) -> str:
+    """Per strategy, what its schedules fed the models, over seeds: did the clip bind?
+
+    Columns follow :data:`~clusterclip.experiment.runner.SCHEDULE_STATS`; a
+    results dict without per-strategy schedule figures gives an empty string.
+    """
+    from clusterclip.experiment.runner import SCHEDULE_STATS
+
+    ordered = _ordered(results)
+    if not ordered or "schedule" not in ordered[0][1]:
+        return ""
+    head = ["strategy"] + [_SCHEDULE_LABELS[k] for k in SCHEDULE_STATS]
+    rows = [[strategy_name(n, results)] + [_schedule_cell(k, e["schedule"][k])
+                                           for k in SCHEDULE_STATS] for n, e in ordered]
+    return _table(head, rows, markdown)
+
+
+def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                      for r in [head, *rows])
 
 
@@ -66,13 +103,20 @@ def render_markdown(results: dict[str, Any]) -> str:
     """``results.md``: setup, the metric table, paired differences, plots."""
     c, d = results["config"], results["data"]
     m = c["model"]
+    steps = d.get("steps", c.get("steps"))  # results.json before the epochs budget kept it in c
+    if c.get("tokens") is None and "epochs" in c:
+        budget = (f"a budget of {c['epochs']:g} epochs-equivalent of the training text, "
+                  "in whole batches")
+    else:
+        budget = f"an explicit budget, {d['epochs_equivalent']:.2f} epochs of the training text"
     parts = [
         "# ClusterClip experiment: held-out loss per sampling strategy",
         "",
-        f"A byte-level decoder-only transformer ({m['n_layers']} layers, d={m['d_model']}, "
+        f"A byte-level decoder-only transformer ({m['n_layers']} "
+        f"layer{'s' if m['n_layers'] != 1 else ''}, d={m['d_model']}, "
         f"{m['n_heads']} heads, window {m['seq_len']}) is trained once per strategy and seed "
-        f"on {d['budget_tokens']:,} tokens ({c['steps']} steps; "
-        f"{d['epochs_equivalent']:.2f} epochs of the training text), from the same "
+        f"on {d['budget_tokens']:,} tokens ({steps} steps of {c['train']['batch_size']} "
+        f"windows; {budget}), from the same "
         f"initialisation for the same seed. Seeds: {c['seeds']}; clip R = {c['clip']}; "
         f"alpha = {c['alpha']}; clusters balanced by {c['balance_by']}; "
         f"device {results['device']}.",
@@ -101,14 +145,15 @@ def render_markdown(results: dict[str, Any]) -> str:
         parts += ["", "Paired by seed (same initialisation), difference to random "
                   "(negative = lower loss than random); a mean within about 2 std of 0 is "
                   "not distinguishable from noise at this number of seeds:", "", deltas]
-    parts += ["", "What each schedule fed the model (first seed):", "",
-              "| strategy | docs drawn | distinct docs | max repetition | tail token share "
-              "| head token share |", "|---|---|---|---|---|---|"]
-    for name, entry in _ordered(results):
-        s = entry["runs"][0]["schedule"]
-        parts.append(f"| {strategy_name(name, results)} | {s['docs_drawn']:,} | "
-                     f"{s['distinct_docs']:,} | {s['max_repetition']} | "
-                     f"{s['tail_token_share']:.3f} | {s['head_token_share']:.3f} |")
+    sched = format_schedule_table(results, markdown=True)
+    if sched:
+        parts += ["", "What each strategy's schedules fed the models (counts: the value, or "
+                  "min–max over seeds; shares: mean ± std). *max repetition*: most times one "
+                  "document was fed; *clusters clipped*: clusters that completed their "
+                  f"{c['clip']}-th pass and left ClusterClip's pool (the sampler's summary); "
+                  f"*clusters over clip*: clusters with a document fed more than {c['clip']} "
+                  "times; *tail* / *head token share*: share of the training tokens from the "
+                  "tail / head clusters above.", "", sched]
     parts += ["", "![validation loss over training](val_curves.png)", "",
               "![per-cluster loss vs cluster size](cluster_loss.png)", ""]
     return "\n".join(parts)

@@ -32,15 +32,29 @@ from clusterclip.experiment.metrics import METRICS, mean_std, summarize
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip")
 DEFAULT_STRATEGIES = ("random", "uniform", "clusterclip")
 BALANCE_BY = ("docs", "tokens")
+#: Default budget in epochs-equivalent of the training tokens: enough that, on the
+#: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
+#: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
+#: of the clusters; below the clip, so ClusterClip can always meet it (BENCHMARKS.md).
+DEFAULT_EPOCHS = 3.0
+#: ``--quick``: still over one epoch, so the clip binds on the smallest clusters.
+QUICK_EPOCHS = 1.5
+#: Torch CPU threads by default (capped at the usable CPUs): on an idle 2-core
+#: machine 2 threads trained the default model 1.6x faster than 1, the quick one
+#: 1.2x (BENCHMARKS.md); on a machine busy with other jobs 1 can be faster.
+DEFAULT_THREADS = 2
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
     """Everything that determines an experiment's numbers.
 
-    The defaults are sized for the bundled 4,096-document demo corpus on 2 CPU
-    cores (about 15 minutes for 3 strategies x 3 seeds); :meth:`quick` is the
-    test-sized variant. ``tokens`` is the training budget of every run.
+    The budget of every run is ``tokens`` when given, else ``epochs`` times the
+    training set's tokens (after truncation), so small clusters are repeated
+    whatever the corpus size; :meth:`budget_tokens` resolves it. The defaults
+    are sized for the bundled 4,096-document demo corpus on 2 CPU cores (about
+    15 minutes for 3 strategies x 3 seeds, with the clip binding on K=64
+    clusters); :meth:`quick` is the minute-scale variant for tests and the demo.
     """
 
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
@@ -48,8 +62,9 @@ class ExperimentConfig:
     clip: int = 4
     alpha: float = 0.0
     balance_by: str = "docs"
-    tokens: int = 300 * 8 * 256       # 300 steps of 8 x 256 tokens, ~0.66 epochs of demo text
-    max_doc_tokens: int = 256         # documents are truncated to this (EOS included)
+    epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
+    tokens: int | None = None         # ... unless an explicit token budget is given
+    max_doc_tokens: int = 128         # documents are truncated to this (EOS included)
     valid_fraction: float = 0.1
     min_cluster_docs: int = 10
     split_seed: int = 0
@@ -58,15 +73,31 @@ class ExperimentConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> ExperimentConfig:
-        """A minute-scale configuration for tests and smoke runs."""
-        base = cls(tokens=48 * 8 * 128, max_doc_tokens=128,
-                   model=ModelConfig(seq_len=128, d_model=64, n_layers=2, n_heads=2),
-                   train=TrainConfig(batch_size=8, lr=3e-3, eval_points=3))
+        """A minute-scale configuration for tests, smoke runs and ``clusterclip demo``.
+
+        A much smaller model (1 layer, d=48, 44 k parameters) on the first 63
+        bytes of each document, so that it still sees more than one
+        epoch-equivalent of the training text (small clusters repeated, the
+        clip binding) in about a minute on the demo corpus.
+        """
+        base = cls(epochs=QUICK_EPOCHS, max_doc_tokens=64,
+                   model=ModelConfig(seq_len=64, d_model=48, n_layers=1, n_heads=2),
+                   train=TrainConfig(batch_size=16, lr=3e-3, eval_points=3))
         return replace(base, **overrides)
 
     @property
-    def steps(self) -> int:
-        return max(1, self.tokens // (self.train.batch_size * self.model.seq_len))
+    def batch_tokens(self) -> int:
+        """Tokens in one training batch (batch size x window length)."""
+        return self.train.batch_size * self.model.seq_len
+
+    def budget_tokens(self, train_tokens: int) -> int:
+        """Training tokens per run for a training set of ``train_tokens`` tokens.
+
+        ``tokens`` if given, else ``epochs * train_tokens``; rounded down to
+        whole batches, at least one batch.
+        """
+        want = self.tokens if self.tokens is not None else int(self.epochs * train_tokens)
+        return max(1, want // self.batch_tokens) * self.batch_tokens
 
     def validate(self) -> None:
         """Raise :class:`InputError` naming the first bad value."""
@@ -86,17 +117,25 @@ class ExperimentConfig:
             raise InputError(f"--alpha: must be a finite number, got {self.alpha}")
         if self.balance_by not in BALANCE_BY:
             raise InputError(f"--balance-by: must be docs or tokens, got {self.balance_by!r}")
-        if self.tokens < self.train.batch_size * self.model.seq_len:
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise InputError(f"--epochs: must be a positive number, got {self.epochs}")
+        if self.tokens is not None and self.tokens < self.batch_tokens:
             raise InputError(f"--tokens: budget {self.tokens} is less than one batch "
-                             f"({self.train.batch_size * self.model.seq_len} tokens)")
+                             f"({self.batch_tokens} tokens)")
         if self.max_doc_tokens > self.model.seq_len:
             raise InputError("max_doc_tokens must not exceed the model's seq_len")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strategies"] = list(self.strategies)
-        d["steps"] = self.steps
         return d
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 @contextlib.contextmanager
@@ -107,8 +146,7 @@ def _torch_settings(threads: int | None) -> Iterator[None]:
     old_threads = torch.get_num_threads()
     old_det = torch.are_deterministic_algorithms_enabled()
     if threads is None:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
+        threads = min(DEFAULT_THREADS, _usable_cpus())
     torch.set_num_threads(max(1, threads))
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
@@ -118,26 +156,52 @@ def _torch_settings(threads: int | None) -> Iterator[None]:
         torch.use_deterministic_algorithms(old_det)
 
 
-def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], drawn: list[np.ndarray],
+def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],
                      block: int = 256) -> Iterator[np.ndarray]:
-    """Documents in schedule order; records every drawn index block in ``drawn``."""
+    """Documents in schedule order; appends each index to ``fed`` as it is handed out.
+
+    Only documents actually pulled into packing are recorded (not the rest of
+    a sampler block), so ``fed`` is what the model's windows came from (the
+    last one possibly in part: a window ends mid-document).
+    """
     for idx in sampler.blocks(block):
-        drawn.append(idx)
         for i in idx.tolist():
+            fed.append(i)
             yield docs[i]
 
 
-def _schedule_stats(drawn: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
-                    tail: Sequence[int], head: Sequence[int]) -> dict[str, Any]:
-    """What a run's schedule fed the model (documents drawn into packing)."""
-    reps = np.bincount(drawn, minlength=labels.size) if drawn.size else np.zeros(1, np.int64)
-    tok = doc_tokens[drawn].astype(np.float64)
-    total = max(1.0, tok.sum())
-    lab = labels[drawn]
+#: Per-run schedule statistics, in table order (see :func:`schedule_stats`).
+SCHEDULE_STATS = ("docs_drawn", "distinct_docs", "max_repetition", "clusters_clipped",
+                  "clusters_over_clip", "tail_token_share", "head_token_share")
+
+
+def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
+                   tail: Sequence[int], head: Sequence[int], clip: int,
+                   clusters_clipped: int) -> dict[str, Any]:
+    """What a run's schedule fed the model, to tell whether the clip mattered.
+
+    ``fed``: int[D] document indices in the order packed (see
+    :func:`_schedule_stream`); ``labels``: int[N]; ``doc_tokens``: int[N]
+    tokens per document; ``tail`` / ``head``: the smallest / largest quarter
+    of the evaluated clusters; ``clusters_clipped``: clusters that completed
+    their ``clip``-th pass and left the pool (the sampler's summary; 0 for
+    strategies without a clip). ``clusters_over_clip`` counts clusters with a
+    document fed more than ``clip`` times (0 under ClusterClip by construction;
+    for uniform, the clusters a clip would have retired). Token shares are of
+    the tokens of the fed documents.
+    """
+    fed = np.asarray(fed, dtype=np.int64)
+    reps = np.bincount(fed, minlength=labels.size)
+    tok = doc_tokens[fed].astype(np.float64)
+    total = max(1.0, float(tok.sum()))
+    lab = labels[fed]
+    over = np.unique(labels[reps > clip])
     return {
-        "docs_drawn": int(drawn.size),
+        "docs_drawn": int(fed.size),
         "distinct_docs": int(np.count_nonzero(reps)),
-        "max_repetition": int(reps.max()),
+        "max_repetition": int(reps.max(initial=0)),
+        "clusters_clipped": int(clusters_clipped),
+        "clusters_over_clip": int(np.count_nonzero(over >= 0)),
         "tail_token_share": float(tok[np.isin(lab, tail)].sum() / total),
         "head_token_share": float(tok[np.isin(lab, head)].sum() / total),
     }
@@ -152,7 +216,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     cluster ids, -1 for excluded documents. Returns a JSON-serialisable dict:
     ``config``, ``data`` (split and budget figures), ``clusters``, and
     ``strategies[name] = {"metrics": {metric: {mean, std, values}},
-    "vs_random": {metric: {mean, std, values}} (paired by seed), "runs": [...]}``,
+    "schedule": {stat: {mean, std, values}}`` (see :data:`SCHEDULE_STATS`),
+    ``"vs_random": {metric: {mean, std, values}} (paired by seed), "runs": [...]}``,
     and ``timing`` (seconds per run, the only part that varies between
     identical runs).
     """
@@ -189,13 +254,14 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
     # With clip R, clusterclip can feed at most R x (training tokens): every
     # document R times. Refuse a budget it cannot meet, before any training.
-    window_tokens = config.steps * config.train.batch_size * config.model.seq_len
-    needed = window_tokens + 1  # the stream's leading EOS plus every target
+    budget = config.budget_tokens(train_tokens)
+    steps = budget // config.batch_tokens
+    needed = budget + 1  # the stream's leading EOS plus every target
     if "clusterclip" in config.strategies and needed > config.clip * train_tokens:
         raise InputError(
             f"--clip {config.clip}: clusterclip can supply at most {config.clip} x "
             f"{train_tokens:,} = {config.clip * train_tokens:,} training tokens, but the "
-            f"budget needs {needed:,}; raise --clip or lower the budget")
+            f"budget needs {needed:,}; raise --clip or lower --epochs / --tokens")
     n_train_docs = int(np.count_nonzero(train_labels >= 0))
     capacity = config.clip * n_train_docs
     # Enough draws for the budget even if every draw were the shortest document.
@@ -213,7 +279,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
     timing: dict[str, float] = {}  # seconds per run; kept out of results.json (not stable)
-    total_steps = config.steps * config.seeds * len(config.strategies)
+    total_steps = steps * config.seeds * len(config.strategies)
     bar = tqdm(total=total_steps, desc="experiment", unit="step", disable=not progress,
                dynamic_ncols=True)
     with _torch_settings(threads), bar:
@@ -230,8 +296,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     kwargs["clip"] = config.clip
                     t = min(t, capacity)
                 sampler = ClusterClipSampler(train_labels, num_samples=t, **kwargs)
-                drawn: list[np.ndarray] = []
-                windows = pack_sequences(_schedule_stream(sampler, docs, drawn),
+                fed: list[int] = []
+                windows = pack_sequences(_schedule_stream(sampler, docs, fed),
                                          config.model.seq_len)
                 last: dict[str, Any] = {}
 
@@ -241,13 +307,19 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     return float(ls.sum() / nt.sum())
 
                 t0 = time.perf_counter()
-                model, log = train_run(config.model, config.train, windows, config.steps,
+                model, log = train_run(config.model, config.train, windows, steps,
                                        seed, dev, validate, on_step=bar.update)
                 ls, nt = last["valid"]  # the evaluation at the last step
                 val = summarize(ls, nt, labels[valid_idx], cluster_sizes)
                 tls, tnt = evaluate_documents(model, train_eval_docs, eb, dev)
                 train_micro = float(tls.sum() / tnt.sum())
-                used = np.concatenate(drawn) if drawn else np.zeros(0, np.int64)
+                # The sampler's own count of retired clusters over exactly the fed
+                # prefix (schedules are prefix-consistent, so a sampler of that
+                # length reproduces it; count-only, no documents gathered).
+                clipped = 0
+                if strategy == "clusterclip":
+                    clipped = ClusterClipSampler(train_labels, num_samples=len(fed),
+                                                 **kwargs).summary()["clusters_clipped"]
                 runs[strategy].append({
                     "seed": seed,
                     "val_micro": val["micro"], "val_macro": val["macro"],
@@ -255,16 +327,19 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     "train_micro": train_micro, "gap": val["micro"] - train_micro,
                     "per_cluster": val["per_cluster"],
                     "curve": log["curve"],
-                    "schedule": _schedule_stats(used, labels, doc_tokens,
-                                                val["tail_clusters"], val["head_clusters"]),
+                    "schedule": schedule_stats(np.array(fed, dtype=np.int64), labels,
+                                               doc_tokens, val["tail_clusters"],
+                                               val["head_clusters"], config.clip, clipped),
                 })
                 timing[f"{strategy}/seed{seed}"] = round(time.perf_counter() - t0, 1)
                 tail_clusters, head_clusters = val["tail_clusters"], val["head_clusters"]
 
     strategies_out: dict[str, Any] = {}
     for s, rs in runs.items():
-        entry: dict[str, Any] = {"metrics": {m: mean_std([r[m] for r in rs]) for m in METRICS},
-                                 "runs": rs}
+        entry: dict[str, Any] = {
+            "metrics": {m: mean_std([r[m] for r in rs]) for m in METRICS},
+            "schedule": {k: mean_std([r["schedule"][k] for r in rs]) for k in SCHEDULE_STATS},
+            "runs": rs}
         if s != "random" and "random" in runs:
             base = runs["random"]
             entry["vs_random"] = {m: mean_std([r[m] - b[m] for r, b in zip(rs, base,
@@ -290,8 +365,9 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
             "head_clusters": head_clusters,
             "train_tokens": train_tokens,
             "valid_tokens": int(doc_tokens[valid_idx].sum()),
-            "budget_tokens": window_tokens,
-            "epochs_equivalent": window_tokens / train_tokens,
+            "budget_tokens": budget,
+            "steps": steps,
+            "epochs_equivalent": budget / train_tokens,
             "clusterclip_capacity_docs": capacity,
             "cluster_weights": None if weights is None else weights.tolist(),
         },
@@ -335,8 +411,8 @@ def _load_inputs(root: Path) -> tuple[np.ndarray, list[str | None], Any]:
 def run_experiment(workdir: str | os.PathLike[str], *,
                    strategies: Sequence[str] = DEFAULT_STRATEGIES, seeds: int = 3,
                    clip: int = 4, alpha: float = 0.0, balance_by: str = "docs",
-                   quick: bool = False, device: str = "cpu", tokens: int | None = None,
-                   threads: int | None = None, progress: bool = True,
+                   quick: bool = False, device: str = "cpu", epochs: float | None = None,
+                   tokens: int | None = None, threads: int | None = None, progress: bool = True,
                    config: ExperimentConfig | None = None) -> dict[str, Any]:
     """Run the experiment on work directory ``workdir`` and write ``W/experiment/``.
 
@@ -344,9 +420,11 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     and seed (see :func:`compare_strategies`); writes ``results.json``,
     ``results.md``, ``val_curves.png`` and ``cluster_loss.png`` into
     ``W/experiment/`` as one atomic directory replacement. ``quick`` selects
-    :meth:`ExperimentConfig.quick` (and 1 torch thread unless ``threads`` is
-    given; otherwise all CPUs this process may use); ``tokens`` overrides the budget; a full
-    ``config`` overrides everything else. Returns the results dict, plus
+    :meth:`ExperimentConfig.quick`; ``epochs`` replaces the default budget in
+    epochs-equivalent, ``tokens`` sets an explicit token budget instead (not
+    both); ``threads`` defaults to :data:`DEFAULT_THREADS` torch threads (never
+    more than the CPUs this process may use); a full ``config`` overrides
+    everything else. Returns the results dict, plus
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """
@@ -358,14 +436,16 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         base = ExperimentConfig.quick() if quick else ExperimentConfig()
         over: dict[str, Any] = {"strategies": tuple(strategies), "seeds": seeds, "clip": clip,
                                 "alpha": alpha, "balance_by": balance_by}
+        if epochs is not None and tokens is not None:
+            raise InputError("--epochs and --tokens: give one budget, not both")
+        if epochs is not None:
+            over["epochs"] = epochs
         if tokens is not None:
             over["tokens"] = tokens
         config = replace(base, **over)
     config.validate()  # before reading anything: bad options fail fast
-    if threads is None and quick:
-        # The quick model is tiny: a second thread gains little, and on a shared
-        # 2-core machine two OpenMP threads ran it ~4x slower than one (measured).
-        threads = 1
+    if threads is not None and threads < 1:
+        raise InputError(f"--threads: must be >= 1, got {threads}")
     if device != "cpu":
         import torch
 
