@@ -153,14 +153,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         exp = run_experiment(w.root, quick=args.experiment == "quick", clip=args.clip,
                              device=args.device)
         step("experiment")
-    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps)
+    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,
             "experiment": exp}
 
 
 def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: dict[str, Any],
                       grp: dict[str, Any], rep: dict[str, Any], exp: dict[str, Any] | None,
-                      steps: list[tuple[str, float]]) -> None:
+                      steps: list[tuple[str, float]], exp_size: str) -> None:
     print()
     print("== clusterclip demo ==")
     print(f"documents        {emb.get('documents')} ({emb.get('empty')} without text)")
@@ -177,11 +177,14 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         from clusterclip.experiment.output import format_table
 
         print()
+        print(f"LM experiment ({exp_size}): held-out loss, lower is better, "
+              f"mean +- std over seeds")
         print(format_table(exp))
     print()
     print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))
     print(f"report:     {out}/report/report.md")
     print(f"grouped:    {out}/grouped/")
     if exp:
-        print(f"experiment: {out}/work/experiment/results.md")
+        print(f"experiment: {out}/work/experiment/results.md  (full size: clusterclip "
+              f"experiment --workdir {out}/work)")
     print(f"work dir:   {out}/work/ (manifest.json lists every artifact)")
