@@ -174,12 +174,15 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
     print(f"grouped          {grp['documents']} documents in {grp['files']} files, "
           f"verified exactly once")
     if exp:
-        from clusterclip.experiment.output import format_table
+        from clusterclip.experiment.output import format_schedule_table, format_table
 
         print()
         print(f"LM experiment ({exp_size}): held-out loss, lower is better, "
               f"mean +- std over seeds")
         print(format_table(exp))
+        print()
+        print("What each strategy fed the model (the clip binds where uniform repeats most):")
+        print(format_schedule_table(exp))
     print()
     print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))
     print(f"report:     {out}/report/report.md")
