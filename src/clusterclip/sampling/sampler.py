@@ -174,14 +174,16 @@ class ClusterClipSampler:
         self._weights_fp = None if cluster_weights is None else array_fingerprint(weights)
 
         idx_dtype = np.int32 if lab.size < 2**31 else np.int64
-        eligible = np.flatnonzero(eligible_mask).astype(idx_dtype, copy=False)
         if strategy == "random":
             self._engine: ClusterEngine | EpochEngine = EpochEngine(
-                eligible.astype(np.int64, copy=False), seed)
+                np.flatnonzero(eligible_mask), seed)
         else:
-            keys = lab[eligible]
-            keys = keys.astype(np.uint16 if K <= 0xFFFF else np.int64, copy=False)
-            docs = eligible[np.argsort(keys, kind="stable")]
+            # One stable sort over all documents groups them by cluster in index order;
+            # excluded documents get key K and sort last, so no gather is needed (numpy
+            # radix-sorts 16-bit keys in linear time).
+            keys = np.where(eligible_mask, lab, K).astype(
+                np.uint16 if K <= 0xFFFF else np.int64, copy=False)
+            docs = np.argsort(keys, kind="stable")[:n_eligible].astype(idx_dtype)
             self._engine = ClusterEngine(docs, sizes, seed, weights, clip)
         self._set_start(consumed, None)
 
