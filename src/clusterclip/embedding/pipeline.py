@@ -129,18 +129,13 @@ class Group:
 
     @classmethod
     def from_env(cls, device: str) -> Group:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1:
+        from clusterclip.clustering.distributed import init_from_env
+
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
             return cls()
         import torch.distributed as dist
 
-        if not dist.is_initialized():
-            cuda = device.startswith("cuda")
-            if cuda:
-                import torch
-
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            dist.init_process_group(backend="nccl" if cuda else "gloo")
+        init_from_env(device)  # a no-op when the group already exists
         return cls(dist.get_rank(), dist.get_world_size())
 
     def barrier(self) -> None:
