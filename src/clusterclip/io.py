@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.errors import InputError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
@@ -57,6 +59,16 @@ def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
     """Write ``array`` as ``.npy`` atomically."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array, allow_pickle=False)
+
+
+def open_npy(path: str | os.PathLike[str]) -> np.memmap:
+    """Memory-map a ``.npy`` file read-only; InputError when missing or not ``.npy``."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (ValueError, OSError) as e:
+        raise InputError(f"{path}: not a readable .npy file ({e})") from None
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

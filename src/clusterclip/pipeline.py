@@ -45,7 +45,7 @@ def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
     from clusterclip.clustering import cluster_workdir
-    from clusterclip.clustering.distributed import is_main
+    from clusterclip.distributed import is_main
     from clusterclip.embedding import embed_workdir
 
     if args.clusters is not None and args.clusters < 1:

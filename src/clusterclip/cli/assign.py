@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.clustering import distributed as D
+    from clusterclip import distributed as D
     from clusterclip.clustering.stage import assign_embeddings_file
     from clusterclip.errors import InputError
 

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.clustering import distributed as D
+    from clusterclip import distributed as D
     from clusterclip.clustering.stage import cluster_embeddings_file, cluster_workdir
     from clusterclip.workdir import Workdir
 

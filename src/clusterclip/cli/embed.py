@@ -28,18 +28,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clusterclip import distributed as D
     from clusterclip.embedding.pipeline import embed_workdir
 
-    info = embed_workdir(
-        args.workdir, args.inputs, text_field=args.text_field, id_field=args.id_field,
-        skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
-        pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-        device=args.device, dtype=args.dtype, shard_size=args.shard_size,
-        keep_shards=args.keep_shards, trust_remote_code=args.trust_remote_code,
-        progress=not args.no_progress)
-    import os
-
-    if int(os.environ.get("RANK", "0")) == 0:
+    created = D.init_from_env(args.device)
+    main_rank = D.is_main()  # decided before the process group goes away
+    try:
+        info = embed_workdir(
+            args.workdir, args.inputs, text_field=args.text_field, id_field=args.id_field,
+            skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+            pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+            device=args.device, dtype=args.dtype, shard_size=args.shard_size,
+            keep_shards=args.keep_shards, trust_remote_code=args.trust_remote_code,
+            progress=not args.no_progress)
+    finally:
+        D.shutdown(created)
+    if main_rank:
         print(summary_text(info), file=sys.stdout)
     return 0
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from clusterclip.clustering import distributed as D
+from clusterclip import distributed as D
 from clusterclip.clustering._rows import RowReader
 from clusterclip.errors import InputError
 

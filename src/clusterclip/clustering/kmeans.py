@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.clustering import distributed as D
+from clusterclip import distributed as D
 from clusterclip.clustering._rows import RowReader, check_matrix
 from clusterclip.errors import InputError
 

@@ -24,12 +24,12 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from clusterclip import distributed as D
 from clusterclip.corpus import Corpus
 from clusterclip.corpus.readers import expand_inputs
 from clusterclip.embedding.base import Embedder
@@ -116,69 +116,6 @@ def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE) -> np.ndarray:
     if len(idx) <= size:
         return idx
     return idx[np.linspace(0, len(idx) - 1, size).round().astype(np.int64)]
-
-
-# -- processes ------------------------------------------------------------------
-
-@dataclass
-class Group:
-    """This process's place among the ``torchrun`` processes (rank 0 of 1 when alone)."""
-
-    rank: int = 0
-    world: int = 1
-
-    @classmethod
-    def from_env(cls, device: str) -> Group:
-        from clusterclip.clustering.distributed import init_from_env
-
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            return cls()
-        import torch.distributed as dist
-
-        init_from_env(device)  # a no-op when the group already exists
-        return cls(dist.get_rank(), dist.get_world_size())
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def broadcast(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank."""
-        if self.world == 1:
-            return obj
-        import torch.distributed as dist
-
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def gather(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, in rank order, on every rank."""
-        if self.world == 1:
-            return [obj]
-        import torch.distributed as dist
-
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
-
-
-def _on_rank0(group: Group, fn: Any) -> Any:
-    """Run ``fn`` on rank 0 and hand its result (or its InputError) to every rank."""
-    result: Any = None
-    if group.rank == 0:
-        try:
-            result = ("ok", fn())
-        except InputError as e:
-            result = ("error", str(e))
-            if group.world == 1:
-                raise
-    status, value = group.broadcast(result)
-    if status == "error":
-        raise InputError(value)
-    return value
 
 
 # -- shards -----------------------------------------------------------------------
@@ -275,7 +212,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     t0 = time.time()
     if shard_size < 1:
         raise InputError(f"shard size {shard_size}: must be at least 1")
-    group = Group.from_env(device)
+    D.init_from_env(device)  # under torchrun; a no-op when the group already exists
+    rank, world = D.rank_and_world()
     root = Path(workdir.root if isinstance(workdir, Workdir) else workdir)
     wd = workdir if isinstance(workdir, Workdir) else None
     shard_dir = root / "embed"
@@ -319,7 +257,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                                                  "documents": len(corpus)})
         return {"current": False, "fingerprint": fp, "resumed": resumable}
 
-    decision = _on_rank0(group, plan)
+    decision = D.on_main(plan)
     if decision["current"]:
         info = dict(decision["info"])
         info.update(skipped=True, seconds=round(time.time() - t0, 3))
@@ -330,28 +268,28 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     # Rank 0 loads first: a first use of the fast embedder builds its cached table.
     emb = None
     for turn in (0, 1):
-        if (group.rank == 0) == (turn == 0):
+        if (rank == 0) == (turn == 0):
             emb = make_embedder(embedder, model=model, pooling=pooling, max_length=max_length,
                                 batch_size=batch_size, device=device, dtype=dtype,
-                                progress=progress and group.rank == 0,
+                                progress=progress and rank == 0,
                                 trust_remote_code=trust_remote_code)
-        group.barrier()
+        D.barrier()
     assert emb is not None
     if type(emb).prepare is not Embedder.prepare:
         emb.prepare(corpus.texts(sample_indices(corpus.valid)))
 
     n = len(corpus)
     n_shards = math.ceil(n / shard_size)
-    todo = _on_rank0(group, lambda: [
+    todo = D.on_main(lambda: [
         s for s in range(n_shards)
         if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n),
                              emb.dim, dtype)])
-    mine = todo[group.rank::group.world]
-    desc = "embedding" if group.world == 1 else f"embedding (rank {group.rank})"
+    mine = todo[rank::world]
+    desc = "embedding" if world == 1 else f"embedding (rank {rank})"
     embedded = embed_shards(corpus, emb, shard_dir, mine, shard_size=shard_size, dtype=dtype,
                             progress=progress, desc=desc)
-    counts = group.gather(embedded)
-    group.barrier()
+    counts = D.gather_objects(embedded)
+    D.barrier()
 
     def finish() -> dict[str, Any]:
         assert wd is not None
@@ -365,15 +303,15 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                 "embeddings": str(root / "embeddings.npy"), "valid_path": str(root / "valid.npy"),
                 "corpus": str(root / "corpus"), "shards": n_shards,
                 "shards_reused": n_shards - len(todo), "shards_computed": len(todo),
-                "documents_embedded": int(sum(counts)), "processes": group.world,
+                "documents_embedded": int(sum(counts)), "processes": world,
                 "fingerprint": fp, "skipped": False}
         wd.finish(STAGE, fp, ["embeddings.npy", "valid.npy", "corpus/corpus.json"], info)
         if not keep_shards:
             shutil.rmtree(shard_dir, ignore_errors=True)
         return info
 
-    info = _on_rank0(group, finish)
-    group.barrier()
+    info = D.on_main(finish)
+    D.barrier()
     info = dict(info)
     info["seconds"] = round(time.time() - t0, 3)
     return info

@@ -46,11 +46,13 @@ def resolve_device(device: str) -> str:
     """``device`` checked against what torch has; under torchrun ``cuda`` means this rank's GPU."""
     import torch
 
+    from clusterclip.distributed import local_rank
+
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(f"--device {device}: CUDA is not available here")
-        if device == "cuda" and "LOCAL_RANK" in os.environ:
-            return f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        if device == "cuda" and local_rank() is not None:
+            return f"cuda:{local_rank()}"
     elif device != "cpu" and not device.startswith("mps"):
         raise InputError(f"--device {device}: expected cpu, cuda or cuda:N")
     return device

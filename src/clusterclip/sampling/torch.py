@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from clusterclip import distributed as D
 from clusterclip.sampling.sampler import ClusterClipSampler
 
 
@@ -30,11 +30,9 @@ class ClusterClipTorchSampler(Sampler[int]):
                  clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int | None = None,
                  world_size: int | None = None, consumed_samples: int = 0,
                  cluster_weights: Any = None) -> None:
-        if world_size is None:
-            world_size = dist.get_world_size() if dist.is_available() and \
-                dist.is_initialized() else 1
-        if rank is None:
-            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        group_rank, group_world = D.rank_and_world()
+        rank = group_rank if rank is None else rank
+        world_size = group_world if world_size is None else world_size
         self.sampler = ClusterClipSampler(
             labels, num_samples, strategy=strategy, clip=clip, alpha=alpha, seed=seed,
             rank=rank, world_size=world_size, consumed_samples=consumed_samples,

@@ -1,0 +1,266 @@
+"""The one place that talks to ``torch.distributed``: who am I, and collectives.
+
+Under ``torchrun`` every process of a stage calls the same functions; rank 0
+(:func:`is_main`) writes the outputs. Without an initialised process group
+every function here acts as a world of one process, so callers never branch
+on whether they are distributed. torch is imported lazily: a world of one
+never needs it.
+
+- Process group: :func:`init_from_env` / :func:`shutdown`, :func:`rank_and_world`,
+  :func:`is_main`, :func:`local_rank`, :func:`barrier`.
+- Tensors (K-means): :func:`all_reduce_sum`, :func:`all_gather_tensor`,
+  :func:`broadcast`, :func:`all_sizes`, :func:`any_rank`, and :class:`Comm`,
+  the same collectives or their single-process identities.
+- Python objects: :func:`broadcast_object`, :func:`gather_objects`,
+  :func:`on_main` (run on rank 0, hand the result or its InputError to all).
+- Rows: :func:`shard_bounds`, :func:`load_shard`, :func:`gather_rows`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.io import open_npy
+
+T = TypeVar("T")
+
+
+def _dist() -> Any | None:
+    """The torch.distributed module when a process group is initialised, else None."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # torch is an optional extra; without it nothing is distributed
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+# -- the process group -------------------------------------------------------------
+
+def init_from_env(device: str = "cpu") -> bool:
+    """Initialise the default process group when launched by ``torchrun``.
+
+    Uses NCCL for a CUDA ``device`` (after selecting this rank's GPU,
+    ``LOCAL_RANK``) and gloo otherwise. Returns True when this call created
+    the group (the caller then calls :func:`shutdown`), False when there is
+    nothing to do (already initialised, or WORLD_SIZE unset or 1).
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or _dist() is not None:
+        return False
+    import torch
+    import torch.distributed as dist
+
+    backend = "gloo"
+    if device.startswith("cuda"):
+        backend = "nccl"
+        torch.cuda.set_device(local_rank())
+    dist.init_process_group(backend=backend)
+    return True
+
+
+def shutdown(created: bool) -> None:
+    """Destroy the process group if :func:`init_from_env` created it."""
+    dist = _dist()
+    if created and dist is not None:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, world_size)``; ``(0, 1)`` without a process group."""
+    dist = _dist()
+    if dist is None:
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def is_main() -> bool:
+    """True on rank 0 (or when not distributed): the process that writes outputs."""
+    return rank_and_world()[0] == 0
+
+
+def local_rank() -> int | None:
+    """This process's index on its machine as set by ``torchrun`` (None when not set)."""
+    value = os.environ.get("LOCAL_RANK")
+    return None if value is None else int(value)
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for in a world of one)."""
+    dist = _dist()
+    if dist is not None:
+        dist.barrier()
+
+
+# -- tensors -------------------------------------------------------------------------
+
+def comm_device() -> Any:
+    """The torch device collectives run on (CUDA for NCCL, CPU otherwise)."""
+    import torch
+
+    dist = _dist()
+    if dist is not None and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sum(t: Any) -> Any:
+    """Sum a tensor over all ranks (returned on its original device)."""
+    dist = _dist()
+    if dist is None:
+        return t
+    moved = t.to(comm_device())
+    dist.all_reduce(moved)
+    return moved.to(t.device)
+
+
+def all_gather_tensor(t: Any) -> list[Any]:
+    """All ranks' tensors of equal shape, in rank order."""
+    dist = _dist()
+    if dist is None:
+        return [t]
+    moved = t.to(comm_device()).contiguous()
+    out = [moved.new_empty(moved.shape) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, moved)
+    return [o.to(t.device) for o in out]
+
+
+def broadcast(t: Any, src: int = 0) -> Any:
+    """Rank ``src``'s value of the tensor ``t`` on every rank."""
+    dist = _dist()
+    if dist is None:
+        return t
+    moved = t.to(comm_device()).contiguous()
+    dist.broadcast(moved, src)
+    return moved.to(t.device)
+
+
+def all_sizes(n: int) -> list[int]:
+    """Every rank's value of the integer ``n``, in rank order."""
+    if _dist() is None:
+        return [n]
+    import torch
+
+    return [int(v) for v in all_gather_tensor(torch.tensor([n], dtype=torch.int64))]
+
+
+def any_rank(flag: bool) -> bool:
+    """True when ``flag`` is true on any rank (so all ranks take the same branch)."""
+    if _dist() is None:
+        return flag
+    import torch
+
+    return bool(all_reduce_sum(torch.tensor([int(flag)], dtype=torch.int64)).item() > 0)
+
+
+class Comm:
+    """The tensor collectives, or their single-process identities.
+
+    ``active=None`` follows whether a process group is initialised;
+    ``active=False`` keeps a computation local to this rank.
+    """
+
+    def __init__(self, active: bool | None = None) -> None:
+        self.active = _dist() is not None if active is None else active
+
+    def sum(self, t: Any) -> Any:
+        return all_reduce_sum(t) if self.active else t
+
+    def gather(self, t: Any) -> list[Any]:
+        return all_gather_tensor(t) if self.active else [t]
+
+    def broadcast(self, t: Any) -> Any:
+        return broadcast(t) if self.active else t
+
+    def sizes(self, n: int) -> list[int]:
+        return all_sizes(n) if self.active else [n]
+
+    def any(self, flag: bool) -> bool:
+        return any_rank(flag) if self.active else flag
+
+
+# -- Python objects ----------------------------------------------------------------
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Rank ``src``'s picklable ``obj`` on every rank."""
+    dist = _dist()
+    if dist is None:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's picklable ``obj``, in rank order, on every rank."""
+    dist = _dist()
+    if dist is None:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def on_main(fn: Callable[[], T]) -> T:
+    """Run ``fn`` on rank 0 and hand its result (or its InputError) to every rank."""
+    if _dist() is None:
+        return fn()
+    result: Any = None
+    if is_main():
+        try:
+            result = ("ok", fn())
+        except InputError as e:
+            result = ("error", str(e))
+    status, value = broadcast_object(result)
+    if status == "error":
+        raise InputError(value)
+    return value
+
+
+# -- rows ------------------------------------------------------------------------------
+
+def shard_bounds(n_rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Contiguous ``[start, stop)`` of rank ``rank`` among ``world_size`` near-equal shards."""
+    return n_rows * rank // world_size, n_rows * (rank + 1) // world_size
+
+
+def load_shard(path: str | os.PathLike[str], rank: int | None = None,
+               world_size: int | None = None) -> tuple[np.memmap, int, int]:
+    """This rank's contiguous shard of a memory-mapped ``.npy`` matrix.
+
+    Returns ``(rows, start, stop)``: ``rows`` is a read-only memmap view of
+    rows ``[start, stop)`` (nothing is read into memory). ``rank`` and
+    ``world_size`` default to the initialised process group (else 0 and 1).
+    """
+    if rank is None or world_size is None:
+        rank, world_size = rank_and_world()
+    X = open_npy(path)
+    start, stop = shard_bounds(X.shape[0], rank, world_size)
+    return X[start:stop], start, stop
+
+
+def gather_rows(local: np.ndarray, dst: int = 0) -> np.ndarray | None:
+    """Concatenate every rank's 1-D/2-D ``local`` rows in rank order on rank ``dst``.
+
+    Returns the full array on ``dst`` and None elsewhere (the local array itself
+    when not distributed). Shards may have different lengths.
+    """
+    dist = _dist()
+    if dist is None:
+        return local
+    import torch
+
+    sizes = all_sizes(len(local))
+    width = max(sizes)
+    padded = np.zeros((width,) + local.shape[1:], dtype=local.dtype)
+    padded[: len(local)] = local
+    parts = all_gather_tensor(torch.from_numpy(padded))
+    if dist.get_rank() != dst:
+        return None
+    return np.concatenate([p.numpy()[:s] for p, s in zip(parts, sizes, strict=True)])
