@@ -1,5 +1,6 @@
 """Shared fixtures. Tests use the corpus bundled with the package, so they do
-not depend on anything outside the repository."""
+not depend on anything outside the repository. Helpers for tests that start
+processes (the command line, ``torchrun``, their environment) are in ``_helpers.py``."""
 
 from __future__ import annotations
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+from _helpers import torchrun, torchrun_cli
 
 from clusterclip.clustering import KMeans, load_shard, shard_bounds
 
@@ -38,16 +35,6 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", **extra}
-
-
 def make_inputs(tmp_path, n: int = 1001):
     rng = np.random.default_rng(0)
     mus = rng.standard_normal((6, 16))
@@ -62,15 +49,9 @@ def make_inputs(tmp_path, n: int = 1001):
 def run_two_ranks(tmp_path, metric: str, init_kind: str) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = str(free_port())
-    procs = [subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "emb.npy"), str(tmp_path / "valid.npy"),
-         str(tmp_path), metric, init_kind],
-        env=child_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_PORT=port),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-2000:]
+    res = torchrun(script, tmp_path / "emb.npy", tmp_path / "valid.npy", tmp_path, metric,
+                   init_kind, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
 
 
 @pytest.mark.parametrize("metric, init_kind", [("cosine", "kmeans++"), ("euclidean", "kmeans++"),
@@ -110,10 +91,7 @@ def test_cluster_cli_under_torchrun_equals_one_process(tmp_path):
     args = ["cluster", "--embeddings", str(tmp_path / "emb.npy"), "--valid",
             str(tmp_path / "valid.npy"), "--clusters", "6", "--seed", "5", "--chunk-rows", "97"]
     assert main(args + ["--out", str(tmp_path / "one")]) == 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "clusterclip.cli", *args, "--out", str(tmp_path / "two")]
-    res = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=180)
+    res = torchrun_cli(*args, "--out", tmp_path / "two", timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.count("labels:") == 1  # only rank 0 reports
     for name in ("labels.npy", "scores.npy", "centroids.npy"):

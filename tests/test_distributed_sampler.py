@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+from _helpers import child_env, torchrun
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
@@ -92,24 +89,14 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_gloo_ranks_get_disjoint_parts_whose_union_is_the_global_schedule(tmp_path):
     T_odd = 901  # one trailing position served to nobody
     out = tmp_path / "gathered.json"
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               WORLD_SIZE="2", CC_LABELS=json.dumps(LABELS.tolist()), CC_T=str(T_odd),
-               CC_OUT=str(out), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    env = child_env(CC_LABELS=json.dumps(LABELS.tolist()), CC_T=str(T_odd), CC_OUT=str(out))
+    res = torchrun(script, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
     gathered = sorted(json.loads(out.read_text()), key=lambda g: g["rank"])
     full = list(ClusterClipSampler(LABELS, T_odd, seed=7))
     r0, r1 = gathered[0]["indices"], gathered[1]["indices"]

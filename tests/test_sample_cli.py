@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from _helpers import run_cli
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
@@ -99,8 +98,7 @@ def test_bad_input_exits_2_with_one_line_and_no_output(tmp_path, case, expect):
     argv = ["sample", "--out", str(out), "--no-progress"]
     for k, v in args.items():
         argv += [k, v]
-    proc = subprocess.run([sys.executable, "-m", "clusterclip.cli", *argv],
-                          capture_output=True, text=True)
+    proc = run_cli(*argv)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0], proc.stderr

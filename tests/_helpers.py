@@ -1,0 +1,53 @@
+"""Helpers for tests that start real processes: the command line and ``torchrun``.
+
+``torchrun`` runs with ``--standalone``: its rendezvous store binds port 0
+itself and the workers join that store, so no test picks a port and releases
+it for another process to take before torchrun binds it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+# What torchrun sets for its workers; a child must not inherit them from the test runner.
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "MASTER_ADDR", "MASTER_PORT")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Environment of a child process: one thread each, offline models, no torchrun leftovers."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for k in TORCHRUN_VARS:
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def cli_command(*args: Any) -> list[str]:
+    """``python -m clusterclip.cli ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "clusterclip.cli", *map(str, args)]
+
+
+def run_cli(*args: Any, env: dict[str, str] | None = None, timeout: float = 240,
+            **kw: Any) -> subprocess.CompletedProcess:
+    """Run the command line in a child process; captures text stdout and stderr."""
+    return subprocess.run(cli_command(*args), capture_output=True, text=True,
+                          env=env or child_env(), timeout=timeout, **kw)
+
+
+def torchrun(*args: Any, nproc: int = 2, env: dict[str, str] | None = None,
+             timeout: float = 300) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node NPROC ARGS`` (a script and its arguments)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node", str(nproc), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env or child_env(),
+                          timeout=timeout)
+
+
+def torchrun_cli(*args: Any, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The command line under ``torchrun`` with ``nproc`` processes."""
+    return torchrun("-m", "clusterclip.cli", *args, nproc=nproc, timeout=timeout)
