@@ -1,0 +1,80 @@
+"""clusterclip.distributed: a world of one without a process group, and real gloo ranks."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+from _helpers import torchrun
+
+from clusterclip import distributed as D
+from clusterclip.errors import InputError
+
+WORKER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from clusterclip import distributed as D
+    from clusterclip.errors import InputError
+
+    created = D.init_from_env("cpu")
+    rank, world = D.rank_and_world()
+    out = {"created": created, "rank": rank, "world": world, "main": D.is_main()}
+    out["broadcast"] = D.broadcast_object({"from": rank})
+    out["gathered"] = D.gather_objects(rank * 10)
+    out["any"] = [D.any_rank(rank == 1), D.any_rank(False)]
+    out["sizes"] = D.all_sizes(rank + 3)
+    rows = D.gather_rows(np.full((rank + 2, 2), rank, dtype=np.int32))
+    out["rows"] = None if rows is None else rows.tolist()
+    out["on_main"] = D.on_main(lambda: [rank, "computed on the main rank"])
+
+    def refuse():
+        raise InputError(f"refused by rank {rank}")
+
+    try:
+        D.on_main(refuse)
+        out["error"] = None
+    except InputError as e:
+        out["error"] = str(e)
+    D.barrier()
+    with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
+        json.dump(out, f)
+    D.shutdown(created)
+""")
+
+
+def test_without_a_process_group_everything_is_a_world_of_one():
+    assert D.rank_and_world() == (0, 1) and D.is_main()
+    assert D.init_from_env("cpu") is False  # WORLD_SIZE unset: nothing to create
+    assert D.broadcast_object({"a": 1}) == {"a": 1}
+    assert D.gather_objects(5) == [5]
+    assert D.all_sizes(7) == [7] and D.any_rank(True) and not D.any_rank(False)
+    local = np.arange(6).reshape(3, 2)
+    assert D.gather_rows(local) is local
+    assert D.on_main(lambda: 42) == 42
+    with pytest.raises(InputError, match="bad value"):
+        D.on_main(lambda: (_ for _ in ()).throw(InputError("bad value")))
+    assert [D.shard_bounds(10, r, 3) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+
+
+def test_two_gloo_ranks_share_rank_0_results_and_errors(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    res = torchrun(script, tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert (r0["rank"], r0["world"], r0["main"]) == (0, 2, True)
+    assert (r1["rank"], r1["world"], r1["main"]) == (1, 2, False)
+    assert r0["created"] and r1["created"]
+    for r in (r0, r1):
+        assert r["broadcast"] == {"from": 0}
+        assert r["gathered"] == [0, 10]
+        assert r["any"] == [True, False]
+        assert r["sizes"] == [3, 4]
+        assert r["on_main"] == [0, "computed on the main rank"]
+        # rank 0's InputError reaches every rank; rank 1 never runs the function
+        assert r["error"] == "refused by rank 0"
+    # rank 0 holds all rows in rank order (2 of rank 0, then 3 of rank 1); rank 1 none
+    assert r0["rows"] == [[0, 0]] * 2 + [[1, 1]] * 3 and r1["rows"] is None
