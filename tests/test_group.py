@@ -80,7 +80,9 @@ def test_verification_catches_a_lost_and_a_repeated_document(tmp_path):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.dictionaries(st.sampled_from(["text", "label", "score", "doc_index", "x", "orig_x"]),
+@given(st.dictionaries(st.sampled_from(["text", "label", "score", "doc_index", "x", "orig_x",
+                                        "orig_label", "orig_orig_score", "orig_doc_index",
+                                        "orig_"]),
                        st.one_of(st.none(), st.integers(), st.text(max_size=5))),
        st.integers(0, 10**6), st.integers(-1, 100))
 def test_annotate_round_trips_to_the_original_record(rec, index, label):

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import open_npy
+from clusterclip.io import load_npy
 
 T = TypeVar("T")
 
@@ -240,7 +240,7 @@ def load_shard(path: str | os.PathLike[str], rank: int | None = None,
     """
     if rank is None or world_size is None:
         rank, world_size = rank_and_world()
-    X = open_npy(path)
+    X = load_npy(path, mmap=True)
     start, stop = shard_bounds(X.shape[0], rank, world_size)
     return X[start:stop], start, stop
 

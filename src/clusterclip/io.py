@@ -21,6 +21,8 @@ import numpy as np
 
 from clusterclip.errors import InputError
 
+# numpy dtype kinds by name, for the messages of :func:`load_npy`.
+_KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
@@ -61,14 +63,32 @@ def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
         np.save(f, array, allow_pickle=False)
 
 
-def open_npy(path: str | os.PathLike[str]) -> np.memmap:
-    """Memory-map a ``.npy`` file read-only; InputError when missing or not ``.npy``."""
+def load_npy(path: str | os.PathLike[str], what: str = "array", *, kinds: str | None = None,
+             ndim: int | None = None, mmap: bool = False) -> np.ndarray:
+    """Read one ``.npy`` array; anything else is an :class:`InputError` naming ``path``.
+
+    Never unpickles (object arrays and pickles are refused) and refuses ``.npz``
+    archives. ``kinds``: the numpy dtype kinds allowed (``"iu"`` integers,
+    ``"f"`` floats, ``"b"`` booleans); ``ndim``: the number of dimensions
+    required; ``mmap``: memory-map read-only instead of reading into memory.
+    ``what`` names the content in messages ("labels", "embeddings", ...).
+    """
     try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        a = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (ValueError, OSError) as e:
-        raise InputError(f"{path}: not a readable .npy file ({e})") from None
+        raise InputError(f"{path}: no such file ({what})") from None
+    except (OSError, ValueError, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"{path}: cannot read {what} as .npy ({msg})") from None
+    if not isinstance(a, np.ndarray):  # an .npz archive
+        a.close()
+        raise InputError(f"{path}: expected a single .npy array of {what}, got an .npz archive")
+    if kinds is not None and a.dtype.kind not in kinds:
+        want = " or ".join(dict.fromkeys(_KIND_NAMES.get(k, k) for k in kinds))
+        raise InputError(f"{path}: {what} must be {want}, got dtype {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise InputError(f"{path}: {what} must be a {ndim}-D array, got shape {a.shape}")
+    return a
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

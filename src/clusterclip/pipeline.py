@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import fingerprint
+from clusterclip.io import fingerprint, load_npy
+from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
 
 
@@ -35,7 +36,7 @@ def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip
     if w.is_current("sample", fp):
         return {**w.stage("sample")["info"], "skipped": True}
     w.begin("sample", fp, params)
-    labels = np.load(labels_path)
+    labels = load_labels(labels_path)
     summary = write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
                              strategy=strategy, clip=clip, alpha=alpha, seed=seed)
     w.finish("sample", fp, ["schedule.npy"], summary)
@@ -132,12 +133,13 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                           seed=args.seed, device=args.device)
     step("cluster")
     w = Workdir(w.root)
-    eligible = int(np.count_nonzero(np.load(w.path("labels.npy")) >= 0))
+    eligible = int(np.count_nonzero(load_labels(w.path("labels.npy")) >= 0))
     num_samples = max(1, int(round(args.epochs * eligible)))
     smp = sample_workdir(w, num_samples=num_samples, clip=args.clip, seed=args.seed)
     step("sample")
     corpus = Corpus.load(w.path("corpus"))
-    grp = group_corpus(corpus, np.load(w.path("labels.npy")), np.load(w.path("scores.npy")),
+    grp = group_corpus(corpus, load_labels(w.path("labels.npy")),
+                       load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1),
                        out / "grouped")
     step("group")
     # The report regenerates the ClusterClip schedule (identical to W/schedule.npy: same

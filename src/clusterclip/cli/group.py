@@ -15,25 +15,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from clusterclip.corpus import Corpus
     from clusterclip.errors import InputError
-    from clusterclip.grouping import group_corpus
+    from clusterclip.grouping import check_output_folder, group_corpus
+    from clusterclip.io import load_npy
+    from clusterclip.labels import load_labels
     from clusterclip.workdir import Workdir
 
+    check_output_folder(args.out)
     w = Workdir(args.workdir, create=False)
     for name in ("labels.npy", "scores.npy"):
         if not w.path(name).exists():
             raise InputError(f"{w.path(name)}: missing; run `clusterclip cluster` first")
     corpus = Corpus.load(w.path("corpus"))
+    labels = load_labels(w.path("labels.npy"), len(corpus))
+    scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
     corpus.verify_files()
-    summary = group_corpus(corpus, np.load(w.path("labels.npy")), np.load(w.path("scores.npy")),
-                           args.out, docs_per_file=args.docs_per_file)
+    summary = group_corpus(corpus, labels, scores, args.out, docs_per_file=args.docs_per_file)
     groups = summary["groups"]
     clusters = sum(1 for g in groups if g.startswith("cluster_"))
     print(f"grouped {summary['documents']} documents into {clusters} clusters"
           f" ({groups.get('excluded', 0)} excluded) in {summary['files']} files;"
           f" verified exactly once")
+    if summary["renamed_fields"]:
+        print("input fields kept under a new name (the cluster fields took theirs): " + ", ".join(
+            f"{k} -> orig_{k} in {n} documents" for k, n in summary["renamed_fields"].items()))
     print(f"output: {args.out}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_corpus_options, add_embed_options, add_kmeans_options
+from clusterclip.sampling.sampler import STRATEGIES
 
 HELP = "embed + cluster (+ sample with --num-samples) a corpus in one work directory"
 
@@ -20,8 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling (only with --num-samples)")
     g.add_argument("--num-samples", type=int, default=None,
                    help="length T of the training schedule written to W/schedule.npy")
-    g.add_argument("--strategy", default="clusterclip",
-                   choices=("clusterclip", "uniform", "temperature", "random"))
+    g.add_argument("--strategy", default="clusterclip", choices=STRATEGIES)
     g.add_argument("--clip", type=int, default=4, help="repetition clip R (clusterclip)")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
 

@@ -6,15 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
+from clusterclip.sampling.sampler import STRATEGIES
 
-STRATEGY_CHOICES = ("random", "uniform", "temperature", "clusterclip")
+HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
-    p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="clusterclip",
+    p.add_argument("--strategy", choices=STRATEGIES, default="clusterclip",
                    help="default: clusterclip")
     p.add_argument("--clip", type=int, default=4,
                    help="clusterclip: max times any document is drawn (default: 4)")
@@ -33,23 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary-json", default=None,
                    help="also write the full summary (all clip events) as JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def _load_array(path: str, what: str) -> Any:
-    import numpy as np
-
-    from clusterclip.errors import InputError
-
-    try:
-        a = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"{path}: cannot read {what} as .npy: {msg}") from None
-    if not isinstance(a, np.ndarray):
-        raise InputError(f"{path}: expected a single .npy array of {what}, got an archive")
-    return a
 
 
 def format_summary(s: dict[str, Any], out: str | None = None) -> str:
@@ -90,20 +73,14 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.io import write_json
+    from clusterclip.io import load_npy, write_json
+    from clusterclip.labels import load_labels
     from clusterclip.sampling import write_schedule
 
-    labels = _load_array(args.labels, "labels")
-    if labels.ndim != 1:
-        raise InputError(f"{args.labels}: labels must be a 1-D array, got shape {labels.shape}")
-    if labels.dtype.kind not in "iu":
-        raise InputError(f"{args.labels}: labels must be integers, got dtype {labels.dtype}")
+    labels = load_labels(args.labels)
     weights = None
     if args.cluster_weights is not None:
-        weights = _load_array(args.cluster_weights, "cluster weights")
-        if weights.dtype.kind not in "iuf":
-            raise InputError(f"{args.cluster_weights}: cluster weights must be numbers, "
-                             f"got dtype {weights.dtype}")
+        weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
     if Path(args.out).is_dir():
         raise InputError(f"--out {args.out}: is a directory")
     summary = write_schedule(

@@ -19,7 +19,7 @@ from clusterclip import distributed as D
 from clusterclip.clustering._rows import check_matrix
 from clusterclip.clustering.kmeans import KMeans, assign
 from clusterclip.errors import InputError
-from clusterclip.io import fingerprint, open_npy, save_npy, sha256_file, write_json
+from clusterclip.io import fingerprint, load_npy, save_npy, sha256_file, write_json
 from clusterclip.workdir import Workdir
 
 STAGE = "cluster"
@@ -27,7 +27,7 @@ OUTPUTS = ("labels.npy", "scores.npy", "centroids.npy")
 
 
 def _open_embeddings(path: Path) -> np.memmap:
-    X = open_npy(path)
+    X = load_npy(path, "embeddings", mmap=True)
     check_matrix(X, str(path))
     if X.dtype == np.float64:
         raise InputError(f"{path}: expected float16 or float32 embeddings, got float64")
@@ -38,7 +38,7 @@ def _open_valid(path: str | os.PathLike[str] | None, n_rows: int) -> np.ndarray 
     """The bool valid mask at ``path`` (None when ``path`` is None)."""
     if path is None:
         return None
-    v = open_npy(path)
+    v = load_npy(path, "valid mask", mmap=True)
     if v.dtype != np.bool_ or v.shape != (n_rows,):
         raise InputError(f"{path}: expected a bool array of shape ({n_rows},), "
                          f"got {v.dtype} of shape {v.shape}")
@@ -206,7 +206,7 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
     Writes ``out_dir/labels.npy`` (int32, -1 where the valid mask is False) and
     ``out_dir/scores.npy`` (float32) plus ``out_dir/assign.json`` (inputs, counts).
     """
-    C = open_npy(centroids_path)
+    C = load_npy(centroids_path, "centroids", mmap=True)
     check_matrix(C, str(centroids_path))
     C = np.asarray(C, dtype=np.float32)
     emb = Path(embeddings_path)

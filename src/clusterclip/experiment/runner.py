@@ -28,8 +28,8 @@ from clusterclip.experiment.data import (
     token_balanced_weights,
 )
 from clusterclip.experiment.metrics import METRICS, mean_std, summarize
+from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
 
-STRATEGIES = ("random", "uniform", "temperature", "clusterclip")
 DEFAULT_STRATEGIES = ("random", "uniform", "clusterclip")
 BALANCE_BY = ("docs", "tokens")
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
@@ -288,7 +288,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                 bar.set_postfix_str(f"{strategy} seed {seed}")
                 kwargs: dict[str, Any] = {"strategy": strategy, "seed": seed}
                 t = num_samples
-                if strategy in ("temperature", "clusterclip"):
+                if strategy in ALPHA_STRATEGIES:
                     kwargs["alpha"] = config.alpha
                 if strategy != "random" and weights is not None:
                     kwargs["cluster_weights"] = weights  # alpha is already in them
@@ -382,19 +382,12 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 def _load_inputs(root: Path) -> tuple[np.ndarray, list[str | None], Any]:
     """``W/labels.npy`` (checked) and the texts of ``W/corpus/``."""
     from clusterclip.corpus import Corpus
+    from clusterclip.labels import load_labels
 
     labels_path = root / "labels.npy"
     if not labels_path.is_file():
         raise InputError(f"{labels_path}: missing (run `clusterclip cluster` first)")
-    try:
-        labels = np.load(labels_path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{labels_path}: not a readable .npy array ({e})") from None
-    if labels.ndim != 1 or labels.dtype.kind not in "iu":
-        raise InputError(f"{labels_path}: expected a 1-D integer array, got "
-                         f"{labels.dtype} {list(labels.shape)}")
-    if labels.size and int(labels.min()) < -1:
-        raise InputError(f"{labels_path}: cluster ids must be >= 0 or -1, got {labels.min()}")
+    labels = load_labels(labels_path)
     corpus_dir = root / "corpus"
     if not corpus_dir.is_dir():
         raise InputError(f"{corpus_dir}: missing (run `clusterclip embed` first)")

@@ -4,7 +4,9 @@
 corpus order, each the original record with ``label`` (cluster id), ``score``
 (cosine similarity to the centroid) and ``doc_index`` (position in the
 corpus) added; documents without text go to ``OUT/excluded/``. A field of the
-input that has one of those names is kept as ``orig_<name>``.
+input that has one of those names is kept as ``orig_<name>`` (and a field
+already named ``orig_<name>`` as ``orig_orig_<name>``, and so on: the renaming
+is one-to-one, so every input record is recovered exactly).
 
 The output is built in a temporary directory, re-read and checked, and only
 then moved into place: every input document must appear exactly once (a
@@ -25,6 +27,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.io import atomic_path, write_json
+from clusterclip.labels import check_labels
 
 ADDED = ("label", "score", "doc_index")
 EXCLUDED_DIR = "excluded"
@@ -40,18 +43,21 @@ def record_hash(index: int, rec: dict[str, Any]) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def _is_renamed(key: str) -> bool:
+    """True for the keys that :func:`annotate` prefixes: ``(orig_)*`` + an added name."""
+    while key.startswith("orig_"):
+        key = key[len("orig_"):]
+    return key in ADDED
+
+
 def annotate(index: int, rec: dict[str, Any], label: int, score: float | None
              ) -> dict[str, Any]:
-    """The output record: ``rec`` with the cluster fields added (originals renamed)."""
-    out = {}
-    for k, v in rec.items():
-        if k in ADDED:
-            if f"orig_{k}" in rec:
-                raise InputError(f"document {index} has both {k!r} and 'orig_{k}' fields; "
-                                 f"cannot add the cluster field {k!r}")
-            out[f"orig_{k}"] = v
-        else:
-            out[k] = v
+    """The output record: ``rec`` with the cluster fields added (clashing keys renamed).
+
+    A key ``label`` of the input becomes ``orig_label``, ``orig_label`` becomes
+    ``orig_orig_label``, ...: one-to-one, undone by :func:`original`.
+    """
+    out = {f"orig_{k}" if _is_renamed(k) else k: v for k, v in rec.items()}
     out.update(label=label, score=score, doc_index=index)
     return out
 
@@ -59,11 +65,21 @@ def annotate(index: int, rec: dict[str, Any], label: int, score: float | None
 def original(rec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """Invert :func:`annotate`: (doc_index, original record)."""
     index = int(rec["doc_index"])
-    orig = {k: v for k, v in rec.items() if k not in ADDED}
-    for k in ADDED:
-        if f"orig_{k}" in orig:
-            orig[k] = orig.pop(f"orig_{k}")
+    orig = {k[len("orig_"):] if _is_renamed(k) else k: v
+            for k, v in rec.items() if k not in ADDED}
     return index, orig
+
+
+def check_output_folder(out: str | os.PathLike[str]) -> None:
+    """Refuse, before any work, an ``out`` that cannot be replaced by a grouped folder."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    here = Path.cwd().resolve()
+    target = p.resolve()
+    if target == here or target in here.parents:
+        raise InputError(f"--out {out}: is the current directory or one of its parents; "
+                         f"give a new folder for the grouped output")
 
 
 class _Writer:
@@ -110,13 +126,17 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
     from tqdm import tqdm
 
     n = len(corpus)
-    if labels.shape != (n,) or scores.shape != (n,):
-        raise InputError(f"labels/scores have {labels.shape[0]}/{scores.shape[0]} rows but the "
-                         f"corpus has {n} documents; re-run cluster")
     if docs_per_file < 1:
         raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
+    check_output_folder(out)
+    labels = check_labels(labels, num_documents=n)
+    scores = np.asarray(scores)
+    if scores.shape != (n,) or scores.dtype.kind != "f":
+        raise InputError(f"scores must be {n} floats (one per document), got {scores.dtype} "
+                         f"of shape {scores.shape}; re-run cluster")
     out = Path(out)
     in_hash = 0
+    renamed: dict[str, int] = defaultdict(int)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         writer = _Writer(tmp, docs_per_file, buffer_bytes)
@@ -125,6 +145,9 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
         for i, rec in tqdm(corpus.iter_records(), total=n, desc="grouping", unit="doc",
                            disable=not progress, leave=False):
             in_hash = (in_hash + record_hash(i, rec)) % (1 << 128)
+            for key in rec:
+                if _is_renamed(key):
+                    renamed[key] += 1
             k = labels_l[i]
             group = f"cluster_{k}" if k >= 0 else EXCLUDED_DIR
             line = annotate(i, rec, int(k), float(scores_l[i]) if k >= 0 else None)
@@ -138,6 +161,7 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
             "documents": n,
             "groups": dict(sorted(writer.written.items(), key=lambda kv: _group_key(kv[0]))),
             "files": check["files"],
+            "renamed_fields": {k: renamed[k] for k in sorted(renamed)},
             "verified": {"exactly_once": True, "content_hash": f"{in_hash:032x}"},
         }
         write_json(tmp / "group.json", summary)

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.io import load_npy
+from clusterclip.labels import check_labels
 from clusterclip.report.clip import DEFAULT_TARGET_REPETITION, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.metrics import cluster_label_agreement
@@ -26,8 +28,8 @@ from clusterclip.report.stats import (
     schedule_summary,
     size_profile,
 )
+from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
 
-STRATEGIES = ("clusterclip", "random", "uniform", "temperature")
 DEFAULT_STRATEGIES = ("clusterclip", "random")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
@@ -46,10 +48,7 @@ def _load_array(path: Path, what: str, required: bool = True) -> np.ndarray | No
         if required:
             raise InputError(f"{path}: missing ({what}); run the earlier stages first")
         return None
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable .npy file ({e})") from None
+    return load_npy(path, what, mmap=True)
 
 
 def load_labels(root: Path) -> tuple[np.ndarray, int]:
@@ -59,19 +58,8 @@ def load_labels(root: Path) -> tuple[np.ndarray, int]:
     else from the largest label.
     """
     path = root / "labels.npy"
-    labels = _load_array(path, "cluster labels")
-    assert labels is not None
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise InputError(f"{path}: expected a 1-D integer array, got {labels.dtype}"
-                         f"{list(labels.shape)}")
-    labels = np.asarray(labels, dtype=np.int64)
-    if labels.size == 0:
-        raise InputError(f"{path}: no documents")
-    if labels.min() < -1:
-        raise InputError(f"{path}: label {int(labels.min())} at document "
-                         f"{int(np.argmin(labels))}; labels must be >= -1")
-    if not (labels >= 0).any():
-        raise InputError(f"{path}: every document is excluded (label -1)")
+    labels = _load_array(path, "labels")
+    labels = np.asarray(check_labels(labels, path), dtype=np.int64)
     k = int(labels.max()) + 1
     centroids = _load_array(root / "centroids.npy", "centroids", required=False)
     if centroids is not None:
@@ -86,11 +74,7 @@ def load_schedule(path: Path, num_docs: int) -> np.ndarray:
     """A schedule file: 1-D integer ``.npy`` (memory-mapped; range checked while streaming)."""
     if not path.exists():
         raise InputError(f"{path}: schedule file does not exist")
-    sched = _load_array(path, "schedule")
-    assert sched is not None
-    if sched.ndim != 1 or not np.issubdtype(sched.dtype, np.integer):
-        raise InputError(f"{path}: expected a 1-D integer array of document indices, got "
-                         f"{sched.dtype}{list(sched.shape)}")
+    sched = load_npy(path, "schedule (document indices)", kinds="iu", ndim=1, mmap=True)
     if sched.size == 0:
         raise InputError(f"{path}: empty schedule")
     return sched
@@ -113,13 +97,10 @@ def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alp
     from clusterclip import ClusterClipSampler
 
     # The baselines take no alpha (the sampler refuses one); the clip only binds clusterclip.
-    if strategy in ("random", "uniform"):
+    if strategy not in ALPHA_STRATEGIES:
         alpha = 0.0
-    try:
-        return ClusterClipSampler(labels, num_samples=num_samples, strategy=strategy,
-                                  clip=clip, alpha=alpha, seed=seed)
-    except ValueError as e:
-        raise InputError(f"{strategy} sampler: {e}") from None
+    return ClusterClipSampler(labels, num_samples=num_samples, strategy=strategy,
+                              clip=clip, alpha=alpha, seed=seed)
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool):
@@ -382,7 +363,7 @@ def build_report(
                                      clip if strategy == "clusterclip" else np.inf)
         summary_s["parameters"] = {"strategy": strategy, "seed": seed, **(
             {"clip": clip} if strategy == "clusterclip" else {}), **(
-            {"alpha": alpha} if strategy in ("clusterclip", "temperature") else {})}
+            {"alpha": alpha} if strategy in ALPHA_STRATEGIES else {})}
         if strategy == "clusterclip":
             summary_s["clip_events"] = (_sampler_clip_events(_jsonable(sampler.summary()))
                                         or _clip_events(st, labels, sizes, clip))

@@ -7,6 +7,8 @@ num_samples)``. Ranks share it out: see :class:`ClusterClipSampler`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import numbers
 from collections.abc import Iterator
@@ -16,39 +18,49 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
+from clusterclip.labels import check_labels
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine
 
+#: Every strategy name, here only: the CLI, the report and the experiment take these.
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip")
-STATE_VERSION = 1
+#: The strategies whose cluster weight is n_k ** alpha.
+ALPHA_STRATEGIES = ("temperature", "clusterclip")
+STATE_VERSION = 2  # 2: with a checksum over the other fields
+MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
 ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
 SEEK_GAP = 1 << 16  # a gap longer than this before the next index is skipped count-only
 
 
-def _as_int(name: str, value: Any, minimum: int) -> int:
+def _as_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name} must be an integer, got {value!r}")
     if int(value) < minimum:
         raise InputError(f"{name} must be >= {minimum}, got {int(value)}")
+    if maximum is not None and int(value) > maximum:
+        raise InputError(f"{name} must be <= {maximum}, got {int(value)}")
     return int(value)
 
 
-def _as_labels(labels: Any) -> np.ndarray:
-    a = np.asarray(labels)
-    if a.ndim != 1:
-        raise InputError(f"labels must be a 1-D array, got shape {a.shape}")
-    if a.dtype.kind not in "iu":
-        raise InputError(f"labels must be integers, got dtype {a.dtype}")
-    if a.size == 0:
-        raise InputError("labels is empty")
-    lo, hi = int(a.min()), int(a.max())
-    if lo < -1:
-        i = int(np.argmax(a < -1))
-        raise InputError(f"labels must be cluster ids >= 0 or -1 (excluded), got {lo} at index {i}")
-    if hi < 0:
-        raise InputError(f"no eligible documents: all {a.size} labels are -1")
-    if hi >= 2**31 - 1:
-        raise InputError(f"cluster id {hi} is too large (ids must be < 2**31 - 1)")
-    return a
+def _state_checksum(state: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of every field of ``state`` but ``checksum``."""
+    fields = {k: v for k, v in state.items() if k != "checksum"}
+    try:
+        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return ""  # not JSON: cannot be a state this class wrote
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _check_counts(counts: Any, k: int) -> None:
+    """``counts`` must be a list of ``k`` plain integers (as ``state_dict`` writes them)."""
+    if not isinstance(counts, (list, tuple)):
+        raise InputError(f"state_dict counts must be a list of {k} integers, got "
+                         f"{type(counts).__name__}")
+    if len(counts) != k:
+        raise InputError(f"state_dict counts must be a list of {k} integers, got {len(counts)}")
+    for i, c in enumerate(counts):
+        if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+            raise InputError(f"state_dict counts must be integers, got {c!r:.40} at index {i}")
 
 
 class ClusterClipSampler:
@@ -107,9 +119,9 @@ class ClusterClipSampler:
         if strategy not in STRATEGIES:
             raise InputError(f"unknown strategy {strategy!r}; choose one of "
                              + ", ".join(STRATEGIES))
-        lab = _as_labels(labels)
+        lab = check_labels(labels)
         T = _as_int("num_samples", num_samples, 1)
-        seed = _as_int("seed", seed, 0)
+        seed = _as_int("seed", seed, 0, MAX_SEED)
         world_size = _as_int("world_size", world_size, 1)
         rank = _as_int("rank", rank, 0)
         if rank >= world_size:
@@ -125,34 +137,47 @@ class ClusterClipSampler:
                 or not math.isfinite(alpha):
             raise InputError(f"alpha must be a finite number, got {alpha!r}")
         alpha = float(alpha)
-        if strategy in ("random", "uniform") and alpha != 0.0 and cluster_weights is None:
-            raise InputError(f"alpha applies to temperature and clusterclip only, "
+        if strategy not in ALPHA_STRATEGIES and alpha != 0.0 and cluster_weights is None:
+            raise InputError(f"alpha applies to {' and '.join(ALPHA_STRATEGIES)} only, "
                              f"got alpha={alpha} with strategy {strategy}")
 
         K = int(lab.max()) + 1
         eligible_mask = lab >= 0
         sizes = np.bincount(lab[eligible_mask], minlength=K).astype(np.int64)
         n_eligible = int(sizes.sum())
+        nonempty = sizes > 0
         weights = None
         if cluster_weights is not None:
             if strategy == "random":
                 raise InputError("cluster_weights does not apply to strategy random")
-            w = np.asarray(cluster_weights, dtype=np.float64)
+            try:
+                w = np.asarray(cluster_weights, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError("cluster_weights must be an array of numbers") from None
             if w.ndim != 1 or w.size < K:
                 raise InputError(f"cluster_weights must be a 1-D array of length >= {K} "
                                  f"(number of cluster ids), got shape {w.shape}")
             w = w[:K].copy()
-            bad = np.flatnonzero((sizes > 0) & ~(np.isfinite(w) & (w > 0)))
+            bad = np.flatnonzero(nonempty & ~(np.isfinite(w) & (w > 0)))
             if bad.size:
                 k = int(bad[0])
                 raise InputError(f"cluster_weights must be finite and > 0 for non-empty "
                                  f"clusters, got {w[k]} for cluster {k}")
-            w[sizes == 0] = 0.0
+            w[~nonempty] = 0.0
             weights = w
-        elif strategy in ("temperature", "clusterclip") and alpha != 0.0:
-            weights = np.where(sizes > 0, sizes.astype(np.float64) ** alpha, 0.0)
-            if not np.all(np.isfinite(weights)):
+            if not math.isfinite(float(weights.sum())):
+                raise InputError("cluster_weights: their sum overflows to infinity")
+        elif strategy in ALPHA_STRATEGIES and alpha != 0.0:
+            weights = np.zeros(K)
+            weights[nonempty] = sizes[nonempty].astype(np.float64) ** alpha
+            if not math.isfinite(float(weights.sum())):
                 raise InputError(f"alpha={alpha} overflows the cluster weights n_k ** alpha")
+            zero = np.flatnonzero(nonempty & (weights == 0))
+            if zero.size:
+                k = int(zero[0])
+                raise InputError(f"alpha={alpha} underflows the cluster weight n_k ** alpha to 0 "
+                                 f"for cluster {k} of {sizes[k]} documents; use an alpha "
+                                 f"closer to 0")
         capacity = clip * n_eligible if clip is not None else None
         if capacity is not None and T > capacity:
             raise InputError(f"num_samples {T} exceeds capacity {capacity} = clip {clip} x "
@@ -161,7 +186,7 @@ class ClusterClipSampler:
         self.strategy = strategy
         self.num_samples = T
         self.clip = clip
-        self.alpha = (alpha if strategy in ("temperature", "clusterclip")
+        self.alpha = (alpha if strategy in ALPHA_STRATEGIES
                       and cluster_weights is None else None)
         self.seed = seed
         self.rank = rank
@@ -279,7 +304,13 @@ class ClusterClipSampler:
                 "labels": self._labels_fp, "cluster_weights": self._weights_fp}
 
     def state_dict(self) -> dict[str, Any]:
-        """Small JSON-serialisable resume state (O(K)); independent of rank and world size."""
+        """Small JSON-serialisable resume state (O(K)); independent of rank and world size.
+
+        ``checksum`` is a SHA-256 over the other fields (this sampler's
+        configuration included), so a state edited or corrupted after it was
+        taken (e.g. counts moved between clusters) is refused on load. It
+        detects accidents and careless edits, not a forger who recomputes it.
+        """
         pos = self.position
         d: dict[str, Any] = {"version": STATE_VERSION, **self._config(), "position": pos}
         eng = self._engine
@@ -291,29 +322,54 @@ class ClusterClipSampler:
                 eng.seek(pos)
                 counts = eng.counts.copy()
             d["counts"] = counts.tolist()
+        d["checksum"] = _state_checksum(d)
         return d
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly where ``state`` was taken (any rank / world size)."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise InputError(f"state_dict version must be {STATE_VERSION}, got "
-                             f"{state.get('version') if isinstance(state, dict) else state!r}")
-        for key, mine in self._config().items():
-            if state.get(key) != mine:
-                raise InputError(f"state_dict does not match this sampler: {key} "
-                                 f"{state.get(key)!r} != {mine!r}")
+        """Continue exactly where ``state`` was taken (any rank / world size).
+
+        Raises :class:`InputError` for a state of another sampler (the field
+        that differs is named), of the wrong types, or edited since it was
+        taken (checksum). A version-1 state (no checksum) is still accepted:
+        its counts are then verified by a count-only replay to its position
+        (about 0.1 s per 10**7 positions).
+        """
+        version = state.get("version") if isinstance(state, dict) else None
+        if version not in (1, STATE_VERSION) or isinstance(version, bool):
+            raise InputError(f"state_dict version must be 1 or {STATE_VERSION}, got "
+                             f"{version if isinstance(state, dict) else state!r}")
         pos = state.get("position")
         if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) \
                 or not 0 <= pos <= self.num_samples:
             raise InputError(f"state_dict position must be in [0, {self.num_samples}], got {pos!r}")
+        cluster_engine = isinstance(self._engine, ClusterEngine)
+        K = self.cluster_sizes.size
+        raw = state.get("counts")
+        if cluster_engine:
+            _check_counts(raw, K)
+        elif raw is not None:
+            raise InputError(f"state_dict counts do not apply to strategy {self.strategy}")
+        if version == STATE_VERSION and state.get("checksum") != _state_checksum(state):
+            raise InputError("state_dict checksum does not match its fields: the state was "
+                             "edited or corrupted after it was taken")
+        for key, mine in self._config().items():
+            if state.get(key) != mine:
+                raise InputError(f"state_dict does not match this sampler: {key} "
+                                 f"{state.get(key)!r} != {mine!r}")
         counts = None
-        if isinstance(self._engine, ClusterEngine):
-            counts = np.asarray(state.get("counts", []), dtype=np.int64)
+        if cluster_engine:
+            counts = np.array(raw, dtype=np.int64)
             lim = self._engine.limit
-            if (counts.shape != self.cluster_sizes.shape or int(counts.sum()) != pos
-                    or (counts < 0).any() or (lim is not None and (counts > lim).any())):
+            if (int(counts.sum()) != pos or (counts < 0).any()
+                    or (lim is not None and (counts > lim).any())):
                 raise InputError("state_dict counts are inconsistent with its position and "
                                  "this sampler's clusters")
+            if version == 1:
+                replay = self._engine.fresh()
+                replay.seek(int(pos))
+                if not np.array_equal(replay.counts, counts):
+                    raise InputError(f"state_dict (version 1) counts are not those of this "
+                                     f"schedule at position {pos}")
         self._set_start(int(pos), counts)
 
     # --------------------------------------------------------------- summary

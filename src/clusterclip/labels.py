@@ -1,0 +1,66 @@
+"""Cluster labels: one cluster id per document, -1 for a document left out.
+
+The one place that says what a valid labels array is (:func:`check_labels`)
+and that reads one from a ``.npy`` file (:func:`load_labels`). The sampler,
+``sample``, ``group``, the report and the experiment all go through it, so a
+labels file is accepted or refused the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.io import load_npy
+
+#: Cluster ids may exceed the number of documents N (empty clusters) by this much:
+#: per-cluster arrays are sized by the largest id, so ids far beyond N would cost
+#: memory out of all proportion to the labels themselves (2**31 - 2: 16 GiB).
+ID_ROOM = 1 << 16
+#: Ids are stored and drawn as int32 downstream.
+MAX_ID = 2**31 - 2
+
+
+def check_labels(labels: Any, source: str | os.PathLike[str] | None = None,
+                 num_documents: int | None = None) -> np.ndarray:
+    """``labels`` as a 1-D integer array, checked; InputError naming ``source`` otherwise.
+
+    Valid: 1-D, integer dtype, not empty, every id >= 0 or -1 (excluded), at
+    least one document not excluded, the largest id below ``max(N, ID_ROOM)``
+    for N documents (and at most :data:`MAX_ID`), and N == ``num_documents``
+    when given. ``source`` (a file) prefixes every message.
+    """
+    where = "" if source is None else f"{source}: "
+    a = np.asarray(labels)
+    if a.ndim != 1:
+        raise InputError(f"{where}labels must be a 1-D array, got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise InputError(f"{where}labels must be integers, got dtype {a.dtype}")
+    if a.size == 0:
+        raise InputError(f"{where}labels is empty")
+    if num_documents is not None and a.size != num_documents:
+        raise InputError(f"{where}{a.size} labels but the corpus has {num_documents} documents; "
+                         f"re-run `clusterclip cluster`")
+    lo, hi = int(a.min()), int(a.max())
+    if lo < -1:
+        i = int(np.argmax(a < -1))
+        raise InputError(f"{where}labels must be cluster ids >= 0 or -1 (excluded), "
+                         f"got {lo} at index {i}")
+    if hi < 0:
+        raise InputError(f"{where}no eligible documents: all {a.size} labels are -1")
+    limit = min(max(a.size, ID_ROOM), MAX_ID + 1)
+    if hi >= limit:
+        i = int(np.argmax(a == hi))
+        raise InputError(f"{where}cluster id {hi} at index {i} is too large for {a.size} "
+                         f"documents (ids must be < {limit}); number the clusters 0..K-1")
+    return a
+
+
+def load_labels(path: str | os.PathLike[str], num_documents: int | None = None, *,
+                mmap: bool = False) -> np.ndarray:
+    """Read and check a labels ``.npy`` (see :func:`check_labels`); errors name ``path``."""
+    a = load_npy(path, "labels", kinds="iu", ndim=1, mmap=mmap)
+    return check_labels(a, path, num_documents)
