@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from clusterclip.errors import InputError
 # Suffix -> kind. Folders are expanded to the files with one of these suffixes.
 KINDS = {".jsonl.gz": "jsonl.gz", ".jsonl": "jsonl", ".parquet": "parquet"}
 _BOM = b"\xef\xbb\xbf"
+# A JSON escape of a UTF-16 surrogate (\ud800-\udfff); only such a line can hold a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def kind_of(path: Path) -> str | None:
@@ -63,9 +66,11 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], 
                 raise InputError(f"{given}: unknown file type (expected .jsonl, .jsonl.gz, "
                                  f".parquet or a folder of them)")
             files.append(p)
+        elif p.is_symlink():
+            raise InputError(f"{given}: symbolic link to nothing readable ({_link_problem(p)})")
         else:
             raise InputError(f"{given}: no such file or folder")
-    resolved = [f.resolve() for f in files]
+    resolved = [_resolve(f) for f in files]
     seen: set[Path] = set()
     for given, r in zip(files, resolved, strict=True):
         if r in seen:
@@ -74,6 +79,25 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], 
     if not resolved:
         raise InputError("no input files given")
     return resolved, sorted(str(i) for i in ignored)
+
+
+def _link_problem(path: Path) -> str:
+    try:
+        path.resolve(strict=True)
+    except FileNotFoundError:
+        return "its target does not exist"
+    except (OSError, RuntimeError):  # Python < 3.13 raises RuntimeError for a loop
+        return "a loop of links"
+    return "unreadable"
+
+
+def _resolve(path: Path) -> Path:
+    """The real path of an input file; InputError for a dangling link or a loop of links."""
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise InputError(f"{path}: symbolic link to nothing readable "
+                         f"({_link_problem(path)})") from None
 
 
 @dataclass
@@ -117,7 +141,32 @@ def _parse_object(raw: bytes, text_field: str, id_field: str | None,
         return BadLine(line, "invalid JSON (nested too deeply)")
     if not isinstance(obj, dict):
         return BadLine(line, f"expected a JSON object, got {type(obj).__name__}")
+    if _SURROGATE_ESCAPE.search(raw):  # rare: only then look for a lone one
+        bad = _lone_surrogate(obj)
+        if bad is not None:
+            return BadLine(line, f"lone surrogate {bad} (a \\u escape that is not valid "
+                                 f"Unicode)")
     return obj
+
+
+def _lone_surrogate(obj: Any) -> str | None:
+    """Where a string in ``obj`` holds a lone UTF-16 surrogate (``"\\ud800"`` parses to one,
+    but it cannot be encoded, embedded or written back), as ``\\udXXX in field 'f'``."""
+    todo: list[tuple[str, Any]] = [("", obj)]
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                at = f" in field {where!r}" if where else ""
+                return f"\\u{ord(v[e.start]):04x}{at}"
+        elif isinstance(v, dict):
+            todo.extend((where or str(k), x) for k, x in v.items())
+            todo.extend(("", k) for k in v)
+        elif isinstance(v, list):
+            todo.extend((where, x) for x in v)
+    return None
 
 
 def _text_of(obj: dict[str, Any], text_field: str, line: int) -> tuple[str | None, bool] | BadLine:
