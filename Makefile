@@ -1,18 +1,21 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# torch is pinned to the CPU build before the package is installed, so that
-# pip never resolves an unpinned torch to a multi-GB CUDA build.
+# torch is installed (pinned) before the package, from the index pip is configured
+# with: on Linux x86-64 PyPI serves the CUDA build (some GB with its nvidia-*
+# packages; it runs on a CPU too). For the small CPU-only build, once, from scratch:
+#   make clean && make TORCH_INDEX=https://download.pytorch.org/whl/cpu test
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN ?= torch==2.13.0
+TORCH_INDEX ?=
 
 .PHONY: demo test lint bench clean
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH_PIN)
+	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
 	touch $@
 
 $(VENV)/.all: $(VENV)/.base pyproject.toml

@@ -59,7 +59,7 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         w, args.inputs, text_field=args.text_field, id_field=args.id_field,
         skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
         pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-        device=args.device, dtype=args.dtype)
+        device=args.device, dtype=args.dtype, n_clusters=args.clusters)
     w = Workdir(args.workdir)  # the embed stage wrote the manifest
     out["cluster"] = cluster_workdir(
         w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
@@ -126,7 +126,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     print(f"[demo] corpus: {corpus_path}", flush=True)
     emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
                         skip_bad_lines=False, embedder=args.embedder, model=None, pooling="mean",
-                        max_length=256, batch_size=64, device=args.device, dtype="float32")
+                        max_length=256, batch_size=64, device=args.device, dtype="float32",
+                        n_clusters=args.clusters)
     step("embed")
     w = Workdir(w.root)
     clu = cluster_workdir(w, n_clusters=args.clusters, max_iter=100, n_init=3, tol=1e-5,

@@ -28,6 +28,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default: X)" to the help of every option that has a default and does not
+    already state it (store_true flags and options defaulting to None say what they do)."""
+    for a in parser._actions:
+        if (not a.option_strings or a.required or a.default is None or a.default is False
+                or a.default == argparse.SUPPRESS or "default" in (a.help or "")):
+            continue
+        a.help = f"{a.help} (default: %(default)s)" if a.help else "(default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="clusterclip",
@@ -39,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"clusterclip.cli.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
+        _show_defaults(p)
         p.set_defaults(_module=module)
     return parser
 

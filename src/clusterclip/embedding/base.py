@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,11 +58,17 @@ class Embedder:
     def prepare(self, sample_texts: Sequence[str]) -> None:
         """Fit corpus-dependent state from a fixed sample of texts (default: none)."""
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``: n x dim float32, rows L2-normalised, in the order given."""
+    def encode(self, texts: Sequence[str],
+               on_batch: Callable[[int], object] | None = None) -> np.ndarray:
+        """Embed ``texts``: n x dim float32, rows L2-normalised, in the order given.
+
+        ``on_batch(n)`` is called after each batch of ``n`` texts (progress bars).
+        """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for batch in length_bucketed_batches([len(t) for t in texts], self.batch_size):
             out[batch] = self._encode_sorted([texts[i] for i in batch])
+            if on_batch is not None:
+                on_batch(len(batch))
         return l2_normalize(out)
 
     def _encode_sorted(self, texts: list[str]) -> np.ndarray:

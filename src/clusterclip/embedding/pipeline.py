@@ -168,12 +168,12 @@ def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: li
             start, stop = s * shard_size, min((s + 1) * shard_size, n)
             rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
             if len(texts):
-                rows[idx - start] = embedder.encode(texts)
+                # The bar moves per batch: a shard can take minutes on a CPU.
+                rows[idx - start] = embedder.encode(texts, on_batch=bar.update)
             save_npy(shard_dir / f"{shard_name(s)}.npy", rows.astype(dtype))
             write_json(shard_dir / f"{shard_name(s)}.done",
                        {"shard": s, "start": start, "stop": stop, "documents": len(texts)})
             done += len(texts)
-            bar.update(len(texts))
     return done
 
 
@@ -200,13 +200,16 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                   model: str | None = None, pooling: str = "mean", max_length: int = 256,
                   batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
                   shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
-                  trust_remote_code: bool = False, progress: bool = True) -> dict[str, Any]:
+                  trust_remote_code: bool = False, progress: bool = True,
+                  n_clusters: int | None = None) -> dict[str, Any]:
     """Run the embedding stage into ``workdir``; skip it when its outputs are current.
 
     Writes ``W/corpus/``, ``W/embeddings.npy`` (N x d, corpus order, zeros for
     excluded documents) and ``W/valid.npy`` (bool[N]); records stage ``embed``
     in the manifest. Under ``torchrun`` every process must call this with the
-    same arguments. Returns a summary (counts, dim, paths, ``skipped``,
+    same arguments. ``n_clusters``: the K a following cluster stage will ask
+    for, checked against the documents with text before anything is embedded.
+    Returns a summary (counts, dim, paths, ``skipped``,
     ``shards_reused``, ``shards_computed``), the same on every process.
     """
     t0 = time.time()
@@ -242,6 +245,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                      and (root / "corpus" / "corpus.json").exists())
         if resumable:
             corpus = Corpus.load(root / "corpus")
+            _check_clusters(corpus, n_clusters)
             corpus.verify_files()
         else:
             shutil.rmtree(shard_dir, ignore_errors=True)
@@ -251,6 +255,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                 raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
                                  f"({corpus.stats['documents']} documents, "
                                  f"{corpus.stats['empty']} empty)")
+            _check_clusters(corpus, n_clusters)
             corpus.save(root / "corpus")
             shard_dir.mkdir(parents=True, exist_ok=True)
             write_json(shard_dir / "plan.json", {"fingerprint": fp, "shard_size": shard_size,
@@ -315,6 +320,14 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     info = dict(info)
     info["seconds"] = round(time.time() - t0, 3)
     return info
+
+
+def _check_clusters(corpus: Corpus, n_clusters: int | None) -> None:
+    valid = corpus.stats["valid"]
+    if n_clusters is not None and n_clusters > valid:
+        raise InputError(f"--clusters {n_clusters}: more than the {valid} documents with text "
+                         f"({corpus.stats['documents']} documents, {corpus.stats['empty']} "
+                         f"without text); nothing was embedded")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

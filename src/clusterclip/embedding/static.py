@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -270,8 +270,12 @@ class StaticEmbedder(Embedder):
         return out
 
     # -- encoding -----------------------------------------------------------
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """n x d float32, L2-normalised; a text without any chunk gives a zero row."""
+    def encode(self, texts: Sequence[str],
+               on_batch: Callable[[int], object] | None = None) -> np.ndarray:
+        """n x d float32, L2-normalised; a text without any chunk gives a zero row.
+
+        ``on_batch(n)`` is called after each batch of ``n`` texts (progress bars).
+        """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             # Reset only between batches, so rows looked up for a batch stay valid.
@@ -283,6 +287,8 @@ class StaticEmbedder(Embedder):
             counts = np.array([len(r) for r in rows], dtype=np.int64)
             ones = np.ones(len(self._rows), dtype=np.float32)
             out[start:start + len(part)] = _weighted_sums(self._rows, ones, flat, counts)
+            if on_batch is not None:
+                on_batch(len(part))
         return l2_normalize(out)
 
 
