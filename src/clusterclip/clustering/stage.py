@@ -52,7 +52,7 @@ def _params(n_clusters: int, max_iter: int, n_init: int, tol: float, metric: str
             "tol": float(tol), "metric": metric, "backend": backend, "seed": int(seed)}
 
 
-def _fit_shard(emb: Path, X: np.ndarray, valid: np.ndarray | None, params: dict[str, Any],
+def _fit_shard(X: np.ndarray, valid: np.ndarray | None, params: dict[str, Any],
                device: str, chunk_rows: int, progress: bool) -> tuple[KMeans, dict[str, Any]]:
     """Fit on this rank's shard; returns the estimator and gathered outputs (rank 0)."""
     rank, world = D.rank_and_world()
@@ -140,7 +140,7 @@ def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_
     if D.Comm().any(current):
         rec = workdir.stage(STAGE) or {}
         return {**rec.get("info", {}), **paths, "skipped": True}
-    km, info = _fit_shard(emb, X, valid, params, device, chunk_rows, progress)
+    km, info = _fit_shard(X, valid, params, device, chunk_rows, progress)
     if D.is_main():
         workdir.begin(STAGE, fp, {**params, "device": device, "chunk_rows": chunk_rows})
         _write_outputs(workdir.root, km, info)
@@ -185,7 +185,7 @@ def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.Path
     if D.Comm().any(current):
         rec = Workdir(out, create=False).stage(STAGE) if D.is_main() else None
         return {**((rec or {}).get("info", {})), **paths, "skipped": True}
-    km, info = _fit_shard(emb, X, valid, params, device, chunk_rows, progress)
+    km, info = _fit_shard(X, valid, params, device, chunk_rows, progress)
     if D.is_main():
         wd = Workdir(out)
         wd.begin(STAGE, fp, {**params, "device": device, "chunk_rows": chunk_rows,

@@ -127,8 +127,7 @@ class Blank:
 BLANK = Blank()
 
 
-def _parse_object(raw: bytes, text_field: str, id_field: str | None,
-                  line: int) -> dict[str, Any] | BadLine:
+def _parse_object(raw: bytes, line: int) -> dict[str, Any] | BadLine:
     try:
         s = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -213,7 +212,7 @@ def scan_jsonl(path: Path, kind: str, text_field: str,
                 if not raw.strip():
                     yield BLANK
                     continue
-                obj = _parse_object(raw, text_field, id_field, line)
+                obj = _parse_object(raw, line)
                 if isinstance(obj, BadLine):
                     yield obj
                     continue

@@ -4,7 +4,6 @@ local Hugging Face ``AutoModel`` with mean or first-token pooling."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,9 +175,3 @@ class HFEmbedder(Embedder):
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return pooled.cpu().numpy()
 
-
-def encode_texts_direct(model: Any, texts: Sequence[str], batch_size: int) -> np.ndarray:
-    """Reference: ``SentenceTransformer.encode`` with normalisation (tests, benchmark)."""
-    return np.asarray(model.encode(list(texts), batch_size=batch_size,
-                                   normalize_embeddings=True, convert_to_numpy=True,
-                                   show_progress_bar=False), dtype=np.float32)

@@ -70,7 +70,7 @@ def load_labels(root: Path) -> tuple[np.ndarray, int]:
     return labels, k
 
 
-def load_schedule(path: Path, num_docs: int) -> np.ndarray:
+def load_schedule(path: Path) -> np.ndarray:
     """A schedule file: 1-D integer ``.npy`` (memory-mapped; range checked while streaming)."""
     if not path.exists():
         raise InputError(f"{path}: schedule file does not exist")
@@ -143,8 +143,7 @@ def _round_floats(obj: Any, digits: int = 6) -> Any:
     return obj
 
 
-def _clip_events(stats: ScheduleStats, labels: np.ndarray, sizes: np.ndarray, clip: int
-                 ) -> dict[str, Any]:
+def _clip_events(stats: ScheduleStats, sizes: np.ndarray, clip: int) -> dict[str, Any]:
     """Clusters that reached R x n_k samples, with the window bounds where that happened."""
     cum = np.cumsum(stats.window_counts, axis=0)
     done = cum >= clip * sizes[None, :]
@@ -160,21 +159,8 @@ def _clip_events(stats: ScheduleStats, labels: np.ndarray, sizes: np.ndarray, cl
 
 
 def _sampler_clip_events(summary: dict[str, Any]) -> dict[str, Any] | None:
-    """First/last clip position from the sampler's own summary, when it reports them."""
-    events = summary.get("clip_events") if isinstance(summary, dict) else None
-    if not events:
-        return None
-    positions: list[int] = []
-    if isinstance(events, dict):
-        positions = [int(v) for v in events.values()]
-    elif isinstance(events, list):
-        for e in events:
-            if isinstance(e, dict):
-                pos = e.get("position", e.get("pos"))
-                if pos is not None:
-                    positions.append(int(pos))
-            elif isinstance(e, (list, tuple)) and len(e) == 2:
-                positions.append(int(e[1]))
+    """First/last clip position from the sampler's summary (``clip_events``: [[k, p], ...])."""
+    positions = [int(p) for _, p in summary["clip_events"]]
     if not positions:
         return None
     return {"clusters_clipped": len(positions), "first": min(positions),
@@ -299,7 +285,7 @@ def build_report(
 
     sched = None
     if schedule is not None:
-        sched = load_schedule(Path(schedule), n)
+        sched = load_schedule(Path(schedule))
         total = int(sched.size)
     elif num_samples is not None:
         if num_samples <= 0:
@@ -349,7 +335,7 @@ def build_report(
         summary_s = schedule_summary(st, sizes, eligible, clip)
         summary_s["source"] = Path(schedule).name
         summary_s["pool_clip"] = clip  # the R by which its clusters leave the pool
-        summary_s["clip_events"] = _clip_events(st, labels, sizes, clip)
+        summary_s["clip_events"] = _clip_events(st, sizes, clip)
         if st.excluded:
             notes.append(f"the schedule draws {st.excluded} samples from excluded documents "
                          "(label -1)")
@@ -365,8 +351,8 @@ def build_report(
             {"clip": clip} if strategy == "clusterclip" else {}), **(
             {"alpha": alpha} if strategy in ALPHA_STRATEGIES else {})}
         if strategy == "clusterclip":
-            summary_s["clip_events"] = (_sampler_clip_events(_jsonable(sampler.summary()))
-                                        or _clip_events(st, labels, sizes, clip))
+            summary_s["clip_events"] = (_sampler_clip_events(sampler.summary())
+                                        or _clip_events(st, sizes, clip))
         schedules[strategy] = with_characters(summary_s, st)
         shares[strategy] = st.cluster_counts / total
 
