@@ -45,14 +45,21 @@ def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip
 
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
-    from clusterclip.clustering import cluster_workdir
+    from clusterclip.clustering import KMeans, cluster_workdir
     from clusterclip.distributed import is_main
     from clusterclip.embedding import embed_workdir
+    from clusterclip.sampling.sampler import MAX_SEED
 
     if args.clusters is not None and args.clusters < 1:
         raise InputError(f"--clusters {args.clusters}: must be >= 1")
     if args.num_samples is not None and args.num_samples <= 0:
         raise InputError(f"--num-samples {args.num_samples}: must be > 0")
+    if args.num_samples is not None and not 0 <= args.seed <= MAX_SEED:
+        raise InputError(f"--seed {args.seed}: the sampler takes 0 .. 2**64 - 1")
+    # k-means options are checked before the (long) embedding, not after it
+    KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+           metric=args.metric, seed=args.seed, backend=args.backend,
+           chunk_rows=args.chunk_rows)._check_params()
     w = Workdir(args.workdir)
     out: dict[str, Any] = {}
     out["embed"] = embed_workdir(

@@ -107,6 +107,8 @@ class KMeans:
             raise bad("chunk_rows", "must be an integer >= 1")
         if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise bad("seed", "must be an integer >= 0")
+        if self.backend == "faiss" and self.seed > 2**31 - 1:  # a C int inside faiss
+            raise bad("seed", "must be < 2**31 with backend faiss")
 
     # -- public API --------------------------------------------------------------
     def fit(self, X: np.ndarray, valid: np.ndarray | None = None) -> KMeans:

@@ -165,12 +165,16 @@ class ClusterClipSampler:
                                  f"clusters, got {w[k]} for cluster {k}")
             w[~nonempty] = 0.0
             weights = w
-            if not math.isfinite(float(weights.sum())):
+            with np.errstate(over="ignore"):
+                total = float(weights.sum())
+            if not math.isfinite(total):
                 raise InputError("cluster_weights: their sum overflows to infinity")
         elif strategy in ALPHA_STRATEGIES and alpha != 0.0:
             weights = np.zeros(K)
-            weights[nonempty] = sizes[nonempty].astype(np.float64) ** alpha
-            if not math.isfinite(float(weights.sum())):
+            with np.errstate(over="ignore", under="ignore"):  # both are reported below
+                weights[nonempty] = sizes[nonempty].astype(np.float64) ** alpha
+                total = float(weights.sum())
+            if not math.isfinite(total):
                 raise InputError(f"alpha={alpha} overflows the cluster weights n_k ** alpha")
             zero = np.flatnonzero(nonempty & (weights == 0))
             if zero.size:

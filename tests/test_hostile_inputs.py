@@ -1,0 +1,366 @@
+"""Hostile inputs (issue 8): each is refused with one line naming the file or value, exit
+code 2 and nothing written, or (where nothing is wrong with the data) handled without loss.
+
+CLI cases run the real command line in a subprocess, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip import ClusterClipSampler
+from clusterclip.errors import InputError
+
+
+def cli(*args: str, cwd: Path | None = None, mem_gib: int | None = None
+        ) -> subprocess.CompletedProcess:
+    def limit() -> None:  # a regression then fails the test instead of exhausting the machine
+        if mem_gib is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (mem_gib << 30, mem_gib << 30))
+
+    proc = subprocess.run([sys.executable, "-m", "clusterclip.cli", *args],
+                          capture_output=True, cwd=cwd, timeout=600, preexec_fn=limit)
+    # decoded by hand: text mode would turn a progress bar's "\r" into a line break
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
+                                       proc.stderr.decode())
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """Exit code 2 and exactly one visible stderr line (progress bars redraw with \\r)."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    visible = [ln.rsplit("\r", 1)[-1] for ln in proc.stderr.split("\n")]
+    visible = [ln for ln in visible if ln.strip()]
+    assert len(visible) == 1, proc.stderr
+    assert ": error: " in visible[0]
+    return visible[0]
+
+
+def write_jsonl(path: Path, records: list[dict] | list[str]) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+    return path
+
+
+def small_corpus(path: Path, n: int = 24) -> Path:
+    return write_jsonl(path, [{"text": f"document {i} on topic {i % 3}: " + "word " * (i % 5)}
+                              for i in range(n)])
+
+
+# -- case 6: tamper-evident sampler state ---------------------------------------------
+def _sampler(labels=None, **kw):
+    labels = np.arange(600) % 7 if labels is None else labels
+    return ClusterClipSampler(labels, 2000, seed=3, **kw)
+
+
+def test_state_round_trips_through_json_and_resumes_the_same_stream():
+    s = _sampler()
+    it = iter(s)
+    [next(it) for _ in range(345)]
+    state = json.loads(json.dumps(s.state_dict()))
+    other = _sampler()
+    other.load_state_dict(state)
+    assert list(other) == list(it)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 1999), st.integers(0, 6), st.integers(0, 6), st.integers(1, 50),
+       st.sampled_from(["uniform", "temperature", "clusterclip"]))
+def test_counts_moved_between_clusters_are_refused(position, src, dst, amount, strategy):
+    s = _sampler(strategy=strategy, alpha=0.5 if strategy != "uniform" else 0.0,
+                 consumed_samples=position)
+    state = s.state_dict()
+    counts = list(state["counts"])
+    amount = min(amount, counts[src])
+    if src == dst or amount == 0:
+        return
+    counts[src] -= amount
+    counts[dst] += amount  # the sum (the position) is kept
+    fresh = _sampler(strategy=strategy, alpha=0.5 if strategy != "uniform" else 0.0)
+    with pytest.raises(InputError, match="checksum"):
+        fresh.load_state_dict(dict(state, counts=counts))
+
+
+@pytest.mark.parametrize("field,value", [
+    ("position", 1001), ("seed", 4), ("num_samples", 2001), ("clip", 5), ("alpha", 0.1),
+    ("strategy", "uniform"), ("labels", "0" * 16), ("cluster_weights", "x"),
+    ("checksum", "0" * 64), ("extra", 1)])
+def test_any_edited_field_is_refused(field, value):
+    state = _sampler(consumed_samples=1000).state_dict()
+    with pytest.raises(InputError, match="checksum"):
+        _sampler().load_state_dict({**state, field: value})
+
+
+@pytest.mark.parametrize("counts,message", [
+    ("1,2,3", "must be a list of 7 integers, got str"),
+    ([1.0] * 7, "must be integers, got 1.0 at index 0"),
+    (["1"] * 7, "must be integers, got '1' at index 0"),
+    ([[1]] * 7, "must be integers, got [1] at index 0"),
+    ([True] * 7, "must be integers, got True at index 0"),
+    ([1] * 6, "must be a list of 7 integers, got 6"),
+    (None, "must be a list of 7 integers, got NoneType"),
+])
+def test_counts_of_the_wrong_type_are_one_clear_error(counts, message):
+    state = _sampler(consumed_samples=7).state_dict()
+    with pytest.raises(InputError) as e:
+        _sampler().load_state_dict({**state, "counts": counts})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_version_1_state_is_accepted_only_with_the_true_counts():
+    state = _sampler(consumed_samples=900).state_dict()
+    v1 = {k: v for k, v in state.items() if k != "checksum"}
+    v1["version"] = 1
+    s = _sampler()
+    s.load_state_dict(v1)  # the true counts: verified by replay and accepted
+    assert list(s) == list(_sampler(consumed_samples=900))
+    moved = list(v1["counts"])
+    moved[0], moved[1] = moved[0] - 1, moved[1] + 1
+    with pytest.raises(InputError, match="version 1"):
+        _sampler().load_state_dict({**v1, "counts": moved})
+
+
+# -- case 8: one line and exit 2 instead of a traceback ---------------------------------
+@pytest.mark.parametrize("embedder", ["fast", "minilm"])
+def test_lone_surrogate_is_a_bad_line_naming_file_and_line(tmp_path, embedder):
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    with open(corpus, "a", encoding="utf-8") as f:
+        f.write('{"text": "broken \\ud800 text"}\n')
+    w = tmp_path / "W"
+    line = one_error_line(cli("embed", str(corpus), "--workdir", str(w), "--embedder", embedder,
+                              "--no-progress"))
+    assert f"{corpus}:25: lone surrogate \\ud800 in field 'text'" in line
+    assert not (w / "embeddings.npy").exists() and not (w / "corpus").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("embedder", ["fast", "minilm"])
+def test_lone_surrogate_is_skipped_and_counted_with_skip_bad_lines(tmp_path, embedder):
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    with open(corpus, "a", encoding="utf-8") as f:
+        f.write('{"text": "broken \\udfff", "id": "\\ud83d\\ude00 a valid pair"}\n')
+        f.write('{"text": "emoji \\ud83d\\ude00 is fine"}\n')
+    w = tmp_path / "W"
+    proc = cli("embed", str(corpus), "--workdir", str(w), "--embedder", embedder,
+               "--no-progress", "--skip-bad-lines")
+    assert proc.returncode == 0, proc.stderr
+    assert "bad lines skipped: 1" in proc.stdout and "documents:        25" in proc.stdout
+    assert np.load(w / "embeddings.npy").shape[0] == 25
+
+
+def test_alpha_whose_weights_underflow_is_refused(tmp_path):
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.repeat(np.arange(4), [50, 100, 150, 400]))
+    out = tmp_path / "s.npy"
+    line = one_error_line(cli("sample", "--labels", str(labels), "--strategy", "temperature",
+                              "--alpha", "-200", "--num-samples", "100", "--out", str(out)))
+    assert "alpha=-200.0 underflows" in line and "cluster 0 of 50 documents" in line
+    assert not out.exists()
+
+
+def test_alpha_weights_are_checked_in_the_sampler_for_clipped_pools_too():
+    # one weight stays > 0 (n_k = 1), the rest underflow: once cluster 0 is clipped the
+    # pool would hold only zero weights
+    labels = np.r_[0, np.ones(500, int), np.full(500, 2)]
+    with pytest.raises(InputError, match="underflows .* for cluster 1 of 500"):
+        ClusterClipSampler(labels, 100, strategy="clusterclip", alpha=-200.0)
+    with pytest.raises(InputError, match="overflows"):
+        # each weight 10 ** 308 is finite, their sum is not
+        ClusterClipSampler(np.arange(20) % 2, 10, strategy="temperature", alpha=308.0)
+
+
+@pytest.mark.parametrize("command", ["sample", "group"])
+def test_huge_cluster_id_is_refused_without_allocating(tmp_path, command):
+    w = _grouping_workdir(tmp_path)
+    labels = np.load(w / "labels.npy")
+    labels[5] = 2**31 - 2
+    np.save(w / "labels.npy", labels)
+    out = tmp_path / "out"
+    args = (["sample", "--labels", str(w / "labels.npy"), "--num-samples", "10",
+             "--out", str(out), "--strategy", "uniform"] if command == "sample" else
+            ["group", "--workdir", str(w), "--out", str(out)])
+    line = one_error_line(cli(*args, mem_gib=3))
+    assert f"{w / 'labels.npy'}: cluster id 2147483646 at index 5 is too large" in line
+    assert not out.exists()
+
+
+def test_symlink_loop_in_an_input_folder(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    small_corpus(folder / "ok.jsonl")
+    os.symlink("b.jsonl", folder / "a.jsonl")
+    os.symlink("a.jsonl", folder / "b.jsonl")
+    w = tmp_path / "W"
+    line = one_error_line(cli("embed", str(folder), "--workdir", str(w), "--embedder", "fast",
+                              "--no-progress"))
+    assert f"{folder / 'a.jsonl'}: symbolic link to nothing readable (a loop of links)" in line
+    assert not (w / "corpus").exists()
+
+
+def _grouping_workdir(tmp_path: Path, records: list[dict] | None = None) -> Path:
+    from clusterclip.corpus import Corpus
+    from clusterclip.workdir import Workdir
+
+    records = records or [{"text": f"doc {i}"} for i in range(20)]
+    path = write_jsonl(tmp_path / "docs.jsonl", records)
+    corpus = Corpus.scan([path], progress=False)
+    w = Workdir(tmp_path / "W")
+    corpus.save(w.path("corpus"))
+    np.save(w.path("labels.npy"), (np.arange(len(records)) % 3).astype(np.int32))
+    np.save(w.path("scores.npy"), np.linspace(0, 1, len(records), dtype=np.float32))
+    return w.root
+
+
+def test_group_keeps_orig_score_without_score_and_says_so(tmp_path):
+    from clusterclip.grouping import original
+
+    records = [{"text": f"doc {i}", "orig_score": i} for i in range(5)]
+    records += [{"text": "both", "score": 0.5, "orig_score": 1, "label": "x"}]
+    w = _grouping_workdir(tmp_path, records)
+    out = tmp_path / "out"
+    proc = cli("group", "--workdir", str(w), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "orig_score -> orig_orig_score in 6 documents" in proc.stdout
+    assert "score -> orig_score in 1 documents" in proc.stdout
+    got = {}
+    for f in out.glob("cluster_*/data_*.jsonl"):
+        for raw in f.read_text(encoding="utf-8").splitlines():
+            i, rec = original(json.loads(raw))
+            got[i] = rec
+    assert [got[i] for i in range(len(records))] == records  # nothing lost or altered
+    summary = json.loads((out / "group.json").read_text())
+    assert summary["renamed_fields"] == {"label": 1, "orig_score": 6, "score": 1}
+
+
+@pytest.mark.parametrize("target", ["file", "cwd", "parent"])
+def test_group_out_a_file_or_the_current_folder_is_refused_before_any_work(tmp_path, target):
+    w = _grouping_workdir(tmp_path)
+    (tmp_path / "docs.jsonl").unlink()  # any work (verifying the inputs) would fail on this
+    cwd = tmp_path / "here"
+    cwd.mkdir()
+    (cwd / "keep.txt").write_text("mine")
+    out = {"file": str(cwd / "keep.txt"), "cwd": ".", "parent": ".."}[target]
+    line = one_error_line(cli("group", "--workdir", str(w), "--out", out, cwd=cwd))
+    assert f"--out {out}: " in line
+    assert sorted(p.name for p in cwd.iterdir()) == ["keep.txt"]
+    assert (cwd / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["W", "here"]
+
+
+@pytest.mark.parametrize("labels,expect", [
+    (np.array(["a", "b"] * 10), "labels must be integers, got dtype <U1"),
+    (np.linspace(0, 2, 20), "labels must be integers, got dtype float64"),
+    (np.array([{"a": 1}] * 20, dtype=object), "cannot read labels as .npy"),
+])
+def test_group_refuses_labels_of_strings_floats_or_pickles(tmp_path, labels, expect):
+    w = _grouping_workdir(tmp_path)
+    np.save(w / "labels.npy", labels, allow_pickle=True)
+    out = tmp_path / "out"
+    line = one_error_line(cli("group", "--workdir", str(w), "--out", str(out)))
+    assert f"{w / 'labels.npy'}: {expect}" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("seed,expect", [(str(2**64), "seed must be <= 18446744073709551615"),
+                                         ("-1", "seed must be >= 0, got -1")])
+def test_sample_seed_out_of_range(tmp_path, seed, expect):
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.arange(40) % 4)
+    out = tmp_path / "s.npy"
+    line = one_error_line(cli("sample", "--labels", str(labels), "--num-samples", "10",
+                              "--seed", seed, "--out", str(out)))
+    assert expect in line and not out.exists()
+
+
+@pytest.mark.parametrize("extra,expect", [
+    (["--clusters", "25"], "--clusters 25: more than the 24 documents with text"),
+    (["--clusters", "3", "--num-samples", "10", "--seed", str(2**64)],
+     f"--seed {2**64}: the sampler takes 0 .. 2**64 - 1"),
+    (["--clusters", "3", "--backend", "faiss", "--seed", str(2**31)],
+     "seed=2147483648 must be < 2**31 with backend faiss"),
+])
+def test_run_refuses_bad_options_before_embedding(tmp_path, extra, expect):
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    w = tmp_path / "W"
+    line = one_error_line(cli("run", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                              *extra))
+    assert expect in line
+    assert not (w / "embeddings.npy").exists() and not (w / "embed").exists()
+
+
+# -- one source of truth ----------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["pickle", "object", "npz", "strings", "2d", "empty"])
+def test_load_npy_refuses_what_is_not_one_array_of_the_right_kind(tmp_path, kind):
+    import pickle
+
+    from clusterclip.io import load_npy
+
+    path = tmp_path / "x.npy"
+    if kind == "pickle":
+        path.write_bytes(pickle.dumps([1, 2, 3]))
+    elif kind == "object":
+        np.save(path, np.array([1, "a"], dtype=object), allow_pickle=True)
+    elif kind == "npz":
+        with open(path, "wb") as f:
+            np.savez(f, a=np.arange(3))
+    elif kind == "strings":
+        np.save(path, np.array(["1", "2"]))
+    elif kind == "2d":
+        np.save(path, np.zeros((2, 2), np.int64))
+    else:
+        path.write_bytes(b"")
+    with pytest.raises(InputError) as e:
+        load_npy(path, "labels", kinds="iu", ndim=1)
+    assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
+
+
+def test_every_command_takes_the_sampler_strategy_names():
+    from clusterclip.cli import build_parser
+    from clusterclip.experiment.runner import STRATEGIES as EXPERIMENT
+    from clusterclip.report.build import STRATEGIES as REPORT
+    from clusterclip.sampling import STRATEGIES
+
+    assert EXPERIMENT is STRATEGIES and REPORT is STRATEGIES
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ("sample", "run"):
+        strategy = next(a for a in sub.choices[name]._actions if a.dest == "strategy")
+        assert tuple(strategy.choices) == STRATEGIES
+
+
+# -- first-run friction -------------------------------------------------------------------
+def test_help_shows_every_default():
+    import argparse
+
+    from clusterclip.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name, parser in sub.choices.items():
+        text = parser.format_help()
+        for a in parser._actions:
+            if (a.option_strings and not a.required and a.default is not None
+                    and a.default is not False and a.default != argparse.SUPPRESS):
+                assert a.help and "default" in a.help, (name, a.option_strings)
+        assert "(default: %" not in text  # every placeholder was filled in
+
+
+def test_the_progress_bar_moves_per_batch_not_per_shard():
+    from clusterclip.embedding.static import StaticEmbedder
+
+    emb = StaticEmbedder(batch_size=1024, progress=False)
+    texts = [f"text number {i}" for i in range(2500)]
+    emb.prepare(texts[:100])
+    seen: list[int] = []
+    vectors = emb.encode(texts, on_batch=seen.append)
+    assert seen == [1024, 1024, 452]
+    assert np.array_equal(vectors, emb.encode(texts))  # reporting does not change the vectors
