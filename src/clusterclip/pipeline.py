@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.grouping import renamed_note
 from clusterclip.io import fingerprint, load_npy
 from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
@@ -183,6 +184,9 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
           f"clip {smp.get('clip')}, max repetition {smp.get('max_repetition')}")
     print(f"grouped          {grp['documents']} documents in {grp['files']} files, "
           f"verified exactly once")
+    note = renamed_note(grp["renamed_fields"])
+    if note:
+        print(f"                 {note}")
     if exp:
         from clusterclip.experiment.output import format_schedule_table, format_table
 

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip.corpus import Corpus
     from clusterclip.errors import InputError
-    from clusterclip.grouping import check_output_folder, group_corpus
+    from clusterclip.grouping import check_output_folder, group_corpus, renamed_note
     from clusterclip.io import load_npy
     from clusterclip.labels import load_labels
     from clusterclip.workdir import Workdir
@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"grouped {summary['documents']} documents into {clusters} clusters"
           f" ({groups.get('excluded', 0)} excluded) in {summary['files']} files;"
           f" verified exactly once")
-    if summary["renamed_fields"]:
-        print("input fields kept under a new name (the cluster fields took theirs): " + ", ".join(
-            f"{k} -> orig_{k} in {n} documents" for k, n in summary["renamed_fields"].items()))
+    note = renamed_note(summary["renamed_fields"])
+    if note:
+        print(note)
     print(f"output: {args.out}")
     return 0

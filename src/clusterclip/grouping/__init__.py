@@ -70,6 +70,14 @@ def original(rec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return index, orig
 
 
+def renamed_note(renamed: dict[str, int]) -> str | None:
+    """One line saying which input fields :func:`annotate` renamed, and in how many records."""
+    if not renamed:
+        return None
+    return ("input fields kept under a new name (the cluster fields took theirs): "
+            + ", ".join(f"{k} -> orig_{k} in {n} documents" for k, n in renamed.items()))
+
+
 def check_output_folder(out: str | os.PathLike[str]) -> None:
     """Refuse, before any work, an ``out`` that cannot be replaced by a grouped folder."""
     p = Path(out)
