@@ -10,11 +10,11 @@ import json
 import os
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import child_env, cli_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,9 +28,9 @@ def cli(*args: str, cwd: Path | None = None, mem_gib: int | None = None
         if mem_gib is not None:
             resource.setrlimit(resource.RLIMIT_AS, (mem_gib << 30, mem_gib << 30))
 
-    proc = subprocess.run([sys.executable, "-m", "clusterclip.cli", *args],
-                          capture_output=True, cwd=cwd, timeout=600, preexec_fn=limit)
-    # decoded by hand: text mode would turn a progress bar's "\r" into a line break
+    proc = subprocess.run(cli_command(*args), capture_output=True, cwd=cwd, env=child_env(),
+                          timeout=600, preexec_fn=limit)
+    # not run_cli: text mode would turn a progress bar's "\r" into a line break
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
                                        proc.stderr.decode())
 
