@@ -208,18 +208,29 @@ def gather_objects(obj: T) -> list[T]:
 
 
 def on_main(fn: Callable[[], T]) -> T:
-    """Run ``fn`` on rank 0 and hand its result (or its InputError) to every rank."""
+    """Run ``fn`` on rank 0 and hand its result (or its InputError) to every rank.
+
+    Any other exception is re-raised on rank 0 and becomes a RuntimeError on the
+    others, so no rank waits forever for a rank 0 that failed.
+    """
     if _dist() is None:
         return fn()
     result: Any = None
+    crash: BaseException | None = None
     if is_main():
         try:
             result = ("ok", fn())
         except InputError as e:
             result = ("error", str(e))
+        except BaseException as e:  # handed on, then re-raised below
+            result, crash = ("crash", repr(e)), e
     status, value = broadcast_object(result)
+    if crash is not None:
+        raise crash
     if status == "error":
         raise InputError(value)
+    if status == "crash":
+        raise RuntimeError(f"rank 0 failed: {value}")
     return value
 
 

@@ -1,8 +1,13 @@
-"""Atomic output and content fingerprints, shared by every stage.
+"""Atomic output, output folders and content fingerprints, shared by every stage.
 
 Every file a stage produces is written to a temporary sibling and moved into
 place with :func:`os.replace`, so a killed run never leaves a half-written
-output under the final name.
+output under the final name. Temporaries are named
+``.NAME.clusterclip-PID-XXXXXXXX.tmp`` (PID: the writing process), so that a
+later run can recognise and remove those of a killed process, and nothing
+else. An output *folder* carries a marker file (:data:`MARKER`) naming the
+command that wrote it; a folder without it is never replaced unless the user
+asks (:func:`check_output_dir`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +30,11 @@ from clusterclip.errors import InputError
 # numpy dtype kinds by name, for the messages of :func:`load_npy`.
 _KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}
 
+MARKER = ".clusterclip-output"
+_TMP_TAG = "clusterclip"
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.clusterclip-(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; move it onto ``path`` on success.
@@ -34,15 +45,15 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.{_TMP_TAG}-{os.getpid()}-",
+                                    suffix=".tmp", dir=final.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     tmp.unlink()  # the caller creates a file or a directory here
     try:
         yield tmp
-        if tmp.is_dir() and final.is_dir():
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+        if tmp.is_dir() and final.is_dir() and not final.is_symlink():
+            old = tmp.with_name(tmp.name[:-len(".tmp")] + "old.tmp")
             os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
@@ -55,6 +66,107 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
         raise
+
+
+def _alive(pid: int) -> bool:
+    """False only when no process ``pid`` exists (ours counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str], name: str | None = None
+                             ) -> list[Path]:
+    """Remove the temporaries that dead processes left in ``directory``; return them.
+
+    Only names of the form :func:`atomic_path` gives (``.NAME.clusterclip-PID-*.tmp``)
+    whose PID no longer runs are touched; with ``name``, only those of that target.
+    """
+    d = Path(directory)
+    removed: list[Path] = []
+    try:
+        entries = list(d.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = _TMP_RE.match(p.name)
+        if not m or (name is not None and m["name"] != name) or _alive(int(m["pid"])):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        removed.append(p)
+    return removed
+
+
+def write_marker(directory: str | os.PathLike[str], command: str) -> None:
+    """Mark ``directory`` as an output of ``clusterclip COMMAND`` (byte-stable content)."""
+    (Path(directory) / MARKER).write_text(
+        json.dumps({"written_by": f"clusterclip {command}"}) + "\n", encoding="utf-8")
+
+
+def marker_of(directory: str | os.PathLike[str]) -> str | None:
+    """The command whose marker ``directory`` carries, or None."""
+    try:
+        rec = json.loads((Path(directory) / MARKER).read_text(encoding="utf-8"))
+        return str(rec["written_by"]).removeprefix("clusterclip ")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False,
+                     protected: tuple[tuple[Path, str, bool], ...] = (),
+                     option: str = "--out") -> Path:
+    """Refuse (InputError) an output folder that replacing would lose a user's files.
+
+    ``out`` may be replaced when it does not exist, is empty, or carries the
+    marker of an earlier ``clusterclip COMMAND``; ``overwrite`` allows any other
+    folder. Never allowed, even with ``overwrite``: the current directory or a
+    parent of it, and ``out`` equal to or a parent of a ``protected`` path
+    (``(path, what, inside_ok)``; with ``inside_ok`` false, ``out`` inside it is
+    refused too). Also removes the temporaries a
+    killed earlier run left beside ``out``. Returns ``out`` as a Path.
+    """
+    out = Path(out)
+    real = out.resolve()
+    here = Path.cwd().resolve()
+    if real == here or real in here.parents:
+        raise InputError(f"{option} {out}: is the current directory or one of its parents; "
+                         f"give a new folder")
+    for path, what, inside_ok in protected:
+        p = Path(path).resolve()
+        if real == p or real in p.parents or (not inside_ok and p in real.parents):
+            where = "is" if real == p else ("contains" if real in p.parents else "is inside")
+            raise InputError(f"{option} {out}: {where} {what} {path}; choose another folder")
+    if out.is_symlink() or out.exists():
+        if not out.is_dir() or out.is_symlink():
+            raise InputError(f"{option} {out}: exists and is not a directory")
+        if any(out.iterdir()) and marker_of(out) != command and not overwrite:
+            raise InputError(f"{option} {out}: exists, is not empty and was not written by "
+                             f"`clusterclip {command}` (no {MARKER} file); choose a new "
+                             f"folder, or pass --overwrite to replace it")
+    remove_stale_temporaries(real.parent, real.name)
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False
+                      ) -> Iterator[Path]:
+    """Build an output folder in a temporary directory (marked as ``command``'s), then
+    move it onto ``out`` if :func:`check_output_dir` still allows it."""
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        write_marker(tmp, command)
+        yield tmp
+        check_output_dir(out, command, overwrite=overwrite)
 
 
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.grouping import renamed_note
-from clusterclip.io import fingerprint, load_npy
 from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
 
@@ -23,31 +22,30 @@ def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip
                    alpha: float = 0.0, seed: int = 0) -> dict[str, Any]:
     """Write ``W/schedule.npy`` (int64 document indices) from ``W/labels.npy``.
 
-    Returns the sampler's summary, which is also recorded in the manifest.
+    Returns the sampler's summary, which is also recorded in the manifest. Under
+    ``torchrun`` every rank calls this and rank 0 writes.
     """
+    from clusterclip.distributed import is_main
     from clusterclip.sampling import write_schedule
 
-    labels_path = w.path("labels.npy")
-    if not labels_path.exists():
-        raise InputError(f"{labels_path}: missing; run `clusterclip cluster` first")
-    cluster = w.stage("cluster") or {}
     params = {"num_samples": num_samples, "strategy": strategy, "clip": clip, "alpha": alpha,
               "seed": seed}
-    fp = fingerprint({"cluster": cluster.get("fingerprint"), **params})
-    if w.is_current("sample", fp):
-        return {**w.stage("sample")["info"], "skipped": True}
-    w.begin("sample", fp, params)
-    labels = load_labels(labels_path)
-    summary = write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
-                             strategy=strategy, clip=clip, alpha=alpha, seed=seed)
-    w.finish("sample", fp, ["schedule.npy"], summary)
-    return {**summary, "skipped": False}
+
+    def work(run: Any) -> dict[str, Any] | None:
+        if not is_main():
+            return None
+        labels = load_labels(w.path("labels.npy"))
+        return write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
+                              strategy=strategy, clip=clip, alpha=alpha, seed=seed)
+
+    return w.run_stage("sample", key=params, reads=["labels.npy"], outputs=["schedule.npy"],
+                       work=work)
 
 
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
     from clusterclip.clustering import KMeans, cluster_workdir
-    from clusterclip.distributed import is_main
+    from clusterclip.distributed import init_from_env, is_main
     from clusterclip.embedding import embed_workdir
     from clusterclip.sampling.sampler import MAX_SEED
 
@@ -61,22 +59,23 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
            metric=args.metric, seed=args.seed, backend=args.backend,
            chunk_rows=args.chunk_rows)._check_params()
+    init_from_env(args.device)  # before the lock: rank 0 holds it for every rank
     w = Workdir(args.workdir)
     out: dict[str, Any] = {}
-    out["embed"] = embed_workdir(
-        w, args.inputs, text_field=args.text_field, id_field=args.id_field,
-        skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
-        pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-        device=args.device, dtype=args.dtype, n_clusters=args.clusters)
-    w = Workdir(args.workdir)  # the embed stage wrote the manifest
-    out["cluster"] = cluster_workdir(
-        w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
-        metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
-        chunk_rows=args.chunk_rows)
-    if args.num_samples is not None and is_main():
-        w = Workdir(args.workdir)
-        out["sample"] = sample_workdir(w, num_samples=args.num_samples, strategy=args.strategy,
-                                       clip=args.clip, alpha=args.alpha, seed=args.seed)
+    with w.locked():
+        out["embed"] = embed_workdir(
+            w, args.inputs, text_field=args.text_field, id_field=args.id_field,
+            skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+            pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+            device=args.device, dtype=args.dtype, n_clusters=args.clusters)
+        out["cluster"] = cluster_workdir(
+            w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+            metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
+            chunk_rows=args.chunk_rows)
+        if args.num_samples is not None:
+            out["sample"] = sample_workdir(w, num_samples=args.num_samples,
+                                           strategy=args.strategy, clip=args.clip,
+                                           alpha=args.alpha, seed=args.seed)
     if is_main():
         _print_summary(w, out)
     return out
@@ -112,10 +111,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from clusterclip.clustering import cluster_workdir
-    from clusterclip.corpus import Corpus
     from clusterclip.data import pydocs_path
     from clusterclip.embedding import embed_workdir
-    from clusterclip.grouping import group_corpus
+    from clusterclip.grouping import group_workdir
     from clusterclip.report import build_report
 
     out = Path(args.out)
@@ -137,19 +135,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                         max_length=256, batch_size=64, device=args.device, dtype="float32",
                         n_clusters=args.clusters)
     step("embed")
-    w = Workdir(w.root)
     clu = cluster_workdir(w, n_clusters=args.clusters, max_iter=100, n_init=3, tol=1e-5,
                           seed=args.seed, device=args.device)
     step("cluster")
-    w = Workdir(w.root)
     eligible = int(np.count_nonzero(load_labels(w.path("labels.npy")) >= 0))
     num_samples = max(1, int(round(args.epochs * eligible)))
     smp = sample_workdir(w, num_samples=num_samples, clip=args.clip, seed=args.seed)
     step("sample")
-    corpus = Corpus.load(w.path("corpus"))
-    grp = group_corpus(corpus, load_labels(w.path("labels.npy")),
-                       load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1),
-                       out / "grouped")
+    grp = group_workdir(w, out / "grouped")
     step("group")
     # The report regenerates the ClusterClip schedule (identical to W/schedule.npy: same
     # labels, budget and seed) next to the baselines, so each curve carries its strategy name.

@@ -3,7 +3,9 @@
 Layout (each stage owns its names)::
 
     W/manifest.json        inputs (size, sha256), parameters, versions, stage status
+    W/.lock                the lock file (holder: pid, command, since when)
     W/corpus/              corpus index written by ``embed`` (see clusterclip.corpus)
+    W/embed/               ``embed``'s resumable shards while it runs
     W/embeddings.npy       N x d float, L2-normalised, corpus order
     W/valid.npy            bool[N]: True where the document has text (else label -1)
     W/labels.npy           int32[N] cluster id, -1 for excluded documents
@@ -12,27 +14,56 @@ Layout (each stage owns its names)::
     W/schedule.npy         int64 document indices (``run --num-samples``)
     W/report/, W/experiment/
 
-A stage is *current* when its recorded fingerprint equals the fingerprint of
-its present inputs and parameters and all its outputs exist. A stage's
+Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
+the lock, checks that what the stage reads is complete and current, records
+``running`` before the work and ``done`` after. A stage is *current* when its
+recorded fingerprint equals the fingerprint of its present inputs and
+parameters and its outputs are still the files it wrote. A stage's
 fingerprint includes the fingerprints of the stages it reads, so a changed
-input invalidates everything downstream without any bookkeeping.
+input invalidates everything downstream; reading the output of a stage that
+did not finish, or that is older than the stage it read, is refused (exit 2)
+with the stage to rerun.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import importlib.metadata
 import json
 import os
+import sys
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
-from clusterclip.io import sha256_file, write_json
+from clusterclip.io import (
+    fingerprint,
+    marker_of,
+    remove_stale_temporaries,
+    sha256_file,
+    write_json,
+)
 
 MANIFEST = "manifest.json"
+LOCK = ".lock"
 _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transformers",
               "transformers", "pyarrow", "matplotlib")
+# Which stage writes each name in W (first path component).
+PRODUCERS = {"corpus": "embed", "embed": "embed", "embeddings.npy": "embed",
+             "valid.npy": "embed", "labels.npy": "cluster", "scores.npy": "cluster",
+             "centroids.npy": "cluster", "schedule.npy": "sample", "report": "report",
+             "experiment": "experiment"}
+# The command that reruns a stage (for error messages).
+RERUN = {"sample": "clusterclip run --num-samples"}
+# A folder's identity when no stage record describes it: the hash of this file.
+_IDENTITY_FILE = {"corpus": "corpus/corpus.json"}
+# Processes of this interpreter holding a work directory's lock: root -> [fd, depth].
+_HELD: dict[str, list[int]] = {}
 
 
 def library_versions() -> dict[str, str]:
@@ -44,6 +75,43 @@ def library_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return out
+
+
+def rerun(stage: str) -> str:
+    """The command line that reruns ``stage``."""
+    return RERUN.get(stage, f"clusterclip {stage}")
+
+
+def command_line() -> str:
+    """This process's command line, as the user typed it (for the lock's holder)."""
+    argv = list(sys.argv)
+    head = Path(argv[0]).name if argv else "python"
+    if head in ("__main__.py", "clusterclip", "cli.py"):
+        head = "clusterclip"
+    return " ".join([head, *argv[1:]])
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _stat_identity(path: Path) -> list[int] | None:
+    """What says a written output is still the one written: size and mtime (files),
+    mtime (folders). Kept by ``cp -p`` and ``mv``, so a moved work directory stays current."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_mtime_ns] if path.is_dir() else [st.st_size, st.st_mtime_ns]
+
+
+@dataclass
+class StageRun:
+    """What a stage's work function gets: the work directory, the stage and its fingerprint."""
+
+    workdir: Workdir
+    name: str
+    fingerprint: str
 
 
 class Workdir:
@@ -62,8 +130,82 @@ class Workdir:
 
     # -- paths -------------------------------------------------------------
     def path(self, *parts: str) -> Path:
-        """Path of an artifact inside the work directory."""
+        """Path of an artifact inside the work directory (an absolute part stays absolute)."""
         return self.root.joinpath(*parts)
+
+    def protected(self, own: Sequence[str] = ()) -> tuple[tuple[Path, str, bool], ...]:
+        """What an ``--out`` folder must never replace: this directory, what the stages
+        write inside it (except ``own``), and every input file the manifest knows."""
+        out: list[tuple[Path, str, bool]] = [(self.root, "the work directory", True)]
+        for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}):
+            if name not in own:
+                out.append((self.path(name), "part of the work directory:", False))
+        inputs = set(self.manifest.get("inputs", {}))
+        try:
+            meta = json.loads(self.path("corpus", "corpus.json").read_text(encoding="utf-8"))
+            inputs |= {str(f["path"]) for f in meta.get("files", [])}
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        out += [(Path(p), "the input file", False) for p in sorted(inputs)]
+        return tuple(out)
+
+    # -- lock --------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self, command: str | None = None) -> Iterator[Workdir]:
+        """Hold the work directory's exclusive lock (re-entrant within a process).
+
+        A second process gets an InputError at once naming the holder (pid,
+        command, since when). The OS releases the lock when its holder dies, so
+        a killed run's lock is simply taken over. Under ``torchrun`` rank 0
+        holds it for all ranks (every rank must enter). The first acquisition
+        removes the temporaries that killed runs left in the directory.
+        """
+        from clusterclip.distributed import is_main, on_main
+
+        main = is_main()
+        on_main(lambda: self._acquire(command or command_line()))
+        try:
+            yield self
+        finally:
+            if main:
+                self._release()
+
+    def _acquire(self, command: str) -> None:
+        key = str(self.root.resolve())
+        held = _HELD.get(key)
+        if held is not None:
+            held[1] += 1
+            return
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
+                             f"wait for it to finish (or stop it) and try again") from None
+        info = json.dumps({"pid": os.getpid(), "command": command, "since": _now()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (info + "\n").encode(), 0)
+        _HELD[key] = [fd, 1]
+        for d in (self.root, self.root / "embed"):
+            remove_stale_temporaries(d)
+
+    def _release(self) -> None:
+        key = str(self.root.resolve())
+        held = _HELD[key]
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            os.close(held[0])  # closing the descriptor releases the lock
+
+    def _holder(self) -> str:
+        try:
+            rec = json.loads((self.root / LOCK).read_text(encoding="utf-8"))
+            return f"pid {rec['pid']} (`{rec['command']}`, since {rec['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process (holder not yet recorded)"
 
     # -- manifest ----------------------------------------------------------
     def _load(self) -> dict[str, Any]:
@@ -74,14 +216,20 @@ class Workdir:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"{self.manifest_path}: not a valid manifest ({e})") from None
 
+    def reload(self) -> None:
+        """Re-read the manifest (another command may have written it before our lock)."""
+        self.manifest = self._load()
+
     def save(self) -> None:
         write_json(self.manifest_path, self.manifest)
 
     def input_record(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """``{path, size, sha256}`` of an input file.
 
-        The hash is cached in the manifest under (size, mtime), so re-running a
-        pipeline over unchanged multi-GB inputs does not re-read them.
+        The hash is cached in the manifest under (size, mtime, inode, ctime), so
+        re-running a pipeline over unchanged multi-GB inputs does not re-read
+        them, while an edit that keeps size and mtime (``cp -p``, ``touch -r``)
+        still changes the ctime and is re-hashed.
         """
         p = Path(path).resolve()
         try:
@@ -89,13 +237,14 @@ class Workdir:
         except OSError as e:
             raise InputError(f"{path}: cannot read ({e.strerror})") from None
         key = str(p)
+        ident = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+                 "ctime_ns": st.st_ctime_ns}
         cached = self.manifest["inputs"].get(key)
-        if cached and cached["size"] == st.st_size and cached["mtime_ns"] == st.st_mtime_ns:
+        if cached and all(cached.get(k) == v for k, v in ident.items()):
             digest = cached["sha256"]
         else:
             digest = sha256_file(p)
-            self.manifest["inputs"][key] = {
-                "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+            self.manifest["inputs"][key] = {**ident, "sha256": digest}
         return {"path": key, "size": st.st_size, "sha256": digest}
 
     def stage(self, name: str) -> dict[str, Any] | None:
@@ -103,32 +252,171 @@ class Workdir:
         return self.manifest["stages"].get(name)
 
     def is_current(self, name: str, fingerprint: str) -> bool:
-        """True when stage ``name`` finished with this fingerprint and its outputs exist."""
+        """True when stage ``name`` finished with this fingerprint and its outputs are
+        still the ones it wrote."""
         rec = self.stage(name)
-        return bool(
-            rec
-            and rec.get("status") == "done"
-            and rec.get("fingerprint") == fingerprint
-            and all(self.path(o).exists() for o in rec.get("outputs", []))
-        )
+        if not (rec and rec.get("status") == "done" and rec.get("fingerprint") == fingerprint):
+            return False
+        stats = rec.get("output_stats") or {}
+        return all(self.path(o).exists() and (o not in stats
+                                               or _stat_identity(self.path(o)) == stats[o])
+                   for o in rec.get("outputs", []))
 
-    def begin(self, name: str, fingerprint: str, params: dict[str, Any]) -> None:
+    def begin(self, name: str, fingerprint: str, params: dict[str, Any], *,
+              upstream: Mapping[str, Any] | None = None,
+              inputs: Sequence[Mapping[str, Any]] = (), outputs: Sequence[str] = ()) -> None:
         """Record that a stage started (its old outputs are no longer trusted)."""
         self.manifest["stages"][name] = {
             "status": "running",
             "fingerprint": fingerprint,
             "params": params,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "upstream": dict(upstream or {}),
+            "inputs": [dict(r) for r in inputs],
+            "outputs": list(outputs),
+            "pid": os.getpid(),
+            "started": _now(),
             "versions": library_versions(),
         }
         self.save()
 
-    def finish(self, name: str, fingerprint: str, outputs: list[str],
+    def finish(self, name: str, fingerprint: str, outputs: Sequence[str],
                info: dict[str, Any] | None = None) -> None:
         """Record that a stage finished; ``outputs`` are paths relative to the root."""
         rec = self.manifest["stages"].setdefault(name, {})
         if rec.get("fingerprint") != fingerprint:
             raise RuntimeError(f"stage {name} finished with a fingerprint it did not begin with")
-        rec.update(status="done", outputs=list(outputs), info=info or {},
-                   finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        rec.update(status="done", outputs=list(outputs), info=info or {}, finished=_now(),
+                   output_stats={o: _stat_identity(self.path(o)) for o in outputs})
         self.save()
+
+    # -- what a stage reads ------------------------------------------------
+    def require(self, name: str) -> str:
+        """The fingerprint of stage ``name`` if its outputs can be used; else InputError
+        naming the stage to rerun (the earliest one when several are out of date)."""
+        rec = self.stage(name)
+        if rec is None:
+            raise InputError(f"{self.root}: stage `{name}` has not run; run `{rerun(name)}` "
+                             f"first")
+        for label, recorded in (rec.get("upstream") or {}).items():
+            kind, _, what = label.partition(":")
+            now = self.require(what) if kind == "stage" else self._file_identity(what)
+            if now != recorded:
+                why = (f"`{what}` ran again after it" if kind == "stage"
+                       else f"{self.path(what)} changed after it ran")
+                raise InputError(f"{self.root}: the results of `{name}` are stale ({why}); "
+                                 f"rerun `{rerun(name)}`")
+        if rec.get("status") != "done":
+            raise InputError(f"{self.root}: stage `{name}` did not finish (status "
+                             f"{rec.get('status')!r}: killed or failed), so its outputs may be "
+                             f"incomplete or mixed; rerun `{rerun(name)}`")
+        for r in rec.get("inputs") or []:
+            try:
+                same = self.input_record(r["path"])["sha256"] == r["sha256"]
+            except InputError:
+                same = False
+            if not same:
+                raise InputError(f"{r['path']}: changed or gone since `{name}` read it; "
+                                 f"rerun `{rerun(name)}`")
+        for o, stat in (rec.get("output_stats") or {}).items():
+            if _stat_identity(self.path(o)) != stat:
+                raise InputError(f"{self.path(o)}: changed or gone since `{name}` wrote it; "
+                                 f"rerun `{rerun(name)}`")
+        return str(rec["fingerprint"])
+
+    def _file_identity(self, name: str) -> str | None:
+        path = self.path(_IDENTITY_FILE.get(name, name))
+        return self.input_record(path)["sha256"] if path.is_file() else None
+
+    def upstream(self, reads: Sequence[str], maybe_reads: Sequence[str] = ()) -> dict[str, Any]:
+        """Identities of what a stage reads in W: the fingerprint of the stage that
+        wrote each (checked with :meth:`require`), or the file's hash when no stage
+        record exists (a file placed by hand). A missing ``reads`` file is an error."""
+        out: dict[str, Any] = {}
+        for name in [*reads, *maybe_reads]:
+            top = Path(name).parts[0]
+            producer = PRODUCERS.get(top)
+            if producer is not None and self.stage(producer) is not None:
+                out[f"stage:{producer}"] = self.require(producer)
+                if not self.path(name).exists() and name in reads:
+                    raise InputError(f"{self.path(name)}: missing; rerun `{rerun(producer)}`")
+            elif self.path(name).exists():
+                out[f"file:{top}"] = self._file_identity(top)
+            elif name in reads:
+                hint = f"; run `{rerun(producer)}` first" if producer else ""
+                raise InputError(f"{self.path(name)}: missing{hint}")
+        return out
+
+    def _check_owned(self, name: str, paths: Sequence[str], inputs: Sequence[Path],
+                     overwrite: bool = False) -> None:
+        """Refuse before any work when replacing ``paths`` (in W) would lose a user's files:
+        an input inside one of them (always), or one that exists and is not ours (unless
+        ``overwrite``)."""
+        for rel in paths:
+            p = self.path(rel)
+            if not p.is_relative_to(self.root):
+                continue  # an --out folder elsewhere: checked by check_output_dir
+            for f in inputs:
+                if f.resolve() == p.resolve() or p.resolve() in f.resolve().parents:
+                    raise InputError(f"input {f} is inside {p}, which `{name}` replaces; "
+                                     f"move the input or use another work directory")
+            if overwrite or not (p.exists() or p.is_symlink()):
+                continue
+            ours = self.stage(PRODUCERS.get(Path(rel).parts[0], name)) is not None
+            if p.is_dir() and not p.is_symlink():
+                ours = ours or marker_of(p) == name or not any(p.iterdir())
+            if not ours:
+                raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
+                                 f"move it away or use another work directory")
+
+    # -- the stage runner --------------------------------------------------
+    def run_stage(self, name: str, *, work: Callable[[StageRun], dict[str, Any] | None],
+                  key: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+                  reads: Sequence[str] = (), maybe_reads: Sequence[str] = (),
+                  inputs: Sequence[str | os.PathLike[str]]
+                  | Callable[[], Sequence[str | os.PathLike[str]]] = (),
+                  outputs: Sequence[str] = (), scratch: Sequence[str] = (),
+                  params: Mapping[str, Any] | None = None, cache: bool = True,
+                  overwrite: bool = False) -> dict[str, Any]:
+        """Run stage ``name``: the one sequence every stage goes through.
+
+        Under the lock, on rank 0: check that the stages that wrote ``reads``
+        (and ``maybe_reads``, if present) finished and are current, else
+        InputError naming the one to rerun; hash the external ``inputs``;
+        fingerprint those with ``key`` (what determines the result); if the
+        stage is current with that fingerprint (and ``cache``), return its
+        recorded info with ``skipped=True``. Otherwise refuse ``outputs`` and
+        ``scratch`` (paths in W) that exist and are not ours (unless
+        ``overwrite``) or hold an input, record ``running``, call ``work`` on
+        every rank, and record ``done`` with rank 0's returned info, which every
+        rank gets back (with ``skipped=False``). ``key``/``inputs`` may be
+        callables, evaluated on rank 0 under the lock.
+        """
+        from clusterclip.distributed import on_main
+
+        with self.locked():
+            def decide() -> dict[str, Any]:
+                self.reload()
+                up = self.upstream(reads, maybe_reads)
+                k = dict(key() if callable(key) else key)
+                files = [Path(f) for f in (inputs() if callable(inputs) else inputs)]
+                records = [self.input_record(f) for f in files]
+                fp = fingerprint({"upstream": up, "inputs": records, "key": k})
+                if cache and self.is_current(name, fp):
+                    self.save()  # the refreshed input-hash cache
+                    return {"current": True, "info": self.stage(name).get("info", {})}
+                self._check_owned(name, [*outputs, *scratch], files, overwrite)
+                self.begin(name, fp, dict(params if params is not None else k), upstream=up,
+                           inputs=records, outputs=outputs)
+                return {"current": False, "fingerprint": fp}
+
+            decision = on_main(decide)
+            if decision["current"]:
+                return {**decision["info"], "skipped": True}
+            run = StageRun(self, name, decision["fingerprint"])
+            info = work(run) or {}
+
+            def done() -> dict[str, Any]:
+                self.finish(name, run.fingerprint, outputs, info)
+                return info
+
+            return {**on_main(done), "skipped": False}

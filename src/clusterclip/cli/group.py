@@ -9,29 +9,21 @@ HELP = "write the corpus grouped by cluster (cluster_{k}/data_{j}.jsonl, verifie
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
-    p.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    p.add_argument("--out", required=True,
+                   help="output directory: created, or replaced atomically when empty or "
+                        "written by an earlier `clusterclip group`")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out even if clusterclip did not write it (never the work "
+                        "directory, an input, or a folder holding them)")
     p.add_argument("--docs-per-file", type=int, default=100_000,
                    help="documents per data_{j}.jsonl file (default: 100000)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.corpus import Corpus
-    from clusterclip.errors import InputError
-    from clusterclip.grouping import check_output_folder, group_corpus, renamed_note
-    from clusterclip.io import load_npy
-    from clusterclip.labels import load_labels
-    from clusterclip.workdir import Workdir
+    from clusterclip.grouping import group_workdir, renamed_note
 
-    check_output_folder(args.out)
-    w = Workdir(args.workdir, create=False)
-    for name in ("labels.npy", "scores.npy"):
-        if not w.path(name).exists():
-            raise InputError(f"{w.path(name)}: missing; run `clusterclip cluster` first")
-    corpus = Corpus.load(w.path("corpus"))
-    labels = load_labels(w.path("labels.npy"), len(corpus))
-    scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
-    corpus.verify_files()
-    summary = group_corpus(corpus, labels, scores, args.out, docs_per_file=args.docs_per_file)
+    summary = group_workdir(args.workdir, args.out, docs_per_file=args.docs_per_file,
+                            overwrite=args.overwrite)
     groups = summary["groups"]
     clusters = sum(1 for g in groups if g.startswith("cluster_"))
     print(f"grouped {summary['documents']} documents into {clusters} clusters"

@@ -71,7 +71,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
-    p.add_argument("--out", default=None, help="report directory (default: W/report)")
+    p.add_argument("--out", default=None,
+                   help="report directory (default: W/report); replaced only when new, empty "
+                        "or an earlier report")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out even if clusterclip did not write it (never the work "
+                        "directory, an input, or a folder holding them)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         root, schedule=schedule, label_field=args.label_field, strategies=args.strategies,
         num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
         windows=args.windows, target_repetition=args.target_repetition,
-        clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty())
+        clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty(),
+        overwrite=args.overwrite)
     out = Path(args.out) if args.out else root / "report"
     print(f"report: {out / 'report.md'}")
     print(f"budget T = {summary['num_samples']:,} samples over "

@@ -72,8 +72,24 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from clusterclip.workdir import MANIFEST, Workdir
+
+    with contextlib.ExitStack() as stack:
+        where = Path(args.labels).parent
+        if (where / MANIFEST).is_file():
+            # Labels of a work directory: used only when the stage that wrote them finished
+            # and is current, and under its lock (no other command rewrites them meanwhile).
+            w = Workdir(where, create=False)
+            stack.enter_context(w.locked())
+            w.upstream([Path(args.labels).name])
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.io import load_npy, write_json
+    from clusterclip.io import load_npy, remove_stale_temporaries, write_json
     from clusterclip.labels import load_labels
     from clusterclip.sampling import write_schedule
 
@@ -83,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
     if Path(args.out).is_dir():
         raise InputError(f"--out {args.out}: is a directory")
+    out = Path(args.out).resolve()
+    remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
     summary = write_schedule(
         labels, args.out, num_samples=args.num_samples, strategy=args.strategy,
         clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,

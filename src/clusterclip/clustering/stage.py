@@ -9,6 +9,7 @@ every rank before anything is written, so bad input leaves no output behind.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from clusterclip import distributed as D
 from clusterclip.clustering._rows import check_matrix
 from clusterclip.clustering.kmeans import KMeans, assign
 from clusterclip.errors import InputError
-from clusterclip.io import fingerprint, load_npy, save_npy, sha256_file, write_json
+from clusterclip.io import check_output_dir, load_npy, save_npy, write_json, write_marker
 from clusterclip.workdir import Workdir
 
 STAGE = "cluster"
@@ -115,38 +116,34 @@ def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_
     Returns the stage info plus ``skipped`` and the output paths.
     """
     _check_k(n_clusters)
-    emb = workdir.path("embeddings.npy")
-    X = _open_embeddings(emb)
-    valid_file = workdir.path("valid.npy")
-    valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
-    params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
-    KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
-    n_valid = X.shape[0] if valid is None else int(valid.sum())
-    if n_clusters > n_valid:
-        raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
-    fp = ""
-    current = False
-    if D.is_main():
-        embed = workdir.stage("embed")
-        if embed and embed.get("status") == "done" and embed.get("fingerprint"):
-            base: dict[str, Any] = {"embed": embed["fingerprint"]}
-        else:
-            base = {"embeddings": workdir.input_record(emb)["sha256"]}
-            if valid is not None:
-                base["valid"] = workdir.input_record(workdir.path("valid.npy"))["sha256"]
-        fp = fingerprint({"inputs": base, "params": params})
-        current = workdir.is_current(STAGE, fp)
-    paths = {name[:-4]: str(workdir.path(name)) for name in OUTPUTS}
-    if D.Comm().any(current):
-        rec = workdir.stage(STAGE) or {}
-        return {**rec.get("info", {}), **paths, "skipped": True}
+    with workdir.locked():  # before reading: no other command replaces the inputs meanwhile
+        emb = workdir.path("embeddings.npy")
+        X = _open_embeddings(emb)
+        valid_file = workdir.path("valid.npy")
+        valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
+        params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
+        KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
+        n_valid = X.shape[0] if valid is None else int(valid.sum())
+        if n_clusters > n_valid:
+            raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows "
+                             f"of {emb}")
+        result = workdir.run_stage(
+            STAGE, key=params, params={**params, "device": device, "chunk_rows": chunk_rows},
+            reads=["embeddings.npy"], maybe_reads=["valid.npy"], outputs=OUTPUTS,
+            work=lambda run: _fit_and_write(run.workdir.root, X, valid, params, device,
+                                            chunk_rows, progress))
+    return {**result, **{name[:-4]: str(workdir.path(name)) for name in OUTPUTS}}
+
+
+def _fit_and_write(root: Path, X: np.ndarray, valid: np.ndarray | None,
+                   params: dict[str, Any], device: str, chunk_rows: int, progress: bool
+                   ) -> dict[str, Any]:
+    """Fit on every rank; rank 0 writes the outputs and returns the stage info."""
     km, info = _fit_shard(X, valid, params, device, chunk_rows, progress)
-    if D.is_main():
-        workdir.begin(STAGE, fp, {**params, "device": device, "chunk_rows": chunk_rows})
-        _write_outputs(workdir.root, km, info)
-        workdir.finish(STAGE, fp, list(OUTPUTS), info)
-    return {**{k: v for k, v in info.items() if not k.startswith("_")}, **paths,
-            "skipped": False}
+    if not D.is_main():
+        return {}
+    _write_outputs(root, km, info)
+    return info
 
 
 def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
@@ -159,7 +156,8 @@ def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.Path
 
     Same outputs and caching as :func:`cluster_workdir` (fingerprint: the
     embeddings file's bytes, the optional valid mask's bytes and the
-    parameters). ``out_dir`` is created only once clustering has succeeded.
+    parameters). ``out_dir`` must be new, empty or an earlier ``cluster --out``; a
+    folder this call creates is removed again when clustering fails.
     """
     _check_k(n_clusters)
     emb = Path(path)
@@ -170,30 +168,25 @@ def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.Path
     n_valid = X.shape[0] if valid is None else int(valid.sum())
     if n_clusters > n_valid:
         raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    fp = ""
-    current = False
-    if D.is_main():
-        base = {"embeddings": sha256_file(emb)}
-        if valid_path is not None:
-            base["valid"] = sha256_file(valid_path)
-        fp = fingerprint({"inputs": base, "params": params})
-        current = out.is_dir() and Workdir(out, create=False).is_current(STAGE, fp)
-    paths = {name[:-4]: str(out / name) for name in OUTPUTS}
-    if D.Comm().any(current):
-        rec = Workdir(out, create=False).stage(STAGE) if D.is_main() else None
-        return {**((rec or {}).get("info", {})), **paths, "skipped": True}
-    km, info = _fit_shard(X, valid, params, device, chunk_rows, progress)
-    if D.is_main():
+    out = check_output_dir(out_dir, STAGE, protected=((emb, "the input file", False),)
+                           + (() if valid_path is None
+                              else ((Path(valid_path), "the input file", False),)))
+    created = not out.exists()
+    try:
         wd = Workdir(out)
-        wd.begin(STAGE, fp, {**params, "device": device, "chunk_rows": chunk_rows,
-                             "embeddings": str(emb.resolve())})
-        _write_outputs(wd.root, km, info)
-        wd.finish(STAGE, fp, list(OUTPUTS), info)
-    return {**{k: v for k, v in info.items() if not k.startswith("_")}, **paths,
-            "skipped": False}
+        if D.is_main():
+            write_marker(out, STAGE)
+        result = wd.run_stage(
+            STAGE, key=params, inputs=[emb] + ([] if valid_path is None else [valid_path]),
+            params={**params, "device": device, "chunk_rows": chunk_rows,
+                    "embeddings": str(emb.resolve())},
+            outputs=OUTPUTS, work=lambda run: _fit_and_write(out, X, valid, params, device,
+                                                             chunk_rows, progress))
+    except BaseException:
+        if created and D.is_main():  # a folder this call made, holding no output yet
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    return {**result, **{name[:-4]: str(out / name) for name in OUTPUTS}}
 
 
 def assign_embeddings_file(centroids_path: str | os.PathLike[str],
@@ -205,6 +198,8 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
 
     Writes ``out_dir/labels.npy`` (int32, -1 where the valid mask is False) and
     ``out_dir/scores.npy`` (float32) plus ``out_dir/assign.json`` (inputs, counts).
+    ``out_dir`` must be new, empty or an earlier ``assign --out`` (never a work
+    directory's own labels).
     """
     C = load_npy(centroids_path, "centroids", mmap=True)
     check_matrix(C, str(centroids_path))
@@ -217,9 +212,9 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
     if not np.isfinite(C).all():
         raise InputError(f"{centroids_path}: centroids hold NaN or infinite values")
     valid = _open_valid(valid_path, X.shape[0])
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
+    ins = [Path(centroids_path), emb] + ([] if valid_path is None else [Path(valid_path)])
+    out = D.on_main(lambda: check_output_dir(
+        out_dir, "assign", protected=tuple((p, "the input file", False) for p in ins)))
     rank, world = D.rank_and_world()
     start, stop = D.shard_bounds(X.shape[0], rank, world)
     labels, scores = assign(X[start:stop], C, metric=metric, device=device,
@@ -238,6 +233,7 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
     if D.is_main():
         assert labels_all is not None and scores_all is not None
         out.mkdir(parents=True, exist_ok=True)
+        write_marker(out, "assign")
         save_npy(out / "labels.npy", labels_all.astype(np.int32))
         save_npy(out / "scores.npy", scores_all.astype(np.float32))
         counts = np.bincount(labels_all[labels_all >= 0], minlength=C.shape[0])

@@ -34,7 +34,7 @@ from clusterclip.corpus import Corpus
 from clusterclip.corpus.readers import expand_inputs
 from clusterclip.embedding.base import Embedder
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, fingerprint, save_npy, write_json
+from clusterclip.io import atomic_path, save_npy, write_json, write_marker
 from clusterclip.workdir import Workdir
 
 STAGE = "embed"
@@ -216,39 +216,34 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     if shard_size < 1:
         raise InputError(f"shard size {shard_size}: must be at least 1")
     D.init_from_env(device)  # under torchrun; a no-op when the group already exists
-    rank, world = D.rank_and_world()
-    root = Path(workdir.root if isinstance(workdir, Workdir) else workdir)
-    wd = workdir if isinstance(workdir, Workdir) else None
+    wd = workdir if isinstance(workdir, Workdir) else Workdir(workdir)
+    root = wd.root
     shard_dir = root / "embed"
     params = {"text_field": text_field, "id_field": id_field, "skip_bad_lines": skip_bad_lines,
               "embedder": embedder, "model": model, "pooling": pooling,
               "max_length": max_length, "batch_size": batch_size, "device": device,
               "dtype": dtype, "shard_size": shard_size}
+    corpus_opts = {"text_field": text_field, "id_field": id_field,
+                   "skip_bad_lines": skip_bad_lines}
 
-    def plan() -> dict[str, Any]:
-        nonlocal wd
-        if wd is None:
-            wd = Workdir(root)
-        files, _ = expand_inputs(inputs)
-        records = [wd.input_record(f) for f in files]
-        ident = embedder_identity(embedder, model, pooling=pooling, max_length=max_length,
-                                  dtype=dtype)
-        corpus_opts = {"text_field": text_field, "id_field": id_field,
-                       "skip_bad_lines": skip_bad_lines}
-        fp = fingerprint({"inputs": records, "corpus": corpus_opts, "embedder": ident})
-        if wd.is_current(STAGE, fp):
-            return {"current": True, "fingerprint": fp, "info": wd.stage(STAGE)["info"]}
-        wd.begin(STAGE, fp, params)
-        old = _read_json(shard_dir / "plan.json")
-        resumable = (old is not None and old.get("fingerprint") == fp
-                     and old.get("shard_size") == shard_size
-                     and (root / "corpus" / "corpus.json").exists())
-        if resumable:
-            corpus = Corpus.load(root / "corpus")
-            _check_clusters(corpus, n_clusters)
-            corpus.verify_files()
-        else:
-            shutil.rmtree(shard_dir, ignore_errors=True)
+    def key() -> dict[str, Any]:
+        return {"corpus": corpus_opts, "embedder": embedder_identity(
+            embedder, model, pooling=pooling, max_length=max_length, dtype=dtype)}
+
+    def work(run: Any) -> dict[str, Any]:
+        fp = run.fingerprint
+
+        def plan() -> None:
+            old = _read_json(shard_dir / "plan.json")
+            # The fingerprint covers the inputs' hashes: an edited input never resumes.
+            if (old is not None and old.get("fingerprint") == fp
+                    and old.get("shard_size") == shard_size
+                    and (root / "corpus" / "corpus.json").exists()):
+                corpus = Corpus.load(root / "corpus")
+                _check_clusters(corpus, n_clusters)
+                corpus.verify_files()
+                return
+            shutil.rmtree(shard_dir, ignore_errors=True)  # ours: checked before `running`
             corpus = Corpus.scan(inputs, text_field=text_field, id_field=id_field,
                                  skip_bad_lines=skip_bad_lines, progress=progress)
             if corpus.stats["valid"] == 0:
@@ -257,26 +252,45 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                                  f"{corpus.stats['empty']} empty)")
             _check_clusters(corpus, n_clusters)
             corpus.save(root / "corpus")
+            write_marker(root / "corpus", STAGE)
             shard_dir.mkdir(parents=True, exist_ok=True)
+            write_marker(shard_dir, STAGE)
             write_json(shard_dir / "plan.json", {"fingerprint": fp, "shard_size": shard_size,
                                                  "documents": len(corpus)})
-        return {"current": False, "fingerprint": fp, "resumed": resumable}
 
-    decision = D.on_main(plan)
-    if decision["current"]:
-        info = dict(decision["info"])
-        info.update(skipped=True, seconds=round(time.time() - t0, 3))
-        return info
-    fp = decision["fingerprint"]
+        D.on_main(plan)
+        return _embed_and_merge(root, fp, params, progress=progress,
+                                trust_remote_code=trust_remote_code)
+
+    with wd.locked():
+        info = wd.run_stage(STAGE, key=key, params=params,
+                            inputs=lambda: expand_inputs(inputs)[0],
+                            outputs=["corpus", "embeddings.npy", "valid.npy"],
+                            scratch=["embed"], work=work)
+        if not keep_shards and D.is_main():
+            shutil.rmtree(shard_dir, ignore_errors=True)
+        D.barrier()
+    info = dict(info)
+    info["seconds"] = round(time.time() - t0, 3)
+    return info
+
+
+def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
+                     trust_remote_code: bool) -> dict[str, Any]:
+    """Embed the missing shards on every rank; rank 0 merges them (the stage info)."""
+    rank, world = D.rank_and_world()
+    shard_dir = root / "embed"
+    dtype, shard_size, embedder = params["dtype"], params["shard_size"], params["embedder"]
     corpus = Corpus.load(root / "corpus", mmap=False)
 
     # Rank 0 loads first: a first use of the fast embedder builds its cached table.
     emb = None
     for turn in (0, 1):
         if (rank == 0) == (turn == 0):
-            emb = make_embedder(embedder, model=model, pooling=pooling, max_length=max_length,
-                                batch_size=batch_size, device=device, dtype=dtype,
-                                progress=progress and rank == 0,
+            emb = make_embedder(embedder, model=params["model"], pooling=params["pooling"],
+                                max_length=params["max_length"],
+                                batch_size=params["batch_size"], device=params["device"],
+                                dtype=dtype, progress=progress and rank == 0,
                                 trust_remote_code=trust_remote_code)
         D.barrier()
     assert emb is not None
@@ -296,30 +310,21 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     counts = D.gather_objects(embedded)
     D.barrier()
 
-    def finish() -> dict[str, Any]:
-        assert wd is not None
+    def merge() -> dict[str, Any]:
         merge_shards(shard_dir, root / "embeddings.npy", n, emb.dim, dtype, shard_size)
         save_npy(root / "valid.npy", np.asarray(corpus.valid, dtype=bool))
         st = corpus.stats
-        info = {"documents": st["documents"], "valid": st["valid"], "empty": st["empty"],
+        return {"documents": st["documents"], "valid": st["valid"], "empty": st["empty"],
                 "bad_lines": st["bad_lines"], "blank_lines": st["blank_lines"],
                 "files": st["files"], "ignored_files": len(st["ignored_files"]),
                 "dim": emb.dim, "dtype": dtype, "embedder": embedder,
-                "embeddings": str(root / "embeddings.npy"), "valid_path": str(root / "valid.npy"),
-                "corpus": str(root / "corpus"), "shards": n_shards,
-                "shards_reused": n_shards - len(todo), "shards_computed": len(todo),
-                "documents_embedded": int(sum(counts)), "processes": world,
-                "fingerprint": fp, "skipped": False}
-        wd.finish(STAGE, fp, ["embeddings.npy", "valid.npy", "corpus/corpus.json"], info)
-        if not keep_shards:
-            shutil.rmtree(shard_dir, ignore_errors=True)
-        return info
+                "embeddings": str(root / "embeddings.npy"),
+                "valid_path": str(root / "valid.npy"), "corpus": str(root / "corpus"),
+                "shards": n_shards, "shards_reused": n_shards - len(todo),
+                "shards_computed": len(todo), "documents_embedded": int(sum(counts)),
+                "processes": world, "fingerprint": fp}
 
-    info = D.on_main(finish)
-    D.barrier()
-    info = dict(info)
-    info["seconds"] = round(time.time() - t0, 3)
-    return info
+    return D.on_main(merge)
 
 
 def _check_clusters(corpus: Corpus, n_clusters: int | None) -> None:

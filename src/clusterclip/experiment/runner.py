@@ -379,8 +379,9 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     }
 
 
-def _load_inputs(root: Path) -> tuple[np.ndarray, list[str | None], Any]:
-    """``W/labels.npy`` (checked) and the texts of ``W/corpus/``."""
+def _load_inputs(root: Path, texts: bool = True
+                 ) -> tuple[np.ndarray, list[str | None], Any]:
+    """``W/labels.npy`` (checked) and the texts of ``W/corpus/`` (none unless ``texts``)."""
     from clusterclip.corpus import Corpus
     from clusterclip.labels import load_labels
 
@@ -395,10 +396,10 @@ def _load_inputs(root: Path) -> tuple[np.ndarray, list[str | None], Any]:
     if len(corpus) != labels.size:
         raise InputError(f"{corpus_dir}: {len(corpus)} documents but labels.npy has "
                          f"{labels.size}")
-    texts: list[str | None] = [None] * len(corpus)
-    for i, text in corpus.iter_texts():
-        texts[i] = text
-    return labels, texts, corpus
+    out: list[str | None] = [None] * len(corpus)
+    for i, text in corpus.iter_texts() if texts else ():
+        out[i] = text
+    return labels, out, corpus
 
 
 def run_experiment(workdir: str | os.PathLike[str], *,
@@ -422,7 +423,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     stays byte-identical across identical runs).
     """
     from clusterclip.experiment.output import write_outputs
-    from clusterclip.io import array_fingerprint, atomic_path, fingerprint
+    from clusterclip.io import atomic_output_dir
     from clusterclip.workdir import Workdir
 
     if config is None:
@@ -447,16 +448,22 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         except (RuntimeError, AssertionError) as e:
             raise InputError(f"--device {device}: not usable ({str(e).splitlines()[0]})") from None
     w = Workdir(workdir, create=False)
-    labels, texts, _ = _load_inputs(w.root)
     t0 = time.perf_counter()
-    fp = fingerprint({"labels": array_fingerprint(labels), "config": config.to_dict(),
-                      "corpus": w.stage("embed") and w.stage("embed").get("fingerprint"),
-                      "device": device})
-    results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                 progress=progress)
     out = w.path("experiment")
-    w.begin("experiment", fp, {**config.to_dict(), "device": device})
-    with atomic_path(out) as tmp:
-        names = write_outputs(results, tmp)
-    w.finish("experiment", fp, [f"experiment/{n}" for n in names])
-    return {**results, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}
+
+    def work(run: Any) -> dict[str, Any]:
+        _, texts, _ = _load_inputs(w.root)
+        results = compare_strategies(texts, labels, config, device=device, threads=threads,
+                                     progress=progress)
+        with atomic_output_dir(out, "experiment") as tmp:
+            write_outputs(results, tmp)
+        done.update(results)
+        return {}
+
+    done: dict[str, Any] = {}
+    with w.locked():
+        labels, _, _ = _load_inputs(w.root, texts=False)
+        w.run_stage("experiment", key={"config": config.to_dict(), "device": device},
+                    reads=["labels.npy", "corpus"], outputs=["experiment"], work=work,
+                    cache=False)
+    return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

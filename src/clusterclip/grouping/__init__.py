@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, write_json
+from clusterclip.io import atomic_output_dir, check_output_dir, write_json
 from clusterclip.labels import check_labels
 
 ADDED = ("label", "score", "doc_index")
@@ -78,18 +78,6 @@ def renamed_note(renamed: dict[str, int]) -> str | None:
             + ", ".join(f"{k} -> orig_{k} in {n} documents" for k, n in renamed.items()))
 
 
-def check_output_folder(out: str | os.PathLike[str]) -> None:
-    """Refuse, before any work, an ``out`` that cannot be replaced by a grouped folder."""
-    p = Path(out)
-    if p.exists() and not p.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    here = Path.cwd().resolve()
-    target = p.resolve()
-    if target == here or target in here.parents:
-        raise InputError(f"--out {out}: is the current directory or one of its parents; "
-                         f"give a new folder for the grouped output")
-
-
 class _Writer:
     """Per-cluster buffered appends, so K clusters never need K open files."""
 
@@ -123,30 +111,65 @@ class _Writer:
         self.buffered = 0
 
 
+def group_workdir(workdir: Any, out: str | os.PathLike[str], *, docs_per_file: int = 100_000,
+                  overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+    """The ``group`` stage: ``W/corpus`` grouped by ``W/labels.npy`` into ``out``.
+
+    Refuses (InputError, before any work) an ``out`` that is the work
+    directory, part of it, an input, or a parent of one of them, or an existing
+    folder that an earlier ``clusterclip group`` did not write (unless
+    ``overwrite``); and labels from a ``cluster`` run that did not finish or is
+    older than the corpus. Recorded in the manifest as stage ``group``.
+    """
+    from clusterclip.corpus import Corpus
+    from clusterclip.io import load_npy
+    from clusterclip.labels import load_labels
+    from clusterclip.workdir import Workdir
+
+    w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
+    if docs_per_file < 1:
+        raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
+    with w.locked():
+        check_output_dir(out, "group", overwrite=overwrite, protected=w.protected())
+
+        def work(run: Any) -> dict[str, Any]:
+            corpus = Corpus.load(w.path("corpus"))
+            corpus.verify_files()
+            labels = load_labels(w.path("labels.npy"), len(corpus))
+            scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
+            return group_corpus(corpus, labels, scores, out, docs_per_file=docs_per_file,
+                                overwrite=overwrite, progress=progress)
+
+        return w.run_stage("group", key={"out": str(Path(out).resolve()),
+                                         "docs_per_file": docs_per_file},
+                           reads=["labels.npy", "scores.npy", "corpus"],
+                           outputs=[str(Path(out).resolve())], work=work, cache=False)
+
+
 def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str | os.PathLike[str],
                  *, docs_per_file: int = 100_000, buffer_bytes: int = 64 << 20,
-                 progress: bool = True) -> dict[str, Any]:
+                 overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
     """Write ``corpus`` grouped by ``labels`` (int[N], -1 excluded) into ``out``.
 
     Returns the summary also written to ``out/group.json``. Raises
     ``RuntimeError`` if the verification fails (nothing is moved into place).
+    An existing ``out`` is replaced only when empty or written by an earlier
+    ``group`` (or with ``overwrite``); see :func:`clusterclip.io.check_output_dir`.
     """
     from tqdm import tqdm
 
     n = len(corpus)
     if docs_per_file < 1:
         raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
-    check_output_folder(out)
+    out = check_output_dir(out, "group", overwrite=overwrite)
     labels = check_labels(labels, num_documents=n)
     scores = np.asarray(scores)
     if scores.shape != (n,) or scores.dtype.kind != "f":
         raise InputError(f"scores must be {n} floats (one per document), got {scores.dtype} "
                          f"of shape {scores.shape}; re-run cluster")
-    out = Path(out)
     in_hash = 0
     renamed: dict[str, int] = defaultdict(int)
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
+    with atomic_output_dir(out, "group", overwrite=overwrite) as tmp:
         writer = _Writer(tmp, docs_per_file, buffer_bytes)
         labels_l = labels.tolist()
         scores_l = scores.tolist()

@@ -245,6 +245,7 @@ def build_report(
     clips: Sequence[int] | None = None,
     out: str | os.PathLike[str] | None = None,
     progress: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write ``W/report/`` (summary.json, clusters.csv, PNG figures, report.md); return the summary.
 
@@ -255,17 +256,80 @@ def build_report(
     fits the ClusterClip capacity); ``clip``/``alpha``/``seed``: sampler
     parameters; ``windows``: time windows for the mixture series;
     ``target_repetition`` and ``clips``: the choose-R analysis; ``out``: the
-    report directory (default ``W/report``), replaced atomically.
+    report directory (default ``W/report``), replaced atomically, and only when
+    it is new, empty or an earlier report (or with ``overwrite``; never the work
+    directory, an input, or a folder holding them).
+
+    A stage of the work directory: run under its lock, refused when the labels
+    (or ``W/schedule.npy``) come from a stage that did not finish or is stale,
+    and reused when its inputs and parameters are unchanged.
 
     Raises :class:`InputError` for a missing work directory or labels, a
     schedule with indices outside the corpus, an unknown label field, a budget
     over capacity, or bad option values; nothing is written then.
     """
-    from clusterclip.io import atomic_path
+    import json
+
+    from clusterclip.io import check_output_dir
+    from clusterclip.workdir import Workdir
 
     root = Path(workdir)
     if not root.is_dir():
         raise InputError(f"work directory {root} does not exist")
+    w = Workdir(root, create=False)
+    target = Path(out) if out is not None else root / "report"
+    own = target.resolve() == (root / "report").resolve()
+    in_w = schedule is not None and Path(schedule).resolve() == (root / "schedule.npy").resolve()
+    key = {"schedule": None if schedule is None else str(Path(schedule).resolve()),
+           "label_field": label_field, "strategies": None if strategies is None
+           else list(strategies), "num_samples": num_samples, "clip": clip, "alpha": alpha,
+           "seed": seed, "windows": windows, "target_repetition": target_repetition,
+           "clips": None if clips is None else [int(c) for c in clips],
+           "out": str(target.resolve())}
+    built: dict[str, Any] = {}
+
+    def work(run: Any) -> dict[str, Any]:
+        built.update(_build_report(
+            root, schedule=schedule, label_field=label_field, strategies=strategies,
+            num_samples=num_samples, clip=clip, alpha=alpha, seed=seed, windows=windows,
+            target_repetition=target_repetition, clips=clips, target=target,
+            progress=progress, overwrite=overwrite))
+        return {"out": str(target)}
+
+    with w.locked():
+        if not own:
+            check_output_dir(target, "report", overwrite=overwrite,
+                             protected=w.protected(own=("report",)))
+        w.run_stage("report", key=key, work=work,
+                    reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
+                    maybe_reads=["centroids.npy", "corpus"],
+                    inputs=[schedule] if schedule is not None and not in_w else [],
+                    outputs=["report" if own else str(target.resolve())], overwrite=overwrite)
+    if built:
+        return built
+    return json.loads((target / "summary.json").read_text(encoding="utf-8"))
+
+
+def _build_report(
+    root: Path,
+    *,
+    schedule: str | os.PathLike[str] | None,
+    label_field: str | None,
+    strategies: Sequence[str] | None,
+    num_samples: int | None,
+    clip: int,
+    alpha: float,
+    seed: int,
+    windows: int,
+    target_repetition: int,
+    clips: Sequence[int] | None,
+    target: Path,
+    progress: bool,
+    overwrite: bool,
+) -> dict[str, Any]:
+    """Compute the report and write it to ``target`` (see :func:`build_report`)."""
+    from clusterclip.io import atomic_output_dir
+
     if clip < 1:
         raise InputError(f"--clip must be >= 1, got {clip}")
     if windows < 1:
@@ -394,9 +458,7 @@ def build_report(
     }
     summary = _round_floats(_jsonable(summary))
 
-    target = Path(out) if out is not None else root / "report"
-    with atomic_path(target) as tmp:
-        tmp.mkdir()
+    with atomic_output_dir(target, "report", overwrite=overwrite) as tmp:
         _write_report(tmp, summary, sizes, profile, shares)
     return summary
 
