@@ -1,0 +1,317 @@
+"""A user's files are sacred, stale results are refused (issue 8, cases 1-5 and 7).
+
+Each case: exit 2 with one line, nothing of the user's deleted, nothing half-done
+used. Lock and kill cases run real processes (``python -m clusterclip.cli``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clusterclip.cli import main
+from clusterclip.workdir import Workdir
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def child_env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clusterclip.cli", *map(str, args)],
+                          capture_output=True, text=True, env=child_env(), timeout=300, cwd=cwd)
+
+
+def one_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0], err
+    return lines[0]
+
+
+def run_main(capsys, *args: str | Path) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    return rc, capsys.readouterr().err
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (hidden ones too)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture
+def corpus(tmp_path, pydocs_path) -> Path:
+    """60 short real documents in their own folder."""
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        recs = [json.loads(next(f)) for _ in range(60)]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": r["text"][:300], "label": r["label"]}) + "\n"
+                            for r in recs), encoding="utf-8")
+    return path
+
+
+def build(corpus: Path, w: Path) -> Path:
+    assert main(["run", str(corpus), "--workdir", str(w), "--clusters", "3", "--embedder",
+                 "fast", "--num-samples", "100"]) == 0
+    return w
+
+
+# -- case 1: --out never replaces what we did not write --------------------------------
+def test_out_folders_are_replaced_only_when_ours(corpus, tmp_path, capsys, monkeypatch):
+    w = build(corpus, tmp_path / "w")
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "keep.txt").write_text("precious")
+    before_w, before_data = tree(w), tree(corpus.parent)
+    for cmd in ("group", "report"):
+        rc, err = run_main(capsys, cmd, "--workdir", w, "--out", user)
+        assert rc == 2 and "was not written by" in one_error(err) and "--overwrite" in err
+        assert tree(user) == {"keep.txt": b"precious"}
+        # the work directory, an input's folder, a parent of W or part of W: never, even
+        # with --overwrite
+        for bad, what in [(w, "is the work directory"), (corpus.parent, "contains the input"),
+                          (tmp_path, "contains the work directory"),
+                          (w / "corpus", "is part of the work directory")]:
+            rc, err = run_main(capsys, cmd, "--workdir", w, "--out", bad, "--overwrite")
+            assert rc == 2 and what in one_error(err), err
+        with monkeypatch.context() as m:
+            m.chdir(w / "corpus")
+            for here in (".", ".."):
+                rc, err = run_main(capsys, cmd, "--workdir", w, "--out", here, "--overwrite")
+                assert rc == 2 and "is the current directory" in one_error(err)
+        (tmp_path / "a_file").write_text("x")
+        rc, err = run_main(capsys, cmd, "--workdir", w, "--out", tmp_path / "a_file")
+        assert rc == 2 and "not a directory" in one_error(err)
+        assert (tmp_path / "a_file").read_text() == "x"
+    after_w = tree(w)
+    assert {k: v for k, v in after_w.items() if k not in ("manifest.json", ".lock")} == {
+        k: v for k, v in before_w.items() if k not in ("manifest.json", ".lock")}
+    assert tree(corpus.parent) == before_data
+    assert not [p for p in tmp_path.iterdir() if ".clusterclip-" in p.name]
+
+    # An earlier output of the same command is replaced; --overwrite replaces a user's folder.
+    for cmd in ("group", "report"):
+        out = tmp_path / f"{cmd}_out"
+        assert main([cmd, "--workdir", str(w), "--out", str(out)]) == 0
+        assert main([cmd, "--workdir", str(w), "--out", str(out), "--no-schedule"]
+                    if cmd == "report" else [cmd, "--workdir", str(w), "--out", str(out)]) == 0
+        rc, err = run_main(capsys, "group" if cmd == "report" else "report", "--workdir", w,
+                           "--out", out)  # another command's output is not ours to replace
+        assert rc == 2 and "was not written by" in one_error(err)
+    assert main(["group", "--workdir", str(w), "--out", str(user), "--overwrite"]) == 0
+    assert not (user / "keep.txt").exists() and (user / "group.json").exists()
+
+
+# -- case 2: a corpus or a folder of the user's inside the work directory ---------------
+def test_run_never_deletes_a_users_folder_inside_the_workdir(corpus, tmp_path, capsys):
+    proj = tmp_path / "proj"
+    (proj / "corpus").mkdir(parents=True)
+    mine = proj / "corpus" / "docs.jsonl"
+    mine.write_bytes(corpus.read_bytes())
+    before = tree(proj)
+    rc, err = run_main(capsys, "run", proj / "corpus", "--workdir", proj, "--clusters", "3",
+                       "--embedder", "fast")
+    assert rc == 2 and "is inside" in one_error(err) and str(proj / "corpus") in err
+    assert {k: v for k, v in tree(proj).items() if k != ".lock"} == before
+
+    proj2 = tmp_path / "proj2"
+    (proj2 / "embed").mkdir(parents=True)
+    (proj2 / "embed" / "notes.txt").write_text("mine")
+    rc, err = run_main(capsys, "run", corpus, "--workdir", proj2, "--clusters", "3",
+                       "--embedder", "fast")
+    assert rc == 2 and "was not written by `clusterclip embed`" in one_error(err)
+    assert {k for k in tree(proj2)} <= {"embed/notes.txt", ".lock"}
+    assert (proj2 / "embed" / "notes.txt").read_text() == "mine"
+
+
+# -- case 3: stale or half-written labels are refused downstream ------------------------
+def test_labels_older_than_the_corpus_are_refused(corpus, tmp_path, capsys):
+    w = build(corpus, tmp_path / "w")
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    rec = json.loads(lines[4])
+    rec["text"] = "a different document about sockets and threads " * 3
+    lines[4] = json.dumps(rec) + "\n"  # same number of documents: lengths still agree
+    corpus.write_text("".join(lines), encoding="utf-8")
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast"]) == 0
+    labels_before = (w / "labels.npy").read_bytes()
+    for args in (["group", "--workdir", w, "--out", tmp_path / "g"],
+                 ["report", "--workdir", w],
+                 ["sample", "--labels", w / "labels.npy", "--num-samples", "10", "--out",
+                  tmp_path / "s.npy"],
+                 ["experiment", "--workdir", w, "--quick", "--seeds", "1"]):
+        rc, err = run_main(capsys, *args)
+        line = one_error(err)
+        assert rc == 2 and "`cluster` are stale" in line and "rerun `clusterclip cluster`" in line
+    assert not (tmp_path / "g").exists() and not (tmp_path / "s.npy").exists()
+    assert not (w / "report").exists() and not (w / "experiment").exists()
+    assert (w / "labels.npy").read_bytes() == labels_before
+    # the stale schedule too (from the sample stage of the first run)
+    rc, err = run_main(capsys, "report", "--workdir", w, "--schedule", w / "schedule.npy")
+    assert rc == 2 and "`cluster` are stale" in one_error(err)
+    assert main(["cluster", "--workdir", str(w), "--clusters", "3"]) == 0
+    assert main(["group", "--workdir", str(w), "--out", str(tmp_path / "g")]) == 0
+
+
+@pytest.mark.slow
+def test_a_cluster_run_killed_midway_is_refused_downstream(tmp_path, capsys):
+    w = tmp_path / "w"
+    w.mkdir()
+    X = np.random.default_rng(0).standard_normal((20000, 32)).astype(np.float32)
+    np.save(w / "embeddings.npy", X / np.linalg.norm(X, axis=1, keepdims=True))
+    assert main(["cluster", "--workdir", str(w), "--clusters", "4", "--iters", "2"]) == 0
+    old = {n: (w / n).read_bytes() for n in ("labels.npy", "scores.npy")}
+    proc = subprocess.Popen([sys.executable, "-m", "clusterclip.cli", "cluster", "--workdir",
+                             str(w), "--clusters", "200", "--iters", "300", "--tol", "0",
+                             "--n-init", "50"], env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        rec = Workdir(w).stage("cluster")
+        if rec and rec["status"] == "running":
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert Workdir(w).stage("cluster")["status"] == "running", "the run ended before the kill"
+    # the old labels are still there, but the manifest says they may be mixed with new ones
+    assert {n: (w / n).read_bytes() for n in old} == old
+    for args in (["report", "--workdir", w],
+                 ["sample", "--labels", w / "labels.npy", "--num-samples", "10", "--out",
+                  tmp_path / "s.npy"]):
+        rc, err = run_main(capsys, *args)
+        assert rc == 2 and "stage `cluster` did not finish" in one_error(err)
+    assert not (w / "report").exists() and not (tmp_path / "s.npy").exists()
+
+
+# -- case 4: an edit that keeps size and mtime ------------------------------------------
+def test_same_size_edit_with_mtime_kept_is_seen(corpus, tmp_path):
+    from clusterclip.embedding.pipeline import embed_workdir
+
+    w = tmp_path / "w"
+    first = embed_workdir(w, [str(corpus)], embedder="fast", shard_size=10, keep_shards=True,
+                          progress=False)
+    emb_before = np.load(w / "embeddings.npy")
+    st = corpus.stat()
+    data = corpus.read_bytes()
+    i = data.index(b'"text": "') + len(b'"text": "')
+    edited = data[:i] + (b"X" if data[i:i + 1] != b"X" else b"Y") + data[i + 1:]
+    assert len(edited) == len(data)
+    corpus.write_bytes(edited)
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))  # what `cp -p` / `touch -r` do
+    assert corpus.stat().st_size == st.st_size and corpus.stat().st_mtime_ns == st.st_mtime_ns
+    # as a killed run leaves it: stage running, the old shards and plan on disk
+    wd = Workdir(w)
+    wd.manifest["stages"]["embed"]["status"] = "running"
+    wd.save()
+    again = embed_workdir(w, [str(corpus)], embedder="fast", shard_size=10, progress=False)
+    assert not again["skipped"] and again["shards_reused"] == 0
+    assert again["shards_computed"] == first["shards_computed"]
+    fresh = embed_workdir(tmp_path / "fresh", [str(corpus)], embedder="fast", progress=False)
+    assert fresh["shards_reused"] == 0
+    emb = np.load(w / "embeddings.npy")
+    assert np.allclose(emb, np.load(tmp_path / "fresh" / "embeddings.npy"), atol=1e-6)
+    assert not np.allclose(emb[0], emb_before[0])  # document 0 was edited
+
+
+# -- case 5: one command at a time per work directory ------------------------------------
+HOLDER = """
+import sys, time
+from clusterclip.workdir import Workdir
+with Workdir(sys.argv[1]).locked("holder-of-the-lock --test"):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_command_is_refused_and_a_dead_holders_lock_taken_over(corpus, tmp_path,
+                                                                         capsys):
+    w = build(corpus, tmp_path / "w")
+    manifest = (w / "manifest.json").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(w)], env=child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = cli("cluster", "--workdir", w, "--clusters", "2")
+        line = one_error(r.stderr)
+        assert r.returncode == 2 and f"in use by pid {holder.pid}" in line
+        assert "holder-of-the-lock --test" in line and "since 20" in line
+        for args in (["embed", corpus, "--workdir", w, "--embedder", "fast"],
+                     ["group", "--workdir", w, "--out", tmp_path / "g"],
+                     ["report", "--workdir", w]):
+            rc, err = run_main(capsys, *args)
+            assert rc == 2 and f"in use by pid {holder.pid}" in one_error(err)
+        assert (w / "manifest.json").read_bytes() == manifest
+        assert not (tmp_path / "g").exists() and not (w / "report").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # the dead holder's lock is taken over
+    assert main(["cluster", "--workdir", str(w), "--clusters", "2"]) == 0
+    assert Workdir(w).stage("cluster")["status"] == "done"
+
+
+# -- case 7: what a killed run leaves behind is removed, and nothing else ---------------
+KILLED = """
+import os, signal, sys
+from pathlib import Path
+from clusterclip.io import atomic_path
+target = Path(sys.argv[1])
+with atomic_path(target) as tmp:
+    if sys.argv[2] == "dir":
+        tmp.mkdir()
+        (tmp / "part.jsonl").write_text("half")
+    else:
+        tmp.write_bytes(b"half written")
+    print(tmp.name, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def leave_temporary(target: Path, kind: str = "file") -> Path:
+    """A real process killed (-9) while writing ``target`` through atomic_path."""
+    r = subprocess.run([sys.executable, "-c", KILLED, str(target), kind], env=child_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGKILL
+    tmp = target.parent / r.stdout.strip()
+    assert tmp.exists()
+    return tmp
+
+
+def test_temporaries_of_killed_runs_are_removed_and_nothing_else(corpus, tmp_path):
+    w = build(corpus, tmp_path / "w")
+    in_w = leave_temporary(w / "embeddings.npy")
+    (w / "embed").mkdir()
+    in_shards = leave_temporary(w / "embed" / "shard-00000.npy")
+    big = leave_temporary(tmp_path / "big.npy")
+    grouped = leave_temporary(tmp_path / "grouped", "dir")
+    decoys = [w / ".labels.npy.mine.tmp",  # not our pattern
+              w / f".labels.npy.clusterclip-{os.getpid()}-abc.tmp",  # a live process's
+              tmp_path / ".big.npy.notes.tmp", tmp_path / "big.npy.clusterclip-1-x.tmp"]
+    for d in decoys:
+        d.write_text("user")
+
+    assert main(["cluster", "--workdir", str(w), "--clusters", "2"]) == 0  # takes the lock
+    assert not in_w.exists() and not in_shards.exists()
+    assert main(["sample", "--labels", str(w / "labels.npy"), "--num-samples", "50", "--out",
+                 str(tmp_path / "big.npy"), "--no-progress"]) == 0
+    assert not big.exists() and np.load(tmp_path / "big.npy").shape == (50,)
+    assert main(["group", "--workdir", str(w), "--out", str(tmp_path / "grouped")]) == 0
+    assert not grouped.exists() and (tmp_path / "grouped" / "group.json").exists()
+    assert all(d.read_text() == "user" for d in decoys)
