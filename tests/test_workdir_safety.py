@@ -315,3 +315,42 @@ def test_temporaries_of_killed_runs_are_removed_and_nothing_else(corpus, tmp_pat
     assert main(["group", "--workdir", str(w), "--out", str(tmp_path / "grouped")]) == 0
     assert not grouped.exists() and (tmp_path / "grouped" / "group.json").exists()
     assert all(d.read_text() == "user" for d in decoys)
+
+
+@pytest.mark.slow
+def test_under_torchrun_every_rank_exits_2_when_the_lock_is_held(corpus, tmp_path):
+    import socket
+
+    w = build(corpus, tmp_path / "w")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(w)], env=child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+             "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "clusterclip.cli",
+             "cluster", "--workdir", str(w), "--clusters", "2"],
+            capture_output=True, text=True, env=child_env(), timeout=240)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert r.returncode != 0  # no rank waits forever on a rank that gave up
+    assert r.stderr.count(f"in use by pid {holder.pid}") == 2, r.stderr[-3000:]
+    assert Workdir(w).stage("cluster")["params"]["n_clusters"] == 3  # untouched
+
+
+def test_the_report_is_a_cached_stage(corpus, tmp_path, capsys):
+    w = build(corpus, tmp_path / "w")
+    assert main(["report", "--workdir", str(w)]) == 0
+    first = tree(w / "report")
+    mtime = (w / "report" / "summary.json").stat().st_mtime_ns
+    assert main(["report", "--workdir", str(w)]) == 0  # unchanged inputs and parameters
+    assert (w / "report" / "summary.json").stat().st_mtime_ns == mtime
+    assert Workdir(w).stage("report")["status"] == "done"
+    assert main(["report", "--workdir", str(w), "--seed", "1"]) == 0  # a changed parameter
+    assert (w / "report" / "summary.json").stat().st_mtime_ns != mtime
+    assert main(["report", "--workdir", str(w)]) == 0
+    assert tree(w / "report") == first  # same inputs, same bytes

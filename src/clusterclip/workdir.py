@@ -361,7 +361,8 @@ class Workdir:
                                      f"move the input or use another work directory")
             if overwrite or not (p.exists() or p.is_symlink()):
                 continue
-            ours = self.stage(PRODUCERS.get(Path(rel).parts[0], name)) is not None
+            producer = PRODUCERS.get(p.relative_to(self.root).parts[0])
+            ours = producer is not None and self.stage(producer) is not None
             if p.is_dir() and not p.is_symlink():
                 ours = ours or marker_of(p) == name or not any(p.iterdir())
             if not ours:
