@@ -147,7 +147,9 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
             where = "is" if real == p else ("contains" if real in p.parents else "is inside")
             raise InputError(f"{option} {out}: {where} {what} {path}; choose another folder")
     if out.is_symlink() or out.exists():
-        if not out.is_dir() or out.is_symlink():
+        if out.is_symlink():
+            raise InputError(f"{option} {out}: is a symbolic link; give the folder itself")
+        if not out.is_dir():
             raise InputError(f"{option} {out}: exists and is not a directory")
         if any(out.iterdir()) and marker_of(out) != command and not overwrite:
             raise InputError(f"{option} {out}: exists, is not empty and was not written by "

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             w = Workdir(where, create=False)
             stack.enter_context(w.locked())
             w.upstream([Path(args.labels).name])
+            w.save()  # the refreshed input-hash cache
         return _run(args)
 
 
