@@ -68,7 +68,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """False only when no process ``pid`` exists (ours counts as alive)."""
     if pid == os.getpid():
         return True
@@ -96,7 +96,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str], name: str | None
         return removed
     for p in entries:
         m = _TMP_RE.match(p.name)
-        if not m or (name is not None and m["name"] != name) or _alive(int(m["pid"])):
+        if not m or (name is not None and m["name"] != name) or pid_alive(int(m["pid"])):
             continue
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)

@@ -44,6 +44,7 @@ from clusterclip.errors import InputError
 from clusterclip.io import (
     fingerprint,
     marker_of,
+    pid_alive,
     remove_stale_temporaries,
     sha256_file,
     write_json,
@@ -207,9 +208,11 @@ class Workdir:
     def _holder(self) -> str:
         try:
             rec = json.loads((self.root / LOCK).read_text(encoding="utf-8"))
-            return f"pid {rec['pid']} (`{rec['command']}`, since {rec['since']})"
+            if pid_alive(int(rec["pid"])):
+                return f"pid {rec['pid']} (`{rec['command']}`, since {rec['since']})"
         except (OSError, ValueError, KeyError, TypeError):
-            return "another process (holder not yet recorded)"
+            pass
+        return "another process (that has not yet recorded itself)"
 
     # -- manifest ----------------------------------------------------------
     def _load(self) -> dict[str, Any]:
