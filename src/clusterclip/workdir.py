@@ -373,8 +373,9 @@ class Workdir:
             if p.is_dir() and not p.is_symlink():
                 ours = ours or marker_of(p) == name or not any(p.iterdir())
             if not ours:
+                hint = " (or pass --overwrite)" if name in ("group", "report") else ""
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
-                                 f"move it away or use another work directory")
+                                 f"move it away or use another work directory{hint}")
 
     # -- the stage runner --------------------------------------------------
     def run_stage(self, name: str, *, work: Callable[[StageRun], dict[str, Any] | None],
