@@ -354,3 +354,41 @@ def test_the_report_is_a_cached_stage(corpus, tmp_path, capsys):
     assert (w / "report" / "summary.json").stat().st_mtime_ns != mtime
     assert main(["report", "--workdir", str(w)]) == 0
     assert tree(w / "report") == first  # same inputs, same bytes
+
+
+def test_run_stage_records_running_before_the_work_and_done_after(corpus, tmp_path, capsys):
+    w = Workdir(tmp_path / "toy")
+    seen = []
+
+    def work(run):
+        rec = json.loads((w.root / "manifest.json").read_text())["stages"]["toy"]
+        seen.append((rec["status"], rec["fingerprint"] == run.fingerprint))
+        (w.root / "out.txt").write_text("x")
+        return {"n": 1}
+
+    r = w.run_stage("toy", key={"a": 1}, outputs=["out.txt"], work=work)
+    assert seen == [("running", True)] and not r["skipped"]
+    assert Workdir(w.root).stage("toy")["status"] == "done"
+    r = w.run_stage("toy", key={"a": 1}, outputs=["out.txt"], work=work)
+    assert r == {"n": 1, "skipped": True} and len(seen) == 1  # current: no work
+    (w.root / "out.txt").write_text("edited")
+    assert not w.run_stage("toy", key={"a": 1}, outputs=["out.txt"], work=work)["skipped"]
+
+    # Killed between two writes: new labels.npy, old scores.npy. The stage stays `running`
+    # and nothing downstream uses the mix.
+    big = build(corpus, tmp_path / "w")
+    wd = Workdir(big)
+
+    def killed(run):
+        np.save(big / "labels.npy", np.zeros(60, dtype=np.int32))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        wd.run_stage("cluster", key={"other": 1}, reads=["embeddings.npy"],
+                     outputs=["labels.npy", "scores.npy", "centroids.npy"], work=killed)
+    for args in (["group", "--workdir", big, "--out", tmp_path / "g"],
+                 ["report", "--workdir", big],
+                 ["experiment", "--workdir", big, "--quick", "--seeds", "1"]):
+        rc, err = run_main(capsys, *args)
+        assert rc == 2 and "stage `cluster` did not finish" in one_error(err)
+    assert not (tmp_path / "g").exists() and not (big / "report").exists()

@@ -369,7 +369,8 @@ class Workdir:
             if overwrite or not (p.exists() or p.is_symlink()):
                 continue
             producer = PRODUCERS.get(p.relative_to(self.root).parts[0])
-            ours = producer is not None and self.stage(producer) is not None
+            ours = (producer is not None and self.stage(producer) is not None) or any(
+                rel in (rec.get("outputs") or []) for rec in self.manifest["stages"].values())
             if p.is_dir() and not p.is_symlink():
                 ours = ours or marker_of(p) == name or not any(p.iterdir())
             if not ours:
