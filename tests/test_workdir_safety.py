@@ -17,23 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import child_env, cli_command, run_cli, torchrun_cli
 
 from clusterclip.cli import main
 from clusterclip.workdir import Workdir
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def child_env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
-def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clusterclip.cli", *map(str, args)],
-                          capture_output=True, text=True, env=child_env(), timeout=300, cwd=cwd)
 
 
 def one_error(err: str) -> str:
@@ -177,9 +164,9 @@ def test_a_cluster_run_killed_midway_is_refused_downstream(tmp_path, capsys):
     np.save(w / "embeddings.npy", X / np.linalg.norm(X, axis=1, keepdims=True))
     assert main(["cluster", "--workdir", str(w), "--clusters", "4", "--iters", "2"]) == 0
     old = {n: (w / n).read_bytes() for n in ("labels.npy", "scores.npy")}
-    proc = subprocess.Popen([sys.executable, "-m", "clusterclip.cli", "cluster", "--workdir",
-                             str(w), "--clusters", "200", "--iters", "300", "--tol", "0",
-                             "--n-init", "50"], env=child_env(),
+    proc = subprocess.Popen(cli_command("cluster", "--workdir", w, "--clusters", "200",
+                                        "--iters", "300", "--tol", "0", "--n-init", "50"),
+                            env=child_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -248,7 +235,7 @@ def test_a_second_command_is_refused_and_a_dead_holders_lock_taken_over(corpus, 
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        r = cli("cluster", "--workdir", w, "--clusters", "2")
+        r = run_cli("cluster", "--workdir", w, "--clusters", "2")
         line = one_error(r.stderr)
         assert r.returncode == 2 and f"in use by pid {holder.pid}" in line
         assert "holder-of-the-lock --test" in line and "since 20" in line
@@ -319,21 +306,12 @@ def test_temporaries_of_killed_runs_are_removed_and_nothing_else(corpus, tmp_pat
 
 @pytest.mark.slow
 def test_under_torchrun_every_rank_exits_2_when_the_lock_is_held(corpus, tmp_path):
-    import socket
-
     w = build(corpus, tmp_path / "w")
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(w)], env=child_env(),
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        r = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-             "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "clusterclip.cli",
-             "cluster", "--workdir", str(w), "--clusters", "2"],
-            capture_output=True, text=True, env=child_env(), timeout=240)
+        r = torchrun_cli("cluster", "--workdir", w, "--clusters", "2", timeout=240)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
