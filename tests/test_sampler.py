@@ -33,7 +33,7 @@ SETTINGS = settings(max_examples=40, deadline=None)
 
 def _t_for(labels, strategy, clip, frac):
     ne = int((labels >= 0).sum())
-    top = clip * ne if strategy == "clusterclip" else 3 * ne + 7
+    top = clip * ne if strategy in ("clusterclip", "paced") else 3 * ne + 7
     return max(1, int(frac * top))
 
 
@@ -50,7 +50,7 @@ def _per_cluster_sequences(labels, stream):
        st.integers(0, 3))
 def test_stream_invariants(labels, strategy, clip, frac, seed):
     T = _t_for(labels, strategy, clip, frac)
-    alpha = 0.7 if strategy in ("temperature", "clusterclip") and seed % 2 else 0.0
+    alpha = 0.7 if strategy in ("temperature", "clusterclip", "paced") and seed % 2 else 0.0
     s = ClusterClipSampler(labels, T, strategy=strategy, clip=clip, alpha=alpha, seed=seed)
     out = list(s)
     assert len(out) == len(s) == T
@@ -77,7 +77,7 @@ def test_stream_invariants(labels, strategy, clip, frac, seed):
             assert len(set(part)) == len(part)
             if len(part) == n:
                 assert sorted(part) == np.flatnonzero(labels == k).tolist()
-    if strategy == "clusterclip":
+    if strategy in ("clusterclip", "paced"):
         reps = np.bincount(arr, minlength=labels.size)
         assert reps.max() <= clip  # no document beyond R
         per_cluster = np.bincount(labels[arr], minlength=sizes.size)
@@ -383,7 +383,7 @@ def test_random_summary():
     (dict(world_size=0), "world_size must be >= 1, got 0"),
     (dict(consumed_samples=101), "consumed_samples 101 exceeds num_samples 100"),
     (dict(alpha=float("nan"), strategy="temperature"), "alpha must be a finite number"),
-    (dict(alpha=0.5, strategy="uniform"), "alpha applies to temperature and clusterclip"),
+    (dict(alpha=0.5, strategy="uniform"), "alpha applies to temperature, clusterclip and paced"),
     (dict(cluster_weights=np.ones(3)), "cluster_weights must be a 1-D array of length >= 10"),
     (dict(cluster_weights=np.r_[0.0, np.ones(9)]), "got 0.0 for cluster 0"),
     (dict(cluster_weights=np.ones(10), strategy="random"), "does not apply to strategy random"),

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from clusterclip.errors import InputError
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_EPOCH,
+    TAG_PACED,
     TAG_PASS,
     ChoiceVariates,
+    CounterUniforms,
     KeyedStreams,
 )
 
@@ -331,7 +334,6 @@ class ClusterEngine:
 
         counts : (K,) draws per cluster before these draws; full : (K,) their bincount.
         """
-        cur = self._ensure_cur()
         b = clusters.size
         # Rank of each draw among these draws of its cluster: a stable sort
         # groups them in draw order (numpy radix-sorts 16-bit keys).
@@ -351,9 +353,16 @@ class ClusterEngine:
             keys.sort()
             order = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
         k = np.flatnonzero(full)
-        hits = full[k]
+        vals = self._docs_grouped(k, full[k], counts[k])
+        out[order] = vals.astype(np.int64)  # same-dtype scatter is faster
+
+    def _docs_grouped(self, k: np.ndarray, hits: np.ndarray, j0: np.ndarray) -> np.ndarray:
+        """Documents of draws j0[i] .. j0[i]+hits[i]-1 of cluster k[i], concatenated in that order.
+
+        k : distinct cluster ids; hits >= 1; j0 : draws of each cluster made before.
+        """
+        cur = self._ensure_cur()
         first = np.cumsum(hits) - hits
-        j0 = counts[k]
         glen = self.group_len[k]
         g0 = j0 // glen
         g1 = (j0 + hits - 1) // glen
@@ -361,11 +370,11 @@ class ClusterEngine:
         base = self.seg_off[k] + (j0 - g0 * glen) - first
         base[wrap] = -first[wrap]  # placeholder in range; overwritten below
         idx = np.repeat(base, hits)
-        idx += np.arange(b)
+        idx += np.arange(idx.size)
         vals = cur.take(idx, mode="clip")
         for i in wrap.tolist():
             self._fill_wrapped(int(k[i]), int(j0[i]), int(hits[i]), vals, int(first[i]))
-        out[order] = vals.astype(np.int64)  # same-dtype scatter is faster
+        return vals
 
     def _fill_wrapped(self, k: int, j0: int, cnt: int, vals: np.ndarray, w: int) -> None:
         """Draws j0 .. j0+cnt-1 of cluster k, which cross a group boundary (or need a load)."""
@@ -436,3 +445,237 @@ class EpochEngine:
         state = self.__dict__.copy()
         state["_order"], state["_epoch"] = None, -1
         return state
+
+
+# ---------------------------------------------------------------------- paced
+def paced_quotas(sizes: np.ndarray, weights: np.ndarray | None, clip: int,
+                 num_samples: int) -> np.ndarray:
+    """(K,) int64 draws per cluster of ``paced``: water-filling, then largest remainder.
+
+    Real quotas ``min(clip * n_k, lam * w_k)`` with ``lam`` such that they sum
+    to ``num_samples`` (``w_k`` = 1 for every non-empty cluster when
+    ``weights`` is None); rounded down, then the units still missing go one
+    each to the clusters with the largest fractional parts (ties: lower
+    cluster id), never above ``clip * n_k``. Needs num_samples <= clip * N.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    T = int(num_samples)
+    cap = int(clip) * sizes
+    live = np.flatnonzero(sizes > 0)
+    if T > int(cap.sum()):
+        raise ValueError("num_samples exceeds capacity")
+    w = np.ones(live.size) if weights is None else np.asarray(weights, np.float64)[live]
+    c = cap[live]
+    ratio = c / w  # lam at which cluster k reaches its cap
+    order = np.argsort(ratio, kind="stable")
+    cs, ws, rs = c[order], w[order], ratio[order]
+    cumcap = np.zeros(live.size + 1, np.int64)
+    np.cumsum(cs, out=cumcap[1:])
+    wtail = np.zeros(live.size + 1)
+    wtail[:-1] = np.cumsum(ws[::-1])[::-1]
+    # sum of the real quotas at lam = ratio[i]: clusters before i capped, the rest lam * w
+    at = cumcap[:-1] + rs * wtail[:-1]
+    n_capped = int(np.searchsorted(at, T, side="right"))
+    real = np.empty(live.size)
+    real[order[:n_capped]] = cs[:n_capped]
+    if n_capped < live.size:
+        lam = (T - int(cumcap[n_capped])) / float(wtail[n_capped])
+        rest = order[n_capped:]
+        real[rest] = np.minimum(c[rest], lam * w[rest])
+    q = np.minimum(np.floor(real).astype(np.int64), c)
+    q[order[:n_capped]] = cs[:n_capped]
+    frac = real - q
+    missing = T - int(q.sum())
+    while missing != 0:  # one round in exact arithmetic; more only to absorb rounding
+        if missing > 0:
+            cand = np.flatnonzero(q < c)
+            pick = cand[np.lexsort((live[cand], -frac[cand]))][:missing]
+            q[pick] += 1
+        else:
+            cand = np.flatnonzero(q > 0)
+            pick = cand[np.lexsort((live[cand], frac[cand]))][:-missing]
+            q[pick] -= 1
+        frac[pick] = 0.0
+        missing = T - int(q.sum())
+    out = np.zeros(sizes.size, np.int64)
+    out[live] = q
+    return out
+
+
+PACED_WINDOW = 1 << 16  # keys per generation window: offsets fit a 16-bit radix sort
+
+
+class PacedEngine(ClusterEngine):
+    """Schedule of ``paced``: every cluster's quota spread evenly over the whole schedule.
+
+    Cluster k (quota q_k from :func:`paced_quotas`) has draws j = 0 .. q_k - 1;
+    draw j has the integer key ``trunc((j + u_kj) * (T / q_k))`` computed in
+    float64, with ``u_kj`` in [0, 1) from :class:`._rng.CounterUniforms`
+    (seed, cluster, j). The schedule is all draws ordered by (key, cluster, j);
+    draw j of cluster k takes the next document of its passes exactly as in
+    :class:`ClusterEngine`. Keys rise with j, so the draws of cluster k before
+    key x are a prefix whose length follows from O(1) keys near ``x q_k / T``;
+    the counts at any position come from a binary search over x (O(K log K)),
+    with no replay.
+    """
+
+    def __init__(self, docs_by_cluster: np.ndarray, sizes: np.ndarray, seed: int,
+                 weights: np.ndarray | None, clip: int, num_samples: int) -> None:
+        self.num_samples = T = int(num_samples)
+        self.quotas = paced_quotas(sizes, weights, clip, T)
+        self._live = np.flatnonzero(self.quotas > 0)
+        self._q = self.quotas[self._live]
+        self._scale = T / self._q.astype(np.float64)  # key units per draw of each cluster
+        self._inv = self._q.astype(np.float64) / T
+        self._u = CounterUniforms(seed, TAG_PACED, int(np.asarray(sizes).size))
+        self._paced_weights = weights
+        super().__init__(docs_by_cluster, sizes, seed, None, clip)
+
+    def fresh(self) -> PacedEngine:
+        return PacedEngine(self.docs, self.sizes, self.seed, self._paced_weights, self.clip,
+                           self.num_samples)
+
+    # ------------------------------------------------------------------ keys
+    def _keys(self, li: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """int64 keys of draws ``j`` of live clusters ``li`` (local indices)."""
+        t = j.astype(np.float64)
+        t += self._u(self._live[li], j)
+        t *= self._scale[li]
+        return t.astype(np.int64)  # truncation: keys are >= 0
+
+    def _count(self, x: np.ndarray | int, li: np.ndarray | None = None) -> np.ndarray:
+        """Draws of live clusters ``li`` (default all) with key < x (x per entry or scalar)."""
+        if li is None:
+            li = np.arange(self._live.size)
+        x = np.broadcast_to(np.asarray(x, np.int64), li.shape)
+        q = self._q[li]
+        c = np.floor(x * self._inv[li]).astype(np.int64)
+        np.clip(c, 0, q, out=c)
+        # c is within a draw or two of the answer; settle it on exact keys
+        sel = np.flatnonzero(c > 0)
+        while sel.size:
+            sel = sel[self._keys(li[sel], c[sel] - 1) >= x[sel]]
+            c[sel] -= 1
+            sel = sel[c[sel] > 0]
+        sel = np.flatnonzero(c < q)
+        while sel.size:
+            sel = sel[self._keys(li[sel], c[sel]) < x[sel]]
+            c[sel] += 1
+            sel = sel[c[sel] < q[sel]]
+        return c
+
+    def _locate(self, position: int) -> tuple[np.ndarray, int]:
+        """(live counts at ``position``, key x with every remaining draw's key >= x)."""
+        p, T, L = int(position), self.num_samples, self._live.size
+        if p >= T:
+            return self._q.copy(), T + 1
+        # Largest x with C(x) = #{keys < x} <= p; C(x) is within about L of x.
+        lo, hi = max(0, p - L - 2), min(T + 1, p + L + 3)
+        if lo > 0 and int(self._count(lo).sum()) > p:
+            lo = 0
+        if hi <= T and int(self._count(hi).sum()) <= p:
+            hi = T + 1  # every key is <= T, so C(T + 1) = T > p
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if int(self._count(mid).sum()) <= p:
+                lo = mid
+            else:
+                hi = mid
+        c = self._count(lo)
+        ties = self._count(lo + 1) - c  # draws with key == lo, taken in cluster order
+        left = p - int(c.sum())
+        if left:
+            before = np.cumsum(ties) - ties
+            c += np.clip(left - before, 0, ties)
+        return c, lo
+
+    def counts_at(self, position: int) -> np.ndarray:
+        if position == self.pos:
+            return self.counts.copy()
+        counts = np.zeros(self.K, np.int64)
+        counts[self._live] = self._locate(position)[0]
+        return counts
+
+    # ----------------------------------------------------------------- state
+    def reset(self, position: int, counts: np.ndarray | None) -> None:
+        """Jump to ``position``; ``counts``, if given, must be the counts there."""
+        c, front = self._locate(position)
+        full = np.zeros(self.K, np.int64)
+        full[self._live] = c
+        if counts is not None and not np.array_equal(np.asarray(counts, np.int64), full):
+            raise InputError("state_dict counts are inconsistent with its position and this "
+                             "sampler's schedule")
+        self.pos, self.counts, self._front = int(position), full, front
+        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+
+    def seek(self, position: int) -> None:
+        """Jump to ``position`` (either direction) in O(K log K): no replay."""
+        self.reset(position, None)
+
+    # --------------------------------------------------------------- drawing
+    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
+        """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
+        if self.pos + n > self.num_samples:
+            raise RuntimeError("paced: past the end of the schedule")
+        if not gather:
+            self.seek(self.pos + n)
+            return None
+        out = np.empty(n, np.int64)
+        c = self.counts[self._live]
+        front, done, live = self._front, 0, self._live
+        margin = 2 * int(np.sqrt(live.size)) + 16
+        while done < n:
+            need = n - done
+            x1 = min(front + min(PACED_WINDOW, need + margin), self.num_samples + 1)
+            hi = self._count(x1)
+            m = hi - c
+            act = np.flatnonzero(m)
+            ma = m[act]
+            M = int(ma.sum())
+            li = np.repeat(act, ma)
+            j = np.arange(M, dtype=np.int64)
+            j -= np.repeat(np.cumsum(ma) - ma - c[act], ma)
+            keys = self._keys(li, j)
+            keys -= front  # in [0, PACED_WINDOW): one stable 16-bit radix sort
+            order = np.argsort(keys.astype(np.uint16), kind="stable")
+            take = min(M, need)
+            vals = self._docs_grouped(live[act], ma, c[act])
+            if take == M:
+                out[done:done + M] = vals[order]
+                c, front = hi, x1
+            else:
+                order = order[:take]
+                out[done:done + take] = vals[order]
+                c[act] += np.bincount(np.repeat(np.arange(act.size), ma)[order],
+                                      minlength=act.size)
+                front += int(keys[order[-1]])
+            done += take
+        self.counts[live] = c
+        self.pos += n
+        self._front = front
+        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        return out
+
+    # --------------------------------------------------------------- summary
+    def capped_events(self) -> list[tuple[int, int]]:
+        """(cluster, position of its last draw) for clusters whose quota is clip * n_k.
+
+        In order of position; O(K) per capped cluster.
+        """
+        L = self._live.size
+        ci = np.flatnonzero(self._q == self.clip * self.sizes[self._live])
+        if ci.size == 0:
+            return []
+        last = self._keys(ci, self._q[ci] - 1)
+        pos = np.empty(ci.size, np.int64)
+        rows = max(1, (1 << 20) // L)
+        allk = np.arange(L)
+        for s in range(0, ci.size, rows):
+            cc = ci[s:s + rows]
+            # draws of k' ordered before the last of k: keys < its key, or == it if k' < k
+            x = last[s:s + rows, None] + (allk[None, :] < cc[:, None])
+            cnt = self._count(x.ravel(), np.tile(allk, cc.size)).reshape(cc.size, L)
+            cnt[np.arange(cc.size), cc] = self._q[cc] - 1
+            pos[s:s + rows] = cnt.sum(axis=1)
+        order = np.argsort(pos, kind="stable")
+        return [(int(self._live[ci[i]]), int(pos[i])) for i in order]

@@ -19,6 +19,7 @@ import numpy as np
 TAG_CHOICE = 0x43484F49  # cluster-choice variates, one uint32 per global draw
 TAG_PASS = 0x50415353  # within-cluster pass permutations
 TAG_EPOCH = 0x45504F43  # `random` strategy epoch permutations
+TAG_PACED = 0x50414345  # `paced` strategy: offset u of each cluster's j-th draw
 
 CHUNK = 1 << 20  # variates per chunk; part of the schedule's definition, never change
 
@@ -58,6 +59,57 @@ class KeyedStreams:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["seed"], state["tag"])
+
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function, in place on a uint64 array (returned)."""
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+class CounterUniforms:
+    """Uniform float64 ``u(a, j)`` in [0, 1), a pure function of ``(seed, tag, a, j)``.
+
+    Stream ``a`` (one per cluster, ``a < n_streams``) is SplitMix64 started at a
+    64-bit base hashed from ``(seed, tag, a)``: ``u(a, j)`` is the top 53 bits of
+    ``mix(base_a + (j + 1) * gamma)``. Any ``(a, j)`` is computed directly,
+    vectorised, with no state: random access for seeking at any position.
+    """
+
+    def __init__(self, seed: int, tag: int, n_streams: int) -> None:
+        self.seed, self.tag, self.n_streams = int(seed), int(tag), int(n_streams)
+        digest = hashlib.blake2b(struct.pack("<2Q", self.seed, self.tag), digest_size=8,
+                                 person=b"clusterclip").digest()
+        s0 = np.frombuffer(digest, dtype="<u8").astype(np.uint64)[0]
+        base = np.arange(self.n_streams, dtype=np.uint64)
+        base *= _GAMMA
+        base += s0
+        self._base = _mix64(_mix64(base) + s0)
+
+    def __call__(self, a: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """(n,) float64 u for streams ``a`` and counters ``j`` (int arrays >= 0, same shape)."""
+        z = j.astype(np.uint64)
+        z += np.uint64(1)
+        z *= _GAMMA
+        z += self._base[a]
+        z = _mix64(z)
+        z >>= np.uint64(11)
+        u = z.astype(np.float64)
+        u *= 2.0**-53
+        return u
+
+    def __getstate__(self) -> dict:
+        return {"seed": self.seed, "tag": self.tag, "n_streams": self.n_streams}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["seed"], state["tag"], state["n_streams"])
 
 
 class ChoiceVariates:

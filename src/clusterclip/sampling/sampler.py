@@ -19,12 +19,12 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
 from clusterclip.labels import check_labels
-from clusterclip.sampling._engine import ClusterEngine, EpochEngine
+from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine
 
 #: Every strategy name, here only: the CLI, the report and the experiment take these.
-STRATEGIES = ("random", "uniform", "temperature", "clusterclip")
+STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
 #: The strategies whose cluster weight is n_k ** alpha.
-ALPHA_STRATEGIES = ("temperature", "clusterclip")
+ALPHA_STRATEGIES = ("temperature", "clusterclip", "paced")
 STATE_VERSION = 2  # 2: with a checksum over the other fields
 MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
 ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
@@ -70,7 +70,7 @@ class ClusterClipSampler:
     ----------
     labels : (N,) integer array. Cluster id (>= 0) of each document; -1 excludes it.
     num_samples : int >= 1. Length T of the global schedule.
-    strategy : "random" | "uniform" | "temperature" | "clusterclip".
+    strategy : "random" | "uniform" | "temperature" | "clusterclip" | "paced".
 
         * random: epochs of fresh permutations of all eligible documents.
         * uniform: cluster uniformly among non-empty clusters, then the next
@@ -80,9 +80,17 @@ class ClusterClipSampler:
         * clusterclip: as temperature, but a cluster that completes its
           ``clip``-th pass leaves the pool for good. No document appears more
           than ``clip`` times; capacity is clip x eligible N.
-    clip : int >= 1, clusterclip only (ignored otherwise).
-    alpha : float, temperature and clusterclip only (must be 0 otherwise,
-        unless cluster_weights is given).
+        * paced: ClusterClip's totals spread evenly over the schedule. Cluster
+          k gets q_k = min(clip n_k, lam w_k) draws (water-filling, sum T;
+          w_k = n_k ** alpha or cluster_weights; integers by largest
+          remainder, ties by cluster id); its j-th draw sits at key
+          (j + u_kj) T / q_k (seeded u_kj in [0, 1), integer key), the
+          schedule ordered by (key, cluster); documents by the same passes
+          as the other cluster strategies. Same capacity as clusterclip.
+          Seeking any position costs O(K log K), no replay.
+    clip : int >= 1, clusterclip and paced only (ignored otherwise).
+    alpha : float, temperature, clusterclip and paced only (must be 0
+        otherwise, unless cluster_weights is given).
     seed : int >= 0.
     rank, world_size : this process's share. From start position c, rank r
         yields global positions c + r, c + r + W, ...: floor((T - c) / W)
@@ -129,7 +137,7 @@ class ClusterClipSampler:
         consumed = _as_int("consumed_samples", consumed_samples, 0)
         if consumed > T:
             raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
-        if strategy == "clusterclip":
+        if strategy in ("clusterclip", "paced"):
             clip = _as_int("clip", clip, 1)
         else:
             clip = None
@@ -138,7 +146,8 @@ class ClusterClipSampler:
             raise InputError(f"alpha must be a finite number, got {alpha!r}")
         alpha = float(alpha)
         if strategy not in ALPHA_STRATEGIES and alpha != 0.0 and cluster_weights is None:
-            raise InputError(f"alpha applies to {' and '.join(ALPHA_STRATEGIES)} only, "
+            names = ", ".join(ALPHA_STRATEGIES[:-1]) + " and " + ALPHA_STRATEGIES[-1]
+            raise InputError(f"alpha applies to {names} only, "
                              f"got alpha={alpha} with strategy {strategy}")
 
         K = int(lab.max()) + 1
@@ -213,7 +222,10 @@ class ClusterClipSampler:
             keys = np.where(eligible_mask, lab, K).astype(
                 np.uint16 if K <= 0xFFFF else np.int64, copy=False)
             docs = np.argsort(keys, kind="stable")[:n_eligible].astype(idx_dtype)
-            self._engine = ClusterEngine(docs, sizes, seed, weights, clip)
+            if strategy == "paced":
+                self._engine = PacedEngine(docs, sizes, seed, weights, clip, T)
+            else:
+                self._engine = ClusterEngine(docs, sizes, seed, weights, clip)
         self._set_start(consumed, None)
 
     # ------------------------------------------------------------- positions
@@ -406,7 +418,9 @@ class ClusterClipSampler:
             c = eng.counts
             reps_hi = -(-c[nonempty] // sizes[nonempty])
             seen = np.minimum(c[nonempty], sizes[nonempty]).sum()
-            events = [[k, p] for k, p in eng.clip_events]
+            # paced: the clusters whose quota is clip x n_k, at their last draw
+            events = [[k, p] for k, p in (eng.capped_events() if isinstance(eng, PacedEngine)
+                                           else eng.clip_events)]
             s.update(clusters_clipped=len(events), clip_events=events,
                      first_clip_position=events[0][1] if events else None,
                      last_clip_position=events[-1][1] if events else None,
