@@ -455,8 +455,9 @@ def paced_quotas(sizes: np.ndarray, weights: np.ndarray | None, clip: int,
     Real quotas ``min(clip * n_k, lam * w_k)`` with ``lam`` such that they sum
     to ``num_samples`` (``w_k`` = 1 for every non-empty cluster when
     ``weights`` is None); rounded down, then the units still missing go one
-    each to the clusters with the largest fractional parts (ties: lower
-    cluster id), never above ``clip * n_k``. Needs num_samples <= clip * N.
+    each to the clusters with the largest fractional parts (rounded to
+    multiples of 2**-32; ties: lower cluster id), never above ``clip * n_k``.
+    Needs num_samples <= clip * N.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     T = int(num_samples)
@@ -484,7 +485,9 @@ def paced_quotas(sizes: np.ndarray, weights: np.ndarray | None, clip: int,
         real[rest] = np.minimum(c[rest], lam * w[rest])
     q = np.minimum(np.floor(real).astype(np.int64), c)
     q[order[:n_capped]] = cs[:n_capped]
-    frac = real - q
+    # Remainders on a 2**-32 grid: ties that are exact in real arithmetic stay
+    # ties despite float rounding, and go to the lower cluster id.
+    frac = np.rint((real - q) * 2.0**32)
     missing = T - int(q.sum())
     while missing != 0:  # one round in exact arithmetic; more only to absorb rounding
         if missing > 0:
@@ -613,6 +616,42 @@ class PacedEngine(ClusterEngine):
         self.reset(position, None)
 
     # --------------------------------------------------------------- drawing
+    def _windows(self, c: np.ndarray, front: int, n: int):
+        """The next ``n`` draws from live counts ``c`` (updated in place) and key ``front``.
+
+        Yields, per window of keys [front, front + PACED_WINDOW): ``act`` (live
+        clusters with draws there), ``ma`` (their draws), ``j0`` (their counts
+        before), ``order`` (the taken draws, as indices into the draws grouped
+        by cluster, in schedule order) and the new front.
+        """
+        margin = 2 * int(np.sqrt(self._live.size)) + 16
+        done = 0
+        while done < n:
+            need = n - done
+            x1 = min(front + min(PACED_WINDOW, need + margin), self.num_samples + 1)
+            hi = self._count(x1)
+            m = hi - c
+            act = np.flatnonzero(m)
+            ma = m[act]
+            j0 = c[act]
+            M = int(ma.sum())
+            li = np.repeat(act, ma)
+            j = np.arange(M, dtype=np.int64)
+            j -= np.repeat(np.cumsum(ma) - ma - j0, ma)
+            keys = self._keys(li, j)
+            keys -= front  # in [0, PACED_WINDOW): one stable 16-bit radix sort
+            order = np.argsort(keys.astype(np.uint16), kind="stable")
+            if M <= need:
+                c[:] = hi
+                front = x1
+            else:
+                order = order[:need]
+                c[act] += np.bincount(np.repeat(np.arange(act.size), ma)[order],
+                                      minlength=act.size)
+                front += int(keys[order[-1]])
+            done += order.size
+            yield act, ma, j0, order, front
+
     def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
         """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
         if self.pos + n > self.num_samples:
@@ -622,60 +661,52 @@ class PacedEngine(ClusterEngine):
             return None
         out = np.empty(n, np.int64)
         c = self.counts[self._live]
-        front, done, live = self._front, 0, self._live
-        margin = 2 * int(np.sqrt(live.size)) + 16
-        while done < n:
-            need = n - done
-            x1 = min(front + min(PACED_WINDOW, need + margin), self.num_samples + 1)
-            hi = self._count(x1)
-            m = hi - c
-            act = np.flatnonzero(m)
-            ma = m[act]
-            M = int(ma.sum())
-            li = np.repeat(act, ma)
-            j = np.arange(M, dtype=np.int64)
-            j -= np.repeat(np.cumsum(ma) - ma - c[act], ma)
-            keys = self._keys(li, j)
-            keys -= front  # in [0, PACED_WINDOW): one stable 16-bit radix sort
-            order = np.argsort(keys.astype(np.uint16), kind="stable")
-            take = min(M, need)
-            vals = self._docs_grouped(live[act], ma, c[act])
-            if take == M:
-                out[done:done + M] = vals[order]
-                c, front = hi, x1
-            else:
-                order = order[:take]
-                out[done:done + take] = vals[order]
-                c[act] += np.bincount(np.repeat(np.arange(act.size), ma)[order],
-                                      minlength=act.size)
-                front += int(keys[order[-1]])
-            done += take
-        self.counts[live] = c
+        done, front = 0, self._front
+        for window in self._windows(c, self._front, n):
+            act, ma, j0, order, front = window
+            vals = self._docs_grouped(self._live[act], ma, j0)
+            out[done:done + order.size] = vals[order]
+            done += order.size
+        self.counts[self._live] = c
         self.pos += n
         self._front = front
         self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
         return out
 
     # --------------------------------------------------------------- summary
-    def capped_events(self) -> list[tuple[int, int]]:
+    def capped_events(self, tail: int = 1 << 21) -> list[tuple[int, int]]:
         """(cluster, position of its last draw) for clusters whose quota is clip * n_k.
 
-        In order of position; O(K) per capped cluster.
+        In order of position. A cluster's last draw lies within about T / q_k
+        of the end: those in the last ``tail`` positions are read off the
+        generated cluster order there; each earlier one costs O(K).
         """
-        L = self._live.size
-        ci = np.flatnonzero(self._q == self.clip * self.sizes[self._live])
-        if ci.size == 0:
+        T, L = self.num_samples, self._live.size
+        capped = self._q == self.clip * self.sizes[self._live]
+        if not capped.any():
             return []
-        last = self._keys(ci, self._q[ci] - 1)
-        pos = np.empty(ci.size, np.int64)
-        rows = max(1, (1 << 20) // L)
-        allk = np.arange(L)
-        for s in range(0, ci.size, rows):
-            cc = ci[s:s + rows]
-            # draws of k' ordered before the last of k: keys < its key, or == it if k' < k
-            x = last[s:s + rows, None] + (allk[None, :] < cc[:, None])
-            cnt = self._count(x.ravel(), np.tile(allk, cc.size)).reshape(cc.size, L)
-            cnt[np.arange(cc.size), cc] = self._q[cc] - 1
-            pos[s:s + rows] = cnt.sum(axis=1)
-        order = np.argsort(pos, kind="stable")
-        return [(int(self._live[ci[i]]), int(pos[i])) for i in order]
+        start = max(0, T - tail)
+        c, front = self._locate(start)
+        early = np.flatnonzero(capped & (c == self._q))  # last draw before `start`
+        found: list[tuple[int, int]] = []
+        pos = start
+        for act, ma, j0, order, _ in self._windows(c, front, T - start):
+            g = np.repeat(np.arange(act.size), ma)[order]  # position -> index into act
+            j = j0[g] + (order - (np.cumsum(ma) - ma)[g])
+            li = act[g]
+            last = np.flatnonzero((j == self._q[li] - 1) & capped[li])
+            found.extend(zip((pos + last).tolist(), li[last].tolist(), strict=True))
+            pos += order.size
+        if early.size:
+            lastkey = self._keys(early, self._q[early] - 1)
+            allk = np.arange(L)
+            rows = max(1, (1 << 20) // L)
+            for s in range(0, early.size, rows):
+                cc = early[s:s + rows]
+                # draws of k' before the last of k: keys < its key, or == it if k' < k
+                x = lastkey[s:s + rows, None] + (allk[None, :] < cc[:, None])
+                cnt = self._count(x.ravel(), np.tile(allk, cc.size)).reshape(cc.size, L)
+                cnt[np.arange(cc.size), cc] = self._q[cc] - 1
+                found.extend(zip(cnt.sum(axis=1).tolist(), cc.tolist(), strict=True))
+        found.sort()
+        return [(int(self._live[li]), p) for p, li in found]
