@@ -304,3 +304,84 @@ def test_capacity_and_state_errors():
         dict(state, counts=[6] + [5] * 8 + [4])
     with pytest.raises(InputError, match="counts"):
         ClusterClipSampler(labels, 400, strategy="paced", clip=4).load_state_dict(wrong)
+
+
+# ------------------------------------------------------------ CLI and torch
+def test_cli_sample_paced_writes_the_sampler_schedule_and_its_summary(tmp_path, capsys):
+    from clusterclip.cli import main
+
+    labels = np.random.default_rng(0).integers(-1, 30, 3000)
+    np.save(tmp_path / "labels.npy", labels)
+    out, summ = tmp_path / "schedule.npy", tmp_path / "summary.json"
+    assert main(["sample", "--labels", str(tmp_path / "labels.npy"), "--strategy", "paced",
+                 "--clip", "2", "--num-samples", "5000", "--seed", "3", "--out", str(out),
+                 "--summary-json", str(summ), "--no-progress"]) == 0
+    got = np.load(out)
+    assert got.dtype == np.int64
+    assert got.tolist() == list(ClusterClipSampler(labels, 5000, strategy="paced", clip=2,
+                                                   seed=3))
+    s = json.loads(summ.read_text())
+    assert s["strategy"] == "paced" and s["clusters_clipped"] == len(s["clip_events"]) > 0
+    text = capsys.readouterr().out
+    assert "clipped:" in text and "repetition:  max 2" in text
+
+
+def test_cli_paced_over_capacity_exits_2_with_one_line_and_no_output(tmp_path):
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "labels.npy", np.arange(20) % 4)
+    out = tmp_path / "out.npy"
+    proc = subprocess.run([sys.executable, "-m", "clusterclip.cli", "sample", "--labels",
+                           str(tmp_path / "labels.npy"), "--strategy", "paced", "--clip", "4",
+                           "--num-samples", "81", "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num_samples 81 exceeds capacity 80" in lines[0]
+    assert not out.exists()
+
+
+def test_workdir_sample_stage_takes_paced(tmp_path):
+    from clusterclip.pipeline import sample_workdir
+    from clusterclip.workdir import Workdir
+
+    labels = np.random.default_rng(1).integers(0, 12, 500)
+    w = Workdir(tmp_path / "w")
+    np.save(w.path("labels.npy"), labels)
+    summ = sample_workdir(w, num_samples=1200, strategy="paced", clip=3, seed=4)
+    assert summ["strategy"] == "paced" and not summ["skipped"]
+    assert np.load(w.path("schedule.npy")).tolist() == list(
+        ClusterClipSampler(labels, 1200, strategy="paced", clip=3, seed=4))
+
+
+def test_torch_stateful_dataloader_resumes_paced_mid_epoch():
+    pytest.importorskip("torch")
+    from torch.utils.data import Dataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from clusterclip.sampling.torch import ClusterClipTorchSampler
+
+    labels = np.random.default_rng(0).integers(-1, 12, 400)
+    ref = list(ClusterClipSampler(labels, 900, strategy="paced", clip=3, seed=1))
+
+    class Indices(Dataset):
+        def __len__(self) -> int:
+            return labels.size
+
+        def __getitem__(self, i: int) -> int:
+            return i
+
+    def loader():
+        s = ClusterClipTorchSampler(labels, 900, strategy="paced", clip=3, seed=1, rank=0,
+                                    world_size=1)
+        return StatefulDataLoader(Indices(), batch_size=10, sampler=s)
+
+    first = loader()
+    it = iter(first)
+    head = [int(x) for _ in range(17) for x in next(it)]
+    state = first.state_dict()
+    second = loader()
+    second.load_state_dict(state)
+    assert head == ref[:170]
+    assert [int(x) for b in second for x in b] == ref[170:]

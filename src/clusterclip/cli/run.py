@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-samples", type=int, default=None,
                    help="length T of the training schedule written to W/schedule.npy")
     g.add_argument("--strategy", default="clusterclip", choices=STRATEGIES)
-    g.add_argument("--clip", type=int, default=4, help="repetition clip R (clusterclip)")
+    g.add_argument("--clip", type=int, default=4,
+                   help="repetition clip R (clusterclip, paced)")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
 
 

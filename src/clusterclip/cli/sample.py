@@ -17,9 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="clusterclip",
                    help="default: clusterclip")
     p.add_argument("--clip", type=int, default=4,
-                   help="clusterclip: max times any document is drawn (default: 4)")
+                   help="clusterclip, paced: max times any document is drawn (default: 4)")
     p.add_argument("--alpha", type=float, default=0.0,
-                   help="temperature/clusterclip: cluster weight n_k ** alpha (default: 0)")
+                   help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
+                        "(default: 0)")
     p.add_argument("--num-samples", type=int, required=True, help="global schedule length T")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output .npy (int64 indices of this rank)")
@@ -54,14 +55,20 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     if s.get("capacity") is not None:
         lines.append(f"capacity:    {s['capacity']:,} = clip {s['clip']} x "
                      f"{s['eligible_documents']:,} eligible documents")
-    if s["strategy"] == "clusterclip":
+    if s["strategy"] in ("clusterclip", "paced"):
         ev = s["clip_events"]
         if ev:
             shown = ", ".join(f"{k}@{p:,}" for k, p in ev[:8])
             more = f", ... ({len(ev) - 8} more)" if len(ev) > 8 else ""
-            lines.append(f"clipped:     {len(ev):,} of {s['clusters']:,} clusters, first at "
-                         f"position {ev[0][1]:,}, last at {ev[-1][1]:,} "
-                         f"(cluster@position: {shown}{more})")
+            if s["strategy"] == "clusterclip":
+                lines.append(f"clipped:     {len(ev):,} of {s['clusters']:,} clusters, first "
+                             f"at position {ev[0][1]:,}, last at {ev[-1][1]:,} "
+                             f"(cluster@position: {shown}{more})")
+            else:  # paced: a capped cluster's draws are spread to the end of the schedule
+                lines.append(f"clipped:     {len(ev):,} of {s['clusters']:,} clusters get "
+                             f"their full clip x n_k draws, spread over the schedule; last "
+                             f"draws from position {ev[0][1]:,} to {ev[-1][1]:,} "
+                             f"(cluster@position: {shown}{more})")
         else:
             lines.append(f"clipped:     none of {s['clusters']:,} clusters")
     lines.append(f"repetition:  max {s['max_repetition']} per document, min "

@@ -1,12 +1,16 @@
 """Global schedules: global position -> document index, with count-only seeking.
 
-Two engines, both pure functions of their inputs and seed:
+Three engines, all pure functions of their inputs and seed:
 
 * :class:`ClusterEngine` (``uniform``, ``temperature``, ``clusterclip``): draw
   ``t`` picks a cluster from the pool with the uint32 variate ``t`` (see
   :mod:`._rng`), then takes the next document of that cluster's current pass.
   Its whole state is the position and the per-cluster draw counts; the pool
   and every cluster's place in its passes derive from those counts.
+* :class:`PacedEngine` (``paced``): fixed per-cluster quotas, each cluster's
+  draws at evenly spaced seeded keys, merged by key; documents come from the
+  same passes as in :class:`ClusterEngine`. Counts at any position follow
+  from the keys (no replay).
 * :class:`EpochEngine` (``random``): epoch ``e`` is a permutation of the
   eligible documents keyed on ``(seed, e)``; its state is the position.
 
