@@ -8,6 +8,7 @@ shuffled over the corpus). Rows:
 
 * ours: ``ClusterClipSampler(strategy="clusterclip").blocks()`` generating all T
   indices (streamed, never held), run in a subprocess so its peak RSS is its own;
+* ours, ``strategy="paced"`` (same T and clip), the same way in its own subprocess;
 * torch WeightedRandomSampler with cluster-balancing weights (1 / n_k per
   document): its draw is one ``torch.multinomial(weights, T, replacement=True)``
   call, timed here in bulk (no Python iteration, the generous reading) on
@@ -42,14 +43,14 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def worker(args: argparse.Namespace) -> dict:
+def worker(args: argparse.Namespace, strategy: str = "clusterclip") -> dict:
     """Runs in a fresh process: our sampler only, so the RSS peak is ours."""
     from clusterclip import ClusterClipSampler
 
     labels = power_law_labels(args.docs, args.clusters)
     rss_labels = _peak_rss_mib()
     t0 = time.perf_counter()
-    s = ClusterClipSampler(labels, args.samples, strategy="clusterclip", clip=args.clip, seed=0)
+    s = ClusterClipSampler(labels, args.samples, strategy=strategy, clip=args.clip, seed=0)
     t1 = time.perf_counter()
     n, check = 0, 0
     for block in s.blocks(1 << 20):
@@ -58,7 +59,7 @@ def worker(args: argparse.Namespace) -> dict:
     t2 = time.perf_counter()
     assert n == args.samples
     state = json.dumps(s.state_dict())
-    it = iter(ClusterClipSampler(labels, args.samples, strategy="clusterclip", clip=args.clip,
+    it = iter(ClusterClipSampler(labels, args.samples, strategy=strategy, clip=args.clip,
                                  seed=0))
     t3 = time.perf_counter()
     for _ in range(args.iter_samples):
@@ -74,7 +75,8 @@ def seek_worker(args: argparse.Namespace) -> dict:
 
     labels = power_law_labels(args.docs, args.clusters)
     out = {}
-    for strategy, clip in (("uniform", None), ("clusterclip", args.seek_clip)):
+    for strategy, clip in (("uniform", None), ("clusterclip", args.seek_clip),
+                           ("paced", args.seek_clip)):
         total = args.seek + (1 << 20)
         t0 = time.perf_counter()
         s = ClusterClipSampler(labels, total, strategy=strategy, clip=clip or 4,
@@ -82,6 +84,11 @@ def seek_worker(args: argparse.Namespace) -> dict:
         first = next(s.blocks(1 << 16))
         out[strategy] = {"seek_s": time.perf_counter() - t0, "first": int(first[0]),
                          "state_bytes": len(json.dumps(s.state_dict()))}
+    # paced: the same schedule started fresh (position 0), to compare with its seek
+    t0 = time.perf_counter()
+    s = ClusterClipSampler(labels, args.seek + (1 << 20), strategy="paced", clip=args.seek_clip)
+    next(s.blocks(1 << 16))
+    out["paced_fresh_s"] = time.perf_counter() - t0
     out["peak_rss_mib"] = _peak_rss_mib()
     return out
 
@@ -106,7 +113,8 @@ def main() -> None:
                    help="clip of the clusterclip seek schedule (default: enough capacity)")
     p.add_argument("--iter-samples", type=int, default=1_000_000,
                    help="Python-int iteration timed over this many indices")
-    p.add_argument("--worker", choices=("ours", "seek"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=("ours", "paced", "seek"), default=None,
+                   help=argparse.SUPPRESS)
     args = p.parse_args()
     quick = args.quick
     args.docs = args.docs or (10**6 if quick else 10**7)
@@ -115,8 +123,8 @@ def main() -> None:
     args.seek = args.seek or (10**8 if quick else 10**9)
     args.peer_samples = args.peer_samples or min(args.samples, 2 * 10**7)
     args.seek_clip = args.seek_clip or -(-(args.seek + (1 << 20)) // args.docs)
-    if args.worker == "ours":
-        print(json.dumps(worker(args)))
+    if args.worker in ("ours", "paced"):
+        print(json.dumps(worker(args, "clusterclip" if args.worker == "ours" else "paced")))
         return
     if args.worker == "seek":
         print(json.dumps(seek_worker(args)))
@@ -129,6 +137,8 @@ def main() -> None:
           f"samples, clip {args.clip}; {os.cpu_count()} CPUs", flush=True)
     ours = _subprocess("ours", argv)
     print(f"ours done: {ours}", flush=True)
+    paced = _subprocess("paced", argv)
+    print(f"paced done: {paced}", flush=True)
     seek = _subprocess("seek", argv)
     print(f"seek done: {seek}", flush=True)
 
@@ -158,8 +168,10 @@ def main() -> None:
     ours_rate = ours["samples"] / ours["gen_s"]
     peer_rate = args.peer_samples / peer_s
     perm_rate = args.samples / perm_s
+    paced_rate = paced["samples"] / paced["gen_s"]
     rows = [
         ("ours: clusterclip blocks()", ours_rate, ours["gen_s"] + ours["init_s"]),
+        ("ours: paced blocks()", paced_rate, paced["gen_s"] + paced["init_s"]),
         ("torch WeightedRandomSampler (multinomial)", peer_rate, args.samples / peer_rate),
         ("numpy Generator.permutation(T)", perm_rate, perm_s),
     ]
@@ -179,12 +191,21 @@ def main() -> None:
           f"(of which labels + interpreter {ours['rss_after_labels_mib']:.0f} MiB; "
           f"target < 1024), state_dict {ours['state_bytes'] / 1024:.1f} KiB (target < 1024)")
     print(f"ours via Python-int iteration: {ours['iter_rate'] / 1e6:.2f} M indices/s")
-    for strategy in ("uniform", "clusterclip"):
+    print(f"paced vs clusterclip (same run): {paced_rate / ours_rate:.2f}x generating "
+          f"(target >= 1x); construction {paced['init_s']:.2f} s vs {ours['init_s']:.2f} s; "
+          f"peak RSS {paced['peak_rss_mib']:.0f} MiB; state_dict "
+          f"{paced['state_bytes'] / 1024:.1f} KiB; Python-int iteration "
+          f"{paced['iter_rate'] / 1e6:.2f} M indices/s")
+    for strategy in ("uniform", "clusterclip", "paced"):
         r = seek[strategy]
-        extra = f" (clip {args.seek_clip})" if strategy == "clusterclip" else ""
-        print(f"seek to position {args.seek:.0e}, {strategy}{extra} (construction + count-only "
-              f"replay + first block): {r['seek_s']:.1f} s "
+        extra = f" (clip {args.seek_clip})" if strategy != "uniform" else ""
+        how = "key search, no replay" if strategy == "paced" else "count-only replay"
+        print(f"seek to position {args.seek:.0e}, {strategy}{extra} (construction + {how} "
+              f"+ first block): {r['seek_s']:.1f} s "
               f"(state_dict {r['state_bytes'] / 1024:.1f} KiB)")
+    print(f"paced started fresh at position 0 (construction + first block): "
+          f"{seek['paced_fresh_s']:.1f} s; seek / fresh = "
+          f"{seek['paced']['seek_s'] / seek['paced_fresh_s']:.2f}x")
     print(f"seek process peak RSS {seek['peak_rss_mib']:.0f} MiB")
 
 
