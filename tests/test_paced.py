@@ -385,3 +385,14 @@ def test_torch_stateful_dataloader_resumes_paced_mid_epoch():
     second.load_state_dict(state)
     assert head == ref[:170]
     assert [int(x) for b in second for x in b] == ref[170:]
+
+
+def test_pickled_paced_sampler_continues_identically():
+    import pickle
+
+    labels = np.random.default_rng(3).integers(-1, 30, 1000)
+    s = ClusterClipSampler(labels, 3000, strategy="paced", seed=4)
+    it = iter(s)
+    [next(it) for _ in range(777)]
+    s2 = pickle.loads(pickle.dumps(s))
+    assert list(s2) == list(s)
