@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from _helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -327,15 +328,10 @@ def test_cli_sample_paced_writes_the_sampler_schedule_and_its_summary(tmp_path, 
 
 
 def test_cli_paced_over_capacity_exits_2_with_one_line_and_no_output(tmp_path):
-    import subprocess
-    import sys
-
     np.save(tmp_path / "labels.npy", np.arange(20) % 4)
     out = tmp_path / "out.npy"
-    proc = subprocess.run([sys.executable, "-m", "clusterclip.cli", "sample", "--labels",
-                           str(tmp_path / "labels.npy"), "--strategy", "paced", "--clip", "4",
-                           "--num-samples", "81", "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True)
+    proc = run_cli("sample", "--labels", tmp_path / "labels.npy", "--strategy", "paced",
+                   "--clip", "4", "--num-samples", "81", "--out", out, "--no-progress")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "num_samples 81 exceeds capacity 80" in lines[0]
