@@ -17,6 +17,7 @@ import pytest
 from _helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_sampler import reference_document
 
 from clusterclip import ClusterClipSampler
 from clusterclip.errors import InputError
@@ -75,15 +76,8 @@ def _reference(labels, T, clip, seed, weights=None):
     out = []
     for _ in range(T):
         k = min((key(k, counts[k]), k) for k in range(K) if counts[k] < quotas[k])[1]
-        n, c, G = int(sizes[k]), counts[k], int(ppg[k])
-        p = c // n
-        if n == 1:
-            perm = [0]
-        else:
-            rng = passes(k, p // G)
-            perm = (rng.permutation(n) if G == 1 else
-                    rng.permuted(np.broadcast_to(np.arange(n), (G, n)), axis=1)[p % G])
-        out.append(int(docs[k][perm[c % n]]))
+        # inside the cluster: the passes of every cluster strategy
+        out.append(reference_document(docs[k], counts[k], passes, k, int(ppg[k])))
         counts[k] += 1
     return out
 

@@ -120,18 +120,25 @@ def _reference(labels, T, strategy, clip, alpha, seed):
             bounds = np.minimum(np.floor(cum[:-1] / cum[-1] * 2.0**32), 2.0**32 - 1)
             j = int(np.sum(bounds <= u))
         k = pool[j]
-        n, c = sizes[k], counts[k]
-        p = c // n  # pass number; passes come in groups keyed on (seed, k, group)
-        G = int(ppg[k])
-        if n == 1:
-            perm = [0]
-        else:
-            rng = passes(k, p // G)
-            perm = (rng.permutation(n) if G == 1 else
-                    rng.permuted(np.broadcast_to(np.arange(n), (G, n)), axis=1)[p % G])
-        out.append(int(docs[k][perm[c % n]]))
+        out.append(reference_document(docs[k], int(counts[k]), passes, k, int(ppg[k])))
         counts[k] += 1
     return out
+
+
+def reference_document(docs_k, c, passes, k, G):
+    """Document of cluster k's draw c: its place in pass c // n (one pass at a time).
+
+    Passes come in groups of G keyed on (seed, k, group); docs_k: the cluster's documents.
+    """
+    n = len(docs_k)
+    p = c // n
+    if n == 1:
+        perm = [0]
+    else:
+        rng = passes(k, p // G)
+        perm = (rng.permutation(n) if G == 1 else
+                rng.permuted(np.broadcast_to(np.arange(n), (G, n)), axis=1)[p % G])
+    return int(docs_k[perm[c % n]])
 
 
 @settings(max_examples=25, deadline=None)
