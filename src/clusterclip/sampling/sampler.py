@@ -97,7 +97,8 @@ class ClusterClipSampler:
         indices for every rank; the last (T - c) mod W positions are served
         to nobody (``summary()['unserved_positions']``).
     consumed_samples : int in [0, T]. Start at this global position (after a
-        count-only replay of the draws before it; no documents are gathered).
+        count-only replay of the draws before it; no documents are gathered;
+        paced: a search over its keys, no replay).
     cluster_weights : optional (>= K,) float array, > 0 for non-empty clusters.
         Replaces n_k ** alpha as the cluster-choice weight (uniform,
         temperature, clusterclip; alpha is then ignored), e.g.
@@ -392,8 +393,9 @@ class ClusterClipSampler:
     def summary(self) -> dict[str, Any]:
         """JSON-able description of the whole global schedule and of this rank's share.
 
-        For the cluster strategies this runs a count-only pass over the schedule
-        (about 0.1 s per 10**7 positions).
+        For uniform, temperature and clusterclip this runs a count-only pass over
+        the schedule (about 0.1 s per 10**7 positions); paced locates its capped
+        clusters' last draws from the keys.
         """
         T, ne, sizes = self.num_samples, self.num_eligible, self.cluster_sizes
         nonempty = sizes > 0
