@@ -678,17 +678,24 @@ class PacedEngine(ClusterEngine):
         return out
 
     # --------------------------------------------------------------- summary
-    def capped_events(self, tail: int = 1 << 21) -> list[tuple[int, int]]:
+    def capped_events(self, tail: int | None = None) -> list[tuple[int, int]]:
         """(cluster, position of its last draw) for clusters whose quota is clip * n_k.
 
-        In order of position. A cluster's last draw lies within about T / q_k
+        In order of position. A cluster's last draw lies within T / q_k + 2 K
         of the end: those in the last ``tail`` positions are read off the
-        generated cluster order there; each earlier one costs O(K).
+        generated cluster order there; each earlier one costs O(K). The
+        default ``tail`` minimises that cost (at least 2**21 positions).
         """
         T, L = self.num_samples, self._live.size
         capped = self._q == self.clip * self.sizes[self._live]
         if not capped.any():
             return []
+        if tail is None:
+            # tail reach of each capped cluster's last draw, ascending; covering
+            # the first i + 1 of them leaves the others at O(L) each
+            reach = np.sort(-(-T // self._q[capped]) + 2 * L + 2)
+            cost = np.maximum(reach, 1 << 21) + (reach.size - 1 - np.arange(reach.size)) * L
+            tail = int(max(reach[int(np.argmin(cost))], 1 << 21))
         start = max(0, T - tail)
         c, front = self._locate(start)
         early = np.flatnonzero(capped & (c == self._q))  # last draw before `start`
