@@ -23,6 +23,7 @@ from clusterclip import ClusterClipSampler
 from clusterclip.errors import InputError
 from clusterclip.sampling._engine import passes_per_group
 from clusterclip.sampling._rng import TAG_PACED, TAG_PASS, CounterUniforms, KeyedStreams
+from clusterclip.sampling.sampler import _state_checksum
 
 labels_st = st.lists(st.integers(-1, 7), min_size=1, max_size=80).filter(
     lambda xs: any(x >= 0 for x in xs)).map(lambda xs: np.array(xs, dtype=np.int64))
@@ -297,7 +298,11 @@ def test_capacity_and_state_errors():
     assert sum(state["counts"]) == 50
     wrong = dict(state, counts=[5] * 10) if state["counts"] != [5] * 10 else \
         dict(state, counts=[6] + [5] * 8 + [4])
-    with pytest.raises(InputError, match="counts"):
+    with pytest.raises(InputError, match="checksum"):
+        ClusterClipSampler(labels, 400, strategy="paced", clip=4).load_state_dict(wrong)
+    # with a recomputed checksum, the counts still must be those the keys give there
+    wrong["checksum"] = _state_checksum(wrong)
+    with pytest.raises(InputError, match="counts are inconsistent with its position"):
         ClusterClipSampler(labels, 400, strategy="paced", clip=4).load_state_dict(wrong)
 
 

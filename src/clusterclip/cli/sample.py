@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from clusterclip.sampling.sampler import STRATEGIES
+from clusterclip.sampling.sampler import CLIP_STRATEGIES, STRATEGIES
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
@@ -55,7 +55,7 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     if s.get("capacity") is not None:
         lines.append(f"capacity:    {s['capacity']:,} = clip {s['clip']} x "
                      f"{s['eligible_documents']:,} eligible documents")
-    if s["strategy"] in ("clusterclip", "paced"):
+    if s["strategy"] in CLIP_STRATEGIES:
         ev = s["clip_events"]
         if ev:
             shown = ", ".join(f"{k}@{p:,}" for k, p in ev[:8])

@@ -25,6 +25,8 @@ from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
 #: The strategies whose cluster weight is n_k ** alpha.
 ALPHA_STRATEGIES = ("temperature", "clusterclip", "paced")
+#: The strategies with a repetition clip R (``clip``) and capacity R x eligible N.
+CLIP_STRATEGIES = ("clusterclip", "paced")
 STATE_VERSION = 2  # 2: with a checksum over the other fields
 MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
 ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
@@ -138,7 +140,7 @@ class ClusterClipSampler:
         consumed = _as_int("consumed_samples", consumed_samples, 0)
         if consumed > T:
             raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
-        if strategy in ("clusterclip", "paced"):
+        if strategy in CLIP_STRATEGIES:
             clip = _as_int("clip", clip, 1)
         else:
             clip = None
