@@ -149,6 +149,14 @@ def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
         for w, share in enumerate(s["tail_quartile_share_per_window"]):
             want = np.isin(lab[edges[w]:edges[w + 1]], tail).mean()
             assert share == pytest.approx(want, abs=1e-5)
+        for j in range(10):  # tenth j: positions j*T//10 .. (j+1)*T//10 - 1
+            part = lab[j * total // 10:(j + 1) * total // 10]
+            assert s["tail_quartile_share_per_tenth"][j] == pytest.approx(
+                np.isin(part, tail).mean(), abs=1e-5)
+            assert s["head_quartile_share_per_tenth"][j] == pytest.approx(
+                np.isin(part, head).mean(), abs=1e-5)
+        assert s["tail_quartile_share_late"] == pytest.approx(
+            np.isin(lab[8 * total // 10:], tail).mean(), abs=1e-5)
     cc = summary["schedules"]["clusterclip"]
     assert cc["max_repetition"] <= 3
     pool = np.array(cc["clusters_in_pool"])
@@ -157,6 +165,12 @@ def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
     # ClusterClip starts balanced and drifts toward the large clusters.
     tail_series = cc["tail_quartile_share_per_window"]
     assert tail_series[0] > summary["corpus_tail_share"] > tail_series[-1]
+    # report.md: the per-tenth table row and the computed sentence.
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    row = "| clusterclip | smallest 25% | " + " | ".join(
+        f"{100 * x:.1f}%" for x in cc["tail_quartile_share_per_tenth"])
+    assert row in md
+    assert summary["tail_starvation"]["sentence"] in md
 
 
 def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):

@@ -27,9 +27,12 @@ from clusterclip.report.stats import (
     cluster_sizes,
     schedule_summary,
     size_profile,
+    tail_starvation,
 )
 from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
 
+# Strategies whose clusters stop at R passes (the clip binds them; R x N caps the budget).
+CLIPPED = ("clusterclip", "paced")
 DEFAULT_STRATEGIES = ("clusterclip", "random")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
@@ -357,7 +360,7 @@ def _build_report(
         total = int(num_samples)
     else:
         total = min(DEFAULT_EPOCHS, clip) * n_eligible
-    if "clusterclip" in strategies and total > clip * n_eligible:
+    if any(s in CLIPPED for s in strategies) and total > clip * n_eligible:
         raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = {clip} x "
                          f"{n_eligible} = {clip * n_eligible}; raise --clip or lower the budget")
     if not strategies and sched is None:
@@ -409,12 +412,12 @@ def _build_report(
         sampler = _sampler(labels, strategy, total, clip, alpha, seed)
         st = ScheduleStats(labels, k, total, windows)
         st.consume(_progress(sampler.blocks(block), total, strategy, progress))
-        summary_s = schedule_summary(st, sizes, eligible,
-                                     clip if strategy == "clusterclip" else np.inf)
+        clipped = strategy in CLIPPED
+        summary_s = schedule_summary(st, sizes, eligible, clip if clipped else np.inf)
         summary_s["parameters"] = {"strategy": strategy, "seed": seed, **(
-            {"clip": clip} if strategy == "clusterclip" else {}), **(
+            {"clip": clip} if clipped else {}), **(
             {"alpha": alpha} if strategy in ALPHA_STRATEGIES else {})}
-        if strategy == "clusterclip":
+        if clipped:
             summary_s["clip_events"] = (_sampler_clip_events(sampler.summary())
                                         or _clip_events(st, sizes, clip))
         schedules[strategy] = with_characters(summary_s, st)
@@ -445,11 +448,13 @@ def _build_report(
         "num_samples": total,
         "windows": len(next(iter(schedules.values()))["window_end"]),
         "clusters": profile,
+        "quartile_clusters": int(tail.size),
         "corpus_tail_share": float(sizes[tail].sum() / n_eligible),
         "corpus_head_share": float(sizes[head].sum() / n_eligible),
         "corpus_char_shares": None if text_lengths is None else _corpus_char_shares(
             labels, text_lengths, tail, head),
         "schedules": schedules,
+        "tail_starvation": tail_starvation(schedules, float(sizes[tail].sum() / n_eligible)),
         "choose_clip": choose,
         "label_agreement": agreement,
         "examples": _examples(root, labels, sizes, corpus, majority),
@@ -476,7 +481,7 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
                            for name, s in summary["schedules"].items()},
                           directory / FIGURES["repetition"])
     plots.plot_mixture(summary["schedules"], summary["corpus_tail_share"],
-                       summary["corpus_head_share"], profile["clusters"],
+                       summary["corpus_head_share"], summary["tail_starvation"]["threshold"],
                        directory / FIGURES["mixture"])
     plots.plot_choose_clip(summary["choose_clip"], directory / FIGURES["choose_clip"])
     (directory / "summary.json").write_text(

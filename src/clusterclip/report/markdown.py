@@ -39,6 +39,38 @@ def _character_lines(summary: Mapping[str, Any]) -> list[str]:
             ""]
 
 
+def _tenths_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> list[str]:
+    """The quartile shares per tenth of training, the starvation sentence and the figure."""
+    sched = summary["schedules"]
+    first = next(iter(sched.values()))
+    ends = [0] + list(first["tenth_end"])
+    total = ends[-1]
+    cols = [f"{100 * a / total:.0f}-{100 * b / total:.0f}%" for a, b in zip(ends, ends[1:],
+                                                                          strict=False)]
+    rows = []
+    for name, s in sched.items():
+        for group, key in (("smallest 25%", "tail"), ("largest 25%", "head")):
+            rows.append([name, group] + [_pct(x) for x in s[f"{key}_quartile_share_per_tenth"]]
+                        + [_pct(s[f"{key}_quartile_share"])])
+    starve = summary["tail_starvation"]
+    n_q = summary["quartile_clusters"]
+    return [
+        "### Mixture over training time",
+        "",
+        f"Share of each tenth of the schedule drawn from the smallest 25% of clusters by size "
+        f"({n_q} clusters, {_pct(summary['corpus_tail_share'])} of the documents) and from "
+        f"the largest 25% ({_pct(summary['corpus_head_share'])} of the documents). Plain "
+        "shuffling gives each quartile its share of the documents at every point of training.",
+        "",
+        *_table(["schedule", "clusters"] + cols + ["whole schedule"], rows),
+        "",
+        f"**Late in training.** {starve['sentence']}",
+        "",
+        f"![quartile shares per tenth of training]({figures['mixture']})",
+        "",
+    ]
+
+
 def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> str:
     """Markdown text of the report; ``figures`` maps figure keys to file names."""
     p = summary["clusters"]
@@ -124,15 +156,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
         f"![repetition histogram]({figures['repetition']})",
         "",
-        "### Mixture over training time",
-        "",
-        f"Per window ({summary['windows']} windows over the schedule): clusters still in the "
-        "pool (a cluster leaves once the schedule has drawn all its documents R times; "
-        "schedules without a clip keep every cluster) and the share of samples from the "
-        "smallest and largest quartile of clusters.",
-        "",
-        f"![mixture over training]({figures['mixture']})",
-        "",
+        *_tenths_lines(summary, figures),
     ]
     for name, s in sched.items():
         if "pool_clip" in s:

@@ -153,48 +153,66 @@ def plot_repetition(histograms: Mapping[str, Sequence[int]],
 
 
 def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: float,
-                 corpus_head_share: float, num_clusters: int,
+                 corpus_head_share: float, threshold: float,
                  path: str | os.PathLike[str]) -> None:
-    """Mixture over training time, per schedule: pool size and quartile shares per window.
+    """Quartile shares per tenth of training: one panel per schedule, bars per tenth.
 
-    ``series[name]`` holds ``window_end``, ``clusters_in_pool``,
-    ``tail_quartile_share_per_window`` and ``head_quartile_share_per_window``.
+    ``series[name]`` holds ``tenth_end``, ``tail_quartile_share_per_tenth``,
+    ``head_quartile_share_per_tenth`` and ``tail_quartile_share_late``;
+    ``threshold`` is the late tail share under which a schedule starves the tail.
     """
     plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.6, 3.9))
-    for i, (name, s) in enumerate(series.items()):
-        end = np.asarray(s["window_end"], dtype=np.float64)
-        progress = end / end[-1]
-        start = np.concatenate([[0.0], progress[:-1]])
-        pool = list(s["clusters_in_pool"])
-        # Line styles differ so that schedules with the same pool (no clip) stay visible.
-        ax1.step(np.append(start, 1.0), pool + pool[-1:], where="post", color=_color(i),
-                 ls=("-", "--", ":", "-.")[i % 4], lw=1.8, label=name)
-        mid = (start + progress) / 2
-        ax2.plot(mid, s["tail_quartile_share_per_window"], color=_color(i), lw=1.4,
-                 label=f"{name}: smallest 25%")
-        ax2.plot(mid, s["head_quartile_share_per_window"], color=_color(i), lw=1.4, ls="--",
-                 label=f"{name}: largest 25%")
-    ax1.set_ylim(0, num_clusters * 1.05)
-    ax1.set_xlim(0, 1)
-    ax1.set_xlabel("training progress (share of the schedule)")
-    ax1.set_ylabel("clusters still drawn")
-    ax1.set_title("Clusters in the pool")
-    ax1.legend(fontsize=8, loc="lower left")
-    ax2.axhline(corpus_tail_share, color="black", lw=0.8, ls=":",
-                label=f"corpus share, smallest 25% ({corpus_tail_share:.1%})")
-    ax2.axhline(corpus_head_share, color="black", lw=0.8, ls="-.",
-                label=f"corpus share, largest 25% ({corpus_head_share:.1%})")
+    names = list(series)
+    cols = 1 if len(names) == 1 else 2
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 2.7 * rows + 0.9), sharey=True,
+                             squeeze=False)
     top = max([corpus_tail_share, corpus_head_share]
-              + [max(max(s["tail_quartile_share_per_window"]),
-                     max(s["head_quartile_share_per_window"])) for s in series.values()])
-    ax2.set_xlim(0, 1)
-    ax2.set_ylim(0, min(1.02, top * 1.15 + 0.02))
-    ax2.set_xlabel("training progress (share of the schedule)")
-    ax2.set_ylabel("share of the window's samples")
-    ax2.set_title("Samples from the smallest / largest quartile of clusters")
-    ax2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    _save(fig, path, dict(left=0.06, right=0.74, bottom=0.13, top=0.91, wspace=0.22))
+              + [max(max(s["tail_quartile_share_per_tenth"]),
+                     max(s["head_quartile_share_per_tenth"])) for s in series.values()])
+    for ax, name in zip(axes.flat, names, strict=False):
+        s = series[name]
+        ends = np.concatenate([[0.0], np.asarray(s["tenth_end"], dtype=np.float64)])
+        ends /= ends[-1]
+        mid = (ends[:-1] + ends[1:]) / 2
+        width = np.diff(ends) * 0.4
+        ax.bar(mid - width / 2, s["tail_quartile_share_per_tenth"], width, color="tab:green",
+               label="smallest 25% of clusters")
+        ax.bar(mid + width / 2, s["head_quartile_share_per_tenth"], width, color="tab:red",
+               alpha=0.75, label="largest 25% of clusters")
+        ax.axhline(corpus_tail_share, color="darkgreen", lw=1, ls="--",
+                   label=f"corpus share, smallest 25% ({corpus_tail_share:.1%})")
+        ax.axhline(corpus_head_share, color="darkred", lw=1, ls=":",
+                   label=f"corpus share, largest 25% ({corpus_head_share:.1%})")
+        late = s["tail_quartile_share_late"]
+        verdict = "STARVES the tail" if late < threshold else "tail fed"
+        ax.set_title(f"{name}: smallest 25% gets {late:.1%} of the last 20% ({verdict})",
+                     fontsize=9, color="tab:red" if late < threshold else "black")
+        ax.set_xlim(0, 1)
+        ax.set_xticks(np.linspace(0, 1, 6))
+        ax.set_xticklabels([f"{x:.0%}" for x in np.linspace(0, 1, 6)])
+        ax.set_ylim(0, min(1.0, top * 1.15 + 0.02))
+        ax.yaxis.set_major_formatter(_percent_formatter())
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("training progress (share of the schedule)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("share of the tenth's samples")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle("Samples per tenth of training from the smallest / largest quartile of clusters",
+                 fontsize=10)
+    height = 2.7 * rows + 0.9
+    _save(fig, path, dict(left=0.08 if cols == 2 else 0.13, right=0.98,
+                          bottom=0.75 / height + 0.08, top=1 - 0.45 / height, wspace=0.08,
+                          hspace=0.45))
+
+
+def _percent_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{100 * v:.0f}%")
 
 
 def plot_choose_clip(analysis: Mapping[str, Any], path: str | os.PathLike[str]) -> None:

@@ -16,6 +16,12 @@ import numpy as np
 
 from clusterclip.report.clip import quartile_clusters
 
+TENTHS = 10  # the quartile-share table splits training time into tenths
+LATE_TENTHS = 2  # "late in training": the last 2 tenths (20%) of the schedule
+# A schedule starves the tail when the smallest quartile of clusters gets less than this
+# fraction of its corpus share (what plain shuffling gives it) late in training.
+STARVE_FRACTION = 0.5
+
 
 def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
     """Documents per cluster: int64[K] from int[N] labels (-1 = excluded, not counted).
@@ -104,6 +110,8 @@ class ScheduleStats:
     Accumulated (memory O(N + K * W), independent of T):
       - ``doc_counts`` int64[N]: times each document appears;
       - ``window_counts`` int64[W, K]: samples of each cluster per window;
+      - ``tenth_counts`` int64[10, K]: samples of each cluster per tenth of the
+        schedule (edges ``tenth_edges``; fewer rows when T < 10);
       - ``excluded`` int: samples of documents labelled -1.
     """
 
@@ -119,6 +127,9 @@ class ScheduleStats:
         self.edges = window_edges(self.total, windows)
         self.doc_counts = np.zeros(self.num_docs, dtype=np.int64)
         self.window_counts = np.zeros((self.edges.size - 1, self.num_clusters), dtype=np.int64)
+        self.tenth_edges = window_edges(self.total, TENTHS)
+        self.tenth_counts = np.zeros((self.tenth_edges.size - 1, self.num_clusters),
+                                     dtype=np.int64)
         self.excluded = 0
         self.position = 0
 
@@ -144,15 +155,26 @@ class ScheduleStats:
                              f"0..{self.num_docs - 1}")
         self.doc_counts += np.bincount(block, minlength=self.num_docs)
         lab = self._bins[block]
-        first = int(np.searchsorted(self.edges, start, side="right")) - 1
-        last = int(np.searchsorted(self.edges, start + block.size - 1, side="right")) - 1
-        for w in range(first, last + 1):
-            lo = max(int(self.edges[w]), start) - start
-            hi = min(int(self.edges[w + 1]), start + block.size) - start
-            counts = np.bincount(lab[lo:hi], minlength=self.num_clusters + 1)
-            self.excluded += int(counts[-1])
-            self.window_counts[w] += counts[:-1]
+        self.excluded += self._add_windowed(self.window_counts, self.edges, lab, start)
+        self._add_windowed(self.tenth_counts, self.tenth_edges, lab, start)
         self.position += block.size
+
+    def _add_windowed(self, counts: np.ndarray, edges: np.ndarray, lab: np.ndarray,
+                      start: int) -> int:
+        """Add a block's bins (``lab``, from position ``start``) to ``counts`` split at ``edges``.
+
+        Returns the block's samples of excluded documents.
+        """
+        first = int(np.searchsorted(edges, start, side="right")) - 1
+        last = int(np.searchsorted(edges, start + lab.size - 1, side="right")) - 1
+        excluded = 0
+        for w in range(first, last + 1):
+            lo = max(int(edges[w]), start) - start
+            hi = min(int(edges[w + 1]), start + lab.size) - start
+            c = np.bincount(lab[lo:hi], minlength=self.num_clusters + 1)
+            excluded += int(c[-1])
+            counts[w] += c[:-1]
+        return excluded
 
     def consume(self, blocks: Iterable[np.ndarray]) -> ScheduleStats:
         """Feed every block of ``blocks``; return self."""
@@ -235,7 +257,81 @@ def schedule_summary(stats: ScheduleStats, sizes: np.ndarray, eligible: np.ndarr
         "clusters_in_pool": [int(x) for x in stats.clusters_in_pool(sizes, clip)],
         "tail_quartile_share_per_window": [float(x) for x in stats.group_share_per_window(tail)],
         "head_quartile_share_per_window": [float(x) for x in stats.group_share_per_window(head)],
+        **quartile_shares_per_tenth(stats.tenth_counts, stats.tenth_edges, tail, head),
     }
+
+
+def _group_shares(counts: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    group = counts[:, ids].sum(axis=1)
+    return np.divide(group, lengths, out=np.zeros(lengths.size), where=lengths > 0)
+
+
+def quartile_shares_per_tenth(tenth_counts: np.ndarray, tenth_edges: np.ndarray,
+                              tail: np.ndarray, head: np.ndarray) -> dict[str, Any]:
+    """The smallest / largest quartile's share of each tenth of the schedule, and of its end.
+
+    ``tenth_counts`` int[P, K] samples per cluster in each of the P (10, or T when
+    T < 10) parts split at ``tenth_edges`` int[P+1]; ``tail``/``head`` cluster ids.
+    A part's share is the group's samples over the part's length (samples of
+    excluded documents count in the length). ``*_late`` is the share over the
+    last ``LATE_TENTHS`` parts: positions ``tenth_edges[-3]`` to T.
+    """
+    lengths = np.diff(tenth_edges)
+    late = slice(max(0, lengths.size - LATE_TENTHS), None)
+    late_len = np.array([lengths[late].sum()])
+    late_counts = tenth_counts[late].sum(axis=0, keepdims=True)
+    return {
+        "tenth_end": [int(x) for x in tenth_edges[1:]],
+        "tail_quartile_share_per_tenth": [float(x) for x in
+                                          _group_shares(tenth_counts, lengths, tail)],
+        "head_quartile_share_per_tenth": [float(x) for x in
+                                          _group_shares(tenth_counts, lengths, head)],
+        "late_start": int(tenth_edges[late.start]),
+        "tail_quartile_share_late": float(_group_shares(late_counts, late_len, tail)[0]),
+        "head_quartile_share_late": float(_group_shares(late_counts, late_len, head)[0]),
+    }
+
+
+def tail_starvation(schedules: dict[str, dict[str, Any]], corpus_tail_share: float,
+                    fraction: float = STARVE_FRACTION) -> dict[str, Any]:
+    """Which schedules starve the smallest quartile of clusters late in training.
+
+    ``schedules`` name -> summary with ``tail_quartile_share_late`` (see
+    :func:`quartile_shares_per_tenth`). A schedule starves the tail when that
+    share is strictly below ``fraction * corpus_tail_share``. Returns threshold,
+    fraction, starving (names, in order), fed (the others), and sentence: one
+    plain sentence for the report, computed from these numbers.
+    """
+    threshold = fraction * corpus_tail_share
+    late = {name: s["tail_quartile_share_late"] for name, s in schedules.items()}
+    starving = [name for name, v in late.items() if v < threshold]
+    fed = [name for name in late if name not in starving]
+    rule = (f"a schedule starves the tail when this share is under {fraction:g} x the "
+            f"quartile's share of the corpus, {fraction:g} x {_pct(corpus_tail_share)} = "
+            f"{_pct(threshold)}")
+    if not starving:
+        lowest = min(late, key=lambda n: late[n])
+        sentence = (f"No strategy starves the tail: the smallest quartile of clusters gets at "
+                    f"least {_pct(threshold)} of the last {LATE_TENTHS * 10}% of every "
+                    f"schedule (lowest: {lowest}, {_pct(late[lowest])}; {rule}).")
+    else:
+        first, *others = starving
+        sentence = (f"{first}: the smallest quartile of clusters gets {_pct(late[first])} of "
+                    f"the last {LATE_TENTHS * 10}% of the schedule"
+                    + "".join(f", {name} {_pct(late[name])}" for name in others))
+        if fed:
+            sentence += "; " + ", ".join(
+                f"{name} {'keeps it at' if i == 0 else 'at'} {_pct(late[name])}"
+                for i, name in enumerate(fed))
+        else:
+            sentence += "; every strategy in this report starves it"
+        sentence += f" ({rule})."
+    return {"fraction": fraction, "threshold": threshold, "late_fraction": LATE_TENTHS / 10,
+            "starving": starving, "fed": fed, "sentence": sentence}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
 
 
 def character_shares(stats: ScheduleStats, labels: np.ndarray, text_lengths: np.ndarray,
