@@ -258,15 +258,26 @@ def test_same_input_gives_identical_bytes(workdir, full_report, tmp_path):
 
 def test_choose_clip_measured_agrees_with_expected(full_report):
     summary = _summary(full_report)
-    rows = [r for r in summary["choose_clip"]["rows"] if r["feasible"]]
-    assert rows and all("measured_tail_max_repetition" in r for r in rows)
+    choose = summary["choose_clip"]
+    n, total = summary["eligible_documents"], summary["num_samples"]
+    rows = [r for r in choose["rows"] if r["feasible"]]
+    assert rows and all("measured_tail_share_late" in r for r in rows)
     for r in rows:
         assert abs(r["measured_tail_max_repetition"] - r["tail_max_repetition"]) <= 1
         assert r["measured_tail_share"] == pytest.approx(r["tail_share"], abs=0.02)
-    best = summary["choose_clip"]["recommended_clip"]
-    assert best is not None and best * summary["eligible_documents"] >= summary["num_samples"]
+        assert r["measured_tail_share_late"] == pytest.approx(r["tail_share_late"], abs=0.05)
     md = (full_report / "report.md").read_text(encoding="utf-8")
-    assert f"Recommended R = {best}" in md
+    best = choose["recommended_clip"]
+    if best is not None:
+        assert f"**Recommended R = {best}.**" in md and best * n >= total
+    else:
+        assert "**No recommended R.**" in md
+    assert choose["rule"] in md
+    # Rows whose R cannot serve the budget are marked, and only those.
+    for r in choose["rows"]:
+        marked = f"| {r['clip']} | {r['capacity']:,} | **no: R x N < T** |" in md
+        assert marked == (r["clip"] * n < total), r["clip"]
+    assert any(r["clip"] * n < total for r in choose["rows"])  # the case is exercised
 
 
 def _bad_schedule(workdir, tmp_path):

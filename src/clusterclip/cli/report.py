@@ -66,8 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--windows", type=int, default=50,
                    help="time windows for the mixture-over-training series (default: 50)")
-    p.add_argument("--target-repetition", type=int, default=4,
-                   help="choose-R: most passes allowed over a tail document (default: 4)")
+    p.add_argument("--tail-floor", type=float, default=0.5,
+                   help="a schedule starves the tail when the smallest 25%% of clusters get "
+                        "less than this times their corpus share of the last 20%% of training; "
+                        "the recommended R is the smallest R that does not (default: 0.5)")
     p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     summary = build_report(
         root, schedule=schedule, label_field=args.label_field, strategies=args.strategies,
         num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
-        windows=args.windows, target_repetition=args.target_repetition,
+        windows=args.windows, tail_floor=args.tail_floor,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty(),
         overwrite=args.overwrite)
     out = Path(args.out) if args.out else root / "report"

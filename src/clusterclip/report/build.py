@@ -18,13 +18,14 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import load_npy
 from clusterclip.labels import check_labels
-from clusterclip.report.clip import DEFAULT_TARGET_REPETITION, choose_clip, default_clips
+from clusterclip.report.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.metrics import cluster_label_agreement
 from clusterclip.report.stats import (
     ScheduleStats,
     character_shares,
     cluster_sizes,
+    quartile_shares_per_tenth,
     schedule_summary,
     size_profile,
     tail_starvation,
@@ -244,7 +245,7 @@ def build_report(
     alpha: float = 0.0,
     seed: int = 0,
     windows: int = 50,
-    target_repetition: int = DEFAULT_TARGET_REPETITION,
+    tail_floor: float = DEFAULT_TAIL_FLOOR,
     clips: Sequence[int] | None = None,
     out: str | os.PathLike[str] | None = None,
     progress: bool = False,
@@ -258,7 +259,10 @@ def build_report(
     given (default: ``min(3, clip)`` epochs of the eligible documents, which
     fits the ClusterClip capacity); ``clip``/``alpha``/``seed``: sampler
     parameters; ``windows``: time windows for the mixture series;
-    ``target_repetition`` and ``clips``: the choose-R analysis; ``out``: the
+    ``tail_floor``: a schedule starves the tail when the smallest quartile of
+    clusters gets less than ``tail_floor`` x its corpus share of the last 20%
+    of the schedule (the late-training sentence and the recommended R);
+    ``clips``: the values of R to tabulate; ``out``: the
     report directory (default ``W/report``), replaced atomically, and only when
     it is new, empty or an earlier report (or with ``overwrite``; never the work
     directory, an input, or a folder holding them).
@@ -284,9 +288,10 @@ def build_report(
     own = target.resolve() == (root / "report").resolve()
     in_w = schedule is not None and Path(schedule).resolve() == (root / "schedule.npy").resolve()
     key = {"schedule": None if schedule is None else str(Path(schedule).resolve()),
-           "label_field": label_field, "strategies": None if strategies is None
-           else list(strategies), "num_samples": num_samples, "clip": clip, "alpha": alpha,
-           "seed": seed, "windows": windows, "target_repetition": target_repetition,
+           "label_field": label_field,
+           "strategies": list(DEFAULT_STRATEGIES if strategies is None else strategies),
+           "num_samples": num_samples, "clip": clip, "alpha": alpha,
+           "seed": seed, "windows": windows, "tail_floor": tail_floor,
            "clips": None if clips is None else [int(c) for c in clips],
            "out": str(target.resolve())}
     built: dict[str, Any] = {}
@@ -295,7 +300,7 @@ def build_report(
         built.update(_build_report(
             root, schedule=schedule, label_field=label_field, strategies=strategies,
             num_samples=num_samples, clip=clip, alpha=alpha, seed=seed, windows=windows,
-            target_repetition=target_repetition, clips=clips, target=target,
+            tail_floor=tail_floor, clips=clips, target=target,
             progress=progress, overwrite=overwrite))
         return {"out": str(target)}
 
@@ -324,7 +329,7 @@ def _build_report(
     alpha: float,
     seed: int,
     windows: int,
-    target_repetition: int,
+    tail_floor: float,
     clips: Sequence[int] | None,
     target: Path,
     progress: bool,
@@ -337,8 +342,8 @@ def _build_report(
         raise InputError(f"--clip must be >= 1, got {clip}")
     if windows < 1:
         raise InputError(f"--windows must be >= 1, got {windows}")
-    if target_repetition < 1:
-        raise InputError(f"--target-repetition must be >= 1, got {target_repetition}")
+    if not (tail_floor >= 0 and math.isfinite(tail_floor)):
+        raise InputError(f"--tail-floor must be a number >= 0, got {tail_floor}")
     strategies = list(DEFAULT_STRATEGIES if strategies is None else strategies)
     for s in strategies:
         if s not in STRATEGIES:
@@ -428,13 +433,15 @@ def _build_report(
     def measure(r: int) -> dict[str, Any]:
         st = ScheduleStats(labels, k, total, 1)
         st.consume(_sampler(labels, "clusterclip", total, r, alpha, seed).blocks(block))
+        q = quartile_shares_per_tenth(st.tenth_counts, st.tenth_edges, tail, head)
         return {"measured_tail_max_repetition": int(st.doc_counts[tail_docs].max()),
-                "measured_tail_share": float(st.cluster_counts[tail].sum() / total)}
+                "measured_tail_share": float(st.cluster_counts[tail].sum() / total),
+                "measured_tail_share_late": q["tail_quartile_share_late"]}
 
     grid = default_clips(math.ceil(total / n_eligible)) if clips is None else clips
     clip_grid = sorted({int(r) for r in grid if int(r) >= 1} | {clip})
     cheap = total * len(clip_grid) <= MEASURE_SAMPLE_LIMIT
-    choose = choose_clip(labels, total, alpha=alpha, target_repetition=target_repetition,
+    choose = choose_clip(labels, total, alpha=alpha, tail_floor=tail_floor,
                          clips=clip_grid, measure=measure if cheap else None)
     if not cheap:
         notes.append(f"choose-R: measured columns skipped (T x {len(clip_grid)} values of R "
@@ -454,7 +461,8 @@ def _build_report(
         "corpus_char_shares": None if text_lengths is None else _corpus_char_shares(
             labels, text_lengths, tail, head),
         "schedules": schedules,
-        "tail_starvation": tail_starvation(schedules, float(sizes[tail].sum() / n_eligible)),
+        "tail_starvation": tail_starvation(schedules, float(sizes[tail].sum() / n_eligible),
+                                           tail_floor),
         "choose_clip": choose,
         "label_agreement": agreement,
         "examples": _examples(root, labels, sizes, corpus, majority),

@@ -18,13 +18,17 @@ draws from a cluster of ``n`` documents repeat its most repeated document
 schedule; :func:`choose_clip` can add measured columns from the real sampler
 where T is small enough to generate.
 
-The recommended R is the largest R that (a) fits the budget (``R * N >= T``)
-and (b) keeps every tail cluster (the smallest 25% by size) at or under
-``target_repetition`` passes. Larger R keeps the mixture balanced for longer,
-so the largest admissible R is the most balanced schedule the repetition limit
-allows. A default target of 4 follows the data-constrained scaling result
-(Muennighoff et al., 2023) that up to about four passes over the same data
-cost little compared with fresh data.
+The recommended R is the smallest R that (a) fits the budget (``R * N >= T``)
+and (b) does not starve the tail: in the expected course, the smallest 25% of
+clusters by size still get at least ``tail_floor`` times their share of the
+corpus (what plain shuffling gives them) of the last 20% of the schedule.
+ClusterClip retires small clusters first, so a small R ends training on the
+large clusters only; each step up in R keeps them in the pool longer but also
+repeats their documents more. The smallest R that keeps the tail fed to the end
+is the least repetition that does not starve it. (A clip of R caps every
+document at R passes by construction, so the repetition cap alone cannot choose
+R.) When no R in the table does, there is no recommendation and the reason says
+so.
 """
 
 from __future__ import annotations
@@ -35,7 +39,10 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_TARGET_REPETITION = 4
+# A schedule starves the tail when the smallest quartile of clusters gets less than this
+# fraction of its corpus share (what plain shuffling gives it) late in training.
+DEFAULT_TAIL_FLOOR = 0.5
+LATE_TENTHS = 2  # "late in training": the last 2 tenths (20%) of the schedule
 DEFAULT_CLIPS = tuple(range(1, 17))
 
 
@@ -114,6 +121,12 @@ def _max_repetition(draws: np.ndarray, sizes: np.ndarray) -> int:
     return int(np.max(np.ceil(draws / sizes - 1e-9)))
 
 
+def late_start(num_samples: int) -> int:
+    """First position of the last 20% of a schedule of T samples (the tenths' edge 8T // 10)."""
+    parts = min(10, int(num_samples))
+    return (parts - min(LATE_TENTHS, parts)) * int(num_samples) // parts
+
+
 def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0,
              weights: np.ndarray | None = None) -> dict[str, Any]:
     """One row of the choose-R table for clip ``clip`` (expected values).
@@ -123,7 +136,8 @@ def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0,
     over the most repeated document of the smallest 25% of clusters),
     tail_mean_repetition (tail samples / tail documents), tail_share and
     head_share (share of the schedule from the smallest / largest 25% of
-    clusters), max_repetition (over all clusters).
+    clusters), tail_share_late (the smallest 25%'s share of the last 20% of the
+    schedule, positions :func:`late_start` to T), max_repetition (over all clusters).
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     total = int(sizes.sum())
@@ -133,6 +147,9 @@ def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0,
     tail, head = quartile_clusters(sizes)
     clipped = np.isfinite(clip_pos)
     live = sizes > 0
+    start = min(late_start(num_samples), budget)
+    before, _ = expected_draws(sizes, clip, start, alpha, weights)
+    late_len = budget - start
     return {
         "clip": int(clip),
         "capacity": capacity,
@@ -144,6 +161,8 @@ def clip_row(sizes: np.ndarray, clip: int, num_samples: int, alpha: float = 0.0,
         "tail_mean_repetition": float(draws[tail].sum() / sizes[tail].sum()),
         "tail_share": float(draws[tail].sum() / budget) if budget else 0.0,
         "head_share": float(draws[head].sum() / budget) if budget else 0.0,
+        "tail_share_late": float((draws[tail].sum() - before[tail].sum()) / late_len)
+        if late_len > 0 else 0.0,
         "max_repetition": _max_repetition(draws[live], sizes[live].astype(np.float64)),
     }
 
@@ -153,7 +172,7 @@ def choose_clip(
     num_samples: int,
     *,
     alpha: float = 0.0,
-    target_repetition: int = DEFAULT_TARGET_REPETITION,
+    tail_floor: float = DEFAULT_TAIL_FLOOR,
     clips: Sequence[int] | None = None,
     measure: Callable[[int], dict[str, Any]] | None = None,
     cluster_weights: np.ndarray | None = None,
@@ -161,22 +180,27 @@ def choose_clip(
     """Table of R -> consequences at budget T, and the recommended R.
 
     ``labels`` int[N] cluster id per document (-1 excluded); ``num_samples`` T.
-    ``measure``, if given, is called with each R and returns measured values
-    from a real schedule (e.g. ``{"measured_tail_max_repetition": ...}``) that
-    are merged into that row. ``clips`` defaults to :func:`default_clips`.
+    ``tail_floor``: the recommendation keeps the smallest quartile's expected
+    share of the last 20% of the schedule at or above ``tail_floor`` x its
+    share of the corpus (see the module docstring).
+    ``measure``, if given, is called with each R that fits the budget and returns
+    measured values from a real schedule (e.g. ``{"measured_tail_share": ...}``)
+    that are merged into that row. ``clips`` defaults to :func:`default_clips`.
     ``cluster_weights`` (float[K]) replaces ``n_k ** alpha`` as in the sampler.
 
-    Returns a JSON-serialisable dict: budget, alpha, target_repetition,
-    eligible_documents, clusters, tail_clusters, min_feasible_clip, rows (one per
-    R, see :func:`clip_row`), recommended_clip (None if no R in ``clips`` fits
-    the budget), clip_inactive_from (the smallest R in ``clips`` at which no
-    cluster is clipped within the budget, i.e. larger R change nothing), and
-    reason (one sentence for the report).
+    Returns a JSON-serialisable dict: budget, alpha, tail_floor,
+    corpus_tail_share, late_threshold (tail_floor x corpus_tail_share),
+    late_start, eligible_documents, clusters, tail_clusters, tail_documents,
+    min_feasible_clip, rows (one per R, see :func:`clip_row`; rows whose R x N
+    < T have ``feasible`` false), recommended_clip (None if no R in ``clips``
+    fits the rule), clip_inactive_from (the smallest R in ``clips`` at which no
+    cluster is clipped within the budget, i.e. larger R change nothing), rule
+    and reason (sentences for the report).
     """
     if num_samples <= 0:
         raise ValueError(f"num_samples must be positive, got {num_samples}")
-    if target_repetition < 1:
-        raise ValueError(f"target_repetition must be >= 1, got {target_repetition}")
+    if not (tail_floor >= 0 and math.isfinite(tail_floor)):
+        raise ValueError(f"tail_floor must be a number >= 0, got {tail_floor}")
     labels = np.asarray(labels)
     eligible = labels[labels >= 0]
     sizes = np.bincount(eligible) if eligible.size else np.zeros(0, np.int64)
@@ -196,6 +220,8 @@ def choose_clip(
     if not clips:
         raise ValueError("no clip value >= 1 to consider")
     tail, _ = quartile_clusters(sizes)
+    corpus_tail = float(sizes[tail].sum() / n_docs)
+    threshold = tail_floor * corpus_tail
     rows = []
     for r in clips:
         row = clip_row(sizes, r, num_samples, alpha, cluster_weights)
@@ -203,24 +229,34 @@ def choose_clip(
             row.update(measure(r))
         rows.append(row)
     feasible = [row for row in rows if row["feasible"]]
-    ok = [row for row in feasible if row["tail_max_repetition"] <= target_repetition]
+    ok = [row for row in feasible if row["tail_share_late"] >= threshold]
     inactive = [row["clip"] for row in rows if row["clusters_clipped"] == 0]
     clip_inactive_from = min(inactive) if inactive else None
+    late_pct = 10 * LATE_TENTHS
+    rule = (f"the smallest R with R x N >= T whose smallest quartile of clusters still gets at "
+            f"least {tail_floor:g} x its corpus share ({tail_floor:g} x {100 * corpus_tail:.1f}% "
+            f"= {100 * threshold:.1f}%) of the last {late_pct}% of the schedule, in "
+            f"ClusterClip's expected course")
     if ok:
-        best = max(row["clip"] for row in ok)
-        if clip_inactive_from is not None and best >= clip_inactive_from:
-            best = clip_inactive_from
-            reason = (f"From R={best} on no cluster is expected to be clipped within the "
-                      f"budget, and the tail stays at or under {target_repetition} passes: any "
-                      f"R >= {best} behaves like no clip.")
-        else:
-            reason = (f"R={best} is the largest R that fits the budget and keeps every tail "
-                      f"cluster at or under {target_repetition} passes.")
+        best = min(row["clip"] for row in ok)
+        row = next(r for r in ok if r["clip"] == best)
+        reason = (f"R={best}: the smallest quartile gets {100 * row['tail_share_late']:.1f}% of "
+                  f"the last {late_pct}% of the schedule (floor {100 * threshold:.1f}%), its "
+                  f"documents seen {row['tail_mean_repetition']:.1f} times on average")
+        below = [r for r in feasible if r["clip"] < best]
+        if below:
+            reason += (f"; R={below[-1]['clip']} gives it only "
+                       f"{100 * below[-1]['tail_share_late']:.1f}%")
+        reason += "."
+        if row["clusters_clipped"] == 0:
+            reason += " The clip does not bind at this budget: the schedule is uniform's."
     elif feasible:
-        best = min(row["clip"] for row in feasible)
-        reason = (f"No R keeps the tail at or under {target_repetition} passes at this budget; "
-                  f"R={best} is the smallest R whose capacity fits it (T needs "
-                  f"R >= {min_feasible}).")
+        best = None
+        reason = (f"No R in {clips[0]}..{clips[-1]} keeps the smallest quartile at "
+                  f"{100 * threshold:.1f}% of the last {late_pct}% of the schedule "
+                  f"(best: {100 * max(r['tail_share_late'] for r in feasible):.1f}%); try "
+                  f"larger R (--choose-clip), or the paced strategy, which spreads each "
+                  f"cluster's draws evenly over training.")
     else:
         best = None
         reason = (f"The budget needs R >= {min_feasible}, above every R considered "
@@ -228,7 +264,10 @@ def choose_clip(
     return {
         "budget": int(num_samples),
         "alpha": float(alpha),
-        "target_repetition": int(target_repetition),
+        "tail_floor": float(tail_floor),
+        "corpus_tail_share": corpus_tail,
+        "late_threshold": threshold,
+        "late_start": late_start(num_samples),
         "eligible_documents": n_docs,
         "clusters": int((sizes > 0).sum()),
         "tail_clusters": int(tail.size),
@@ -237,5 +276,6 @@ def choose_clip(
         "rows": rows,
         "recommended_clip": best,
         "clip_inactive_from": clip_inactive_from,
+        "rule": rule,
         "reason": reason,
     }

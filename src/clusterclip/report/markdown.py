@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from clusterclip.report.clip import LATE_TENTHS
 from clusterclip.report.stats import repetition_bins
 
 
@@ -67,6 +68,59 @@ def _tenths_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> lis
         f"**Late in training.** {starve['sentence']}",
         "",
         f"![quartile shares per tenth of training]({figures['mixture']})",
+        "",
+    ]
+
+
+def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str]) -> list[str]:
+    """The choose-R section: the rule, the recommendation and the table."""
+    measured = any("measured_tail_share" in r for r in choose["rows"])
+    late = f"last {10 * LATE_TENTHS}%"
+    header = ["R", "capacity R x N", "serves T?", "first clip at", "clusters clipped by T",
+              "tail passes (mean)", "tail share", f"tail share, {late}", "head share"]
+    if measured:
+        header += ["measured tail share", f"measured tail share, {late}"]
+    rows = []
+    for r in choose["rows"]:
+        if not r["feasible"]:
+            # A clip of R cannot serve the budget: no schedule exists, so no numbers.
+            rows.append([r["clip"], f"{r['capacity']:,}", "**no: R x N < T**"]
+                        + ["-"] * (len(header) - 3))
+            continue
+        mark = " (recommended)" if r["clip"] == choose["recommended_clip"] else ""
+        row = [f"**{r['clip']}**{mark}" if mark else r["clip"], f"{r['capacity']:,}", "yes",
+               f"{r['first_clip_position']:,}" if r["first_clip_position"] is not None
+               else "-",
+               r["clusters_clipped"] if r["clusters_clipped"] else "0 (clip does not bind)",
+               f"{r['tail_mean_repetition']:.2f}", _pct(r["tail_share"]),
+               _pct(r["tail_share_late"]), _pct(r["head_share"])]
+        if measured:
+            row += [_pct(r["measured_tail_share"]) if "measured_tail_share" in r else "-",
+                    _pct(r["measured_tail_share_late"]) if "measured_tail_share_late" in r
+                    else "-"]
+        rows.append(row)
+    best = choose["recommended_clip"]
+    return [
+        "## Choosing the clip R for this budget",
+        "",
+        f"Tail = the smallest 25% of clusters ({choose['tail_clusters']} clusters, "
+        f"{choose['tail_documents']:,} documents, {_pct(choose['corpus_tail_share'])} of the "
+        "corpus). A clip of R repeats no document more than R times by construction, so the "
+        "cap alone cannot choose R. What R changes is how long ClusterClip keeps the small "
+        "clusters in the pool: a small R retires them early and ends training on the large "
+        "clusters; a larger R keeps them but repeats their documents more.",
+        "",
+        f"**Rule:** the recommended R is {choose['rule']}. Expected values follow the "
+        "sampler's mean course (every cluster in the pool drawn at its average rate; instant "
+        "for any T)" + ("; the measured columns come from real ClusterClip schedules at the "
+                        "same budget and seed." if measured else "."),
+        "",
+        (f"**Recommended R = {best}.** " if best is not None else "**No recommended R.** ")
+        + choose["reason"],
+        "",
+        *_table(header, rows),
+        "",
+        f"![choosing R]({figures['choose_clip']})",
         "",
     ]
 
@@ -170,39 +224,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
             lines.append("")
     choose = summary.get("choose_clip")
     if choose:
-        measured = any("measured_tail_max_repetition" in r for r in choose["rows"])
-        header = ["R", "capacity", "fits T", "first clip at", "clusters clipped by T",
-                  "tail max repetition", "tail mean repetition", "tail share", "head share"]
-        if measured:
-            header += ["measured tail max rep.", "measured tail share"]
-        rows = []
-        for r in choose["rows"]:
-            row = [r["clip"], f"{r['capacity']:,}", "yes" if r["feasible"] else "no",
-                   f"{r['first_clip_position']:,}" if r["first_clip_position"] is not None
-                   else "-", r["clusters_clipped"], r["tail_max_repetition"],
-                   f"{r['tail_mean_repetition']:.2f}", _pct(r["tail_share"]),
-                   _pct(r["head_share"])]
-            if measured:
-                row += [r.get("measured_tail_max_repetition", "-"),
-                        _pct(r["measured_tail_share"]) if "measured_tail_share" in r else "-"]
-            rows.append(row)
-        lines += [
-            "## Choosing the clip R for this budget",
-            "",
-            f"Tail = the smallest 25% of clusters ({choose['tail_clusters']} clusters, "
-            f"{choose['tail_documents']:,} documents). Target: no tail document more than "
-            f"{choose['target_repetition']} times. Expected values follow the sampler's mean "
-            "course (every cluster in the pool drawn at its average rate; instant for any T)"
-            + ("; the measured columns come from real schedules at the same budget and seed."
-               if measured else "."),
-            "",
-            f"**Recommended R = {choose['recommended_clip']}.** {choose['reason']}",
-            "",
-            *_table(header, rows),
-            "",
-            f"![choosing R]({figures['choose_clip']})",
-            "",
-        ]
+        lines += _choose_lines(choose, figures)
     if summary.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
     return "\n".join(lines)

@@ -216,41 +216,50 @@ def _percent_formatter():
 
 
 def plot_choose_clip(analysis: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """Tail repetition and tail share against R, with the target and the chosen R."""
+    """The smallest quartile's share (whole schedule and its last 20%) against R.
+
+    Rows whose R cannot serve the budget are shaded and left without points;
+    the floor of the recommendation rule and the recommended R are drawn.
+    """
     plt = _pyplot()
     rows = analysis["rows"]
     r = np.array([row["clip"] for row in rows])
-    rep = np.array([row["tail_max_repetition"] for row in rows])
-    share = np.array([row["tail_share"] for row in rows])
     feasible = np.array([row["feasible"] for row in rows])
+    ok = [row for row in rows if row["feasible"]]
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    ax.plot(r, rep, marker="o", color="tab:red", label="tail max repetition (expected)")
-    if any("measured_tail_max_repetition" in row for row in rows):
-        mr = [(row["clip"], row["measured_tail_max_repetition"]) for row in rows
-              if "measured_tail_max_repetition" in row]
-        ax.plot(*zip(*mr, strict=True), marker="x", ls="none", color="black", ms=7,
-                label="tail max repetition (measured)")
-    ax.axhline(analysis["target_repetition"], color="tab:red", ls=":", lw=1,
-               label=f"target repetition ({analysis['target_repetition']})")
+    if ok:
+        rf = [row["clip"] for row in ok]
+        ax.plot(rf, [row["tail_share"] for row in ok], marker="s", color="tab:blue",
+                label="whole schedule (expected)")
+        ax.plot(rf, [row["tail_share_late"] for row in ok], marker="o", color="tab:green",
+                label="last 20% of the schedule (expected)")
+        measured = [(row["clip"], row["measured_tail_share_late"]) for row in ok
+                    if "measured_tail_share_late" in row]
+        if measured:
+            ax.plot(*zip(*measured, strict=True), marker="x", ls="none", color="black", ms=7,
+                    label="last 20% (measured)")
+    ax.axhline(analysis["corpus_tail_share"], color="gray", ls="--", lw=1,
+               label=f"corpus share ({analysis['corpus_tail_share']:.1%})")
+    ax.axhline(analysis["late_threshold"], color="tab:red", ls=":", lw=1.2,
+               label=f"floor: {analysis['tail_floor']:g} x corpus share "
+                     f"({analysis['late_threshold']:.1%})")
     if (~feasible).any():
         ax.axvspan(r.min() - 0.5, r[~feasible].max() + 0.5, color="gray", alpha=0.15,
-                   label="over capacity (R x N < T)")
+                   label="cannot serve T (R x N < T)")
     best = analysis["recommended_clip"]
     if best is not None:
-        ax.axvline(best, color="tab:green", lw=2, alpha=0.6, label=f"recommended R = {best}")
-    ax.set_xlabel("clip R (maximum passes over any document)")
-    ax.set_ylabel("passes over the most repeated tail document")
-    ax.set_xticks(r)
-    ax2 = ax.twinx()
-    ax2.plot(r, share, marker="s", color="tab:blue", label="tail share of the schedule")
-    ax2.set_ylabel("share of samples from the smallest 25% of clusters", color="tab:blue")
-    ax2.set_ylim(0, max(0.05, share.max() * 1.15))
-    ax2.grid(False)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
+        ax.axvline(best, color="tab:green", lw=2, alpha=0.5, label=f"recommended R = {best}")
+    top = max([analysis["corpus_tail_share"]] + [max(row["tail_share"], row["tail_share_late"])
+                                                 for row in ok])
+    ax.set_ylim(0, top * 1.15 + 0.01)
+    ax.set_xlim(r.min() - 0.5, r.max() + 0.5)
+    ax.yaxis.set_major_formatter(_percent_formatter())
+    ax.set_xlabel("clip R (ClusterClip retires a cluster after R passes)")
+    ax.set_ylabel("share of samples from the smallest 25% of clusters")
+    ax.set_xticks(r if r.size <= 24 else r[:: -(-r.size // 24)])
     # Below the axes: inside, the legend would hide the curves it explains.
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13),
-              ncol=2, frameon=False)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+              frameon=False)
     ax.set_title(f"Choosing R for T = {analysis['budget']:,} samples "
                  f"({analysis['budget'] / analysis['eligible_documents']:.2g} epochs)")
-    _save(fig, path, dict(left=0.10, right=0.88, bottom=0.25, top=0.93))
+    _save(fig, path, dict(left=0.12, right=0.97, bottom=0.27, top=0.93))

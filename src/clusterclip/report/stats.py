@@ -14,13 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.report.clip import quartile_clusters
+from clusterclip.report.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
+from clusterclip.report.clip import LATE_TENTHS, late_start, quartile_clusters
 
 TENTHS = 10  # the quartile-share table splits training time into tenths
-LATE_TENTHS = 2  # "late in training": the last 2 tenths (20%) of the schedule
-# A schedule starves the tail when the smallest quartile of clusters gets less than this
-# fraction of its corpus share (what plain shuffling gives it) late in training.
-STARVE_FRACTION = 0.5
 
 
 def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
@@ -278,6 +275,7 @@ def quartile_shares_per_tenth(tenth_counts: np.ndarray, tenth_edges: np.ndarray,
     """
     lengths = np.diff(tenth_edges)
     late = slice(max(0, lengths.size - LATE_TENTHS), None)
+    assert tenth_edges[late.start] == late_start(int(tenth_edges[-1]))
     late_len = np.array([lengths[late].sum()])
     late_counts = tenth_counts[late].sum(axis=0, keepdims=True)
     return {
