@@ -328,3 +328,35 @@ def test_failed_run_keeps_the_previous_report(workdir, tmp_path, capsys):
     assert rc == 2
     assert [p.name for p in out.iterdir()] == ["summary.json"]
     assert (out / "summary.json").read_text(encoding="utf-8") == "{}\n"
+
+
+def test_report_links_the_experiment_iff_its_results_exist(workdir, tmp_path):
+    import shutil
+
+    wd = tmp_path / "wd"
+    shutil.copytree(workdir, wd)
+    link = re.compile(r"\[results\.md\]\(([^)]+)\)")
+
+    def report_md(out):
+        build_report(wd, num_samples=600, out=out)
+        return (out / "report.md").read_text(encoding="utf-8")
+
+    md = report_md(wd / "report")
+    assert not link.search(md)
+    assert f"`clusterclip experiment --workdir {wd}" in md
+    (wd / "experiment").mkdir()
+    md = report_md(wd / "report")
+    assert not link.search(md)  # a directory without results.md is not an experiment
+    (wd / "experiment" / "results.md").write_text("# results\n", encoding="utf-8")
+    for out in (wd / "report", tmp_path / "elsewhere" / "rep"):
+        md = report_md(out)
+        targets = link.findall(md)
+        assert targets and all(not Path(t).is_absolute() for t in targets)
+        assert all((out / t).resolve() == (wd / "experiment" / "results.md").resolve()
+                   for t in targets)
+        assert "No experiment in this work directory" not in md
+        assert _summary(out)["experiment"]["results_md"] == targets[0]
+    assert link.findall(report_md(wd / "report"))[0] == "../experiment/results.md"
+    # The conclusion closes the report with the computed late-training sentence.
+    conclusion = md.split("## Conclusion", 1)[1]
+    assert _summary(out)["tail_starvation"]["sentence"] in conclusion

@@ -144,12 +144,6 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     step("sample")
     grp = group_workdir(w, out / "grouped")
     step("group")
-    # The report regenerates the ClusterClip schedule (identical to W/schedule.npy: same
-    # labels, budget and seed) next to the baselines, so each curve carries its strategy name.
-    rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
-                       strategies=("clusterclip", "uniform", "random"), clip=args.clip,
-                       seed=args.seed, out=out / "report")
-    step("report")
     exp = None
     if args.experiment != "none":
         from clusterclip.experiment import run_experiment
@@ -157,6 +151,13 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         exp = run_experiment(w.root, quick=args.experiment == "quick", clip=args.clip,
                              device=args.device)
         step("experiment")
+    # After the experiment, so that report.md links its results. The report regenerates the
+    # ClusterClip schedule (identical to W/schedule.npy: same labels, budget and seed) next to
+    # the baselines, so each curve carries its strategy name.
+    rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
+                       strategies=("clusterclip", "uniform", "random"), clip=args.clip,
+                       seed=args.seed, out=out / "report")
+    step("report")
     _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,
             "experiment": exp}

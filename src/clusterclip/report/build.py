@@ -234,6 +234,20 @@ def _corpus_char_shares(labels: np.ndarray, text_lengths: np.ndarray, tail: np.n
             "head_quartile_char_share": float(chars[head].sum() / total)}
 
 
+def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
+    """Where the experiment's results are, relative to the report directory, or how to run it.
+
+    ``results_md`` is the relative path (POSIX separators) from ``report_dir`` to
+    ``W/experiment/results.md`` when that file exists, else None; ``command``
+    is the command that writes it.
+    """
+    results = root / "experiment" / "results.md"
+    rel = None
+    if results.is_file():
+        rel = Path(os.path.relpath(results.resolve(), report_dir.resolve())).as_posix()
+    return {"results_md": rel, "command": f"clusterclip experiment --workdir {root}"}
+
+
 def build_report(
     workdir: str | os.PathLike[str],
     *,
@@ -293,7 +307,9 @@ def build_report(
            "num_samples": num_samples, "clip": clip, "alpha": alpha,
            "seed": seed, "windows": windows, "tail_floor": tail_floor,
            "clips": None if clips is None else [int(c) for c in clips],
-           "out": str(target.resolve())}
+           "out": str(target.resolve()),
+           # report.md links the experiment's results once they exist.
+           "experiment_link": experiment_link(root, target)}
     built: dict[str, Any] = {}
 
     def work(run: Any) -> dict[str, Any]:
@@ -469,6 +485,7 @@ def _build_report(
         "notes": notes,
         "figures": dict(FIGURES),
     }
+    summary["experiment"] = experiment_link(root, target)
     summary = _round_floats(_jsonable(summary))
 
     with atomic_output_dir(target, "report", overwrite=overwrite) as tmp:

@@ -125,6 +125,34 @@ def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str]) -> list
     ]
 
 
+def _experiment_line(summary: Mapping[str, Any]) -> str:
+    exp = summary.get("experiment") or {}
+    if exp.get("results_md"):
+        return (f"Whether balancing helps a model on this corpus: see the experiment, "
+                f"[results.md]({exp['results_md']}) (held-out loss of a small LM trained on "
+                "each strategy's schedule).")
+    if exp.get("command"):
+        return ("No experiment in this work directory yet. To see whether balancing helps a "
+                f"model on this corpus, run `{exp['command']}` (add `--quick` for a short "
+                "one): it trains a small LM on each strategy's schedule and writes "
+                "`experiment/results.md`, which this report links once it exists.")
+    return ""
+
+
+def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The closing section: computed from the numbers above."""
+    out = ["## Conclusion", "", f"- {summary['tail_starvation']['sentence']}"]
+    choose = summary.get("choose_clip")
+    if choose:
+        best = choose["recommended_clip"]
+        out.append(f"- {'Recommended R = ' + str(best) if best is not None else 'No R'} for "
+                   f"T = {choose['budget']:,}: {choose['reason']}")
+    line = _experiment_line(summary)
+    if line:
+        out.append(f"- {line}")
+    return out + [""]
+
+
 def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> str:
     """Markdown text of the report; ``figures`` maps figure keys to file names."""
     p = summary["clusters"]
@@ -136,6 +164,8 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         f"{p['clusters']:,} non-empty clusters ({p['empty_clusters']} empty). "
         f"Budget T = {summary['num_samples']:,} samples "
         f"({summary['num_samples'] / max(1, summary['eligible_documents']):.2f} epochs).",
+        "",
+        _experiment_line(summary),
         "",
         "## Clusters",
         "",
@@ -225,6 +255,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
     choose = summary.get("choose_clip")
     if choose:
         lines += _choose_lines(choose, figures)
+    lines += _conclusion_lines(summary)
     if summary.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
     return "\n".join(lines)
