@@ -195,6 +195,8 @@ def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):
     assert rc == 0
     assert str(wd / "report" / "report.md") in stdout and "recommended R" in stdout
     summary = _summary(wd / "report")
+    assert f"late training: {summary['tail_starvation']['sentence']}" in stdout
+    assert summary["tail_starvation"]["sentence"].startswith("schedule.npy: ")  # clip 2 starves
     assert list(summary["schedules"]) == ["schedule"]
     s = summary["schedules"]["schedule"]
     assert s["samples"] == total and s["source"] == "schedule.npy" and s["pool_clip"] == clip

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
               f"{s['tail_quartile_share']:>10.1%}{s['head_quartile_share']:>10.1%}")
     print(f"corpus: tail 25% = {summary['corpus_tail_share']:.1%}, "
           f"head 25% = {summary['corpus_head_share']:.1%}")
+    print(f"late training: {summary['tail_starvation']['sentence']}")
     agreement = summary.get("label_agreement")
     if agreement:
         print(f"vs {agreement['field']}: NMI {agreement['nmi']:.3f}, ARI {agreement['ari']:.3f}, "

@@ -8,6 +8,16 @@ from typing import Any
 from clusterclip.report.clip import LATE_TENTHS
 from clusterclip.report.stats import repetition_bins
 
+# One line per sampler strategy, for the strategies a report shows.
+STRATEGY_TEXT = {
+    "random": "is plain multi-epoch shuffling",
+    "uniform": "draws a cluster uniformly, then the next document of that cluster's pass",
+    "temperature": "draws cluster k with probability proportional to n_k ** alpha",
+    "clusterclip": "draws clusters as uniform does and retires a cluster after R passes",
+    "paced": "gives each cluster ClusterClip's expected total (at most R passes) and spreads "
+             "its draws evenly over the whole schedule",
+}
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -72,8 +82,19 @@ def _tenths_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> lis
     ]
 
 
-def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str]) -> list[str]:
+def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str],
+                  sched: Mapping[str, Any]) -> list[str]:
     """The choose-R section: the rule, the recommendation and the table."""
+    clipped = {name: s for name, s in sched.items() if "clip" in s.get("parameters", {})}
+    at_clip = []
+    if clipped:
+        clip = next(iter(clipped.values()))["parameters"]["clip"]
+        at_clip = [
+            f"At the clip used above (R = {clip}) the smallest quartile gets "
+            + ", ".join(f"{_pct(s['tail_quartile_share_late'])} of the last {10 * LATE_TENTHS}%"
+                        f" with `{name}`" for name, s in clipped.items())
+            + " (measured; the table models `clusterclip`'s greedy course).",
+            ""]
     measured = any("measured_tail_share" in r for r in choose["rows"])
     late = f"last {10 * LATE_TENTHS}%"
     header = ["R", "capacity R x N", "serves T?", "first clip at", "clusters clipped by T",
@@ -118,6 +139,7 @@ def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str]) -> list
         (f"**Recommended R = {best}.** " if best is not None else "**No recommended R.** ")
         + choose["reason"],
         "",
+        *at_clip,
         *_table(header, rows),
         "",
         f"![choosing R]({figures['choose_clip']})",
@@ -145,7 +167,7 @@ def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
     choose = summary.get("choose_clip")
     if choose:
         best = choose["recommended_clip"]
-        out.append(f"- {'Recommended R = ' + str(best) if best is not None else 'No R'} for "
+        out.append(f"- {'Recommended' if best is not None else 'No recommended'} R for "
                    f"T = {choose['budget']:,}: {choose['reason']}")
     line = _experiment_line(summary)
     if line:
@@ -212,8 +234,8 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
     lines += [
         "## Schedules",
         "",
-        "Each schedule below has the same budget T. `random` is plain multi-epoch shuffling; "
-        "`clusterclip` draws clusters uniformly and retires a cluster after R passes.",
+        "Each schedule below has the same budget T. " + " ".join(
+            f"`{name}` {STRATEGY_TEXT[name]}." for name in sched if name in STRATEGY_TEXT),
         "",
         *_table(
             ["schedule", "max repetition", "documents seen", "smallest 25% share",
@@ -254,7 +276,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
             lines.append("")
     choose = summary.get("choose_clip")
     if choose:
-        lines += _choose_lines(choose, figures)
+        lines += _choose_lines(choose, figures, sched)
     lines += _conclusion_lines(summary)
     if summary.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]

@@ -297,11 +297,14 @@ def tail_starvation(schedules: dict[str, dict[str, Any]], corpus_tail_share: flo
     ``schedules`` name -> summary with ``tail_quartile_share_late`` (see
     :func:`quartile_shares_per_tenth`). A schedule starves the tail when that
     share is strictly below ``fraction * corpus_tail_share``. Returns threshold,
-    fraction, starving (names, in order), fed (the others), and sentence: one
+    fraction, starving (names, in order; a schedule with a ``source`` is named by
+    it), fed (the others), and sentence: one
     plain sentence for the report, computed from these numbers.
     """
     threshold = fraction * corpus_tail_share
-    late = {name: s["tail_quartile_share_late"] for name, s in schedules.items()}
+    # A given schedule file is named by its file (e.g. schedule.npy), a generated one by its
+    # strategy.
+    late = {s.get("source", name): s["tail_quartile_share_late"] for name, s in schedules.items()}
     starving = [name for name, v in late.items() if v < threshold]
     fed = [name for name in late if name not in starving]
     rule = (f"a schedule starves the tail when this share is under {fraction:g} x the "
