@@ -117,7 +117,9 @@ def test_report_files_are_valid(full_report):
     for name in summary["schedules"]:
         assert table[f"{name}_share"].sum() == pytest.approx(1.0, abs=1e-4)
     assert table["corpus_share"].sum() == pytest.approx(1.0, abs=1e-4)
-    assert list(summary["schedules"]) == ["clusterclip", "random"]
+    from clusterclip.report.build import DEFAULT_STRATEGIES
+
+    assert list(summary["schedules"]) == list(DEFAULT_STRATEGIES)
     assert not list(out.parent.glob(".rep.*"))  # no temporary left behind
 
 
@@ -127,14 +129,21 @@ def test_generated_schedules_agree_with_the_sampler(workdir, tmp_path):
     from clusterclip.corpus import Corpus
 
     text_lengths = np.asarray(Corpus.load(workdir / "corpus").text_lengths, dtype=np.int64)
-    summary = build_report(workdir, clip=3, seed=5, windows=20, out=tmp_path / "r")
+    from clusterclip.sampling.sampler import STRATEGIES
+
+    # Every strategy the sampler has (the report is generic over them).
+    summary = build_report(workdir, clip=3, seed=5, windows=20, out=tmp_path / "r",
+                           strategies=STRATEGIES)
+    assert list(summary["schedules"]) == list(STRATEGIES)
     total = 3 * int(eligible.sum())  # default budget: min(3, R) epochs
     assert summary["num_samples"] == total
     sizes = np.bincount(labels[eligible])
     tail, head = quartile_clusters(sizes)
     for strategy, s in summary["schedules"].items():
-        sched, _ = _sampler_schedule(labels, strategy, total, clip=3, seed=5)
+        sched, sampler = _sampler_schedule(labels, strategy, total, clip=3, seed=5)
         assert s["samples"] == sched.size == total
+        if sampler.clip is not None:
+            assert s["max_repetition"] <= sampler.clip
         counts = np.bincount(sched, minlength=labels.size)
         assert s["repetition_histogram"] == np.bincount(counts[eligible]).tolist()
         lab = labels[sched]

@@ -53,8 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="corpus field with reference labels: adds NMI, ARI and purity")
     p.add_argument("--strategies", type=_strategies, default=None,
                    help="schedules to generate at the same budget, comma-separated "
-                        "(clusterclip, random, uniform, temperature; 'none' for none; "
-                        "default: clusterclip,random)")
+                        "(clusterclip, paced, random, uniform, temperature; 'none' for none; "
+                        "default: clusterclip,paced,random)")
     p.add_argument("--num-samples", type=int, default=None,
                    help="budget T when no schedule is given (default: min(3, R) epochs)")
     p.add_argument("--clip", type=int, default=None,

@@ -34,7 +34,9 @@ from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
 
 # Strategies whose clusters stop at R passes (the clip binds them; R x N caps the budget).
 CLIPPED = ("clusterclip", "paced")
-DEFAULT_STRATEGIES = ("clusterclip", "random")
+# paced is listed while the sampler gains it (issue 7); the filter keeps the report working
+# on a sampler without it. Once paced is in STRATEGIES, this is the plain tuple.
+DEFAULT_STRATEGIES = tuple(s for s in ("clusterclip", "paced", "random") if s in STRATEGIES)
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
 EXAMPLE_DOCS = 3
@@ -269,7 +271,7 @@ def build_report(
 
     ``schedule``: a schedule ``.npy`` to analyse (its length sets the budget T);
     ``strategies``: schedules to generate at the same T with the sampler
-    (default: clusterclip and random); ``num_samples``: T when no schedule is
+    (default: :data:`DEFAULT_STRATEGIES`); ``num_samples``: T when no schedule is
     given (default: ``min(3, clip)`` epochs of the eligible documents, which
     fits the ClusterClip capacity); ``clip``/``alpha``/``seed``: sampler
     parameters; ``windows``: time windows for the mixture series;
