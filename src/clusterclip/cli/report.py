@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="temperature: cluster weight n_k**alpha (default: 0, uniform)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--windows", type=int, default=50,
-                   help="time windows for the mixture-over-training series (default: 50)")
+                   help="time windows for the per-window series in summary.json (default: 50)")
     p.add_argument("--tail-floor", type=float, default=0.5,
                    help="a schedule starves the tail when the smallest 25%% of clusters get "
                         "less than this times their corpus share of the last 20%% of training; "

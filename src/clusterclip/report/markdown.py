@@ -90,10 +90,11 @@ def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str],
     if clipped:
         clip = next(iter(clipped.values()))["parameters"]["clip"]
         at_clip = [
-            f"At the clip used above (R = {clip}) the smallest quartile gets "
-            + ", ".join(f"{_pct(s['tail_quartile_share_late'])} of the last {10 * LATE_TENTHS}%"
-                        f" with `{name}`" for name, s in clipped.items())
-            + " (measured; the table models `clusterclip`'s greedy course).",
+            f"Measured at this report's R = {clip}, the smallest quartile's share of the last "
+            f"{10 * LATE_TENTHS}% of the schedule: "
+            + ", ".join(f"`{name}` {_pct(s['tail_quartile_share_late'])}"
+                        for name, s in clipped.items())
+            + ". The table below models `clusterclip`'s greedy course.",
             ""]
     measured = any("measured_tail_share" in r for r in choose["rows"])
     late = f"last {10 * LATE_TENTHS}%"
@@ -167,8 +168,8 @@ def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
     choose = summary.get("choose_clip")
     if choose:
         best = choose["recommended_clip"]
-        out.append(f"- {'Recommended' if best is not None else 'No recommended'} R for "
-                   f"T = {choose['budget']:,}: {choose['reason']}")
+        out.append(f"- {'Recommended' if best is not None else 'No recommended'} clip R for "
+                   f"`clusterclip` at T = {choose['budget']:,}: {choose['reason']}")
     line = _experiment_line(summary)
     if line:
         out.append(f"- {line}")

@@ -44,6 +44,9 @@ def _save(fig, path: str | os.PathLike[str], margins: Mapping[str, float]) -> No
     plt.close(fig)
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
 def _color(i: int) -> str:
     return _COLORS[i % len(_COLORS)]
 
@@ -73,7 +76,7 @@ def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
                  f"largest / smallest = {profile['max_size']:,} / {profile['min_size']:,} "
                  f"= {profile['imbalance']:,.0f}x")
     ax.legend(loc="upper right", fontsize=8)
-    _save(fig, path, dict(left=0.10, right=0.98, bottom=0.13, top=0.87))
+    _save(fig, path, dict(left=0.12, right=0.98, bottom=0.13, top=0.87))
 
 
 def _percent_log_ticks(axis, lo: float, hi: float) -> None:
@@ -107,8 +110,10 @@ def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
     for i, (name, share) in enumerate(shares.items()):
         s = share[live]
         ok = s > 0
-        ax.scatter(corpus_share[ok], s[ok], s=14, alpha=0.7, color=_color(i), label=name,
-                   edgecolors="none")
+        # Hollow markers of different shapes: schedules with the same totals (clusterclip,
+        # paced, the given schedule) would otherwise hide each other.
+        ax.scatter(corpus_share[ok], s[ok], s=22, marker=_MARKERS[i % len(_MARKERS)],
+                   facecolors="none", edgecolors=_color(i), linewidths=1.0, label=name)
         if (~ok).any():
             ax.scatter(corpus_share[~ok], np.full((~ok).sum(), lo * 1.1), marker="v", s=16,
                        color=_color(i), alpha=0.7)
