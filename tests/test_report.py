@@ -306,6 +306,7 @@ def _bad_schedule(workdir, tmp_path):
     ("unknown_field", "no document has this field"),
     ("over_capacity", "exceeds the ClusterClip capacity"),
     ("unknown_strategy", "unknown strategy"),
+    ("negative_tail_floor", "--tail-floor must be a number >= 0, got -0.5"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(case, pattern, workdir, tmp_path, capsys):
     if case == "missing_workdir":
@@ -320,6 +321,8 @@ def test_bad_input_exits_2_and_writes_nothing(case, pattern, workdir, tmp_path, 
         args = ["--workdir", workdir, "--label-field", "no_such_field"]
     elif case == "over_capacity":
         args = ["--workdir", workdir, "--num-samples", 10**6, "--clip", 2]
+    elif case == "negative_tail_floor":
+        args = ["--workdir", workdir, "--tail-floor", "-0.5"]
     else:
         args = ["--workdir", workdir, "--strategies", "clusterclip,shuffled"]
     out = tmp_path / "report_out"
