@@ -115,7 +115,6 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     from clusterclip.embedding import embed_workdir
     from clusterclip.grouping import group_workdir
     from clusterclip.report import build_report
-    from clusterclip.report.build import DEFAULT_STRATEGIES
 
     out = Path(args.out)
     w = Workdir(out / "work")
@@ -156,7 +155,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     # ClusterClip schedule (identical to W/schedule.npy: same labels, budget and seed) next to
     # the baselines, so each curve carries its strategy name.
     rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
-                       strategies=(*DEFAULT_STRATEGIES, "uniform"), clip=args.clip,
+                       strategies=("clusterclip", "paced", "uniform", "random"), clip=args.clip,
                        seed=args.seed, out=out / "report")
     step("report")
     _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)

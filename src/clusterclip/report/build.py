@@ -30,13 +30,9 @@ from clusterclip.report.stats import (
     size_profile,
     tail_starvation,
 )
-from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
+from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
 
-# Strategies whose clusters stop at R passes (the clip binds them; R x N caps the budget).
-CLIPPED = ("clusterclip", "paced")
-# paced is listed while the sampler gains it (issue 7); the filter keeps the report working
-# on a sampler without it. Once paced is in STRATEGIES, this is the plain tuple.
-DEFAULT_STRATEGIES = tuple(s for s in ("clusterclip", "paced", "random") if s in STRATEGIES)
+DEFAULT_STRATEGIES = ("clusterclip", "paced", "random")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
 EXAMPLE_DOCS = 3
@@ -383,7 +379,7 @@ def _build_report(
         total = int(num_samples)
     else:
         total = min(DEFAULT_EPOCHS, clip) * n_eligible
-    if any(s in CLIPPED for s in strategies) and total > clip * n_eligible:
+    if any(s in CLIP_STRATEGIES for s in strategies) and total > clip * n_eligible:
         raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = {clip} x "
                          f"{n_eligible} = {clip * n_eligible}; raise --clip or lower the budget")
     if not strategies and sched is None:
@@ -435,7 +431,7 @@ def _build_report(
         sampler = _sampler(labels, strategy, total, clip, alpha, seed)
         st = ScheduleStats(labels, k, total, windows)
         st.consume(_progress(sampler.blocks(block), total, strategy, progress))
-        clipped = strategy in CLIPPED
+        clipped = strategy in CLIP_STRATEGIES
         summary_s = schedule_summary(st, sizes, eligible, clip if clipped else np.inf)
         summary_s["parameters"] = {"strategy": strategy, "seed": seed, **(
             {"clip": clip} if clipped else {}), **(
