@@ -182,11 +182,14 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
     if note:
         print(f"                 {note}")
     if exp:
+        from clusterclip.experiment import verdict_lines
         from clusterclip.experiment.output import format_schedule_table, format_table
 
         print()
-        print(f"LM experiment ({exp_size}): held-out loss, lower is better, "
-              f"mean +- std over seeds")
+        print(f"LM experiment ({exp_size}): {exp['out_dir']}/results.md")
+        print("\n".join(verdict_lines(exp)))
+        print()
+        print("Held-out loss, lower is better, mean +- std over seeds:")
         print(format_table(exp))
         print()
         print("What each strategy fed the model (the clip binds where uniform repeats most):")

@@ -14,9 +14,12 @@ def _strategies(text: str) -> tuple[str, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/)")
+    from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
+    from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, DEFAULT_STRATEGIES, STRATEGIES
+
     p.add_argument("--strategies", type=_strategies, default=None,
-                   help="comma-separated: random, uniform, temperature, clusterclip "
-                        "(default: random,uniform,clusterclip)")
+                   help=f"comma-separated: {', '.join(STRATEGIES)} "
+                        f"(default: {','.join(DEFAULT_STRATEGIES)})")
     p.add_argument("--clip", type=int, default=4,
                    help="ClusterClip's repetition clip R (default 4)")
     p.add_argument("--alpha", type=float, default=0.0,
@@ -34,25 +37,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--tokens", type=int, default=None,
                         help="explicit training budget per run in tokens (instead of --epochs)")
     p.add_argument("--quick", action="store_true",
-                   help="smaller model on the first 63 bytes of each document, 1.5 epochs "
+                   help="the tiny model on the first 63 bytes of each document, 1.5 epochs "
                         "(about a minute on the demo corpus), for tests and the demo")
+    p.add_argument("--model", choices=tuple(MODEL_PRESETS), default=None,
+                   help=f"model size preset (default {DEFAULT_MODEL}; tiny with --quick): "
+                        "tiny 44k parameters window 64, small 0.45M window 128, base 3.2M "
+                        "window 128 (for --device cuda; slow on CPU)")
+    p.add_argument("--max-docs", type=int, default=DEFAULT_MAX_DOCS,
+                   help="use a cluster-stratified subsample of at most this many documents, "
+                        "each cluster keeping its share (default %(default)s, which keeps the "
+                        "default run near 15 minutes on 2 cores; 0 = all)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default 2, at most the CPUs this process may "
-                        "use; on a busy shared machine 1 can be faster)")
+                   help="torch CPU threads (default: 1 for the tiny and small models, which "
+                        "gain little from more and slow down badly on a shared machine; the "
+                        "CPUs this process may use for base)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment
+    from clusterclip.errors import InputError
+    from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment, verdict_lines
     from clusterclip.experiment.output import format_schedule_table, format_table
 
+    if args.max_docs < 0:
+        raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
     results = run_experiment(
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
-        device=args.device, epochs=args.epochs, tokens=args.tokens, threads=args.threads,
-        progress=not args.no_progress)
+        model=args.model, device=args.device, epochs=args.epochs, tokens=args.tokens,
+        max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress)
     d = results["data"]
+    print("\n".join(verdict_lines(results)))
+    print()
     print(f"held-out loss, nats/token, mean ± std over {args.seeds} seed(s); "
           f"{d['budget_tokens']:,} training tokens per run "
           f"({d['epochs_equivalent']:.2f} epochs), {d['valid_docs']} held-out docs "
@@ -60,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(results))
     print()
     print(format_schedule_table(results))
-    print(f"wrote {results['out_dir']}/results.json, results.md and plots "
-          f"in {results['wall_seconds']:.0f} s")
+    reused = results["timing"].get("reused_runs", 0)
+    print(f"wrote {results['out_dir']}/results.md, results.json and plots "
+          f"in {results['wall_seconds']:.0f} s"
+          + (f" ({reused} finished run(s) reused)" if reused else ""))
     return 0

@@ -157,3 +157,39 @@ def matched_train_sample(labels: np.ndarray, held: np.ndarray, seed: int = 0) ->
     if not chosen:
         return np.zeros(0, dtype=np.int64)
     return np.sort(np.concatenate(chosen)).astype(np.int64)
+
+
+def stratified_subsample(labels: np.ndarray, max_docs: int, seed: int = 0) -> np.ndarray:
+    """Keep at most ``max_docs`` clustered documents, each cluster keeping its share.
+
+    ``labels``: int[N], -1 for excluded documents (never kept). When there
+    are at most ``max_docs`` clustered documents all are kept. Otherwise
+    cluster k keeps ``floor(max_docs * n_k / n)`` documents plus one for the
+    clusters with the largest remainders (ties: smaller cluster id first), so
+    exactly ``max_docs`` are kept and every cluster is within one document of
+    its exact share; its documents are chosen uniformly at random
+    (deterministic in ``seed``). Returns bool[N], True for kept documents.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    if max_docs < 1:
+        raise ValueError(f"max_docs must be >= 1, got {max_docs}")
+    use = labels >= 0
+    n = int(np.count_nonzero(use))
+    if n <= max_docs:
+        return use.copy()
+    counts = np.bincount(labels[use])
+    exact = counts.astype(np.float64) * max_docs / n
+    quota = np.floor(exact).astype(np.int64)
+    short = max_docs - int(quota.sum())
+    remainder = exact - quota
+    order = np.lexsort((np.arange(counts.size), -remainder))  # largest remainder, then id
+    quota[order[:short]] += 1
+    keep = np.zeros(labels.size, dtype=bool)
+    rng = np.random.default_rng(seed)
+    idx = np.flatnonzero(use)
+    by_cluster = idx[np.argsort(labels[idx], kind="stable")]  # members in corpus order
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for k in np.flatnonzero(quota):
+        members = by_cluster[starts[k]:starts[k + 1]]
+        keep[rng.choice(members, size=int(quota[k]), replace=False)] = True
+    return keep

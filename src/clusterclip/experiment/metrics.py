@@ -83,3 +83,62 @@ def mean_std(values: Sequence[float]) -> dict[str, Any]:
     v = np.asarray(values, dtype=np.float64)
     std = float(v.std(ddof=1)) if v.size > 1 else 0.0
     return {"mean": float(v.mean()), "std": std, "values": v.tolist()}
+
+
+#: Per-run schedule statistics, in table order (see :func:`schedule_stats`).
+SCHEDULE_STATS = ("docs_drawn", "distinct_docs", "max_repetition", "clusters_clipped",
+                  "clusters_over_clip", "tail_token_share", "head_token_share")
+
+
+def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
+                   tail: Sequence[int], head: Sequence[int], clip: int,
+                   clusters_clipped: int) -> dict[str, Any]:
+    """What a run's schedule fed the model, to tell whether the clip mattered.
+
+    ``fed``: int[D] document indices in the order packed (see
+    :func:`_schedule_stream`); ``labels``: int[N]; ``doc_tokens``: int[N]
+    tokens per document; ``tail`` / ``head``: the smallest / largest quarter
+    of the evaluated clusters; ``clusters_clipped``: clusters that completed
+    their ``clip``-th pass and left the pool (the sampler's summary; 0 for
+    strategies without a clip). ``clusters_over_clip`` counts clusters with a
+    document fed more than ``clip`` times (0 under ClusterClip by construction;
+    for uniform, the clusters a clip would have retired). Token shares are of
+    the tokens of the fed documents.
+    """
+    fed = np.asarray(fed, dtype=np.int64)
+    reps = np.bincount(fed, minlength=labels.size)
+    tok = doc_tokens[fed].astype(np.float64)
+    total = max(1.0, float(tok.sum()))
+    lab = labels[fed]
+    over = np.unique(labels[reps > clip])
+    return {
+        "docs_drawn": int(fed.size),
+        "distinct_docs": int(np.count_nonzero(reps)),
+        "max_repetition": int(reps.max(initial=0)),
+        "clusters_clipped": int(clusters_clipped),
+        "clusters_over_clip": int(np.count_nonzero(over >= 0)),
+        "tail_token_share": float(tok[np.isin(lab, tail)].sum() / total),
+        "head_token_share": float(tok[np.isin(lab, head)].sum() / total),
+    }
+
+
+def cluster_repetition(fed: np.ndarray, train_labels: np.ndarray, ids: Sequence[int]
+                       ) -> np.ndarray:
+    """Mean times each training document of each cluster in ``ids`` was fed.
+
+    ``fed``: int[D] document indices in schedule order; ``train_labels``:
+    int[N], -1 for documents not in training (held out or excluded).
+    Returns float64[len(ids)]: (documents of the cluster fed, repeats
+    counted) / (training documents of the cluster); 0 for a cluster without
+    training documents.
+    """
+    train_labels = np.asarray(train_labels, dtype=np.int64)
+    k = int(max(int(train_labels.max(initial=-1)), max(ids, default=-1))) + 1
+    lab = train_labels[np.asarray(fed, dtype=np.int64)]
+    fed_per = np.bincount(lab[lab >= 0], minlength=k).astype(np.float64)
+    docs_per = np.bincount(train_labels[train_labels >= 0], minlength=k).astype(np.float64)
+    ids_a = np.asarray(list(ids), dtype=np.int64)
+    out = np.zeros(ids_a.size, dtype=np.float64)
+    ok = docs_per[ids_a] > 0
+    out[ok] = fed_per[ids_a][ok] / docs_per[ids_a][ok]
+    return out

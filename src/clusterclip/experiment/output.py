@@ -1,12 +1,16 @@
-"""The experiment's files: results.json, results.md and two PNG plots."""
+"""The experiment's files: results.json, results.md and three PNG plots."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from clusterclip.experiment.metrics import METRICS
+import numpy as np
+
+from clusterclip.experiment.metrics import METRICS, SCHEDULE_STATS
+from clusterclip.experiment.verdict import verdict_lines
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -26,16 +30,17 @@ def strategy_name(name: str, results: dict[str, Any]) -> str:
     return name
 
 
+def _mean_std(v: dict[str, Any], signed: bool = False) -> str:
+    """``mean ± std``, or the mean alone for one value (no spread exists)."""
+    mean = f"{v['mean']:+.4f}" if signed else f"{v['mean']:.4f}"
+    return mean if len(v["values"]) < 2 else f"{mean} ± {v['std']:.4f}"
+
+
 def format_table(results: dict[str, Any], markdown: bool = False) -> str:
     """Per strategy, ``mean ± std`` over seeds of every metric (nats per token)."""
     head = ["strategy"] + [_LABELS[m] for m in METRICS]
-    rows = []
-    for name, entry in _ordered(results):
-        cells = [strategy_name(name, results)]
-        for m in METRICS:
-            v = entry["metrics"][m]
-            cells.append(f"{v['mean']:.4f} ± {v['std']:.4f}")
-        rows.append(cells)
+    rows = [[strategy_name(name, results)] + [_mean_std(entry["metrics"][m]) for m in METRICS]
+            for name, entry in _ordered(results)]
     return _table(head, rows, markdown)
 
 
@@ -50,6 +55,8 @@ _SCHEDULE_LABELS = {
 def _schedule_cell(stat: str, v: dict[str, Any]) -> str:
     """Counts: the value if equal over seeds, else ``min–max``; shares: mean ± std."""
     if stat.endswith("_share"):
+        if len(v["values"]) < 2:
+            return f"{v['mean']:.3f}"
         return f"{v['mean']:.3f} ± {v['std']:.3f}"
     lo, hi = int(min(v["values"])), int(max(v["values"]))
     return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
@@ -58,11 +65,9 @@ def _schedule_cell(stat: str, v: dict[str, Any]) -> str:
 def format_schedule_table(results: dict[str, Any], markdown: bool = False) -> str:
     """Per strategy, what its schedules fed the models, over seeds: did the clip bind?
 
-    Columns follow :data:`~clusterclip.experiment.runner.SCHEDULE_STATS`; a
+    Columns follow :data:`~clusterclip.experiment.metrics.SCHEDULE_STATS`; a
     results dict without per-strategy schedule figures gives an empty string.
     """
-    from clusterclip.experiment.runner import SCHEDULE_STATS
-
     ordered = _ordered(results)
     if not ordered or "schedule" not in ordered[0][1]:
         return ""
@@ -89,9 +94,7 @@ def format_deltas(results: dict[str, Any]) -> str:
         if "vs_random" not in entry:
             continue
         cells = [strategy_name(name, results) + " − random"]
-        for m in METRICS:
-            v = entry["vs_random"][m]
-            cells.append(f"{v['mean']:+.4f} ± {v['std']:.4f}")
+        cells += [_mean_std(entry["vs_random"][m], signed=True) for m in METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     if not lines:
         return ""
@@ -112,6 +115,10 @@ def render_markdown(results: dict[str, Any]) -> str:
     parts = [
         "# ClusterClip experiment: held-out loss per sampling strategy",
         "",
+        *verdict_lines(results),
+        "",
+        "## Setup",
+        "",
         f"A byte-level decoder-only transformer ({m['n_layers']} "
         f"layer{'s' if m['n_layers'] != 1 else ''}, d={m['d_model']}, "
         f"{m['n_heads']} heads, window {m['seq_len']}) is trained once per strategy and seed "
@@ -122,8 +129,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"device {results['device']}.",
         "",
         f"Data: {d['documents']:,} documents in {d['clusters']} clusters "
-        f"({d['excluded']} excluded: label -1 or no text, of which {d['no_text']} "
-        "without text). "
+        f"({d['excluded']} excluded: label -1, no text ({d['no_text']}) or left out of the "
+        f"cluster-stratified subsample of at most {c.get('max_docs') or 'all'} documents "
+        f"({d.get('subsampled_out', 0):,})). "
         f"Held out: {d['valid_docs']} documents ({d['valid_tokens']:,} tokens) from the "
         f"{d['valid_clusters']} clusters with at least {c['min_cluster_docs']} documents, "
         f"{c['valid_fraction']:.0%} of each; training uses the other {d['train_docs']:,} "
@@ -135,8 +143,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "*macro*: mean of per-cluster losses; *tail* / *head*: mean over the smallest / largest "
         f"quarter of the evaluated clusters (tail {d['tail_clusters']}, head "
         f"{d['head_clusters']}); *train*: the same loss on a training sample with the held-out "
-        "set's cluster mix; *gap* = val micro − train. Lower is better "
-        "(uniform-byte baseline ln 256 = 5.545).",
+        "set's cluster mix, measured the same way at the same point; *gap* = val micro − "
+        "train. Lower is better (uniform-byte baseline ln 256 = 5.545).",
         "",
         format_table(results, markdown=True),
     ]
@@ -154,103 +162,274 @@ def render_markdown(results: dict[str, Any]) -> str:
                   f"*clusters over clip*: clusters with a document fed more than {c['clip']} "
                   "times; *tail* / *head token share*: share of the training tokens from the "
                   "tail / head clusters above.", "", sched]
-    parts += ["", "![validation loss over training](val_curves.png)", "",
+    gap_table = format_gap_table(results, markdown=True)
+    if gap_table:
+        parts += ["", "## Over-fitting: train–validation gap against repetition", "",
+                  "Per cluster, held-out loss minus the loss on the cluster's training "
+                  "sample (mean over seeds), against how many times the schedule fed each "
+                  "training document of the cluster on average. Over-fitting shows as a gap "
+                  "that grows with repetition; *slope* is the least-squares change of the "
+                  "gap per doubling of the repetition over the clusters of one run (mean ± "
+                  "std over seeds; only where the repetition spans at least a factor 2). "
+                  "Cells: mean gap (clusters).",
+                  "", gap_table, "", *gap_conclusion(results), "",
+                  "![train–validation gap vs repetition](gap_repetition.png)"]
+    parts += ["", "## Curves and clusters", "",
+              "Validation loss (solid) and the training sample's loss (dashed), both "
+              "measured on whole documents at the same points; the mean loss of the training "
+              "batches since the previous point is in results.json (*batch_loss*): it "
+              "averages over a model that kept improving, so it is not comparable with a "
+              "loss measured at the point.", "",
+              "![validation loss over training](val_curves.png)", "",
               "![per-cluster loss vs cluster size](cluster_loss.png)", ""]
     return "\n".join(parts)
 
 
+#: Repetition bins of the gap table: (low, high] average feeds per training document.
+GAP_BINS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, math.inf)
+
+
+def _bin_label(lo: float, hi: float) -> str:
+    if lo == 0:
+        return f"≤ {hi:g}"
+    return f"> {lo:g}" if math.isinf(hi) else f"{lo:g}–{hi:g}"
+
+
+def cluster_arrays(entry: dict[str, Any], field: str) -> tuple[list[str], np.ndarray]:
+    """Cluster ids and float[seeds, clusters] of one per-cluster field of a strategy."""
+    keys = sorted(entry["runs"][0]["per_cluster"], key=int)
+    vals = np.array([[r["per_cluster"][k][field] for k in keys] for r in entry["runs"]],
+                    dtype=np.float64)
+    return keys, vals
+
+
+def gap_slope(rep: np.ndarray, gap: np.ndarray) -> float | None:
+    """Least-squares slope of ``gap`` on log2(``rep``) (nats per doubling of the
+    repetition), or None when the repetitions span less than a factor 2."""
+    ok = rep > 0
+    if ok.sum() < 3 or rep[ok].max() < 2 * rep[ok].min():
+        return None
+    x = np.log2(rep[ok])
+    return float(np.polyfit(x, gap[ok], 1)[0])
+
+
+def gap_summary(results: dict[str, Any]) -> dict[str, Any]:
+    """Per strategy: mean gap per repetition bin (and cluster count) and the slope
+    per doubling per seed. Empty for results without per-cluster gaps."""
+    out: dict[str, Any] = {}
+    for name, entry in _ordered(results):
+        if "gap" not in entry["runs"][0]["per_cluster"][
+                next(iter(entry["runs"][0]["per_cluster"]))]:
+            return {}
+        _, gap = cluster_arrays(entry, "gap")
+        _, rep = cluster_arrays(entry, "repetition")
+        g, r = gap.mean(axis=0), rep.mean(axis=0)
+        bins = []
+        for lo, hi in zip(GAP_BINS[:-1], GAP_BINS[1:], strict=True):
+            sel = (r > lo) & (r <= hi)
+            bins.append({"n": int(sel.sum()), "gap": float(g[sel].mean()) if sel.any() else None})
+        slopes = [gap_slope(rep[i], gap[i]) for i in range(gap.shape[0])]
+        out[name] = {"bins": bins, "slopes": slopes, "max_repetition": float(r.max())}
+    return out
+
+
+def _slope_text(slopes: list[float | None]) -> str:
+    if any(v is None for v in slopes):
+        return "—"
+    v = np.array(slopes)
+    return f"{v.mean():+.4f}" if v.size < 2 else f"{v.mean():+.4f} ± {v.std(ddof=1):.4f}"
+
+
+def format_gap_table(results: dict[str, Any], markdown: bool = False) -> str:
+    """Per strategy, the mean per-cluster gap in each repetition bin and the slope."""
+    summ = gap_summary(results)
+    if not summ:
+        return ""
+    used = [i for i in range(len(GAP_BINS) - 1) if any(e["bins"][i]["n"] for e in summ.values())]
+    head = ["strategy"] + [f"rep {_bin_label(GAP_BINS[i], GAP_BINS[i + 1])}" for i in used] + [
+        "slope per doubling"]
+    rows = []
+    for name, e in summ.items():
+        cells = [strategy_name(name, results)]
+        for i in used:
+            b = e["bins"][i]
+            cells.append("—" if b["gap"] is None else f"{b['gap']:+.4f} ({b['n']})")
+        rows.append(cells + [_slope_text(e["slopes"])])
+    return _table(head, rows, markdown)
+
+
+def gap_conclusion(results: dict[str, Any]) -> list[str]:
+    """One computed sentence per strategy whose repetitions vary: does its gap grow
+    measurably (slope > 2 std over seeds) with repetition?"""
+    lines = []
+    for name, e in gap_summary(results).items():
+        slopes = e["slopes"]
+        if any(v is None for v in slopes):
+            continue
+        v = np.array(slopes)
+        label = strategy_name(name, results)
+        if v.size < 2:
+            lines.append(f"- {label}: gap slope {v[0]:+.4f} nats per doubling of repetition "
+                         "(one seed: no spread, no call).")
+            continue
+        mean, std = float(v.mean()), float(v.std(ddof=1))
+        if mean > 2 * std:
+            call = "grows measurably with repetition (over-fitting of repeated clusters)"
+        elif mean < -2 * std:
+            call = "shrinks measurably with repetition"
+        else:
+            call = "shows no measurable trend with repetition"
+        lines.append(f"- {label}: the gap {call}: {mean:+.4f} ± {std:.4f} nats per doubling "
+                     f"(repetition up to {e['max_repetition']:.1f})." )
+    return lines
+
+
+def _binned_trend(ax: Any, x: np.ndarray, y: np.ndarray, color: str, label: str) -> None:
+    """Scatter of (x, y) and the mean of y in log-spaced bins of x, as a line."""
+    ax.scatter(x, y, s=14, alpha=0.45, color=color, edgecolors="none")
+    pos = x > 0
+    if pos.sum() >= 2 and x[pos].max() > x[pos].min():
+        edges = np.geomspace(x[pos].min(), x[pos].max() * (1 + 1e-9), 7)
+        idx = np.clip(np.searchsorted(edges, x[pos], side="right") - 1, 0, edges.size - 2)
+        cx = [float(np.exp(np.log(x[pos][idx == b]).mean())) for b in range(edges.size - 1)
+              if np.any(idx == b)]
+        cy = [float(y[pos][idx == b].mean()) for b in range(edges.size - 1) if np.any(idx == b)]
+        ax.plot(cx, cy, color=color, lw=2, marker="D", ms=5, label=label)
+    else:
+        ax.plot([], [], color=color, marker="o", label=label)
+
+
 def plot_curves(results: dict[str, Any], path: Path) -> None:
-    """Validation micro loss against training tokens, mean ± std band per strategy."""
+    """Validation (solid, mean ± std band) and training-sample (dashed) loss against
+    training tokens, per strategy; the untrained start is left out of the scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    for name, entry in _ordered(results):
+    fig, ax = plt.subplots(figsize=(7.0, 4.6), layout="constrained")
+    for i, (name, entry) in enumerate(_ordered(results)):
         curves = [r["curve"] for r in entry["runs"]]
         x = np.array([p["tokens"] for p in curves[0]])
         y = np.array([[p["val_loss"] for p in c] for c in curves])
         mean, std = y.mean(axis=0), y.std(axis=0)
-        ax.plot(x[1:], mean[1:], marker="o", ms=3, label=strategy_name(name, results))
-        ax.fill_between(x[1:], (mean - std)[1:], (mean + std)[1:], alpha=0.2)
+        color = f"C{i}"
+        ax.plot(x[1:], mean[1:], marker="o", ms=3, color=color,
+                label=f"{strategy_name(name, results)} validation")
+        if y.shape[0] > 1:
+            ax.fill_between(x[1:], (mean - std)[1:], (mean + std)[1:], color=color, alpha=0.2)
+        if curves[0][-1].get("train_loss") is not None and "batch_loss" in curves[0][-1]:
+            t = np.array([[p["train_loss"] for p in c] for c in curves]).mean(axis=0)
+            ax.plot(x[1:], t[1:], ls="--", lw=1, color=color,
+                    label=f"{strategy_name(name, results)} training sample")
     ax.set_xlabel("training tokens")
-    ax.set_ylabel("validation loss (nats/token, micro)")
-    ax.set_title("Validation loss over training (mean ± std over seeds)")
+    ax.set_ylabel("loss (nats/token, micro)")
+    n = len(next(iter(results["strategies"].values()))["runs"])
+    ax.set_title(f"Loss over training (mean over {n} seed{'s' if n != 1 else ''}"
+                 f"{', band ± std' if n > 1 else ''})")
     ax.grid(alpha=0.3)
-    ax.legend()
-    fig.savefig(path, dpi=100)
+    ax.legend(fontsize=8, ncol=2)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
 
 
 def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
-    """Final per-cluster validation loss against cluster size (mean over seeds).
+    """Final per-cluster validation loss against cluster size (mean over seeds): one
+    point per cluster and a binned trend per strategy (clusters are not joined).
 
-    Left: the loss of each cluster per strategy. Right (when random was run):
-    each strategy's difference to random, paired by seed, which separates the
-    strategy's effect from how hard each cluster's text is.
+    Right (when random was run): each strategy's per-cluster difference to random,
+    paired by seed, which separates the strategy's effect from how hard each
+    cluster's text is.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     base = results["strategies"].get("random")
-    others = [(n, e) for n, e in _ordered(results) if n != "random"]
+    ordered = _ordered(results)
+    others = [(i, n, e) for i, (n, e) in enumerate(ordered) if n != "random"]
     two = base is not None and bool(others)
-    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(12.0 if two else 6.4, 4.2),
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(12.0 if two else 6.4, 4.4),
                              layout="constrained", squeeze=False)
-
-    def per_cluster(entry: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        keys = sorted(entry["runs"][0]["per_cluster"], key=int)
-        size = np.array([entry["runs"][0]["per_cluster"][k]["size"] for k in keys])
-        loss = np.array([[r["per_cluster"][k]["loss"] for k in keys] for r in entry["runs"]])
-        return size, loss
-
     ax = axes[0][0]
-    for name, entry in _ordered(results):
-        size, loss = per_cluster(entry)
-        order = np.argsort(size, kind="stable")
-        ax.plot(size[order], loss.mean(axis=0)[order], marker="o", ms=4, lw=0.8, alpha=0.8,
-                label=strategy_name(name, results))
+    for i, (name, entry) in enumerate(ordered):
+        _, size = cluster_arrays(entry, "size")
+        _, loss = cluster_arrays(entry, "loss")
+        _binned_trend(ax, size[0], loss.mean(axis=0), f"C{i}", strategy_name(name, results))
     ax.set_ylabel("validation loss of the cluster (nats/token)")
     ax.set_title("Per-cluster held-out loss vs cluster size")
     if two:
         ax2 = axes[0][1]
-        _, base_loss = per_cluster(base)
-        for i, (name, entry) in enumerate(others, start=1):
-            size, loss = per_cluster(entry)
-            diff = (loss - base_loss).mean(axis=0)  # paired by seed
-            order = np.argsort(size, kind="stable")
-            ax2.plot(size[order], diff[order], marker="o", ms=4, lw=0.8, color=f"C{i}",
-                     label=f"{strategy_name(name, results)} − random")
-        ax2.axhline(0.0, color="C0", lw=1)
+        _, base_loss = cluster_arrays(base, "loss")
+        for i, name, entry in others:
+            _, size = cluster_arrays(entry, "size")
+            _, loss = cluster_arrays(entry, "loss")
+            _binned_trend(ax2, size[0], (loss - base_loss).mean(axis=0), f"C{i}",
+                          f"{strategy_name(name, results)} − random")
+        ax2.axhline(0.0, color="k", lw=0.8)
         ax2.set_ylabel("loss difference to random (nats/token)")
         ax2.set_title("Per-cluster difference to random (below 0: better)")
     for a in axes[0]:
         a.set_xscale("log")
         a.set_xlabel("cluster size (documents, log scale)")
         a.grid(alpha=0.3, which="both")
-        a.legend()
-    fig.suptitle("Mean over seeds")
-    fig.savefig(path, dpi=100)
+        a.legend(fontsize=8)
+    fig.suptitle("One point per cluster (mean over seeds); lines: mean in log-spaced size bins")
+    fig.savefig(path, dpi=100, format="png")
+    plt.close(fig)
+
+
+def plot_gap_repetition(results: dict[str, Any], path: Path) -> None:
+    """Per strategy (one panel each), per-cluster train–validation gap against the
+    average times each training document of the cluster was fed, with a binned trend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ordered = _ordered(results)
+    fig, axes = plt.subplots(1, len(ordered), figsize=(3.6 * len(ordered) + 0.6, 3.8),
+                             layout="constrained", squeeze=False, sharey=True)
+    for i, (name, entry) in enumerate(ordered):
+        ax = axes[0][i]
+        _, gap = cluster_arrays(entry, "gap")
+        _, rep = cluster_arrays(entry, "repetition")
+        _binned_trend(ax, rep.mean(axis=0), gap.mean(axis=0), f"C{i}", "binned mean")
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_title(strategy_name(name, results))
+        ax.set_xlabel("feeds per training document (log)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("gap: val − train loss of the cluster")
+    fig.suptitle("Per-cluster train–validation gap vs repetition (one point per cluster)")
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
 
 
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
-    """Write every output file into ``directory`` (created); returns their names."""
+    """Write every output file into ``directory`` (created), each atomically and
+    ``results.json`` last; returns their names."""
+    from clusterclip.io import write_text
+
     directory.mkdir(parents=True, exist_ok=True)
-    stable = {k: v for k, v in results.items() if k != "timing"}  # byte-identical reruns
-    (directory / "results.json").write_text(
-        json.dumps(stable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return ["results.json", *render_files(stable, directory)]
+    # byte-identical reruns: the timing and the stored runs' keys stay out
+    stable = {k: v for k, v in results.items() if k not in ("timing", "run_keys")}
+    names = render_files(stable, directory)
+    write_text(directory / "results.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
+    return ["results.json", *names]
 
 
 def render_files(results: dict[str, Any], directory: Path) -> list[str]:
-    """results.md and the plots from a results dict (also one read back from results.json)."""
-    (directory / "results.md").write_text(render_markdown(results), encoding="utf-8")
-    plot_curves(results, directory / "val_curves.png")
-    plot_cluster_loss(results, directory / "cluster_loss.png")
-    return ["results.md", "val_curves.png", "cluster_loss.png"]
+    """results.md and the plots from a results dict (also one read back from results.json),
+    each written atomically."""
+    from clusterclip.io import atomic_path, write_text
+
+    write_text(directory / "results.md", render_markdown(results))
+    plots = {"val_curves.png": plot_curves, "cluster_loss.png": plot_cluster_loss}
+    if gap_summary(results):
+        plots["gap_repetition.png"] = plot_gap_repetition
+    for name, plot in plots.items():
+        with atomic_path(directory / name) as tmp:
+            plot(results, tmp)
+    return ["results.md", *plots]

@@ -1,17 +1,21 @@
 """The experiment: one small LM per (strategy, seed) at the same token budget.
 
 :func:`compare_strategies` is the core (texts and labels in, a results dict
-out, no files); :func:`run_experiment` is the work-directory edge that reads
-``W/labels.npy`` and ``W/corpus/`` and writes ``W/experiment/``.
+out, no files but an optional store of finished runs); :func:`run_experiment`
+is the work-directory edge that reads ``W/labels.npy`` and ``W/corpus/`` and
+writes ``W/experiment/`` (each finished run saved in ``W/experiment/runs/``,
+so a killed experiment resumes where it stopped).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,18 +23,31 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.experiment.config import ModelConfig, TrainConfig
+from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.experiment.data import (
     encode_documents,
     matched_train_sample,
     pack_sequences,
     stratified_split,
+    stratified_subsample,
     token_balanced_weights,
 )
-from clusterclip.experiment.metrics import METRICS, mean_std, summarize
+from clusterclip.experiment.metrics import (
+    METRICS,
+    SCHEDULE_STATS,
+    cluster_repetition,
+    mean_std,
+    per_cluster_loss,
+    quartile_clusters,
+    schedule_stats,
+    summarize,
+)
 from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
 
-DEFAULT_STRATEGIES = ("random", "uniform", "clusterclip")
+#: The strategies compared by default, those of them the sampler offers (``paced``
+#: joins by itself once the sampler has it).
+DEFAULT_STRATEGIES = tuple(s for s in ("random", "uniform", "clusterclip", "paced")
+                           if s in STRATEGIES)
 BALANCE_BY = ("docs", "tokens")
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
@@ -39,10 +56,15 @@ BALANCE_BY = ("docs", "tokens")
 DEFAULT_EPOCHS = 3.0
 #: ``--quick``: still over one epoch, so the clip binds on the smallest clusters.
 QUICK_EPOCHS = 1.5
-#: Torch CPU threads by default (capped at the usable CPUs): on an idle 2-core
-#: machine 2 threads trained the default model 1.6x faster than 1, the quick one
-#: 1.2x (BENCHMARKS.md); on a machine busy with other jobs 1 can be faster.
-DEFAULT_THREADS = 2
+#: Default cap on the documents an experiment uses (``--max-docs``; a cluster-stratified
+#: subsample above it): the budget is in epochs, so time grows with the documents; at this
+#: cap the default run (small model, 3 epochs, 3 seeds) stays near 15 minutes on 2 cores.
+DEFAULT_MAX_DOCS = 3000
+#: Torch CPU threads by default per model preset, from measurement on the 2-core
+#: machine (BENCHMARKS.md): the small models gain little from a second thread when
+#: idle and collapse when another process holds a core, so they use 1; ``base``
+#: uses every CPU this process may run on.
+PRESET_THREADS = {"tiny": 1, "small": 1, "base": None}
 
 
 @dataclass(frozen=True)
@@ -68,22 +90,31 @@ class ExperimentConfig:
     valid_fraction: float = 0.1
     min_cluster_docs: int = 10
     split_seed: int = 0
-    model: ModelConfig = field(default_factory=ModelConfig)
+    max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
+    model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
     train: TrainConfig = field(default_factory=TrainConfig)
 
     @classmethod
     def quick(cls, **overrides: Any) -> ExperimentConfig:
         """A minute-scale configuration for tests, smoke runs and ``clusterclip demo``.
 
-        A much smaller model (1 layer, d=48, 44 k parameters) on the first 63
+        The ``tiny`` model (1 layer, d=48, 44 k parameters) on the first 63
         bytes of each document, so that it still sees more than one
         epoch-equivalent of the training text (small clusters repeated, the
         clip binding) in about a minute on the demo corpus.
         """
-        base = cls(epochs=QUICK_EPOCHS, max_doc_tokens=64,
-                   model=ModelConfig(seq_len=64, d_model=48, n_layers=1, n_heads=2),
-                   train=TrainConfig(batch_size=16, lr=3e-3, eval_points=3))
-        return replace(base, **overrides)
+        return replace(cls(epochs=QUICK_EPOCHS).with_model("tiny"), **overrides)
+
+    def with_model(self, preset: str) -> ExperimentConfig:
+        """This configuration with model size preset ``preset`` (see
+        :data:`~clusterclip.experiment.config.MODEL_PRESETS`): its shape and
+        learning rate, documents truncated to its window."""
+        if preset not in MODEL_PRESETS:
+            raise InputError(f"--model: unknown preset {preset!r} "
+                             f"(choose from {', '.join(MODEL_PRESETS)})")
+        model, lr = MODEL_PRESETS[preset]
+        return replace(self, model=model, max_doc_tokens=model.seq_len,
+                       train=replace(self.train, lr=lr))
 
     @property
     def batch_tokens(self) -> int:
@@ -122,6 +153,9 @@ class ExperimentConfig:
         if self.tokens is not None and self.tokens < self.batch_tokens:
             raise InputError(f"--tokens: budget {self.tokens} is less than one batch "
                              f"({self.batch_tokens} tokens)")
+        if self.max_docs is not None and self.max_docs < 2 * self.min_cluster_docs:
+            raise InputError(f"--max-docs: must be at least {2 * self.min_cluster_docs} "
+                             f"(0 = no cap), got {self.max_docs}")
         if self.max_doc_tokens > self.model.seq_len:
             raise InputError("max_doc_tokens must not exceed the model's seq_len")
 
@@ -138,15 +172,24 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def default_threads(model: ModelConfig) -> int:
+    """Torch threads for ``model`` when ``--threads`` is not given (see
+    :data:`PRESET_THREADS`); a model that is no preset counts as ``base``.
+
+    Deliberately not from the load average: the thread count changes the floats
+    (reduction order), and same inputs must give the same results.
+    """
+    name = next((n for n, (m, _) in MODEL_PRESETS.items() if m == model), "base")
+    return PRESET_THREADS[name] or _usable_cpus()
+
+
 @contextlib.contextmanager
-def _torch_settings(threads: int | None) -> Iterator[None]:
+def _torch_settings(threads: int) -> Iterator[None]:
     """Fixed thread count and deterministic kernels for the duration; restored after."""
     import torch
 
     old_threads = torch.get_num_threads()
     old_det = torch.are_deterministic_algorithms_enabled()
-    if threads is None:
-        threads = min(DEFAULT_THREADS, _usable_cpus())
     torch.set_num_threads(max(1, threads))
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
@@ -170,62 +213,138 @@ def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],
             yield docs[i]
 
 
-#: Per-run schedule statistics, in table order (see :func:`schedule_stats`).
-SCHEDULE_STATS = ("docs_drawn", "distinct_docs", "max_repetition", "clusters_clipped",
-                  "clusters_over_clip", "tail_token_share", "head_token_share")
+class RunStore:
+    """Finished runs as ``DIR/<key>.json``, each written atomically.
 
-
-def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
-                   tail: Sequence[int], head: Sequence[int], clip: int,
-                   clusters_clipped: int) -> dict[str, Any]:
-    """What a run's schedule fed the model, to tell whether the clip mattered.
-
-    ``fed``: int[D] document indices in the order packed (see
-    :func:`_schedule_stream`); ``labels``: int[N]; ``doc_tokens``: int[N]
-    tokens per document; ``tail`` / ``head``: the smallest / largest quarter
-    of the evaluated clusters; ``clusters_clipped``: clusters that completed
-    their ``clip``-th pass and left the pool (the sampler's summary; 0 for
-    strategies without a clip). ``clusters_over_clip`` counts clusters with a
-    document fed more than ``clip`` times (0 under ClusterClip by construction;
-    for uniform, the clusters a clip would have retired). Token shares are of
-    the tokens of the fed documents.
+    ``key`` is a fingerprint of everything that determines the run (see
+    :func:`compare_strategies`), so a stored run is reused only for identical
+    inputs; :meth:`prune` removes the runs of other inputs.
     """
-    fed = np.asarray(fed, dtype=np.int64)
-    reps = np.bincount(fed, minlength=labels.size)
-    tok = doc_tokens[fed].astype(np.float64)
-    total = max(1.0, float(tok.sum()))
-    lab = labels[fed]
-    over = np.unique(labels[reps > clip])
-    return {
-        "docs_drawn": int(fed.size),
-        "distinct_docs": int(np.count_nonzero(reps)),
-        "max_repetition": int(reps.max(initial=0)),
-        "clusters_clipped": int(clusters_clipped),
-        "clusters_over_clip": int(np.count_nonzero(over >= 0)),
-        "tail_token_share": float(tok[np.isin(lab, tail)].sum() / total),
-        "head_token_share": float(tok[np.isin(lab, head)].sum() / total),
-    }
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            rec = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # missing or unreadable: train it again
+        return rec.get("run") if isinstance(rec, dict) and rec.get("key") == key else None
+
+    def put(self, key: str, run: dict[str, Any], seconds: float) -> None:
+        from clusterclip.io import write_json
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self._path(key), {"key": key, "run": run, "seconds": seconds})
+
+    def prune(self, keep: set[str]) -> list[str]:
+        """Remove stored runs whose key is not in ``keep``; returns their keys."""
+        gone = []
+        for f in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
+            if f.stem not in keep and len(f.stem) == 16:
+                f.unlink()
+                gone.append(f.stem)
+        return gone
+
+
+def _clipped(strategy: str) -> bool:
+    """Whether ``strategy`` takes the clip (a capacity of clip x documents)."""
+    from clusterclip import ClusterClipSampler
+
+    return ClusterClipSampler(np.zeros(1, dtype=np.int64), num_samples=1, strategy=strategy,
+                              clip=1).capacity is not None
+
+
+def _estimate_seconds(config: ExperimentConfig, device: Any, eval_docs: Sequence[np.ndarray],
+                      runs: int, steps: int) -> float:
+    """Seconds that ``runs`` runs of ``steps`` steps will take, from a few timed steps
+    and one timed evaluation pass of ``eval_docs`` on a throwaway model."""
+    import torch
+    import torch.nn.functional as F
+
+    from clusterclip.experiment.config import VOCAB_SIZE
+    from clusterclip.experiment.model import ByteLM
+    from clusterclip.experiment.train import evaluate_documents
+
+    gen = torch.Generator().manual_seed(0)
+    model = ByteLM(config.model).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.train.lr)
+    data = torch.randint(0, VOCAB_SIZE, (config.train.batch_size, config.model.seq_len + 1),
+                         generator=gen).to(device)
+    timed = 3
+    for i in range(timed + 1):
+        if i == 1:  # the first step warms up
+            t0 = time.perf_counter()
+        loss = F.cross_entropy(model(data[:, :-1]).reshape(-1, VOCAB_SIZE),
+                               data[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    per_step = (time.perf_counter() - t0) / timed
+    t0 = time.perf_counter()
+    evaluate_documents(model, eval_docs, config.train.eval_batch_size, device)
+    per_eval = time.perf_counter() - t0
+    return runs * (steps * per_step + max(2, config.train.eval_points) * per_eval)
+
+
+def _aggregate(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for s, rs in runs.items():
+        entry: dict[str, Any] = {
+            "metrics": {m: mean_std([r[m] for r in rs]) for m in METRICS},
+            "schedule": {k: mean_std([r["schedule"][k] for r in rs]) for k in SCHEDULE_STATS},
+            "runs": rs}
+        if s != "random" and "random" in runs:
+            base = runs["random"]
+            entry["vs_random"] = {m: mean_std([r[m] - b[m] for r, b in zip(rs, base,
+                                                                           strict=True)])
+                                  for m in METRICS}
+        out[s] = entry
+    return out
 
 
 def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                        config: ExperimentConfig, *, device: str = "cpu",
-                       threads: int | None = None, progress: bool = True) -> dict[str, Any]:
+                       threads: int | None = None, progress: bool = True,
+                       store: RunStore | None = None,
+                       on_run: Callable[[str, int, bool], None] | None = None,
+                       log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train one model per (strategy, seed) and measure held-out loss.
 
     ``texts``: N documents (None = no text, excluded); ``labels``: int[N]
-    cluster ids, -1 for excluded documents. Returns a JSON-serialisable dict:
-    ``config``, ``data`` (split and budget figures), ``clusters``, and
+    cluster ids, -1 for excluded documents. Above ``config.max_docs``
+    clustered documents a cluster-stratified subsample is used (the others
+    count as excluded). Returns a JSON-serialisable dict: ``config``,
+    ``data`` (split and budget figures), ``clusters``, and
     ``strategies[name] = {"metrics": {metric: {mean, std, values}},
     "schedule": {stat: {mean, std, values}}`` (see :data:`SCHEDULE_STATS`),
     ``"vs_random": {metric: {mean, std, values}} (paired by seed), "runs": [...]}``,
-    and ``timing`` (seconds per run, the only part that varies between
-    identical runs).
+    and ``timing`` (seconds per run, the estimate and the reused runs: the only
+    part that varies between identical runs).
+
+    ``store``: finished runs are saved there under a fingerprint of the
+    documents, labels, config (but the strategy list and seed count),
+    strategy, seed, device type and thread count, and reused when found.
+    ``on_run(strategy, seed, reused)`` is called after each run (an exception
+    there stops the experiment; finished runs stay stored). ``log`` receives
+    the time estimate printed before training (default: stderr when
+    ``progress``).
     """
     import torch
     from tqdm import tqdm
 
     from clusterclip import ClusterClipSampler
     from clusterclip.experiment.train import evaluate_documents, train_run
+    from clusterclip.io import array_fingerprint, fingerprint
+
+    if log is None:
+        def log(msg: str) -> None:
+            if progress:
+                print(msg, file=sys.stderr, flush=True)
 
     config.validate()
     labels = np.asarray(labels)
@@ -238,6 +357,10 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     labels[no_text] = -1  # counted below, never drawn
     if not np.any(labels >= 0):
         raise InputError("labels: no document has a cluster (all -1)")
+    clustered = int(np.count_nonzero(labels >= 0))
+    if config.max_docs is not None:
+        labels[~stratified_subsample(labels, config.max_docs, config.split_seed)] = -1
+    left_out = clustered - int(np.count_nonzero(labels >= 0))
 
     num_clusters = int(labels.max()) + 1
     cluster_sizes = np.bincount(labels[labels >= 0], minlength=num_clusters)
@@ -251,17 +374,22 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     valid_idx = np.flatnonzero(held)
     train_eval_idx = matched_train_sample(labels, held, config.split_seed + 1)
     train_tokens = int(doc_tokens[train_labels >= 0].sum())
+    valid_ids = np.unique(labels[valid_idx])
+    tail_clusters, head_clusters = (a.tolist() for a in
+                                    quartile_clusters(valid_ids, cluster_sizes[valid_ids]))
 
-    # With clip R, clusterclip can feed at most R x (training tokens): every
+    # With clip R, a clipped strategy can feed at most R x (training tokens): every
     # document R times. Refuse a budget it cannot meet, before any training.
     budget = config.budget_tokens(train_tokens)
     steps = budget // config.batch_tokens
     needed = budget + 1  # the stream's leading EOS plus every target
-    if "clusterclip" in config.strategies and needed > config.clip * train_tokens:
-        raise InputError(
-            f"--clip {config.clip}: clusterclip can supply at most {config.clip} x "
-            f"{train_tokens:,} = {config.clip * train_tokens:,} training tokens, but the "
-            f"budget needs {needed:,}; raise --clip or lower --epochs / --tokens")
+    clipped = {s: _clipped(s) for s in config.strategies}
+    for s in config.strategies:
+        if clipped[s] and needed > config.clip * train_tokens:
+            raise InputError(
+                f"--clip {config.clip}: {s} can supply at most {config.clip} x "
+                f"{train_tokens:,} = {config.clip * train_tokens:,} training tokens, but the "
+                f"budget needs {needed:,}; raise --clip or lower --epochs / --tokens")
     n_train_docs = int(np.count_nonzero(train_labels >= 0))
     capacity = config.clip * n_train_docs
     # Enough draws for the budget even if every draw were the shortest document.
@@ -273,18 +401,44 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
         weights = token_balanced_weights(train_labels, doc_tokens, config.alpha, num_clusters)
 
     dev = torch.device(device)
+    if threads is None:
+        threads = default_threads(config.model)
     valid_docs = [docs[i] for i in valid_idx]
     train_eval_docs = [docs[i] for i in train_eval_idx]
     eb = config.train.eval_batch_size
 
+    # Everything a run's numbers depend on besides (strategy, seed).
+    tokens_fp = fingerprint([array_fingerprint(d) for d in docs])
+    run_inputs = {"docs": tokens_fp, "labels": array_fingerprint(labels),
+                  "config": {k: v for k, v in config.to_dict().items()
+                             if k not in ("strategies", "seeds")},
+                  "device": dev.type, "threads": threads}
+    keys = {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed})
+            for seed in range(config.seeds) for s in config.strategies}
+    cached = {k: store.get(v) for k, v in keys.items()} if store is not None else {}
+    todo = [k for k in keys if cached.get(k) is None]
+    timing: dict[str, Any] = {"reused_runs": len(keys) - len(todo), "threads": threads}
+    if todo:
+        with _torch_settings(threads):
+            est = _estimate_seconds(config, dev, valid_docs + train_eval_docs, len(todo), steps)
+        timing["estimated_seconds"] = round(est, 1)
+        reused = f", {len(keys) - len(todo)} reused from an earlier run" if cached else ""
+        log(f"experiment: {len(todo)} run(s) to train{reused}, {steps} steps each, "
+            f"{threads} thread(s) on {dev.type}; estimated {est / 60:.1f} min "
+            "(from a few timed steps)")
+
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
-    timing: dict[str, float] = {}  # seconds per run; kept out of results.json (not stable)
-    total_steps = steps * config.seeds * len(config.strategies)
-    bar = tqdm(total=total_steps, desc="experiment", unit="step", disable=not progress,
+    bar = tqdm(total=steps * len(todo), desc="experiment", unit="step", disable=not progress,
                dynamic_ncols=True)
     with _torch_settings(threads), bar:
         for seed in range(config.seeds):
             for strategy in config.strategies:
+                got = cached.get((strategy, seed))
+                if got is not None:
+                    runs[strategy].append(got)
+                    if on_run is not None:
+                        on_run(strategy, seed, True)
+                    continue
                 bar.set_postfix_str(f"{strategy} seed {seed}")
                 kwargs: dict[str, Any] = {"strategy": strategy, "seed": seed}
                 t = num_samples
@@ -292,7 +446,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     kwargs["alpha"] = config.alpha
                 if strategy != "random" and weights is not None:
                     kwargs["cluster_weights"] = weights  # alpha is already in them
-                if strategy == "clusterclip":
+                if clipped[strategy]:
                     kwargs["clip"] = config.clip
                     t = min(t, capacity)
                 sampler = ClusterClipSampler(train_labels, num_samples=t, **kwargs)
@@ -301,66 +455,74 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                                          config.model.seq_len)
                 last: dict[str, Any] = {}
 
-                def validate(model: Any, _last: dict[str, Any] = last) -> float:
-                    ls, nt = evaluate_documents(model, valid_docs, eb, dev)
-                    _last["valid"] = (ls, nt)
-                    return float(ls.sum() / nt.sum())
+                def evaluate(model: Any, _last: dict[str, Any] = last) -> dict[str, float]:
+                    # held-out and training sample measured alike, at the same point
+                    v = evaluate_documents(model, valid_docs, eb, dev)
+                    tr = evaluate_documents(model, train_eval_docs, eb, dev)
+                    _last["valid"], _last["train"] = v, tr
+                    return {"val_loss": float(v[0].sum() / v[1].sum()),
+                            "train_loss": float(tr[0].sum() / tr[1].sum())}
 
                 t0 = time.perf_counter()
-                model, log = train_run(config.model, config.train, windows, steps,
-                                       seed, dev, validate, on_step=bar.update)
-                ls, nt = last["valid"]  # the evaluation at the last step
+                _, log_ = train_run(config.model, config.train, windows, steps, seed, dev,
+                                    evaluate, on_step=bar.update)
+                ls, nt = last["valid"]  # the evaluations at the last step
+                tls, tnt = last["train"]
                 val = summarize(ls, nt, labels[valid_idx], cluster_sizes)
-                tls, tnt = evaluate_documents(model, train_eval_docs, eb, dev)
                 train_micro = float(tls.sum() / tnt.sum())
+                tids, tloss, _ = per_cluster_loss(tls, tnt, labels[train_eval_idx])
+                train_by_id = dict(zip(tids.tolist(), tloss.tolist(), strict=True))
+                fed_a = np.array(fed, dtype=np.int64)
+                ids = [int(k) for k in val["per_cluster"]]
+                reps = cluster_repetition(fed_a, train_labels, ids)
+                per_cluster = {}
+                for k, rep in zip(ids, reps.tolist(), strict=True):
+                    pc = dict(val["per_cluster"][str(k)])
+                    pc["train_loss"] = train_by_id[k]
+                    pc["gap"] = pc["loss"] - train_by_id[k]
+                    pc["repetition"] = rep
+                    per_cluster[str(k)] = pc
                 # The sampler's own count of retired clusters over exactly the fed
                 # prefix (schedules are prefix-consistent, so a sampler of that
                 # length reproduces it; count-only, no documents gathered).
-                clipped = 0
-                if strategy == "clusterclip":
-                    clipped = ClusterClipSampler(train_labels, num_samples=len(fed),
-                                                 **kwargs).summary()["clusters_clipped"]
-                runs[strategy].append({
+                n_clipped = 0
+                if clipped[strategy]:
+                    n_clipped = ClusterClipSampler(train_labels, num_samples=len(fed),
+                                                   **kwargs).summary()["clusters_clipped"]
+                run = {
                     "seed": seed,
                     "val_micro": val["micro"], "val_macro": val["macro"],
                     "val_tail": val["tail"], "val_head": val["head"],
                     "train_micro": train_micro, "gap": val["micro"] - train_micro,
-                    "per_cluster": val["per_cluster"],
-                    "curve": log["curve"],
-                    "schedule": schedule_stats(np.array(fed, dtype=np.int64), labels,
-                                               doc_tokens, val["tail_clusters"],
-                                               val["head_clusters"], config.clip, clipped),
-                })
-                timing[f"{strategy}/seed{seed}"] = round(time.perf_counter() - t0, 1)
-                tail_clusters, head_clusters = val["tail_clusters"], val["head_clusters"]
+                    "per_cluster": per_cluster,
+                    "curve": log_["curve"],
+                    "schedule": schedule_stats(fed_a, labels, doc_tokens, tail_clusters,
+                                               head_clusters, config.clip, n_clipped),
+                }
+                seconds = round(time.perf_counter() - t0, 1)
+                timing[f"{strategy}/seed{seed}"] = seconds
+                if store is not None:
+                    # through JSON, so a fresh run and a reused one are the same object
+                    run = json.loads(json.dumps(run))
+                    store.put(keys[(strategy, seed)], run, seconds)
+                runs[strategy].append(run)
+                if on_run is not None:
+                    on_run(strategy, seed, False)
 
-    strategies_out: dict[str, Any] = {}
-    for s, rs in runs.items():
-        entry: dict[str, Any] = {
-            "metrics": {m: mean_std([r[m] for r in rs]) for m in METRICS},
-            "schedule": {k: mean_std([r["schedule"][k] for r in rs]) for k in SCHEDULE_STATS},
-            "runs": rs}
-        if s != "random" and "random" in runs:
-            base = runs["random"]
-            entry["vs_random"] = {m: mean_std([r[m] - b[m] for r, b in zip(rs, base,
-                                                                           strict=True)])
-                                  for m in METRICS}
-        strategies_out[s] = entry
-
-    valid_clusters = np.unique(labels[valid_idx])
     return {
         "config": config.to_dict(),
-        "device": device,
+        "device": dev.type,
         "data": {
             "documents": int(labels.size),
             "no_text": int(np.count_nonzero(no_text)),
+            "subsampled_out": left_out,
             "excluded": int(np.count_nonzero(labels < 0)),
             "truncated": int(np.count_nonzero(truncated & (labels >= 0))),
             "train_docs": n_train_docs,
             "valid_docs": int(valid_idx.size),
             "train_eval_docs": int(train_eval_idx.size),
             "clusters": int(np.count_nonzero(cluster_sizes)),
-            "valid_clusters": int(valid_clusters.size),
+            "valid_clusters": int(valid_ids.size),
             "tail_clusters": tail_clusters,
             "head_clusters": head_clusters,
             "train_tokens": train_tokens,
@@ -374,7 +536,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
         "clusters": {str(k): {"size": int(cluster_sizes[k]),
                               "valid_docs": int(np.count_nonzero(labels[valid_idx] == k))}
                      for k in np.flatnonzero(cluster_sizes).tolist()},
-        "strategies": strategies_out,
+        "strategies": _aggregate(runs),
+        "run_keys": sorted(keys.values()),
         "timing": timing,
     }
 
@@ -405,31 +568,39 @@ def _load_inputs(root: Path, texts: bool = True
 def run_experiment(workdir: str | os.PathLike[str], *,
                    strategies: Sequence[str] = DEFAULT_STRATEGIES, seeds: int = 3,
                    clip: int = 4, alpha: float = 0.0, balance_by: str = "docs",
-                   quick: bool = False, device: str = "cpu", epochs: float | None = None,
-                   tokens: int | None = None, threads: int | None = None, progress: bool = True,
-                   config: ExperimentConfig | None = None) -> dict[str, Any]:
+                   quick: bool = False, model: str | None = None, device: str = "cpu",
+                   epochs: float | None = None, tokens: int | None = None,
+                   max_docs: int | None = DEFAULT_MAX_DOCS, threads: int | None = None,
+                   progress: bool = True, config: ExperimentConfig | None = None,
+                   on_run: Callable[[str, int, bool], None] | None = None) -> dict[str, Any]:
     """Run the experiment on work directory ``workdir`` and write ``W/experiment/``.
 
     Reads ``W/labels.npy`` and ``W/corpus/``; trains one model per strategy
-    and seed (see :func:`compare_strategies`); writes ``results.json``,
-    ``results.md``, ``val_curves.png`` and ``cluster_loss.png`` into
-    ``W/experiment/`` as one atomic directory replacement. ``quick`` selects
-    :meth:`ExperimentConfig.quick`; ``epochs`` replaces the default budget in
-    epochs-equivalent, ``tokens`` sets an explicit token budget instead (not
-    both); ``threads`` defaults to :data:`DEFAULT_THREADS` torch threads (never
-    more than the CPUs this process may use); a full ``config`` overrides
-    everything else. Returns the results dict, plus
+    and seed (see :func:`compare_strategies`), each finished run stored in
+    ``W/experiment/runs/`` and reused by a rerun with the same inputs (runs of
+    other inputs are removed at the end); writes ``results.json``,
+    ``results.md`` and the plots as one atomic replacement of ``W/experiment/``
+    (through the work directory's stage runner). ``quick`` selects :meth:`ExperimentConfig.quick`;
+    ``model`` a size preset (tiny, small, base; default small, tiny with
+    ``quick``); ``epochs`` replaces the default budget in epochs-equivalent,
+    ``tokens`` sets an explicit token budget instead (not both); ``max_docs``
+    caps the documents (a cluster-stratified subsample; None or 0 = all);
+    ``threads`` defaults to :func:`default_threads`; a full ``config``
+    overrides everything else. Returns the results dict, plus
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """
     from clusterclip.experiment.output import write_outputs
-    from clusterclip.io import atomic_output_dir
+    from clusterclip.io import atomic_output_dir, write_marker
     from clusterclip.workdir import Workdir
 
     if config is None:
         base = ExperimentConfig.quick() if quick else ExperimentConfig()
+        if model is not None:
+            base = base.with_model(model)
         over: dict[str, Any] = {"strategies": tuple(strategies), "seeds": seeds, "clip": clip,
-                                "alpha": alpha, "balance_by": balance_by}
+                                "alpha": alpha, "balance_by": balance_by,
+                                "max_docs": max_docs or None}
         if epochs is not None and tokens is not None:
             raise InputError("--epochs and --tokens: give one budget, not both")
         if epochs is not None:
@@ -450,13 +621,21 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     w = Workdir(workdir, create=False)
     t0 = time.perf_counter()
     out = w.path("experiment")
+    store = RunStore(out / "runs")
 
     def work(run: Any) -> dict[str, Any]:
         _, texts, _ = _load_inputs(w.root)
+        # W/experiment is ours here (the stage runner checked it before any work): mark it
+        # before the first stored run, so a killed experiment's folder stays replaceable
+        out.mkdir(exist_ok=True)
+        write_marker(out, "experiment")
         results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                     progress=progress)
+                                     progress=progress, store=store, on_run=on_run)
+        store.prune(set(results["run_keys"]))
         with atomic_output_dir(out, "experiment") as tmp:
             write_outputs(results, tmp)
+            if store.dir.is_dir():  # the finished runs move along with the results
+                os.replace(store.dir, tmp / "runs")
         done.update(results)
         return {}
 

@@ -60,7 +60,7 @@ def evaluate_documents(model: ByteLM, docs: Sequence[np.ndarray], batch_size: in
 
 def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[np.ndarray],
               steps: int, seed: int, device: torch.device,
-              evaluate: Callable[[ByteLM], float],
+              evaluate: Callable[[ByteLM], float | dict[str, float]],
               on_step: Callable[[int], None] | None = None) -> tuple[ByteLM, dict[str, Any]]:
     """Train a fresh model on ``steps`` batches of packed windows.
 
@@ -68,12 +68,16 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
     strategy starts from the same weights for the same seed. ``windows`` yields
     int64[seq_len + 1] arrays (see :func:`~clusterclip.experiment.data.pack_sequences`);
     running out of them before ``steps`` batches is an error. ``evaluate(model)``
-    returns the validation loss and is called at ``eval_points`` evenly
-    spaced steps (0 and ``steps`` included) to draw the curve.
+    returns the validation loss (a float) or named losses (a dict, e.g.
+    ``val_loss`` and ``train_loss`` measured the same way on held-out and on
+    training documents) and is called at ``eval_points`` evenly spaced steps
+    (0 and ``steps`` included) to draw the curve.
 
-    Returns ``(model, log)`` with ``log = {"curve": [{step, tokens, val_loss,
-    train_loss}], "tokens": int}``; ``train_loss`` is the mean training loss
-    since the previous point (None at step 0).
+    Returns ``(model, log)`` with ``log = {"curve": [{step, tokens, batch_loss,
+    **evaluate(model)}], "tokens": int}``; ``batch_loss`` is the mean loss of
+    the training batches since the previous point (None at step 0): a running
+    average over a model that kept improving, so it sits above a loss measured
+    at the point itself.
     """
     torch.manual_seed(seed)
     model = ByteLM(model_cfg).to(device)
@@ -85,7 +89,13 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
     tokens_per_step = train_cfg.batch_size * model_cfg.seq_len
     n_points = max(2, train_cfg.eval_points)
     eval_steps = sorted({round(i * steps / (n_points - 1)) for i in range(n_points)})
-    curve = [{"step": 0, "tokens": 0, "val_loss": evaluate(model), "train_loss": None}]
+    def point(step: int, batch_loss: float | None) -> dict[str, Any]:
+        got = evaluate(model)
+        named = got if isinstance(got, dict) else {"val_loss": float(got)}
+        return {"step": step, "tokens": step * tokens_per_step, **named,
+                "batch_loss": batch_loss}
+
+    curve = [point(0, None)]
     running, running_n = 0.0, 0
     model.train()
     for step in range(steps):
@@ -109,7 +119,6 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
         if on_step is not None:
             on_step(1)
         if step + 1 in eval_steps:
-            curve.append({"step": step + 1, "tokens": (step + 1) * tokens_per_step,
-                          "val_loss": evaluate(model), "train_loss": running / running_n})
+            curve.append(point(step + 1, running / running_n))
             running, running_n = 0.0, 0
     return model, {"curve": curve, "tokens": steps * tokens_per_step}

@@ -1,0 +1,149 @@
+"""The experiment's verdict, the stratified subsample, the per-cluster repetition and the
+model presets: pure pieces checked against hand-computed numbers."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip.experiment.verdict import (
+    BETTER,
+    ONE_SEED,
+    SAME,
+    WORSE,
+    compute_verdict,
+    verdict_lines,
+)
+
+RANDOM = [1.50, 1.60, 1.55]
+#: per-seed differences to random, one strategy per branch of the call
+DIFFS = {
+    "uniform": [-0.10, -0.12, -0.08],    # mean -0.10, std 0.02: beyond 2 std, better
+    "clusterclip": [0.05, 0.07, 0.06],   # mean +0.06, std 0.01: beyond 2 std, worse
+    "paced": [0.05, -0.04, 0.02],        # mean +0.01, std 0.0458: within 2 std
+}
+
+
+def _results(random: list[float], diffs: dict[str, list[float]]) -> dict:
+    """A results dict with the same per-seed values for micro, macro and tail."""
+    def runs(values: list[float]) -> list[dict]:
+        return [{"seed": s, "val_micro": v, "val_macro": v, "val_tail": v}
+                for s, v in enumerate(values)]
+
+    strategies = {"random": {"runs": runs(random)}}
+    for name, d in diffs.items():
+        strategies[name] = {"runs": runs([r + x for r, x in zip(random, d, strict=True)])}
+    return {"config": {"strategies": ["random", *diffs]}, "strategies": strategies}
+
+
+def test_verdict_calls_each_difference_against_twice_its_paired_std():
+    v = compute_verdict(_results(RANDOM, DIFFS))
+    assert v["seeds"] == 3 and v["has_random"]
+    expected = {"uniform": BETTER, "clusterclip": WORSE, "paced": SAME}
+    for metric in ("val_micro", "val_macro", "val_tail"):
+        m = v["metrics"][metric]
+        assert m["best"] == "uniform"  # lowest mean loss
+        for name, diffs in DIFFS.items():
+            got = m["vs_random"][name]
+            assert got["mean"] == pytest.approx(statistics.mean(diffs))
+            assert got["std"] == pytest.approx(statistics.stdev(diffs))
+            assert got["call"] == expected[name]
+            # the call is exactly the rule: |mean| > 2 std
+            assert (abs(got["mean"]) > 2 * got["std"]) == (got["call"] != SAME)
+    text = "\n".join(verdict_lines(_results(RANDOM, DIFFS)))
+    assert text.startswith("Verdict (3 seeds")
+    assert "- micro: best uniform" in text
+    assert "uniform -0.1000 ± 0.0200: measurably better than random" in text
+    assert "clusterclip +0.0600 ± 0.0100: measurably worse than random" in text
+    assert "paced +0.0100 ± 0.0458: no measurable difference to random" in text
+    assert "Conclusion: measurable differences to random: uniform better on micro" in text
+
+
+def test_verdict_says_when_nothing_differs_measurably_and_when_random_is_best():
+    res = _results(RANDOM, {"uniform": [0.01, -0.02, 0.015]})
+    v = compute_verdict(res)
+    assert v["metrics"]["val_micro"]["best"] == "random"
+    assert v["metrics"]["val_micro"]["vs_random"]["uniform"]["call"] == SAME
+    assert verdict_lines(res)[-1].startswith("Conclusion: no strategy differs measurably")
+
+
+def test_one_seed_gives_no_spread_and_no_call():
+    from clusterclip.experiment.metrics import METRICS, mean_std
+    from clusterclip.experiment.output import format_deltas, format_table
+
+    res = _results(RANDOM[:1], {k: d[:1] for k, d in DIFFS.items()})
+    v = compute_verdict(res)
+    assert v["seeds"] == 1
+    for m in v["metrics"].values():
+        assert all(d["call"] == ONE_SEED and d["std"] is None for d in m["vs_random"].values())
+    text = "\n".join(verdict_lines(res))
+    assert "no spread can be given" in text and "±" not in text
+    assert "measurably" not in text and "Conclusion" not in text
+    # the tables never show a spread of one value either
+    for entry in res["strategies"].values():
+        entry["metrics"] = {m: mean_std([1.5]) for m in METRICS}
+        entry["vs_random"] = {m: mean_std([0.01]) for m in METRICS}
+    res["config"]["balance_by"] = "docs"
+    assert "±" not in format_table(res) and "±" not in format_deltas(res)
+
+
+def test_verdict_without_random_names_only_the_best():
+    res = _results(RANDOM, {"uniform": [0.1, 0.1, 0.1]})
+    res["config"]["strategies"] = ["uniform"]
+    v = compute_verdict(res)
+    assert v["metrics"]["val_tail"]["best"] == "uniform" and not v["has_random"]
+    assert "random sampling was not run" in verdict_lines(res)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 60), min_size=1, max_size=15),
+       excluded=st.integers(0, 20), frac=st.floats(0.05, 1.2), seed=st.integers(0, 50))
+def test_stratified_subsample_keeps_each_cluster_share(sizes, excluded, frac, seed):
+    from clusterclip.experiment.data import stratified_subsample
+
+    labels = np.concatenate([np.repeat(np.arange(len(sizes)), sizes),
+                             np.full(excluded, -1)]).astype(np.int64)
+    labels = np.random.default_rng(seed).permutation(labels)
+    n = int(sum(sizes))
+    max_docs = max(1, int(frac * n))
+    keep = stratified_subsample(labels, max_docs, seed)
+    assert not keep[labels < 0].any()  # excluded documents are never kept
+    assert keep.sum() == min(max_docs, n)
+    kept = np.bincount(labels[keep], minlength=len(sizes))
+    for k, size in enumerate(sizes):
+        assert kept[k] <= size
+        if n > max_docs:
+            assert abs(kept[k] - max_docs * size / n) < 1  # its share, within rounding
+    np.testing.assert_array_equal(keep, stratified_subsample(labels, max_docs, seed))
+
+
+def test_cluster_repetition_counts_feeds_per_training_document():
+    from clusterclip.experiment.metrics import cluster_repetition
+
+    train_labels = np.array([0, 0, 1, 1, 1, -1, 2])  # doc 5 is held out
+    fed = np.array([0, 0, 1, 2, 3, 5, 5, 0])         # held-out doc 5 is not counted
+    # cluster 0: 4 feeds / 2 docs; cluster 1: 2 / 3; cluster 2: 0 / 1
+    np.testing.assert_allclose(cluster_repetition(fed, train_labels, [0, 1, 2]),
+                               [2.0, 2 / 3, 0.0])
+
+
+def test_model_presets_grow_and_set_the_window():
+    from clusterclip.errors import InputError
+    from clusterclip.experiment import ExperimentConfig
+    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.experiment.model import ByteLM
+
+    sizes = [ByteLM(MODEL_PRESETS[n][0]).num_parameters() for n in ("tiny", "small", "base")]
+    assert sizes[0] < sizes[1] < sizes[2]
+    assert ExperimentConfig.quick().model == MODEL_PRESETS["tiny"][0]
+    assert ExperimentConfig().model == MODEL_PRESETS["small"][0]
+    base = ExperimentConfig().with_model("base")
+    assert base.model == MODEL_PRESETS["base"][0] and base.train.lr == MODEL_PRESETS["base"][1]
+    assert base.max_doc_tokens == base.model.seq_len
+    base.validate()
+    with pytest.raises(InputError, match="--model"):
+        ExperimentConfig().with_model("huge")
