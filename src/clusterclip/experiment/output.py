@@ -168,10 +168,13 @@ def render_markdown(results: dict[str, Any]) -> str:
                   "Per cluster, held-out loss minus the loss on the cluster's training "
                   "sample (mean over seeds), against how many times the schedule fed each "
                   "training document of the cluster on average. Over-fitting shows as a gap "
-                  "that grows with repetition; *slope* is the least-squares change of the "
-                  "gap per doubling of the repetition over the clusters of one run (mean ± "
-                  "std over seeds; only where the repetition spans at least a factor 2). "
-                  "Cells: mean gap (clusters).",
+                  "that grows with repetition. The held-out and training documents of a "
+                  "cluster are the same for every strategy, so a cluster's gap also carries "
+                  "how those few documents happen to differ; the *excess* gap (minus "
+                  "random's gap on the same cluster and seed) cancels that. Cells: mean gap "
+                  "/ mean excess gap (clusters). *Slopes*: least-squares change per doubling "
+                  "of the repetition over the clusters of one run, mean ± std over seeds "
+                  "(only where the repetition spans at least a factor 2).",
                   "", gap_table, "", *gap_conclusion(results), "",
                   "![train–validation gap vs repetition](gap_repetition.png)"]
     parts += ["", "## Curves and clusters", "",
@@ -214,63 +217,84 @@ def gap_slope(rep: np.ndarray, gap: np.ndarray) -> float | None:
 
 
 def gap_summary(results: dict[str, Any]) -> dict[str, Any]:
-    """Per strategy: mean gap per repetition bin (and cluster count) and the slope
-    per doubling per seed. Empty for results without per-cluster gaps."""
+    """Per strategy: per repetition bin the mean gap, the mean *excess* gap (minus
+    random's gap on the same cluster and seed, which cancels how the held-out and
+    training documents of a cluster happen to differ) and the cluster count; the
+    slope of the gap, and of the excess gap, per doubling of repetition, per seed.
+    Empty for results without per-cluster gaps."""
+    ordered = _ordered(results)
+    first = ordered[0][1]["runs"][0]["per_cluster"]
+    if "gap" not in first[next(iter(first))]:
+        return {}
+    base = results["strategies"].get("random")
+    base_gap = cluster_arrays(base, "gap")[1] if base is not None else None
     out: dict[str, Any] = {}
-    for name, entry in _ordered(results):
-        if "gap" not in entry["runs"][0]["per_cluster"][
-                next(iter(entry["runs"][0]["per_cluster"]))]:
-            return {}
+    for name, entry in ordered:
         _, gap = cluster_arrays(entry, "gap")
         _, rep = cluster_arrays(entry, "repetition")
+        excess = gap - base_gap if base_gap is not None and name != "random" else None
         g, r = gap.mean(axis=0), rep.mean(axis=0)
         bins = []
         for lo, hi in zip(GAP_BINS[:-1], GAP_BINS[1:], strict=True):
             sel = (r > lo) & (r <= hi)
-            bins.append({"n": int(sel.sum()), "gap": float(g[sel].mean()) if sel.any() else None})
-        slopes = [gap_slope(rep[i], gap[i]) for i in range(gap.shape[0])]
-        out[name] = {"bins": bins, "slopes": slopes, "max_repetition": float(r.max())}
+            bins.append({"n": int(sel.sum()),
+                         "gap": float(g[sel].mean()) if sel.any() else None,
+                         "excess": (float(excess.mean(axis=0)[sel].mean())
+                                    if sel.any() and excess is not None else None)})
+        out[name] = {
+            "bins": bins, "max_repetition": float(r.max()),
+            "slopes": [gap_slope(rep[i], gap[i]) for i in range(gap.shape[0])],
+            "excess_slopes": (None if excess is None else
+                              [gap_slope(rep[i], excess[i]) for i in range(gap.shape[0])])}
     return out
 
 
-def _slope_text(slopes: list[float | None]) -> str:
-    if any(v is None for v in slopes):
+def _slope_text(slopes: list[float | None] | None) -> str:
+    if slopes is None or any(v is None for v in slopes):
         return "—"
     v = np.array(slopes)
     return f"{v.mean():+.4f}" if v.size < 2 else f"{v.mean():+.4f} ± {v.std(ddof=1):.4f}"
 
 
 def format_gap_table(results: dict[str, Any], markdown: bool = False) -> str:
-    """Per strategy, the mean per-cluster gap in each repetition bin and the slope."""
+    """Per strategy, the mean per-cluster gap (and excess over random) in each
+    repetition bin, and the slopes per doubling of repetition."""
     summ = gap_summary(results)
     if not summ:
         return ""
     used = [i for i in range(len(GAP_BINS) - 1) if any(e["bins"][i]["n"] for e in summ.values())]
     head = ["strategy"] + [f"rep {_bin_label(GAP_BINS[i], GAP_BINS[i + 1])}" for i in used] + [
-        "slope per doubling"]
+        "gap slope", "excess slope"]
     rows = []
     for name, e in summ.items():
         cells = [strategy_name(name, results)]
         for i in used:
             b = e["bins"][i]
-            cells.append("—" if b["gap"] is None else f"{b['gap']:+.4f} ({b['n']})")
-        rows.append(cells + [_slope_text(e["slopes"])])
+            if b["gap"] is None:
+                cells.append("—")
+            elif b["excess"] is None:
+                cells.append(f"{b['gap']:+.3f} ({b['n']})")
+            else:
+                cells.append(f"{b['gap']:+.3f} / {b['excess']:+.3f} ({b['n']})")
+        rows.append(cells + [_slope_text(e["slopes"]), _slope_text(e["excess_slopes"])])
     return _table(head, rows, markdown)
 
 
 def gap_conclusion(results: dict[str, Any]) -> list[str]:
-    """One computed sentence per strategy whose repetitions vary: does its gap grow
-    measurably (slope > 2 std over seeds) with repetition?"""
+    """One computed sentence per strategy whose repetitions vary: does its excess gap
+    over random (its gap when random was not run) grow measurably (slope > 2 std over
+    seeds) with repetition?"""
     lines = []
     for name, e in gap_summary(results).items():
-        slopes = e["slopes"]
+        slopes = e["excess_slopes"] if e["excess_slopes"] is not None else e["slopes"]
+        what = "excess gap over random" if e["excess_slopes"] is not None else "gap"
         if any(v is None for v in slopes):
             continue
         v = np.array(slopes)
         label = strategy_name(name, results)
         if v.size < 2:
-            lines.append(f"- {label}: gap slope {v[0]:+.4f} nats per doubling of repetition "
-                         "(one seed: no spread, no call).")
+            lines.append(f"- {label}: {what} slope {v[0]:+.4f} nats per doubling of "
+                         "repetition (one seed: no spread, no call).")
             continue
         mean, std = float(v.mean()), float(v.std(ddof=1))
         if mean > 2 * std:
@@ -279,8 +303,8 @@ def gap_conclusion(results: dict[str, Any]) -> list[str]:
             call = "shrinks measurably with repetition"
         else:
             call = "shows no measurable trend with repetition"
-        lines.append(f"- {label}: the gap {call}: {mean:+.4f} ± {std:.4f} nats per doubling "
-                     f"(repetition up to {e['max_repetition']:.1f})." )
+        lines.append(f"- {label}: the {what} {call}: {mean:+.4f} ± {std:.4f} nats per "
+                     f"doubling (repetition up to {e['max_repetition']:.1f}).")
     return lines
 
 
@@ -288,7 +312,7 @@ def _binned_trend(ax: Any, x: np.ndarray, y: np.ndarray, color: str, label: str)
     """Scatter of (x, y) and the mean of y in log-spaced bins of x, as a line."""
     ax.scatter(x, y, s=14, alpha=0.45, color=color, edgecolors="none")
     pos = x > 0
-    if pos.sum() >= 2 and x[pos].max() > x[pos].min():
+    if pos.sum() >= 2 and x[pos].max() >= 2 * x[pos].min():
         edges = np.geomspace(x[pos].min(), x[pos].max() * (1 + 1e-9), 7)
         idx = np.clip(np.searchsorted(edges, x[pos], side="right") - 1, 0, edges.size - 2)
         cx = [float(np.exp(np.log(x[pos][idx == b]).mean())) for b in range(edges.size - 1)
@@ -382,27 +406,40 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
 
 def plot_gap_repetition(results: dict[str, Any], path: Path) -> None:
     """Per strategy (one panel each), per-cluster train–validation gap against the
-    average times each training document of the cluster was fed, with a binned trend."""
+    average times each training document of the cluster was fed, with a binned trend
+    (mean over seeds). When random was run, the other panels show the excess gap over
+    random's gap on the same cluster, which cancels how the held-out and training
+    documents of a cluster happen to differ."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     ordered = _ordered(results)
-    fig, axes = plt.subplots(1, len(ordered), figsize=(3.6 * len(ordered) + 0.6, 3.8),
-                             layout="constrained", squeeze=False, sharey=True)
+    base = results["strategies"].get("random")
+    fig, axes = plt.subplots(1, len(ordered), figsize=(3.6 * len(ordered) + 0.6, 3.9),
+                             layout="constrained", squeeze=False, sharex=True)
     for i, (name, entry) in enumerate(ordered):
         ax = axes[0][i]
         _, gap = cluster_arrays(entry, "gap")
         _, rep = cluster_arrays(entry, "repetition")
+        excess = base is not None and name != "random"
+        if excess:
+            gap = gap - cluster_arrays(base, "gap")[1]
         _binned_trend(ax, rep.mean(axis=0), gap.mean(axis=0), f"C{i}", "binned mean")
         ax.axhline(0.0, color="k", lw=0.8)
-        ax.set_xscale("log")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(LogLocator(base=2))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(strategy_name(name, results))
         ax.set_xlabel("feeds per training document (log)")
+        ax.set_ylabel("gap − random's gap, same cluster" if excess
+                      else "gap: val − train loss of the cluster")
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].set_ylabel("gap: val − train loss of the cluster")
-    fig.suptitle("Per-cluster train–validation gap vs repetition (one point per cluster)")
+    fig.suptitle("Per-cluster train–validation gap vs repetition "
+                 "(one point per cluster, mean over seeds)")
     fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
 

@@ -42,6 +42,7 @@ from clusterclip.experiment.metrics import (
     schedule_stats,
     summarize,
 )
+from clusterclip.experiment.output import write_outputs
 from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
 
 #: The strategies compared by default, those of them the sampler offers (``paced``
@@ -590,7 +591,6 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """
-    from clusterclip.experiment.output import write_outputs
     from clusterclip.io import atomic_output_dir, write_marker
     from clusterclip.workdir import Workdir
 
