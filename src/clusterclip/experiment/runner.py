@@ -173,6 +173,14 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def _busy_cpus() -> float | None:
+    """The 1-minute load average (runnable processes), None where unknown."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def default_threads(model: ModelConfig) -> int:
     """Torch threads for ``model`` when ``--threads`` is not given (see
     :data:`PRESET_THREADS`); a model that is no preset counts as ``base``.
@@ -425,8 +433,14 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
         timing["estimated_seconds"] = round(est, 1)
         reused = f", {len(keys) - len(todo)} reused from an earlier run" if cached else ""
         log(f"experiment: {len(todo)} run(s) to train{reused}, {steps} steps each, "
-            f"{threads} thread(s) on {dev.type}; estimated {est / 60:.1f} min "
+            f"{threads} thread(s) on {dev.type}; estimated "
+            f"{f'{est:.0f} s' if est < 90 else f'{est / 60:.1f} min'} of training "
             "(from a few timed steps)")
+
+        busy = _busy_cpus()
+        if threads > 1 and busy is not None and busy > _usable_cpus() - threads + 0.5:
+            log(f"experiment: the machine is busy (load {busy:.1f} on {_usable_cpus()} CPUs); "
+                f"{threads} threads may run much slower than --threads 1")
 
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
     bar = tqdm(total=steps * len(todo), desc="experiment", unit="step", disable=not progress,
