@@ -58,9 +58,11 @@ DEFAULT_EPOCHS = 3.0
 #: ``--quick``: still over one epoch, so the clip binds on the smallest clusters.
 QUICK_EPOCHS = 1.5
 #: Default cap on the documents an experiment uses (``--max-docs``; a cluster-stratified
-#: subsample above it): the budget is in epochs, so time grows with the documents; at this
-#: cap the default run (small model, 3 epochs, 3 seeds) stays near 15 minutes on 2 cores.
-DEFAULT_MAX_DOCS = 3000
+#: subsample above it): the budget is in epochs, so time grows with the documents. At this
+#: cap the default run (small model, 3 epochs, 3 seeds x 4 strategies, 1 thread) is about
+#: 12 x 1.0 M training tokens at the measured 14.8k tokens/s plus evaluation: about 15
+#: minutes on an idle 2-core machine (BENCHMARKS.md).
+DEFAULT_MAX_DOCS = 2500
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
 #: machine (BENCHMARKS.md): the small models gain little from a second thread when
 #: idle and collapse when another process holds a core, so they use 1; ``base``
