@@ -628,6 +628,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     if threads is not None and threads < 1:
         raise InputError(f"--threads: must be >= 1, got {threads}")
     if device != "cpu":
+        # deterministic cuBLAS (with use_deterministic_algorithms); must precede CUDA's start
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         import torch
 
         try:
