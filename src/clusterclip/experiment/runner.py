@@ -433,7 +433,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
         with _torch_settings(threads):
             est = _estimate_seconds(config, dev, valid_docs + train_eval_docs, len(todo), steps)
         timing["estimated_seconds"] = round(est, 1)
-        reused = f", {len(keys) - len(todo)} reused from an earlier run" if cached else ""
+        n_reused = len(keys) - len(todo)
+        reused = f", {n_reused} reused from an earlier run" if n_reused else ""
         log(f"experiment: {len(todo)} run(s) to train{reused}, {steps} steps each, "
             f"{threads} thread(s) on {dev.type}; estimated "
             f"{f'{est:.0f} s' if est < 90 else f'{est / 60:.1f} min'} of training "
