@@ -339,7 +339,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
     ``store``: finished runs are saved there under a fingerprint of the
     documents, labels, config (but the strategy list and seed count),
-    strategy, seed, device type and thread count, and reused when found.
+    strategy, seed, device type, thread count and the clusterclip and torch
+    versions, and reused when found.
     ``on_run(strategy, seed, reused)`` is called after each run (an exception
     there stops the experiment; finished runs stay stored). ``log`` receives
     the time estimate printed before training (default: stderr when
@@ -348,7 +349,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     import torch
     from tqdm import tqdm
 
-    from clusterclip import ClusterClipSampler
+    from clusterclip import ClusterClipSampler, __version__
     from clusterclip.experiment.train import evaluate_documents, train_run
     from clusterclip.io import array_fingerprint, fingerprint
 
@@ -423,7 +424,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     run_inputs = {"docs": tokens_fp, "labels": array_fingerprint(labels),
                   "config": {k: v for k, v in config.to_dict().items()
                              if k not in ("strategies", "seeds")},
-                  "device": dev.type, "threads": threads}
+                  "device": dev.type, "threads": threads,
+                  "versions": {"clusterclip": __version__, "torch": torch.__version__}}
     keys = {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed})
             for seed in range(config.seeds) for s in config.strategies}
     cached = {k: store.get(v) for k, v in keys.items()} if store is not None else {}
