@@ -92,7 +92,7 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     assert "| clusterclip |" in md and "val_curves.png" in md and "clusters clipped" in md
     assert "gap_repetition.png" in md and "excess slope" in md
     # the verdict opens results.md and the printout
-    assert md.splitlines()[2].startswith("Verdict (2 seeds")
+    assert md.splitlines()[2].startswith("**Verdict (2 seeds")
     assert printed.startswith("Verdict (2 seeds") and "Conclusion:" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed
 

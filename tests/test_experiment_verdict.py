@@ -56,7 +56,7 @@ def test_verdict_calls_each_difference_against_twice_its_paired_std():
             assert (abs(got["mean"]) > 2 * got["std"]) == (got["call"] != SAME)
     text = "\n".join(verdict_lines(_results(RANDOM, DIFFS)))
     assert text.startswith("Verdict (3 seeds")
-    assert "- micro: best uniform" in text
+    assert "- micro: best uniform (1.4500, measurably better than random)" in text
     assert "uniform -0.1000 ± 0.0200: measurably better than random" in text
     assert "clusterclip +0.0600 ± 0.0100: measurably worse than random" in text
     assert "paced +0.0100 ± 0.0458: no measurable difference to random" in text
@@ -69,6 +69,9 @@ def test_verdict_says_when_nothing_differs_measurably_and_when_random_is_best():
     assert v["metrics"]["val_micro"]["best"] == "random"
     assert v["metrics"]["val_micro"]["vs_random"]["uniform"]["call"] == SAME
     assert verdict_lines(res)[-1].startswith("Conclusion: no strategy differs measurably")
+    res = _results(RANDOM, {"uniform": [-0.01, 0.02, -0.015]})
+    assert "- micro: best uniform (1.5483, not measurably better than random)" in \
+        "\n".join(verdict_lines(res))
 
 
 def test_one_seed_gives_no_spread_and_no_call():

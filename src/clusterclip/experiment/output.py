@@ -102,6 +102,14 @@ def format_deltas(results: dict[str, Any]) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *lines])
 
 
+def _markdown_verdict(lines: list[str]) -> list[str]:
+    """The verdict lines as markdown: bold header, the list, the conclusion apart."""
+    out = [f"**{lines[0]}**", ""]
+    out += [ln for ln in lines[1:] if ln.startswith("- ")]
+    rest = [ln for ln in lines[1:] if not ln.startswith("- ")]
+    return out + (["", *rest] if rest else [])
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """``results.md``: setup, the metric table, paired differences, plots."""
     c, d = results["config"], results["data"]
@@ -115,7 +123,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     parts = [
         "# ClusterClip experiment: held-out loss per sampling strategy",
         "",
-        *verdict_lines(results),
+        *_markdown_verdict(verdict_lines(results)),
         "",
         "## Setup",
         "",
@@ -129,7 +137,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"device {results['device']}.",
         "",
         f"Data: {d['documents']:,} documents in {d['clusters']} clusters "
-        f"({d['excluded']} excluded: label -1, no text ({d['no_text']}) or left out of the "
+        f"({d['excluded']:,} excluded: label -1, no text ({d['no_text']}) or left out of the "
         f"cluster-stratified subsample of at most {c.get('max_docs') or 'all'} documents "
         f"({d.get('subsampled_out', 0):,})). "
         f"Held out: {d['valid_docs']} documents ({d['valid_tokens']:,} tokens) from the "

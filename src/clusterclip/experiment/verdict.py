@@ -104,7 +104,11 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
     for metric, label in VERDICT_METRICS.items():
         e = v["metrics"][metric]
         best = e["best"]
-        text = f"- {label}: best {best} ({e['means'][best]:.4f})"
+        qual = ""
+        if best in e["vs_random"] and e["vs_random"][best]["call"] != ONE_SEED:
+            qual = (", measurably better than random" if e["vs_random"][best]["call"] == BETTER
+                    else ", not measurably better than random")
+        text = f"- {label}: best {best} ({e['means'][best]:.4f}{qual})"
         parts = []
         for name, d in e["vs_random"].items():
             call = d["call"]
