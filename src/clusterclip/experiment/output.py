@@ -377,6 +377,7 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     base = results["strategies"].get("random")
     ordered = _ordered(results)
@@ -404,6 +405,9 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
         ax2.set_title("Per-cluster difference to random (below 0: better)")
     for a in axes[0]:
         a.set_xscale("log")
+        a.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        a.xaxis.set_major_formatter(ScalarFormatter())
+        a.xaxis.set_minor_formatter(NullFormatter())
         a.set_xlabel("cluster size (documents, log scale)")
         a.grid(alpha=0.3, which="both")
         a.legend(fontsize=8)
