@@ -150,3 +150,12 @@ def test_model_presets_grow_and_set_the_window():
     base.validate()
     with pytest.raises(InputError, match="--model"):
         ExperimentConfig().with_model("huge")
+
+
+def test_random_alone_is_best_and_counts_its_seeds():
+    res = _results(RANDOM, {})
+    v = compute_verdict(res)
+    assert v["seeds"] == 3 and v["metrics"]["val_micro"]["best"] == "random"
+    lines = verdict_lines(res)
+    assert lines[0].startswith("Verdict (3 seeds") and "- micro: best random (1.5500)." in lines
+    assert not any(ln.startswith("Conclusion") for ln in lines)  # nothing was compared

@@ -72,9 +72,7 @@ def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
                 call, mean, std = paired_call(diffs)
                 entry["vs_random"][n] = {"call": call, "mean": mean, "std": std,
                                          "n": len(common)}
-                seeds = max(seeds, len(common))
-        else:
-            seeds = max(seeds, max(len(v) for v in vals.values()))
+        seeds = max(seeds, max(len(v) for v in vals.values()))
         out["metrics"][metric] = entry
     out["seeds"] = seeds
     return out
@@ -119,7 +117,8 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
         if parts:
             text += "; vs random: " + "; ".join(parts)
         lines.append(text + ".")
-    if v["has_random"] and v["seeds"] >= 2:
+    compared = any(e["vs_random"] for e in v["metrics"].values())
+    if compared and v["seeds"] >= 2:
         if measurable:
             lines.append("Conclusion: measurable differences to random: "
                          + ", ".join(measurable) + "; everything else is within noise.")
