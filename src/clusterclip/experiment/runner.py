@@ -43,7 +43,7 @@ from clusterclip.experiment.metrics import (
     summarize,
 )
 from clusterclip.experiment.output import write_outputs
-from clusterclip.sampling.sampler import ALPHA_STRATEGIES, STRATEGIES
+from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
 
 #: The strategies compared by default, those of them the sampler offers (``paced``
 #: joins by itself once the sampler has it).
@@ -261,14 +261,6 @@ class RunStore:
         return gone
 
 
-def _clipped(strategy: str) -> bool:
-    """Whether ``strategy`` takes the clip (a capacity of clip x documents)."""
-    from clusterclip import ClusterClipSampler
-
-    return ClusterClipSampler(np.zeros(1, dtype=np.int64), num_samples=1, strategy=strategy,
-                              clip=1).capacity is not None
-
-
 def _estimate_seconds(config: ExperimentConfig, device: Any, eval_docs: Sequence[np.ndarray],
                       runs: int, steps: int) -> float:
     """Seconds that ``runs`` runs of ``steps`` steps will take, from a few timed steps
@@ -395,7 +387,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     budget = config.budget_tokens(train_tokens)
     steps = budget // config.batch_tokens
     needed = budget + 1  # the stream's leading EOS plus every target
-    clipped = {s: _clipped(s) for s in config.strategies}
+    clipped = {s: s in CLIP_STRATEGIES for s in config.strategies}
     for s in config.strategies:
         if clipped[s] and needed > config.clip * train_tokens:
             raise InputError(
