@@ -263,6 +263,9 @@ def test_clip_statistics_of_a_fed_prefix(sizes, clip, frac, seed):
     assert s["tail_token_share"] == pytest.approx(tok[labels[fed] == 0].sum() / tok.sum())
     assert s["head_token_share"] == pytest.approx(
         tok[labels[fed] == len(sizes) - 1].sum() / tok.sum())
+    late = np.arange(fed.size) >= fed.size - np.ceil(0.2 * fed.size)  # last fifth by position
+    assert s["late_tail_token_share"] == pytest.approx(
+        tok[late & (labels[fed] == 0)].sum() / tok[late].sum())
     # the same prefix length under uniform: the clusters pushed past the clip are counted
     u = np.concatenate(list(ClusterClipSampler(labels, fed.size, strategy="uniform",
                                                seed=seed).blocks(64)))
@@ -270,3 +273,30 @@ def test_clip_statistics_of_a_fed_prefix(sizes, clip, frac, seed):
     over = np.unique(labels[np.bincount(u, minlength=labels.size) > clip])
     assert su["clusters_over_clip"] == over.size
     assert su["max_repetition"] == np.bincount(u).max()
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30), min_size=2, max_size=8),
+       clip=st.integers(2, 5), seed=st.integers(0, 2**16), frac=st.floats(0.2, 0.9))
+def test_paced_schedule_is_sized_to_the_token_budget(sizes, clip, seed, frac):
+    """paced's quotas depend on T, so the experiment sizes T to what training consumes:
+    the schedule supplies the budget, and 1% fewer draws would not."""
+    from clusterclip import ClusterClipSampler
+    from clusterclip.experiment.runner import schedule_length_for_tokens
+
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    doc_tokens = (np.arange(labels.size) * 7919) % 50 + 5  # 5..54 tokens, mixed over clusters
+    capacity = clip * labels.size
+
+    def tokens(t):
+        s = ClusterClipSampler(labels, t, strategy="paced", clip=clip, seed=seed)
+        return int(sum(doc_tokens[b].sum() for b in s.blocks(1000)))
+
+    needed = max(1, int(frac * tokens(capacity)))
+    t = schedule_length_for_tokens(
+        lambda n: ClusterClipSampler(labels, n, strategy="paced", clip=clip, seed=seed),
+        doc_tokens, needed, capacity)
+    assert 1 <= t <= capacity and tokens(t) >= needed
+    shorter = t - max(1, t // 100) - 1
+    if shorter >= 1:
+        assert tokens(shorter) < needed

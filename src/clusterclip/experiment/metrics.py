@@ -87,7 +87,10 @@ def mean_std(values: Sequence[float]) -> dict[str, Any]:
 
 #: Per-run schedule statistics, in table order (see :func:`schedule_stats`).
 SCHEDULE_STATS = ("docs_drawn", "distinct_docs", "max_repetition", "clusters_clipped",
-                  "clusters_over_clip", "tail_token_share", "head_token_share")
+                  "clusters_over_clip", "tail_token_share", "late_tail_token_share",
+                  "head_token_share")
+#: The part of the fed schedule (its last fifth, by position) behind ``late_tail_token_share``.
+LATE_FRACTION = 0.2
 
 
 def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
@@ -103,7 +106,9 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
     strategies without a clip). ``clusters_over_clip`` counts clusters with a
     document fed more than ``clip`` times (0 under ClusterClip by construction;
     for uniform, the clusters a clip would have retired). Token shares are of
-    the tokens of the fed documents.
+    the tokens of the fed documents; ``late_tail_token_share`` is the tail's
+    share of the tokens of the last :data:`LATE_FRACTION` of the fed documents
+    (by position), where a greedy clip may have retired the tail already.
     """
     fed = np.asarray(fed, dtype=np.int64)
     reps = np.bincount(fed, minlength=labels.size)
@@ -111,6 +116,8 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
     total = max(1.0, float(tok.sum()))
     lab = labels[fed]
     over = np.unique(labels[reps > clip])
+    late = slice(fed.size - int(math.ceil(LATE_FRACTION * fed.size)), None)
+    late_total = max(1.0, float(tok[late].sum()))
     return {
         "docs_drawn": int(fed.size),
         "distinct_docs": int(np.count_nonzero(reps)),
@@ -118,6 +125,7 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
         "clusters_clipped": int(clusters_clipped),
         "clusters_over_clip": int(np.count_nonzero(over >= 0)),
         "tail_token_share": float(tok[np.isin(lab, tail)].sum() / total),
+        "late_tail_token_share": float(tok[late][np.isin(lab[late], tail)].sum() / late_total),
         "head_token_share": float(tok[np.isin(lab, head)].sum() / total),
     }
 

@@ -48,6 +48,7 @@ _SCHEDULE_LABELS = {
     "docs_drawn": "docs fed", "distinct_docs": "distinct docs",
     "max_repetition": "max repetition", "clusters_clipped": "clusters clipped",
     "clusters_over_clip": "clusters over clip", "tail_token_share": "tail token share",
+    "late_tail_token_share": "tail share, last 20%",
     "head_token_share": "head token share",
 }
 

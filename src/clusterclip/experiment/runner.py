@@ -43,7 +43,12 @@ from clusterclip.experiment.metrics import (
     summarize,
 )
 from clusterclip.experiment.output import write_outputs
-from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
+from clusterclip.sampling.sampler import (
+    ALPHA_STRATEGIES,
+    CLIP_STRATEGIES,
+    LENGTH_DEPENDENT_STRATEGIES,
+    STRATEGIES,
+)
 
 #: The strategies compared by default, those of them the sampler offers (``paced``
 #: joins by itself once the sampler has it).
@@ -210,6 +215,38 @@ def _torch_settings(threads: int) -> Iterator[None]:
         torch.use_deterministic_algorithms(old_det)
 
 
+def schedule_length_for_tokens(make_sampler: Callable[[int], Any], doc_tokens: np.ndarray,
+                               needed: int, t_max: int) -> int:
+    """Schedule length T whose own schedule supplies about ``needed`` tokens, at most ``t_max``.
+
+    For strategies whose schedule depends on T (``paced`` spreads each cluster
+    over the whole schedule), training on a prefix of a longer schedule would
+    feed a different mixture than the strategy defines. Starting from the
+    length at the mean document length, T doubles until the schedule's
+    documents hold ``needed`` tokens, then a bisection finds a T within 0.5% of
+    the shortest that does (what is left unfed is at most that); deterministic,
+    as each try is.
+    """
+    lengths = doc_tokens.astype(np.int64)
+
+    def supplies(t: int) -> bool:
+        return sum(int(lengths[b].sum()) for b in make_sampler(t).blocks(1 << 16)) >= needed
+
+    # Grow from a guess until enough, then bisect to within 0.5% of the shortest such T.
+    lo, hi = 0, min(t_max, max(1, math.ceil(needed / max(1.0, float(lengths.mean())))))
+    while not supplies(hi):
+        if hi >= t_max:
+            return t_max
+        lo, hi = hi, min(t_max, 2 * hi)
+    while hi - lo > max(1, hi // 200):
+        mid = (lo + hi) // 2
+        if supplies(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],
                      block: int = 256) -> Iterator[np.ndarray]:
     """Documents in schedule order; appends each index to ``fed`` as it is handed out.
@@ -222,6 +259,11 @@ def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],
         for i in idx.tolist():
             fed.append(i)
             yield docs[i]
+
+
+#: Version of a stored run's content and of how its schedule is built; part of its key.
+#: 2: paced sized to the budget, late tail share recorded.
+RUN_FORMAT = 2
 
 
 class RunStore:
@@ -417,7 +459,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                   "config": {k: v for k, v in config.to_dict().items()
                              if k not in ("strategies", "seeds")},
                   "device": dev.type, "threads": threads,
-                  "versions": {"clusterclip": __version__, "torch": torch.__version__}}
+                  "versions": {"clusterclip": __version__, "torch": torch.__version__},
+                  "format": RUN_FORMAT}
     keys = {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed})
             for seed in range(config.seeds) for s in config.strategies}
     cached = {k: store.get(v) for k, v in keys.items()} if store is not None else {}
@@ -461,6 +504,11 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                 if clipped[strategy]:
                     kwargs["clip"] = config.clip
                     t = min(t, capacity)
+                if strategy in LENGTH_DEPENDENT_STRATEGIES:
+                    # paced spreads its quotas over T: T must end where training ends
+                    t = schedule_length_for_tokens(
+                        lambda n, kw=kwargs: ClusterClipSampler(train_labels, n, **kw),
+                        np.where(train_labels >= 0, doc_tokens, 0), needed, t)
                 sampler = ClusterClipSampler(train_labels, num_samples=t, **kwargs)
                 fed: list[int] = []
                 windows = pack_sequences(_schedule_stream(sampler, docs, fed),
@@ -494,13 +542,12 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     pc["gap"] = pc["loss"] - train_by_id[k]
                     pc["repetition"] = rep
                     per_cluster[str(k)] = pc
-                # The sampler's own count of retired clusters over exactly the fed
-                # prefix (schedules are prefix-consistent, so a sampler of that
-                # length reproduces it; count-only, no documents gathered).
+                # The sampler's own clip events (a cluster's last allowed draw) inside
+                # the fed prefix (count-only, no documents gathered).
                 n_clipped = 0
                 if clipped[strategy]:
-                    n_clipped = ClusterClipSampler(train_labels, num_samples=len(fed),
-                                                   **kwargs).summary()["clusters_clipped"]
+                    n_clipped = sum(1 for _, p in sampler.summary()["clip_events"]
+                                    if p < len(fed))
                 run = {
                     "seed": seed,
                     "val_micro": val["micro"], "val_macro": val["macro"],

@@ -27,6 +27,9 @@ STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
 ALPHA_STRATEGIES = ("temperature", "clusterclip", "paced")
 #: The strategies with a repetition clip R (``clip``) and capacity R x eligible N.
 CLIP_STRATEGIES = ("clusterclip", "paced")
+#: The strategies whose schedule depends on num_samples T (it is not a prefix of the
+#: schedule of a longer T): a consumer that uses only a prefix must size T to it.
+LENGTH_DEPENDENT_STRATEGIES = ("paced",)
 STATE_VERSION = 2  # 2: with a checksum over the other fields
 MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
 ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
