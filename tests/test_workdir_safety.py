@@ -370,3 +370,69 @@ def test_run_stage_records_running_before_the_work_and_done_after(corpus, tmp_pa
         rc, err = run_main(capsys, *args)
         assert rc == 2 and "stage `cluster` did not finish" in one_error(err)
     assert not (tmp_path / "g").exists() and not (big / "report").exists()
+
+
+# -- found by the audit of issue 8 -------------------------------------------------------
+def test_only_commands_with_overwrite_suggest_it(corpus, tmp_path, capsys):
+    w = build(corpus, tmp_path / "w")
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "keep.txt").write_text("precious")
+    for args in (["cluster", "--embeddings", w / "embeddings.npy", "--clusters", "2"],
+                 ["assign", "--centroids", w / "centroids.npy", "--embeddings",
+                  w / "embeddings.npy"]):
+        rc, err = run_main(capsys, *args, "--out", user)
+        assert rc == 2 and "was not written by" in one_error(err), err
+        assert "--overwrite" not in err  # these commands have no --overwrite
+    assert tree(user) == {"keep.txt": b"precious"}
+
+
+def test_run_refuses_a_users_file_at_a_later_stages_name_before_embedding(corpus, tmp_path,
+                                                                          capsys):
+    for name, extra in (("labels.npy", []), ("schedule.npy", ["--num-samples", "50"])):
+        w = tmp_path / name.replace(".", "_")
+        w.mkdir()
+        np.save(w / name, np.arange(5))
+        before = tree(w)
+        rc, err = run_main(capsys, "run", corpus, "--workdir", w, "--clusters", "3",
+                           "--embedder", "fast", *extra)
+        assert rc == 2 and f"{name}: exists and was not written by" in one_error(err), err
+        # refused before any work: nothing embedded, the user's file untouched
+        assert {k: v for k, v in tree(w).items() if k not in (".lock", "manifest.json")} == before
+
+
+def test_sample_never_writes_over_its_input_a_workdir_part_or_a_users_file(corpus, tmp_path,
+                                                                          capsys):
+    w = build(corpus, tmp_path / "w")
+    before_w, before_data = tree(w), tree(corpus.parent)
+    mine = tmp_path / "notes.txt"
+    mine.write_text("precious")
+    for out, what in [(w / "labels.npy", "is the input file"),
+                      (w / "schedule.npy", "is part of the work directory"),
+                      (corpus, "is the input file"),
+                      (mine, "not a file clusterclip writes")]:
+        rc, err = run_main(capsys, "sample", "--labels", w / "labels.npy", "--num-samples", "10",
+                           "--out", out)
+        assert rc == 2 and what in one_error(err), err
+    rc, err = run_main(capsys, "sample", "--labels", w / "labels.npy", "--num-samples", "10",
+                       "--out", tmp_path / "s.npy", "--summary-json", w / "manifest.json")
+    assert rc == 2 and "is part of the work directory" in one_error(err), err
+    assert mine.read_text() == "precious" and tree(corpus.parent) == before_data
+    assert {k: v for k, v in tree(w).items() if k != ".lock"} == {
+        k: v for k, v in before_w.items() if k != ".lock"}
+    # an earlier schedule of ours is replaced
+    for _ in range(2):
+        assert main(["sample", "--labels", str(w / "labels.npy"), "--num-samples", "10",
+                     "--out", str(tmp_path / "s.npy")]) == 0
+
+
+def test_sample_through_a_link_to_stale_labels_is_refused(corpus, tmp_path, capsys):
+    w = build(corpus, tmp_path / "w")
+    link = tmp_path / "link.npy"
+    link.symlink_to(w / "labels.npy")
+    corpus.write_text(corpus.read_text(encoding="utf-8").split("\n", 1)[1], encoding="utf-8")
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast"]) == 0
+    rc, err = run_main(capsys, "sample", "--labels", link, "--num-samples", "10",
+                       "--out", tmp_path / "s.npy")
+    assert rc == 2 and "stale" in one_error(err), err
+    assert not (tmp_path / "s.npy").exists()

@@ -31,6 +31,8 @@ from clusterclip.errors import InputError
 _KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}
 
 MARKER = ".clusterclip-output"
+# The commands that have ``--overwrite`` (only their refusals suggest it).
+OVERWRITE_COMMANDS = ("group", "report", "demo")
 _TMP_TAG = "clusterclip"
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.clusterclip-(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
 
@@ -141,21 +143,48 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
     if real == here or real in here.parents:
         raise InputError(f"{option} {out}: is the current directory or one of its parents; "
                          f"give a new folder")
-    for path, what, inside_ok in protected:
-        p = Path(path).resolve()
-        if real == p or real in p.parents or (not inside_ok and p in real.parents):
-            where = "is" if real == p else ("contains" if real in p.parents else "is inside")
-            raise InputError(f"{option} {out}: {where} {what} {path}; choose another folder")
+    _refuse_protected(out, protected, option)
     if out.is_symlink() or out.exists():
         if out.is_symlink():
             raise InputError(f"{option} {out}: is a symbolic link; give the folder itself")
         if not out.is_dir():
             raise InputError(f"{option} {out}: exists and is not a directory")
         if any(out.iterdir()) and marker_of(out) != command and not overwrite:
+            hint = (", or pass --overwrite to replace it" if command in OVERWRITE_COMMANDS
+                    else " or move it away")
             raise InputError(f"{option} {out}: exists, is not empty and was not written by "
                              f"`clusterclip {command}` (no {MARKER} file); choose a new "
-                             f"folder, or pass --overwrite to replace it")
+                             f"folder{hint}")
     remove_stale_temporaries(real.parent, real.name)
+    return out
+
+
+def _refuse_protected(out: Path, protected: tuple[tuple[Path, str, bool], ...],
+                      option: str) -> None:
+    real = out.resolve()
+    for path, what, inside_ok in protected:
+        p = Path(path).resolve()
+        if real == p or real in p.parents or (not inside_ok and p in real.parents):
+            where = "is" if real == p else ("contains" if real in p.parents else "is inside")
+            raise InputError(f"{option} {out}: {where} {what} {path}; choose another path")
+
+
+def check_output_file(out: str | os.PathLike[str], *,
+                      protected: tuple[tuple[Path, str, bool], ...] = (),
+                      option: str = "--out", magic: bytes | None = None) -> Path:
+    """Refuse (InputError) an output file whose replacement would lose a user's file:
+    a directory, a ``protected`` path (see :func:`check_output_dir`) or a folder holding
+    one, or (with ``magic``) an existing file that does not start with ``magic`` (so
+    not one we wrote). Returns ``out`` as a Path."""
+    out = Path(out)
+    if out.is_dir():
+        raise InputError(f"{option} {out}: is a directory")
+    _refuse_protected(out, protected, option)
+    if magic is not None and out.is_file():
+        with open(out, "rb") as f:
+            if f.read(len(magic)) != magic:
+                raise InputError(f"{option} {out}: exists and is not a file clusterclip "
+                                 f"writes; choose a new name or move it away")
     return out
 
 

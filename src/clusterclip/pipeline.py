@@ -45,7 +45,7 @@ def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
     from clusterclip.clustering import KMeans, cluster_workdir
-    from clusterclip.distributed import init_from_env, is_main
+    from clusterclip.distributed import init_from_env, is_main, on_main
     from clusterclip.embedding import embed_workdir
     from clusterclip.sampling.sampler import MAX_SEED
 
@@ -63,6 +63,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     w = Workdir(args.workdir)
     out: dict[str, Any] = {}
     with w.locked():
+        later = ["cluster"] + (["sample"] if args.num_samples is not None else [])
+        on_main(lambda: w.check_can_write(later))
         out["embed"] = embed_workdir(
             w, args.inputs, text_field=args.text_field, id_field=args.id_field,
             skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,

@@ -42,6 +42,7 @@ from typing import Any
 
 from clusterclip.errors import InputError
 from clusterclip.io import (
+    OVERWRITE_COMMANDS,
     fingerprint,
     marker_of,
     pid_alive,
@@ -374,9 +375,16 @@ class Workdir:
             if p.is_dir() and not p.is_symlink():
                 ours = ours or marker_of(p) == name or not any(p.iterdir())
             if not ours:
-                hint = " (or pass --overwrite)" if name in ("group", "report") else ""
+                hint = " (or pass --overwrite)" if name in OVERWRITE_COMMANDS else ""
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
                                  f"move it away or use another work directory{hint}")
+
+    def check_can_write(self, stages: Sequence[str]) -> None:
+        """Refuse (InputError) before any work when a later stage of a multi-stage command
+        (``run``, ``demo``) would find a name it writes in W taken by a user's file."""
+        self.reload()
+        for stage in stages:
+            self._check_owned(stage, [n for n, p in PRODUCERS.items() if p == stage], ())
 
     # -- the stage runner --------------------------------------------------
     def run_stage(self, name: str, *, work: Callable[[StageRun], dict[str, Any] | None],

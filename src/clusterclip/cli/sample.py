@@ -81,22 +81,33 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
 def run(args: argparse.Namespace) -> int:
     import contextlib
 
+    from clusterclip.io import check_output_file
     from clusterclip.workdir import MANIFEST, Workdir
 
     with contextlib.ExitStack() as stack:
-        where = Path(args.labels).parent
-        if (where / MANIFEST).is_file():
+        labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
+        inputs = [labels] + ([] if args.cluster_weights is None
+                             else [Path(args.cluster_weights)])
+        protected = tuple((p, "the input file", False) for p in inputs)
+        for where in {labels.parent, Path(args.out).resolve().parent}:
+            if (where / MANIFEST).is_file():
+                protected += Workdir(where, create=False).protected()
+        for option in ("--out", "--summary-json"):
+            path = getattr(args, option[2:].replace("-", "_"))
+            if path is not None:
+                check_output_file(path, protected=protected, option=option,
+                                  magic=b"\x93NUMPY" if option == "--out" else None)
+        if (labels.parent / MANIFEST).is_file():
             # Labels of a work directory: used only when the stage that wrote them finished
             # and is current, and under its lock (no other command rewrites them meanwhile).
-            w = Workdir(where, create=False)
+            w = Workdir(labels.parent, create=False)
             stack.enter_context(w.locked())
-            w.upstream([Path(args.labels).name])
+            w.upstream([labels.name])
             w.save()  # the refreshed input-hash cache
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from clusterclip.errors import InputError
     from clusterclip.io import load_npy, remove_stale_temporaries, write_json
     from clusterclip.labels import load_labels
     from clusterclip.sampling import write_schedule
@@ -105,8 +116,6 @@ def _run(args: argparse.Namespace) -> int:
     weights = None
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
-    if Path(args.out).is_dir():
-        raise InputError(f"--out {args.out}: is a directory")
     out = Path(args.out).resolve()
     remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
     summary = write_schedule(
