@@ -436,3 +436,20 @@ def test_sample_through_a_link_to_stale_labels_is_refused(corpus, tmp_path, caps
                        "--out", tmp_path / "s.npy")
     assert rc == 2 and "stale" in one_error(err), err
     assert not (tmp_path / "s.npy").exists()
+
+
+def test_demo_refuses_a_users_folder_before_any_work_and_has_the_overwrite_it_suggests(
+        corpus, tmp_path, capsys):
+    out = tmp_path / "demo"
+    (out / "grouped").mkdir(parents=True)
+    (out / "grouped" / "keep.txt").write_text("precious")
+    args = ["demo", "--out", out, "--input", corpus, "--embedder", "fast", "--clusters", "3",
+            "--experiment", "none"]
+    rc, err = run_main(capsys, *args)
+    assert rc == 2 and "was not written by `clusterclip group`" in one_error(err), err
+    assert "--overwrite" in err
+    assert not (out / "work" / "embeddings.npy").exists()  # refused before any work
+    assert tree(out / "grouped") == {"keep.txt": b"precious"}
+    assert main([str(a) for a in args] + ["--overwrite"]) == 0
+    assert not (out / "grouped" / "keep.txt").exists()
+    assert (out / "grouped" / "group.json").exists()

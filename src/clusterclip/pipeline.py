@@ -131,6 +131,13 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         t0 = now
         print(f"[demo] {name} done in {steps[-1][1]:.1f}s", flush=True)
 
+    # Every folder a later stage replaces is checked before the (long) embedding.
+    from clusterclip.io import check_output_dir
+
+    protected = w.protected() + ((corpus_path, "the input file", False),)
+    for sub, command in (("grouped", "group"), ("report", "report")):
+        check_output_dir(out / sub, command, overwrite=args.overwrite, protected=protected)
+    w.check_can_write(["cluster", "sample"])
     print(f"[demo] corpus: {corpus_path}", flush=True)
     emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
                         skip_bad_lines=False, embedder=args.embedder, model=None, pooling="mean",
@@ -144,7 +151,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     num_samples = max(1, int(round(args.epochs * eligible)))
     smp = sample_workdir(w, num_samples=num_samples, clip=args.clip, seed=args.seed)
     step("sample")
-    grp = group_workdir(w, out / "grouped")
+    grp = group_workdir(w, out / "grouped", overwrite=args.overwrite)
     step("group")
     exp = None
     if args.experiment != "none":
@@ -158,7 +165,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     # the baselines, so each curve carries its strategy name.
     rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
                        strategies=("clusterclip", "paced", "uniform", "random"), clip=args.clip,
-                       seed=args.seed, out=out / "report")
+                       seed=args.seed, out=out / "report", overwrite=args.overwrite)
     step("report")
     _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,

@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedule length in epochs of the corpus (default: 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (embedding, k-means, training)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUT/grouped and OUT/report even if clusterclip did not write "
+                        "them (never the work directory, an input, or a folder holding them)")
     p.add_argument("--experiment", choices=("quick", "full", "none"), default="quick",
                    help="LM experiment size: quick (minutes, default), full (~15 min on "
                         "2 cores), none")
