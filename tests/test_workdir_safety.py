@@ -453,3 +453,16 @@ def test_demo_refuses_a_users_folder_before_any_work_and_has_the_overwrite_it_su
     assert main([str(a) for a in args] + ["--overwrite"]) == 0
     assert not (out / "grouped" / "keep.txt").exists()
     assert (out / "grouped" / "group.json").exists()
+
+
+def test_a_group_output_inside_an_input_folder_is_not_read_as_more_documents(corpus, tmp_path):
+    w = tmp_path / "w"
+    n = len(corpus.read_text(encoding="utf-8").splitlines())
+    assert main(["run", str(corpus.parent), "--workdir", str(w), "--clusters", "3",
+                 "--embedder", "fast"]) == 0
+    assert main(["group", "--workdir", str(w), "--out", str(corpus.parent / "grouped")]) == 0
+    assert main(["embed", str(corpus.parent), "--workdir", str(w), "--embedder", "fast"]) == 0
+    assert np.load(w / "valid.npy").shape == (n,)  # the grouped copies were skipped
+    assert main(["embed", str(corpus.parent / "grouped"), "--workdir", str(tmp_path / "w2"),
+                 "--embedder", "fast"]) == 0  # given by name, it is read
+    assert np.load(tmp_path / "w2" / "valid.npy").shape == (n,)

@@ -67,5 +67,6 @@ def summary_text(info: dict) -> str:
         f"  corpus index:     {info['corpus']}",
     ]
     if info.get("ignored_files"):
-        lines.insert(2, f"  ignored files:    {info['ignored_files']} (unknown types in folders)")
+        lines.insert(2, f"  ignored files:    {info['ignored_files']} (unknown types in "
+                        f"folders, or folders clusterclip wrote)")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
+from clusterclip.io import MARKER
 
 # Suffix -> kind. Folders are expanded to the files with one of these suffixes.
 KINDS = {".jsonl.gz": "jsonl.gz", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -42,8 +43,12 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], 
     Files keep the order given; a folder contributes its files with a known
     suffix, recursively, sorted by relative path. Returns ``(files, ignored)``
     where ``ignored`` lists folder entries with other suffixes (reported, not
-    read). Hidden files and folders (``.name``) are skipped.
+    read). Hidden files and folders (``.name``) are skipped, and so are the
+    folders clusterclip wrote below a given folder (they carry its marker file,
+    e.g. ``group --out data/grouped``: its copies of the corpus are not new
+    documents); such a folder given by name is read.
     """
+
     files: list[Path] = []
     ignored: list[str] = []
     for given in paths:
@@ -51,7 +56,9 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], 
         if p.is_dir():
             found = []
             for root, dirs, names in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                ours = [d for d in dirs if (Path(root) / d / MARKER).is_file()]
+                ignored.extend(Path(root) / d for d in ours)
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ours)
                 for n in names:
                     if n.startswith("."):
                         continue
