@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterclip import ClusterClipSampler
+from clusterclip.cli import main
 from clusterclip.errors import InputError
 
 
@@ -364,3 +365,19 @@ def test_the_progress_bar_moves_per_batch_not_per_shard():
     vectors = emb.encode(texts, on_batch=seen.append)
     assert seen == [1024, 1024, 452]
     assert np.array_equal(vectors, emb.encode(texts))  # reporting does not change the vectors
+
+
+@pytest.mark.parametrize("text", ['{"name": "my web app"}', "[1, 2]", '{"inputs": 3}'])
+def test_a_manifest_json_of_the_users_is_one_clear_error_and_kept(tmp_path, capsys, text):
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "manifest.json").write_text(text)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"doc {i} words"}) + "\n" for i in range(9)))
+    for args in (["run", str(corpus), "--workdir", str(w), "--clusters", "2", "--embedder",
+                  "fast"], ["group", "--workdir", str(w), "--out", str(tmp_path / "g")]):
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "not a clusterclip manifest" in err[0], err
+    assert (w / "manifest.json").read_text() == text

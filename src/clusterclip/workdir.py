@@ -220,9 +220,14 @@ class Workdir:
         if not self.manifest_path.exists():
             return {"version": 1, "inputs": {}, "stages": {}}
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            rec = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"{self.manifest_path}: not a valid manifest ({e})") from None
+        if not (isinstance(rec, dict) and isinstance(rec.get("inputs"), dict)
+                and isinstance(rec.get("stages"), dict)):
+            raise InputError(f"{self.manifest_path}: not a clusterclip manifest (no inputs and "
+                             f"stages); use another work directory")
+        return rec
 
     def reload(self) -> None:
         """Re-read the manifest (another command may have written it before our lock)."""
