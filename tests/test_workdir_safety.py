@@ -466,3 +466,13 @@ def test_a_group_output_inside_an_input_folder_is_not_read_as_more_documents(cor
     assert main(["embed", str(corpus.parent / "grouped"), "--workdir", str(tmp_path / "w2"),
                  "--embedder", "fast"]) == 0  # given by name, it is read
     assert np.load(tmp_path / "w2" / "valid.npy").shape == (n,)
+
+
+def test_a_users_file_named_like_the_lock_is_not_overwritten(corpus, tmp_path, capsys):
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / ".lock").write_text("my notes")
+    rc, err = run_main(capsys, "run", corpus, "--workdir", w, "--clusters", "3", "--embedder",
+                       "fast")
+    assert rc == 2 and ".lock: exists and was not written by clusterclip" in one_error(err)
+    assert tree(w) == {".lock": b"my notes"}

@@ -107,6 +107,17 @@ def _stat_identity(path: Path) -> list[int] | None:
     return [st.st_mtime_ns] if path.is_dir() else [st.st_size, st.st_mtime_ns]
 
 
+def _is_lock_record(data: bytes) -> bool:
+    """True for an empty lock file or one holding our holder record (never a user's file)."""
+    if not data.strip():
+        return True
+    try:
+        rec = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(rec, dict) and {"pid", "command", "since"} <= rec.keys()
+
+
 @dataclass
 class StageRun:
     """What a stage's work function gets: the work directory, the stage and its fingerprint."""
@@ -191,6 +202,10 @@ class Workdir:
                 raise
             raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
                              f"wait for it to finish (or stop it) and try again") from None
+        if not _is_lock_record(os.pread(fd, 1 << 16, 0)):
+            os.close(fd)
+            raise InputError(f"{self.root / LOCK}: exists and was not written by clusterclip; "
+                             f"move it away or use another work directory")
         info = json.dumps({"pid": os.getpid(), "command": command, "since": _now()})
         os.ftruncate(fd, 0)
         os.pwrite(fd, (info + "\n").encode(), 0)
