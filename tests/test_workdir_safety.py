@@ -476,3 +476,20 @@ def test_a_users_file_named_like_the_lock_is_not_overwritten(corpus, tmp_path, c
                        "fast")
     assert rc == 2 and ".lock: exists and was not written by clusterclip" in one_error(err)
     assert tree(w) == {".lock": b"my notes"}
+
+
+def test_a_users_embed_folder_made_after_embed_finished_is_never_removed(corpus, tmp_path,
+                                                                         capsys):
+    w = tmp_path / "w"
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast"]) == 0
+    assert not (w / "embed").exists()  # our shards are gone once merged
+    (w / "embed").mkdir()
+    (w / "embed" / "notes.txt").write_text("mine")
+    # embed current (skipped): the folder is not ours to clean up
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast"]) == 0
+    assert (w / "embed" / "notes.txt").read_text() == "mine"
+    # the corpus changed: embed must run, and refuses the user's folder before any work
+    corpus.write_text(corpus.read_text(encoding="utf-8").split("\n", 1)[1], encoding="utf-8")
+    rc, err = run_main(capsys, "embed", corpus, "--workdir", w, "--embedder", "fast")
+    assert rc == 2 and "embed: exists and was not written by" in one_error(err), err
+    assert (w / "embed" / "notes.txt").read_text() == "mine"

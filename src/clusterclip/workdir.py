@@ -393,7 +393,12 @@ class Workdir:
             ours = (producer is not None and self.stage(producer) is not None) or any(
                 rel in (rec.get("outputs") or []) for rec in self.manifest["stages"].values())
             if p.is_dir() and not p.is_symlink():
-                ours = ours or marker_of(p) == name or not any(p.iterdir())
+                # A folder we write carries our marker once its stage is done; a folder
+                # without it is the user's (e.g. made after we removed ours), unless the
+                # stage that writes it was killed before it could mark it.
+                killed = producer is not None and (self.stage(producer) or {}).get(
+                    "status", "done") != "done"
+                ours = marker_of(p) == name or not any(p.iterdir()) or (ours and killed)
             if not ours:
                 hint = " (or pass --overwrite)" if name in OVERWRITE_COMMANDS else ""
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "

@@ -34,7 +34,7 @@ from clusterclip.corpus import Corpus
 from clusterclip.corpus.readers import expand_inputs
 from clusterclip.embedding.base import Embedder
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, save_npy, write_json, write_marker
+from clusterclip.io import atomic_path, marker_of, save_npy, write_json, write_marker
 from clusterclip.workdir import Workdir
 
 STAGE = "embed"
@@ -267,7 +267,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                             inputs=lambda: expand_inputs(inputs)[0],
                             outputs=["corpus", "embeddings.npy", "valid.npy"],
                             scratch=["embed"], work=work)
-        if not keep_shards and D.is_main():
+        if not keep_shards and D.is_main() and marker_of(shard_dir) == STAGE:  # ours only
             shutil.rmtree(shard_dir, ignore_errors=True)
         D.barrier()
     info = dict(info)
