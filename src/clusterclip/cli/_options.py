@@ -46,3 +46,10 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
     g.add_argument("--chunk-rows", type=int, default=65536,
                    help="rows streamed from embeddings.npy at a time (bounds memory)")
+
+
+def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> None:
+    """``--overwrite`` of the commands that replace an output folder (see io.check_output_dir)."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} even when not written by clusterclip (never the work "
+                        "directory, an input, or a folder holding them)")

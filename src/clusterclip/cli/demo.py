@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._options import add_overwrite_option
+
 HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
         "group, report and a quick LM experiment")
 
@@ -21,9 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedule length in epochs of the corpus (default: 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (embedding, k-means, training)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace OUT/grouped and OUT/report even if clusterclip did not write "
-                        "them (never the work directory, an input, or a folder holding them)")
+    add_overwrite_option(p, "OUT/grouped and OUT/report")
     p.add_argument("--experiment", choices=("quick", "full", "none"), default="quick",
                    help="LM experiment size: quick (minutes, default), full (~15 min on "
                         "2 cores), none")

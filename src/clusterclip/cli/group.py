@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._options import add_overwrite_option
+
 HELP = "write the corpus grouped by cluster (cluster_{k}/data_{j}.jsonl, verified exactly-once)"
 
 
@@ -12,9 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip group`")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace --out even if clusterclip did not write it (never the work "
-                        "directory, an input, or a folder holding them)")
+    add_overwrite_option(p)
     p.add_argument("--docs-per-file", type=int, default=100_000,
                    help="documents per data_{j}.jsonl file (default: 100000)")
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from clusterclip.cli._options import add_overwrite_option
+
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
 
 
@@ -76,9 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None,
                    help="report directory (default: W/report); replaced only when new, empty "
                         "or an earlier report")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace --out even if clusterclip did not write it (never the work "
-                        "directory, an input, or a folder holding them)")
+    add_overwrite_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
