@@ -420,10 +420,19 @@ def test_sample_never_writes_over_its_input_a_workdir_part_or_a_users_file(corpu
     assert mine.read_text() == "precious" and tree(corpus.parent) == before_data
     assert {k: v for k, v in tree(w).items() if k != ".lock"} == {
         k: v for k, v in before_w.items() if k != ".lock"}
-    # an earlier schedule of ours is replaced
+    # a user's file at --summary-json is kept (exit 2 before any work)
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    rc, err = run_main(capsys, "sample", "--labels", w / "labels.npy", "--num-samples", "10",
+                       "--out", tmp_path / "s2.npy", "--summary-json", notes)
+    assert rc == 2 and "not a file clusterclip writes" in one_error(err), err
+    assert notes.read_text() == '{"mine": 1}\n' and not (tmp_path / "s2.npy").exists()
+    # an earlier schedule and summary of ours are replaced
     for _ in range(2):
         assert main(["sample", "--labels", str(w / "labels.npy"), "--num-samples", "10",
-                     "--out", str(tmp_path / "s.npy")]) == 0
+                     "--out", str(tmp_path / "s.npy"),
+                     "--summary-json", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["num_samples"] == 10
 
 
 def test_sample_through_a_link_to_stale_labels_is_refused(corpus, tmp_path, capsys):

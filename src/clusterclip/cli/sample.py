@@ -10,6 +10,11 @@ from clusterclip.sampling.sampler import CLIP_STRATEGIES, STRATEGIES
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
+#: First key of a --summary-json file (keys are written sorted, and "_" sorts before
+#: the summary's lowercase keys): an existing file is replaced only if it starts so.
+SUMMARY_MARK = ("_written_by", "clusterclip sample")
+SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", required=True,
@@ -96,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             path = getattr(args, option[2:].replace("-", "_"))
             if path is not None:
                 check_output_file(path, protected=protected, option=option,
-                                  magic=b"\x93NUMPY" if option == "--out" else None)
+                                  magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
         if (labels.parent / MANIFEST).is_file():
             # Labels of a work directory: used only when the stage that wrote them finished
             # and is current, and under its lock (no other command rewrites them meanwhile).
@@ -124,6 +129,6 @@ def _run(args: argparse.Namespace) -> int:
         world_size=args.world_size, consumed_samples=args.consumed_samples,
         cluster_weights=weights, progress=not args.no_progress)
     if args.summary_json:
-        write_json(args.summary_json, summary)
+        write_json(args.summary_json, {SUMMARY_MARK[0]: SUMMARY_MARK[1], **summary})
     print(format_summary(summary, args.out))
     return 0
