@@ -244,7 +244,7 @@ class Corpus:
                    ) -> Iterator[tuple[int, str | None]]:
         """Yield ``(index, text)`` for ``start..stop-1`` in corpus order; None when excluded."""
         for i, rec in self.iter_records(start, stop, columns=[self.text_field]):
-            yield i, self._text(i, rec)
+            yield i, self.text_of(i, rec)
 
     def iter_texts_at(self, indices: Sequence[int] | np.ndarray
                       ) -> Iterator[tuple[int, str | None]]:
@@ -253,16 +253,24 @@ class Corpus:
         For a gzip file this decompresses once up to the last index asked for,
         however many separate ranges ``indices`` covers.
         """
+        for i, rec in self.iter_records_at(indices, columns=[self.text_field]):
+            yield i, self.text_of(i, rec)
+
+    def iter_records_at(self, indices: Sequence[int] | np.ndarray,
+                        columns: list[str] | None = None
+                        ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yield ``(index, record)`` for ascending ``indices``, streaming, one pass per file
+        (see :meth:`iter_texts_at`; ``columns`` as in :meth:`iter_records`)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size:
             if np.any(np.diff(idx) < 0):
-                raise ValueError("iter_texts_at needs ascending indices")
+                raise ValueError("iter_records_at needs ascending indices")
             if idx[0] < 0 or idx[-1] >= len(self):
                 raise IndexError(f"document index out of range [0, {len(self)})")
-        for i, rec in self._records(idx, columns=[self.text_field]):
-            yield i, self._text(i, rec)
+        yield from self._records(idx, columns)
 
-    def _text(self, i: int, rec: dict[str, Any]) -> str | None:
+    def text_of(self, i: int, rec: dict[str, Any]) -> str | None:
+        """The text of document ``i`` from its ``record``; None when excluded."""
         if not self.valid[i]:
             return None
         t = readers.text_from_record(rec, self.text_field)
@@ -292,7 +300,7 @@ class Corpus:
             uniq = uniq[self.valid[uniq]]
         got: dict[int, Any] = {}
         for i, rec in self._records(uniq, columns=[name]):
-            got[i] = self._text(i, rec) if text else rec.get(name)
+            got[i] = self.text_of(i, rec) if text else rec.get(name)
         return [got.get(int(i)) for i in idx]
 
     # -- integrity -----------------------------------------------------------

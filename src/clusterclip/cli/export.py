@@ -1,0 +1,47 @@
+"""clusterclip export: a schedule + the corpus -> Parquet shards or a Hugging Face dataset."""
+
+from __future__ import annotations
+
+import argparse
+
+from clusterclip.cli._options import add_overwrite_option
+
+HELP = ("write the schedule's documents in schedule order as Parquet shards or a Hugging Face "
+        "dataset (one rank's share with --rank/--world-size; verified after writing)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.export import FORMATS
+
+    p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
+    p.add_argument("--format", required=True, choices=FORMATS,
+                   help="parquet: part-NNNNN.parquet shards (pyarrow); hf: a Hugging Face "
+                        "dataset for datasets.load_from_disk (the `hf` extra)")
+    p.add_argument("--out", required=True,
+                   help="output directory: created, or replaced atomically when empty or "
+                        "written by an earlier `clusterclip export`")
+    p.add_argument("--schedule", default=None,
+                   help="int64 .npy of document indices (default: WORKDIR/schedule.npy)")
+    p.add_argument("--rank", type=int, default=0,
+                   help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "
+                        "sampler serves rank RANK of W")
+    p.add_argument("--world-size", type=int, default=1, help="W (default: 1, everything)")
+    p.add_argument("--rows-per-shard", type=int, default=1_000_000,
+                   help="rows per output file (default: 1000000)")
+    add_overwrite_option(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.export import export_workdir
+
+    s = export_workdir(args.workdir, args.out, fmt=args.format, schedule=args.schedule,
+                       rank=args.rank, world_size=args.world_size,
+                       rows_per_shard=args.rows_per_shard, overwrite=args.overwrite)
+    share = (f"rank {s['rank']} of {s['world_size']}: positions {s['first_position']}, "
+             f"{s['first_position'] + s['world_size']}, ... of "
+             if s["world_size"] > 1 else "all of ")
+    print(f"exported {s['rows']:,} rows ({share}a schedule of {s['schedule_length']:,}) "
+          f"as {s['format']} in {len(s['files'])} files; verified every position once, "
+          f"in order")
+    print(f"output: {args.out}")
+    return 0

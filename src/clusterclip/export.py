@@ -1,0 +1,349 @@
+"""Export a schedule as a dataset in schedule order: Parquet shards or a Hugging Face dataset.
+
+Each row is one position of the schedule (this rank's share with
+``rank``/``world_size``: positions ``r, r+W, ...``, ``floor(T/W)`` of them, as
+the sampler serves them) with the columns
+
+- ``position`` (int64): the global position in the schedule file,
+- ``doc_index`` (int64): the document (corpus order),
+- ``label`` (int32): its cluster,
+- ``text`` (string): its text,
+- ``fields`` (string): the input record's other fields (all but the text
+  field) as one JSON object, keys sorted (``json.loads`` gives them back);
+  one column because JSON records need not share fields or types.
+
+Streamed: the schedule is read in blocks from a memory map, each block's
+documents are fetched through the corpus index (one pass per input file per
+block), and rows are written as they come, so memory holds one block.
+The output is built in a temporary folder, re-read with the real reader
+(``pyarrow.parquet`` / ``datasets.load_from_disk``) and checked: every
+position present once, in order, each with its document, label and text (an
+order-sensitive hash of all rows written must equal the one re-read). Only
+then is it moved into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+
+FORMATS = ("parquet", "hf")
+COLUMNS = ("position", "doc_index", "label", "text", "fields")
+#: Extra needed by each format (named in the error when its library is missing).
+EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf")}
+SUMMARY = "export.json"
+#: Parquet writer settings, pinned so that the same inputs give byte-identical files.
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": False,
+                   "write_statistics": True, "version": "2.6",
+                   "data_page_version": "1.0"}
+
+
+def _require(fmt: str) -> None:
+    module, extra = EXTRAS[fmt]
+    try:
+        __import__(module)
+    except ImportError:
+        raise InputError(f"--format {fmt} needs {module}; install the `{extra}` extra "
+                         f"(pip install 'clusterclip[{extra}]')") from None
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([("position", pa.int64()), ("doc_index", pa.int64()),
+                      ("label", pa.int32()), ("text", pa.string()), ("fields", pa.string())])
+
+
+def rank_positions(length: int, rank: int, world_size: int) -> tuple[int, int]:
+    """(first position, count) of rank ``rank``'s share of a schedule of ``length``."""
+    if world_size < 1:
+        raise InputError(f"--world-size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise InputError(f"--rank must be in [0, {world_size}), got {rank}")
+    return rank, length // world_size
+
+
+def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
+                   block: int = 1 << 20) -> None:
+    """InputError naming the first position whose document is out of range or excluded."""
+    n = len(labels)
+    for a in range(0, len(schedule), block):
+        idx = np.asarray(schedule[a:a + block])
+        bad = np.flatnonzero((idx < 0) | (idx >= n))
+        if bad.size:
+            p = a + int(bad[0])
+            raise InputError(f"{source}: position {p} holds document {int(schedule[p])}, "
+                             f"outside the corpus of {n} documents")
+        bad = np.flatnonzero(labels[idx] < 0)
+        if bad.size:
+            p = a + int(bad[0])
+            raise InputError(f"{source}: position {p} holds document {int(schedule[p])}, "
+                             f"which has no label (-1: excluded, no text)")
+
+
+def _row_hash(h: Any, position: int, doc: int, label: int, text: str, fields: str) -> None:
+    t, f = text.encode(), fields.encode()
+    h.update(np.array([position, doc, label, len(t), len(f)], dtype="<i8").tobytes())
+    h.update(t)
+    h.update(f)
+
+
+def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: int = 0,
+                 world_size: int = 1, block: int = 1 << 16) -> Iterator[dict[str, list[Any]]]:
+    """Column batches (``COLUMNS``) of this rank's share of ``schedule``, in order.
+
+    Each block of positions fetches its distinct documents once through the
+    corpus index (ascending, one pass per file), so memory holds one block.
+    """
+    first, count = rank_positions(len(schedule), rank, world_size)
+    text_field = corpus.text_field
+    for a in range(0, count, block):
+        b = min(count, a + block)
+        pos = np.arange(first + a * world_size, first + b * world_size, world_size,
+                        dtype=np.int64)
+        docs = np.asarray(schedule[pos], dtype=np.int64)
+        uniq = np.unique(docs)
+        got: dict[int, tuple[str, str]] = {}
+        for i, rec in corpus.iter_records_at(uniq):
+            text = corpus.text_of(i, rec)
+            if text is None:
+                raise InputError(f"document {i} has no text; its label says it has one "
+                                 f"(labels do not belong to this corpus?)")
+            other = {k: v for k, v in rec.items() if k != text_field}
+            got[i] = (text, json.dumps(other, sort_keys=True, ensure_ascii=False, default=str))
+        rows = [got[d] for d in docs.tolist()]
+        yield {"position": pos.tolist(), "doc_index": docs.tolist(),
+               "label": labels[docs].astype(np.int32).tolist(),
+               "text": [r[0] for r in rows], "fields": [r[1] for r in rows]}
+
+
+def _hash_batch(h: Any, batch: dict[str, list[Any]]) -> None:
+    for row in zip(*(batch[c] for c in COLUMNS), strict=True):
+        _row_hash(h, *row)
+
+
+def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
+                   rows_per_shard: int, row_group: int) -> tuple[list[str], int, str]:
+    """Write shards ``part-00000.parquet``, ...; return (file names, rows, hash)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _schema()
+    h = hashlib.blake2b(digest_size=16)
+    names: list[str] = []
+    writer = None
+    in_shard = rows = 0
+
+    def flush(part: dict[str, list[Any]]) -> None:
+        nonlocal writer, in_shard
+        n = len(part["position"])
+        if writer is None:
+            names.append(f"part-{len(names):05d}.parquet")
+            writer = pq.ParquetWriter(directory / names[-1], schema, **PARQUET_OPTIONS)
+        table = pa.Table.from_pydict(part, schema=schema)
+        writer.write_table(table, row_group_size=row_group)
+        in_shard += n
+        if in_shard == rows_per_shard:
+            writer.close()
+            writer, in_shard = None, 0
+
+    try:
+        for batch in batches:
+            _hash_batch(h, batch)
+            n = len(batch["position"])
+            rows += n
+            i = 0
+            while i < n:
+                take = min(n - i, rows_per_shard - in_shard)
+                flush({c: v[i:i + take] for c, v in batch.items()})
+                i += take
+    finally:
+        if writer is not None:
+            writer.close()
+    return names, rows, h.hexdigest()
+
+
+def _check_rows(batches: Iterator[dict[str, list[Any]]], schedule: np.ndarray,
+                labels: np.ndarray, rank: int, world_size: int, where: Path) -> tuple[int, str]:
+    """Check re-read batches against the schedule; return (rows, hash of the rows)."""
+    first, count = rank_positions(len(schedule), rank, world_size)
+    h = hashlib.blake2b(digest_size=16)
+    seen = 0
+    for batch in batches:
+        n = len(batch["position"])
+        if seen + n > count:
+            raise RuntimeError(f"{where}: more rows than the {count} positions exported")
+        want = np.arange(first + seen * world_size, first + (seen + n) * world_size,
+                         world_size, dtype=np.int64)
+        pos = np.asarray(batch["position"], dtype=np.int64)
+        docs = np.asarray(batch["doc_index"], dtype=np.int64)
+        if not np.array_equal(pos, want):
+            raise RuntimeError(f"{where}: rows {seen}..{seen + n - 1} are not positions "
+                               f"{int(want[0])}, ... in order")
+        if not np.array_equal(docs, schedule[want]) or not np.array_equal(
+                np.asarray(batch["label"]), labels[docs]):
+            raise RuntimeError(f"{where}: rows {seen}..{seen + n - 1} do not hold the "
+                               f"schedule's documents and labels")
+        _hash_batch(h, batch)
+        seen += n
+    if seen != count:
+        raise RuntimeError(f"{where}: {seen} rows re-read, {count} exported")
+    return seen, h.hexdigest()
+
+
+def read_parquet_batches(directory: str | os.PathLike[str], names: list[str] | None = None,
+                         batch_size: int = 1 << 16) -> Iterator[dict[str, list[Any]]]:
+    """Column batches of exported Parquet shards, in order (``part-*.parquet`` sorted)."""
+    import pyarrow.parquet as pq
+
+    d = Path(directory)
+    files = [d / n for n in names] if names is not None else sorted(d.glob("part-*.parquet"))
+    for f in files:
+        pf = pq.ParquetFile(f)
+        for rb in pf.iter_batches(batch_size=batch_size, columns=list(COLUMNS)):
+            yield rb.to_pydict()
+
+
+def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
+                    out: str | os.PathLike[str], *, fmt: str = "parquet", rank: int = 0,
+                    world_size: int = 1, rows_per_shard: int = 1_000_000,
+                    row_group: int = 1 << 16, block: int = 1 << 16, overwrite: bool = False,
+                    source: str = "schedule") -> dict[str, Any]:
+    """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
+
+    ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
+    (a memory map is read in blocks). Refuses (InputError, before any work) an
+    unknown format, a missing library, bad rank or sizes, an ``out`` that is
+    not ours (see :func:`clusterclip.io.check_output_dir`) and a schedule
+    position outside the corpus or on an excluded document. Returns the summary
+    also written to ``out/export.json``; RuntimeError if the re-read output
+    does not match (nothing is moved into place).
+    """
+    from clusterclip.io import atomic_output_dir, check_output_dir, write_json
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    _require("parquet")
+    _require(fmt)
+    for name, v in (("--rows-per-shard", rows_per_shard), ("row group", row_group),
+                    ("block", block)):
+        if v < 1:
+            raise InputError(f"{name} must be >= 1, got {v}")
+    first, count = rank_positions(len(schedule), rank, world_size)
+    if len(labels) != len(corpus):
+        raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
+    check_schedule(schedule, labels, source)
+    out = check_output_dir(out, "export", overwrite=overwrite)
+    with atomic_output_dir(out, "export", overwrite=overwrite) as tmp:
+        batches = iter_batches(corpus, labels, schedule, rank, world_size, block)
+        if fmt == "parquet":
+            names, rows, digest = _write_parquet(batches, tmp, rows_per_shard,
+                                                 min(row_group, rows_per_shard))
+            back = read_parquet_batches(tmp, names)
+        else:
+            names, rows, digest = _write_hf(batches, tmp, rows_per_shard,
+                                            min(row_group, rows_per_shard))
+            back = read_hf_batches(tmp)
+        seen, digest_back = _check_rows(back, schedule, labels, rank, world_size, tmp)
+        if rows != count or seen != count or digest_back != digest:
+            raise RuntimeError(f"export under {tmp} does not read back as written; nothing "
+                               f"was moved to {out}")
+        summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
+                   "rank": rank, "world_size": world_size, "first_position": first,
+                   "position_step": world_size, "files": names, "columns": list(COLUMNS),
+                   "text_field": corpus.text_field,
+                   "verified": {"every_position_once_in_order": True, "rows_hash": digest}}
+        write_json(tmp / SUMMARY, summary)
+    return summary
+
+
+def _write_hf(batches: Iterator[dict[str, list[Any]]], directory: Path, rows_per_shard: int,
+              row_group: int) -> tuple[list[str], int, str]:
+    """Parquet shards in a scratch folder -> ``datasets`` -> ``save_to_disk(directory)``."""
+    import datasets
+
+    scratch = directory / ".parquet"
+    scratch.mkdir()
+    names, rows, digest = _write_parquet(batches, scratch, rows_per_shard, row_group)
+    try:
+        datasets.disable_progress_bars()
+        if names:
+            ds = datasets.Dataset.from_parquet([str(scratch / n) for n in names],
+                                               cache_dir=str(directory / ".cache"),
+                                               keep_in_memory=False)
+        else:
+            ds = datasets.Dataset.from_dict({c: [] for c in COLUMNS},
+                                            features=datasets.Features.from_arrow_schema(
+                                                _schema()))
+        ds.save_to_disk(str(directory), max_shard_size=None,
+                        num_shards=max(1, -(-rows // rows_per_shard)))
+        del ds
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(directory / ".cache", ignore_errors=True)
+    state = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+    return [f["filename"] for f in state["_data_files"]], rows, digest
+
+
+def read_hf_batches(directory: str | os.PathLike[str], batch_size: int = 1 << 16
+                    ) -> Iterator[dict[str, list[Any]]]:
+    """Column batches of an exported Hugging Face dataset, read with ``load_from_disk``."""
+    import datasets
+
+    ds = datasets.load_from_disk(str(directory))
+    for i in range(0, len(ds), batch_size):
+        yield ds[i:i + batch_size]
+
+
+def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "parquet",
+                   schedule: str | os.PathLike[str] | None = None, rank: int = 0,
+                   world_size: int = 1, rows_per_shard: int = 1_000_000,
+                   overwrite: bool = False) -> dict[str, Any]:
+    """The ``export`` stage: ``W/schedule.npy`` (or ``schedule``) + ``W/corpus`` -> ``out``.
+
+    Goes through :meth:`Workdir.run_stage`: refused when the labels, corpus or
+    ``W/schedule.npy`` are missing, from a stage that did not finish, or stale
+    (e.g. the schedule is older than the labels). Recorded as stage ``export``.
+    """
+    from clusterclip.corpus import Corpus
+    from clusterclip.io import check_output_dir, load_npy
+    from clusterclip.labels import load_labels
+    from clusterclip.workdir import Workdir
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    _require("parquet")
+    _require(fmt)
+    w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
+    sched = Path(schedule).resolve() if schedule is not None else None
+    with w.locked():
+        protected = w.protected()
+        if sched is not None:
+            protected += ((sched, "the schedule", False),)
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+        reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
+
+        def work(run: Any) -> dict[str, Any]:
+            corpus = Corpus.load(w.path("corpus"))
+            corpus.verify_files()
+            labels = load_labels(w.path("labels.npy"), len(corpus))
+            path = sched if sched is not None else w.path("schedule.npy")
+            s = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
+            return export_schedule(corpus, labels, s, out, fmt=fmt, rank=rank,
+                                   world_size=world_size, rows_per_shard=rows_per_shard,
+                                   overwrite=overwrite, source=str(path))
+
+        return w.run_stage("export", key={"out": str(Path(out).resolve()), "format": fmt,
+                                          "rank": rank, "world_size": world_size,
+                                          "rows_per_shard": rows_per_shard},
+                           reads=reads, inputs=[sched] if sched is not None else [],
+                           outputs=[str(Path(out).resolve())], work=work, cache=False)
