@@ -16,7 +16,7 @@ from _helpers import child_env, run_cli
 
 from clusterclip.cli import main
 from clusterclip.corpus import Corpus
-from clusterclip.export import export_schedule
+from clusterclip.export import _check_rows, _RowsHash, export_schedule, read_parquet_batches
 from clusterclip.sampling.sampler import ClusterClipSampler
 
 datasets = pytest.importorskip("datasets")
@@ -144,6 +144,31 @@ def test_parquet_bytes_are_deterministic(multi, tmp_path):
     assert [p.name for p in a] == [p.name for p in sorted((tmp_path / "y").iterdir())]
     for p in a:
         assert p.read_bytes() == (tmp_path / "y" / p.name).read_bytes(), p.name
+
+
+def test_verification_catches_swapped_texts_and_misordered_rows(multi, tmp_path):
+    corpus, labels, schedule = multi
+    export_schedule(corpus, labels, schedule, tmp_path / "x")
+    table = pa.Table.from_batches(list(read_parquet_batches(tmp_path / "x", batch_size=64)))
+    whole, split = _RowsHash(), _RowsHash()
+    whole.update(table)
+    for rb in table.to_batches(max_chunksize=37):
+        split.update(rb)
+    assert whole.hexdigest() == split.hexdigest()  # batching does not change the hash
+    i, j = next((i, j) for i in range(len(schedule)) for j in range(i + 1, len(schedule))
+                if schedule[i] != schedule[j])
+    texts = table.column("text").to_pylist()
+    texts[i], texts[j] = texts[j], texts[i]
+    swapped = _RowsHash()
+    swapped.update(table.set_column(3, "text", pa.array(texts, pa.string())))
+    assert swapped.hexdigest() != whole.hexdigest()
+    assert _check_rows(iter([table]), schedule, labels, 0, 1, tmp_path)[1] == whole.hexdigest()
+    order = list(range(len(schedule)))
+    order[i], order[j] = j, i
+    with pytest.raises(RuntimeError, match="not positions"):
+        _check_rows(iter([table.take(order)]), schedule, labels, 0, 1, tmp_path)
+    with pytest.raises(RuntimeError, match="re-read"):
+        _check_rows(iter([table.slice(0, 10)]), schedule, labels, 0, 1, tmp_path)
 
 
 def test_empty_share_writes_an_empty_verified_dataset(multi, tmp_path):

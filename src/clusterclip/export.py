@@ -90,15 +90,48 @@ def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
                              f"which has no label (-1: excluded, no text)")
 
 
-def _row_hash(h: Any, position: int, doc: int, label: int, text: str, fields: str) -> None:
-    t, f = text.encode(), fields.encode()
-    h.update(np.array([position, doc, label, len(t), len(f)], dtype="<i8").tobytes())
-    h.update(t)
-    h.update(f)
+class _RowsHash:
+    """Order-sensitive hash of Arrow rows, the same however they are split into batches:
+    one stream per column (integers as int64; strings as byte lengths + UTF-8 bytes),
+    read from the Arrow buffers (no Python object per row)."""
+
+    def __init__(self) -> None:
+        self.parts = {name: hashlib.blake2b(digest_size=16)
+                      for name in ("position", "doc_index", "label", "text_len", "text",
+                                   "fields_len", "fields")}
+
+    def update(self, table: Any) -> None:
+        """``table``: a pyarrow Table or RecordBatch with ``COLUMNS``."""
+        p = self.parts
+        for c in ("position", "doc_index", "label"):
+            p[c].update(_int64(table.column(c)).tobytes())
+        for c in ("text", "fields"):
+            col = table.column(c)
+            for arr in getattr(col, "chunks", [col]):
+                if arr.null_count:
+                    raise RuntimeError(f"column {c} holds nulls")
+                if len(arr) == 0:
+                    continue
+                wide = str(arr.type) == "large_string"
+                _, offsets, data = arr.buffers()
+                offs = np.frombuffer(offsets, dtype="<i8" if wide else "<i4")[
+                    arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+                p[f"{c}_len"].update(np.diff(offs).tobytes())
+                p[c].update(memoryview(data)[int(offs[0]):int(offs[-1])])
+
+    def hexdigest(self) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        for part in self.parts.values():
+            h.update(part.digest())
+        return h.hexdigest()
+
+
+def _int64(column: Any) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype="<i8")
 
 
 def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: int = 0,
-                 world_size: int = 1, block: int = 1 << 16) -> Iterator[dict[str, list[Any]]]:
+                 world_size: int = 1, block: int = 1 << 14) -> Iterator[dict[str, list[Any]]]:
     """Column batches (``COLUMNS``) of this rank's share of ``schedule``, in order.
 
     Each block of positions fetches its distinct documents once through the
@@ -126,11 +159,6 @@ def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: in
                "text": [r[0] for r in rows], "fields": [r[1] for r in rows]}
 
 
-def _hash_batch(h: Any, batch: dict[str, list[Any]]) -> None:
-    for row in zip(*(batch[c] for c in COLUMNS), strict=True):
-        _row_hash(h, *row)
-
-
 def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
                    rows_per_shard: int, row_group: int) -> tuple[list[str], int, str]:
     """Write shards ``part-00000.parquet``, ...; return (file names, rows, hash)."""
@@ -138,7 +166,7 @@ def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
     import pyarrow.parquet as pq
 
     schema = _schema()
-    h = hashlib.blake2b(digest_size=16)
+    h = _RowsHash()
     names: list[str] = []
     writer = None
     in_shard = rows = 0
@@ -150,6 +178,7 @@ def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
             names.append(f"part-{len(names):05d}.parquet")
             writer = pq.ParquetWriter(directory / names[-1], schema, **PARQUET_OPTIONS)
         table = pa.Table.from_pydict(part, schema=schema)
+        h.update(table)
         writer.write_table(table, row_group_size=row_group)
         in_shard += n
         if in_shard == rows_per_shard:
@@ -158,7 +187,6 @@ def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
 
     try:
         for batch in batches:
-            _hash_batch(h, batch)
             n = len(batch["position"])
             rows += n
             i = 0
@@ -172,28 +200,28 @@ def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
     return names, rows, h.hexdigest()
 
 
-def _check_rows(batches: Iterator[dict[str, list[Any]]], schedule: np.ndarray,
+def _check_rows(batches: Iterator[Any], schedule: np.ndarray,
                 labels: np.ndarray, rank: int, world_size: int, where: Path) -> tuple[int, str]:
-    """Check re-read batches against the schedule; return (rows, hash of the rows)."""
+    """Check re-read Arrow batches against the schedule; return (rows, hash of the rows)."""
     first, count = rank_positions(len(schedule), rank, world_size)
-    h = hashlib.blake2b(digest_size=16)
+    h = _RowsHash()
     seen = 0
     for batch in batches:
-        n = len(batch["position"])
+        n = batch.num_rows
         if seen + n > count:
             raise RuntimeError(f"{where}: more rows than the {count} positions exported")
         want = np.arange(first + seen * world_size, first + (seen + n) * world_size,
                          world_size, dtype=np.int64)
-        pos = np.asarray(batch["position"], dtype=np.int64)
-        docs = np.asarray(batch["doc_index"], dtype=np.int64)
+        pos = _int64(batch.column("position"))
+        docs = _int64(batch.column("doc_index"))
         if not np.array_equal(pos, want):
             raise RuntimeError(f"{where}: rows {seen}..{seen + n - 1} are not positions "
                                f"{int(want[0])}, ... in order")
         if not np.array_equal(docs, schedule[want]) or not np.array_equal(
-                np.asarray(batch["label"]), labels[docs]):
+                _int64(batch.column("label")), labels[docs]):
             raise RuntimeError(f"{where}: rows {seen}..{seen + n - 1} do not hold the "
                                f"schedule's documents and labels")
-        _hash_batch(h, batch)
+        h.update(batch)
         seen += n
     if seen != count:
         raise RuntimeError(f"{where}: {seen} rows re-read, {count} exported")
@@ -201,22 +229,21 @@ def _check_rows(batches: Iterator[dict[str, list[Any]]], schedule: np.ndarray,
 
 
 def read_parquet_batches(directory: str | os.PathLike[str], names: list[str] | None = None,
-                         batch_size: int = 1 << 16) -> Iterator[dict[str, list[Any]]]:
-    """Column batches of exported Parquet shards, in order (``part-*.parquet`` sorted)."""
+                         batch_size: int = 1 << 13) -> Iterator[Any]:
+    """Arrow record batches of exported Parquet shards, in order (``part-*.parquet`` sorted)."""
     import pyarrow.parquet as pq
 
     d = Path(directory)
     files = [d / n for n in names] if names is not None else sorted(d.glob("part-*.parquet"))
     for f in files:
         pf = pq.ParquetFile(f)
-        for rb in pf.iter_batches(batch_size=batch_size, columns=list(COLUMNS)):
-            yield rb.to_pydict()
+        yield from pf.iter_batches(batch_size=batch_size, columns=list(COLUMNS))
 
 
 def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     out: str | os.PathLike[str], *, fmt: str = "parquet", rank: int = 0,
                     world_size: int = 1, rows_per_shard: int = 1_000_000,
-                    row_group: int = 1 << 16, block: int = 1 << 16, overwrite: bool = False,
+                    row_group: int = 1 << 14, block: int = 1 << 14, overwrite: bool = False,
                     source: str = "schedule") -> dict[str, Any]:
     """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
 
@@ -294,12 +321,12 @@ def _write_hf(batches: Iterator[dict[str, list[Any]]], directory: Path, rows_per
     return [f["filename"] for f in state["_data_files"]], rows, digest
 
 
-def read_hf_batches(directory: str | os.PathLike[str], batch_size: int = 1 << 16
-                    ) -> Iterator[dict[str, list[Any]]]:
-    """Column batches of an exported Hugging Face dataset, read with ``load_from_disk``."""
+def read_hf_batches(directory: str | os.PathLike[str], batch_size: int = 1 << 13
+                    ) -> Iterator[Any]:
+    """Arrow tables of an exported Hugging Face dataset, read with ``load_from_disk``."""
     import datasets
 
-    ds = datasets.load_from_disk(str(directory))
+    ds = datasets.load_from_disk(str(directory)).with_format("arrow")
     for i in range(0, len(ds), batch_size):
         yield ds[i:i + batch_size]
 
