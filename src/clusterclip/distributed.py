@@ -19,6 +19,7 @@ never needs it.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,6 +33,8 @@ T = TypeVar("T")
 
 def _dist() -> Any | None:
     """The torch.distributed module when a process group is initialised, else None."""
+    if "torch.distributed" not in sys.modules:
+        return None  # never imported here, so never initialised: do not pay torch's import
     try:
         import torch.distributed as dist
     except ImportError:  # torch is an optional extra; without it nothing is distributed
