@@ -236,8 +236,11 @@ def read_parquet_batches(directory: str | os.PathLike[str], names: list[str] | N
     d = Path(directory)
     files = [d / n for n in names] if names is not None else sorted(d.glob("part-*.parquet"))
     for f in files:
-        pf = pq.ParquetFile(f)
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(COLUMNS))
+        # without pre-buffering (and threads) the reader's memory stays at one batch; with
+        # it, pyarrow 26 held ~2/3 of a 300 MB file by the end of iter_batches
+        pf = pq.ParquetFile(f, pre_buffer=False)
+        yield from pf.iter_batches(batch_size=batch_size, columns=list(COLUMNS),
+                                   use_threads=False)
 
 
 def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
