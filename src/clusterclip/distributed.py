@@ -67,11 +67,16 @@ def init_from_env(device: str = "cpu") -> bool:
     return True
 
 
-def shutdown(created: bool) -> None:
-    """Destroy the process group if :func:`init_from_env` created it."""
+def shutdown(created: bool, wait: bool = True) -> None:
+    """Destroy the process group if :func:`init_from_env` created it.
+
+    ``wait``: meet the other ranks at a barrier first (the normal end); pass False
+    on an error path, where another rank may be inside a different collective.
+    """
     dist = _dist()
     if created and dist is not None:
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -45,7 +45,7 @@ def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
     from clusterclip.clustering import KMeans, cluster_workdir
-    from clusterclip.distributed import init_from_env, is_main, on_main
+    from clusterclip.distributed import init_from_env, is_main, on_main, shutdown
     from clusterclip.embedding import embed_workdir
     from clusterclip.sampling.sampler import MAX_SEED
 
@@ -59,26 +59,34 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
            metric=args.metric, seed=args.seed, backend=args.backend,
            chunk_rows=args.chunk_rows)._check_params()
-    init_from_env(args.device)  # before the lock: rank 0 holds it for every rank
-    w = Workdir(args.workdir)
-    out: dict[str, Any] = {}
-    with w.locked():
-        later = ["cluster"] + (["sample"] if args.num_samples is not None else [])
-        on_main(lambda: w.check_can_write(later))
-        out["embed"] = embed_workdir(
-            w, args.inputs, text_field=args.text_field, id_field=args.id_field,
-            skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
-            pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-            device=args.device, dtype=args.dtype, n_clusters=args.clusters)
-        out["cluster"] = cluster_workdir(
-            w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
-            metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
-            chunk_rows=args.chunk_rows)
-        if args.num_samples is not None:
-            out["sample"] = sample_workdir(w, num_samples=args.num_samples,
-                                           strategy=args.strategy, clip=args.clip,
-                                           alpha=args.alpha, seed=args.seed)
-    if is_main():
+    # before the lock: rank 0 holds it for every rank. The group is destroyed before the
+    # process exits: a gloo group left to interpreter shutdown can abort (SIGABRT) a rank.
+    created = init_from_env(args.device)
+    main_rank = is_main()
+    try:
+        w = Workdir(args.workdir)
+        out: dict[str, Any] = {}
+        with w.locked():
+            later = ["cluster"] + (["sample"] if args.num_samples is not None else [])
+            on_main(lambda: w.check_can_write(later))
+            out["embed"] = embed_workdir(
+                w, args.inputs, text_field=args.text_field, id_field=args.id_field,
+                skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+                pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+                device=args.device, dtype=args.dtype, n_clusters=args.clusters)
+            out["cluster"] = cluster_workdir(
+                w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+                metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
+                chunk_rows=args.chunk_rows)
+            if args.num_samples is not None:
+                out["sample"] = sample_workdir(w, num_samples=args.num_samples,
+                                               strategy=args.strategy, clip=args.clip,
+                                               alpha=args.alpha, seed=args.seed)
+    except BaseException:
+        shutdown(created, wait=False)
+        raise
+    shutdown(created)
+    if main_rank:
         _print_summary(w, out)
     return out
 
