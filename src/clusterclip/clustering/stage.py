@@ -103,6 +103,18 @@ def _check_k(n_clusters: int) -> None:
         raise InputError(f"--clusters {n_clusters}: must be an integer >= 1")
 
 
+def _checked_params(X: np.ndarray, valid: np.ndarray | None, emb: Path, n_clusters: int,
+                    max_iter: int, n_init: int, tol: float, metric: str, backend: str, seed: int,
+                    device: str, chunk_rows: int) -> dict[str, Any]:
+    """The k-means parameters, checked (also K against the valid rows of ``emb``)."""
+    params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
+    KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
+    n_valid = X.shape[0] if valid is None else int(valid.sum())
+    if n_clusters > n_valid:
+        raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
+    return params
+
+
 def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_init: int = 1,
                     tol: float = 1e-4, metric: str = "cosine", backend: str = "torch",
                     seed: int = 0, device: str = "cpu", chunk_rows: int = 65536,
@@ -121,12 +133,8 @@ def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_
         X = _open_embeddings(emb)
         valid_file = workdir.path("valid.npy")
         valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
-        params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
-        KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
-        n_valid = X.shape[0] if valid is None else int(valid.sum())
-        if n_clusters > n_valid:
-            raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows "
-                             f"of {emb}")
+        params = _checked_params(X, valid, emb, n_clusters, max_iter, n_init, tol, metric,
+                                 backend, seed, device, chunk_rows)
         result = workdir.run_stage(
             STAGE, key=params, params={**params, "device": device, "chunk_rows": chunk_rows},
             reads=["embeddings.npy"], maybe_reads=["valid.npy"], outputs=OUTPUTS,
@@ -163,11 +171,8 @@ def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.Path
     emb = Path(path)
     X = _open_embeddings(emb)
     valid = _open_valid(valid_path, X.shape[0])
-    params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
-    KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
-    n_valid = X.shape[0] if valid is None else int(valid.sum())
-    if n_clusters > n_valid:
-        raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
+    params = _checked_params(X, valid, emb, n_clusters, max_iter, n_init, tol, metric,
+                             backend, seed, device, chunk_rows)
     out = check_output_dir(out_dir, STAGE, protected=((emb, "the input file", False),)
                            + (() if valid_path is None
                               else ((Path(valid_path), "the input file", False),)))
