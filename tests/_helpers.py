@@ -1,4 +1,5 @@
-"""Helpers for tests that start real processes: the command line and ``torchrun``.
+"""Helpers for tests that start real processes (the command line and ``torchrun``) and
+for tests that run the README's recipes as written (``readme_recipe``).
 
 ``torchrun`` runs with ``--standalone``: its rendezvous store binds port 0
 itself and the workers join that store, so no test picks a port and releases
@@ -8,6 +9,7 @@ it for another process to take before torchrun binds it.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -51,3 +53,15 @@ def torchrun(*args: Any, nproc: int = 2, env: dict[str, str] | None = None,
 def torchrun_cli(*args: Any, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
     """The command line under ``torchrun`` with ``nproc`` processes."""
     return torchrun("-m", "clusterclip.cli", *args, nproc=nproc, timeout=timeout)
+
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def readme_recipe(name: str) -> str:
+    """The README's Python block right after ``<!-- recipe: NAME -->``, to run as written."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    found = re.findall(rf"<!-- recipe: {re.escape(name)} -->\n```python\n(.*?)```", text, re.S)
+    assert len(found) == 1, f"README: {len(found)} blocks marked recipe {name!r}"
+    return found[0]

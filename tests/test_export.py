@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _helpers import child_env, run_cli
+from _helpers import child_env, readme_recipe, run_cli
 
 from clusterclip.cli import main
 from clusterclip.corpus import Corpus
@@ -20,8 +19,6 @@ from clusterclip.export import _check_rows, _RowsHash, export_schedule, read_par
 from clusterclip.sampling.sampler import ClusterClipSampler
 
 datasets = pytest.importorskip("datasets")
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _labels(corpus, k, seed=0):
@@ -289,15 +286,8 @@ def test_missing_extra_is_one_line_naming_it(workdir, tmp_path):
 
 # -- the README's "Train with it" recipes, run as written ----------------------------------
 
-def _recipes():
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Train with it", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
-
-
 def test_readme_training_recipes_consume_the_schedule_in_order(workdir, tmp_path, monkeypatch):
-    recipes = _recipes()
-    assert len(recipes) == 2
+    recipes = [readme_recipe("export-parquet"), readme_recipe("export-hf")]
     monkeypatch.chdir(tmp_path)
     schedule = np.load(workdir / "schedule.npy")
     corpus = Corpus.load(workdir / "corpus")

@@ -1,0 +1,132 @@
+"""Hugging Face integrations, in process (optional: the ``hf`` extra).
+
+- :func:`schedule_dataset`: a map-style ``datasets.Dataset`` in schedule order,
+  ``dataset.select(schedule)``: an indices mapping over the same Arrow table,
+  the rows themselves are not copied. From a schedule array (``W/schedule.npy``)
+  or from sampler options (as :class:`~clusterclip.sampling.ClusterClipSampler`).
+- ``ClusterClipTrainer``: a ``transformers.Trainer`` that draws its training
+  rows from a :class:`~clusterclip.sampling.torch.ClusterClipTorchSampler`
+  instead of its own ``RandomSampler`` (which would silently undo the order).
+  Imports ``transformers`` on first use only.
+
+A ``DataLoader`` over a ``datasets.Dataset`` takes the torch sampler as is:
+``DataLoader(dataset, batch_size=8, sampler=ClusterClipTorchSampler(...))``.
+In every case row ``i`` of ``dataset`` must be document ``i`` of the corpus
+the labels were computed on.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.export import rank_positions
+from clusterclip.sampling.sampler import ClusterClipSampler
+
+
+def _num_documents(sampler: ClusterClipSampler) -> int:
+    return sampler.num_eligible + sampler.num_excluded
+
+
+def schedule_dataset(dataset: Any, schedule: Any = None, *, rank: int = 0, world_size: int = 1,
+                     **sampler_options: Any) -> Any:
+    """``dataset`` (row ``i`` = document ``i``) in schedule order, lazily.
+
+    ``schedule``: a 1-D integer array of document indices (the global
+    schedule, e.g. ``np.load("W/schedule.npy", mmap_mode="r")``); or leave it
+    out and give the sampler's options instead (``labels``, ``num_samples``,
+    ``strategy``, ``clip``, ``alpha``, ``seed``, ``consumed_samples``,
+    ``cluster_weights``; ``len(labels)`` must equal ``len(dataset)``).
+    ``rank``/``world_size``: this rank's share, positions ``r, r+W, ...``,
+    ``floor(T/W)`` of them, as the sampler and ``clusterclip export`` serve it.
+
+    Returns ``dataset.select(...)``: an indices mapping of 8 bytes per
+    position over the same Arrow table (no row is copied); read it in order
+    (``DataLoader(..., shuffle=False)``, ``.iter(batch_size)``).
+    """
+    n = len(dataset)
+    if schedule is not None:
+        if sampler_options:
+            raise InputError("give a schedule or sampler options, not both (got "
+                             + ", ".join(sorted(sampler_options)) + ")")
+        idx = np.asarray(schedule)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise InputError(f"schedule must be a 1-D integer array, got {idx.dtype} "
+                             f"of shape {idx.shape}")
+        first, count = rank_positions(len(idx), rank, world_size)
+        idx = np.asarray(idx[first:first + count * world_size:world_size], dtype=np.int64)
+        bad = np.flatnonzero((idx < 0) | (idx >= n))
+        if bad.size:
+            p = first + int(bad[0]) * world_size
+            raise InputError(f"schedule position {p} holds document {int(idx[bad[0]])}, "
+                             f"outside the dataset of {n} rows")
+    else:
+        if "labels" not in sampler_options or "num_samples" not in sampler_options:
+            raise InputError("give a schedule, or the sampler options labels and num_samples")
+        sampler = ClusterClipSampler(rank=rank, world_size=world_size, **sampler_options)
+        if _num_documents(sampler) != n:
+            raise InputError(f"labels has {_num_documents(sampler)} documents but the dataset "
+                             f"{n} rows: row i must be document i")
+        blocks = list(sampler.blocks())
+        idx = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    return dataset.select(idx)
+
+
+@functools.cache
+def _trainer_class() -> type:
+    import transformers
+
+    from clusterclip.sampling.torch import ClusterClipTorchSampler
+
+    class ClusterClipTrainer(transformers.Trainer):
+        """``transformers.Trainer`` whose training rows come from ``train_sampler``.
+
+        ``train_sampler``: a :class:`ClusterClipTorchSampler` over the global
+        schedule (``rank=0, world_size=1``): under data parallel the Trainer
+        (accelerate) itself gives rank ``r`` batch ``r`` of every ``W``
+        consecutive batches, so optimizer step ``s`` consumes, over all ranks,
+        exactly global positions ``[s G, (s + 1) G)`` with ``G`` = per-device
+        batch x gradient accumulation x ``W``: the same positions per step as
+        a loop with a per-rank sampler. A rank's share is refused (it would be
+        split a second time). ``train_dataset`` row ``i`` must be document
+        ``i``. The sampler serves ``num_samples`` positions per Trainer epoch;
+        size it to the run (``max_steps x G``; a second epoch replays it).
+        Works with the ``_get_train_sampler`` of transformers 4.x (no argument)
+        and 5.x (the dataset).
+        """
+
+        def __init__(self, *args: Any, train_sampler: ClusterClipTorchSampler,
+                     **kwargs: Any) -> None:
+            if not isinstance(train_sampler, ClusterClipTorchSampler):
+                raise InputError("train_sampler must be a ClusterClipTorchSampler, got "
+                                 f"{type(train_sampler).__name__}")
+            s = train_sampler.sampler
+            if s.world_size != 1:
+                raise InputError(
+                    f"train_sampler serves rank {s.rank} of {s.world_size}, but Trainer "
+                    f"splits the batches among the ranks itself: pass the global sampler "
+                    f"(rank=0, world_size=1)")
+            super().__init__(*args, **kwargs)
+            self.clusterclip_sampler = train_sampler
+
+        def _get_train_sampler(self, *args: Any, **kwargs: Any) -> ClusterClipTorchSampler:
+            dataset = args[0] if args else kwargs.get("train_dataset")
+            if dataset is None:
+                dataset = self.train_dataset
+            n = _num_documents(self.clusterclip_sampler.sampler)
+            if len(dataset) != n:
+                raise InputError(f"train_dataset has {len(dataset)} rows but the sampler's "
+                                 f"labels {n} documents: row i must be document i")
+            return self.clusterclip_sampler
+
+    ClusterClipTrainer.__module__ = __name__
+    return ClusterClipTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ClusterClipTrainer":
+        return _trainer_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
