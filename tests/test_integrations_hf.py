@@ -65,6 +65,18 @@ def _flat(batches):
     return [d for b in batches for d in b]
 
 
+def test_every_python_block_of_train_with_it_is_a_recipe_that_a_test_runs():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Train with it\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"(?:<!-- recipe: ([\w-]+) -->\n)?```python\n", section)
+    assert blocks and "" not in blocks, "a Python block in Train with it has no recipe marker"
+    tests = "".join(p.read_text(encoding="utf-8") for p in (root / "tests").glob("test_*.py"))
+    assert [b for b in blocks if f'"{b}"' not in tests] == []  # readme_recipe(name) runs it
+
+
 # -- datasets: select ----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("rank", "world_size"), [(0, 1), (1, 3)])
@@ -171,6 +183,15 @@ def test_readme_select_recipe_reads_rank_0s_share_in_order(dataset, workdir):
 
 # -- transformers.Trainer on a tiny GPT-2 -----------------------------------------------------
 
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one thread; the rest of the session keeps its setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _tokenized(dataset):
     return dataset.map(lambda r: {"input_ids": list(r["text"].encode()[:MAX_BYTES])})
 
@@ -208,11 +229,11 @@ def _batches_of(tokenized, docs, batch_size):
             for i in range(0, len(docs), batch_size)]
 
 
-def test_readme_trainer_recipe_trains_gpt2_on_the_schedule_in_order(dataset, docs, workdir):
+def test_readme_trainer_recipe_trains_gpt2_on_the_schedule_in_order(dataset, docs, workdir,
+                                                                     one_thread):
     pytest.importorskip("accelerate")
     from transformers import Trainer
 
-    torch.set_num_threads(1)
     _, labels = docs
     tokenized = _tokenized(dataset)
     model = _tiny_gpt2()
@@ -233,6 +254,36 @@ def test_readme_trainer_recipe_trains_gpt2_on_the_schedule_in_order(dataset, doc
             data_collator=_collate).train()
     assert len(seen_plain) == 10
     assert not all(torch.equal(a, b) for a, b in zip(seen_plain, want, strict=True))
+
+
+def test_trainer_resumed_from_a_checkpoint_goes_on_with_the_next_batches(dataset, docs,
+                                                                         tmp_path, one_thread):
+    pytest.importorskip("accelerate")
+    from transformers import TrainingArguments
+
+    from clusterclip.sampling.hf import ClusterClipTrainer
+
+    _, labels = docs
+    tokenized = _tokenized(dataset)
+    want = _batches_of(tokenized, list(ClusterClipSampler(labels, 24, strategy="uniform",
+                                                          seed=6)), 4)
+
+    def train(resume):
+        model = _tiny_gpt2()
+        seen = _record_inputs(model)
+        args = TrainingArguments(str(tmp_path / "out"), max_steps=6, per_device_train_batch_size=4,
+                                 save_strategy="steps", save_steps=2, report_to="none",
+                                 disable_tqdm=True)
+        sampler = ClusterClipTorchSampler(labels, 24, strategy="uniform", seed=6, world_size=1)
+        ClusterClipTrainer(model=model, args=args, train_dataset=tokenized,
+                           data_collator=_collate, train_sampler=sampler
+                           ).train(resume_from_checkpoint=resume)
+        return seen
+
+    full = train(None)
+    assert all(torch.equal(a, b) for a, b in zip(full, want, strict=True))
+    rest = train(str(tmp_path / "out" / "checkpoint-4"))
+    assert all(torch.equal(a, b) for a, b in zip(rest, want[4:], strict=True))
 
 
 def test_trainer_refuses_a_rank_share_and_a_misaligned_dataset(dataset, docs, tmp_path):

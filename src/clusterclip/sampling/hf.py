@@ -94,6 +94,8 @@ def _trainer_class() -> type:
         split a second time). ``train_dataset`` row ``i`` must be document
         ``i``. The sampler serves ``num_samples`` positions per Trainer epoch;
         size it to the run (``max_steps x G``; a second epoch replays it).
+        ``trainer.train(resume_from_checkpoint=...)`` goes on with the next
+        batch of the schedule (the Trainer skips the batches it trained).
         Works with the ``_get_train_sampler`` of transformers 4.x (no argument)
         and 5.x (the dataset).
         """
@@ -123,6 +125,7 @@ def _trainer_class() -> type:
             return self.clusterclip_sampler
 
     ClusterClipTrainer.__module__ = __name__
+    ClusterClipTrainer.__qualname__ = "ClusterClipTrainer"
     return ClusterClipTrainer
 
 
