@@ -9,6 +9,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
+# A separate virtual environment with the real mosaicml-streaming, for the test that reads
+# `export --format mds` with streaming.StreamingDataset (its pins, numpy<2.2 and
+# transformers<5, would downgrade ours: it never goes into $(VENV)). Versions: the constraints file.
+MDS_VENV ?= .venv-mds
+MDS_PIN ?= mosaicml-streaming==0.13.0
+MDS_CONSTRAINTS := tests/mds-venv-constraints.txt
 
 .PHONY: demo test lint bench clean
 
@@ -26,12 +32,20 @@ $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q -e '.[all,test]'
 	touch $@
 
+$(MDS_VENV)/.ok: $(MDS_CONSTRAINTS)
+	rm -rf $(MDS_VENV)
+	$(PYTHON) -m venv $(MDS_VENV)
+	$(MDS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(MDS_VENV)/bin/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
+	$(MDS_VENV)/bin/python -m pip install -q -c $(MDS_CONSTRAINTS) $(MDS_PIN)
+	touch $@
+
 demo: $(VENV)/.all
 	$(VENV)/bin/clusterclip demo --out demo-out
 
-test: $(VENV)/.test
+test: $(VENV)/.test $(MDS_VENV)/.ok
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest
+	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_sampler.py
@@ -39,4 +53,4 @@ bench: $(VENV)/.test
 	$(PY) benchmarks/bench_embed.py
 
 clean:
-	rm -rf $(VENV) demo-out
+	rm -rf $(VENV) $(MDS_VENV) demo-out

@@ -1,4 +1,5 @@
-"""clusterclip export: a schedule + the corpus -> Parquet shards or a Hugging Face dataset."""
+"""clusterclip export: a schedule + the corpus -> Parquet shards, a Hugging Face dataset or
+MosaicML Streaming (MDS) shards."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import argparse
 
 from clusterclip.cli._options import add_overwrite_option
 
-HELP = ("write the schedule's documents in schedule order as Parquet shards or a Hugging Face "
-        "dataset (one rank's share with --rank/--world-size; verified after writing)")
+HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
+        "dataset or MDS shards (one rank's share with --rank/--world-size; verified after writing)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,7 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
     p.add_argument("--format", required=True, choices=FORMATS,
                    help="parquet: part-NNNNN.parquet shards (pyarrow); hf: a Hugging Face "
-                        "dataset for datasets.load_from_disk (the `hf` extra)")
+                        "dataset for datasets.load_from_disk (the `hf` extra); mds: "
+                        "shard.NNNNN.mds + index.json for streaming.StreamingDataset (the `mds` "
+                        "extra; written without mosaicml-streaming)")
     p.add_argument("--out", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip export`")
@@ -27,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sampler serves rank RANK of W")
     p.add_argument("--world-size", type=int, default=1, help="W (default: 1, everything)")
     p.add_argument("--rows-per-shard", type=int, default=1_000_000,
-                   help="rows per output file (default: 1000000)")
+                   help="rows per output file (default: 1000000; mds shards also close "
+                        "before 64 MiB, as streaming.MDSWriter's)")
     add_overwrite_option(p)
 
 

@@ -1,4 +1,5 @@
-"""Export a schedule as a dataset in schedule order: Parquet shards or a Hugging Face dataset.
+"""Export a schedule as a dataset in schedule order: Parquet shards, a Hugging Face dataset
+or MosaicML Streaming (MDS) shards (:mod:`clusterclip.export.mds`).
 
 Each row is one position of the schedule (this rank's share with
 ``rank``/``world_size``: positions ``r, r+W, ...``, ``floor(T/W)`` of them, as
@@ -15,8 +16,9 @@ the sampler serves them) with the columns
 Streamed: the schedule is read in blocks from a memory map, each block's
 documents are fetched through the corpus index (one pass per input file per
 block), and rows are written as they come, so memory holds one block.
-The output is built in a temporary folder, re-read with the real reader
-(``pyarrow.parquet`` / ``datasets.load_from_disk``) and checked: every
+The output is built in a temporary folder, re-read (with the real reader,
+``pyarrow.parquet`` / ``datasets.load_from_disk``; MDS with ours, the tests
+read it with ``streaming.StreamingDataset`` too) and checked: every
 position present once, in order, each with its document, label and text (an
 order-sensitive hash of all rows written must equal the one re-read). Only
 then is it moved into place.
@@ -36,10 +38,11 @@ import numpy as np
 
 from clusterclip.errors import InputError
 
-FORMATS = ("parquet", "hf")
+FORMATS = ("parquet", "hf", "mds")
 COLUMNS = ("position", "doc_index", "label", "text", "fields")
 #: Extra needed by each format (named in the error when its library is missing).
-EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf")}
+EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
+          "mds": ("pyarrow", "mds")}
 SUMMARY = "export.json"
 #: Parquet writer settings, pinned so that the same inputs give byte-identical files.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": False,
@@ -262,8 +265,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
 
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    _require("parquet")
     _require(fmt)
+    _require("parquet")
     for name, v in (("--rows-per-shard", rows_per_shard), ("row group", row_group),
                     ("block", block)):
         if v < 1:
@@ -279,6 +282,11 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
             names, rows, digest = _write_parquet(batches, tmp, rows_per_shard,
                                                  min(row_group, rows_per_shard))
             back = read_parquet_batches(tmp, names)
+        elif fmt == "mds":
+            from clusterclip.export.mds import read_mds_batches, write_mds
+
+            names, rows, digest = write_mds(batches, tmp, rows_per_shard)
+            back = read_mds_batches(tmp)
         else:
             names, rows, digest = _write_hf(batches, tmp, rows_per_shard,
                                             min(row_group, rows_per_shard))
@@ -351,8 +359,8 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
 
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    _require("parquet")
     _require(fmt)
+    _require("parquet")
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     sched = Path(schedule).resolve() if schedule is not None else None
     with w.locked():
