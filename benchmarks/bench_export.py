@@ -1,7 +1,8 @@
-"""`clusterclip export --format parquet` against writing the same rows with pyarrow directly.
+"""`clusterclip export` against writing the same rows with the format's own library directly.
 
-    python benchmarks/bench_export.py                      # 10^6 positions
+    python benchmarks/bench_export.py                      # 10^6 positions, Parquet
     python benchmarks/bench_export.py --positions 100000   # quicker
+    python benchmarks/bench_export.py --format mds         # MDS (needs .venv-mds: make test)
 
 Corpus: the bundled Python-docs corpus (4096 documents), decompressed to plain
 JSONL, in a work directory made by ``clusterclip run --embedder fast``. The
@@ -17,6 +18,11 @@ from the process itself:
 * direct: the floor for the same output: all texts and fields read into a
   Python list first, then the same rows (same columns, same writer options)
   written block by block with ``pyarrow.parquet.ParquetWriter``; no checks.
+
+With ``--format mds``, ours writes MDS shards (our writer, then our re-read check)
+and direct is the same list-first floor written row by row with mosaicml-streaming's
+own ``streaming.MDSWriter`` (same columns and shard size limit), run by the
+python of the separate environment ``.venv-mds`` (``--mds-python``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
 DIRECT = r"""
 import json, resource, sys
 import numpy as np
@@ -61,6 +68,31 @@ with pq.ParquetWriter(out, schema, **PARQUET_OPTIONS) as w:
 print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+DIRECT_MDS = r"""
+import json, resource, sys
+sys.path.insert(0, sys.argv[5])  # tests/: the import of streaming that works next to CPU torch
+import numpy as np
+from _mds_streaming import import_streaming
+docs, sched, out = sys.argv[1:4]
+texts, fields = [], []
+with open(docs, encoding="utf-8") as f:
+    for line in f:
+        rec = json.loads(line)
+        texts.append(rec.pop("text"))
+        fields.append(json.dumps(rec, sort_keys=True, ensure_ascii=False, default=str))
+labels = np.load(sys.argv[4])
+s = np.load(sched, mmap_mode="r")
+columns = {"position": "int64", "doc_index": "int64", "label": "int32", "text": "str",
+           "fields": "str"}
+with import_streaming().MDSWriter(out=out, columns=columns, size_limit=1 << 26) as w:
+    for a in range(0, len(s), 1 << 14):
+        d = np.asarray(s[a:a + (1 << 14)]).tolist()
+        for p, i in enumerate(d, start=a):
+            w.write({"position": p, "doc_index": i, "label": int(labels[i]), "text": texts[i],
+                     "fields": fields[i]})
+print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
 OURS = r"""
 import json, resource, sys
 from clusterclip.cli import main
@@ -70,9 +102,10 @@ print(json.dumps({"rc": rc,
 """
 
 
-def _timed(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
+def _timed(args: list[str], env: dict[str, str], python: str = sys.executable
+           ) -> tuple[float, dict]:
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env,
+    r = subprocess.run([python, "-c", *args], capture_output=True, text=True, env=env,
                        check=False)
     wall = time.perf_counter() - t
     if r.returncode != 0:
@@ -88,13 +121,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--positions", type=int, default=1_000_000)
     ap.add_argument("--dir", default=None, help="scratch folder (default: a temporary one)")
+    ap.add_argument("--format", choices=("parquet", "mds"), default="parquet")
+    ap.add_argument("--mds-python", default=str(ROOT / ".venv-mds" / "bin" / "python"),
+                    help="python with mosaicml-streaming, for --format mds's direct row")
     args = ap.parse_args()
 
     from clusterclip.data import pydocs_path
     from clusterclip.sampling.sampler import ClusterClipSampler
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
                                           os.environ.get("PYTHONPATH", "")])}
     d = Path(args.dir or tempfile.mkdtemp(prefix="bench_export_"))
     d.mkdir(parents=True, exist_ok=True)
@@ -116,16 +152,24 @@ def main() -> None:
 
         rows = {}
         wall, info = _timed([OURS, "export", "--workdir", str(w), "--schedule",
-                             str(d / "schedule.npy"), "--format", "parquet", "--out",
+                             str(d / "schedule.npy"), "--format", args.format, "--out",
                              str(d / "ours")], env)
-        rows["ours: clusterclip export (streamed, verified)"] = (wall, info["peak_rss_mib"],
-                                                                  _size(d / "ours"))
-        (d / "direct").mkdir()
-        wall, info = _timed([DIRECT, str(docs), str(d / "schedule.npy"),
-                             str(d / "direct" / "part-00000.parquet"), str(w / "labels.npy")],
-                            env)
-        rows["direct: texts in a list + pyarrow ParquetWriter"] = (wall, info["peak_rss_mib"],
-                                                                    _size(d / "direct"))
+        rows[f"ours: clusterclip export --format {args.format} (streamed, verified)"] = (
+            wall, info["peak_rss_mib"], _size(d / "ours"))
+        shutil.rmtree(d / "ours")  # disk: an MDS export of 10^6 positions is ~2.6 GiB
+        if args.format == "parquet":
+            (d / "direct").mkdir()
+            wall, info = _timed([DIRECT, str(docs), str(d / "schedule.npy"),
+                                 str(d / "direct" / "part-00000.parquet"),
+                                 str(w / "labels.npy")], env)
+            name = "direct: texts in a list + pyarrow ParquetWriter"
+        else:
+            mds_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            wall, info = _timed([DIRECT_MDS, str(docs), str(d / "schedule.npy"),
+                                 str(d / "direct"), str(w / "labels.npy"),
+                                 str(ROOT / "tests")], mds_env, python=args.mds_python)
+            name = "direct: texts in a list + streaming MDSWriter"
+        rows[name] = (wall, info["peak_rss_mib"], _size(d / "direct"))
         print(f"{args.positions:,} positions over {len(labels):,} documents "
               f"(mean text {mean_text:,.0f} bytes, ~{args.positions * mean_text / 2**30:.2f} "
               f"GiB of text written)")
