@@ -24,7 +24,8 @@ The format (version 2, uncompressed, no hashes), as ``streaming`` reads it:
 
 Shards close as ``streaming.MDSWriter`` closes them (before a row that would
 take the file past ``size_limit`` bytes), and also after ``rows_per_shard``
-rows; all integers are little-endian, as on every platform the reader runs on.
+rows. Integers are written little-endian; streaming reads them in the machine's byte order,
+which is little-endian on x86-64 and ARM64.
 """
 
 from __future__ import annotations
