@@ -1,5 +1,5 @@
-"""clusterclip export: a schedule + the corpus -> Parquet shards, a Hugging Face dataset or
-MosaicML Streaming (MDS) shards."""
+"""clusterclip export: a schedule + the corpus -> Parquet shards, a Hugging Face dataset,
+MosaicML Streaming (MDS) shards or a Megatron-LM indexed dataset."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parquet: part-NNNNN.parquet shards (pyarrow); hf: a Hugging Face "
                         "dataset for datasets.load_from_disk (the `hf` extra); mds: "
                         "shard.NNNNN.mds + index.json for streaming.StreamingDataset (the `mds` "
-                        "extra; written without mosaicml-streaming)")
+                        "extra; written without mosaicml-streaming); megatron: "
+                        "OUT/text_document.bin/.idx for Megatron-LM's --data-path, one "
+                        "document per position, tokenized with --tokenizer (the `megatron` "
+                        "extra)")
     p.add_argument("--out", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip export`")
@@ -32,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows-per-shard", type=int, default=1_000_000,
                    help="rows per output file (default: 1000000; mds shards also close "
                         "before 64 MiB, as streaming.MDSWriter's)")
+    p.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="--format megatron only (required there): a folder holding a Hugging "
+                        "Face tokenizer, loaded offline; each document becomes its token ids "
+                        "(no special tokens) + the tokenizer's eos (else sep) token")
     add_overwrite_option(p)
 
 
@@ -40,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     s = export_workdir(args.workdir, args.out, fmt=args.format, schedule=args.schedule,
                        rank=args.rank, world_size=args.world_size,
-                       rows_per_shard=args.rows_per_shard, overwrite=args.overwrite)
+                       rows_per_shard=args.rows_per_shard, overwrite=args.overwrite,
+                       tokenizer=args.tokenizer)
     share = (f"rank {s['rank']} of {s['world_size']}: positions {s['first_position']}, "
              f"{s['first_position'] + s['world_size']}, ... of "
              if s["world_size"] > 1 else "all of ")
@@ -48,4 +56,7 @@ def run(args: argparse.Namespace) -> int:
           f"as {s['format']} in {len(s['files'])} files; verified every position once, "
           f"in order")
     print(f"output: {args.out}")
+    if s["format"] == "megatron":
+        print(f"{s['tokens']:,} tokens; Megatron-LM: --data-path "
+              f"{args.out.rstrip('/')}/{s['data_prefix']}")
     return 0

@@ -1,5 +1,6 @@
 """Export a schedule as a dataset in schedule order: Parquet shards, a Hugging Face dataset
-or MosaicML Streaming (MDS) shards (:mod:`clusterclip.export.mds`).
+or MosaicML Streaming (MDS) shards (:mod:`clusterclip.export.mds`); a Megatron-LM indexed
+dataset: see :mod:`clusterclip.export.megatron`.
 
 Each row is one position of the schedule (this rank's share with
 ``rank``/``world_size``: positions ``r, r+W, ...``, ``floor(T/W)`` of them, as
@@ -37,12 +38,14 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.export import megatron as _megatron
 
-FORMATS = ("parquet", "hf", "mds")
+FORMATS = ("parquet", "hf", "mds", "megatron")
 COLUMNS = ("position", "doc_index", "label", "text", "fields")
 #: Extra needed by each format (named in the error when its library is missing).
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
-          "mds": ("pyarrow", "mds")}
+          "mds": ("pyarrow", "mds"),
+          "megatron": ("megatron.core.datasets.indexed_dataset", "megatron")}
 SUMMARY = "export.json"
 #: Parquet writer settings, pinned so that the same inputs give byte-identical files.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": False,
@@ -51,9 +54,13 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionar
 
 
 def _require(fmt: str) -> None:
+    import warnings
+
     module, extra = EXTRAS[fmt]
     try:
-        __import__(module)
+        with warnings.catch_warnings():  # megatron.core warns on import without apex/TE
+            warnings.simplefilter("ignore")
+            __import__(module)
     except ImportError:
         raise InputError(f"--format {fmt} needs {module}; install the `{extra}` extra "
                          f"(pip install 'clusterclip[{extra}]')") from None
@@ -250,7 +257,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     out: str | os.PathLike[str], *, fmt: str = "parquet", rank: int = 0,
                     world_size: int = 1, rows_per_shard: int = 1_000_000,
                     row_group: int = 1 << 14, block: int = 1 << 14, overwrite: bool = False,
-                    source: str = "schedule") -> dict[str, Any]:
+                    source: str = "schedule", tokenizer: Any = None) -> dict[str, Any]:
     """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
 
     ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
@@ -267,6 +274,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     _require(fmt)
     _require("parquet")
+    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     for name, v in (("--rows-per-shard", rows_per_shard), ("row group", row_group),
                     ("block", block)):
         if v < 1:
@@ -278,6 +286,14 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     out = check_output_dir(out, "export", overwrite=overwrite)
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp:
         batches = iter_batches(corpus, labels, schedule, rank, world_size, block)
+        if fmt == "megatron":
+            summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
+                       "rank": rank, "world_size": world_size, "first_position": first,
+                       "position_step": world_size, "text_field": corpus.text_field,
+                       **_megatron.write_verified(batches, tmp, tokenizer, schedule, labels,
+                                                  first, world_size, count)}
+            write_json(tmp / SUMMARY, summary)
+            return summary
         if fmt == "parquet":
             names, rows, digest = _write_parquet(batches, tmp, rows_per_shard,
                                                  min(row_group, rows_per_shard))
@@ -345,7 +361,7 @@ def read_hf_batches(directory: str | os.PathLike[str], batch_size: int = 1 << 13
 def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "parquet",
                    schedule: str | os.PathLike[str] | None = None, rank: int = 0,
                    world_size: int = 1, rows_per_shard: int = 1_000_000,
-                   overwrite: bool = False) -> dict[str, Any]:
+                   overwrite: bool = False, tokenizer: Any = None) -> dict[str, Any]:
     """The ``export`` stage: ``W/schedule.npy`` (or ``schedule``) + ``W/corpus`` -> ``out``.
 
     Goes through :meth:`Workdir.run_stage`: refused when the labels, corpus or
@@ -361,6 +377,8 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     _require(fmt)
     _require("parquet")
+    tok_path = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else None
+    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     sched = Path(schedule).resolve() if schedule is not None else None
     with w.locked():
@@ -378,10 +396,11 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
             s = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
             return export_schedule(corpus, labels, s, out, fmt=fmt, rank=rank,
                                    world_size=world_size, rows_per_shard=rows_per_shard,
-                                   overwrite=overwrite, source=str(path))
+                                   overwrite=overwrite, source=str(path), tokenizer=tokenizer)
 
         return w.run_stage("export", key={"out": str(Path(out).resolve()), "format": fmt,
                                           "rank": rank, "world_size": world_size,
-                                          "rows_per_shard": rows_per_shard},
+                                          "rows_per_shard": rows_per_shard,
+                                          **({"tokenizer": tok_path} if tok_path else {})},
                            reads=reads, inputs=[sched] if sched is not None else [],
                            outputs=[str(Path(out).resolve())], work=work, cache=False)

@@ -1,0 +1,282 @@
+"""``export --format megatron``: the schedule as a Megatron-LM indexed dataset (``.bin``/``.idx``).
+
+Layout of the output folder ``OUT``:
+
+- ``OUT/text_document.bin`` / ``OUT/text_document.idx``: written with
+  ``megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder``; Megatron-LM
+  reads them with ``--data-path OUT/text_document``. **One Megatron document
+  per schedule position** (this rank's share), in schedule order, so a document
+  the schedule repeats is stored as often as it is scheduled: one epoch over the
+  file has exactly the schedule's per-document and per-cluster counts.
+- Each document holds ``tokenizer(text, add_special_tokens=False)["input_ids"]``
+  followed by one end-of-document token (the tokenizer's ``eos_token_id``, else
+  its ``sep_token_id``), as Megatron-LM's ``preprocess_data.py --append-eod``
+  does: Megatron packs documents into fixed-length samples across document
+  boundaries, and the EOD token is what separates them (and what
+  ``--reset-position-ids``/``--eod-mask-loss`` look for).
+- Token dtype chosen from the vocabulary size as Megatron-LM does
+  (``DType.optimal_dtype(len(tokenizer))``: uint16 below 65500 ids, else int32).
+- ``OUT/documents.npy``: int64 ``[rows, 3]``, row ``i`` = Megatron document
+  ``i``: its global ``position`` in the schedule, its ``doc_index`` (corpus
+  order) and its cluster ``label``, so the labels stay with the tokens.
+- ``OUT/export.json``: the summary (tokenizer, dtype, EOD id, token totals per
+  cluster, the hash of all tokens written).
+
+Streamed like the other formats (one block of positions at a time); each
+distinct document of a block is tokenized once, in batched calls, and the
+token ids of recently exported documents are kept for reuse up to
+:data:`CACHE_TOKENS` tokens (a schedule repeats documents; tokenizing is most
+of the export's time).
+
+Built in a temporary folder, re-read with ``megatron.core``'s ``IndexedDataset``
+and checked before it is moved into place: one sequence per document, the
+number of documents equal to this rank's positions, the sequence lengths and
+an order-sensitive hash of every token equal to what was written, and the
+sidecar equal to the schedule's positions, documents and labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+
+PREFIX = "text_document"
+DOCUMENTS = "documents.npy"
+DOCUMENT_COLUMNS = ("position", "doc_index", "label")
+#: Texts per tokenizer call: batched (the fast tokenizer's per-call overhead is paid once per
+#: batch), small enough that the Python lists of token ids it returns stay small.
+TOKENIZE_BATCH = 256
+#: Token ids of recently exported documents kept for reuse (a schedule repeats documents,
+#: tokenizing dominates the export's time): at most this many tokens, least recently used
+#: evicted (64 MiB as uint16, 128 MiB as int32).
+CACHE_TOKENS = 1 << 25
+
+
+def indexed_dataset() -> Any:
+    """``megatron.core.datasets.indexed_dataset`` (imported without its CPU-only warnings
+    about Transformer Engine and Apex, which this module does not use)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets import indexed_dataset as m
+    return m
+
+
+def check_tokenizer_option(fmt: str, tokenizer: Any) -> Any:
+    """The tokenizer for ``fmt``: required for megatron (a path is loaded offline with
+    :func:`clusterclip.tokens.load_tokenizer`), refused for every other format."""
+    if fmt != "megatron":
+        if tokenizer is not None:
+            raise InputError(f"--tokenizer is only for --format megatron, not --format {fmt}")
+        return None
+    if tokenizer is None:
+        raise InputError("--format megatron needs --tokenizer PATH (a folder holding a "
+                         "Hugging Face tokenizer)")
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from clusterclip.tokens import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer)
+    eod_token_id(tokenizer)
+    return tokenizer
+
+
+def eod_token_id(tokenizer: Any) -> int:
+    """The end-of-document token appended to every document: eos, else sep."""
+    for attr in ("eos_token_id", "sep_token_id"):
+        tid = getattr(tokenizer, attr, None)
+        if tid is not None:
+            return int(tid)
+    raise InputError(f"--tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)}: has "
+                     f"neither an eos nor a sep token to end each document with")
+
+
+def token_dtype(tokenizer: Any) -> type:
+    """The ``.bin`` token dtype Megatron-LM's ``preprocess_data.py`` picks for this vocabulary."""
+    return indexed_dataset().DType.optimal_dtype(len(tokenizer))
+
+
+@contextmanager
+def _quiet_tokenizer() -> Iterator[None]:
+    """Silence transformers' "sequence longer than the model's maximum" warning: the
+    export tokenizes whole documents and never feeds them to that model."""
+    log = logging.getLogger("transformers.tokenization_utils_base")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def token_ids(tokenizer: Any, texts: list[str], eod: int | None, dtype: Any,
+              batch: int = TOKENIZE_BATCH) -> list[np.ndarray]:
+    """``tokenizer(text, add_special_tokens=False)["input_ids"]`` (+ ``eod``) of each text as
+    an array of ``dtype``; batched calls. RuntimeError if an id does not fit ``dtype``."""
+    top = np.iinfo(dtype).max
+    out: list[np.ndarray] = []
+    with _quiet_tokenizer():
+        for a in range(0, len(texts), batch):
+            enc = tokenizer(texts[a:a + batch], add_special_tokens=False,
+                            return_attention_mask=False, return_token_type_ids=False)
+            for ids in enc["input_ids"]:
+                if eod is not None:
+                    ids.append(eod)
+                arr = np.array(ids, dtype=np.int64)
+                if arr.size and (arr.min() < 0 or arr.max() > top):
+                    raise RuntimeError(f"token id {int(arr.max())} does not fit {dtype.__name__} "
+                                       f"(the tokenizer's {len(tokenizer)} ids)")
+                out.append(arr.astype(dtype))
+    return out
+
+
+class _TokenCache:
+    """Token arrays by document index, at most ``budget`` tokens, least recently used out."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.tokens = budget, 0
+        self.arrays: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def get(self, doc: int) -> np.ndarray | None:
+        arr = self.arrays.get(doc)
+        if arr is not None:
+            self.arrays.move_to_end(doc)
+        return arr
+
+    def put(self, doc: int, arr: np.ndarray) -> None:
+        if arr.size > self.budget:
+            return
+        self.arrays[doc] = arr
+        self.tokens += arr.size
+        while self.tokens > self.budget:
+            self.tokens -= self.arrays.popitem(last=False)[1].size
+
+
+def _block_tokens(tokenizer: Any, batch: dict[str, list[Any]], docs: np.ndarray,
+                  cache: _TokenCache, eod: int, dtype: Any) -> tuple[list[np.ndarray],
+                                                                    np.ndarray]:
+    """(token arrays of the block's distinct documents, index of each position's array)."""
+    uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
+    arrays = [cache.get(d) for d in uniq.tolist()]
+    missing = [k for k, a in enumerate(arrays) if a is None]
+    new = token_ids(tokenizer, [batch["text"][int(first[k])] for k in missing], eod, dtype)
+    for k, arr in zip(missing, new, strict=True):
+        arrays[k] = arr
+        cache.put(int(uniq[k]), arr)
+    return arrays, inverse  # type: ignore[return-value]
+
+
+def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
+           count: int, cache_tokens: int | None = None) -> dict[str, Any]:
+    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check)."""
+    m = indexed_dataset()
+    dtype = token_dtype(tokenizer)
+    eod = eod_token_id(tokenizer)
+    prefix = str(directory / PREFIX)
+    docs_out = np.lib.format.open_memmap(directory / DOCUMENTS, mode="w+", dtype="<i8",
+                                         shape=(count, len(DOCUMENT_COLUMNS)))
+    builder = m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    h_tokens, h_lengths = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
+    by_label: dict[int, int] = {}
+    cache = _TokenCache(CACHE_TOKENS if cache_tokens is None else cache_tokens)
+    rows = 0
+    try:
+        for batch in batches:
+            docs = np.asarray(batch["doc_index"], dtype=np.int64)
+            n = len(docs)
+            # each distinct document of the block is tokenized once (or found in the cache)
+            arrays, inverse = _block_tokens(tokenizer, batch, docs, cache, eod, dtype)
+            lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
+            for j in inverse.tolist():
+                arr = arrays[j]
+                builder.add_document(arr, [arr.size])
+                h_tokens.update(arr.tobytes())
+            h_lengths.update(lengths.tobytes())
+            lab = np.asarray(batch["label"], dtype=np.int64)
+            docs_out[rows:rows + n] = np.stack(
+                [np.asarray(batch["position"], dtype=np.int64), docs, lab], axis=1)
+            ulab, where = np.unique(lab, return_inverse=True)
+            for c, t in zip(ulab.tolist(), np.bincount(where, weights=lengths).tolist(),
+                            strict=True):
+                by_label[c] = by_label.get(c, 0) + int(t)
+            rows += n
+    finally:
+        builder.finalize(m.get_idx_path(prefix))
+        docs_out.flush()
+        del docs_out
+    if rows != count:
+        raise RuntimeError(f"{rows} documents written, {count} positions to export")
+    return {"dtype": dtype, "eod": eod, "rows": rows, "tokens_hash": h_tokens.hexdigest(),
+            "lengths_hash": h_lengths.hexdigest(),
+            "tokens_by_label": {str(c): by_label[c] for c in sorted(by_label)}}
+
+
+def read_tokens(prefix: str | os.PathLike[str], block: int = 1 << 14) -> Iterator[np.ndarray]:
+    """The documents of an indexed dataset, in order, read with megatron.core's
+    ``IndexedDataset`` (contiguous slices of ``block`` documents)."""
+    m = indexed_dataset()
+    prefix = str(prefix)
+    # numpy cannot memory-map an empty .bin (an empty share): read it without mmap
+    ds = m.IndexedDataset(prefix, mmap=os.path.getsize(m.get_bin_path(prefix)) > 0)
+    for a in range(0, len(ds), block):
+        yield from ds[a:min(len(ds), a + block)]
+
+
+def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, labels: np.ndarray,
+           first: int, step: int, count: int) -> None:
+    """RuntimeError unless the folder re-reads (megatron.core) as ``written``."""
+    m = indexed_dataset()
+    prefix = str(directory / PREFIX)
+    empty = os.path.getsize(m.get_bin_path(prefix)) == 0
+    ds = m.IndexedDataset(prefix, mmap=not empty)
+    where = f"{directory}: {PREFIX}"
+    if len(ds) != count or not np.array_equal(ds.document_indices, np.arange(count + 1)):
+        raise RuntimeError(f"{where} holds {len(ds)} sequences in {len(ds.document_indices) - 1} "
+                           f"documents, not {count} one-sequence documents")
+    if ds.index.dtype != written["dtype"]:
+        raise RuntimeError(f"{where} has tokens of {ds.index.dtype}, not {written['dtype']}")
+    lengths = np.asarray(ds.sequence_lengths, dtype=np.int64)
+    h_tokens = hashlib.blake2b(digest_size=16)
+    for arr in read_tokens(prefix):
+        h_tokens.update(arr.tobytes())
+    if (hashlib.blake2b(lengths.tobytes(), digest_size=16).hexdigest() != written["lengths_hash"]
+            or h_tokens.hexdigest() != written["tokens_hash"]):
+        raise RuntimeError(f"{where}: the tokens re-read are not the tokens written")
+    docs = np.load(directory / DOCUMENTS, mmap_mode="r")
+    want = np.arange(first, first + count * step, step, dtype=np.int64)
+    if docs.shape != (count, len(DOCUMENT_COLUMNS)) or not np.array_equal(docs[:, 0], want):
+        raise RuntimeError(f"{directory / DOCUMENTS}: rows are not positions {first}, "
+                           f"{first + step}, ... in order")
+    if not np.array_equal(docs[:, 1], schedule[want]) or not np.array_equal(
+            docs[:, 2], labels[schedule[want]]):
+        raise RuntimeError(f"{directory / DOCUMENTS}: rows do not hold the schedule's documents "
+                           f"and labels")
+    del ds
+
+
+def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
+                   schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
+                   count: int, cache_tokens: int | None = None) -> dict[str, Any]:
+    """Write ``batches`` (from :func:`clusterclip.export.iter_batches`) into ``directory``,
+    re-read and check it; return the format's part of the summary."""
+    written = _write(batches, directory, tokenizer, count, cache_tokens)
+    _check(directory, written, schedule, labels, first, step, count)
+    return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,
+            "documents": DOCUMENTS, "documents_columns": list(DOCUMENT_COLUMNS),
+            "tokenizer": str(getattr(tokenizer, "name_or_path", "")),
+            "vocab_size": len(tokenizer), "token_dtype": np.dtype(written["dtype"]).name,
+            "eod_token_id": written["eod"],
+            "tokens": sum(written["tokens_by_label"].values()),
+            "tokens_by_label": written["tokens_by_label"],
+            "verified": {"every_position_once_in_order": True,
+                         "tokens_hash": written["tokens_hash"],
+                         "lengths_hash": written["lengths_hash"]}}

