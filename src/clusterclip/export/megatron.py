@@ -222,11 +222,10 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
 
 def read_tokens(prefix: str | os.PathLike[str], block: int = 1 << 14) -> Iterator[np.ndarray]:
     """The documents of an indexed dataset, in order, read with megatron.core's
-    ``IndexedDataset`` (contiguous slices of ``block`` documents)."""
+    ``IndexedDataset`` (contiguous slices of ``block`` documents; read, not memory-mapped,
+    so that memory holds one slice, and an empty ``.bin`` can be read too)."""
     m = indexed_dataset()
-    prefix = str(prefix)
-    # numpy cannot memory-map an empty .bin (an empty share): read it without mmap
-    ds = m.IndexedDataset(prefix, mmap=os.path.getsize(m.get_bin_path(prefix)) > 0)
+    ds = m.IndexedDataset(str(prefix), mmap=False)
     for a in range(0, len(ds), block):
         yield from ds[a:min(len(ds), a + block)]
 
@@ -236,8 +235,7 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
     """RuntimeError unless the folder re-reads (megatron.core) as ``written``."""
     m = indexed_dataset()
     prefix = str(directory / PREFIX)
-    empty = os.path.getsize(m.get_bin_path(prefix)) == 0
-    ds = m.IndexedDataset(prefix, mmap=not empty)
+    ds = m.IndexedDataset(prefix, mmap=False)
     where = f"{directory}: {PREFIX}"
     if len(ds) != count or not np.array_equal(ds.document_indices, np.arange(count + 1)):
         raise RuntimeError(f"{where} holds {len(ds)} sequences in {len(ds.document_indices) - 1} "
