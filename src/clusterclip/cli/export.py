@@ -8,7 +8,8 @@ import argparse
 from clusterclip.cli._options import add_overwrite_option
 
 HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
-        "dataset or MDS shards (one rank's share with --rank/--world-size; verified after writing)")
+        "dataset, MDS shards or a Megatron-LM indexed dataset (one rank's share with "
+        "--rank/--world-size; verified after writing)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
