@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import child_env, run_cli
+from _helpers import child_env, readme_recipe, run_cli
 
 # the corpora, labels, schedules and the work directory of the other formats' tests
 from test_export import bundled, multi, workdir  # noqa: F401
@@ -252,16 +252,17 @@ def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path):
 
 # -- the README's Megatron-LM recipe --------------------------------------------------------
 
-def _readme_block(marker: str, lang: str) -> str:
+def _readme_command(marker: str) -> str:
+    """The README's shell block right after ``<!-- recipe: NAME -->``."""
     text = README.read_text(encoding="utf-8")
-    found = re.findall(rf"<!-- recipe: {re.escape(marker)} -->\n```{lang}\n(.*?)```", text, re.S)
+    found = re.findall(rf"<!-- recipe: {re.escape(marker)} -->\n```\n(.*?)```", text, re.S)
     assert len(found) == 1, marker
     return found[0]
 
 
 def test_readme_megatron_recipe_runs_as_written(workdir, tmp_path, tok_path, tok,
                                                 monkeypatch):
-    command = _readme_block("megatron-export", "")
+    command = _readme_command("megatron-export")
     args = command.replace("\\\n", " ").split()
     assert args[:2] == ["clusterclip", "export"]
     args = [a.replace("TOKENIZER", tok_path) for a in args[1:]]
@@ -270,7 +271,7 @@ def test_readme_megatron_recipe_runs_as_written(workdir, tmp_path, tok_path, tok
     assert main(args) == 0
     seen: list = []
     # a copy: IndexedDataset's arrays are views of its memory map, closed with it
-    exec(_readme_block("megatron-in-order", "py"),
+    exec(readme_recipe("megatron-in-order"),
          {"train_step": lambda x: seen.append((x[0].copy(), x[1]))})
     schedule = np.load(workdir / "schedule.npy")
     ref = _reference(tok, Corpus.load(workdir / "corpus"), schedule)
