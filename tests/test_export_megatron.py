@@ -168,6 +168,36 @@ def test_empty_share_is_an_empty_verified_dataset(multi, tmp_path, tok):
     assert len(ds) == 0 and np.load(tmp_path / "e" / "documents.npy").shape == (0, 3)
 
 
+def test_large_vocabulary_gives_int32_tokens_and_eos_as_eod(tmp_path):
+    """A tokenizer of 70,002 ids with an eos token (a causal LM's layout): Megatron's int32
+    tokens, ids above uint16's range stored exactly, eos (not sep) ending each document."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from clusterclip.tokens import load_tokenizer
+
+    vocab = {"[UNK]": 0, "</s>": 1, **{f"w{i}": i + 2 for i in range(70_000)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]",
+                            eos_token="</s>").save_pretrained(tmp_path / "tok")
+    big = load_tokenizer(tmp_path / "tok")
+    texts = [" ".join(f"w{(i * 7919 + j * 104729) % 70_000}" for j in range(1 + i % 5))
+             for i in range(60)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    corpus = Corpus.scan([tmp_path / "d.jsonl"], progress=False)
+    labels = (np.arange(60) % 3).astype(np.int32)
+    schedule = np.concatenate(list(ClusterClipSampler(labels, 150, seed=4).blocks()))
+    s = export_schedule(corpus, labels, schedule, tmp_path / "out", fmt="megatron",
+                        tokenizer=str(tmp_path / "tok"), block=64)
+    ds = idx.IndexedDataset(str(tmp_path / "out" / "text_document"))
+    assert s["token_dtype"] == "int32" and ds.index.dtype == np.int32
+    assert s["eod_token_id"] == big.eos_token_id == 1
+    got = [ds[i].tolist() for i in range(len(ds))]
+    assert got == [[vocab[w] for w in texts[d].split()] + [1] for d in schedule.tolist()]
+    assert max(max(g) for g in got) > np.iinfo(np.uint16).max
+
+
 def test_gpt_dataset_shuffles_the_order_but_keeps_one_epochs_counts(multi, tmp_path, tok):
     """What the README says Megatron-LM does: GPTDataset (built as Megatron-LM builds it, by
     BlendedMegatronDatasetBuilder) visits every exported document exactly once per epoch, in a
