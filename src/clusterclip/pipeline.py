@@ -18,27 +18,46 @@ from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
 
 
-def sample_workdir(w: Workdir, *, num_samples: int, strategy: str = "clusterclip", clip: int = 4,
-                   alpha: float = 0.0, seed: int = 0) -> dict[str, Any]:
+def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "clusterclip",
+                   clip: int = 4, alpha: float = 0.0, seed: int = 0,
+                   num_tokens: int | None = None, balance_by: str = "docs",
+                   tokenizer: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Write ``W/schedule.npy`` (int64 document indices) from ``W/labels.npy``.
 
-    Returns the sampler's summary, which is also recorded in the manifest. Under
-    ``torchrun`` every rank calls this and rank 0 writes.
+    ``num_samples`` positions, or a budget of ``num_tokens`` tokens; clusters
+    balanced by ``balance_by`` (docs or tokens). Token counts: the estimate from
+    ``W/corpus``, or ``tokenizer``'s (the cached ``tokens`` stage); see
+    :mod:`clusterclip.tokens`. Returns the sampler's summary, which is also
+    recorded in the manifest. Under ``torchrun`` every rank calls this and rank 0
+    writes.
     """
     from clusterclip.distributed import is_main
     from clusterclip.sampling import write_schedule
+    from clusterclip.tokens import workdir_tokens
 
-    params = {"num_samples": num_samples, "strategy": strategy, "clip": clip, "alpha": alpha,
-              "seed": seed}
+    params: dict[str, Any] = {"num_samples": num_samples, "strategy": strategy, "clip": clip,
+                              "alpha": alpha, "seed": seed}
+    needs = num_tokens is not None or balance_by == "tokens"
+    tokens, source = workdir_tokens(w, tokenizer, progress=progress) if needs else (None, None)
+    if num_tokens is not None:
+        params["num_tokens"] = num_tokens
+    if balance_by != "docs":
+        params["balance_by"] = balance_by
+    if source is not None:
+        params["token_counts"] = source
 
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
             return None
         labels = load_labels(w.path("labels.npy"))
         return write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
-                              strategy=strategy, clip=clip, alpha=alpha, seed=seed)
+                              num_tokens=num_tokens, doc_tokens=tokens, balance_by=balance_by,
+                              token_source=source, strategy=strategy, clip=clip, alpha=alpha,
+                              seed=seed)
 
-    return w.run_stage("sample", key=params, reads=["labels.npy"], outputs=["schedule.npy"],
+    reads = ["labels.npy"] + (["corpus"] if needs else []) + (
+        ["tokens.npy"] if needs and tokenizer is not None else [])
+    return w.run_stage("sample", key=params, reads=reads, outputs=["schedule.npy"],
                        work=work)
 
 
@@ -53,7 +72,25 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"--clusters {args.clusters}: must be >= 1")
     if args.num_samples is not None and args.num_samples <= 0:
         raise InputError(f"--num-samples {args.num_samples}: must be > 0")
-    if args.num_samples is not None and not 0 <= args.seed <= MAX_SEED:
+    if args.num_tokens is not None and args.num_tokens <= 0:
+        raise InputError(f"--num-tokens {args.num_tokens}: must be > 0")
+    sampling = args.num_samples is not None or args.num_tokens is not None
+    if not sampling:
+        for opt, given in (("--balance-by tokens", args.balance_by != "docs"),
+                           ("--tokenizer", args.tokenizer is not None)):
+            if given:
+                raise InputError(f"{opt} applies to sampling: add --num-samples or --num-tokens")
+    else:
+        from clusterclip.tokens import check_balance
+
+        check_balance(args.balance_by, args.strategy, args.alpha, False)
+    if args.tokenizer is not None and args.num_tokens is None and args.balance_by == "docs":
+        raise InputError("--tokenizer applies only with --num-tokens or --balance-by tokens")
+    if args.tokenizer is not None:  # a bad path fails now, not after the embedding
+        from clusterclip.tokens import load_tokenizer, tokenizer_identity
+
+        tokenizer_identity(load_tokenizer(args.tokenizer))
+    if sampling and not 0 <= args.seed <= MAX_SEED:
         raise InputError(f"--seed {args.seed}: the sampler takes 0 .. 2**64 - 1")
     # k-means options are checked before the (long) embedding, not after it
     KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
@@ -67,7 +104,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         w = Workdir(args.workdir)
         out: dict[str, Any] = {}
         with w.locked():
-            later = ["cluster"] + (["sample"] if args.num_samples is not None else [])
+            later = ["cluster"] + (["sample"] if sampling else []) + (
+                ["tokens"] if args.tokenizer is not None else [])
             on_main(lambda: w.check_can_write(later))
             out["embed"] = embed_workdir(
                 w, args.inputs, text_field=args.text_field, id_field=args.id_field,
@@ -78,10 +116,12 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                 metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
                 chunk_rows=args.chunk_rows)
-            if args.num_samples is not None:
-                out["sample"] = sample_workdir(w, num_samples=args.num_samples,
-                                               strategy=args.strategy, clip=args.clip,
-                                               alpha=args.alpha, seed=args.seed)
+            if sampling:
+                out["sample"] = sample_workdir(
+                    w, num_samples=args.num_samples, num_tokens=args.num_tokens,
+                    balance_by=args.balance_by, tokenizer=args.tokenizer,
+                    strategy=args.strategy, clip=args.clip, alpha=args.alpha, seed=args.seed,
+                    progress=main_rank)
     except BaseException:
         shutdown(created, wait=False)
         raise
@@ -112,6 +152,10 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
               f"{s.get('strategy')}, capacity {s.get('capacity')}, "
               f"{s.get('clusters_clipped')} clusters clipped, max repetition "
               f"{s.get('max_repetition')}){_reused(s)}")
+        from clusterclip.cli.sample import token_lines
+
+        for line in token_lines(s):
+            print(f"            {line}")
     print(f"manifest:   {w.path('manifest.json')}")
 
 

@@ -12,6 +12,7 @@ Layout (each stage owns its names)::
     W/scores.npy           float32[N] cosine similarity to the assigned centroid
     W/centroids.npy        K x d float32
     W/schedule.npy         int64 document indices (``run --num-samples``)
+    W/tokens.npy           int64[N] tokens per document (``--tokenizer``, clusterclip.tokens)
     W/report/, W/experiment/
 
 Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
@@ -59,9 +60,9 @@ _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transforme
 PRODUCERS = {"corpus": "embed", "embed": "embed", "embeddings.npy": "embed",
              "valid.npy": "embed", "labels.npy": "cluster", "scores.npy": "cluster",
              "centroids.npy": "cluster", "schedule.npy": "sample", "report": "report",
-             "experiment": "experiment"}
+             "experiment": "experiment", "tokens.npy": "tokens"}
 # The command that reruns a stage (for error messages).
-RERUN = {"sample": "clusterclip run --num-samples"}
+RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer"}
 # A folder's identity when no stage record describes it: the hash of this file.
 _IDENTITY_FILE = {"corpus": "corpus/corpus.json"}
 # Processes of this interpreter holding a work directory's lock: root -> [fd, depth].

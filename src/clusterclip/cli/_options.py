@@ -53,3 +53,15 @@ def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> Non
     p.add_argument("--overwrite", action="store_true",
                    help=f"replace {what} even when not written by clusterclip (never the work "
                         "directory, an input, or a folder holding them)")
+
+
+def add_token_options(p: argparse.ArgumentParser) -> None:
+    """``--balance-by`` and ``--tokenizer`` (``sample``, ``run``); see clusterclip.tokens."""
+    p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",
+                   help="docs: cluster weight n_k ** alpha; tokens: n_k ** alpha / mean tokens "
+                        "per document, so clusters get equal tokens (alpha 0) rather than "
+                        "equal documents")
+    p.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="local Hugging Face fast tokenizer folder: count tokens exactly "
+                        "(once per corpus and tokenizer, cached as W/tokens.npy) instead of "
+                        "the estimate ceil(characters / 4) from the corpus index")

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import add_corpus_options, add_embed_options, add_kmeans_options
+from clusterclip.cli._options import (
+    add_corpus_options,
+    add_embed_options,
+    add_kmeans_options,
+    add_token_options,
+)
 from clusterclip.sampling.sampler import STRATEGIES
 
-HELP = "embed + cluster (+ sample with --num-samples) a corpus in one work directory"
+HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
+        "directory")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,13 +24,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_corpus_options(p)
     add_embed_options(p)
     add_kmeans_options(p)
-    g = p.add_argument_group("sampling (only with --num-samples)")
-    g.add_argument("--num-samples", type=int, default=None,
-                   help="length T of the training schedule written to W/schedule.npy")
+    g = p.add_argument_group("sampling (only with --num-samples or --num-tokens)")
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--num-samples", type=int, default=None,
+                        help="length T of the training schedule written to W/schedule.npy")
+    length.add_argument("--num-tokens", type=int, default=None, metavar="B",
+                        help="token budget instead: the schedule ends at the first position "
+                             "whose cumulative tokens reach B")
     g.add_argument("--strategy", default="clusterclip", choices=STRATEGIES)
     g.add_argument("--clip", type=int, default=4,
                    help="repetition clip R (clusterclip, paced)")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
+    add_token_options(g)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from clusterclip.cli._options import add_token_options
 from clusterclip.sampling.sampler import CLIP_STRATEGIES, STRATEGIES
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
@@ -26,7 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.0,
                    help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
                         "(default: 0)")
-    p.add_argument("--num-samples", type=int, required=True, help="global schedule length T")
+    length = p.add_mutually_exclusive_group(required=True)
+    length.add_argument("--num-samples", type=int, default=None,
+                        help="global schedule length T")
+    length.add_argument("--num-tokens", type=int, default=None, metavar="B",
+                        help="token budget: the schedule ends at the first position whose "
+                             "cumulative tokens reach B")
+    add_token_options(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output .npy (int64 indices of this rank)")
     p.add_argument("--rank", type=int, default=0)
@@ -36,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start at this global position (resume)")
     p.add_argument("--cluster-weights", default=None,
                    help="optional 1-D float .npy replacing n_k ** alpha as cluster weight")
+    p.add_argument("--tokens", default=None, metavar="T.npy",
+                   help="1-D integer .npy: tokens per document, for --num-tokens / "
+                        "--balance-by tokens when --labels is not a work directory's (a work "
+                        "directory's labels use its corpus: the estimate or --tokenizer)")
     p.add_argument("--summary-json", default=None,
                    help="also write the full summary (all clip events) as JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -80,7 +91,26 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
                  f"{s['min_repetition']}; {s['documents_seen']:,} of "
                  f"{s['eligible_documents']:,} documents drawn at least once")
     lines.append(f"epochs:      {s['epochs_equivalent']:.4g} equivalent (T / eligible N)")
+    lines += token_lines(s)
     return "\n".join(lines)
+
+
+def token_lines(s: dict[str, Any]) -> list[str]:
+    """The summary's token lines (budget, balance, where the counts came from), if any."""
+    from clusterclip.tokens import describe_source
+
+    out = []
+    if s.get("balance_by") == "tokens":
+        out.append("balance:     by tokens (cluster weight n_k ** alpha / mean tokens per "
+                   "document)")
+    if s.get("num_tokens") is not None:
+        cut = (f"; the first {s['num_samples']:,} of a {s['sampler_num_samples']:,}-position "
+               f"{s['strategy']} schedule" if s.get("sampler_num_samples") else "")
+        out.append(f"tokens:      budget {s['num_tokens']:,}, reached at global position "
+                   f"{s['num_samples']:,} ({s['schedule_tokens']:,} tokens{cut})")
+    if s.get("token_counts"):
+        out.append(f"token count: {describe_source(s['token_counts'])}")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
-        inputs = [labels] + ([] if args.cluster_weights is None
-                             else [Path(args.cluster_weights)])
+        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens)
+                             if p is not None]
         protected = tuple((p, "the input file", False) for p in inputs)
         for where in {labels.parent, Path(args.out).resolve().parent}:
             if (where / MANIFEST).is_file():
@@ -102,17 +132,55 @@ def run(args: argparse.Namespace) -> int:
             if path is not None:
                 check_output_file(path, protected=protected, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
+        needs = tokens_needed(args)
+        w = None
         if (labels.parent / MANIFEST).is_file():
             # Labels of a work directory: used only when the stage that wrote them finished
             # and is current, and under its lock (no other command rewrites them meanwhile).
             w = Workdir(labels.parent, create=False)
             stack.enter_context(w.locked())
-            w.upstream([labels.name])
+            w.upstream([labels.name] + (["corpus"] if needs and args.tokens is None else []))
             w.save()  # the refreshed input-hash cache
-        return _run(args)
+        tokens, source = None, None
+        if needs:
+            tokens, source = _token_counts(args, w)
+        return _run(args, tokens, source)
 
 
-def _run(args: argparse.Namespace) -> int:
+def tokens_needed(args: argparse.Namespace) -> bool:
+    """True when the options need token counts; --tokenizer/--tokens alone are refused."""
+    from clusterclip.errors import InputError
+
+    if getattr(args, "num_tokens", None) is not None and args.num_tokens < 1:
+        raise InputError(f"--num-tokens {args.num_tokens}: must be >= 1")
+    needs = args.num_tokens is not None or args.balance_by == "tokens"
+    given = [o for o, v in (("--tokenizer", args.tokenizer),
+                            ("--tokens", getattr(args, "tokens", None))) if v is not None]
+    if len(given) == 2:
+        raise InputError("give one of --tokenizer and --tokens, not both")
+    if given and not needs:
+        raise InputError(f"{given[0]} applies only with --num-tokens or --balance-by tokens")
+    return needs
+
+
+def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:
+    from clusterclip.errors import InputError
+    from clusterclip.labels import load_labels
+    from clusterclip.tokens import load_token_counts, workdir_tokens
+
+    if args.tokens is not None:
+        n = load_labels(args.labels).size
+        return (load_token_counts(args.tokens, n),
+                {"method": "file", "file": str(Path(args.tokens).resolve())})
+    if w is None:
+        raise InputError(f"--labels {args.labels} is not in a work directory, so its corpus is "
+                         f"unknown: give --tokens T.npy (tokens per document) for "
+                         f"--num-tokens / --balance-by tokens")
+    return workdir_tokens(w, args.tokenizer, progress=not args.no_progress)
+
+
+def _run(args: argparse.Namespace, tokens: Any = None,
+         source: dict[str, Any] | None = None) -> int:
     from clusterclip.io import load_npy, remove_stale_temporaries, write_json
     from clusterclip.labels import load_labels
     from clusterclip.sampling import write_schedule
@@ -124,7 +192,9 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
     summary = write_schedule(
-        labels, args.out, num_samples=args.num_samples, strategy=args.strategy,
+        labels, args.out, num_samples=args.num_samples, num_tokens=args.num_tokens,
+        doc_tokens=tokens, balance_by=args.balance_by, token_source=source,
+        strategy=args.strategy,
         clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
         world_size=args.world_size, consumed_samples=args.consumed_samples,
         cluster_weights=weights, progress=not args.no_progress)

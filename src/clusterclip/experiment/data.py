@@ -107,36 +107,6 @@ def pack_sequences(docs: Iterable[np.ndarray], seq_len: int) -> Iterator[np.ndar
         have = rest.size
 
 
-def token_balanced_weights(labels: np.ndarray, doc_tokens: np.ndarray, alpha: float = 0.0,
-                           num_clusters: int | None = None) -> np.ndarray:
-    """Cluster choice weights that balance clusters by *tokens* instead of documents.
-
-    A cluster sampler picks cluster k with weight w_k and then one document of
-    it, so cluster k receives tokens in proportion to w_k * m_k, where m_k is
-    its mean document length in tokens. With ``w_k = n_k ** alpha / m_k`` the
-    expected tokens per cluster are proportional to ``n_k ** alpha`` (equal
-    for alpha = 0), which is the document-balanced rule restated in tokens.
-
-    ``labels``: int[N] (-1 excluded); ``doc_tokens``: int[N] tokens per document.
-    Returns float64[K] (K = ``num_clusters`` or max label + 1), normalised to
-    sum 1; clusters without documents get weight 0.
-    """
-    labels = np.asarray(labels)
-    doc_tokens = np.asarray(doc_tokens, dtype=np.float64)
-    k = int(num_clusters if num_clusters is not None else labels.max(initial=-1) + 1)
-    use = labels >= 0
-    counts = np.bincount(labels[use], minlength=k).astype(np.float64)
-    tokens = np.bincount(labels[use], weights=doc_tokens[use], minlength=k)
-    weights = np.zeros(k, dtype=np.float64)
-    ok = (counts > 0) & (tokens > 0)
-    mean_tokens = tokens[ok] / counts[ok]
-    weights[ok] = counts[ok] ** alpha / mean_tokens
-    total = weights.sum()
-    if total <= 0:
-        raise ValueError("no cluster has any tokens")
-    return weights / total
-
-
 def matched_train_sample(labels: np.ndarray, held: np.ndarray, seed: int = 0) -> np.ndarray:
     """Training documents with the same per-cluster counts as the held-out set.
 

@@ -30,7 +30,6 @@ from clusterclip.experiment.data import (
     pack_sequences,
     stratified_split,
     stratified_subsample,
-    token_balanced_weights,
 )
 from clusterclip.experiment.metrics import (
     METRICS,
@@ -49,6 +48,7 @@ from clusterclip.sampling.sampler import (
     LENGTH_DEPENDENT_STRATEGIES,
     STRATEGIES,
 )
+from clusterclip.tokens import schedule_length_for_tokens, token_balanced_weights
 
 #: The strategies compared by default, those of them the sampler offers (``paced``
 #: joins by itself once the sampler has it).
@@ -213,38 +213,6 @@ def _torch_settings(threads: int) -> Iterator[None]:
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_det)
-
-
-def schedule_length_for_tokens(make_sampler: Callable[[int], Any], doc_tokens: np.ndarray,
-                               needed: int, t_max: int) -> int:
-    """Schedule length T whose own schedule supplies about ``needed`` tokens, at most ``t_max``.
-
-    For strategies whose schedule depends on T (``paced`` spreads each cluster
-    over the whole schedule), training on a prefix of a longer schedule would
-    feed a different mixture than the strategy defines. Starting from the
-    length at the mean document length, T doubles until the schedule's
-    documents hold ``needed`` tokens, then a bisection finds a T within 0.5% of
-    the shortest that does (what is left unfed is at most that); deterministic,
-    as each try is.
-    """
-    lengths = doc_tokens.astype(np.int64)
-
-    def supplies(t: int) -> bool:
-        return sum(int(lengths[b].sum()) for b in make_sampler(t).blocks(1 << 16)) >= needed
-
-    # Grow from a guess until enough, then bisect to within 0.5% of the shortest such T.
-    lo, hi = 0, min(t_max, max(1, math.ceil(needed / max(1.0, float(lengths.mean())))))
-    while not supplies(hi):
-        if hi >= t_max:
-            return t_max
-        lo, hi = hi, min(t_max, 2 * hi)
-    while hi - lo > max(1, hi // 200):
-        mid = (lo + hi) // 2
-        if supplies(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],

@@ -23,12 +23,13 @@ from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.metrics import cluster_label_agreement
 from clusterclip.report.stats import (
     ScheduleStats,
-    character_shares,
     cluster_sizes,
+    cluster_tokens,
     quartile_shares_per_tenth,
     schedule_summary,
     size_profile,
     tail_starvation,
+    token_shares,
 )
 from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
 
@@ -223,15 +224,6 @@ def _label_agreement(corpus, labels: np.ndarray, field: str
     return result, majority
 
 
-def _corpus_char_shares(labels: np.ndarray, text_lengths: np.ndarray, tail: np.ndarray,
-                        head: np.ndarray) -> dict[str, float]:
-    keep = labels >= 0
-    chars = np.bincount(labels[keep], weights=text_lengths[keep].astype(np.float64))
-    total = float(chars.sum()) or 1.0
-    return {"tail_quartile_char_share": float(chars[tail].sum() / total),
-            "head_quartile_char_share": float(chars[head].sum() / total)}
-
-
 def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
     """Where the experiment's results are, relative to the report directory, or how to run it.
 
@@ -309,20 +301,33 @@ def build_report(
            # report.md links the experiment's results once they exist.
            "experiment_link": experiment_link(root, target)}
     built: dict[str, Any] = {}
+    counted: dict[str, Any] = {}
+
+    def with_tokens() -> dict[str, Any]:
+        # Token counts: W/tokens.npy while its `tokens` stage is current, else the estimate.
+        if (root / "corpus").is_dir():
+            from clusterclip.tokens import recorded_tokens
+
+            counted["tokens"], counted["source"] = recorded_tokens(w)
+            rec = w.stage("tokens") if counted["source"]["method"] == "tokenizer" else None
+            return {**key, "token_counts": {**counted["source"],
+                                            "stage": rec and rec.get("fingerprint")}}
+        return key
 
     def work(run: Any) -> dict[str, Any]:
         built.update(_build_report(
             root, schedule=schedule, label_field=label_field, strategies=strategies,
             num_samples=num_samples, clip=clip, alpha=alpha, seed=seed, windows=windows,
             tail_floor=tail_floor, clips=clips, target=target,
-            progress=progress, overwrite=overwrite))
+            progress=progress, overwrite=overwrite, doc_tokens=counted.get("tokens"),
+            token_source=counted.get("source")))
         return {"out": str(target)}
 
     with w.locked():
         if not own:
             check_output_dir(target, "report", overwrite=overwrite,
                              protected=w.protected(own=("report",)))
-        w.run_stage("report", key=key, work=work,
+        w.run_stage("report", key=with_tokens, work=work,
                     reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
                     maybe_reads=["centroids.npy", "corpus"],
                     inputs=[schedule] if schedule is not None and not in_w else [],
@@ -348,8 +353,13 @@ def _build_report(
     target: Path,
     progress: bool,
     overwrite: bool,
+    doc_tokens: np.ndarray | None = None,
+    token_source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Compute the report and write it to ``target`` (see :func:`build_report`)."""
+    """Compute the report and write it to ``target`` (see :func:`build_report`).
+
+    ``doc_tokens``: tokens per document (None without a corpus index: no token
+    shares), counted as ``token_source`` says."""
     from clusterclip.io import atomic_output_dir
 
     if clip < 1:
@@ -401,12 +411,18 @@ def _build_report(
                            if label_field is not None else (None, None))
 
     tail, head = _quartiles(sizes)
-    text_lengths = None if corpus is None else np.asarray(corpus.text_lengths, dtype=np.int64)
+    if doc_tokens is not None and len(doc_tokens) != n:
+        raise InputError(f"token counts for {len(doc_tokens)} documents but labels.npy has {n}")
+    groups = {"tail_quartile": tail, "head_quartile": head}
+    if token_source and token_source.get("note"):
+        notes.append(token_source["note"])
+    token_parts: dict[str, np.ndarray] = {}  # per-cluster token shares, for clusters.csv
 
-    def with_characters(summary_s: dict[str, Any], st: ScheduleStats) -> dict[str, Any]:
-        if text_lengths is not None:
-            summary_s.update(character_shares(st, labels, text_lengths,
-                                              {"tail_quartile": tail, "head_quartile": head}))
+    def with_tokens(name: str, summary_s: dict[str, Any], st: ScheduleStats) -> dict[str, Any]:
+        if doc_tokens is not None:
+            per_cluster = cluster_tokens(st.doc_counts, labels, doc_tokens, k)
+            summary_s.update(token_shares(per_cluster, sizes, groups))
+            token_parts[name] = per_cluster / max(1.0, float(per_cluster.sum()))
         return summary_s
 
     block = _block_size(n)
@@ -425,7 +441,7 @@ def _build_report(
         if st.excluded:
             notes.append(f"the schedule draws {st.excluded} samples from excluded documents "
                          "(label -1)")
-        schedules["schedule"] = with_characters(summary_s, st)
+        schedules["schedule"] = with_tokens("schedule", summary_s, st)
         shares["schedule"] = st.cluster_counts / total
     for strategy in strategies:
         sampler = _sampler(labels, strategy, total, clip, alpha, seed)
@@ -439,7 +455,7 @@ def _build_report(
         if clipped:
             summary_s["clip_events"] = (_sampler_clip_events(sampler.summary())
                                         or _clip_events(st, sizes, clip))
-        schedules[strategy] = with_characters(summary_s, st)
+        schedules[strategy] = with_tokens(strategy, summary_s, st)
         shares[strategy] = st.cluster_counts / total
 
     tail_docs = np.isin(labels, tail)
@@ -472,8 +488,8 @@ def _build_report(
         "quartile_clusters": int(tail.size),
         "corpus_tail_share": float(sizes[tail].sum() / n_eligible),
         "corpus_head_share": float(sizes[head].sum() / n_eligible),
-        "corpus_char_shares": None if text_lengths is None else _corpus_char_shares(
-            labels, text_lengths, tail, head),
+        "token_counts": token_source,
+        "corpus_token_shares": None,
         "schedules": schedules,
         "tail_starvation": tail_starvation(schedules, float(sizes[tail].sum() / n_eligible),
                                            tail_floor),
@@ -483,16 +499,21 @@ def _build_report(
         "notes": notes,
         "figures": dict(FIGURES),
     }
+    if doc_tokens is not None:
+        corpus_tokens = cluster_tokens(np.ones(n), labels, doc_tokens, k)
+        summary["corpus_token_shares"] = token_shares(corpus_tokens, sizes, groups)
+        token_parts["corpus"] = corpus_tokens / max(1.0, float(corpus_tokens.sum()))
     summary["experiment"] = experiment_link(root, target)
     summary = _round_floats(_jsonable(summary))
 
     with atomic_output_dir(target, "report", overwrite=overwrite) as tmp:
-        _write_report(tmp, summary, sizes, profile, shares)
+        _write_report(tmp, summary, sizes, profile, shares, token_parts)
     return summary
 
 
 def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
-                  profile: dict[str, Any], shares: dict[str, np.ndarray]) -> None:
+                  profile: dict[str, Any], shares: dict[str, np.ndarray],
+                  token_parts: dict[str, np.ndarray]) -> None:
     import json
 
     from clusterclip.report import plots
@@ -511,11 +532,14 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
         json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
         encoding="utf-8")
     (directory / "report.md").write_text(render_markdown(summary, FIGURES), encoding="utf-8")
-    # Per-cluster numbers: too many for summary.json when K is large.
+    # Per-cluster numbers: too many for summary.json when K is large. Document shares,
+    # then token shares (corpus first) when token counts exist.
     names = list(shares)
     corpus_share = sizes / max(1, int(sizes.sum()))
-    lines = ["cluster,size,corpus_share," + ",".join(f"{s}_share" for s in names)]
+    lines = [",".join(["cluster", "size", "corpus_share", *(f"{s}_share" for s in names),
+                       *(f"{s}_token_share" for s in token_parts)])]
     for c in range(sizes.size):
-        lines.append(f"{c},{int(sizes[c])},{corpus_share[c]:.6g}," +
-                     ",".join(f"{shares[s][c]:.6g}" for s in names))
+        lines.append(",".join([str(c), str(int(sizes[c])), f"{corpus_share[c]:.6g}",
+                               *(f"{shares[s][c]:.6g}" for s in names),
+                               *(f"{token_parts[s][c]:.6g}" for s in token_parts)]))
     (directory / "clusters.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -34,19 +34,29 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
 
 
-def _character_lines(summary: Mapping[str, Any]) -> list[str]:
-    corpus = summary.get("corpus_char_shares")
+def _token_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Token shares: the smallest/largest quartiles and each cluster's range, vs the corpus."""
+    from clusterclip.tokens import describe_source
+
+    corpus = summary.get("corpus_token_shares")
     if not corpus:
         return []
-    rows = [[name, f"{s['characters']:,}", _pct(s["tail_quartile_char_share"]),
-             _pct(s["head_quartile_char_share"])] for name, s in summary["schedules"].items()]
-    rows.append(["corpus (each document once)", "-", _pct(corpus["tail_quartile_char_share"]),
-                 _pct(corpus["head_quartile_char_share"])])
-    return ["Measured in text instead of documents (characters, a proxy for tokens: a "
-            "training budget is counted in tokens, and clusters differ in document length):",
+
+    def row(name: str, s: Mapping[str, Any], tokens: str) -> list[str]:
+        return [name, tokens, _pct(s["tail_quartile_token_share"]),
+                _pct(s["head_quartile_token_share"]),
+                f"{s['cluster_token_share_min']:.2g}..{s['cluster_token_share_max']:.2g}"]
+
+    rows = [row(name, s, f"{s['tokens']:,}") for name, s in summary["schedules"].items()]
+    rows.append(row("corpus (each document once)", corpus, f"{corpus['tokens']:,}"))
+    how = describe_source(summary["token_counts"])
+    return ["Measured in tokens instead of documents (a training budget is counted in tokens, "
+            f"and clusters differ in document length; tokens {how}). Each cluster's token "
+            "share, in each schedule and in the corpus, is in "
+            "`clusters.csv` (`*_token_share` columns):",
             "",
-            *_table(["schedule", "characters", "smallest 25% share", "largest 25% share"],
-                    rows),
+            *_table(["schedule", "tokens", "smallest 25% share", "largest 25% share",
+                     "cluster token share min..max"], rows),
             ""]
 
 
@@ -249,7 +259,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         f"For reference, the smallest 25% of clusters hold {_pct(summary['corpus_tail_share'])} "
         f"of the corpus and the largest 25% hold {_pct(summary['corpus_head_share'])}.",
         "",
-        *_character_lines(summary),
+        *_token_lines(summary),
         "### Share of each cluster",
         "",
         f"![schedule share vs corpus share]({figures['share']})",

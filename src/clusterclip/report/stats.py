@@ -335,23 +335,32 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def character_shares(stats: ScheduleStats, labels: np.ndarray, text_lengths: np.ndarray,
-                     groups: dict[str, np.ndarray]) -> dict[str, Any]:
-    """How a schedule splits *text* (characters, a proxy for tokens) rather than documents.
-
-    ``labels`` int[N], ``text_lengths`` int[N] characters per document,
-    ``groups`` name -> cluster ids. Returns ``characters`` (total characters in
-    the schedule, repeats counted) and ``<name>_char_share`` for each group.
-    A training budget is counted in tokens, so a schedule balanced by documents
-    can still be unbalanced in text when clusters differ in document length.
-    """
+def cluster_tokens(doc_counts: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
+                   num_clusters: int) -> np.ndarray:
+    """float64[K]: tokens each cluster gets when document i is drawn ``doc_counts[i]`` times
+    (a schedule's counts, or ones for the corpus itself)."""
     labels = np.asarray(labels)
     keep = labels >= 0
-    weight = stats.doc_counts[keep] * np.asarray(text_lengths, dtype=np.float64)[keep]
-    per_cluster = np.bincount(labels[keep], weights=weight, minlength=stats.num_clusters)
-    total = float(per_cluster.sum())
-    out: dict[str, Any] = {"characters": int(round(total))}
-    for name, ids in groups.items():
-        out[f"{name}_char_share"] = float(per_cluster[ids].sum() / total) if total else 0.0
-    return out
+    weight = np.asarray(doc_counts, dtype=np.float64)[keep] * np.asarray(
+        doc_tokens, dtype=np.float64)[keep]
+    return np.bincount(labels[keep], weights=weight, minlength=num_clusters)
 
+
+def token_shares(per_cluster: np.ndarray, sizes: np.ndarray,
+                 groups: dict[str, np.ndarray]) -> dict[str, Any]:
+    """How text splits in *tokens* rather than documents, from per-cluster tokens.
+
+    Returns ``tokens`` (the total, repeats counted), ``<name>_token_share`` for each
+    group of cluster ids, and ``cluster_token_share_min``/``max`` over non-empty
+    clusters. A training budget is counted in tokens, so a schedule balanced by
+    documents can still be unbalanced in text when clusters differ in document length.
+    """
+    total = float(per_cluster.sum())
+    share = per_cluster / total if total else np.zeros(per_cluster.size)
+    live = np.asarray(sizes) > 0
+    out: dict[str, Any] = {"tokens": int(round(total))}
+    for name, ids in groups.items():
+        out[f"{name}_token_share"] = float(share[ids].sum())
+    out["cluster_token_share_min"] = float(share[live].min()) if live.any() else 0.0
+    out["cluster_token_share_max"] = float(share[live].max()) if live.any() else 0.0
+    return out

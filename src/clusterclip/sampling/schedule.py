@@ -7,26 +7,47 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.errors import InputError
 from clusterclip.io import atomic_path
 from clusterclip.sampling.sampler import ClusterClipSampler
 
 
-def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: int,
+def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: int | None = None,
                    strategy: str = "clusterclip", clip: int = 4, alpha: float = 0.0,
                    seed: int = 0, rank: int = 0, world_size: int = 1,
                    consumed_samples: int = 0, cluster_weights: Any = None,
+                   num_tokens: int | None = None, doc_tokens: Any = None,
+                   balance_by: str = "docs", token_source: dict[str, Any] | None = None,
                    progress: bool = False) -> dict[str, Any]:
     """Write this rank's schedule as an int64 ``.npy`` at ``path``; return the summary.
+
+    The schedule has ``num_samples`` positions, or ends at the first position whose
+    cumulative tokens (``doc_tokens`` per document) reach ``num_tokens``;
+    ``balance_by="tokens"`` weighs clusters by n_k ** alpha / mean tokens per
+    document (see :func:`clusterclip.tokens.plan_schedule`). ``token_source``
+    (where ``doc_tokens`` came from) is recorded in the summary.
 
     The parameters are validated before anything is written; the array is
     streamed block by block into a memory map (memory stays bounded for any
     ``num_samples``) and moved into place only when complete.
     """
-    sampler = ClusterClipSampler(labels, num_samples, strategy=strategy, clip=clip, alpha=alpha,
-                                 seed=seed, rank=rank, world_size=world_size,
-                                 consumed_samples=consumed_samples,
-                                 cluster_weights=cluster_weights)
-    n = len(sampler)
+    from clusterclip.tokens import plan_schedule
+
+    plan = plan_schedule(labels, num_samples=num_samples, num_tokens=num_tokens,
+                         doc_tokens=doc_tokens, balance_by=balance_by, strategy=strategy,
+                         clip=clip, alpha=alpha, seed=seed, cluster_weights=cluster_weights)
+    stop = plan["stop"]
+
+    def make(**share: Any) -> ClusterClipSampler:
+        return ClusterClipSampler(labels, plan["num_samples"], strategy=strategy, clip=clip,
+                                  alpha=plan["alpha"], seed=seed,
+                                  cluster_weights=plan["cluster_weights"], **share)
+
+    if isinstance(consumed_samples, int) and stop < consumed_samples <= plan["num_samples"]:
+        raise InputError(f"--consumed-samples {consumed_samples} exceeds the schedule's "
+                         f"{stop} positions")
+    sampler = make(rank=rank, world_size=world_size, consumed_samples=consumed_samples)
+    n = (stop - consumed_samples) // world_size  # this rank's share of positions [c, stop)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -37,15 +58,56 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
             out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(n,))
             i = 0
             for block in sampler.blocks():
+                block = block[:n - i]
                 out[i:i + block.size] = block
                 i += block.size
                 if bar is not None:
                     bar.update(block.size)
+                if i >= n:
+                    break
             out.flush()
             del out
     finally:
         if bar is not None:
             bar.close()
     summary = sampler.summary()
+    if stop < plan["num_samples"]:
+        summary = _cut_summary(summary, labels, make(), stop, n, consumed_samples)
     summary["written"] = n
+    summary["balance_by"] = balance_by
+    if num_tokens is not None:
+        summary["num_tokens"] = int(num_tokens)
+        summary["schedule_tokens"] = plan["schedule_tokens"]
+    if token_source is not None:
+        summary["token_counts"] = token_source
     return summary
+
+
+def _cut_summary(s: dict[str, Any], labels: Any, ref: ClusterClipSampler, stop: int,
+                 n: int, start: int) -> dict[str, Any]:
+    """The summary ``s`` of a global schedule of T, made that of its first ``stop``
+    positions (a token budget that ends a length-dependent schedule early), recounted
+    from ``ref`` (a fresh single-rank sampler of it)."""
+    lab = np.asarray(labels)
+    sizes = ref.cluster_sizes
+    c = np.zeros(sizes.size, np.int64)
+    left = stop
+    for b in ref.blocks(1 << 20):
+        b = b[:left]
+        c += np.bincount(lab[b], minlength=sizes.size)
+        left -= b.size
+        if left <= 0:
+            break
+    live = sizes > 0
+    events = [[k, p] for k, p in s["clip_events"] if p < stop]
+    ne = s["eligible_documents"]
+    s.update(sampler_num_samples=s["num_samples"], num_samples=stop,
+             epochs_equivalent=stop / ne, clip_events=events, clusters_clipped=len(events),
+             first_clip_position=events[0][1] if events else None,
+             last_clip_position=events[-1][1] if events else None,
+             max_repetition=int((-(-c[live] // sizes[live])).max()),
+             min_repetition=int((c[live] // sizes[live]).min()),
+             documents_seen=int(np.minimum(c[live], sizes[live]).sum()),
+             clusters_never_drawn=int((c[live] == 0).sum()),
+             samples_per_rank=n, unserved_positions=(stop - start) % s["world_size"])
+    return s
