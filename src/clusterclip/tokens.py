@@ -342,7 +342,10 @@ def budget_length(labels: np.ndarray, doc_tokens: np.ndarray, num_tokens: int, *
         t = schedule_length_for_tokens(make, tokens, num_tokens, t_max, exact=True)
     else:
         t = t_max
-    got = first_reaching(make(t).blocks(1 << 20), tokens, num_tokens)
+    # Blocks about the expected length (not 2**20 positions for a budget of a few hundred).
+    mean = total / max(1, n_eligible)
+    block = int(min(1 << 20, max(1 << 10, 2 * num_tokens / mean)))
+    got = first_reaching(make(t).blocks(block), tokens, num_tokens)
     if got is None:  # cannot happen after the capacity check; say so plainly if it does
         raise InputError(f"--num-tokens {num_tokens:,}: the {strategy} schedule of "
                          f"{t:,} positions holds fewer tokens")
