@@ -111,6 +111,14 @@ def run(args: argparse.Namespace) -> int:
               f"{s['tail_quartile_share']:>10.1%}{s['head_quartile_share']:>10.1%}")
     print(f"corpus: tail 25% = {summary['corpus_tail_share']:.1%}, "
           f"head 25% = {summary['corpus_head_share']:.1%}")
+    tokens = summary.get("corpus_token_shares")
+    if tokens:
+        from clusterclip.tokens import describe_source
+
+        print(f"in tokens ({describe_source(summary['token_counts'])}): corpus tail 25% = "
+              f"{tokens['tail_quartile_token_share']:.1%}; " + ", ".join(
+                  f"{name} {s['tail_quartile_token_share']:.1%}"
+                  for name, s in summary["schedules"].items()))
     print(f"late training: {summary['tail_starvation']['sentence']}")
     agreement = summary.get("label_agreement")
     if agreement:
