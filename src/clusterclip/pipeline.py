@@ -67,28 +67,20 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     from clusterclip.distributed import init_from_env, is_main, on_main, shutdown
     from clusterclip.embedding import embed_workdir
     from clusterclip.sampling.sampler import MAX_SEED
+    from clusterclip.tokens import check_balance, load_tokenizer, token_options, tokenizer_identity
 
     if args.clusters is not None and args.clusters < 1:
         raise InputError(f"--clusters {args.clusters}: must be >= 1")
     if args.num_samples is not None and args.num_samples <= 0:
         raise InputError(f"--num-samples {args.num_samples}: must be > 0")
-    if args.num_tokens is not None and args.num_tokens <= 0:
-        raise InputError(f"--num-tokens {args.num_tokens}: must be > 0")
     sampling = args.num_samples is not None or args.num_tokens is not None
-    if not sampling:
-        for opt, given in (("--balance-by tokens", args.balance_by != "docs"),
-                           ("--tokenizer", args.tokenizer is not None)):
-            if given:
-                raise InputError(f"{opt} applies to sampling: add --num-samples or --num-tokens")
-    else:
-        from clusterclip.tokens import check_balance
-
-        check_balance(args.balance_by, args.strategy, args.alpha, False)
-    if args.tokenizer is not None and args.num_tokens is None and args.balance_by == "docs":
-        raise InputError("--tokenizer applies only with --num-tokens or --balance-by tokens")
+    if token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
+                     tokenizer=args.tokenizer) and not sampling:
+        raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
+                         "--num-tokens")
+    check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
+                  has_weights=False)
     if args.tokenizer is not None:  # a bad path fails now, not after the embedding
-        from clusterclip.tokens import load_tokenizer, tokenizer_identity
-
         tokenizer_identity(load_tokenizer(args.tokenizer))
     if sampling and not 0 <= args.seed <= MAX_SEED:
         raise InputError(f"--seed {args.seed}: the sampler takes 0 .. 2**64 - 1")

@@ -353,12 +353,31 @@ def budget_length(labels: np.ndarray, doc_tokens: np.ndarray, num_tokens: int, *
     return (t if strategy in LENGTH_DEPENDENT_STRATEGIES else n), n, held
 
 
-def check_balance(balance_by: str, strategy: str, alpha: float, has_weights: bool) -> None:
+def token_options(*, num_tokens: int | None, balance_by: str, tokenizer: Any = None,
+                  tokens_file: Any = None) -> bool:
+    """Check the token options of ``sample``/``run``; True when they need token counts.
+
+    ``--tokenizer`` and ``--tokens`` exclude each other and apply only with
+    ``--num-tokens`` or ``--balance-by tokens``.
+    """
+    if num_tokens is not None and num_tokens < 1:
+        raise InputError(f"--num-tokens {num_tokens}: must be >= 1")
+    if balance_by not in BALANCE_BY:
+        raise InputError(f"--balance-by must be docs or tokens, got {balance_by!r}")
+    needs = num_tokens is not None or balance_by == "tokens"
+    given = [o for o, v in (("--tokenizer", tokenizer), ("--tokens", tokens_file))
+             if v is not None]
+    if len(given) == 2:
+        raise InputError("give one of --tokenizer and --tokens, not both")
+    if given and not needs:
+        raise InputError(f"{given[0]} applies only with --num-tokens or --balance-by tokens")
+    return needs
+
+
+def check_balance(*, balance_by: str, strategy: str, alpha: float, has_weights: bool) -> None:
     """Refuse (InputError) a ``--balance-by`` that cannot apply to these sampler options."""
     from clusterclip.sampling.sampler import ALPHA_STRATEGIES
 
-    if balance_by not in BALANCE_BY:
-        raise InputError(f"--balance-by must be docs or tokens, got {balance_by!r}")
     if balance_by != "tokens":
         return
     if strategy == "random":
@@ -385,16 +404,15 @@ def plan_schedule(labels: np.ndarray, *, num_samples: int | None, num_tokens: in
     """
     if (num_samples is None) == (num_tokens is None):
         raise InputError("give exactly one of --num-samples and --num-tokens")
-    if num_tokens is not None and (isinstance(num_tokens, bool) or int(num_tokens) < 1):
-        raise InputError(f"--num-tokens {num_tokens}: must be >= 1")
-    if (num_tokens is not None or balance_by == "tokens") and doc_tokens is None:
+    if token_options(num_tokens=num_tokens, balance_by=balance_by) and doc_tokens is None:
         raise InputError("--num-tokens and --balance-by tokens need token counts")
     labels = np.asarray(labels)
     if doc_tokens is not None and np.asarray(doc_tokens).shape != labels.shape:
         raise InputError(f"token counts for {np.asarray(doc_tokens).size} documents but "
                          f"the labels have {labels.size}")
     weights = cluster_weights
-    check_balance(balance_by, strategy, alpha, cluster_weights is not None)
+    check_balance(strategy=strategy, balance_by=balance_by, alpha=alpha,
+                  has_weights=cluster_weights is not None)
     if balance_by == "tokens":
         from clusterclip.labels import check_labels
 

@@ -132,7 +132,10 @@ def run(args: argparse.Namespace) -> int:
             if path is not None:
                 check_output_file(path, protected=protected, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
-        needs = tokens_needed(args)
+        from clusterclip.tokens import token_options
+
+        needs = token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
+                              tokenizer=args.tokenizer, tokens_file=args.tokens)
         w = None
         if (labels.parent / MANIFEST).is_file():
             # Labels of a work directory: used only when the stage that wrote them finished
@@ -145,22 +148,6 @@ def run(args: argparse.Namespace) -> int:
         if needs:
             tokens, source = _token_counts(args, w)
         return _run(args, tokens, source)
-
-
-def tokens_needed(args: argparse.Namespace) -> bool:
-    """True when the options need token counts; --tokenizer/--tokens alone are refused."""
-    from clusterclip.errors import InputError
-
-    if getattr(args, "num_tokens", None) is not None and args.num_tokens < 1:
-        raise InputError(f"--num-tokens {args.num_tokens}: must be >= 1")
-    needs = args.num_tokens is not None or args.balance_by == "tokens"
-    given = [o for o, v in (("--tokenizer", args.tokenizer),
-                            ("--tokens", getattr(args, "tokens", None))) if v is not None]
-    if len(given) == 2:
-        raise InputError("give one of --tokenizer and --tokens, not both")
-    if given and not needs:
-        raise InputError(f"{given[0]} applies only with --num-tokens or --balance-by tokens")
-    return needs
 
 
 def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:
