@@ -269,7 +269,7 @@ def test_run_budget_uses_the_estimate_and_equals_sample(corpus, tmp_path, capsys
     w = tmp_path / "W"
     assert _run(corpus, w, "--num-tokens", "40000", "--strategy", "paced",
                 "--balance-by", "tokens") == 0
-    assert "token count: estimated as characters / 4" in capsys.readouterr().out
+    assert "token count: estimated as ceil(characters / 4) per document" in capsys.readouterr().out
     sched = np.load(w / "schedule.npy")
     assert main(["sample", "--labels", str(w / "labels.npy"), "--num-tokens", "40000",
                  "--strategy", "paced", "--balance-by", "tokens", "--out",

@@ -435,7 +435,8 @@ def describe_source(source: dict[str, Any] | None) -> str:
     if not source:
         return "tokens: none"
     if source["method"] == "estimate":
-        return f"estimated as characters / {source.get('chars_per_token', CHARS_PER_TOKEN)}"
+        return (f"estimated as ceil(characters / "
+                f"{source.get('chars_per_token', CHARS_PER_TOKEN)}) per document")
     if source["method"] == "file":
         return f"counts from {source.get('file')}"
     return f"counted with the tokenizer at {source.get('tokenizer')}"
