@@ -176,6 +176,12 @@ def test_cli_budget_is_byte_deterministic_and_ranks_interleave(files, strategy, 
         assert _sample(tmp, *args, "--rank", str(r), "--world-size", "3", out=f"r{r}.npy") == 0
         parts.append(np.load(tmp / f"r{r}.npy"))
     assert np.stack(parts, axis=1).reshape(-1).tolist() == full[:full.size // 3 * 3].tolist()
+    # resuming at a global position continues the same budgeted schedule
+    assert _sample(tmp, *args, "--consumed-samples", "5", out="rest.npy") == 0
+    assert np.load(tmp / "rest.npy").tolist() == full[5:].tolist()
+    assert _sample(tmp, *args, "--consumed-samples", str(full.size + 1), out="no.npy") == 2
+    assert f"exceeds the {full.size} positions of the schedule for --num-tokens {budget}" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, pattern", [
@@ -275,6 +281,10 @@ def test_run_budget_uses_the_estimate_and_equals_sample(corpus, tmp_path, capsys
                  "--strategy", "paced", "--balance-by", "tokens", "--out",
                  str(tmp_path / "s.npy"), "--no-progress"]) == 0
     assert np.array_equal(np.load(tmp_path / "s.npy"), sched)
+    np.save(tmp_path / "t.npy", np.ones(len(sched), np.int64))  # one way per case
+    assert main(["sample", "--labels", str(w / "labels.npy"), "--num-tokens", "100",
+                 "--tokens", str(tmp_path / "t.npy"), "--out", str(tmp_path / "x.npy")]) == 2
+    assert "--tokens is for labels outside a work directory" in capsys.readouterr().err
     from clusterclip.corpus import Corpus
 
     c = Corpus.load(w / "corpus")

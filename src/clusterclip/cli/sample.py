@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             # and is current, and under its lock (no other command rewrites them meanwhile).
             w = Workdir(labels.parent, create=False)
             stack.enter_context(w.locked())
-            w.upstream([labels.name] + (["corpus"] if needs and args.tokens is None else []))
+            w.upstream([labels.name] + (["corpus"] if needs else []))
             w.save()  # the refreshed input-hash cache
         tokens, source = None, None
         if needs:
@@ -156,6 +156,10 @@ def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]
     from clusterclip.tokens import load_token_counts, workdir_tokens
 
     if args.tokens is not None:
+        if w is not None:
+            raise InputError(f"--tokens: the labels of work directory {w.root} count tokens "
+                             f"from its corpus (the estimate, or --tokenizer PATH); --tokens "
+                             f"is for labels outside a work directory")
         n = load_labels(args.labels).size
         return (load_token_counts(args.tokens, n),
                 {"method": "file", "file": str(Path(args.tokens).resolve())})

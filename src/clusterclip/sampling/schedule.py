@@ -43,9 +43,10 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                                   alpha=plan["alpha"], seed=seed,
                                   cluster_weights=plan["cluster_weights"], **share)
 
-    if isinstance(consumed_samples, int) and stop < consumed_samples <= plan["num_samples"]:
-        raise InputError(f"--consumed-samples {consumed_samples} exceeds the schedule's "
-                         f"{stop} positions")
+    if num_tokens is not None and isinstance(consumed_samples, int) \
+            and consumed_samples > stop:
+        raise InputError(f"--consumed-samples {consumed_samples} exceeds the {stop} positions "
+                         f"of the schedule for --num-tokens {num_tokens}")
     sampler = make(rank=rank, world_size=world_size, consumed_samples=consumed_samples)
     n = (stop - consumed_samples) // world_size  # this rank's share of positions [c, stop)
     bar = None
