@@ -144,9 +144,9 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
               f"{s.get('strategy')}, capacity {s.get('capacity')}, "
               f"{s.get('clusters_clipped')} clusters clipped, max repetition "
               f"{s.get('max_repetition')}){_reused(s)}")
-        from clusterclip.cli.sample import token_lines
+        from clusterclip.tokens import token_summary_lines
 
-        for line in token_lines(s):
+        for line in token_summary_lines(s):
             print(f"            {line}")
     print(f"manifest:   {w.path('manifest.json')}")
 

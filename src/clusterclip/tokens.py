@@ -152,14 +152,12 @@ def workdir_tokens(w: Any, tokenizer: str | os.PathLike[str] | None = None, *,
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
             return None
-        from clusterclip.io import atomic_path
+        from clusterclip.io import save_npy
 
         corpus = _corpus(w)
         corpus.verify_files()
         counts = count_tokens(corpus.iter_texts(), len(corpus), tok, progress=progress)
-        with atomic_path(w.path(TOKENS_FILE)) as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, counts, allow_pickle=False)
+        save_npy(w.path(TOKENS_FILE), counts)
         return {**source, "documents": int(counts.size), "total_tokens": int(counts.sum())}
 
     # The path is a parameter for the record only: the identity decides reuse.
@@ -440,3 +438,19 @@ def describe_source(source: dict[str, Any] | None) -> str:
     if source["method"] == "file":
         return f"counts from {source.get('file')}"
     return f"counted with the tokenizer at {source.get('tokenizer')}"
+
+
+def token_summary_lines(s: dict[str, Any]) -> list[str]:
+    """The summary's token lines (budget, balance, where the counts came from), if any."""
+    out = []
+    if s.get("balance_by") == "tokens":
+        out.append("balance:     by tokens (cluster weight n_k ** alpha / mean tokens per "
+                   "document)")
+    if s.get("num_tokens") is not None:
+        cut = (f"; the first {s['num_samples']:,} of a {s['sampler_num_samples']:,}-position "
+               f"{s['strategy']} schedule" if s.get("sampler_num_samples") else "")
+        out.append(f"tokens:      budget {s['num_tokens']:,}, reached at global position "
+                   f"{s['num_samples']:,} ({s['schedule_tokens']:,} tokens{cut})")
+    if s.get("token_counts"):
+        out.append(f"token count: {describe_source(s['token_counts'])}")
+    return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from clusterclip.cli._options import add_token_options
 from clusterclip.sampling.sampler import CLIP_STRATEGIES, STRATEGIES
+from clusterclip.tokens import token_summary_lines
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
@@ -91,26 +92,8 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
                  f"{s['min_repetition']}; {s['documents_seen']:,} of "
                  f"{s['eligible_documents']:,} documents drawn at least once")
     lines.append(f"epochs:      {s['epochs_equivalent']:.4g} equivalent (T / eligible N)")
-    lines += token_lines(s)
+    lines += token_summary_lines(s)
     return "\n".join(lines)
-
-
-def token_lines(s: dict[str, Any]) -> list[str]:
-    """The summary's token lines (budget, balance, where the counts came from), if any."""
-    from clusterclip.tokens import describe_source
-
-    out = []
-    if s.get("balance_by") == "tokens":
-        out.append("balance:     by tokens (cluster weight n_k ** alpha / mean tokens per "
-                   "document)")
-    if s.get("num_tokens") is not None:
-        cut = (f"; the first {s['num_samples']:,} of a {s['sampler_num_samples']:,}-position "
-               f"{s['strategy']} schedule" if s.get("sampler_num_samples") else "")
-        out.append(f"tokens:      budget {s['num_tokens']:,}, reached at global position "
-                   f"{s['num_samples']:,} ({s['schedule_tokens']:,} tokens{cut})")
-    if s.get("token_counts"):
-        out.append(f"token count: {describe_source(s['token_counts'])}")
-    return out
 
 
 def run(args: argparse.Namespace) -> int:
