@@ -37,7 +37,7 @@ $(MDS_VENV)/.ok: $(MDS_CONSTRAINTS)
 	$(PYTHON) -m venv $(MDS_VENV)
 	$(MDS_VENV)/bin/python -m pip install -q --upgrade pip
 	$(MDS_VENV)/bin/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
-	$(MDS_VENV)/bin/python -m pip install -q -c $(MDS_CONSTRAINTS) $(MDS_PIN)
+	$(MDS_VENV)/bin/python -m pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -c $(MDS_CONSTRAINTS) $(TORCH_PIN) $(MDS_PIN)
 	touch $@
 
 demo: $(VENV)/.all
