@@ -345,6 +345,8 @@ def test_tokenizer_counts_are_cached_and_recounted_when_the_corpus_changes(
 def test_report_token_shares_per_cluster(corpus, tmp_path):
     """clusters.csv: each cluster's token share in the schedule and in the corpus, equal to
     the shares computed from the schedule and the estimate; summary.json: the quartiles."""
+    import csv
+
     from clusterclip.corpus import Corpus
     from clusterclip.report.clip import quartile_clusters
 
@@ -355,7 +357,10 @@ def test_report_token_shares_per_cluster(corpus, tmp_path):
     tokens = estimate_tokens(c.text_lengths, c.valid)
     labels = np.load(w / "labels.npy")
     k = int(labels.max()) + 1
-    table = np.genfromtxt(w / "report" / "clusters.csv", delimiter=",", names=True)
+    with open(w / "report" / "clusters.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))  # the text columns (terms, snippets) are CSV-quoted
+    table = {name: np.array([float(r[name]) for r in rows]) for name in
+             ("schedule_token_share", "corpus_token_share", "uniform_token_share")}
     sched = np.load(w / "schedule.npy")
     per = np.bincount(labels[sched], weights=tokens[sched], minlength=k)
     np.testing.assert_allclose(table["schedule_token_share"], per / per.sum(), rtol=1e-5)

@@ -21,6 +21,13 @@ from clusterclip.labels import check_labels
 from clusterclip.report.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.metrics import cluster_label_agreement
+from clusterclip.report.readable import FILE as CLUSTERS_MD
+from clusterclip.report.readable import (
+    csv_columns,
+    csv_line,
+    readable_clusters,
+    render_clusters_md,
+)
 from clusterclip.report.stats import (
     ScheduleStats,
     cluster_sizes,
@@ -171,14 +178,19 @@ def _sampler_clip_events(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 
 # -- the report ------------------------------------------------------------------------
-def _examples(root: Path, labels: np.ndarray, sizes: np.ndarray, corpus,
-              majority: dict[int, str] | None) -> list[dict[str, Any]] | None:
+def _load_scores(root: Path, labels: np.ndarray) -> np.ndarray | None:
     scores = _load_array(root / "scores.npy", "scores", required=False)
-    if scores is None or corpus is None:
-        return None
-    if scores.shape != labels.shape:
+    if scores is not None and scores.shape != labels.shape:
         raise InputError(f"{root / 'scores.npy'}: shape {list(scores.shape)} does not match "
                          f"labels.npy {list(labels.shape)}")
+    return scores
+
+
+def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.ndarray,
+              corpus, majority: dict[int, str] | None) -> list[dict[str, Any]] | None:
+    """The largest and smallest clusters with their nearest documents (from ``readable``)."""
+    if scores is None or corpus is None:
+        return None
     nonempty = np.flatnonzero(sizes > 0)
     by_size = nonempty[np.lexsort((nonempty, -sizes[nonempty]))]  # largest first, then id
     m = min(EXAMPLE_CLUSTERS, by_size.size)
@@ -187,15 +199,11 @@ def _examples(root: Path, labels: np.ndarray, sizes: np.ndarray, corpus,
                {c for c, _ in chosen}]
     out = []
     for k, group in chosen:
-        members = np.flatnonzero(labels == k)
-        s = np.asarray(scores[members], dtype=np.float64)
-        top = members[np.lexsort((members, -s))][:EXAMPLE_DOCS]
-        texts = corpus.texts(top)
-        docs = []
-        for i, t in zip(top, texts, strict=True):
-            one_line = " ".join((t or "").split())[:EXAMPLE_CHARS]
-            docs.append({"index": int(i), "score": float(scores[i]), "text": one_line})
-        ex = {"cluster": k, "group": group, "size": int(sizes[k]), "documents": docs}
+        docs = [{"index": int(i), "score": float(scores[i]),
+                 "text": readable["snippets"].get(int(i), "")[:EXAMPLE_CHARS]}
+                for i in readable["nearest"][k][:EXAMPLE_DOCS]]
+        ex = {"cluster": k, "group": group, "size": int(sizes[k]), "documents": docs,
+              "terms": readable["terms"][k]}
         if majority is not None:
             ex["majority_label"] = majority.get(k)
         out.append(ex)
@@ -255,7 +263,8 @@ def build_report(
     progress: bool = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Write ``W/report/`` (summary.json, clusters.csv, PNG figures, report.md); return the summary.
+    """Write ``W/report/`` (summary.json, clusters.csv, clusters.md, PNG figures, report.md);
+    return the summary.
 
     ``schedule``: a schedule ``.npy`` to analyse (its length sets the budget T);
     ``strategies``: schedules to generate at the same T with the sampler
@@ -404,12 +413,14 @@ def _build_report(
         if len(corpus) != n:
             raise InputError(f"{root / 'corpus'}: {len(corpus)} documents but labels.npy has {n}")
     else:
-        notes.append("no corpus index (W/corpus): example documents are not shown")
+        notes.append("no corpus index (W/corpus): top terms and example documents are not shown")
     if label_field is not None and corpus is None:
         raise InputError(f"--label-field {label_field}: needs the corpus index {root / 'corpus'}")
     agreement, majority = (_label_agreement(corpus, labels, label_field)
                            if label_field is not None else (None, None))
 
+    scores = _load_scores(root, labels)
+    readable = readable_clusters(corpus, labels, scores, k)
     tail, head = _quartiles(sizes)
     if doc_tokens is not None and len(doc_tokens) != n:
         raise InputError(f"token counts for {len(doc_tokens)} documents but labels.npy has {n}")
@@ -495,7 +506,8 @@ def _build_report(
                                            tail_floor),
         "choose_clip": choose,
         "label_agreement": agreement,
-        "examples": _examples(root, labels, sizes, corpus, majority),
+        "examples": _examples(readable, scores, sizes, corpus, majority),
+        "clusters_md": CLUSTERS_MD,
         "notes": notes,
         "figures": dict(FIGURES),
     }
@@ -507,13 +519,13 @@ def _build_report(
     summary = _round_floats(_jsonable(summary))
 
     with atomic_output_dir(target, "report", overwrite=overwrite) as tmp:
-        _write_report(tmp, summary, sizes, profile, shares, token_parts)
+        _write_report(tmp, summary, sizes, profile, shares, token_parts, readable)
     return summary
 
 
 def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
                   profile: dict[str, Any], shares: dict[str, np.ndarray],
-                  token_parts: dict[str, np.ndarray]) -> None:
+                  token_parts: dict[str, np.ndarray], readable: dict[str, Any]) -> None:
     import json
 
     from clusterclip.report import plots
@@ -536,10 +548,14 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
     # then token shares (corpus first) when token counts exist.
     names = list(shares)
     corpus_share = sizes / max(1, int(sizes.sum()))
+    header, text_rows = csv_columns(readable)  # top terms and nearest documents, last
     lines = [",".join(["cluster", "size", "corpus_share", *(f"{s}_share" for s in names),
-                       *(f"{s}_token_share" for s in token_parts)])]
+                       *(f"{s}_token_share" for s in token_parts), *header])]
     for c in range(sizes.size):
         lines.append(",".join([str(c), str(int(sizes[c])), f"{corpus_share[c]:.6g}",
                                *(f"{shares[s][c]:.6g}" for s in names),
-                               *(f"{token_parts[s][c]:.6g}" for s in token_parts)]))
+                               *(f"{token_parts[s][c]:.6g}" for s in token_parts),
+                               csv_line(text_rows[c])]))
+    (directory / CLUSTERS_MD).write_text(render_clusters_md(readable, sizes, shares),
+                                         encoding="utf-8")
     (directory / "clusters.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -34,6 +34,16 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
 
 
+# Characters that start inline markdown (emphasis, code, links, html, tables, strike):
+# backslash-escaped so that a document's text shows as written.
+_INLINE = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~!#"} | {"&": "&amp;"})
+
+
+def escape_inline(text: str) -> str:
+    """``text`` as literal inline markdown (one line: whitespace runs become one space)."""
+    return " ".join(text.split()).translate(_INLINE)
+
+
 def _token_lines(summary: Mapping[str, Any]) -> list[str]:
     """Token shares: the smallest/largest quartiles and each cluster's range, vs the corpus."""
     from clusterclip.tokens import describe_source
@@ -225,10 +235,16 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
             "",
         ]
     examples = summary.get("examples")
+    browse = summary.get("clusters_md")
+    if examples or browse:
+        lines += ["### What the clusters are", ""]
+    if browse:
+        lines += [f"**Every cluster, largest first: [{browse}]({browse})**, with its size, "
+                  "corpus share, share of each schedule below, top terms (c-TF-IDF: frequent "
+                  "in the cluster, rare in the others) and the documents nearest its "
+                  "centroid. Here, the largest and the smallest clusters.", ""]
     if examples:
-        lines += ["### What the clusters are",
-                  "",
-                  "Documents nearest each centroid (highest cosine similarity), first 200 "
+        lines += ["Documents nearest each centroid (highest cosine similarity), first 200 "
                   "characters:",
                   ""]
         for ex in examples:
@@ -236,9 +252,11 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
             lines.append(f"**Cluster {ex['cluster']}** ({ex['group']}, {ex['size']:,} "
                          f"document{'s' if ex['size'] != 1 else ''}{label})")
             lines.append("")
+            if ex.get("terms"):
+                lines += ["Top terms: " + ", ".join(f"`{t}`" for t in ex["terms"]), ""]
             for d in ex["documents"]:
                 lines.append(f"- doc {d['index']} (score {d['score']:.3f}): "
-                             f"{_escape(d['text'])}")
+                             f"{escape_inline(d['text'])}")
             lines.append("")
     sched = summary["schedules"]
     bins = repetition_bins(max(len(s["repetition_histogram"]) for s in sched.values()) - 1)

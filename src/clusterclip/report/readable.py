@@ -1,0 +1,136 @@
+"""Clusters a person can read: ``clusters.md`` (every cluster, largest first) and the
+``top_terms`` / ``nearest_docs`` / ``nearest_text`` columns of ``clusters.csv``.
+
+Reads the corpus through its index in blocks (:meth:`Corpus.iter_texts`), so
+the texts are never all in memory; the numbers come from
+:mod:`clusterclip.report.terms`. ``clusters.md`` is a separate file linked
+from report.md, so that report.md stays short for K = 2,000: one section per
+cluster with its size, corpus share, share of each schedule, top terms and the
+documents nearest its centroid, one line each.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from clusterclip.report.terms import (
+    MAX_FEATURES,
+    MIN_DF,
+    NEAREST_DOCS,
+    TOKEN_PATTERN,
+    TOP_TERMS,
+    count_terms,
+    nearest_documents,
+    one_line,
+    top_terms,
+)
+
+TEXT_BLOCK = 4096  # documents per CountVectorizer call
+SNIPPET_CHARS = 200  # per document in clusters.md (and the report's examples)
+CSV_SNIPPET_CHARS = 100
+FILE = "clusters.md"
+VOCABULARY_RULE = (f"c-TF-IDF over lowercased tokens matching `{TOKEN_PATTERN}` (words and "
+                   "dotted identifiers of 2+ characters) minus scikit-learn's English stop "
+                   f"words, kept when in at least {MIN_DF} documents (at most the "
+                   f"{MAX_FEATURES:,} most frequent)")
+
+
+def _text_blocks(corpus, labels: np.ndarray, block: int
+                 ) -> Iterator[tuple[np.ndarray, list[str | None]]]:
+    texts: list[str | None] = []
+    start = 0
+    for i, t in corpus.iter_texts():
+        texts.append(t if labels[i] >= 0 else None)
+        if len(texts) == block:
+            yield labels[start:start + block], texts
+            start, texts = start + block, []
+    if texts:
+        yield labels[start:start + len(texts)], texts
+
+
+def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: int,
+                      block: int = TEXT_BLOCK) -> dict[str, Any]:
+    """Top terms and nearest documents of every cluster.
+
+    ``corpus`` a :class:`~clusterclip.corpus.Corpus` (None: no terms, no texts),
+    ``labels`` int[N], ``scores`` float[N] cosine to the centroid (None: no
+    nearest documents). Returns ``terms`` (K lists of strings), ``nearest`` (K
+    int64 arrays of document indices) and ``snippets`` (document index -> one
+    line of at most :data:`SNIPPET_CHARS` characters).
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    terms: list[list[str]] = [[] for _ in range(k)]
+    nearest = [np.zeros(0, dtype=np.int64) for _ in range(k)]
+    snippets: dict[int, str] = {}
+    if corpus is not None:
+        terms = top_terms(count_terms(_text_blocks(corpus, labels, block), k), TOP_TERMS)
+    if scores is not None:
+        nearest = nearest_documents(labels, scores, k, NEAREST_DOCS)
+        if corpus is not None:
+            wanted = np.unique(np.concatenate(nearest)) if k else np.zeros(0, np.int64)
+            for i, t in corpus.iter_texts_at(wanted):
+                snippets[int(i)] = one_line(t, SNIPPET_CHARS)
+    return {"terms": terms, "nearest": nearest, "snippets": snippets}
+
+
+def csv_columns(readable: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and K rows of the readable columns of clusters.csv: ``top_terms``
+    (space-separated, best first), ``nearest_docs`` (space-separated document
+    indices, nearest first) and ``nearest_text`` (the nearest document's first
+    :data:`CSV_SNIPPET_CHARS` characters)."""
+    rows = []
+    for terms, docs in zip(readable["terms"], readable["nearest"], strict=True):
+        first = readable["snippets"].get(int(docs[0]), "") if docs.size else ""
+        rows.append([" ".join(terms), " ".join(str(int(i)) for i in docs),
+                     first[:CSV_SNIPPET_CHARS]])
+    return ["top_terms", "nearest_docs", "nearest_text"], rows
+
+
+def csv_line(fields: list[str]) -> str:
+    """One CSV line (RFC 4180 quoting where needed), without the line end."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(fields)
+    return buf.getvalue()
+
+
+def by_size(sizes: np.ndarray) -> np.ndarray:
+    """Cluster ids, largest first, ties to the lower id."""
+    ids = np.arange(sizes.size)
+    return ids[np.lexsort((ids, -np.asarray(sizes)))]
+
+
+def render_clusters_md(readable: Mapping[str, Any], sizes: np.ndarray,
+                       shares: Mapping[str, np.ndarray]) -> str:
+    """Markdown text of ``clusters.md``: every non-empty cluster, largest first."""
+    from clusterclip.report.markdown import escape_inline
+
+    sizes = np.asarray(sizes)
+    total = max(1, int(sizes.sum()))
+    live = by_size(sizes)
+    live = live[sizes[live] > 0]
+    names = list(shares)
+    lines = ["# Clusters, largest first", "",
+             f"{live.size:,} non-empty clusters of {int(sizes.sum()):,} documents. For each: "
+             "its size, its share of the corpus and of each schedule of the report, its top "
+             f"terms ({VOCABULARY_RULE}) and the {NEAREST_DOCS} documents nearest its centroid "
+             f"(highest cosine similarity; first {SNIPPET_CHARS} characters). The same "
+             "numbers are in `clusters.csv`.", ""]
+    if not readable["snippets"] and not any(readable["terms"]):
+        lines += ["No corpus index in the work directory: no terms or documents.", ""]
+    for rank, c in enumerate(live.tolist(), start=1):
+        share = " · ".join(f"{name} {100 * float(shares[name][c]):.2f}%" for name in names)
+        terms = ", ".join(f"`{t}`" for t in readable["terms"][c]) or "-"
+        lines += [f"### {rank}. Cluster {c}", "",
+                  f"{int(sizes[c]):,} documents, {100 * sizes[c] / total:.2f}% of the corpus"
+                  + (f"; share of the schedule: {share}" if share else "") + ".", "",
+                  f"Top terms: {terms}", ""]
+        for i in readable["nearest"][c].tolist():
+            text = readable["snippets"].get(i)
+            lines.append(f"- doc {i}: {escape_inline(text) if text else '(no text)'}")
+        lines.append("")
+    return "\n".join(lines)

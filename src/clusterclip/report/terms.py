@@ -1,0 +1,205 @@
+"""What each cluster is about: top terms by class-based TF-IDF and the documents nearest
+its centroid (pure: arrays and text blocks in, arrays and lists out).
+
+c-TF-IDF (as in BERTopic) treats every cluster as one long document. With
+``count[c, t]`` the times term ``t`` occurs in cluster ``c``'s documents,
+``f_t = sum_c count[c, t]`` and ``A`` the mean number of (vocabulary) words per
+non-empty cluster::
+
+    score[c, t] = count[c, t] / sum_t' count[c, t']  *  log(1 + A / f_t)
+
+so a term scores high when it is frequent in the cluster and rare across
+clusters. Counting is scikit-learn's :class:`~sklearn.feature_extraction.text.CountVectorizer`
+(its analyzer: lowercasing, token pattern, stop words), applied to blocks of
+texts: the counts are accumulated into a sparse K x V matrix and no more than
+one block of texts is ever in memory.
+
+Vocabulary rule (:data:`TOKEN_PATTERN`, :data:`MIN_DF`, :data:`MAX_FEATURES`):
+lowercased tokens that start with a letter or underscore, are at least two
+characters long and may be dotted (``os.path.join``, ``__init__``,
+``valueerror``), minus scikit-learn's English stop-word list; a term must occur
+in at least ``MIN_DF`` documents; of those, the ``MAX_FEATURES`` most frequent
+over the corpus are kept (ties: alphabetical). Ties in a cluster's ranking go to
+the alphabetically first term, so the result is deterministic and independent of
+the block size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+TOKEN_PATTERN = r"(?u)\b[^\W\d]\w+(?:\.[^\W\d]\w*)*\b"
+MIN_DF = 2
+MAX_FEATURES = 50_000
+TOP_TERMS = 10
+NEAREST_DOCS = 3
+
+
+def make_vectorizer():
+    """The CountVectorizer of the vocabulary rule (its analyzer is what counts)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    return CountVectorizer(lowercase=True, token_pattern=TOKEN_PATTERN, stop_words="english",
+                           dtype=np.int64)
+
+
+@dataclass
+class TermCounts:
+    """``counts`` int64 sparse CSR (K, V): occurrences of term v in cluster k;
+    ``terms`` the V terms (sorted); ``doc_freq`` int64[V]: documents containing
+    each term (over all clusters)."""
+
+    counts: object
+    terms: np.ndarray
+    doc_freq: np.ndarray
+
+
+class TermCounter:
+    """Accumulate per-cluster term counts over blocks of ``(labels, texts)``.
+
+    Feed blocks with :meth:`update` (``labels`` int[b], -1 skipped; ``texts``
+    the b texts, None skipped); :meth:`result` applies the vocabulary rule.
+    Memory: the sparse counts (at most one entry per (cluster, term) pair seen)
+    and one block.
+    """
+
+    def __init__(self, num_clusters: int) -> None:
+        self.num_clusters = int(num_clusters)
+        self._index: dict[str, int] = {}
+        self._df: list[np.ndarray] = []
+        self._parts: list[object] = []
+        self._total = None
+
+    def update(self, labels: Sequence[int] | np.ndarray, texts: Sequence[str | None]) -> None:
+        import scipy.sparse as sp
+
+        labels = np.asarray(labels, dtype=np.int64)
+        keep = [i for i, t in enumerate(texts) if labels[i] >= 0 and t is not None]
+        if not keep:
+            return
+        vec = make_vectorizer()
+        try:
+            X = vec.fit_transform([texts[i] for i in keep])  # (b, V_block) CSR
+        except ValueError:  # every token of the block is a stop word or too short
+            return
+        block_terms = vec.get_feature_names_out()
+        cols = np.empty(block_terms.size, dtype=np.int64)
+        for j, t in enumerate(block_terms.tolist()):
+            cols[j] = self._index.setdefault(t, len(self._index))
+        lab = labels[keep]
+        onehot = sp.csr_matrix((np.ones(lab.size, dtype=np.int64), (lab, np.arange(lab.size))),
+                               shape=(self.num_clusters, lab.size))
+        per_cluster = (onehot @ X).tocoo()
+        self._parts.append((per_cluster.row, cols[per_cluster.col], per_cluster.data))
+        df = np.zeros(len(self._index), dtype=np.int64)
+        df[cols] = np.diff(X.tocsc().indptr)
+        self._df.append(df)
+        if len(self._parts) >= 64:  # fold the blocks so far into one matrix
+            self._fold()
+
+    def _fold(self) -> None:
+        import scipy.sparse as sp
+
+        v = len(self._index)
+        if not self._parts:
+            return
+        rows = np.concatenate([p[0] for p in self._parts])
+        cols = np.concatenate([p[1] for p in self._parts])
+        data = np.concatenate([p[2] for p in self._parts])
+        m = sp.coo_matrix((data, (rows, cols)), shape=(self.num_clusters, v)).tocsr()
+        if self._total is not None:
+            prev = self._total
+            prev.resize((self.num_clusters, v))
+            m = m + prev
+        self._total = m
+        self._parts = []
+        df = np.zeros(v, dtype=np.int64)
+        for d in self._df:
+            df[:d.size] += d
+        self._df = [df]
+
+    def result(self, min_df: int = MIN_DF, max_features: int | None = MAX_FEATURES
+               ) -> TermCounts:
+        """The counts restricted to the vocabulary rule, columns in alphabetical term order."""
+        import scipy.sparse as sp
+
+        self._fold()
+        v = len(self._index)
+        terms = np.array(sorted(self._index), dtype=object)
+        if v == 0 or self._total is None:
+            return TermCounts(sp.csr_matrix((self.num_clusters, 0), dtype=np.int64),
+                              np.array([], dtype=object), np.zeros(0, dtype=np.int64))
+        order = np.array([self._index[t] for t in terms.tolist()], dtype=np.int64)
+        counts = self._total.tocsc()[:, order]
+        df = self._df[0][order]
+        freq = np.asarray(counts.sum(axis=0)).ravel()
+        keep = np.flatnonzero(df >= min_df)
+        if max_features is not None and keep.size > max_features:
+            # Most frequent first; ties to the alphabetically first (columns are sorted).
+            top = keep[np.lexsort((keep, -freq[keep]))][:max_features]
+            keep = np.sort(top)
+        return TermCounts(counts[:, keep].tocsr(), terms[keep], df[keep])
+
+
+def count_terms(blocks: Iterable[tuple[np.ndarray, Sequence[str | None]]], num_clusters: int,
+                min_df: int = MIN_DF, max_features: int | None = MAX_FEATURES) -> TermCounts:
+    """Per-cluster term counts over ``blocks`` of ``(labels, texts)`` (see :class:`TermCounter`)."""
+    counter = TermCounter(num_clusters)
+    for labels, texts in blocks:
+        counter.update(labels, texts)
+    return counter.result(min_df, max_features)
+
+
+def ctfidf(counts) -> object:
+    """c-TF-IDF scores (float64 sparse CSR, same shape and pattern as ``counts``).
+
+    ``counts`` sparse (K, V) term counts per cluster. Empty clusters get no scores.
+    """
+    import scipy.sparse as sp
+
+    counts = sp.csr_matrix(counts, dtype=np.float64)
+    row_total = np.asarray(counts.sum(axis=1)).ravel()
+    freq = np.asarray(counts.sum(axis=0)).ravel()
+    live = row_total > 0
+    avg = float(row_total[live].mean()) if live.any() else 0.0
+    idf = np.log1p(np.divide(avg, freq, out=np.zeros_like(freq), where=freq > 0))
+    inv_total = np.divide(1.0, row_total, out=np.zeros_like(row_total), where=live)
+    return sp.diags(inv_total) @ counts @ sp.diags(idf)
+
+
+def top_terms(counts: TermCounts, n: int = TOP_TERMS) -> list[list[str]]:
+    """For each cluster, its ``n`` terms with the highest c-TF-IDF (ties: alphabetical);
+    only terms that occur in the cluster."""
+    scores = ctfidf(counts.counts).tocsr()
+    out = []
+    for c in range(scores.shape[0]):
+        lo, hi = scores.indptr[c], scores.indptr[c + 1]
+        cols, vals = scores.indices[lo:hi], scores.data[lo:hi]
+        pick = np.lexsort((cols, -vals))[:n]  # columns are in alphabetical term order
+        out.append([str(counts.terms[j]) for j in cols[pick]])
+    return out
+
+
+def nearest_documents(labels: np.ndarray, scores: np.ndarray, num_clusters: int,
+                      n: int = NEAREST_DOCS) -> list[np.ndarray]:
+    """For each cluster, the indices (int64) of its ``n`` documents with the highest score
+    (cosine to the centroid), highest first; ties to the lower document index.
+
+    ``labels`` int[N] (-1 excluded), ``scores`` float[N]. One sort, O(N log N).
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    idx = np.flatnonzero(labels >= 0)
+    order = idx[np.lexsort((idx, -scores[idx], labels[idx]))]
+    lab = labels[order]
+    starts = np.searchsorted(lab, np.arange(num_clusters), side="left")
+    ends = np.searchsorted(lab, np.arange(num_clusters), side="right")
+    return [order[s:min(e, s + n)] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def one_line(text: str | None, chars: int) -> str:
+    """The first ``chars`` characters of ``text`` with whitespace runs as single spaces."""
+    return " ".join((text or "").split())[:chars]

@@ -1,0 +1,220 @@
+"""Readable clusters: c-TF-IDF top terms against a slow reference, nearest documents against
+the scores, and the report's clusters.csv / clusters.md built from a real corpus index."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip.report import build_report
+from clusterclip.report.markdown import escape_inline
+from clusterclip.report.terms import (
+    count_terms,
+    ctfidf,
+    make_vectorizer,
+    nearest_documents,
+    one_line,
+    top_terms,
+)
+
+WORDS = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta", "zeta",
+         "lambda_x", "os.path", "__init__"]
+
+
+def _blocks(labels, texts, size):
+    for s in range(0, len(texts), size):
+        yield np.asarray(labels[s:s + size]), texts[s:s + size]
+
+
+def _reference_top_terms(labels, texts, k, n, min_df=2):
+    """One document at a time with dicts: counts, document frequency, the c-TF-IDF formula."""
+    analyze = make_vectorizer().build_analyzer()
+    counts = [dict() for _ in range(k)]
+    df: dict[str, int] = {}
+    for lab, t in zip(labels, texts, strict=True):
+        if lab < 0 or t is None:
+            continue
+        toks = analyze(t)
+        for w in toks:
+            counts[lab][w] = counts[lab].get(w, 0) + 1
+        for w in set(toks):
+            df[w] = df.get(w, 0) + 1
+    vocab = {w for w, d in df.items() if d >= min_df}
+    counts = [{w: c for w, c in row.items() if w in vocab} for row in counts]
+    freq = {w: sum(row.get(w, 0) for row in counts) for w in vocab}
+    totals = [sum(row.values()) for row in counts]
+    live = [t for t in totals if t > 0]
+    avg = sum(live) / len(live) if live else 0.0
+    out = []
+    for c in range(k):
+        scores = {w: cnt / totals[c] * math.log(1 + avg / freq[w]) for w, cnt in
+                  counts[c].items()}
+        out.append([w for w, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))][:n])
+    return out, scores
+
+
+corpora = st.integers(1, 4).flatmap(lambda k: st.lists(
+    st.tuples(st.integers(-1, k - 1),
+              st.lists(st.sampled_from(WORDS + ["the", "and", "x1", "9lives"]), max_size=8)),
+    min_size=1, max_size=30).map(lambda docs: (k, docs)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(corpora, st.integers(1, 7))
+def test_ctfidf_matches_the_slow_reference(case, block):
+    k, docs = case
+    labels = [lab for lab, _ in docs]
+    texts = [" ".join(words) for _, words in docs]
+    want, _ = _reference_top_terms(labels, texts, k, 5)
+    got = count_terms(_blocks(labels, texts, block), k)
+    assert top_terms(got, 5) == want
+    # The counts do not depend on the block size.
+    whole = count_terms(_blocks(labels, texts, len(texts)), k)
+    assert list(got.terms) == list(whole.terms)
+    assert (got.counts != whole.counts).nnz == 0
+
+
+def test_ctfidf_scores_follow_the_formula():
+    import scipy.sparse as sp
+
+    counts = sp.csr_matrix(np.array([[4, 0, 1], [1, 3, 1], [0, 0, 0]]))
+    s = ctfidf(counts).toarray()
+    avg = (5 + 5) / 2  # empty cluster 2 does not count
+    freq = np.array([5, 3, 2])
+    want = counts.toarray() / np.array([5, 5, 1])[:, None] * np.log(1 + avg / freq)
+    want[2] = 0
+    np.testing.assert_allclose(s, want)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_distinctive_words_are_the_top_terms(seed):
+    # Each cluster's documents share three words no other cluster uses; every document also
+    # holds common words and random noise. The planted words must rank first, from the data.
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(26)]
+    rng.shuffle(vocab)
+    k = 4
+    planted = [sorted(vocab[3 * c:3 * c + 3]) for c in range(k)]
+    common, noise = vocab[20:24], vocab[30:]
+    labels, texts = [], []
+    for _ in range(120):
+        c = int(rng.integers(k))
+        words = planted[c] + common * 2 + list(rng.choice(noise, 6))
+        rng.shuffle(words)
+        labels.append(c)
+        texts.append(" ".join(words))
+    tops = top_terms(count_terms(_blocks(labels, texts, 16), k), 3)
+    for c in range(k):
+        assert sorted(tops[c]) == planted[c]
+
+
+def test_vocabulary_rule():
+    texts = ["the os.path module and __init__ of x9", "os.path parse 42 a", "lonely word",
+             "parse parse"]
+    got = count_terms(_blocks([0, 0, 1, 1], texts, 2), 2)
+    # Stop words, numbers and 1-character tokens are not terms; the others are in 1 document.
+    assert list(got.terms) == ["os.path", "parse"]
+    assert got.doc_freq.tolist() == [2, 2]
+    capped = count_terms(_blocks([0, 0, 1, 1], texts, 2), 2, max_features=1)
+    assert list(capped.terms) == ["parse"]  # 3 occurrences against 2
+    kept = count_terms(_blocks([0, 0, 1, 1], texts, 2), 2, min_df=1)
+    assert {"__init__", "module", "lonely", "word"} <= set(kept.terms)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 5), st.integers(0, 4)), min_size=1, max_size=60),
+       st.integers(1, 4))
+def test_nearest_documents_are_the_highest_scores(rows, n):
+    labels = np.array([r[0] for r in rows])
+    scores = np.array([r[1] / 4 for r in rows], dtype=np.float32)  # many ties
+    got = nearest_documents(labels, scores, 6, n)
+    for c in range(6):
+        members = [i for i in range(labels.size) if labels[i] == c]
+        members.sort(key=lambda i: (-scores[i], i))
+        assert got[c].tolist() == members[:n]
+
+
+# -- the report ------------------------------------------------------------------------
+TOPICS = {0: "parser grammar token", 1: "socket network packet", 2: "matrix vector tensor"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    from clusterclip.corpus import Corpus
+
+    root = tmp_path_factory.mktemp("terms_wd")
+    rng = np.random.default_rng(3)
+    sizes = {0: 14, 1: 7, 2: 3}
+    rows, labels = [], []
+    for c, n in sizes.items():
+        for j in range(n):
+            filler = " ".join(rng.choice(["value", "item", "thing", "stuff"], 4))
+            rows.append({"text": f"Doc {c}-{j}: {TOPICS[c]} | *{filler}* <b>"})
+            labels.append(c)
+    rows.append({"text": ""})  # excluded
+    labels.append(-1)
+    order = rng.permutation(len(rows))
+    rows = [rows[i] for i in order]
+    labels = np.array(labels, dtype=np.int32)[order]
+    (root / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    Corpus.scan(root / "docs.jsonl", progress=False).save(root / "corpus")
+    scores = np.round(rng.random(labels.size), 1).astype(np.float32)  # ties
+    scores[labels < 0] = 0
+    np.save(root / "labels.npy", labels)
+    np.save(root / "scores.npy", scores)
+    return root
+
+
+def test_report_lists_every_cluster_with_terms_and_nearest_documents(workdir, tmp_path):
+    out = tmp_path / "rep"
+    build_report(workdir, out=out)
+    labels = np.load(workdir / "labels.npy")
+    scores = np.load(workdir / "scores.npy")
+    texts = [json.loads(line)["text"] for line in
+             (workdir / "docs.jsonl").read_text().splitlines()]
+    with open(out / "clusters.csv", newline="", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    want_terms, _ = _reference_top_terms(labels, texts, 3, 10)
+    nearest = nearest_documents(labels, scores, 3)
+    md = (out / "clusters.md").read_text(encoding="utf-8")
+    heads = re.findall(r"^### (\d+)\. Cluster (\d+)$", md, re.M)
+    sizes = np.bincount(labels[labels >= 0])
+    assert [int(c) for _, c in heads] == np.argsort(-sizes, kind="stable").tolist()
+    for c, row in enumerate(table):
+        assert row["top_terms"].split() == want_terms[c]
+        assert set(TOPICS[c].split()) <= set(want_terms[c][:3])  # the planted topic words
+        docs = [int(i) for i in row["nearest_docs"].split()]
+        assert docs == nearest[c].tolist()
+        assert row["nearest_text"] == one_line(texts[docs[0]], 100)
+        for i in docs:
+            assert f"- doc {i}: {escape_inline(one_line(texts[i], 200))}\n" in md
+    report_md = (out / "report.md").read_text(encoding="utf-8")
+    assert "[clusters.md](clusters.md)" in report_md
+
+
+def test_report_files_are_deterministic(workdir, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_report(workdir, out=a)
+    build_report(workdir, out=b)
+    for name in ("clusters.csv", "clusters.md", "report.md", "summary.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_readable_columns_stream_in_blocks(workdir):
+    from clusterclip.corpus import Corpus
+    from clusterclip.report.readable import readable_clusters
+
+    corpus = Corpus.load(workdir / "corpus")
+    labels = np.load(workdir / "labels.npy")
+    scores = np.load(workdir / "scores.npy")
+    small = readable_clusters(corpus, labels, scores, 3, block=2)
+    big = readable_clusters(corpus, labels, scores, 3)
+    assert small["terms"] == big["terms"] and small["snippets"] == big["snippets"]
