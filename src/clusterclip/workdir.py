@@ -13,7 +13,7 @@ Layout (each stage owns its names)::
     W/centroids.npy        K x d float32
     W/schedule.npy         int64 document indices (``run --num-samples``)
     W/tokens.npy           int64[N] tokens per document (``--tokenizer``, clusterclip.tokens)
-    W/report/, W/experiment/
+    W/report/, W/experiment/, W/sweep/ (``cluster --sweep``)
 
 Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
 the lock, checks that what the stage reads is complete and current, records
@@ -60,7 +60,7 @@ _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transforme
 PRODUCERS = {"corpus": "embed", "embed": "embed", "embeddings.npy": "embed",
              "valid.npy": "embed", "labels.npy": "cluster", "scores.npy": "cluster",
              "centroids.npy": "cluster", "schedule.npy": "sample", "report": "report",
-             "experiment": "experiment", "tokens.npy": "tokens"}
+             "experiment": "experiment", "tokens.npy": "tokens", "sweep": "sweep"}
 # The command that reruns a stage (for error messages).
 RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer"}
 # A folder's identity when no stage record describes it: the hash of this file.

@@ -14,10 +14,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--workdir", help="work directory holding embeddings.npy (from embed)")
     src.add_argument("--embeddings", help="a bare N x d .npy embeddings file (needs --out)")
-    p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
+    p.add_argument("--clusters", type=_cluster_list, required=True,
+                   help="number of clusters K; with --sweep a comma-separated list (50,200,1000)")
     p.add_argument("--out", help="output directory for --embeddings")
     p.add_argument("--valid", help="with --embeddings: bool .npy mask of rows to cluster")
+    g = p.add_argument_group("choosing K (--sweep)")
+    g.add_argument("--sweep", action="store_true",
+                   help="fit each K of --clusters on a seeded sample of the embeddings, write "
+                        "W/sweep/ (table, plot, suggested K by the stated rule), then fit the "
+                        "full data with the suggested K")
+    g.add_argument("--sweep-only", action="store_true",
+                   help="with --sweep: stop after the sweep (print the command for the full fit)")
+    g.add_argument("--sweep-sample", type=int, default=None,
+                   help="rows in the sweep's sample (default: min(valid rows, 50000))")
+    g.add_argument("--silhouette-sample", type=int, default=None,
+                   help="rows the silhouette is computed on (default: 10000)")
     add_kmeans_options(p)
+
+
+def _cluster_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer or a comma-separated list of integers, got {text!r}") from None
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +50,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--embeddings needs --out DIR for the outputs")
     if args.workdir and (args.out or args.valid):
         raise InputError("--out and --valid go with --embeddings; --workdir writes into W")
-    common = dict(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init,
+    if (args.sweep_only or args.sweep_sample is not None
+            or args.silhouette_sample is not None) and not args.sweep:
+        raise InputError("--sweep-only, --sweep-sample and --silhouette-sample go with --sweep")
+    if args.sweep:
+        return _sweep(args)
+    if len(args.clusters) != 1:
+        raise InputError(f"--clusters {','.join(map(str, args.clusters))}: a list of K needs "
+                         "--sweep")
+    common = dict(n_clusters=args.clusters[0], max_iter=args.iters, n_init=args.n_init,
                   tol=args.tol, metric=args.metric, backend=args.backend, seed=args.seed,
                   device=args.kmeans_device, chunk_rows=args.chunk_rows)
     created = D.init_from_env(args.kmeans_device)
@@ -44,6 +73,40 @@ def run(args: argparse.Namespace) -> int:
         D.shutdown(created)
     if main_rank:
         print(summary(result))
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``--sweep``: the sweep table and suggestion, then (unless --sweep-only) the full fit."""
+    import sys
+
+    from clusterclip.clustering.stage import cluster_workdir, sweep_workdir
+    from clusterclip.clustering.sweep import RULE, edge_note, table_text
+    from clusterclip.workdir import Workdir
+
+    if not args.workdir:
+        raise InputError("--sweep needs --workdir (it writes W/sweep/)")
+    w = Workdir(args.workdir, create=False)
+    kmeans = dict(max_iter=args.iters, n_init=args.n_init, tol=args.tol, metric=args.metric,
+                  backend=args.backend, seed=args.seed, device=args.kmeans_device,
+                  chunk_rows=args.chunk_rows)
+    result = sweep_workdir(w, ks=args.clusters, sample_size=args.sweep_sample,
+                           silhouette_sample=args.silhouette_sample,
+                           progress=sys.stderr.isatty(), **kmeans)
+    k = result["suggested_k"]
+    print(f"sweep: {result['sample_rows']:,} of {result['valid_rows']:,} valid rows, "
+          f"seed {result['seed']}" + (" (up to date, reused)" if result.get("skipped") else
+                                      f", {result['seconds']:.1f} s"))
+    print("\n".join(table_text(result["rows"], k)))
+    print(f"rule: the suggested K is {RULE}")
+    print(f"suggested K = {k}: {result['reason']}")
+    if edge_note(result["rows"], k):
+        print(edge_note(result["rows"], k))
+    print(f"table: {result['csv']}  report: {result['md']}  plot: {result['png']}")
+    if args.sweep_only:
+        print(f"full fit: {result['command']}")
+        return 0
+    print(summary(cluster_workdir(w, n_clusters=k, progress=sys.stderr.isatty(), **kmeans)))
     return 0
 
 

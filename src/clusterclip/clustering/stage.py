@@ -250,3 +250,86 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
         write_json(out / "assign.json", info)
         result.update(info)
     return result
+
+
+SWEEP = "sweep"
+SWEEP_FILES = {"csv": "sweep.csv", "md": "sweep.md", "png": "sweep.png", "json": "sweep.json"}
+
+
+def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = None,
+                  silhouette_sample: int | None = None, max_iter: int = 50, n_init: int = 1,
+                  tol: float = 1e-4, metric: str = "cosine", backend: str = "torch",
+                  seed: int = 0, device: str = "cpu", chunk_rows: int = 65536,
+                  progress: bool = True) -> dict[str, Any]:
+    """Fit each K of ``ks`` on one seeded sample of ``W/embeddings.npy`` (valid rows) and
+    write ``W/sweep/`` (sweep.csv, sweep.md, sweep.png, sweep.json); see
+    :mod:`clusterclip.clustering.sweep`. ``sample_size``: rows in the sample (default
+    ``min(valid rows, 50,000)``); ``silhouette_sample``: rows the silhouette is computed
+    on (default 10,000). A stage: cached under its parameters and the embed stage.
+    Returns the stage info (``rows``, ``suggested_k``, ``reason``, ...) plus ``skipped``.
+    """
+    from clusterclip.clustering import sweep as S
+    from clusterclip.io import atomic_output_dir
+
+    if D.rank_and_world()[1] > 1:
+        raise InputError("--sweep runs in one process; start it without torchrun")
+    if metric != "cosine":
+        raise InputError(f"--sweep measures cosine clusters; got --metric {metric}")
+    sample_size = S.DEFAULT_SAMPLE if sample_size is None else sample_size
+    silhouette_sample = S.SILHOUETTE_SAMPLE if silhouette_sample is None else silhouette_sample
+    if sample_size < 3:
+        raise InputError(f"--sweep-sample {sample_size}: must be at least 3")
+    if silhouette_sample < 3:
+        raise InputError(f"--silhouette-sample {silhouette_sample}: must be at least 3")
+    ks = sorted(set(int(k) for k in ks))
+    with workdir.locked():
+        emb = workdir.path("embeddings.npy")
+        X = _open_embeddings(emb)
+        valid_file = workdir.path("valid.npy")
+        valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
+        valid = np.ones(X.shape[0], dtype=bool) if valid is None else valid
+        n_valid = int(valid.sum())
+        n_sample = min(sample_size, n_valid)
+        for k in ks:
+            if k < 2:
+                raise InputError(f"--clusters {k}: a sweep needs every K >= 2 (the silhouette "
+                                 "compares clusters)")
+            if k >= n_sample:
+                raise InputError(f"--clusters {k}: not below the sample of {n_sample} rows "
+                                 f"(--sweep-sample {sample_size}, {n_valid} valid rows in {emb})")
+        params = {"ks": ks, "sample_size": int(sample_size),
+                  "silhouette_sample": int(silhouette_sample),
+                  **_params(ks[0], max_iter, n_init, tol, metric, backend, seed)}
+        del params["n_clusters"]
+        KMeans(ks[0], max_iter=max_iter, n_init=n_init, tol=tol, metric=metric, seed=seed,
+               device=device, chunk_rows=chunk_rows, backend=backend)._check_params()
+
+        def work(run: Any) -> dict[str, Any]:
+            rows_idx = S.sample_rows(valid, sample_size, seed)
+            Xs = np.asarray(X[rows_idx], dtype=np.float32)
+            if not np.isfinite(Xs).all():
+                bad = int(rows_idx[np.flatnonzero(~np.isfinite(Xs).all(axis=1))[0]])
+                raise InputError(f"{emb}: row {bad} holds NaN or infinite values")
+            t0 = time.perf_counter()
+            rows, seconds = S.run_sweep(Xs, ks, max_iter=max_iter, n_init=n_init, tol=tol,
+                                        backend=backend, seed=seed, device=device,
+                                        chunk_rows=chunk_rows,
+                                        silhouette_sample=silhouette_sample, progress=progress)
+            k, reason = S.suggest_k(rows)
+            info = {"rows": rows, "suggested_k": k, "reason": reason, "rule": S.RULE,
+                    "sample_rows": int(rows_idx.size), "valid_rows": n_valid,
+                    "silhouette_rows": min(silhouette_sample, int(rows_idx.size)),
+                    "seed": seed, "command": f"clusterclip cluster --workdir {workdir.root} "
+                                             f"--clusters {k}"}
+            with atomic_output_dir(workdir.path(SWEEP), SWEEP) as tmp:
+                write_json(tmp / SWEEP_FILES["json"], info)
+                (tmp / SWEEP_FILES["csv"]).write_text(S.table_csv(rows), encoding="utf-8")
+                (tmp / SWEEP_FILES["md"]).write_text(S.render_markdown(info, SWEEP_FILES["png"]),
+                                                     encoding="utf-8")
+                S.plot_sweep(info, tmp / SWEEP_FILES["png"])
+            return {**info, "fit_seconds": [round(s, 3) for s in seconds],
+                    "seconds": round(time.perf_counter() - t0, 3)}
+
+        result = workdir.run_stage(SWEEP, key=params, reads=["embeddings.npy"],
+                                   maybe_reads=["valid.npy"], outputs=[SWEEP], work=work)
+    return {**result, **{name: str(workdir.path(SWEEP, f)) for name, f in SWEEP_FILES.items()}}
