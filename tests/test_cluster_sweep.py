@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import silhouette_score
+from test_cluster_cli import blob_embeddings
 
 from clusterclip.cli import main
 from clusterclip.clustering import KMeans
@@ -22,21 +23,13 @@ SWEEP = ["--clusters", "2,4,8", "--sweep", "--sweep-sample", "300", "--silhouett
          "200", "--iters", "30"]
 
 
-def blobs(n: int = 400, d: int = 12, k: int = 4, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    mus = rng.standard_normal((k, d))
-    X = mus[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))
-    return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
-
-
 @pytest.fixture
 def workdir(tmp_path):
+    """400 rows in 4 well-separated blobs; every 10th row has no text (not valid)."""
     W = tmp_path / "W"
     W.mkdir()
-    np.save(W / "embeddings.npy", blobs())
-    valid = np.ones(400, dtype=bool)
-    valid[::10] = False
-    np.save(W / "valid.npy", valid)
+    np.save(W / "embeddings.npy", blob_embeddings())
+    np.save(W / "valid.npy", np.arange(400) % 10 != 0)
     return W
 
 
@@ -180,7 +173,7 @@ def test_bad_sweep_input_exits_2_with_one_line(workdir, capsys, args, pattern):
 
 
 def test_sweep_needs_a_workdir(tmp_path, capsys):
-    np.save(tmp_path / "e.npy", blobs(n=50))
+    np.save(tmp_path / "e.npy", blob_embeddings(n=50))
     assert main(["cluster", "--embeddings", str(tmp_path / "e.npy"), "--out",
                  str(tmp_path / "o"), "--clusters", "2,3", "--sweep"]) == 2
     assert "--sweep needs --workdir" in capsys.readouterr().err
