@@ -178,3 +178,12 @@ def test_sweep_needs_a_workdir(tmp_path, capsys):
                  str(tmp_path / "o"), "--clusters", "2,3", "--sweep"]) == 2
     assert "--sweep needs --workdir" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_sweep_refuses_a_users_sweep_folder(workdir, capsys):
+    (workdir / "sweep").mkdir()
+    (workdir / "sweep" / "notes.txt").write_text("mine")
+    assert main(["cluster", "--workdir", str(workdir), *SWEEP]) == 2
+    assert "was not written by" in capsys.readouterr().err
+    assert (workdir / "sweep" / "notes.txt").read_text() == "mine"
+    assert not (workdir / "labels.npy").exists()
