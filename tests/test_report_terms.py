@@ -196,6 +196,13 @@ def test_report_lists_every_cluster_with_terms_and_nearest_documents(workdir, tm
         assert row["nearest_text"] == one_line(texts[docs[0]], 100)
         for i in docs:
             assert f"- doc {i}: {escape_inline(one_line(texts[i], 200))}\n" in md
+        # The cluster's section gives its shares as clusters.csv has them.
+        section = md.split(f" Cluster {c}\n", 1)[1].split("\n### ", 1)[0]
+        assert f"{100 * sizes[c] / sizes.sum():.2f}% of the corpus" in section
+        for name in ("clusterclip", "paced", "random"):
+            assert f"{name} {100 * float(row[name + '_share']):.2f}%" in section
+            assert f"{name} {100 * float(row[name + '_token_share']):.2f}%" in section
+        assert f"corpus {100 * float(row['corpus_token_share']):.2f}%" in section
     report_md = (out / "report.md").read_text(encoding="utf-8")
     assert "[clusters.md](clusters.md)" in report_md
 

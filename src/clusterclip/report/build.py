@@ -556,6 +556,6 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
                                *(f"{shares[s][c]:.6g}" for s in names),
                                *(f"{token_parts[s][c]:.6g}" for s in token_parts),
                                csv_line(text_rows[c])]))
-    (directory / CLUSTERS_MD).write_text(render_clusters_md(readable, sizes, shares),
-                                         encoding="utf-8")
+    (directory / CLUSTERS_MD).write_text(render_clusters_md(readable, sizes, shares,
+                                                             token_parts), encoding="utf-8")
     (directory / "clusters.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -105,8 +105,12 @@ def by_size(sizes: np.ndarray) -> np.ndarray:
 
 
 def render_clusters_md(readable: Mapping[str, Any], sizes: np.ndarray,
-                       shares: Mapping[str, np.ndarray]) -> str:
-    """Markdown text of ``clusters.md``: every non-empty cluster, largest first."""
+                       shares: Mapping[str, np.ndarray],
+                       token_shares: Mapping[str, np.ndarray] | None = None) -> str:
+    """Markdown text of ``clusters.md``: every non-empty cluster, largest first.
+
+    ``shares``: schedule name -> float[K] share of the schedule's samples;
+    ``token_shares``: name (schedules and ``corpus``) -> float[K] share of tokens."""
     from clusterclip.report.markdown import escape_inline
 
     sizes = np.asarray(sizes)
@@ -124,10 +128,13 @@ def render_clusters_md(readable: Mapping[str, Any], sizes: np.ndarray,
         lines += ["No corpus index in the work directory: no terms or documents.", ""]
     for rank, c in enumerate(live.tolist(), start=1):
         share = " · ".join(f"{name} {100 * float(shares[name][c]):.2f}%" for name in names)
+        tokens = " · ".join(f"{name} {100 * float(t[c]):.2f}%"
+                            for name, t in (token_shares or {}).items())
         terms = ", ".join(f"`{t}`" for t in readable["terms"][c]) or "-"
         lines += [f"### {rank}. Cluster {c}", "",
                   f"{int(sizes[c]):,} documents, {100 * sizes[c] / total:.2f}% of the corpus"
-                  + (f"; share of the schedule: {share}" if share else "") + ".", "",
+                  + (f"; share of the schedule: {share}" if share else "")
+                  + (f"; share of the tokens: {tokens}" if tokens else "") + ".", "",
                   f"Top terms: {terms}", ""]
         for i in readable["nearest"][c].tolist():
             text = readable["snippets"].get(i)
