@@ -66,6 +66,8 @@ def test_sweep_table_plot_suggestion_and_full_fit(workdir, capsys):
     assert f"suggested K = {k}" in out and "rule: the suggested K is the largest K" in out
     md = (workdir / "sweep" / "sweep.md").read_text()
     assert info["rule"] in md and f"Suggested K = {k}" in md and "![" in md
+    row = next(r for r in info["rows"] if r["k"] == k)  # sizes scaled from 300 to 360 rows
+    assert f"the median cluster holds about {row['size_median'] * 360 / 300:,.0f} of" in md
     # The full fit used the suggested K.
     labels = np.load(workdir / "labels.npy")
     assert np.load(workdir / "centroids.npy").shape[0] == k

@@ -81,7 +81,7 @@ def _sweep(args: argparse.Namespace) -> int:
     import sys
 
     from clusterclip.clustering.stage import cluster_workdir, sweep_workdir
-    from clusterclip.clustering.sweep import RULE, edge_note, table_text
+    from clusterclip.clustering.sweep import RULE, edge_note, size_note, table_text
     from clusterclip.workdir import Workdir
 
     if not args.workdir:
@@ -102,6 +102,7 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"suggested K = {k}: {result['reason']}")
     if edge_note(result["rows"], k):
         print(edge_note(result["rows"], k))
+    print(size_note(result))
     print(f"table: {result['csv']}  report: {result['md']}  plot: {result['png']}")
     if args.sweep_only:
         print(f"full fit: {result['command']}")

@@ -223,6 +223,15 @@ def edge_note(rows: Sequence[dict[str, Any]], k: int) -> str:
     return ""
 
 
+def size_note(info: dict[str, Any]) -> str:
+    """What the suggested K means per cluster on the full data (scaled from the sample)."""
+    r = next(r for r in info["rows"] if r["k"] == info["suggested_k"])
+    scale = info["valid_rows"] / info["sample_rows"]
+    return (f"At K = {r['k']} the median cluster holds about {r['size_median'] * scale:,.0f} of "
+            f"the {info['valid_rows']:,} documents (smallest {r['size_min'] * scale:,.0f}, "
+            f"largest {r['size_max'] * scale:,.0f}, scaled from the sample).")
+
+
 def render_markdown(info: dict[str, Any], figure: str) -> str:
     """sweep.md: what was fitted, the table, the rule, the suggestion and the figure."""
     rows, k = info["rows"], info["suggested_k"]
@@ -258,9 +267,7 @@ def render_markdown(info: dict[str, Any], figure: str) -> str:
         "",
         f"- Suggested K = {k}: {info['reason']}.",
         *([f"- {edge}"] if edge else []),
-        *([f"- Sizes are counted in the sample; on all {info['valid_rows']:,} rows a cluster "
-           f"holds about {info['valid_rows'] / info['sample_rows']:.2g}x as many documents."]
-          if info["sample_rows"] < info["valid_rows"] else []),
+        f"- {size_note(info)}",
         f"- Full fit: `{info['command']}`.",
         "",
     ])
