@@ -293,7 +293,13 @@ def plot_sweep(info: dict[str, Any], path) -> None:
          "Coherence of the smallest 25% of clusters"),
     ]
     for ax, name, ylabel, title in panels:
-        ax.plot(ks, series(name), marker="o", color="tab:blue")
+        values = series(name)
+        ax.plot(ks, values, marker="o", color="tab:blue")
+        if np.isnan(values).any():  # undefined at these K: marked on the axis, not dropped
+            ax.plot(ks[np.isnan(values)], np.full(np.isnan(values).sum(), 0.04), "x",
+                    color="tab:red", ms=8, transform=ax.get_xaxis_transform(),
+                    label="undefined" + (" (smallest clusters: single documents)"
+                                         if name == "small_coherence" else ""))
         ax.set_ylabel(ylabel)
         ax.set_title(title)
     sil = series("silhouette")
