@@ -1,0 +1,326 @@
+"""A million-document run of the whole pipeline, timed stage by stage as users run it.
+
+    python benchmarks/bench_scale.py                       # 10^6 documents, K = 2000
+    python benchmarks/bench_scale.py --docs 100000         # quicker, for iterating
+    python benchmarks/bench_scale.py --mode stages         # one process per stage
+
+Corpus: ``--docs`` documents generated reproducibly (``--seed``) from the
+sentences of the bundled Python-docs corpus (``pydocs.jsonl.gz``). Each
+document draws one topic (the bundled ``label``, i.e. its documentation
+folder) with the folder's share of the bundled documents (so topic sizes are
+skewed as real corpora are: ``library`` 44%, ``includes`` 0.02%), then 2 to 8
+sentences of that topic uniformly; the topic is stored in the document's
+``topic`` field. Written as JSONL (``--gz``: gzip) in ``--files`` files under
+``--dir`` (default ``$TMPDIR/clusterclip-scale``, outside the repository),
+and reused when a file ``corpus.json`` there says it was made with the same
+parameters.
+
+Then, with the console script of this interpreter's environment:
+
+* ``--mode run`` (default): ``clusterclip run CORPUS --workdir W --embedder fast
+  --clusters K --num-samples T`` as one process (what users run). Its peak RSS
+  is exact (``wait4``); per stage (embed / cluster / sample) the time comes
+  from the manifest's start and finish stamps (1 s resolution) and the peak
+  RSS from sampling the process's RSS every 0.1 s within those stamps.
+* ``--mode stages``: ``clusterclip embed``, ``clusterclip cluster`` and
+  ``clusterclip run`` (which reuses both and only samples) as separate
+  processes, each with its exact wall time and peak RSS.
+
+then ``clusterclip report --workdir W --label-field topic`` as a separate
+process (its NMI against the topics is the sanity figure). Finally the bytes
+per document of every per-document structure the stages keep (the files
+they load or memory-map: corpus index arrays, embeddings, valid mask, labels,
+scores, schedule per sample) are read from the work directory.
+
+Results go to ``DIR/results-N.json`` and are printed as a table. The work
+directory ``DIR/work-N`` is replaced on each run (it is this script's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+GEN_VERSION = 1
+STAGES = ("embed", "cluster", "sample")
+
+
+# -- corpus -------------------------------------------------------------------
+
+def _sentences() -> tuple[list[str], list[np.ndarray], list[str], np.ndarray]:
+    """Topics, per topic the indices of its sentences into one list, and topic weights."""
+    from clusterclip.data import pydocs_path
+
+    by_topic: dict[str, list[str]] = {}
+    docs: dict[str, int] = {}
+    with gzip.open(pydocs_path(), "rt", encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            parts = re.split(r"(?<=[.!?])\s+|\n\s*\n", rec["text"])
+            sents = [" ".join(p.split()) for p in parts]
+            by_topic.setdefault(rec["label"], []).extend(s for s in sents if s)
+            docs[rec["label"]] = docs.get(rec["label"], 0) + 1
+    topics = sorted(by_topic)
+    flat: list[str] = []
+    index = []
+    for t in topics:
+        index.append(np.arange(len(flat), len(flat) + len(by_topic[t])))
+        flat.extend(by_topic[t])
+    weights = np.array([docs[t] for t in topics], dtype=np.float64)
+    return topics, index, flat, weights / weights.sum()
+
+
+def make_corpus(out: Path, n_docs: int, n_files: int, seed: int, gz: bool) -> dict:
+    """Write the corpus into ``out`` (reused when ``out/corpus.json`` matches); its spec."""
+    spec = {"version": GEN_VERSION, "docs": n_docs, "files": n_files, "seed": seed, "gz": gz}
+    meta = out / "corpus.json"
+    if meta.is_file():
+        old = json.loads(meta.read_text())
+        if old.get("spec") == spec:
+            return {**old, "reused": True}
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    topics, index, flat, weights = _sentences()
+    rng = np.random.default_rng(seed)
+    topic = rng.choice(len(topics), size=n_docs, p=weights)
+    n_sent = rng.integers(2, 9, size=n_docs)
+    counts = np.array([len(i) for i in index])
+    starts = np.array([i[0] for i in index])
+    # sentence j of document i: a uniform sentence of the document's topic
+    u = rng.random(int(n_sent.sum()))
+    doc_of = np.repeat(np.arange(n_docs), n_sent)
+    pick = starts[topic[doc_of]] + (u * counts[topic[doc_of]]).astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum(n_sent)]).tolist()
+    pick_l = pick.tolist()
+    names = [topics[t] for t in topic.tolist()]
+    per_file = -(-n_docs // n_files)
+    files, nbytes = [], 0
+    for f in range(n_files):
+        lo, hi = f * per_file, min((f + 1) * per_file, n_docs)
+        path = out / (f"part-{f:03d}.jsonl" + (".gz" if gz else ""))
+        opener = (lambda p: gzip.open(p, "wt", encoding="utf-8", compresslevel=1)) if gz \
+            else (lambda p: open(p, "w", encoding="utf-8"))
+        with opener(path) as fh:
+            buf = []
+            for i in range(lo, hi):
+                text = " ".join([flat[j] for j in pick_l[bounds[i]:bounds[i + 1]]])
+                buf.append(json.dumps({"id": i, "topic": names[i], "text": text},
+                                      ensure_ascii=False))
+                if len(buf) == 65536:
+                    fh.write("\n".join(buf) + "\n")
+                    buf = []
+            if buf:
+                fh.write("\n".join(buf) + "\n")
+        files.append(path.name)
+        nbytes += path.stat().st_size
+    sizes = np.bincount(topic, minlength=len(topics))
+    info = {"spec": spec, "files": files, "bytes": nbytes, "seconds": time.perf_counter() - t0,
+            "topics": {t: int(s) for t, s in zip(topics, sizes, strict=True)},
+            "sentences_per_topic": {t: int(c) for t, c in zip(topics, counts, strict=True)}}
+    meta.write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+# -- processes ----------------------------------------------------------------
+
+def _rss_kib(pid: int) -> int:
+    """Current RSS of ``pid`` in KiB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
+    """Run ``cmd``; wall time, exact peak RSS (wait4) and RSS samples every 0.1 s."""
+    samples: list[tuple[float, int]] = []
+    with open(log, "w") as out:
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                samples.append((time.time(), _rss_kib(p.pid)))
+                done.wait(0.1)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.time() - t0
+        done.set()
+        th.join()
+        p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{tail}")
+    return {"cmd": cmd, "wall_s": wall, "peak_rss_mib": ru.ru_maxrss / 1024,
+            "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "t0": t0, "samples": samples}
+
+
+def _stamp(s: str) -> float:
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+
+def stage_windows(work: Path) -> dict[str, tuple[float, float]]:
+    """(started, finished) of each stage from the manifest (1 s resolution)."""
+    m = json.loads((work / "manifest.json").read_text())
+    stages = m.get("stages", m)
+    return {k: (_stamp(v["started"]), _stamp(v["finished"])) for k, v in stages.items()
+            if isinstance(v, dict) and "started" in v and "finished" in v}
+
+
+def per_stage_from_samples(proc: dict, windows: dict[str, tuple[float, float]]) -> dict:
+    out = {}
+    for name in STAGES:
+        if name not in windows:
+            continue
+        a, b = windows[name]
+        rss = [r for t, r in proc["samples"] if a - 0.5 <= t <= b + 1.0]
+        out[name] = {"wall_s": b - a, "peak_rss_mib": max(rss, default=0) / 1024,
+                     "how": "manifest stamps (1 s), RSS sampled every 0.1 s"}
+    return out
+
+
+# -- bytes per document -----------------------------------------------------------
+
+def structures(work: Path, n_docs: int, num_samples: int) -> dict[str, float]:
+    """Bytes per document of each per-document array the stages load or memory-map."""
+    out = {}
+    for p in sorted((work / "corpus").glob("*.npy")):
+        out[f"corpus/{p.name}"] = np.load(p, mmap_mode="r").nbytes / n_docs
+    for name in ("embeddings.npy", "valid.npy", "labels.npy", "scores.npy"):
+        if (work / name).exists():
+            out[name] = np.load(work / name, mmap_mode="r").nbytes / n_docs
+    if (work / "schedule.npy").exists():
+        out["schedule.npy (per sample)"] = np.load(work / "schedule.npy",
+                                                   mmap_mode="r").nbytes / num_samples
+    for name in ("centroids.npy",):
+        if (work / name).exists():
+            out[f"{name} (total bytes)"] = float(np.load(work / name, mmap_mode="r").nbytes)
+    return out
+
+
+# -- main -----------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--clusters", type=int, default=2000)
+    ap.add_argument("--files", type=int, default=4, help="JSONL files the corpus is split into")
+    ap.add_argument("--gz", action="store_true", help="gzip the corpus files")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=float, default=1.0,
+                    help="schedule length T = epochs x documents (default: 1)")
+    ap.add_argument("--mode", choices=("run", "stages"), default="run")
+    ap.add_argument("--no-report", action="store_true", help="skip the report stage")
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "clusterclip-scale"),
+                    help="scratch directory (corpus, work directory, logs, results)")
+    ap.add_argument("--extra", default="", help="more options for `clusterclip run`")
+    args = ap.parse_args(argv)
+
+    base = Path(args.dir)
+    base.mkdir(parents=True, exist_ok=True)
+    n = args.docs
+    tag = f"{n}" + ("-gz" if args.gz else "")
+    corpus_dir = base / f"corpus-{tag}"
+    work = base / f"work-{tag}"
+    logs = base / f"logs-{tag}"
+    logs.mkdir(exist_ok=True)
+    load0 = os.getloadavg()
+    info = make_corpus(corpus_dir, n, args.files, args.seed, args.gz)
+    how = "reused" if info.get("reused") else f"generated in {info['seconds']:.1f} s"
+    print(f"corpus: {n:,} documents, {len(info['topics'])} topics, "
+          f"{info['bytes'] / 2**20:.0f} MiB in {len(info['files'])} files "
+          f"({how}): {corpus_dir}",
+          flush=True)
+
+    shutil.rmtree(work, ignore_errors=True)
+    cli = [sys.executable, "-m", "clusterclip.cli"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    num_samples = max(1, int(round(args.epochs * n)))
+    k = ["--clusters", str(args.clusters)]
+    emb = ["--embedder", "fast"]
+    extra = args.extra.split()
+    results: dict = {"docs": n, "clusters": args.clusters, "num_samples": num_samples,
+                     "mode": args.mode, "corpus": info, "loadavg_start": load0,
+                     "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                     "cpus": os.cpu_count(), "stages": {}}
+    if args.mode == "run":
+        cmd = cli + ["run", str(corpus_dir), "--workdir", str(work), *emb, *k,
+                     "--num-samples", str(num_samples), *extra]
+        print("$ clusterclip " + " ".join(cmd[3:]), flush=True)
+        proc = timed_process(cmd, env, logs / "run.log")
+        results["run"] = {k2: v for k2, v in proc.items() if k2 != "samples"}
+        results["stages"] = per_stage_from_samples(proc, stage_windows(work))
+    else:
+        steps = [("embed", ["embed", str(corpus_dir), "--workdir", str(work), *emb,
+                            "--no-progress"]),
+                 ("cluster", ["cluster", "--workdir", str(work), *k]),
+                 ("sample", ["run", str(corpus_dir), "--workdir", str(work), *emb, *k,
+                             "--num-samples", str(num_samples)])]
+        for name, a in steps:
+            print("$ clusterclip " + " ".join(a), flush=True)
+            proc = timed_process(cli + a + (extra if name != "cluster" else []), env,
+                                 logs / f"{name}.log")
+            results["stages"][name] = {k2: v for k2, v in proc.items() if k2 != "samples"}
+    if not args.no_report:
+        a = ["report", "--workdir", str(work), "--label-field", "topic"]
+        print("$ clusterclip " + " ".join(a), flush=True)
+        proc = timed_process(cli + a, env, logs / "report.log")
+        results["stages"]["report"] = {k2: v for k2, v in proc.items() if k2 != "samples"}
+        summary = json.loads((work / "report" / "summary.json").read_text())
+        results["label_agreement"] = summary.get("label_agreement")
+    m = json.loads((work / "manifest.json").read_text())
+    stages = m.get("stages", m)
+    results["kmeans"] = {k2: (stages.get("cluster", {}).get("info") or {}).get(k2)
+                         for k2 in ("n_iter", "objective", "cluster_size_min",
+                                    "cluster_size_max")}
+    results["bytes_per_doc"] = structures(work, n, num_samples)
+    results["loadavg_end"] = os.getloadavg()
+    out = base / f"results-{tag}-{args.mode}.json"
+    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+    print(f"\n{n:,} documents, K = {args.clusters}, T = {num_samples:,}; load average "
+          f"{load0[0]:.1f} at the start, {results['loadavg_end'][0]:.1f} at the end "
+          f"({os.cpu_count()} CPUs)")
+    print(f"{'stage':<10}{'wall s':>10}{'docs/s':>12}{'peak RSS MiB':>14}")
+    for name, s in results["stages"].items():
+        print(f"{name:<10}{s['wall_s']:>10.1f}{n / max(s['wall_s'], 1e-9):>12,.0f}"
+              f"{s['peak_rss_mib']:>14.0f}")
+    if "run" in results:
+        r = results["run"]
+        print(f"{'run (all)':<10}{r['wall_s']:>10.1f}{n / r['wall_s']:>12,.0f}"
+              f"{r['peak_rss_mib']:>14.0f}   (user {r['user_s']:.0f} s, sys {r['sys_s']:.0f} s)")
+    print(f"k-means: {results['kmeans']}")
+    if results.get("label_agreement"):
+        la = results["label_agreement"]
+        print(f"vs topic: NMI {la['nmi']:.3f}, ARI {la['ari']:.3f}, purity {la['purity']:.3f}")
+    print("bytes per document of what the stages load or map:")
+    for name, b in results["bytes_per_doc"].items():
+        print(f"  {name:<34}{b:>12,.1f}")
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
