@@ -24,6 +24,8 @@ from clusterclip.errors import InputError
 INDEX_VERSION = 1
 _ARRAYS = ("file_id", "address", "nbytes", "line", "valid", "text_len")
 _MAX_EXAMPLES = 20
+# Documents converted to Python objects at a time when streaming records by index.
+_CHUNK = 65536
 
 
 def _has_text(t: str | None) -> bool:
@@ -53,7 +55,8 @@ class Corpus:
         self.text_field = text_field
         self.id_field = id_field
         self.stats = stats
-        self.ids = ids
+        self._ids = ids
+        self._ids_path: Path | None = None
         self.file_id = arrays["file_id"]
         self.address = arrays["address"]
         self.nbytes = arrays["nbytes"]
@@ -63,6 +66,18 @@ class Corpus:
         # first document index of each file, plus N at the end
         self._file_start = np.array([f["first"] for f in files] + [len(self.valid)],
                                     dtype=np.int64)
+
+    @property
+    def ids(self) -> list[Any] | None:
+        """The ``id_field`` value of every document (None without an id field).
+
+        A loaded index reads ``ids.jsonl`` on first use only: no stage needs it, and it
+        is one Python object per document.
+        """
+        if self._ids is None and self._ids_path is not None:
+            with open(self._ids_path, encoding="utf-8") as fh:
+                self._ids = [json.loads(line) for line in fh]
+        return self._ids
 
     def __len__(self) -> int:
         return int(self.valid.shape[0])
@@ -235,10 +250,16 @@ class Corpus:
                 for i, rec in zip(sel.tolist(), gen, strict=True):
                     yield i, rec
             else:
-                addrs = zip(self.address[sel].tolist(), self.nbytes[sel].tolist(), strict=True)
-                for i, raw in zip(sel.tolist(), readers.read_jsonl_lines(path, f["kind"], addrs),
-                                  strict=True):
+                raws = readers.read_jsonl_lines(path, f["kind"], self._addresses(sel))
+                for i, raw in zip(_int_chunks(sel), raws, strict=True):
                     yield i, readers.decode_record(path, raw)
+
+    def _addresses(self, sel: np.ndarray) -> Iterator[tuple[int, int]]:
+        """``(address, nbytes)`` of documents ``sel``, as Python ints a chunk at a time
+        (a file can hold millions of documents: no list per document of the whole file)."""
+        for a in range(0, len(sel), _CHUNK):
+            part = sel[a:a + _CHUNK]
+            yield from zip(self.address[part].tolist(), self.nbytes[part].tolist(), strict=True)
 
     def iter_texts(self, start: int = 0, stop: int | None = None
                    ) -> Iterator[tuple[int, str | None]]:
@@ -289,6 +310,32 @@ class Corpus:
         if indices is None:
             return [rec.get(name) for _, rec in self.iter_records(columns=[name])]
         return self._values_at(indices, name, text=False)
+
+    def field_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Field ``name`` of every document as integer codes, streaming.
+
+        Returns ``codes`` int32[N] (-1 where the field is missing or null) and
+        ``values``, the distinct values as strings (``str(v)``) in order of first
+        appearance: ``values[codes[i]]``. Memory: 4 bytes per document plus the
+        distinct values, instead of one Python object per document.
+        """
+        codes = np.full(len(self), -1, dtype=np.int32)
+        index: dict[str, int] = {}
+        buf = array.array("i")
+        for i, rec in self.iter_records(columns=[name]):
+            v = rec.get(name)
+            if v is None:
+                buf.append(-1)
+            else:
+                key = str(v)
+                c = index.get(key)
+                if c is None:
+                    c = index[key] = len(index)
+                buf.append(c)
+            if len(buf) == _CHUNK or i == len(self) - 1:
+                codes[i + 1 - len(buf):i + 1] = np.frombuffer(buf, dtype=np.int32)
+                buf = array.array("i")
+        return codes, list(index)
 
     def _values_at(self, indices: Sequence[int] | np.ndarray, name: str, text: bool
                    ) -> list[Any]:
@@ -348,12 +395,18 @@ class Corpus:
         if meta.get("version") != INDEX_VERSION:
             raise InputError(f"{d}: corpus index version {meta.get('version')} "
                              f"is not {INDEX_VERSION}; re-run embed")
-        ids = None
+        corpus = cls(meta["files"], arrays, meta["text_field"], meta["id_field"], meta["stats"])
         if meta.get("id_field"):
-            with open(d / "ids.jsonl", encoding="utf-8") as fh:
-                ids = [json.loads(line) for line in fh]
-        return cls(meta["files"], arrays, meta["text_field"], meta["id_field"],
-                   meta["stats"], ids)
+            if not (d / "ids.jsonl").is_file():
+                raise InputError(f"{d}: not a corpus index (ids.jsonl is missing)")
+            corpus._ids_path = d / "ids.jsonl"
+        return corpus
+
+
+def _int_chunks(a: np.ndarray) -> Iterator[int]:
+    """The values of ``a`` as Python ints, converted a chunk at a time."""
+    for s in range(0, len(a), _CHUNK):
+        yield from a[s:s + _CHUNK].tolist()
 
 
 def _keys_at(path: Path, kind: str, address: int, nbytes: int) -> list[str]:

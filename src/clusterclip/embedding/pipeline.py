@@ -110,12 +110,26 @@ def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | N
     raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
 
 
-def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE) -> np.ndarray:
-    """Up to ``size`` evenly spaced indices of valid documents (deterministic)."""
-    idx = np.flatnonzero(valid)
-    if len(idx) <= size:
-        return idx
-    return idx[np.linspace(0, len(idx) - 1, size).round().astype(np.int64)]
+def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE, chunk: int = 1 << 24
+                   ) -> np.ndarray:
+    """Up to ``size`` evenly spaced indices of valid documents (deterministic).
+
+    Reads ``valid`` (possibly memory-mapped) ``chunk`` entries at a time, so no array of
+    all valid indices is made.
+    """
+    n_valid = int(sum(np.count_nonzero(valid[a:a + chunk])
+                      for a in range(0, len(valid), chunk)))
+    if n_valid <= size:
+        want = np.arange(n_valid, dtype=np.int64)
+    else:
+        want = np.linspace(0, n_valid - 1, size).round().astype(np.int64)  # valid ranks
+    out, seen = [], 0
+    for a in range(0, len(valid), chunk):
+        idx = a + np.flatnonzero(valid[a:a + chunk])
+        lo, hi = np.searchsorted(want, [seen, seen + len(idx)])
+        out.append(idx[want[lo:hi] - seen])
+        seen += len(idx)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 # -- shards -----------------------------------------------------------------------
@@ -281,7 +295,8 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
     rank, world = D.rank_and_world()
     shard_dir = root / "embed"
     dtype, shard_size, embedder = params["dtype"], params["shard_size"], params["embedder"]
-    corpus = Corpus.load(root / "corpus", mmap=False)
+    # Memory-mapped: every rank reads the same index, which the page cache holds once.
+    corpus = Corpus.load(root / "corpus")
 
     # Rank 0 loads first: a first use of the fast embedder builds its cached table.
     emb = None

@@ -212,13 +212,15 @@ def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.nda
 
 def _label_agreement(corpus, labels: np.ndarray, field: str
                      ) -> tuple[dict[str, Any], dict[int, str]]:
-    values = corpus.field_values(field)
-    present = np.array([v is not None for v in values], dtype=bool)
+    codes, values = corpus.field_codes(field)  # streamed: 4 bytes per document
+    present = codes >= 0
     if not present.any():
         raise InputError(f"--label-field {field}: no document has this field")
     keep = present & (labels >= 0)
-    names = np.array([str(v) if v is not None else "" for v in values], dtype=object)
-    classes, cls = np.unique(names[keep].astype(str), return_inverse=True)
+    used, inverse = np.unique(codes[keep], return_inverse=True)
+    names = np.array([values[c] for c in used.tolist()], dtype=str)
+    classes = np.unique(names)  # sorted as numpy sorts them, like every class array here
+    cls = np.searchsorted(classes, names)[inverse.reshape(-1)]
     clusters = labels[keep]
     result = {"field": field, **cluster_label_agreement(clusters, cls),
               "documents": int(keep.sum()), "classes": int(classes.size),
