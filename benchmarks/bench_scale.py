@@ -149,9 +149,20 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (all its threads; 0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
-    """Run ``cmd``; wall time, exact peak RSS (wait4) and RSS samples every 0.1 s."""
-    samples: list[tuple[float, int]] = []
+    """Run ``cmd``; wall time, exact peak RSS and CPU time (wait4), and (time, RSS KiB,
+    CPU s) samples every 0.1 s."""
+    samples: list[tuple[float, int, float]] = []
     with open(log, "w") as out:
         t0 = time.time()
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -159,7 +170,7 @@ def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
 
         def poll() -> None:
             while not done.is_set():
-                samples.append((time.time(), _rss_kib(p.pid)))
+                samples.append((time.time(), _rss_kib(p.pid), _cpu_s(p.pid)))
                 done.wait(0.1)
 
         th = threading.Thread(target=poll, daemon=True)
@@ -173,7 +184,8 @@ def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{tail}")
     return {"cmd": cmd, "wall_s": wall, "peak_rss_mib": ru.ru_maxrss / 1024,
-            "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "t0": t0, "samples": samples}
+            "cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+            "t0": t0, "samples": samples}
 
 
 def _stamp(s: str) -> float:
@@ -194,10 +206,26 @@ def per_stage_from_samples(proc: dict, windows: dict[str, tuple[float, float]]) 
         if name not in windows:
             continue
         a, b = windows[name]
-        rss = [r for t, r in proc["samples"] if a - 0.5 <= t <= b + 1.0]
-        out[name] = {"wall_s": b - a, "peak_rss_mib": max(rss, default=0) / 1024,
-                     "how": "manifest stamps (1 s), RSS sampled every 0.1 s"}
+        inside = [(r, c) for t, r, c in proc["samples"] if a - 0.5 <= t <= b + 1.0]
+        cpu = inside[-1][1] - inside[0][1] if inside else 0.0
+        out[name] = {"wall_s": b - a, "cpu_s": cpu,
+                     "peak_rss_mib": max((r for r, _ in inside), default=0) / 1024,
+                     "how": "manifest stamps (1 s), RSS and CPU sampled every 0.1 s"}
     return out
+
+
+def nmi_check(work: Path, n_docs: int, seed: int) -> dict[str, float]:
+    """NMI (scikit-learn) of the clusters against the generated topics, and against the
+    same topics shuffled (the chance level for these cluster sizes)."""
+    from sklearn.metrics import normalized_mutual_info_score as nmi
+
+    _, _, _, weights = _sentences()
+    topic = np.random.default_rng(seed).choice(len(weights), size=n_docs, p=weights)
+    labels = np.load(work / "labels.npy")
+    keep = labels >= 0
+    shuffled = np.random.default_rng(seed + 1).permutation(topic[keep])
+    return {"nmi": float(nmi(topic[keep], labels[keep])),
+            "nmi_shuffled_topics": float(nmi(shuffled, labels[keep]))}
 
 
 # -- bytes per document -----------------------------------------------------------
@@ -290,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         results["stages"]["report"] = {k2: v for k2, v in proc.items() if k2 != "samples"}
         summary = json.loads((work / "report" / "summary.json").read_text())
         results["label_agreement"] = summary.get("label_agreement")
+        results["nmi_check"] = nmi_check(work, n, args.seed)
+        results["nmi_check"] = nmi_check(work, n, args.seed)
     m = json.loads((work / "manifest.json").read_text())
     stages = m.get("stages", m)
     results["kmeans"] = {k2: (stages.get("cluster", {}).get("info") or {}).get(k2)
@@ -303,18 +333,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{n:,} documents, K = {args.clusters}, T = {num_samples:,}; load average "
           f"{load0[0]:.1f} at the start, {results['loadavg_end'][0]:.1f} at the end "
           f"({os.cpu_count()} CPUs)")
-    print(f"{'stage':<10}{'wall s':>10}{'docs/s':>12}{'peak RSS MiB':>14}")
-    for name, s in results["stages"].items():
-        print(f"{name:<10}{s['wall_s']:>10.1f}{n / max(s['wall_s'], 1e-9):>12,.0f}"
-              f"{s['peak_rss_mib']:>14.0f}")
+    print(f"{'stage':<10}{'wall s':>10}{'CPU s':>10}{'docs/CPU-s':>12}{'peak RSS MiB':>14}")
+    rows = list(results["stages"].items())
     if "run" in results:
-        r = results["run"]
-        print(f"{'run (all)':<10}{r['wall_s']:>10.1f}{n / r['wall_s']:>12,.0f}"
-              f"{r['peak_rss_mib']:>14.0f}   (user {r['user_s']:.0f} s, sys {r['sys_s']:.0f} s)")
+        rows.append(("run (all)", results["run"]))
+    for name, s in rows:
+        print(f"{name:<10}{s['wall_s']:>10.1f}{s['cpu_s']:>10.1f}"
+              f"{n / max(s['cpu_s'], 1e-9):>12,.0f}{s['peak_rss_mib']:>14.0f}")
     print(f"k-means: {results['kmeans']}")
     if results.get("label_agreement"):
         la = results["label_agreement"]
-        print(f"vs topic: NMI {la['nmi']:.3f}, ARI {la['ari']:.3f}, purity {la['purity']:.3f}")
+        print(f"vs topic: NMI {la['nmi']:.3f}, ARI {la['ari']:.3f}, purity {la['purity']:.3f} "
+              f"(report); scikit-learn NMI {results['nmi_check']['nmi']:.3f}, against "
+              f"shuffled topics {results['nmi_check']['nmi_shuffled_topics']:.3f}")
     print("bytes per document of what the stages load or map:")
     for name, b in results["bytes_per_doc"].items():
         print(f"  {name:<34}{b:>12,.1f}")
