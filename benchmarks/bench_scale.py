@@ -20,11 +20,15 @@ Then, with the console script of this interpreter's environment:
 * ``--mode run`` (default): ``clusterclip run CORPUS --workdir W --embedder fast
   --clusters K --num-samples T`` as one process (what users run). Its peak RSS
   is exact (``wait4``); per stage (embed / cluster / sample) the time comes
-  from the manifest's start and finish stamps (1 s resolution) and the peak
-  RSS from sampling the process's RSS every 0.1 s within those stamps.
+  from the manifest's start and finish stamps (1 s resolution), the peak RSS
+  and the CPU time from sampling the process every 0.1 s within those stamps.
 * ``--mode stages``: ``clusterclip embed``, ``clusterclip cluster`` and
   ``clusterclip run`` (which reuses both and only samples) as separate
-  processes, each with its exact wall time and peak RSS.
+  processes, each with its exact wall time, CPU time and peak RSS.
+
+Next to the peak RSS, the peak of its anonymous part (``RssAnon``, sampled every
+0.1 s): the rest is file pages the process maps (the memory-mapped embeddings),
+page cache that the kernel reclaims under memory pressure.
 
 then ``clusterclip report --workdir W --label-field topic`` as a separate
 process (its NMI against the topics is the sanity figure). Finally the bytes
@@ -137,16 +141,21 @@ def make_corpus(out: Path, n_docs: int, n_files: int, seed: int, gz: bool) -> di
 
 # -- processes ----------------------------------------------------------------
 
-def _rss_kib(pid: int) -> int:
-    """Current RSS of ``pid`` in KiB (0 once it is gone)."""
+def _rss_kib(pid: int) -> tuple[int, int]:
+    """Current RSS of ``pid`` and its anonymous part in KiB ((0, 0) once it is gone).
+
+    The rest of the RSS is file pages mapped by the process (the memory-mapped
+    embeddings, shared libraries): page cache, which the kernel reclaims under pressure.
+    """
+    got = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                if line.startswith(("VmRSS:", "RssAnon:")):
+                    got[line.split(":")[0]] = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return got.get("VmRSS", 0), got.get("RssAnon", 0)
 
 
 def _cpu_s(pid: int) -> float:
@@ -161,8 +170,8 @@ def _cpu_s(pid: int) -> float:
 
 def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
     """Run ``cmd``; wall time, exact peak RSS and CPU time (wait4), and (time, RSS KiB,
-    CPU s) samples every 0.1 s."""
-    samples: list[tuple[float, int, float]] = []
+    anonymous RSS KiB, CPU s) samples every 0.1 s."""
+    samples: list[tuple[float, int, int, float]] = []
     with open(log, "w") as out:
         t0 = time.time()
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -170,7 +179,7 @@ def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
 
         def poll() -> None:
             while not done.is_set():
-                samples.append((time.time(), _rss_kib(p.pid), _cpu_s(p.pid)))
+                samples.append((time.time(), *_rss_kib(p.pid), _cpu_s(p.pid)))
                 done.wait(0.1)
 
         th = threading.Thread(target=poll, daemon=True)
@@ -184,6 +193,7 @@ def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{tail}")
     return {"cmd": cmd, "wall_s": wall, "peak_rss_mib": ru.ru_maxrss / 1024,
+            "peak_anon_mib": max((a for _, _, a, _ in samples), default=0) / 1024,
             "cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
             "t0": t0, "samples": samples}
 
@@ -206,10 +216,11 @@ def per_stage_from_samples(proc: dict, windows: dict[str, tuple[float, float]]) 
         if name not in windows:
             continue
         a, b = windows[name]
-        inside = [(r, c) for t, r, c in proc["samples"] if a - 0.5 <= t <= b + 1.0]
-        cpu = inside[-1][1] - inside[0][1] if inside else 0.0
+        inside = [(r, an, c) for t, r, an, c in proc["samples"] if a - 0.5 <= t <= b + 1.0]
+        cpu = inside[-1][2] - inside[0][2] if inside else 0.0
         out[name] = {"wall_s": b - a, "cpu_s": cpu,
-                     "peak_rss_mib": max((r for r, _ in inside), default=0) / 1024,
+                     "peak_rss_mib": max((r for r, _, _ in inside), default=0) / 1024,
+                     "peak_anon_mib": max((an for _, an, _ in inside), default=0) / 1024,
                      "how": "manifest stamps (1 s), RSS and CPU sampled every 0.1 s"}
     return out
 
@@ -333,13 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{n:,} documents, K = {args.clusters}, T = {num_samples:,}; load average "
           f"{load0[0]:.1f} at the start, {results['loadavg_end'][0]:.1f} at the end "
           f"({os.cpu_count()} CPUs)")
-    print(f"{'stage':<10}{'wall s':>10}{'CPU s':>10}{'docs/CPU-s':>12}{'peak RSS MiB':>14}")
+    print(f"{'stage':<10}{'wall s':>10}{'CPU s':>10}{'docs/CPU-s':>12}{'peak RSS MiB':>14}"
+          f"{'anon MiB':>10}")
     rows = list(results["stages"].items())
     if "run" in results:
         rows.append(("run (all)", results["run"]))
     for name, s in rows:
         print(f"{name:<10}{s['wall_s']:>10.1f}{s['cpu_s']:>10.1f}"
-              f"{n / max(s['cpu_s'], 1e-9):>12,.0f}{s['peak_rss_mib']:>14.0f}")
+              f"{n / max(s['cpu_s'], 1e-9):>12,.0f}{s['peak_rss_mib']:>14.0f}"
+              f"{s['peak_anon_mib']:>10.0f}")
     print(f"k-means: {results['kmeans']}")
     if results.get("label_agreement"):
         la = results["label_agreement"]
