@@ -171,7 +171,8 @@ class Corpus:
             raise InputError(f"no document has a {text_field!r} field (fields of the first "
                              f"document: {keys}); choose the field with --text-field")
         dtypes = {"i": np.int32, "q": np.int64, "b": np.int8}
-        arrays = {k: np.array(v, dtype=dtypes[v.typecode]) for k, v in cols.items()}
+        # Views of the columns' buffers, not copies: the scan's peak stays at one copy.
+        arrays = {k: np.frombuffer(v, dtype=dtypes[v.typecode]) for k, v in cols.items()}
         arrays["valid"] = arrays["valid"].astype(bool)
         stats = {
             "files": len(files),
