@@ -279,7 +279,11 @@ def gather_rows(local: np.ndarray, dst: int = 0) -> np.ndarray | None:
     width = max(sizes)
     padded = np.zeros((width,) + local.shape[1:], dtype=local.dtype)
     padded[: len(local)] = local
-    parts = all_gather_tensor(torch.from_numpy(padded))
-    if dist.get_rank() != dst:
+    # A gather, not an all-gather: only ``dst`` receives the N rows (the others would
+    # each hold all of them for nothing: 8 bytes per document for labels and scores).
+    moved = torch.from_numpy(padded).to(comm_device())
+    parts = [torch.empty_like(moved) for _ in sizes] if dist.get_rank() == dst else None
+    dist.gather(moved, parts, dst=dst)
+    if parts is None:
         return None
-    return np.concatenate([p.numpy()[:s] for p, s in zip(parts, sizes, strict=True)])
+    return np.concatenate([p.cpu().numpy()[:s] for p, s in zip(parts, sizes, strict=True)])
