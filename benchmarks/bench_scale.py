@@ -12,10 +12,10 @@ skewed as real corpora are: ``library`` 44%, ``includes`` 0.02%), then 2 to 8
 sentences of that topic uniformly; the topic is stored in the document's
 ``topic`` field. Written as JSONL (``--gz``: gzip) in ``--files`` files under
 ``--dir`` (default ``$TMPDIR/clusterclip-scale``, outside the repository),
-and reused when a file ``corpus.json`` there says it was made with the same
+and reused when ``corpus-N.json`` next to it says it was made with the same
 parameters.
 
-Then, with the console script of this interpreter's environment:
+Then, with this interpreter (``python -m clusterclip.cli``):
 
 * ``--mode run`` (default): ``clusterclip run CORPUS --workdir W --embedder fast
   --clusters K --num-samples T`` as one process (what users run). Its peak RSS
@@ -26,17 +26,17 @@ Then, with the console script of this interpreter's environment:
   ``clusterclip run`` (which reuses both and only samples) as separate
   processes, each with its exact wall time, CPU time and peak RSS.
 
-Next to the peak RSS, the peak of its anonymous part (``RssAnon``, sampled every
-0.1 s): the rest is file pages the process maps (the memory-mapped embeddings),
-page cache that the kernel reclaims under memory pressure.
-
 then ``clusterclip report --workdir W --label-field topic`` as a separate
-process (its NMI against the topics is the sanity figure). Finally the bytes
-per document of every per-document structure the stages keep (the files
-they load or memory-map: corpus index arrays, embeddings, valid mask, labels,
-scores, schedule per sample) are read from the work directory.
+process (its NMI against the topics is the sanity figure, checked with
+scikit-learn next to the NMI against shuffled topics). Next to each peak RSS,
+the peak of its anonymous part (``RssAnon``, sampled every 0.1 s): the rest is
+file pages the process maps (the memory-mapped embeddings), page cache that
+the kernel reclaims under memory pressure. Finally the bytes per document of
+the per-document files the stages load or memory-map (corpus index arrays,
+embeddings, valid mask, labels, scores; the schedule per sample) are read from
+the work directory.
 
-Results go to ``DIR/results-N.json`` and are printed as a table. The work
+Results go to ``DIR/results-N-MODE.json`` and are printed as a table. The work
 directory ``DIR/work-N`` is replaced on each run (it is this script's).
 """
 
@@ -90,11 +90,12 @@ def _sentences() -> tuple[list[str], list[np.ndarray], list[str], np.ndarray]:
 def make_corpus(out: Path, n_docs: int, n_files: int, seed: int, gz: bool) -> dict:
     """Write the corpus into ``out`` (reused when ``out/corpus.json`` matches); its spec."""
     spec = {"version": GEN_VERSION, "docs": n_docs, "files": n_files, "seed": seed, "gz": gz}
-    meta = out / "corpus.json"
+    meta = out.parent / f"{out.name}.json"  # outside the corpus folder: not an input
     if meta.is_file():
         old = json.loads(meta.read_text())
         if old.get("spec") == spec:
             return {**old, "reused": True}
+    meta.unlink(missing_ok=True)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     t0 = time.perf_counter()
