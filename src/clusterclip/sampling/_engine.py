@@ -31,6 +31,7 @@ from clusterclip.sampling._rng import (
     ChoiceVariates,
     CounterUniforms,
     KeyedStreams,
+    SFC64Lanes,
 )
 
 # A small cluster gets ceil(E / n_k) passes generated together from one key
@@ -58,6 +59,10 @@ def passes_per_group(sizes: np.ndarray, clip: int | None) -> np.ndarray:
 MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
 MIN_BLOCK = 256
 GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
+# Groups of at most this many items may be generated in SFC64 lanes (see _load_groups),
+# those of a size n when at least LANE_RATIO (n - 1) G of them are loaded together.
+LANE_MAX_ITEMS = 4096
+LANE_RATIO = 2.0
 
 
 class ClusterEngine:
@@ -89,12 +94,10 @@ class ClusterEngine:
         self.seg_off = np.zeros(self.K + 1, np.int64)
         np.cumsum(self.group_len, out=self.seg_off[1:])
         self.limit = None if clip is None else int(clip) * self.sizes
-        self._cluster_bits = max(1, (self.K - 1).bit_length())
         self._variates = ChoiceVariates(self.seed)
         self._passes = KeyedStreams(self.seed, TAG_PASS)
         self._cur: np.ndarray | None = None  # current group of passes of every cluster
         self._cur_group: np.ndarray | None = None
-        self.clip_events: list[tuple[int, int]] = []  # (cluster, global position of its last draw)
         self.reset(0, None)
 
     def fresh(self) -> ClusterEngine:
@@ -105,6 +108,9 @@ class ClusterEngine:
     def reset(self, position: int, counts: np.ndarray | None) -> None:
         """Jump to ``position`` whose per-cluster draw counts are ``counts``."""
         self.pos = int(position)
+        # (cluster, global position of its last draw) of the clips since `events_from`
+        self.clip_events: list[tuple[int, int]] = []
+        self.events_from = self.pos
         self.counts = (np.zeros(self.K, np.int64) if counts is None
                        else np.array(counts, dtype=np.int64))
         self._blk_start = self.pos
@@ -310,21 +316,28 @@ class ClusterEngine:
         return self._cur
 
     def _load_group(self, k: int, g: int) -> None:
-        """Materialise passes [g*G, (g+1)*G) of cluster k (G = passes_per_group[k])."""
+        """Materialise passes [g*G, (g+1)*G) of cluster k (G = passes_per_group[k]).
+
+        Pass p of the group is ``docs_k`` shuffled in place by stream (k, g),
+        the passes one after another (``Generator.shuffle`` of each row, as
+        ``permuted(axis=1)`` does): ``docs_k[permutation(n)]`` without the
+        index array or the gather.
+        """
         n, G = int(self.sizes[k]), int(self.passes_per_group[k])
-        if n == 1:
-            local = np.zeros(G, np.int64)
-        else:
-            rng = self._passes(k, g)
-            if G == 1:
-                local = rng.permutation(n)
-            else:
-                local = (np.arange(G * n) % n).reshape(G, n)
-                rng.permuted(local, axis=1, out=local)
-                local = local.ravel()
         o, so = int(self.offsets[k]), int(self.seg_off[k])
-        # mode="clip": with out= and the default mode numpy buffers a copy
-        np.take(self.docs[o:o + n], local, out=self._cur[so:so + G * n], mode="clip")
+        if n == 1:
+            self._cur[so:so + G] = self.docs[o]
+        else:
+            # int64 items: numpy's shuffle swaps 8-byte items about 2x faster
+            rows = np.empty((G, n), np.int64)
+            rows[:] = self.docs[o:o + n]
+            rng = self._passes(k, g)
+            if G <= 8:  # a few row shuffles beat permuted's iterator set-up
+                for row in rows:
+                    rng.shuffle(row)
+            else:
+                rng.permuted(rows, axis=1, out=rows)
+            self._cur[so:so + G * n] = rows.reshape(-1)
         self._cur_group[k] = g
 
     def _flush(self, runs: list[np.ndarray], counts: np.ndarray, full: np.ndarray,
@@ -338,24 +351,15 @@ class ClusterEngine:
 
         counts : (K,) draws per cluster before these draws; full : (K,) their bincount.
         """
-        b = clusters.size
-        # Rank of each draw among these draws of its cluster: a stable sort
-        # groups them in draw order (numpy radix-sorts 16-bit keys).
-        ib = 32 - self._cluster_bits
-        if b <= 1 << ib:
-            # (cluster << ib | draw index) as uint32: one SIMD sort of unique
-            # keys gives the draws grouped by cluster, in draw order.
-            keys = clusters << np.uint32(ib)
-            keys |= np.arange(b, dtype=np.uint32)
-            keys.sort()
-            keys &= np.uint32((1 << ib) - 1)
-            order = keys
-        else:  # many clusters: the same with 64-bit keys
-            keys = clusters.astype(np.uint64)
-            keys <<= np.uint64(32)
-            keys |= np.arange(b, dtype=np.uint64)
-            keys.sort()
-            order = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        # The draws grouped by cluster, in draw order inside a cluster: one
+        # stable sort, which numpy does as a radix sort of 16-bit keys
+        # (two passes, low half then high half, beyond 2**16 clusters).
+        if self.K <= 1 << 16:
+            order = np.argsort(clusters.astype(np.uint16), kind="stable")
+        else:
+            order = np.argsort((clusters & np.uint32(0xFFFF)).astype(np.uint16), kind="stable")
+            high = (clusters >> np.uint32(16)).astype(np.uint16).take(order)
+            order = order.take(np.argsort(high, kind="stable"))
         k = np.flatnonzero(full)
         vals = self._docs_grouped(k, full[k], counts[k])
         out[order] = vals.astype(np.int64)  # same-dtype scatter is faster
@@ -376,22 +380,67 @@ class ClusterEngine:
         idx = np.repeat(base, hits)
         idx += np.arange(idx.size)
         vals = cur.take(idx, mode="clip")
-        for i in wrap.tolist():
-            self._fill_wrapped(int(k[i]), int(j0[i]), int(hits[i]), vals, int(first[i]))
+        if wrap.size:
+            self._fill_wrapped(k[wrap], j0[wrap], hits[wrap], first[wrap], vals)
         return vals
 
-    def _fill_wrapped(self, k: int, j0: int, cnt: int, vals: np.ndarray, w: int) -> None:
-        """Draws j0 .. j0+cnt-1 of cluster k, which cross a group boundary (or need a load)."""
-        glen, so = int(self.group_len[k]), int(self.seg_off[k])
-        j, end = j0, j0 + cnt
-        while j < end:
+    def _fill_wrapped(self, k: np.ndarray, j0: np.ndarray, cnt: np.ndarray, w: np.ndarray,
+                      vals: np.ndarray) -> None:
+        """Draws j0[i] .. j0[i]+cnt[i]-1 of clusters k[i], which cross a group boundary
+        or need a load, into vals[w[i]:w[i]+cnt[i]]: one group of each at a time."""
+        end = j0 + cnt
+        j = j0.copy()
+        while k.size:
+            glen = self.group_len[k]
             g = j // glen
-            if self._cur_group[k] != g:
-                self._load_group(k, g)
-            hi = min(end, (g + 1) * glen)
-            vals[w:w + hi - j] = self._cur[so + j - g * glen:so + hi - g * glen]
-            w += hi - j
-            j = hi
+            need = np.flatnonzero(self._cur_group[k] != g)
+            if need.size:
+                self._load_groups(k[need], g[need])
+            hi = np.minimum(end, (g + 1) * glen)
+            n = hi - j
+            ramp = np.arange(int(n.sum()), dtype=np.int64)
+            ramp -= np.repeat(np.cumsum(n) - n, n)
+            src = np.repeat(self.seg_off[k] + j - g * glen, n) + ramp
+            dst = np.repeat(w + j - j0, n) + ramp
+            vals[dst] = self._cur[src]
+            more = np.flatnonzero(hi < end)
+            k, j0, end, w, j = k[more], j0[more], end[more], w[more], hi[more]
+
+    def _load_groups(self, k: np.ndarray, g: np.ndarray) -> None:
+        """:meth:`_load_group` of each (k[i], g[i]) (distinct clusters), the many
+        small ones of a size together in :class:`._rng.SFC64Lanes`."""
+        n = self.sizes[k]
+        G = self.passes_per_group[k]
+        one = n == 1
+        if one.any():  # no randomness: G copies of the one document
+            kk = k[one]
+            reps = G[one]
+            ramp = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+            self._cur[np.repeat(self.seg_off[kk], reps) + ramp] = np.repeat(
+                self.docs[self.offsets[kk]], reps)
+            self._cur_group[kk] = g[one]
+        # Lanes pay ~20 numpy calls per Fisher-Yates step, (n - 1) G steps for all
+        # their clusters at once; a shuffle per cluster costs ~10 us + ~8 ns per item.
+        small = np.flatnonzero(~one & (n * G <= LANE_MAX_ITEMS))
+        sizes, at, inv, counts = np.unique(n[small], return_index=True, return_inverse=True,
+                                           return_counts=True)
+        lanes = np.zeros(k.size, bool)
+        steps = (sizes - 1) * G[small][at]
+        for c in np.flatnonzero(counts >= LANE_RATIO * steps).tolist():
+            sel = small[inv == c]
+            self._load_lanes(k[sel], g[sel], int(sizes[c]))
+            lanes[sel] = True
+        for i in np.flatnonzero(~one & ~lanes).tolist():
+            self._load_group(int(k[i]), int(g[i]))
+
+    def _load_lanes(self, k: np.ndarray, g: np.ndarray, n: int) -> None:
+        """Groups g[i] of clusters k[i], all of n > 1 documents (so the same G)."""
+        G = int(self.passes_per_group[k[0]])
+        rows = np.empty((k.size, G, n), self._cur.dtype)
+        rows[:] = self.docs[self.offsets[k][:, None] + np.arange(n)][:, None, :]
+        SFC64Lanes(self._passes.states(k, g)).shuffle_passes(rows)
+        self._cur[self.seg_off[k][:, None] + np.arange(G * n)] = rows.reshape(k.size, G * n)
+        self._cur_group[k] = g
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
