@@ -14,6 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# No seek-index cache in the user's home from tests (tests of the cache pass cache_dir).
+os.environ.setdefault("CLUSTERCLIP_CACHE", "off")
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,11 @@ arbitrary small label sets (with excluded documents and empty cluster ids).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,13 +20,14 @@ from scipy.stats import chisquare
 
 from clusterclip import ClusterClipSampler
 from clusterclip.errors import InputError
-from clusterclip.sampling import STRATEGIES
+from clusterclip.sampling import STRATEGIES, _seek
 from clusterclip.sampling._engine import passes_per_group
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_PASS,
     ChoiceVariates,
     KeyedStreams,
+    SFC64Lanes,
 )
 
 labels_st = st.lists(st.integers(-1, 9), min_size=1, max_size=120).filter(
@@ -415,3 +419,119 @@ def test_bad_labels(labels, message):
     with pytest.raises(InputError) as e:
         ClusterClipSampler(labels, 10)
     assert message in str(e.value)
+
+
+def test_more_than_2_16_clusters_take_the_two_pass_radix_path():
+    # 70,000 one-document clusters: cluster ids above 16 bits are grouped by a
+    # stable sort on the low then the high 16 bits; n_k = 1, so the document
+    # drawn is the cluster chosen, floor(u * m / 2**32).
+    K, T = 70_000, 300_000
+    out = np.concatenate(list(ClusterClipSampler(np.arange(K), T, strategy="uniform",
+                                                 seed=2).blocks(1 << 17)))
+    u = ChoiceVariates(2).get(0, T).astype(np.uint64)
+    assert np.array_equal(out, ((u * np.uint64(K)) >> np.uint64(32)).astype(np.int64))
+
+
+# --------------------------------------------------------------- seek index
+@contextlib.contextmanager
+def _seek_bits(bits):
+    """Checkpoints every 2**bits positions (tiny, so small schedules use the index)."""
+    old = _seek.SEEK_BITS
+    _seek.SEEK_BITS = bits
+    try:
+        yield
+    finally:
+        _seek.SEEK_BITS = old
+
+
+@settings(max_examples=30, deadline=None)
+@given(labels_st, st.sampled_from(["uniform", "temperature", "clusterclip"]),
+       st.integers(1, 3), st.floats(0.1, 1.0), st.floats(0.0, 1.0), st.integers(0, 5),
+       st.integers(1, 5))
+def test_resume_through_the_cached_seek_index_equals_the_definition(
+        labels, strategy, clip, frac, where, seed, bits):
+    T = _t_for(labels, strategy, clip, frac)
+    alpha = 0.0 if strategy == "uniform" else 0.5
+    c = int(where * T)
+    kw = dict(strategy=strategy, clip=clip, alpha=alpha, seed=seed)
+    ref = _reference(labels, T, strategy, clip, alpha, seed)
+    with tempfile.TemporaryDirectory() as d, _seek_bits(bits):
+        first = ClusterClipSampler(labels, T, consumed_samples=c, cache_dir=d, **kw)
+        built = first._seek_index.last_build if first._seek_index else None
+        assert list(first) == ref[c:]
+        # a restarted process: a new sampler finds the file and replays < 2**bits
+        again = ClusterClipSampler(labels, T, consumed_samples=c, cache_dir=d, **kw)
+        if c >> bits:
+            assert built is not None and built["to"] == (c >> bits) << bits
+            assert again._seek_index.last_build is None  # read, not rebuilt
+            assert [p.name for p in Path(d).iterdir()] == [Path(built["path"]).name]
+        assert list(again) == ref[c:]
+        plain = ClusterClipSampler(labels, T, cache_dir=False, **kw)
+        assert again.summary()["clip_events"] == plain.summary()["clip_events"]
+
+
+def test_corrupt_or_foreign_seek_index_is_ignored_and_rebuilt(tmp_path, capsys):
+    labels = np.repeat(np.arange(6), [1, 3, 8, 20, 40, 90])
+    T = 2 * labels.size
+    kw = dict(strategy="clusterclip", clip=2, alpha=0.5, seed=3)
+    ref = list(ClusterClipSampler(labels, T, cache_dir=False, **kw))
+    c = T - 37
+    with _seek_bits(4):
+        s = ClusterClipSampler(labels, T, consumed_samples=c, cache_dir=tmp_path, **kw)
+        path = Path(s._seek_index.path)
+        assert "built the seek index" in capsys.readouterr().err
+        good = path.read_bytes()
+        other = ClusterClipSampler(labels, T, consumed_samples=c, cache_dir=tmp_path / "o",
+                                   **{**kw, "seed": 4})
+        foreign = Path(other._seek_index.path).read_bytes()
+        flipped = bytearray(good)
+        flipped[len(good) // 2] ^= 0xFF
+        for bad in (b"not an npz", bytes(flipped), foreign, good[: len(good) // 2]):
+            path.write_bytes(bad)
+            again = ClusterClipSampler(labels, T, consumed_samples=c, cache_dir=tmp_path, **kw)
+            assert again._seek_index.last_build is not None  # not trusted: rebuilt
+            assert list(again) == ref[c:]
+            assert path.read_bytes() == good  # and rewritten
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["o", path.name]
+
+
+def test_unwritable_cache_dir_costs_only_the_cache(tmp_path, capsys):
+    labels = np.repeat(np.arange(4), [5, 9, 30, 60])
+    blocker = tmp_path / "file"
+    blocker.write_text("a user's file")
+    with _seek_bits(3):
+        s = ClusterClipSampler(labels, 200, strategy="uniform", consumed_samples=150,
+                               cache_dir=blocker / "sub")
+        assert list(s) == list(ClusterClipSampler(labels, 200, strategy="uniform",
+                                                  cache_dir=False))[150:]
+    assert "could not write the seek index" in capsys.readouterr().err
+    assert blocker.read_text() == "a user's file"
+
+
+# ------------------------------------------------------ passes in SFC64 lanes
+@pytest.mark.parametrize("n,G,S", [(2, 1, 5), (3, 3, 40), (5, 16, 30), (17, 40, 200),
+                                   (64, 2, 10), (300, 1, 3)])
+def test_sfc64_lanes_shuffle_exactly_as_numpy(n, G, S):
+    # Lane s shuffles G passes of n items as numpy's Generator.shuffle does with
+    # stream (a_s, b_s), pass after pass (rejections, the buffered uint32 half).
+    streams = KeyedStreams(11, TAG_PASS)
+    a, b = np.arange(S) * 7 + 1, np.arange(S) + 100
+    items = np.arange(n, dtype=np.int32) * 3 + 1
+    got = np.tile(items, (S, G, 1))
+    SFC64Lanes(streams.states(a, b)).shuffle_passes(got)
+    for s in range(S):
+        rng = streams(int(a[s]), int(b[s]))
+        want = np.tile(items, (G, 1))
+        for row in want:
+            rng.shuffle(row)
+        assert np.array_equal(got[s], want), s
+
+
+def test_many_small_clusters_loaded_in_lanes_match_the_definition():
+    # 400 clusters of 2-5 documents, clip 3: groups of 3 passes, loaded many at
+    # a time in SFC64 lanes (first touch and later groups alike).
+    labels = np.repeat(np.arange(400), np.random.default_rng(1).integers(2, 6, 400))
+    np.random.default_rng(2).shuffle(labels)
+    T = int(2.9 * labels.size)
+    got = list(ClusterClipSampler(labels, T, strategy="clusterclip", clip=3, seed=5))
+    assert got == _reference(labels, T, "clusterclip", 3, 0.0, 5)

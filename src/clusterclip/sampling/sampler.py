@@ -11,7 +11,9 @@ import hashlib
 import json
 import math
 import numbers
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
 from clusterclip.labels import check_labels
+from clusterclip.sampling import _seek
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine
 
 #: Every strategy name, here only: the CLI, the report and the experiment take these.
@@ -108,6 +111,13 @@ class ClusterClipSampler:
         Replaces n_k ** alpha as the cluster-choice weight (uniform,
         temperature, clusterclip; alpha is then ignored), e.g.
         n_k ** alpha / mean tokens per document of k.
+    cache_dir : folder of the cached seek index (uniform, temperature,
+        clusterclip), or False for none. Their seek is a count-only replay
+        from the nearest checkpoint of the index (per-cluster counts every
+        2**24 positions, keyed by the cluster sizes, weights, seed and clip);
+        the first seek past its end extends it (a one-off cost, printed to
+        stderr) and rewrites the file. Default (None): ``$CLUSTERCLIP_CACHE``
+        (``off`` for none), else ``~/.cache/clusterclip``.
 
     Attributes: ``capacity`` (clip x eligible N for clusterclip, else None),
     ``position`` (global position consumed so far, what ``state_dict`` saves),
@@ -128,7 +138,8 @@ class ClusterClipSampler:
     def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
                  clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int = 0,
                  world_size: int = 1, consumed_samples: int = 0,
-                 cluster_weights: Any = None) -> None:
+                 cluster_weights: Any = None,
+                 cache_dir: str | os.PathLike[str] | bool | None = None) -> None:
         # ---- every parameter is checked here, before any work
         if strategy not in STRATEGIES:
             raise InputError(f"unknown strategy {strategy!r}; choose one of "
@@ -217,6 +228,12 @@ class ClusterClipSampler:
         self._labels_fp = array_fingerprint(lab.astype(np.int64, copy=False))
         self._weights_fp = None if cluster_weights is None else array_fingerprint(weights)
 
+        if cache_dir is None or cache_dir is True:
+            self._cache_dir = _seek.default_cache_dir()
+        else:
+            self._cache_dir = None if cache_dir is False else Path(cache_dir)
+        self._seek_index: _seek.SeekIndex | None = None
+
         idx_dtype = np.int32 if lab.size < 2**31 else np.int64
         if strategy == "random":
             self._engine: ClusterEngine | EpochEngine = EpochEngine(
@@ -239,8 +256,13 @@ class ClusterClipSampler:
         eng = self._engine
         if isinstance(eng, ClusterEngine):
             if counts is None:
-                eng.reset(0, None)
-                eng.seek(position)
+                if self._indexed(position):
+                    at = self._index().engine_at(position)
+                    eng.reset(position, at.counts)
+                    eng.clip_events, eng.events_from = at.clip_events, 0
+                else:
+                    eng.reset(0, None)
+                    eng.seek(position)
                 counts = eng.counts.copy()
             else:
                 eng.reset(position, counts)
@@ -253,6 +275,40 @@ class ClusterClipSampler:
         self._buf = np.empty(0, np.int64)
         self._buf_list: list[int] | None = None
         self._buf_i = 0
+
+    def _engine_at(self, position: int) -> ClusterEngine:
+        """A separate engine at ``position`` whose ``clip_events`` cover [0, position).
+
+        Continues from this sampler's engine when that one has recorded every clip
+        since position 0 and has not passed ``position`` (after generating the
+        schedule, as ``write_schedule`` does, that costs nothing); else replays
+        from 0 (count-only). Paced needs no replay: its seek is a key search.
+        """
+        eng = self._engine
+        if isinstance(eng, PacedEngine):
+            out = eng.fresh()
+            out.seek(position)
+            return out
+        if not (eng.events_from == 0 and eng.pos <= position) and self._indexed(position):
+            return self._index().engine_at(position)
+        out = eng.fresh()
+        if eng.events_from == 0 and eng.pos <= position:
+            out.reset(eng.pos, eng.counts)
+            out.clip_events, out.events_from = list(eng.clip_events), 0
+        out.seek(position)
+        return out
+
+    def _indexed(self, position: int) -> bool:
+        """Whether reaching ``position`` goes through the seek index (a replayed
+        strategy, at least one checkpoint interval from 0)."""
+        return (type(self._engine) is ClusterEngine
+                and position >> (_seek.SEEK_BITS if self._seek_index is None
+                                 else self._seek_index.bits) > 0)
+
+    def _index(self) -> _seek.SeekIndex:
+        if self._seek_index is None:
+            self._seek_index = _seek.SeekIndex(self._engine, self._cache_dir)
+        return self._seek_index
 
     @property
     def position(self) -> int:
@@ -420,8 +476,7 @@ class ClusterClipSampler:
             s.update(clusters_clipped=0, clip_events=[], max_repetition=-(-T // ne),
                      min_repetition=T // ne, documents_seen=min(T, ne))
         else:
-            eng = self._engine.fresh()
-            eng.seek(T)
+            eng = self._engine_at(T)
             c = eng.counts
             reps_hi = -(-c[nonempty] // sizes[nonempty])
             seen = np.minimum(c[nonempty], sizes[nonempty]).sum()

@@ -18,7 +18,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                    consumed_samples: int = 0, cluster_weights: Any = None,
                    num_tokens: int | None = None, doc_tokens: Any = None,
                    balance_by: str = "docs", token_source: dict[str, Any] | None = None,
-                   progress: bool = False) -> dict[str, Any]:
+                   progress: bool = False, cache_dir: Any = None) -> dict[str, Any]:
     """Write this rank's schedule as an int64 ``.npy`` at ``path``; return the summary.
 
     The schedule has ``num_samples`` positions, or ends at the first position whose
@@ -41,7 +41,8 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     def make(**share: Any) -> ClusterClipSampler:
         return ClusterClipSampler(labels, plan["num_samples"], strategy=strategy, clip=clip,
                                   alpha=plan["alpha"], seed=seed,
-                                  cluster_weights=plan["cluster_weights"], **share)
+                                  cluster_weights=plan["cluster_weights"],
+                                  cache_dir=cache_dir, **share)
 
     if num_tokens is not None and isinstance(consumed_samples, int) \
             and consumed_samples > stop:
