@@ -509,22 +509,28 @@ def test_unwritable_cache_dir_costs_only_the_cache(tmp_path, capsys):
 
 
 # ------------------------------------------------------ passes in SFC64 lanes
-@pytest.mark.parametrize("n,G,S", [(2, 1, 5), (3, 3, 40), (5, 16, 30), (17, 40, 200),
-                                   (64, 2, 10), (300, 1, 3)])
-def test_sfc64_lanes_shuffle_exactly_as_numpy(n, G, S):
+def test_sfc64_lanes_shuffle_exactly_as_numpy():
     # Lane s shuffles G passes of n items as numpy's Generator.shuffle does with
-    # stream (a_s, b_s), pass after pass (rejections, the buffered uint32 half).
+    # stream (a_s, b_s), pass after pass (rejections, the buffered uint32 half),
+    # lanes of different n and G side by side (longest first).
+    rng0 = np.random.default_rng(0)
+    n = np.concatenate([rng0.integers(2, 40, 150), [300, 2, 17], rng0.integers(2, 6, 50)])
+    G = np.concatenate([rng0.integers(1, 5, 150), [1, 7, 40], rng0.integers(1, 30, 50)])
+    order = np.argsort(-(n - 1) * G, kind="stable")
+    n, G = n[order], G[order]
+    S = n.size
     streams = KeyedStreams(11, TAG_PASS)
     a, b = np.arange(S) * 7 + 1, np.arange(S) + 100
-    items = np.arange(n, dtype=np.int32) * 3 + 1
-    got = np.tile(items, (S, G, 1))
-    SFC64Lanes(streams.states(a, b)).shuffle_passes(got)
+    lens = n * G
+    offs = np.cumsum(lens) - lens
+    buf = np.concatenate([np.tile(np.arange(x) * 3 + 1, y) for x, y in zip(n, G, strict=True)])
+    SFC64Lanes(streams.states(a, b)).shuffle_flat(buf, offs, n, G)
     for s in range(S):
         rng = streams(int(a[s]), int(b[s]))
-        want = np.tile(items, (G, 1))
+        want = np.tile(np.arange(n[s]) * 3 + 1, (G[s], 1))
         for row in want:
             rng.shuffle(row)
-        assert np.array_equal(got[s], want), s
+        assert np.array_equal(buf[offs[s]:offs[s] + lens[s]], want.ravel()), s
 
 
 def test_many_small_clusters_loaded_in_lanes_match_the_definition():

@@ -59,10 +59,11 @@ def passes_per_group(sizes: np.ndarray, clip: int | None) -> np.ndarray:
 MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
 MIN_BLOCK = 256
 GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
-# Groups of at most this many items may be generated in SFC64 lanes (see _load_groups),
-# those of a size n when at least LANE_RATIO (n - 1) G of them are loaded together.
-LANE_MAX_ITEMS = 4096
-LANE_RATIO = 2.0
+# Cost model (us, measured on the reference machine) choosing between SFC64 lanes and
+# one numpy shuffle per cluster for loading groups of passes (see _load_groups).
+LANE_MAX_STEPS = 256
+LANE_STEP_US, LANE_ITEM_US = 22.5, 0.05
+LOOP_CALL_US, LOOP_ITEM_US = 10.0, 0.01
 
 
 class ClusterEngine:
@@ -419,27 +420,39 @@ class ClusterEngine:
             self._cur[np.repeat(self.seg_off[kk], reps) + ramp] = np.repeat(
                 self.docs[self.offsets[kk]], reps)
             self._cur_group[kk] = g[one]
-        # Lanes pay ~20 numpy calls per Fisher-Yates step, (n - 1) G steps for all
-        # their clusters at once; a shuffle per cluster costs ~10 us + ~8 ns per item.
-        small = np.flatnonzero(~one & (n * G <= LANE_MAX_ITEMS))
-        sizes, at, inv, counts = np.unique(n[small], return_index=True, return_inverse=True,
-                                           return_counts=True)
+        # Lanes (step counts within a factor 2) pay a fixed cost per Fisher-Yates
+        # step of the longest and more per item than numpy's own shuffle, which
+        # pays a fixed cost per cluster: lanes win for many short groups.
+        steps = (n - 1) * G
+        small = np.flatnonzero(~one & (steps <= LANE_MAX_STEPS))
         lanes = np.zeros(k.size, bool)
-        steps = (sizes - 1) * G[small][at]
-        for c in np.flatnonzero(counts >= LANE_RATIO * steps).tolist():
-            sel = small[inv == c]
-            self._load_lanes(k[sel], g[sel], int(sizes[c]))
-            lanes[sel] = True
+        if small.size:
+            octave = np.log2(steps[small]).astype(np.int64)
+            for o in np.unique(octave).tolist():
+                sel = small[octave == o]
+                items = float((n[sel] * G[sel]).sum())
+                top = int(steps[sel].max())
+                lanes_us = top * LANE_STEP_US + sel.size * top * LANE_ITEM_US
+                loop_us = sel.size * LOOP_CALL_US + items * LOOP_ITEM_US
+                if lanes_us < loop_us:
+                    self._load_lanes(k[sel], g[sel])
+                    lanes[sel] = True
         for i in np.flatnonzero(~one & ~lanes).tolist():
             self._load_group(int(k[i]), int(g[i]))
 
-    def _load_lanes(self, k: np.ndarray, g: np.ndarray, n: int) -> None:
-        """Groups g[i] of clusters k[i], all of n > 1 documents (so the same G)."""
-        G = int(self.passes_per_group[k[0]])
-        rows = np.empty((k.size, G, n), self._cur.dtype)
-        rows[:] = self.docs[self.offsets[k][:, None] + np.arange(n)][:, None, :]
-        SFC64Lanes(self._passes.states(k, g)).shuffle_passes(rows)
-        self._cur[self.seg_off[k][:, None] + np.arange(G * n)] = rows.reshape(k.size, G * n)
+    def _load_lanes(self, k: np.ndarray, g: np.ndarray) -> None:
+        """Groups g[i] of clusters k[i] (n > 1 documents each) in SFC64 lanes."""
+        n = self.sizes[k]
+        G = self.passes_per_group[k]
+        order = np.argsort(-(n - 1) * G, kind="stable")  # longest first
+        k, g, n, G = k[order], g[order], n[order], G[order]
+        lens = n * G
+        offs = np.cumsum(lens) - lens
+        ramp = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens)
+        buf = self.docs[np.repeat(self.offsets[k], lens) + ramp % np.repeat(n, lens)].astype(
+            np.int64)
+        SFC64Lanes(self._passes.states(k, g)).shuffle_flat(buf, offs, n, G)
+        self._cur[np.repeat(self.seg_off[k], lens) + ramp] = buf
         self._cur_group[k] = g
 
     def __getstate__(self) -> dict:

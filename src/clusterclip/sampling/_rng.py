@@ -83,10 +83,15 @@ class KeyedStreams:
     def states(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """(S, 4) uint64 hashed start states of streams (a[i], b[i]), before the
         16 discarded outputs (for :class:`SFC64Lanes`)."""
-        pack, seed, tag = struct.Struct("<4Q").pack, self.seed, self.tag
-        blob = b"".join(hashlib.blake2b(pack(seed, tag, x, y), digest_size=32,
-                                        person=b"clusterclip").digest()
-                        for x, y in zip(a.tolist(), b.tolist(), strict=True))
+        # the same BLAKE2b as __call__, (seed, tag) absorbed once
+        h0 = hashlib.blake2b(struct.pack("<2Q", self.seed, self.tag), digest_size=32,
+                             person=b"clusterclip")
+        pack, out = struct.Struct("<2Q").pack, []
+        for x, y in zip(a.tolist(), b.tolist(), strict=True):
+            h = h0.copy()
+            h.update(pack(x, y))
+            out.append(h.digest())
+        blob = b"".join(out)
         return np.frombuffer(blob, dtype="<u8").astype(np.uint64).reshape(-1, 4)
 
     def __getstate__(self) -> dict:
@@ -229,40 +234,62 @@ class SFC64Lanes:
             out[r, 1] = x >> _U64(32)
         return out.reshape(m, self.a.size)
 
-    def shuffle_passes(self, rows: np.ndarray) -> None:
-        """``Generator.shuffle`` of each ``rows[s, p]`` (S, G, n), pass after pass, by lane s.
+    def shuffle_flat(self, buf: np.ndarray, offs: np.ndarray, n: np.ndarray,
+                     G: np.ndarray) -> None:
+        """``Generator.shuffle`` by lane s of each of its G[s] passes of n[s] >= 2 items,
+        ``buf[offs[s]:offs[s] + G[s] n[s]]`` (int64), pass after pass, in place.
 
         Fisher-Yates from the last item, ``j = random_interval(i)`` by masked
         rejection on ``next_uint32``, exactly as numpy. Each lane's uint32
-        stream is generated ahead in bulk; all lanes take the step of the same
-        ``i`` together, each at its own place in its stream (rejections).
+        stream is generated ahead in bulk; step t of every lane is taken
+        together, each lane at its own item i, pass and place in its stream.
+        Lanes must come by number of steps G (n - 1), longest first: the lanes
+        still shuffling at step t are then a prefix.
         """
-        S, G, n = rows.shape
-        work = np.ascontiguousarray(rows.transpose(1, 2, 0))  # (G, n, S): rows[.., i] contiguous
+        S = offs.size
         steps = G * (n - 1)
-        m = 2 * ((3 * steps) // 4 + 8)  # ~1.4 draws per step expected; more made if short
+        if S == 0:
+            return
+        if (np.diff(steps) > 0).any():
+            raise ValueError("lanes must come longest first")
+        longest = int(steps[0])
+        m = 2 * ((3 * longest) // 4 + 8)  # ~1.4 draws per step expected; more made if short
         stream = self.uint32s(m).T.copy()  # (S, m)
         flat = stream.ravel()
         lanes = np.arange(S)
         base = lanes * m
         ptr = np.zeros(S, np.int64)
-        for p in range(G):
-            w = work[p]
-            for i in range(n - 1, 0, -1):
-                mask = np.uint32((1 << i.bit_length()) - 1)
-                sel = lanes
-                j = np.empty(S, np.uint32)
-                while sel.size:  # draw; the rejected (j > i) draw again
-                    if int(ptr[sel].max()) >= m:  # rare: extend every lane's stream
-                        stream = np.concatenate([stream, self.uint32s(m).T], axis=1)
-                        m *= 2
-                        flat, base = stream.ravel(), lanes * m
-                    j[sel] = flat.take(base[sel] + ptr[sel]) & mask
-                    ptr[sel] += 1
-                    sel = sel[j[sel] > i]
-                at = j.astype(np.intp) * S + lanes  # w[j, lane], flat
-                wf = w.reshape(-1)
-                vi = w[i].copy()
-                w[i] = wf.take(at)
-                wf[at] = vi
-        rows[:] = work.transpose(2, 0, 1)
+        top = int(n.max())
+        lut = np.array([(1 << v.bit_length()) - 1 for v in range(top)], np.uint32)
+        i = n - 1  # item each lane swaps next (its pass restarts at n - 1)
+        row = offs.astype(np.int64)  # start of each lane's current pass
+        active = S - np.searchsorted(steps[::-1], np.arange(longest), side="right")
+        for t in range(longest):
+            A = int(active[t])
+            ia, ra = i[:A], row[:A]
+            mask = lut.take(ia)
+            if int(ptr[:A].max()) >= m:  # rare: extend every lane's stream
+                stream = np.concatenate([stream, self.uint32s(m).T], axis=1)
+                m *= 2
+                flat, base = stream.ravel(), lanes * m
+            j = flat.take(base[:A] + ptr[:A]) & mask
+            ptr[:A] += 1
+            bad = np.flatnonzero(j > ia)
+            while bad.size:  # rejected: those lanes draw again
+                if int(ptr[bad].max()) >= m:
+                    stream = np.concatenate([stream, self.uint32s(m).T], axis=1)
+                    m *= 2
+                    flat, base = stream.ravel(), lanes * m
+                j[bad] = flat.take(base[bad] + ptr[bad]) & mask[bad]
+                ptr[bad] += 1
+                bad = bad[j[bad] > ia[bad]]
+            at_i = ra + ia
+            at_j = ra + j
+            vi = buf.take(at_i)
+            buf[at_i] = buf.take(at_j)
+            buf[at_j] = vi
+            ia -= 1
+            done = np.flatnonzero(ia == 0)  # pass complete: the next one starts
+            if done.size:
+                ia[done] = n[done] - 1
+                ra[done] += n[done]
