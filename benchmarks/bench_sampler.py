@@ -2,6 +2,9 @@
 
     python benchmarks/bench_sampler.py            # N=1e7 docs, K=1e4 clusters, T=1e8
     python benchmarks/bench_sampler.py --quick    # N=1e6, K=1e3, T=1e7
+    python benchmarks/bench_sampler.py --shape issue --sections cli,resume
+                                                  # issue 10: N=2e6, K=5000, T=3e7, clip 20
+    python benchmarks/bench_sampler.py --sections many   # 10^5 vs 10^4 clusters
 
 Same power-law labels everywhere (cluster k has about N / (k H_K) documents,
 shuffled over the corpus). Rows:
@@ -14,6 +17,22 @@ shuffled over the corpus). Rows:
   call, timed here in bulk (no Python iteration, the generous reading) on
   ``--peer-samples`` draws;
 * numpy ``Generator.permutation(T)``: the floor for any shuffled order of T.
+
+Sections (``--sections``, default all):
+
+* ``inproc``: the rows above, in-process generation rates;
+* ``cli``: whole processes, each timed from the parent (interpreter start,
+  imports, reading labels.npy, writing the .npy): ``clusterclip sample`` for
+  every strategy against a process that draws with ``torch.multinomial``
+  (cluster-balancing weights) and saves, one that iterates
+  ``WeightedRandomSampler`` into a list and saves, and one that saves
+  ``numpy permutation(T)``; the torch peers draw ``--peer-samples`` and their
+  drawing time is scaled to T (their fixed cost counted once);
+* ``resume``: fresh processes per strategy: start at 0, resume at
+  ``consumed_samples = --seek`` without a seek index (the one-off build), the
+  same again with it, and ``load_state_dict`` of that state at world size 4;
+* ``many``: 10^4 vs 10^5 clusters of near-equal size (N = 2e6): construction
+  plus the first 4e6 samples, then the rest of T = 2e7.
 """
 
 from __future__ import annotations
@@ -24,7 +43,9 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -80,7 +101,7 @@ def seek_worker(args: argparse.Namespace) -> dict:
         total = args.seek + (1 << 20)
         t0 = time.perf_counter()
         s = ClusterClipSampler(labels, total, strategy=strategy, clip=clip or 4,
-                               consumed_samples=args.seek)
+                               consumed_samples=args.seek, cache_dir=False)
         first = next(s.blocks(1 << 16))
         out[strategy] = {"seek_s": time.perf_counter() - t0, "first": int(first[0]),
                          "state_bytes": len(json.dumps(s.state_dict()))}
@@ -91,6 +112,182 @@ def seek_worker(args: argparse.Namespace) -> dict:
     out["paced_fresh_s"] = time.perf_counter() - t0
     out["peak_rss_mib"] = _peak_rss_mib()
     return out
+
+
+def resume_worker(args: argparse.Namespace) -> dict:
+    """One fresh process: start ``args.resume_strategy`` at ``args.resume_at`` (or load
+    the state in ``args.state_in`` at world size 4) and take the first 2**16 block."""
+    t0 = time.perf_counter()
+    from clusterclip import ClusterClipSampler
+
+    labels = np.load(args.labels_file)
+    strategy = args.resume_strategy
+    total = args.seek + (1 << 20)
+    clip = args.seek_clip
+    t1 = time.perf_counter()
+    if args.state_in:
+        state = json.loads(Path(args.state_in).read_text())
+        s = ClusterClipSampler(labels, total, strategy=strategy, clip=clip, rank=1,
+                               world_size=4, cache_dir=args.cache)
+        s.load_state_dict(state)
+    else:
+        s = ClusterClipSampler(labels, total, strategy=strategy, clip=clip,
+                               consumed_samples=args.resume_at, cache_dir=args.cache)
+    first = next(s.blocks(1 << 16))
+    t2 = time.perf_counter()
+    if args.state_out:
+        Path(args.state_out).write_text(json.dumps(s.state_dict()))
+    return {"import_load_s": t1 - t0, "seek_s": t2 - t1, "first": int(first[0]),
+            "built": None if s._seek_index is None else s._seek_index.last_build}
+
+
+def many_worker(args: argparse.Namespace) -> dict:
+    from clusterclip import ClusterClipSampler
+
+    n_docs, T, head = 2 * 10**6, 2 * 10**7, 4 * 10**6
+    labels = np.random.default_rng(0).integers(0, args.many_k, n_docs)
+    out = {}
+    for strategy in ("uniform", "clusterclip"):
+        c0, w0 = time.process_time(), time.perf_counter()
+        s = ClusterClipSampler(labels, T, strategy=strategy, clip=16, cache_dir=False)
+        n = 0
+        blocks = s.blocks(1 << 20)
+        for block in blocks:
+            n += block.size
+            if n >= head:
+                break
+        c1, w1 = time.process_time(), time.perf_counter()
+        for block in blocks:
+            n += block.size
+        c2, w2 = time.process_time(), time.perf_counter()
+        out[strategy] = {"head_cpu": c1 - c0, "head_wall": w1 - w0, "rest_cpu": c2 - c1,
+                         "rest_wall": w2 - w1, "head": head, "rest": n - head}
+    return out
+
+
+def _timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """(wall s, CPU s of the child, stdout) of one whole process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise RuntimeError(f"{cmd[:4]}... failed: {proc.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout
+
+
+_PEER = r"""
+import sys, time, numpy as np, torch
+from torch.utils.data import WeightedRandomSampler
+labels_file, n, out, how = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+lab = np.load(labels_file)
+sizes = np.bincount(lab)
+w = torch.as_tensor(1.0 / sizes[lab], dtype=torch.double)
+g = torch.Generator().manual_seed(0)
+t0 = time.perf_counter()
+if how == "multinomial":
+    drawn = torch.multinomial(w, n, True, generator=g).numpy()
+else:
+    drawn = np.array(list(WeightedRandomSampler(w, n, replacement=True, generator=g)))
+t1 = time.perf_counter()
+np.save(out, drawn)
+print(t1 - t0)
+"""
+
+_PERM = r"""
+import sys, numpy as np
+np.save(sys.argv[2], np.random.default_rng(0).permutation(int(sys.argv[1])))
+"""
+
+
+def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path) -> None:
+    T = args.samples
+    env = {**os.environ, "CLUSTERCLIP_CACHE": "off"}
+    print(f"\n## whole processes, T={T:,} (wall s; CPU s of the process in brackets)",
+          flush=True)
+    rows = []
+    for strategy in ("random", "uniform", "temperature", "clusterclip", "paced"):
+        cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels", str(labels_file),
+               "--strategy", strategy, "--clip", str(args.clip), "--num-samples", str(T),
+               "--out", str(tmp / "schedule.npy"), "--no-progress"]
+        if strategy == "temperature":
+            cmd += ["--alpha", "0.5"]
+        wall, cpu, _ = _timed(cmd, env)
+        rows.append((f"clusterclip sample --strategy {strategy}", wall, cpu))
+        print(f"| {rows[-1][0]} | {wall:.2f} | ({cpu:.2f}) |", flush=True)
+    P = min(T, args.peer_samples)
+    peers = {}
+    for how in ("multinomial", "wrs"):
+        wall, cpu, out = _timed([sys.executable, "-c", _PEER, str(labels_file), str(P),
+                                 str(tmp / "peer.npy"), how])
+        draw = float(out.strip().splitlines()[-1])
+        scale = T / P
+        peers[how] = (wall + draw * (scale - 1), cpu + draw * (scale - 1))
+        name = ("torch.multinomial (cluster-balancing weights) + save" if how == "multinomial"
+                else "WeightedRandomSampler iterated into a list + save")
+        extra = f", measured on {P:,} draws, scaled" if P < T else ""
+        print(f"| {name}{extra} | {peers[how][0]:.2f} | ({peers[how][1]:.2f}) |", flush=True)
+    wall, cpu, _ = _timed([sys.executable, "-c", _PERM, str(T), str(tmp / "perm.npy")])
+    peers["perm"] = (wall, cpu)
+    print(f"| numpy permutation(T) + save | {wall:.2f} | ({cpu:.2f}) |", flush=True)
+    print()
+    for name, wall, cpu in rows:
+        print(f"{name}: {peers['multinomial'][0] / wall:.1f}x multinomial, "
+              f"{peers['wrs'][0] / wall:.1f}x WeightedRandomSampler (targets >= 10x); "
+              f"{wall / peers['perm'][0]:.2f}x permutation's time (target <= 2x); "
+              f"by CPU: {peers['multinomial'][1] / cpu:.1f}x / {peers['wrs'][1] / cpu:.1f}x / "
+              f"{cpu / peers['perm'][1]:.2f}x", flush=True)
+
+
+def resume_section(args: argparse.Namespace, tmp: Path, labels_file: Path,
+                   argv: list[str]) -> None:
+    print(f"\n## resume at consumed_samples = {args.seek:,} (fresh processes; wall s "
+          f"from process start; T = {args.seek + (1 << 20):,}, clip {args.seek_clip})",
+          flush=True)
+    print("| strategy | start at 0 | resume, no index (one-off build) | resume, index "
+          "cached | load_state_dict at world size 4 | resume / start |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    base = [sys.executable, __file__, "--worker", "resume", *argv,
+            f"--labels-file={labels_file}"]
+    for strategy in ("random", "uniform", "temperature", "clusterclip", "paced"):
+        cache = tmp / f"cache-{strategy}"
+        st = tmp / f"state-{strategy}.json"
+        common = [f"--resume-strategy={strategy}", f"--cache={cache}"]
+        fresh, _, _ = _timed([*base, *common, "--resume-at=0"])
+        cold, _, out = _timed([*base, *common, f"--resume-at={args.seek}"])
+        built = json.loads(out.strip().splitlines()[-1])["built"]
+        warm, _, out = _timed([*base, *common, f"--resume-at={args.seek}",
+                               f"--state-out={st}"])
+        w = json.loads(out.strip().splitlines()[-1])
+        assert w["built"] is None
+        state, _, _ = _timed([*base, *common, f"--state-in={st}"])
+        verdict = "met" if warm <= max(1.0, 3 * fresh) else "MISSED"
+        note = f" (index build {built['seconds']:.1f} s)" if built else ""
+        print(f"| {strategy} | {fresh:.2f} | {cold:.2f}{note} | {warm:.2f} | {state:.2f} | "
+              f"{warm / fresh:.2f}x ({verdict}: <= max(1 s, 3x)) |", flush=True)
+
+
+def many_section(argv: list[str]) -> None:
+    print("\n## many clusters: N = 2e6 documents, near-equal sizes, T = 2e7, clip 16 "
+          "(CPU s; M samples per CPU s)", flush=True)
+    res = {}
+    for k in (10**4, 10**5):
+        res[k] = _subprocess("many", [*argv, f"--many-k={k}"])
+    print("| clusters (docs each) | strategy | construction + first 4e6 | rate | next 1.6e7 "
+          "| rate |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for k, r in res.items():
+        for strategy, m in r.items():
+            print(f"| {k:,} (~{2 * 10**6 // k}) | {strategy} | {m['head_cpu']:.2f} | "
+                  f"{m['head'] / m['head_cpu'] / 1e6:.1f} M | {m['rest_cpu']:.2f} | "
+                  f"{m['rest'] / m['rest_cpu'] / 1e6:.1f} M |", flush=True)
+    for strategy in ("uniform", "clusterclip"):
+        a, b = res[10**4][strategy], res[10**5][strategy]
+        print(f"{strategy}: 10^5 clusters / 10^4 clusters, time per sample: first 4e6 "
+              f"{b['head_cpu'] / a['head_cpu']:.2f}x, rest {b['rest_cpu'] / a['rest_cpu']:.2f}x "
+              f"(target ~1x)")
 
 
 def _subprocess(mode: str, argv: list[str]) -> dict:
@@ -113,28 +310,61 @@ def main() -> None:
                    help="clip of the clusterclip seek schedule (default: enough capacity)")
     p.add_argument("--iter-samples", type=int, default=1_000_000,
                    help="Python-int iteration timed over this many indices")
-    p.add_argument("--worker", choices=("ours", "paced", "seek"), default=None,
-                   help=argparse.SUPPRESS)
+    p.add_argument("--shape", choices=("default", "issue"), default="default",
+                   help="issue: N=2e6, K=5000, T=3e7, clip 20 (issue 10's measurement)")
+    p.add_argument("--sections", default="inproc,cli,resume,many",
+                   help="comma-separated: inproc, cli, resume, many")
+    p.add_argument("--worker", choices=("ours", "paced", "seek", "resume", "many"),
+                   default=None, help=argparse.SUPPRESS)
+    for hidden in ("--labels-file", "--resume-strategy", "--cache", "--state-in",
+                   "--state-out"):
+        p.add_argument(hidden, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--resume-at", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--many-k", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     quick = args.quick
-    args.docs = args.docs or (10**6 if quick else 10**7)
-    args.clusters = args.clusters or (10**3 if quick else 10**4)
-    args.samples = args.samples or (10**7 if quick else 10**8)
+    issue = args.shape == "issue"
+    if issue:
+        args.clip = 20
+    args.docs = args.docs or (10**6 if quick else 2 * 10**6 if issue else 10**7)
+    args.clusters = args.clusters or (10**3 if quick else 5000 if issue else 10**4)
+    args.samples = args.samples or (10**7 if quick else 3 * 10**7 if issue else 10**8)
     args.seek = args.seek or (10**8 if quick else 10**9)
     args.peer_samples = args.peer_samples or min(args.samples, 2 * 10**7)
     args.seek_clip = args.seek_clip or -(-(args.seek + (1 << 20)) // args.docs)
     if args.worker in ("ours", "paced"):
         print(json.dumps(worker(args, "clusterclip" if args.worker == "ours" else "paced")))
         return
-    if args.worker == "seek":
-        print(json.dumps(seek_worker(args)))
+    if args.worker in ("seek", "resume", "many"):
+        work = {"seek": seek_worker, "resume": resume_worker, "many": many_worker}
+        print(json.dumps(work[args.worker](args)))
         return
 
     argv = [f"--docs={args.docs}", f"--clusters={args.clusters}", f"--samples={args.samples}",
             f"--clip={args.clip}", f"--seek={args.seek}", f"--seek-clip={args.seek_clip}",
             f"--iter-samples={args.iter_samples}"]
     print(f"N={args.docs:,} docs, K={args.clusters:,} power-law clusters, T={args.samples:,} "
-          f"samples, clip {args.clip}; {os.cpu_count()} CPUs", flush=True)
+          f"samples, clip {args.clip}; {os.cpu_count()} CPUs; load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    sections = set(args.sections.split(","))
+    if sections & {"cli", "resume"}:
+        with tempfile.TemporaryDirectory(prefix="bench-sampler-") as d:
+            tmp = Path(d)
+            labels_file = tmp / "labels.npy"
+            np.save(labels_file, power_law_labels(args.docs, args.clusters))
+            if "cli" in sections:
+                cli_section(args, tmp, labels_file)
+            if "resume" in sections:
+                resume_section(args, tmp, labels_file, argv)
+    if "many" in sections:
+        many_section(argv)
+    if "inproc" in sections:
+        inproc_section(args, argv)
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+
+def inproc_section(args: argparse.Namespace, argv: list[str]) -> None:
+    print("\n## in-process generation", flush=True)
     ours = _subprocess("ours", argv)
     print(f"ours done: {ours}", flush=True)
     paced = _subprocess("paced", argv)
@@ -199,7 +429,8 @@ def main() -> None:
     for strategy in ("uniform", "clusterclip", "paced"):
         r = seek[strategy]
         extra = f" (clip {args.seek_clip})" if strategy != "uniform" else ""
-        how = "key search, no replay" if strategy == "paced" else "count-only replay"
+        how = ("key search, no replay" if strategy == "paced"
+               else "count-only replay, no seek index")
         print(f"seek to position {args.seek:.0e}, {strategy}{extra} (construction + {how} "
               f"+ first block): {r['seek_s']:.1f} s "
               f"(state_dict {r['state_bytes'] / 1024:.1f} KiB)")

@@ -224,8 +224,12 @@ class ClusterEngine:
         flag[over] = True
         sel = np.flatnonzero(flag[local])  # draws of the candidate clusters, in order
         sub = local[sel]
-        # (cluster, draw) pairs in order: sort unique composite keys (SIMD sort)
-        order = np.sort(sub * local.size + sel) % local.size
+        # (cluster, draw) pairs in order: a stable radix sort of 16-bit pool
+        # indices, else a sort of unique composite keys
+        if self.pool.size <= 1 << 16:
+            order = sel[np.argsort(sub.astype(np.uint16), kind="stable")]
+        else:
+            order = np.sort(sub * local.size + sel) % local.size
         per = np.bincount(sub, minlength=self.pool.size)[over]
         ends = order[np.cumsum(per) - per + rem[over] - 1]
         i = int(np.argmin(ends))
