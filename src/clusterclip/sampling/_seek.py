@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.io import array_fingerprint, atomic_path
+from clusterclip.io import array_fingerprint, atomic_path, remove_stale_temporaries
 from clusterclip.sampling._engine import ClusterEngine
 
 #: Version of the index file *and* of the schedule definition it was computed from.
@@ -131,6 +131,7 @@ class SeekIndex:
         events = np.ascontiguousarray(self._events, np.int64)
         meta = {"key": self.key_fields, "sha256": _checksum(deltas, events)}
         try:
+            remove_stale_temporaries(self.path.parent, self.path.name)  # of killed writers
             with atomic_path(self.path) as tmp, open(tmp, "wb") as f:
                 for a in (np.frombuffer(json.dumps(meta).encode(), np.uint8), deltas, events):
                     np.save(f, a, allow_pickle=False)
