@@ -541,3 +541,32 @@ def test_many_small_clusters_loaded_in_lanes_match_the_definition():
     T = int(2.9 * labels.size)
     got = list(ClusterClipSampler(labels, T, strategy="clusterclip", clip=3, seed=5))
     assert got == _reference(labels, T, "clusterclip", 3, 0.0, 5)
+
+
+@pytest.mark.slow
+def test_cli_restart_reads_the_seek_index_a_first_run_built(tmp_path):
+    # Two fresh `clusterclip sample` processes resuming past one checkpoint
+    # interval (2**24): the first builds the index in $CLUSTERCLIP_CACHE (and
+    # says so), the second reads it; both write the uninterrupted continuation.
+    from _helpers import child_env, run_cli
+
+    labels = np.random.default_rng(0).integers(0, 40, 500)
+    np.save(tmp_path / "labels.npy", labels)
+    start = (1 << 24) + 123
+    T = start + 700
+    env = child_env(CLUSTERCLIP_CACHE=str(tmp_path / "cache"))
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.npy"
+        p = run_cli("sample", "--labels", tmp_path / "labels.npy", "--strategy", "uniform",
+                    "--num-samples", T, "--consumed-samples", start, "--out", out,
+                    "--no-progress", env=env)
+        assert p.returncode == 0, p.stderr
+        assert ("built the seek index" in p.stderr) == (i == 0)
+        outs.append(np.load(out))
+    assert [f.name for f in (tmp_path / "cache").iterdir()][0].startswith("seek-")
+    s = ClusterClipSampler(labels, T, strategy="uniform", cache_dir=False)
+    s._engine.seek(start - 5)  # count-only replay, as before the index
+    s._set_start(start - 5, s._engine.counts.copy())
+    want = np.concatenate(list(s.blocks()))[5:]
+    assert np.array_equal(outs[0], want) and np.array_equal(outs[1], want)
