@@ -281,6 +281,7 @@ class ClusterEngine:
             if full is not None:
                 hit = np.flatnonzero(full)
                 hits = full[hit]
+            drawn = self.pool[hit]  # their cluster ids
             if gather:
                 # Documents are gathered per run of up to MAX_BLOCK draws, not
                 # per sub-block: dense clip periods make many short sub-blocks.
@@ -294,8 +295,8 @@ class ClusterEngine:
                 chosen.append(run)
                 pending.append(run)
                 pending_n += b
-                pending_full[self.pool[hit]] += hits
-            self.counts[self.pool[hit]] += hits
+                pending_full[drawn] += hits
+            self.counts[drawn] += hits
             if self._rem is not None:
                 self._rem[hit] -= hits
             self.pos += b
@@ -324,8 +325,8 @@ class ClusterEngine:
         """Materialise passes [g*G, (g+1)*G) of cluster k (G = passes_per_group[k]).
 
         Pass p of the group is ``docs_k`` shuffled in place by stream (k, g),
-        the passes one after another (``Generator.shuffle`` of each row, as
-        ``permuted(axis=1)`` does): ``docs_k[permutation(n)]`` without the
+        the passes one after another (``Generator.shuffle`` of each row, which
+        is what ``permuted(axis=1)`` does): ``docs_k[permutation(n)]`` without the
         index array or the gather.
         """
         n, G = int(self.sizes[k]), int(self.passes_per_group[k])
@@ -337,10 +338,9 @@ class ClusterEngine:
             rows = np.empty((G, n), np.int64)
             rows[:] = self.docs[o:o + n]
             rng = self._passes(k, g)
-            if G <= 8:  # a few row shuffles beat permuted's iterator set-up
-                for row in rows:
-                    rng.shuffle(row)
-            else:
+            if G == 1:
+                rng.shuffle(rows[0])
+            else:  # the same shuffles, row after row, in C (~3 us less per row)
                 rng.permuted(rows, axis=1, out=rows)
             self._cur[so:so + G * n] = rows.reshape(-1)
         self._cur_group[k] = g
