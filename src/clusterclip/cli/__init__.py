@@ -19,7 +19,7 @@ from clusterclip import __version__
 from clusterclip.errors import InputError
 
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
-COMMANDS = ("embed", "cluster", "assign", "group", "sample", "run", "export", "report",
+COMMANDS = ("embed", "cluster", "assign", "dedup", "group", "sample", "run", "export", "report",
             "experiment", "demo")
 
 

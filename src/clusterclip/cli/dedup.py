@@ -1,0 +1,28 @@
+"""clusterclip dedup: W/embeddings.npy + W/labels.npy -> W/groups.npy (near-duplicate groups)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = ("group near-duplicate documents inside each cluster (cosine >= --threshold) into "
+        "W/groups.npy, for `sample --groups` / `run --dedup`")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
+    p.add_argument("--threshold", type=float, default=0.95,
+                   help="cosine similarity at or above which two documents of a cluster are "
+                        "near-duplicates, in (0, 1] (default: 0.95)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clusterclip.dedup import check_threshold, dedup_workdir, format_summary
+    from clusterclip.workdir import Workdir
+
+    threshold = check_threshold(args.threshold)
+    w = Workdir(args.workdir, create=False)
+    s = dedup_workdir(w, threshold=threshold, progress=not args.no_progress)
+    print(format_summary(s) + ("  (up to date: reused)" if s.get("skipped") else ""))
+    print(f"output: {w.path('groups.npy')} (summary: {w.path('dedup.json')})")
+    return 0

@@ -1,0 +1,273 @@
+"""Near-duplicate groups: the ``dedup`` stage (``W/groups.npy``, ``W/dedup.json``).
+
+Inside each cluster of ``W/labels.npy``, two documents whose embeddings
+(``W/embeddings.npy``, L2-normalised) have cosine similarity >= ``threshold``
+are near-duplicates; the connected components of that relation are the
+*groups*. ``groups[i]`` is the smallest document index of document ``i``'s
+group (so a document with no near-duplicate is its own group: ``groups[i] ==
+i``), -1 for excluded documents (label -1).
+
+Each cluster is streamed in tiles of at most ``TILE_ROWS x TILE_COLS``
+similarities (the upper triangle only), never a cluster x cluster matrix:
+memory stays bounded for a cluster of any size. The pairs of a tile are
+reduced to a spanning forest of that tile at once (at most rows + cols
+edges), and the components of a cluster come from scipy's
+``connected_components`` over those forests. Tile shapes are fixed (part of
+the result's definition: a float32 product does not depend on anything else),
+so the groups are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.workdir import Workdir
+
+STAGE = "dedup"
+OUTPUTS = ("groups.npy", "dedup.json")
+TILE_ROWS = 2048
+TILE_COLS = 4096
+#: A cluster whose float32 rows fit in this many bytes is read into memory once;
+#: a larger one is read tile by tile from the memory map.
+RESIDENT_BYTES = 256 << 20
+LARGEST_SHOWN = 10  # groups listed in dedup.json
+EXAMPLES_PER_GROUP = 3
+EXAMPLE_CHARS = 200
+
+
+def check_threshold(threshold: Any) -> float:
+    """``threshold`` as a float in (0, 1]; else InputError."""
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) \
+            or not math.isfinite(threshold) or not 0.0 < float(threshold) <= 1.0:
+        raise InputError(f"--threshold {threshold}: must be a cosine similarity in (0, 1]")
+    return float(threshold)
+
+
+def _row_reader(X: np.ndarray, idx: np.ndarray):
+    """``rows(lo, hi)``: float32 embeddings of ``idx[lo:hi]`` (the cluster's documents)."""
+    if idx.size * X.shape[1] * 4 <= RESIDENT_BYTES:
+        Y = np.asarray(X[idx], dtype=np.float32)
+        return lambda lo, hi: Y[lo:hi]
+    return lambda lo, hi: np.asarray(X[idx[lo:hi]], dtype=np.float32)
+
+
+def iter_pairs(X: np.ndarray, idx: np.ndarray, threshold: float
+               ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Near-duplicate pairs among the documents ``idx`` (ascending), per tile.
+
+    Yields ``(a, b)``: int64 arrays of positions in ``idx`` with ``a < b`` and
+    cosine(X[idx[a]], X[idx[b]]) >= ``threshold`` (float32 products). Every pair
+    is yielded exactly once.
+    """
+    n = idx.size
+    rows = _row_reader(X, idx)
+    for r0 in range(0, n, TILE_ROWS):
+        r1 = min(n, r0 + TILE_ROWS)
+        A = rows(r0, r1)
+        for c0 in range(r0, n, TILE_COLS):
+            c1 = min(n, c0 + TILE_COLS)
+            S = A @ rows(c0, c1).T
+            ii, jj = np.nonzero(S >= threshold)
+            a = ii.astype(np.int64) + r0
+            b = jj.astype(np.int64) + c0
+            keep = b > a
+            if keep.any():
+                yield a[keep], b[keep]
+
+
+def _forest(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (node, smallest node of its component) with the connectivity of (a, b)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    nodes, inv = np.unique(np.concatenate([a, b]), return_inverse=True)
+    m = nodes.size
+    g = coo_matrix((np.ones(a.size, np.int8), (inv[:a.size], inv[a.size:])), shape=(m, m))
+    _, comp = connected_components(g, directed=False)
+    first = np.full(comp.max() + 1, m, np.int64)
+    np.minimum.at(first, comp, np.arange(m))
+    return nodes, nodes[first[comp]]
+
+
+def cluster_groups(X: np.ndarray, idx: np.ndarray, threshold: float) -> tuple[np.ndarray, int]:
+    """Group of each document of ``idx`` (ascending doc ids of one cluster).
+
+    Returns (``rep``, pairs): ``rep[i]`` is the smallest position in ``idx`` of
+    position ``i``'s group; ``pairs`` the number of near-duplicate pairs found.
+    """
+    n = idx.size
+    froms, tos = [], []
+    pairs = 0
+    for a, b in iter_pairs(X, idx, threshold):
+        pairs += a.size
+        f, t = _forest(a, b)
+        froms.append(f)
+        tos.append(t)
+    rep = np.arange(n, dtype=np.int64)
+    if not froms:
+        return rep, 0
+    f, t = _forest(np.concatenate(froms), np.concatenate(tos))
+    rep[f] = t
+    return rep, pairs
+
+
+def near_duplicate_groups(X: np.ndarray, labels: np.ndarray, threshold: float, *,
+                          progress: bool = False) -> tuple[np.ndarray, int]:
+    """``groups`` (int64[N], see the module) and the number of near-duplicate pairs."""
+    threshold = check_threshold(threshold)
+    lab = np.asarray(labels)
+    N = lab.size
+    groups = np.full(N, -1, np.int64)
+    eligible = lab >= 0
+    K = int(lab.max()) + 1 if eligible.any() else 0
+    sizes = np.bincount(lab[eligible], minlength=K)
+    keys = np.where(eligible, lab, K).astype(np.int64)
+    order = np.argsort(keys, kind="stable")[:int(sizes.sum())]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=int(sizes.sum()), desc="dedup", unit="doc", unit_scale=True,
+                   leave=False)
+    pairs = 0
+    try:
+        # largest clusters first: the progress bar's rate settles early
+        for k in np.argsort(-sizes, kind="stable"):
+            idx = order[bounds[k]:bounds[k + 1]]
+            if idx.size == 0:
+                continue
+            rep, p = cluster_groups(X, idx, threshold)
+            groups[idx] = idx[rep]
+            pairs += p
+            if bar is not None:
+                bar.update(idx.size)
+    finally:
+        if bar is not None:
+            bar.close()
+    return groups, pairs
+
+
+def group_summary(groups: np.ndarray, labels: np.ndarray, threshold: float, pairs: int,
+                  texts: Any = None) -> dict[str, Any]:
+    """What ``dedup.json`` says: counts and the largest groups (with example texts when
+    ``texts``, a callable doc indices -> texts, is given)."""
+    lab = np.asarray(labels)
+    g = groups[groups >= 0]
+    ids, counts = np.unique(g, return_counts=True)
+    multi = counts > 1
+    order = np.lexsort((ids, -counts))[:LARGEST_SHOWN]
+    largest = []
+    for j in order:
+        if counts[j] < 2:
+            break
+        members = np.flatnonzero(groups == ids[j])
+        shown = members[:EXAMPLES_PER_GROUP]
+        entry: dict[str, Any] = {"group": int(ids[j]), "size": int(counts[j]),
+                                 "cluster": int(lab[ids[j]]),
+                                 "members": [int(m) for m in members[:50]]}
+        if texts is not None:
+            entry["examples"] = [
+                {"doc": int(m), "text": (t or "")[:EXAMPLE_CHARS]}
+                for m, t in zip(shown, texts(shown), strict=True)]
+        largest.append(entry)
+    return {
+        "threshold": threshold,
+        "documents": int(lab.size),
+        "eligible_documents": int(g.size),
+        "excluded_documents": int(lab.size - g.size),
+        "groups": int(ids.size),
+        "duplicate_groups": int(multi.sum()),
+        "documents_in_duplicate_groups": int(counts[multi].sum()),
+        "redundant_documents": int(g.size - ids.size),
+        "near_duplicate_pairs": int(pairs),
+        "largest_group_size": int(counts.max()) if counts.size else 0,
+        "largest_groups": largest,
+    }
+
+
+def dedup_workdir(w: Workdir, *, threshold: float = 0.95, progress: bool = True
+                  ) -> dict[str, Any]:
+    """Run the ``dedup`` stage in ``w``: write ``W/groups.npy`` and ``W/dedup.json``.
+
+    Cached like every stage (skipped when ``embed``/``cluster`` and the
+    threshold are unchanged). Returns the summary (without the example texts)
+    plus ``skipped``.
+    """
+    from clusterclip.distributed import is_main
+    from clusterclip.io import load_npy, save_npy, write_json
+    from clusterclip.labels import load_labels
+
+    threshold = check_threshold(threshold)
+
+    def work(run: Any) -> dict[str, Any] | None:
+        if not is_main():
+            return None
+        t0 = time.perf_counter()
+        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
+        labels = load_labels(w.path("labels.npy"), X.shape[0])
+        groups, pairs = near_duplicate_groups(X, labels, threshold, progress=progress)
+        texts = None
+        if w.path("corpus", "corpus.json").is_file():
+            from clusterclip.corpus import Corpus
+
+            corpus = Corpus.load(w.path("corpus"))
+            if len(corpus) == labels.size:
+                texts = corpus.texts
+        summary = group_summary(groups, labels, threshold, pairs, texts)
+        save_npy(w.path("groups.npy"), groups)
+        write_json(w.path("dedup.json"), summary)
+        info = {k: v for k, v in summary.items() if k != "largest_groups"}
+        info["seconds"] = round(time.perf_counter() - t0, 3)
+        return info
+
+    return w.run_stage(STAGE, key={"threshold": threshold}, reads=["embeddings.npy",
+                                                                   "labels.npy"],
+                       maybe_reads=["corpus"], outputs=OUTPUTS, work=work)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """Human-readable lines of the stage's summary."""
+    return (f"near-duplicates (cosine >= {s['threshold']:g}, inside each cluster): "
+            f"{s['eligible_documents']:,} documents in {s['groups']:,} groups; "
+            f"{s['duplicate_groups']:,} groups of 2+ hold "
+            f"{s['documents_in_duplicate_groups']:,} documents "
+            f"({s['redundant_documents']:,} redundant); largest group "
+            f"{s['largest_group_size']:,}")
+
+
+def plant_near_duplicates(texts: list[str], n_copies: int, seed: int = 0, edits: int = 2
+                          ) -> tuple[list[str], np.ndarray]:
+    """``texts`` plus ``n_copies`` edited copies of distinct random documents, appended.
+
+    Each copy gets ``edits`` small word edits (a word deleted, a word repeated or
+    two neighbouring words swapped). Returns (all texts, ``source``): ``source[i]`` is
+    the index of the document copy ``i`` (of ``len(texts) + i``) was made from. For
+    measuring a threshold's recall and precision on a corpus (benchmarks/bench_dedup.py).
+    """
+    rng = np.random.default_rng(seed)
+    source = np.sort(rng.choice(len(texts), size=n_copies, replace=False)).astype(np.int64)
+    out = list(texts)
+    for s in source:
+        words = texts[s].split(" ")
+        for _ in range(edits):
+            if len(words) < 3:
+                words.append("x")
+                continue
+            i = int(rng.integers(0, len(words) - 1))
+            kind = int(rng.integers(0, 3))
+            if kind == 0:
+                del words[i]
+            elif kind == 1:
+                words.insert(i, words[i])
+            else:
+                words[i], words[i + 1] = words[i + 1], words[i]
+        out.append(" ".join(words))
+    return out, source
