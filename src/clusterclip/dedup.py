@@ -42,11 +42,11 @@ EXAMPLES_PER_GROUP = 3
 EXAMPLE_CHARS = 200
 
 
-def check_threshold(threshold: Any) -> float:
-    """``threshold`` as a float in (0, 1]; else InputError."""
+def check_threshold(threshold: Any, option: str = "--threshold") -> float:
+    """``threshold`` as a float in (0, 1]; else InputError naming ``option``."""
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) \
             or not math.isfinite(threshold) or not 0.0 < float(threshold) <= 1.0:
-        raise InputError(f"--threshold {threshold}: must be a cosine similarity in (0, 1]")
+        raise InputError(f"{option} {threshold}: must be a cosine similarity in (0, 1]")
     return float(threshold)
 
 

@@ -21,8 +21,12 @@ from clusterclip.workdir import Workdir
 def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "clusterclip",
                    clip: int = 4, alpha: float = 0.0, seed: int = 0,
                    num_tokens: int | None = None, balance_by: str = "docs",
-                   tokenizer: str | None = None, progress: bool = False) -> dict[str, Any]:
+                   tokenizer: str | None = None, groups: bool = False,
+                   progress: bool = False) -> dict[str, Any]:
     """Write ``W/schedule.npy`` (int64 document indices) from ``W/labels.npy``.
+
+    ``groups``: clip by the near-duplicate groups of ``W/groups.npy`` (the
+    ``dedup`` stage; see :mod:`clusterclip.sampling.groups`).
 
     ``num_samples`` positions, or a budget of ``num_tokens`` tokens; clusters
     balanced by ``balance_by`` (docs or tokens). Token counts: the estimate from
@@ -45,18 +49,22 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
         params["balance_by"] = balance_by
     if source is not None:
         params["token_counts"] = source
+    if groups:
+        params["groups"] = True
 
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
             return None
         labels = load_labels(w.path("labels.npy"))
+        g = np.load(w.path("groups.npy")) if groups else None
         return write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
                               num_tokens=num_tokens, doc_tokens=tokens, balance_by=balance_by,
                               token_source=source, strategy=strategy, clip=clip, alpha=alpha,
-                              seed=seed)
+                              seed=seed, groups=g)
 
     reads = ["labels.npy"] + (["corpus"] if needs else []) + (
-        ["tokens.npy"] if needs and tokenizer is not None else [])
+        ["tokens.npy"] if needs and tokenizer is not None else []) + (
+        ["groups.npy"] if groups else [])
     return w.run_stage("sample", key=params, reads=reads, outputs=["schedule.npy"],
                        work=work)
 
@@ -80,6 +88,13 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                          "--num-tokens")
     check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
                   has_weights=False)
+    if args.dedup:  # checked now, not after the embedding
+        from clusterclip.dedup import check_threshold
+
+        check_threshold(args.dedup_threshold, "--dedup-threshold")
+        if sampling and (args.num_tokens is not None or args.balance_by != "docs"):
+            raise InputError("--dedup works with --num-samples and --balance-by docs only "
+                             "(token budgets over groups are not supported yet)")
     if args.tokenizer is not None:  # a bad path fails now, not after the embedding
         tokenizer_identity(load_tokenizer(args.tokenizer))
     if sampling and not 0 <= args.seed <= MAX_SEED:
@@ -96,7 +111,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         w = Workdir(args.workdir)
         out: dict[str, Any] = {}
         with w.locked():
-            later = ["cluster"] + (["sample"] if sampling else []) + (
+            later = ["cluster"] + (["dedup"] if args.dedup else []) + (
+                ["sample"] if sampling else []) + (
                 ["tokens"] if args.tokenizer is not None else [])
             on_main(lambda: w.check_can_write(later))
             out["embed"] = embed_workdir(
@@ -108,12 +124,17 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                 metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
                 chunk_rows=args.chunk_rows)
+            if args.dedup:
+                from clusterclip.dedup import dedup_workdir
+
+                out["dedup"] = dedup_workdir(w, threshold=args.dedup_threshold,
+                                             progress=main_rank)
             if sampling:
                 out["sample"] = sample_workdir(
                     w, num_samples=args.num_samples, num_tokens=args.num_tokens,
                     balance_by=args.balance_by, tokenizer=args.tokenizer,
                     strategy=args.strategy, clip=args.clip, alpha=args.alpha, seed=args.seed,
-                    progress=main_rank)
+                    groups=args.dedup, progress=main_rank)
     except BaseException:
         shutdown(created, wait=False)
         raise
@@ -138,6 +159,11 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
     print(f"k-means:    {c.get('n_clusters')} clusters (sizes {c.get('cluster_size_min')}.."
           f"{c.get('cluster_size_max')}), objective {c.get('objective', float('nan')):.4f} "
           f"after {c.get('n_iter')} iterations")
+    if "dedup" in out:
+        from clusterclip.dedup import format_summary
+
+        print(f"groups:     {w.path('groups.npy')}{_reused(out['dedup'])}")
+        print(f"            {format_summary(out['dedup'])}")
     if "sample" in out:
         s = out["sample"]
         print(f"schedule:   {w.path('schedule.npy')} ({s.get('num_samples')} samples, "

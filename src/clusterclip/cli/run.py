@@ -36,6 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="repetition clip R (clusterclip, paced)")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
     add_token_options(g)
+    g.add_argument("--dedup", action="store_true",
+                   help="group near-duplicates inside each cluster (the dedup stage, "
+                        "W/groups.npy) and clip by group: each group is one unit of the passes "
+                        "and of the clip")
+    g.add_argument("--dedup-threshold", type=float, default=0.95,
+                   help="cosine similarity for --dedup, in (0, 1] (default: 0.95)")
 
 
 def run(args: argparse.Namespace) -> int:

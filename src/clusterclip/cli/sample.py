@@ -48,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="1-D integer .npy: tokens per document, for --num-tokens / "
                         "--balance-by tokens when --labels is not a work directory's (a work "
                         "directory's labels use its corpus: the estimate or --tokenizer)")
+    p.add_argument("--groups", default=None, metavar="G.npy",
+                   help="near-duplicate groups (W/groups.npy of `clusterclip dedup`): each "
+                        "group is one unit of the passes and of the clip (members used in "
+                        "rotation)")
     p.add_argument("--summary-json", default=None,
                    help="also write the full summary (all clip events) as JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -91,7 +95,16 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     lines.append(f"repetition:  max {s['max_repetition']} per document, min "
                  f"{s['min_repetition']}; {s['documents_seen']:,} of "
                  f"{s['eligible_documents']:,} documents drawn at least once")
-    lines.append(f"epochs:      {s['epochs_equivalent']:.4g} equivalent (T / eligible N)")
+    if s.get("eligible_groups") is not None:
+        lines.append(f"groups:      {s['eligible_groups']:,} near-duplicate groups "
+                     f"({s['duplicate_groups']:,} of 2+ hold "
+                     f"{s['documents_in_duplicate_groups']:,} documents); repetition above "
+                     f"counts draws per group, max {s['max_document_repetition']} per "
+                     f"document; {s['groups_seen']:,} groups drawn")
+        lines.append(f"epochs:      {s['epochs_equivalent']:.4g} equivalent (T / groups)")
+    else:
+        lines.append(f"epochs:      {s['epochs_equivalent']:.4g} equivalent "
+                     f"(T / eligible N)")
     lines += token_summary_lines(s)
     return "\n".join(lines)
 
@@ -104,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
-        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens)
+        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens, args.groups)
                              if p is not None]
         protected = tuple((p, "the input file", False) for p in inputs)
         for where in {labels.parent, Path(args.out).resolve().parent}:
@@ -125,7 +138,10 @@ def run(args: argparse.Namespace) -> int:
             # and is current, and under its lock (no other command rewrites them meanwhile).
             w = Workdir(labels.parent, create=False)
             stack.enter_context(w.locked())
-            w.upstream([labels.name] + (["corpus"] if needs else []))
+            in_w = (args.groups is not None
+                    and Path(args.groups).resolve() == w.path("groups.npy").resolve())
+            w.upstream([labels.name] + (["corpus"] if needs else [])
+                       + (["groups.npy"] if in_w else []))
             w.save()  # the refreshed input-hash cache
         tokens, source = None, None
         if needs:
@@ -160,6 +176,9 @@ def _run(args: argparse.Namespace, tokens: Any = None,
     from clusterclip.sampling import write_schedule
 
     labels = load_labels(args.labels)
+    groups = None
+    if args.groups is not None:
+        groups = load_npy(args.groups, "groups", kinds="iu", ndim=1)
     weights = None
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
@@ -171,7 +190,7 @@ def _run(args: argparse.Namespace, tokens: Any = None,
         strategy=args.strategy,
         clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
         world_size=args.world_size, consumed_samples=args.consumed_samples,
-        cluster_weights=weights, progress=not args.no_progress)
+        cluster_weights=weights, groups=groups, progress=not args.no_progress)
     if args.summary_json:
         write_json(args.summary_json, {SUMMARY_MARK[0]: SUMMARY_MARK[1], **summary})
     print(format_summary(summary, args.out))

@@ -118,6 +118,10 @@ class ClusterClipSampler:
         the first seek past its end extends it (a one-off cost, printed to
         stderr) and rewrites the file. Default (None): ``$CLUSTERCLIP_CACHE``
         (``off`` for none), else ``~/.cache/clusterclip``.
+    groups : optional (N,) integer array (``W/groups.npy`` of ``clusterclip dedup``):
+        near-duplicate group of each document. Then each group is one unit of
+        the passes and of the clip (a :class:`~clusterclip.sampling.groups.
+        GroupClipSampler` is returned; see :mod:`clusterclip.sampling.groups`).
 
     Attributes: ``capacity`` (clip x eligible N for clusterclip, else None),
     ``position`` (global position consumed so far, what ``state_dict`` saves),
@@ -135,11 +139,19 @@ class ClusterClipSampler:
     yields.
     """
 
+    def __new__(cls, *args: Any, groups: Any = None, **kwargs: Any) -> Any:
+        if groups is None or cls is not ClusterClipSampler:
+            return super().__new__(cls)
+        from clusterclip.sampling.groups import GroupClipSampler
+
+        return GroupClipSampler(*args, groups=groups, **kwargs)
+
     def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
                  clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int = 0,
                  world_size: int = 1, consumed_samples: int = 0,
                  cluster_weights: Any = None,
-                 cache_dir: str | os.PathLike[str] | bool | None = None) -> None:
+                 cache_dir: str | os.PathLike[str] | bool | None = None,
+                 groups: None = None) -> None:
         # ---- every parameter is checked here, before any work
         if strategy not in STRATEGIES:
             raise InputError(f"unknown strategy {strategy!r}; choose one of "

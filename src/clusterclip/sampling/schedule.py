@@ -18,7 +18,8 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                    consumed_samples: int = 0, cluster_weights: Any = None,
                    num_tokens: int | None = None, doc_tokens: Any = None,
                    balance_by: str = "docs", token_source: dict[str, Any] | None = None,
-                   progress: bool = False, cache_dir: Any = None) -> dict[str, Any]:
+                   groups: Any = None, progress: bool = False,
+                   cache_dir: Any = None) -> dict[str, Any]:
     """Write this rank's schedule as an int64 ``.npy`` at ``path``; return the summary.
 
     The schedule has ``num_samples`` positions, or ends at the first position whose
@@ -29,8 +30,13 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
 
     The parameters are validated before anything is written; the array is
     streamed block by block into a memory map (memory stays bounded for any
-    ``num_samples``) and moved into place only when complete.
+    ``num_samples``) and moved into place only when complete. ``groups``:
+    near-duplicate groups, each one unit of the sampler (see
+    :mod:`clusterclip.sampling.groups`).
     """
+    if groups is not None and (num_tokens is not None or balance_by != "docs"):
+        raise InputError("--groups works with --num-samples and --balance-by docs only "
+                         "(token budgets over groups are not supported yet)")
     from clusterclip.tokens import plan_schedule
 
     plan = plan_schedule(labels, num_samples=num_samples, num_tokens=num_tokens,
@@ -41,7 +47,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     def make(**share: Any) -> ClusterClipSampler:
         return ClusterClipSampler(labels, plan["num_samples"], strategy=strategy, clip=clip,
                                   alpha=plan["alpha"], seed=seed,
-                                  cluster_weights=plan["cluster_weights"],
+                                  cluster_weights=plan["cluster_weights"], groups=groups,
                                   cache_dir=cache_dir, **share)
 
     if num_tokens is not None and isinstance(consumed_samples, int) \

@@ -1,0 +1,314 @@
+"""Clip by group: each near-duplicate group is one unit of the sampler.
+
+``ClusterClipSampler(labels, T, ..., groups=g)`` returns a
+:class:`GroupClipSampler`. ``g`` (int[N], e.g. ``W/groups.npy`` from ``clusterclip
+dedup``) gives each document's group; documents with the same id form a group
+and must share a cluster. A group is represented by its smallest document index
+(its *representative*).
+
+The schedule is the plain sampler's schedule over the representatives (labels
+``labels[i]`` for representatives, -1 for the other members), with each draw
+of a group replaced by one of its members in rotation: the j-th draw (0-based)
+of a group yields its member ``j mod size`` in ascending document order. So a
+pass over a cluster visits each group once, the clip R bounds the draws of a
+*group* (its documents together appear at most R times under clusterclip and
+paced), members are used evenly (their counts differ by at most 1), and with
+every group of size 1 the schedule is exactly the plain sampler's. Cluster
+sizes n_k (alpha weights, capacity R x eligible) count groups, not documents.
+
+Which member a draw yields depends on how often its group was drawn before, so
+starting at position c (``consumed_samples``, ``load_state_dict``) replays the
+group draws before c (count only; about the cost of generating c positions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.io import array_fingerprint
+from clusterclip.labels import check_labels
+from clusterclip.sampling.sampler import (
+    STATE_VERSION,
+    ClusterClipSampler,
+    _as_int,
+    _state_checksum,
+)
+
+GEN_BLOCK = 1 << 18  # global positions generated (and mapped) at a time
+ITER_BLOCK = 1 << 14
+
+
+class GroupIndex:
+    """Groups of the eligible documents, checked: representatives and members in order.
+
+    ``rep[i]``: representative (smallest document index) of document ``i``'s group, -1
+    for excluded documents; ``members``: eligible documents ordered by (group, index);
+    ``start[r]``/``size[r]``: where group ``r``'s members lie in ``members``.
+    """
+
+    def __init__(self, groups: Any, labels: np.ndarray, source: str = "groups") -> None:
+        g = np.asarray(groups)
+        lab = labels
+        if g.ndim != 1 or g.dtype.kind not in "iu":
+            raise InputError(f"{source}: must be a 1-D integer array, got {g.dtype} of shape "
+                             f"{g.shape}")
+        if g.size != lab.size:
+            raise InputError(f"{source}: {g.size} group ids but {lab.size} labels; rerun "
+                             f"`clusterclip dedup` after `clusterclip cluster`")
+        elig = np.flatnonzero(lab >= 0)
+        ge = g[elig].astype(np.int64)
+        bad = np.flatnonzero(ge < 0)
+        if bad.size:
+            i = int(elig[bad[0]])
+            raise InputError(f"{source}: document {i} has cluster {int(lab[i])} but group "
+                             f"{int(g[i])}; every document with a cluster needs a group id >= 0")
+        order = np.argsort(ge, kind="stable")  # by group, ascending index inside a group
+        members = elig[order].astype(np.int64)
+        sg = ge[order]
+        first = np.ones(sg.size, dtype=bool)
+        first[1:] = sg[1:] != sg[:-1]
+        starts = np.flatnonzero(first)
+        sizes = np.diff(np.append(starts, sg.size))
+        reps = members[starts]
+        rep_of = np.repeat(reps, sizes)
+        split = np.flatnonzero(lab[members] != lab[rep_of])
+        if split.size:
+            d, r = int(members[split[0]]), int(rep_of[split[0]])
+            raise InputError(f"{source}: group {int(g[d])} spans clusters {int(lab[r])} "
+                             f"(document {r}) and {int(lab[d])} (document {d}); groups must lie "
+                             f"inside one cluster (run `clusterclip dedup` on these labels)")
+        N = lab.size
+        self.rep = np.full(N, -1, np.int64)
+        self.rep[members] = rep_of
+        self.members = members
+        self.start = np.zeros(N, np.int64)
+        self.size = np.zeros(N, np.int64)
+        self.start[reps] = starts
+        self.size[reps] = sizes
+        self.reps = reps
+        self.num_groups = int(reps.size)
+        self.singletons = bool((sizes == 1).all())
+        self.fingerprint = array_fingerprint(self.rep)
+
+    def rep_labels(self, labels: np.ndarray) -> np.ndarray:
+        """The labels of the sampler over groups: a group's cluster at its representative."""
+        out = np.full(labels.size, -1, dtype=labels.dtype)
+        out[self.reps] = labels[self.reps]
+        return out
+
+
+class GroupStream:
+    """The global schedule of documents, from a plain sampler's schedule of groups."""
+
+    def __init__(self, inner: ClusterClipSampler, index: GroupIndex) -> None:
+        self.index = index
+        self._inner = inner
+        self._it = inner.blocks(GEN_BLOCK)
+        self.counts = np.zeros(index.rep.size, np.int64)  # draws of each group so far
+        self.pos = 0
+        self._pending = np.empty(0, np.int64)
+
+    def _map(self, b: np.ndarray) -> np.ndarray:
+        """Members for the group draws ``b`` (representatives), in order; counts updated."""
+        ix = self.index
+        b = b.astype(np.int64, copy=False)
+        if ix.singletons:
+            np.add.at(self.counts, b, 1)
+            return b
+        order = np.argsort(b, kind="stable")
+        sb = b[order]
+        new = np.ones(sb.size, dtype=bool)
+        new[1:] = sb[1:] != sb[:-1]
+        runs = np.flatnonzero(new)
+        within = np.arange(sb.size) - np.repeat(runs, np.diff(np.append(runs, sb.size)))
+        occ = np.empty(b.size, np.int64)
+        occ[order] = within
+        occ += self.counts[b]
+        docs = ix.members[ix.start[b] + occ % ix.size[b]]
+        self.counts[sb[runs]] += np.diff(np.append(runs, sb.size))
+        return docs
+
+    def take(self, m: int, keep: bool = True) -> np.ndarray:
+        """The next ``m`` global positions (documents); ``keep=False`` only counts them."""
+        out = []
+        while m > 0:
+            if self._pending.size == 0:
+                self._pending = self._map(next(self._it))
+            part, self._pending = self._pending[:m], self._pending[m:]
+            if keep:
+                out.append(part)
+            m -= part.size
+            self.pos += part.size
+        return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+class GroupClipSampler:
+    """:class:`ClusterClipSampler` over near-duplicate groups (see the module).
+
+    Same parameters, iteration, ``blocks``, ``state_dict`` / ``load_state_dict``
+    and ``summary`` as :class:`ClusterClipSampler`, plus ``groups``.
+    ``cluster_sizes`` counts groups per cluster; ``num_groups`` the groups.
+    """
+
+    def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
+                 clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, consumed_samples: int = 0,
+                 cluster_weights: Any = None, groups: Any = None, **kwargs: Any) -> None:
+        lab = check_labels(labels)
+        world_size = _as_int("world_size", world_size, 1)
+        rank = _as_int("rank", rank, 0)
+        if rank >= world_size:
+            raise InputError(f"rank must be < world_size {world_size}, got {rank}")
+        self._index = GroupIndex(groups, lab)
+        self._rep_labels = self._index.rep_labels(lab)
+        self._kw = dict(strategy=strategy, clip=clip, alpha=alpha, seed=seed,
+                        cluster_weights=cluster_weights, **kwargs)
+        probe = self._inner(num_samples, consumed_samples)  # checks every other parameter
+        self.strategy, self.num_samples, self.clip = probe.strategy, probe.num_samples, probe.clip
+        self.alpha, self.seed, self.capacity = probe.alpha, probe.seed, probe.capacity
+        self.rank, self.world_size = rank, world_size
+        self.num_groups = self._index.num_groups
+        self.num_eligible = int((lab >= 0).sum())
+        self.num_excluded = int(lab.size - self.num_eligible)
+        self.cluster_sizes = probe.cluster_sizes
+        self._config_inner = probe._config()
+        self._set_start(int(consumed_samples))
+
+    def _inner(self, num_samples: int, consumed: int = 0) -> ClusterClipSampler:
+        return ClusterClipSampler(self._rep_labels, num_samples, consumed_samples=consumed,
+                                  **self._kw)
+
+    # ------------------------------------------------------------- positions
+    def _set_start(self, position: int) -> None:
+        self._start = position
+        self._length = (self.num_samples - position) // self.world_size
+        self._taken = 0
+        self._stream: GroupStream | None = None
+        self._buf = np.empty(0, np.int64)
+        self._buf_i = 0
+
+    @property
+    def position(self) -> int:
+        """Global position this rank has consumed up to (start + taken x world_size)."""
+        return self._start + self._taken * self.world_size
+
+    def _produce(self, n: int) -> np.ndarray:
+        n = min(n, self._length - self._taken)
+        if n <= 0:
+            return np.empty(0, np.int64)
+        W = self.world_size
+        p0 = self._start + self.rank + self._taken * W
+        if self._stream is None or self._stream.pos > p0:
+            self._stream = GroupStream(self._inner(self.num_samples), self._index)
+        s = self._stream
+        s.take(p0 - s.pos, keep=False)  # the replay that a start or a seek needs
+        glob = s.take((n - 1) * W + 1)
+        return glob[::W] if W == 1 else np.ascontiguousarray(glob[::W])
+
+    # ------------------------------------------------------------- iteration
+    def __len__(self) -> int:
+        left = self._length - self._taken
+        return left if left > 0 else self._length
+
+    def _restart_if_done(self) -> None:
+        if self._taken >= self._length:
+            self._set_start(self._start)
+
+    def __iter__(self) -> Iterator[int]:
+        self._restart_if_done()
+        return self._iter_ints()
+
+    def _iter_ints(self) -> Iterator[int]:
+        while True:
+            if self._buf_i >= self._buf.size:
+                if self._taken >= self._length:
+                    return
+                self._buf, self._buf_i = self._produce(ITER_BLOCK), 0
+            i = self._buf_i
+            self._buf_i = i + 1
+            self._taken += 1
+            yield int(self._buf[i])
+
+    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
+        """This rank's indices as int64 arrays of at most ``block_size``."""
+        block_size = _as_int("block_size", block_size, 1)
+        self._restart_if_done()
+        while self._taken < self._length:
+            if self._buf_i < self._buf.size:
+                blk = self._buf[self._buf_i:self._buf_i + block_size]
+                self._buf_i += blk.size
+            else:
+                blk = self._produce(block_size)
+            self._taken += blk.size
+            yield blk
+
+    # ----------------------------------------------------------------- state
+    def _config(self) -> dict[str, Any]:
+        return {"groups": self._index.fingerprint, **self._config_inner}
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON resume state (position and configuration, with the groups' fingerprint)."""
+        d: dict[str, Any] = {"version": STATE_VERSION, **self._config(),
+                             "position": self.position}
+        d["checksum"] = _state_checksum(d)
+        return d
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` was taken (replays the group draws before it)."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise InputError(f"state_dict version must be {STATE_VERSION} for a sampler with "
+                             f"groups")
+        if state.get("checksum") != _state_checksum(state):
+            raise InputError("state_dict checksum does not match its fields: the state was "
+                             "edited or corrupted after it was taken")
+        for key, mine in self._config().items():
+            if state.get(key) != mine:
+                raise InputError(f"state_dict does not match this sampler: {key} "
+                                 f"{state.get(key)!r} != {mine!r}")
+        pos = state.get("position")
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= self.num_samples:
+            raise InputError(f"state_dict position must be in [0, {self.num_samples}], got "
+                             f"{pos!r}")
+        self._set_start(pos)
+
+    # --------------------------------------------------------------- summary
+    def summary(self) -> dict[str, Any]:
+        """The plain sampler's summary over groups, with documents counted by member.
+
+        ``max_repetition``/``min_repetition`` count draws per *group* (what the clip
+        bounds); ``max_document_repetition``, ``documents_seen`` count documents (a
+        pass over the whole schedule).
+        """
+        s = self._inner(self.num_samples).summary()
+        stream = GroupStream(self._inner(self.num_samples), self._index)
+        seen = np.zeros(self._index.rep.size, np.int64)
+        left = self.num_samples
+        while left > 0:
+            d = stream.take(min(left, GEN_BLOCK))
+            np.add.at(seen, d, 1)
+            left -= d.size
+        ix = self._index
+        elig = ix.members
+        gs = ix.size[ix.size > 0]
+        s.update(
+            eligible_groups=self.num_groups, eligible_documents=self.num_eligible,
+            excluded_documents=self.num_excluded,
+            groups_seen=s["documents_seen"], documents_seen=int((seen[elig] > 0).sum()),
+            duplicate_groups=int((gs > 1).sum()),
+            documents_in_duplicate_groups=int(gs[gs > 1].sum()),
+            max_document_repetition=int(seen.max()),
+            epochs_equivalent=self.num_samples / self.num_groups,
+            groups=self._index.fingerprint,
+            rank=self.rank, world_size=self.world_size, start_position=self._start,
+            samples_per_rank=self._length,
+            unserved_positions=(self.num_samples - self._start) % self.world_size)
+        return s
+
+    def __repr__(self) -> str:
+        return (f"GroupClipSampler(strategy={self.strategy!r}, num_samples={self.num_samples}, "
+                f"clip={self.clip}, groups={self.num_groups}, seed={self.seed}, "
+                f"rank={self.rank}, world_size={self.world_size}, position={self.position})")
