@@ -145,3 +145,37 @@ def test_planted_copies_of_real_texts_are_grouped(tmp_path, pydocs_path):
     assert (g[copies] == g[source]).mean() >= 0.9  # recall of the planted copies
     s = json.loads((W / "dedup.json").read_text())
     assert all("text" in e for grp in s["largest_groups"] for e in grp["examples"])
+
+
+def test_keep_one_writes_one_document_per_group_nearest_the_centroid(tmp_path, pydocs_path):
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for _, line in zip(range(200), f, strict=False)]
+    texts, source = dedup.plant_near_duplicates(texts, 20, seed=3)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t, "n": i}) + "\n"
+                              for i, t in enumerate(texts)))
+    W, out = tmp_path / "W", tmp_path / "dedup_out"
+    assert main(["run", str(corpus), "--workdir", str(W), "--clusters", "3",
+                 "--embedder", "fast"]) == 0
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "keep.txt").write_text("mine")
+    assert main(["dedup", "--workdir", str(W), "--no-progress", "--keep-one", str(users)]) == 2
+    assert (users / "keep.txt").read_text() == "mine" and not (W / "groups.npy").exists()
+    assert main(["dedup", "--workdir", str(W), "--no-progress", "--keep-one", str(out)]) == 0
+    g = np.load(W / "groups.npy")
+    scores = np.load(W / "scores.npy")
+    kept = np.load(out / "kept.npy")
+    recs = [json.loads(line) for line in (out / "data.jsonl").read_text().splitlines()]
+    assert [r["n"] for r in recs] == kept.tolist()  # input records, corpus order
+    assert all(r["text"] == texts[r["n"]] for r in recs)
+    assert np.array_equal(np.sort(g[kept]), np.unique(g[g >= 0]))  # one per group
+    for k in kept:
+        members = np.flatnonzero(g == g[k])
+        assert scores[k] == scores[members].max()
+        assert k == members[scores[members] == scores[k]].min()
+    copies = 200 + np.arange(20)
+    together = g[copies] == g[source]
+    assert not (np.isin(copies[together], kept) & np.isin(source[together], kept)).any()
+    assert json.loads((out / "keep_one.json").read_text())["kept"] == kept.size
+    assert main(["dedup", "--workdir", str(W), "--no-progress", "--keep-one", str(out)]) == 0

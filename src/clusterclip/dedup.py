@@ -271,3 +271,53 @@ def plant_near_duplicates(texts: list[str], n_copies: int, seed: int = 0, edits:
                 words[i], words[i + 1] = words[i + 1], words[i]
         out.append(" ".join(words))
     return out, source
+
+
+def representatives(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Ascending document indices: one per group, the member nearest its cluster centroid
+    (highest ``scores``, the cosine to the centroid; ties to the smallest index)."""
+    elig = np.flatnonzero(groups >= 0)
+    order = np.lexsort((elig, -np.asarray(scores, np.float64)[elig], groups[elig]))
+    g = groups[elig][order]
+    first = np.ones(g.size, dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    return np.sort(elig[order][first])
+
+
+def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]:
+    """Write the deduplicated corpus to folder ``out``: ``data.jsonl`` (the input records
+    of one document per group, the one nearest its cluster centroid, in corpus order),
+    ``kept.npy`` (their int64 indices) and ``keep_one.json``; built aside, then moved
+    into place. Needs a current ``dedup`` stage and the corpus index."""
+    import json
+
+    from clusterclip.corpus import Corpus
+    from clusterclip.io import atomic_output_dir, check_output_dir, load_npy, write_json
+
+    check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(), option="--keep-one")
+    with w.locked():
+        w.reload()
+        w.upstream(["groups.npy", "scores.npy", "corpus"])
+        groups = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1)
+        scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
+        corpus = Corpus.load(w.path("corpus"))
+        if not groups.size == scores.size == len(corpus):
+            raise InputError(f"{w.root}: groups.npy, scores.npy and the corpus disagree on the "
+                             f"number of documents; rerun `clusterclip dedup`")
+        kept = representatives(groups, scores)
+        with atomic_output_dir(out, STAGE, overwrite=overwrite) as tmp:
+            n = 0
+            with open(tmp / "data.jsonl", "w", encoding="utf-8") as f:
+                for _, rec in corpus.iter_records_at(kept):
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    n += 1
+            if n != kept.size:
+                raise RuntimeError(f"keep-one wrote {n} records for {kept.size} documents")
+            np.save(tmp / "kept.npy", kept)
+            summary = {"documents": int(groups.size), "kept": int(kept.size),
+                       "dropped": int((groups >= 0).sum() - kept.size),
+                       "excluded": int((groups < 0).sum()),
+                       "rule": "one document per near-duplicate group: the highest cosine to "
+                               "its cluster centroid (W/scores.npy), ties to the smallest index"}
+            write_json(tmp / "keep_one.json", summary)
+    return summary

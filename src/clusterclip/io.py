@@ -32,7 +32,7 @@ _KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}
 
 MARKER = ".clusterclip-output"
 # The commands that have ``--overwrite`` (only their refusals suggest it).
-OVERWRITE_COMMANDS = ("group", "export", "report", "demo")
+OVERWRITE_COMMANDS = ("group", "export", "report", "demo", "dedup")
 _TMP_TAG = "clusterclip"
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.clusterclip-(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._options import add_overwrite_option
+
 HELP = ("group near-duplicate documents inside each cluster (cosine >= --threshold) into "
         "W/groups.npy, for `sample --groups` / `run --dedup`")
 
@@ -13,16 +15,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=0.95,
                    help="cosine similarity at or above which two documents of a cluster are "
                         "near-duplicates, in (0, 1] (default: 0.95)")
+    p.add_argument("--keep-one", default=None, metavar="OUT",
+                   help="also write the deduplicated corpus to folder OUT: one document per "
+                        "group, the one nearest its cluster centroid (OUT/data.jsonl, "
+                        "OUT/kept.npy)")
+    add_overwrite_option(p, "--keep-one")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.dedup import check_threshold, dedup_workdir, format_summary
+    from clusterclip.dedup import check_threshold, dedup_workdir, format_summary, keep_one
+    from clusterclip.io import check_output_dir
     from clusterclip.workdir import Workdir
 
     threshold = check_threshold(args.threshold)
     w = Workdir(args.workdir, create=False)
+    if args.keep_one is not None:  # refused before any work
+        check_output_dir(args.keep_one, "dedup", overwrite=args.overwrite,
+                         protected=w.protected(), option="--keep-one")
     s = dedup_workdir(w, threshold=threshold, progress=not args.no_progress)
     print(format_summary(s) + ("  (up to date: reused)" if s.get("skipped") else ""))
     print(f"output: {w.path('groups.npy')} (summary: {w.path('dedup.json')})")
+    if args.keep_one is not None:
+        k = keep_one(w, args.keep_one, overwrite=args.overwrite)
+        print(f"kept {k['kept']:,} documents, one per group ({k['dropped']:,} near-duplicates "
+              f"dropped): {args.keep_one}/data.jsonl")
     return 0
