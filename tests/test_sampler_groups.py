@@ -182,3 +182,13 @@ def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, 
                  "--no-progress"]) == 2
     assert "--groups works with --num-samples" in capsys.readouterr().err
     assert not (tmp_path / "t.npy").exists()
+    # the report counts repetition per group: plain clusterclip repeats the 5 copies' content
+    assert main(["report", "--workdir", str(W), "--strategies", "clusterclip",
+                 "--num-samples", "600", "--clip", "2"]) == 0
+    summ = json.loads((W / "report" / "summary.json").read_text())
+    rep = summ["schedules"]["clusterclip"]
+    plain = np.fromiter(ClusterClipSampler(labels, summ["num_samples"], clip=2), np.int64)
+    per_group = np.bincount(g[plain], minlength=labels_n)
+    assert rep["max_group_repetition"] == per_group.max() > 2  # the clip alone does not bound it
+    assert "max repetition per group" in (W / "report" / "report.md").read_text()
+    assert summ["schedules"]["schedule"]["max_group_repetition"] <= 2  # W/schedule.npy, --dedup

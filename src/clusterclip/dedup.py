@@ -273,6 +273,17 @@ def plant_near_duplicates(texts: list[str], n_copies: int, seed: int = 0, edits:
     return out, source
 
 
+def group_repetition(doc_counts: np.ndarray, groups: np.ndarray) -> dict[str, int]:
+    """Draws per group of a schedule whose draws per document are ``doc_counts``:
+    ``max_group_repetition`` (the most draws of one group's documents together),
+    ``groups_seen`` and ``groups``."""
+    elig = groups >= 0
+    _, inv = np.unique(groups[elig], return_inverse=True)
+    per = np.bincount(inv, weights=np.asarray(doc_counts)[elig]).astype(np.int64)
+    return {"max_group_repetition": int(per.max()) if per.size else 0,
+            "groups_seen": int((per > 0).sum()), "groups": int(per.size)}
+
+
 def representatives(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Ascending document indices: one per group, the member nearest its cluster centroid
     (highest ``scores``, the cosine to the centroid; ties to the smallest index)."""

@@ -102,6 +102,18 @@ def _block_size(num_docs: int) -> int:
 
 
 # -- generated schedules ---------------------------------------------------------------
+def current_groups(w: Any) -> np.ndarray | None:
+    """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
+    rec = w.stage("dedup")
+    if rec is None or not w.path("groups.npy").is_file():
+        return None
+    try:
+        w.require("dedup")
+    except InputError:
+        return None
+    return np.load(w.path("groups.npy"))
+
+
 def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alpha: float,
              seed: int):
     from clusterclip import ClusterClipSampler
@@ -315,6 +327,9 @@ def build_report(
     counted: dict[str, Any] = {}
 
     def with_tokens() -> dict[str, Any]:
+        counted["groups"] = current_groups(w)
+        if counted["groups"] is not None:  # repetition per near-duplicate group too
+            key["groups"] = w.stage("dedup")["fingerprint"]
         # Token counts: W/tokens.npy while its `tokens` stage is current, else the estimate.
         if (root / "corpus").is_dir():
             from clusterclip.tokens import recorded_tokens
@@ -331,7 +346,7 @@ def build_report(
             num_samples=num_samples, clip=clip, alpha=alpha, seed=seed, windows=windows,
             tail_floor=tail_floor, clips=clips, target=target,
             progress=progress, overwrite=overwrite, doc_tokens=counted.get("tokens"),
-            token_source=counted.get("source")))
+            token_source=counted.get("source"), doc_groups=counted.get("groups")))
         return {"out": str(target)}
 
     with w.locked():
@@ -366,8 +381,12 @@ def _build_report(
     overwrite: bool,
     doc_tokens: np.ndarray | None = None,
     token_source: dict[str, Any] | None = None,
+    doc_groups: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Compute the report and write it to ``target`` (see :func:`build_report`).
+
+    ``doc_groups``: near-duplicate groups (``W/groups.npy``): repetition is then also
+    counted per group (``max_group_repetition``, ``groups_seen`` per schedule).
 
     ``doc_tokens``: tokens per document (None without a corpus index: no token
     shares), counted as ``token_source`` says."""
@@ -432,6 +451,10 @@ def _build_report(
     token_parts: dict[str, np.ndarray] = {}  # per-cluster token shares, for clusters.csv
 
     def with_tokens(name: str, summary_s: dict[str, Any], st: ScheduleStats) -> dict[str, Any]:
+        if doc_groups is not None:
+            from clusterclip.dedup import group_repetition
+
+            summary_s.update(group_repetition(st.doc_counts, doc_groups))
         if doc_tokens is not None:
             per_cluster = cluster_tokens(st.doc_counts, labels, doc_tokens, k)
             summary_s.update(token_shares(per_cluster, sizes, groups))

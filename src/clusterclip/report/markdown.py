@@ -274,6 +274,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
               f"{s['cluster_share_min']:.2g}..{s['cluster_share_max']:.2g}",
               s["clusters_never_sampled"]] for name, s in sched.items()]),
         "",
+        *_group_lines(sched),
         f"For reference, the smallest 25% of clusters hold {_pct(summary['corpus_tail_share'])} "
         f"of the corpus and the largest 25% hold {_pct(summary['corpus_head_share'])}.",
         "",
@@ -310,3 +311,24 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
     if summary.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
     return "\n".join(lines)
+
+
+def _group_lines(sched: dict[str, Any]) -> list[str]:
+    """Repetition per near-duplicate group (W/groups.npy of `clusterclip dedup`), if any."""
+    rows = [[name, s["max_group_repetition"], s["max_repetition"], f"{s['groups_seen']:,}",
+             f"{s['groups']:,}"] for name, s in sched.items() if "max_group_repetition" in s]
+    if not rows:
+        return []
+    worst = max(rows, key=lambda r: r[1])
+    return [
+        "Counted per near-duplicate group (`clusterclip dedup`): a group's documents together.",
+        "",
+        *_table(["schedule", "max repetition per group", "max per document", "groups seen",
+                 "groups"], rows),
+        "",
+        f"Conclusion: `{worst[0]}` repeats one group's content {worst[1]} times; "
+        + ("clip by group (`sample --groups`, `run --dedup`) bounds it by R."
+           if worst[1] > worst[2] else "no group is repeated more than its most repeated "
+                                       "document."),
+        "",
+    ]
