@@ -179,3 +179,17 @@ def test_keep_one_writes_one_document_per_group_nearest_the_centroid(tmp_path, p
     assert not (np.isin(copies[together], kept) & np.isin(source[together], kept)).any()
     assert json.loads((out / "keep_one.json").read_text())["kept"] == kept.size
     assert main(["dedup", "--workdir", str(W), "--no-progress", "--keep-one", str(out)]) == 0
+
+
+def test_groups_of_older_labels_are_refused(workdir, tmp_path, capsys):
+    assert main(["cluster", "--workdir", str(workdir), "--clusters", "3"]) == 0
+    assert main(["dedup", "--workdir", str(workdir), "--no-progress"]) == 0
+    sample = ["sample", "--labels", str(workdir / "labels.npy"), "--groups",
+              str(workdir / "groups.npy"), "--num-samples", "50", "--no-progress",
+              "--out", str(tmp_path / "s.npy")]
+    assert main(sample) == 0
+    assert main(["cluster", "--workdir", str(workdir), "--clusters", "3", "--seed", "5"]) == 0
+    capsys.readouterr()
+    assert main(sample) == 2  # the groups were made from the old clusters
+    err = capsys.readouterr().err
+    assert "`dedup` are stale" in err and "clusterclip dedup" in err
