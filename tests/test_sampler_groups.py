@@ -137,8 +137,8 @@ def test_bad_groups_are_refused_with_the_document():
     other = ClusterClipSampler(labels, 4, groups=np.array([0, 1, 2, 3, -1])).state_dict()
     with pytest.raises(InputError, match="groups"):
         s.load_state_dict(other)
-    with pytest.raises(InputError, match="capacity"):  # clip x groups, not x documents
-        ClusterClipSampler(labels, 4 * 3 + 1, groups=np.array([0, 0, 2, 3, -1]))
+    with pytest.raises(InputError, match="capacity 9 = clip 3 x 3 near-duplicate groups"):
+        ClusterClipSampler(labels, 10, clip=3, groups=np.array([0, 0, 2, 3, -1]))
 
 
 def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, capsys):

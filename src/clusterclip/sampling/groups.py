@@ -32,6 +32,7 @@ from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
 from clusterclip.labels import check_labels
 from clusterclip.sampling.sampler import (
+    CLIP_STRATEGIES,
     STATE_VERSION,
     ClusterClipSampler,
     _as_int,
@@ -108,17 +109,24 @@ class GroupStream:
         self.index = index
         self._inner = inner
         self._it = inner.blocks(GEN_BLOCK)
-        self.counts = np.zeros(index.rep.size, np.int64)  # draws of each group so far
+        self.counts = np.zeros(index.rep.size, np.int64)  # draws so far (groups of 2+)
         self.pos = 0
         self._pending = np.empty(0, np.int64)
 
     def _map(self, b: np.ndarray) -> np.ndarray:
         """Members for the group draws ``b`` (representatives), in order; counts updated."""
         ix = self.index
-        b = b.astype(np.int64, copy=False)
+        out = b.astype(np.int64)  # a singleton's member is itself: only groups of 2+ map
         if ix.singletons:
-            np.add.at(self.counts, b, 1)
-            return b
+            return out
+        multi = np.flatnonzero(ix.size[out] > 1)
+        if multi.size:
+            out[multi] = self._rotate(out[multi])
+        return out
+
+    def _rotate(self, b: np.ndarray) -> np.ndarray:
+        """Members for draws ``b`` of groups of 2+ (in order); their counts updated."""
+        ix = self.index
         order = np.argsort(b, kind="stable")
         sb = b[order]
         new = np.ones(sb.size, dtype=bool)
@@ -167,7 +175,17 @@ class GroupClipSampler:
         self._rep_labels = self._index.rep_labels(lab)
         self._kw = dict(strategy=strategy, clip=clip, alpha=alpha, seed=seed,
                         cluster_weights=cluster_weights, **kwargs)
-        probe = self._inner(num_samples, consumed_samples)  # checks every other parameter
+        T = _as_int("num_samples", num_samples, 1)
+        consumed = _as_int("consumed_samples", consumed_samples, 0)
+        if consumed > T:
+            raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
+        if strategy in CLIP_STRATEGIES:
+            R = _as_int("clip", clip, 1)
+            if T > R * self._index.num_groups:
+                raise InputError(f"num_samples {T} exceeds capacity "
+                                 f"{R * self._index.num_groups} = clip {R} x "
+                                 f"{self._index.num_groups} near-duplicate groups")
+        probe = self._inner(T)  # checks every other parameter
         self.strategy, self.num_samples, self.clip = probe.strategy, probe.num_samples, probe.clip
         self.alpha, self.seed, self.capacity = probe.alpha, probe.seed, probe.capacity
         self.rank, self.world_size = rank, world_size
@@ -176,7 +194,7 @@ class GroupClipSampler:
         self.num_excluded = int(lab.size - self.num_eligible)
         self.cluster_sizes = probe.cluster_sizes
         self._config_inner = probe._config()
-        self._set_start(int(consumed_samples))
+        self._set_start(consumed)
 
     def _inner(self, num_samples: int, consumed: int = 0) -> ClusterClipSampler:
         return ClusterClipSampler(self._rep_labels, num_samples, consumed_samples=consumed,
