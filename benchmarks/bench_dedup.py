@@ -21,6 +21,7 @@
 
     python benchmarks/bench_dedup.py --quick
     python benchmarks/bench_dedup.py            # quality + N = 1e5, 1e6 + one 1e5 cluster
+    python benchmarks/bench_dedup.py --only quality --embedder minilm
 """
 
 from __future__ import annotations
@@ -227,11 +228,19 @@ def main() -> None:
     p.add_argument("--embedder", default="fast", help="embedder for the quality run")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=("quality", "scale"), default=None)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(worker(a)))
         return
     thresholds = [0.9, 0.95, 0.98]
+    if a.only != "scale":
+        print_quality(a, thresholds)
+    if a.only != "quality":
+        print_scale(a)
+
+
+def print_quality(a: argparse.Namespace, thresholds: list[float]) -> None:
     print(f"## quality: pydocs + {a.copies} planted copies, embedder {a.embedder}\n")
     print("| threshold | recall | precision (strict) | precision (natural) | documents grouped "
           "without plants | dedup s |")
@@ -240,6 +249,9 @@ def main() -> None:
         print(f"| {r['threshold']} | {r['recall']:.3f} | {r['precision']:.3f} | "
               f"{r['precision_natural']:.3f} | {r['grouped_in_plain']} | {r['seconds']:.2f} |",
               flush=True)
+
+
+def print_scale(a: argparse.Namespace) -> None:
     cases = ([(20_000, 1000), (20_000, 20_000)] if a.quick
              else [(100_000, a.cluster_size), (1_000_000, a.cluster_size),
                    (100_000, 100_000)])
