@@ -265,6 +265,10 @@ class GroupClipSampler:
             yield blk
 
     # ----------------------------------------------------------------- state
+    def __getstate__(self) -> dict[str, Any]:
+        # picklable: the running stream (a generator) is rebuilt, and replayed, on demand
+        return {**self.__dict__, "_stream": None}
+
     def _config(self) -> dict[str, Any]:
         return {"groups": self._index.fingerprint, **self._config_inner}
 
