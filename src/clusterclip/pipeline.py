@@ -14,6 +14,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.grouping import renamed_note
+from clusterclip.io import load_npy
 from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
 
@@ -56,7 +57,7 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
         if not is_main():
             return None
         labels = load_labels(w.path("labels.npy"))
-        g = np.load(w.path("groups.npy")) if groups else None
+        g = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1) if groups else None
         return write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
                               num_tokens=num_tokens, doc_tokens=tokens, balance_by=balance_by,
                               token_source=source, strategy=strategy, clip=clip, alpha=alpha,
