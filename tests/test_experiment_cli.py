@@ -259,3 +259,75 @@ def test_max_docs_subsamples_each_cluster_by_its_share(workdir):
         assert abs(c["size"] - 200 * sizes[int(k)] / labels.size) < 1
     with pytest.raises(Exception, match="--max-docs"):
         ExperimentConfig.quick(max_docs=3).validate()
+
+
+def test_groups_count_repetition_per_near_duplicate_group(workdir, monkeypatch):
+    """With near-duplicate groups, each run's schedule reports ``max_group_repetition`` equal
+    to a slow recount of the documents it fed, results.md shows it, and the runs get other
+    store keys; without groups the column is absent."""
+    from clusterclip.experiment import ExperimentConfig, compare_strategies, runner
+    from clusterclip.experiment.output import render_markdown
+    from clusterclip.experiment.runner import _load_inputs
+
+    labels, texts, _ = _load_inputs(workdir)
+    # groups of up to 3 consecutive documents of one cluster (a few left without a group)
+    groups = np.array([int(labels[i]) * 1000 + i // 3 for i in range(labels.size)], np.int64)
+    groups[::17] = -1
+    fed_seen: list[np.ndarray] = []
+    real = runner.schedule_stats
+
+    def recording(fed, *args, **kwargs):
+        fed_seen.append(np.array(fed))
+        return real(fed, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "schedule_stats", recording)
+    cfg = ExperimentConfig.quick(strategies=("uniform", "clusterclip"), seeds=1, tokens=4096)
+    res = compare_strategies(texts, labels, cfg, threads=1, progress=False, groups=groups)
+    for name, fed in zip(("uniform", "clusterclip"), fed_seen, strict=True):
+        per_group: dict[int, int] = {}
+        for i in fed.tolist():
+            if groups[i] >= 0:
+                per_group[int(groups[i])] = per_group.get(int(groups[i]), 0) + 1
+        sched = res["strategies"][name]["runs"][0]["schedule"]
+        assert sched["docs_drawn"] == fed.size
+        assert sched["max_group_repetition"] == max(per_group.values())
+        assert sched["max_group_repetition"] >= sched["max_repetition"]
+    assert "max repetition per group" in render_markdown(res)
+
+    plain = compare_strategies(texts, labels, ExperimentConfig.quick(
+        strategies=("uniform",), seeds=1, tokens=4096), threads=1, progress=False)
+    assert "max_group_repetition" not in plain["strategies"]["uniform"]["schedule"]
+    assert "per group" not in render_markdown(plain)
+    assert not set(plain["run_keys"]) & set(res["run_keys"])
+    counted = dict(res["strategies"]["uniform"]["runs"][0]["schedule"])
+    counted.pop("max_group_repetition")
+    assert counted == plain["strategies"]["uniform"]["runs"][0]["schedule"]
+
+
+def test_experiment_counts_groups_while_dedup_is_current(tmp_path, pydocs_path):
+    """`clusterclip experiment` on a work directory with a current `dedup` stage reports
+    max repetition per group; after re-clustering (groups.npy stale) it does not."""
+    from clusterclip.dedup import plant_near_duplicates
+
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for _, line in zip(range(300), f, strict=False)]
+    texts, _ = plant_near_duplicates(texts, 30, seed=2)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    W = tmp_path / "W"
+    assert main(["run", str(corpus), "--workdir", str(W), "--clusters", "3", "--embedder",
+                 "fast", "--dedup", "--num-samples", "100"]) == 0
+    exp = ["experiment", "--workdir", str(W), "--quick", "--strategies", "uniform",
+           "--seeds", "1", "--tokens", "4096", "--no-progress"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(exp) == 0
+    sched = json.loads((W / "experiment" / "results.json").read_text())[
+        "strategies"]["uniform"]["runs"][0]["schedule"]
+    assert sched["max_group_repetition"] >= sched["max_repetition"] >= 1
+    assert "max repetition per group" in (W / "experiment" / "results.md").read_text()
+    assert main(["cluster", "--workdir", str(W), "--clusters", "4"]) == 0
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(exp) == 0
+    res = json.loads((W / "experiment" / "results.json").read_text())
+    assert "max_group_repetition" not in res["strategies"]["uniform"]["runs"][0]["schedule"]
+    assert "per group" not in (W / "experiment" / "results.md").read_text()

@@ -300,3 +300,27 @@ def test_paced_schedule_is_sized_to_the_token_budget(sizes, clip, seed, frac):
     shorter = t - max(1, t // 100) - 1
     if shorter >= 1:
         assert tokens(shorter) < needed
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_max_group_repetition_is_the_most_feeds_of_one_group(data):
+    """``schedule_stats(..., groups=)`` adds the most times one near-duplicate group was fed
+    (all its members together), equal to a one-feed-at-a-time recount; nothing else changes."""
+    from clusterclip.experiment import schedule_stats
+    from clusterclip.experiment.metrics import SCHEDULE_STATS, schedule_keys
+
+    n = data.draw(st.integers(1, 40))
+    labels = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))
+    groups = np.array(data.draw(st.lists(st.integers(-1, 8), min_size=n, max_size=n)))
+    fed = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=80)), np.int64)
+    doc_tokens = np.arange(n) % 5 + 1
+    plain = schedule_stats(fed, labels, doc_tokens, [0], [1], 2, 0)
+    s = schedule_stats(fed, labels, doc_tokens, [0], [1], 2, 0, groups=groups)
+    per_group: dict[int, int] = {}
+    for i in fed.tolist():
+        if groups[i] >= 0:
+            per_group[int(groups[i])] = per_group.get(int(groups[i]), 0) + 1
+    assert s.pop("max_group_repetition") == max(per_group.values(), default=0)
+    assert s == plain and tuple(plain) == SCHEDULE_STATS == schedule_keys(plain)
+    assert schedule_keys({**plain, "max_group_repetition": 1})[-1] == "max_group_repetition"

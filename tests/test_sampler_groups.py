@@ -130,6 +130,32 @@ def test_ranks_resume_and_state_dict_continue_the_same_schedule(data, strategy, 
         assert head + list(copy) == full.tolist()
 
 
+@settings(max_examples=25, deadline=None)
+@given(labels_and_groups(), st.sampled_from(STRATEGIES), st.integers(1, 3), st.data())
+def test_torch_sampler_with_groups_yields_the_group_schedule_and_resumes(data, strategy, W, d):
+    """ClusterClipTorchSampler(groups=) yields GroupClipSampler's indices for its rank, and
+    its state_dict resumes a fresh torch sampler where the first stopped."""
+    pytest.importorskip("torch")
+    from clusterclip.sampling.torch import ClusterClipTorchSampler
+
+    labels, groups = data
+    n_groups = np.unique(groups[labels >= 0]).size
+    T = _t_for(n_groups, strategy, 2, 1.0)
+    kw = dict(strategy=strategy, clip=2, seed=3)
+    r = d.draw(st.integers(0, W - 1))
+    want = list(GroupClipSampler(labels, T, groups=groups, rank=r, world_size=W, **kw))
+    ts = ClusterClipTorchSampler(labels, T, groups=groups, rank=r, world_size=W, **kw)
+    assert isinstance(ts.sampler, GroupClipSampler) and len(ts) == len(want)
+    it = iter(ts)
+    k = d.draw(st.integers(0, len(want)))
+    head = [next(it) for _ in range(k)]
+    state = json.loads(json.dumps(ts.state_dict()))
+    fresh = ClusterClipTorchSampler(labels, T, groups=groups, rank=r, world_size=W, **kw)
+    fresh.load_state_dict(state)
+    assert head + list(fresh) == want
+    assert all(type(i) is int for i in head)
+
+
 def test_bad_groups_are_refused_with_the_document():
     labels = np.array([0, 0, 1, 1, -1])
     with pytest.raises(InputError, match="spans clusters 0 .document 0. and 1 .document 2."):

@@ -89,13 +89,16 @@ def mean_std(values: Sequence[float]) -> dict[str, Any]:
 SCHEDULE_STATS = ("docs_drawn", "distinct_docs", "max_repetition", "clusters_clipped",
                   "clusters_over_clip", "tail_token_share", "late_tail_token_share",
                   "head_token_share")
+#: Added to :data:`SCHEDULE_STATS` when near-duplicate groups are counted (``W/groups.npy``).
+GROUP_STATS = ("max_group_repetition",)
 #: The part of the fed schedule (its last fifth, by position) behind ``late_tail_token_share``.
 LATE_FRACTION = 0.2
 
 
 def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
                    tail: Sequence[int], head: Sequence[int], clip: int,
-                   clusters_clipped: int) -> dict[str, Any]:
+                   clusters_clipped: int, groups: np.ndarray | None = None
+                   ) -> dict[str, Any]:
     """What a run's schedule fed the model, to tell whether the clip mattered.
 
     ``fed``: int[D] document indices in the order packed (see
@@ -109,6 +112,8 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
     the tokens of the fed documents; ``late_tail_token_share`` is the tail's
     share of the tokens of the last :data:`LATE_FRACTION` of the fed documents
     (by position), where a greedy clip may have retired the tail already.
+    ``groups``: int[N] near-duplicate group per document (-1 none), adds
+    ``max_group_repetition``: the most times one group's documents were fed, together.
     """
     fed = np.asarray(fed, dtype=np.int64)
     reps = np.bincount(fed, minlength=labels.size)
@@ -118,7 +123,7 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
     over = np.unique(labels[reps > clip])
     late = slice(fed.size - int(math.ceil(LATE_FRACTION * fed.size)), None)
     late_total = max(1.0, float(tok[late].sum()))
-    return {
+    out = {
         "docs_drawn": int(fed.size),
         "distinct_docs": int(np.count_nonzero(reps)),
         "max_repetition": int(reps.max(initial=0)),
@@ -128,6 +133,16 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
         "late_tail_token_share": float(tok[late][np.isin(lab[late], tail)].sum() / late_total),
         "head_token_share": float(tok[np.isin(lab, head)].sum() / total),
     }
+    if groups is not None:
+        from clusterclip.dedup import group_repetition
+
+        out["max_group_repetition"] = group_repetition(reps, groups)["max_group_repetition"]
+    return out
+
+
+def schedule_keys(schedule: dict[str, Any]) -> tuple[str, ...]:
+    """The statistics in a run's (or strategy's) ``schedule``, in table order."""
+    return SCHEDULE_STATS + tuple(k for k in GROUP_STATS if k in schedule)
 
 
 def cluster_repetition(fed: np.ndarray, train_labels: np.ndarray, ids: Sequence[int]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.metrics import METRICS, SCHEDULE_STATS
+from clusterclip.experiment.metrics import METRICS, schedule_keys
 from clusterclip.experiment.verdict import verdict_lines
 
 _LABELS = {
@@ -50,6 +50,7 @@ _SCHEDULE_LABELS = {
     "clusters_over_clip": "clusters over clip", "tail_token_share": "tail token share",
     "late_tail_token_share": "tail share, last 20%",
     "head_token_share": "head token share",
+    "max_group_repetition": "max repetition per group",
 }
 
 
@@ -66,15 +67,17 @@ def _schedule_cell(stat: str, v: dict[str, Any]) -> str:
 def format_schedule_table(results: dict[str, Any], markdown: bool = False) -> str:
     """Per strategy, what its schedules fed the models, over seeds: did the clip bind?
 
-    Columns follow :data:`~clusterclip.experiment.metrics.SCHEDULE_STATS`; a
+    Columns follow :data:`~clusterclip.experiment.metrics.SCHEDULE_STATS` (and
+    ``max_group_repetition`` where near-duplicate groups were counted); a
     results dict without per-strategy schedule figures gives an empty string.
     """
     ordered = _ordered(results)
     if not ordered or "schedule" not in ordered[0][1]:
         return ""
-    head = ["strategy"] + [_SCHEDULE_LABELS[k] for k in SCHEDULE_STATS]
+    keys = schedule_keys(ordered[0][1]["schedule"])
+    head = ["strategy"] + [_SCHEDULE_LABELS[k] for k in keys]
     rows = [[strategy_name(n, results)] + [_schedule_cell(k, e["schedule"][k])
-                                           for k in SCHEDULE_STATS] for n, e in ordered]
+                                           for k in keys] for n, e in ordered]
     return _table(head, rows, markdown)
 
 
@@ -170,7 +173,12 @@ def render_markdown(results: dict[str, Any]) -> str:
                   f"{c['clip']}-th pass and left ClusterClip's pool (the sampler's summary); "
                   f"*clusters over clip*: clusters with a document fed more than {c['clip']} "
                   "times; *tail* / *head token share*: share of the training tokens from the "
-                  "tail / head clusters above.", "", sched]
+                  "tail / head clusters above."
+                  + (" *max repetition per group*: most times the content of one "
+                     "near-duplicate group (W/groups.npy of `clusterclip dedup`) was fed, "
+                     "all its members' feeds together."
+                     if "max_group_repetition" in _ordered(results)[0][1]["schedule"] else ""),
+                  "", sched]
     gap_table = format_gap_table(results, markdown=True)
     if gap_table:
         parts += ["", "## Over-fitting: train–validation gap against repetition", "",

@@ -33,11 +33,11 @@ from clusterclip.experiment.data import (
 )
 from clusterclip.experiment.metrics import (
     METRICS,
-    SCHEDULE_STATS,
     cluster_repetition,
     mean_std,
     per_cluster_loss,
     quartile_clusters,
+    schedule_keys,
     schedule_stats,
     summarize,
 )
@@ -309,7 +309,8 @@ def _aggregate(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for s, rs in runs.items():
         entry: dict[str, Any] = {
             "metrics": {m: mean_std([r[m] for r in rs]) for m in METRICS},
-            "schedule": {k: mean_std([r["schedule"][k] for r in rs]) for k in SCHEDULE_STATS},
+            "schedule": {k: mean_std([r["schedule"][k] for r in rs])
+                         for k in schedule_keys(rs[0]["schedule"])},
             "runs": rs}
         if s != "random" and "random" in runs:
             base = runs["random"]
@@ -323,7 +324,7 @@ def _aggregate(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                        config: ExperimentConfig, *, device: str = "cpu",
                        threads: int | None = None, progress: bool = True,
-                       store: RunStore | None = None,
+                       store: RunStore | None = None, groups: np.ndarray | None = None,
                        on_run: Callable[[str, int, bool], None] | None = None,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train one model per (strategy, seed) and measure held-out loss.
@@ -339,10 +340,12 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     and ``timing`` (seconds per run, the estimate and the reused runs: the only
     part that varies between identical runs).
 
+    ``groups``: int[N] near-duplicate group per document (``W/groups.npy``):
+    each run's schedule then also counts ``max_group_repetition``.
     ``store``: finished runs are saved there under a fingerprint of the
-    documents, labels, config (but the strategy list and seed count),
-    strategy, seed, device type, thread count and the clusterclip and torch
-    versions, and reused when found.
+    documents, labels, groups (if any), config (but the strategy list and seed
+    count), strategy, seed, device type, thread count and the clusterclip and
+    torch versions, and reused when found.
     ``on_run(strategy, seed, reused)`` is called after each run (an exception
     there stops the experiment; finished runs stay stored). ``log`` receives
     the time estimate printed before training (default: stderr when
@@ -365,6 +368,12 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     if labels.ndim != 1 or labels.shape[0] != len(texts):
         raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
     labels = labels.astype(np.int64)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
+            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
+                             f"{groups.shape}; rerun `clusterclip dedup`")
+        groups = groups.astype(np.int64)
     docs, truncated = encode_documents(texts, config.max_doc_tokens)
     doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
     no_text = (doc_tokens == 0) & (labels >= 0)
@@ -429,6 +438,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                   "device": dev.type, "threads": threads,
                   "versions": {"clusterclip": __version__, "torch": torch.__version__},
                   "format": RUN_FORMAT}
+    if groups is not None:  # counted per group too: not the same run record as without
+        run_inputs["groups"] = array_fingerprint(groups)
     keys = {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed})
             for seed in range(config.seeds) for s in config.strategies}
     cached = {k: store.get(v) for k, v in keys.items()} if store is not None else {}
@@ -524,7 +535,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     "per_cluster": per_cluster,
                     "curve": log_["curve"],
                     "schedule": schedule_stats(fed_a, labels, doc_tokens, tail_clusters,
-                                               head_clusters, config.clip, n_clipped),
+                                               head_clusters, config.clip, n_clipped,
+                                               groups),
                 }
                 seconds = round(time.perf_counter() - t0, 1)
                 timing[f"{strategy}/seed{seed}"] = seconds
@@ -658,7 +670,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         out.mkdir(exist_ok=True)
         write_marker(out, "experiment")
         results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                     progress=progress, store=store, on_run=on_run)
+                                     progress=progress, store=store, on_run=on_run,
+                                     groups=counted["groups"])
         store.prune(set(results["run_keys"]))
         with atomic_output_dir(out, "experiment") as tmp:
             write_outputs(results, tmp)
@@ -668,9 +681,20 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         return {}
 
     done: dict[str, Any] = {}
+    counted: dict[str, Any] = {}
+
+    def key() -> dict[str, Any]:
+        from clusterclip.report.build import current_groups
+
+        k = {"config": config.to_dict(), "device": device}
+        counted["groups"] = current_groups(w)
+        if counted["groups"] is not None:  # repetition per near-duplicate group too
+            k["groups"] = w.stage("dedup")["fingerprint"]
+        return k
+
     with w.locked():
         labels, _, _ = _load_inputs(w.root, texts=False)
-        w.run_stage("experiment", key={"config": config.to_dict(), "device": device},
+        w.run_stage("experiment", key=key,
                     reads=["labels.npy", "corpus"], outputs=["experiment"], work=work,
                     cache=False)
     return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

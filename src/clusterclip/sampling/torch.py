@@ -23,20 +23,23 @@ class ClusterClipTorchSampler(Sampler[int]):
 
     Same parameters as :class:`ClusterClipSampler`; ``rank`` and
     ``world_size`` default to the initialised ``torch.distributed`` process
-    group (else 0 and 1). Picklable; ``state_dict`` is plain JSON.
+    group (else 0 and 1). ``groups`` (``W/groups.npy``) clips by near-duplicate
+    group (a :class:`~clusterclip.sampling.groups.GroupClipSampler` inside).
+    Picklable; ``state_dict`` is plain JSON.
     """
 
     def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
                  clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int | None = None,
                  world_size: int | None = None, consumed_samples: int = 0,
-                 cluster_weights: Any = None, cache_dir: Any = None) -> None:
+                 cluster_weights: Any = None, cache_dir: Any = None,
+                 groups: Any = None) -> None:
         group_rank, group_world = D.rank_and_world()
         rank = group_rank if rank is None else rank
         world_size = group_world if world_size is None else world_size
         self.sampler = ClusterClipSampler(
             labels, num_samples, strategy=strategy, clip=clip, alpha=alpha, seed=seed,
             rank=rank, world_size=world_size, consumed_samples=consumed_samples,
-            cluster_weights=cluster_weights, cache_dir=cache_dir)
+            cluster_weights=cluster_weights, cache_dir=cache_dir, groups=groups)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.sampler)
