@@ -134,3 +134,86 @@ def test_fast_embedder_clusters_beat_a_shuffled_baseline(pydocs_rows):
     shuffled = normalized_mutual_info_score(np.random.default_rng(0).permutation(labels), pred)
     assert nmi > 0.05
     assert nmi > 4 * shuffled
+
+
+def test_pca_table_is_centred_sorted_and_independent_of_input_axis_order():
+    from clusterclip.embedding.static import pca_table
+
+    rng = np.random.default_rng(1)
+    raw = (rng.standard_normal((500, 12)) * np.arange(1, 13) + 3.0).astype(np.float32)
+    t = pca_table(raw, 5)
+    assert t.shape == (500, 5) and t.dtype == np.float32
+    assert np.allclose(t.mean(0), 0.0, atol=1e-3)
+    var = t.var(0)
+    assert np.all(np.diff(var) <= 0)  # the largest-variance axes, in order
+    # which coordinate system the model's vectors come in changes nothing
+    assert np.allclose(pca_table(raw[:, rng.permutation(12)], 5), t, atol=1e-3)
+    # all axes kept: a rotation of the centred rows (distances unchanged)
+    full = pca_table(raw, 12)
+    c = raw - raw.mean(0)
+    assert np.allclose(full @ full.T, c @ c.T, rtol=1e-3, atol=1e-2)
+
+
+def test_distilled_table_is_cached_once_per_model_and_rebuilt_when_damaged(tmp_path,
+                                                                          monkeypatch):
+    from clusterclip.embedding import static
+    from clusterclip.embedding.transformer import bundled_minilm_path, model_identity
+    from clusterclip.io import fingerprint
+
+    monkeypatch.setenv("CLUSTERCLIP_CACHE", str(tmp_path))
+    model = bundled_minilm_path()
+    # Stand-in raw token vectors in the raw cache, so no distillation runs here.
+    raw = np.random.default_rng(2).standard_normal((30522, 16)).astype(np.float32)
+    key = fingerprint({"v": static._RAW_VERSION, "model": model_identity(model)})
+    np.save(tmp_path / f"static-{key}.npy", raw)
+    first, how = static.distilled_table(model, dim=8, progress=False)
+    assert how == "derived" and first.shape == (30522, 8)
+    assert np.allclose(first, static.pca_table(raw, 8) * static.sif_weights(30522)[:, None])
+    again, how = static.distilled_table(model, dim=8, progress=False)
+    assert how == "cached" and np.array_equal(again, first)
+    (cached,) = [p for p in tmp_path.iterdir() if p.name.startswith("static3-pca8-")]
+    cached.write_bytes(b"not an npy file")
+    rebuilt, how = static.distilled_table(model, dim=8, progress=False)
+    assert how == "derived" and np.array_equal(rebuilt, first)
+
+
+def test_sif_weights_fall_with_frequency_rank():
+    from clusterclip.embedding.static import sif_weights
+
+    w = sif_weights(30522)
+    assert np.all(np.diff(w) > 0) and 0 < w[0] < 0.2 and 0.99 < w[-1] < 1
+
+
+def test_fast_embedder_identity_names_its_recipe():
+    from clusterclip.embedding.pipeline import embedder_identity
+    from clusterclip.embedding.static import STATIC_VERSION, StaticEmbedder
+
+    d = StaticEmbedder(progress=False).identity()
+    r = StaticEmbedder(table="random", progress=False).identity()
+    assert d != r and d["table"] == "distilled" and r["table"] == "random"
+    # the work dir's embed fingerprint carries the recipe version (old vectors are not reused)
+    assert embedder_identity("fast", None)["static_version"] == STATIC_VERSION == 3
+
+
+def test_fast_embedder_groups_wordnet_meanings_better_than_tfidf():
+    """Semantic labels (WordNet lexicographer categories of glosses): the distilled
+    table's clusters agree with them clearly better than TF-IDF + random projection's."""
+    from pathlib import Path
+
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from clusterclip.embedding.static import StaticEmbedder
+
+    path = Path(__file__).parents[1] / "benchmarks" / "data" / "wordnet_glosses.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f][::5]
+    texts = [r["text"] for r in rows]
+    labels = np.array([r["label"] for r in rows])
+    scores = {}
+    for table in ("distilled", "random"):
+        emb = StaticEmbedder(table=table, progress=False)
+        emb.prepare(texts)
+        pred = KMeans(41, n_init=1, random_state=0).fit_predict(emb.encode(texts))
+        scores[table] = normalized_mutual_info_score(labels, pred)
+    assert scores["distilled"] > 1.3 * scores["random"], scores

@@ -6,7 +6,7 @@ Embedders (all return float32 n x d, rows L2-normalised, in input order):
   all-MiniLM-L6-v2 (offline), :class:`SentenceTransformerEmbedder`;
 - ``hf``: any local Hugging Face ``AutoModel``, mean or first-token pooling,
   :class:`HFEmbedder`;
-- ``fast``: static token vectors distilled from MiniLM, IDF-weighted, no
+- ``fast``: static token vectors distilled from MiniLM (PCA, SIF weights), no
   neural network per document, :class:`StaticEmbedder`.
 
 :func:`embed_workdir` runs the stage into a work directory (shards, resume,

@@ -1,19 +1,28 @@
-"""The fast CPU embedder: IDF-weighted sums of static word-piece vectors.
+"""The fast CPU embedder: sums of static word-piece vectors, no network per document.
 
-No neural network runs per document. A document's vector is the sum of
-``idf(p) * table[p]`` over the word pieces ``p`` of its first words (the
-MiniLM tokenizer's vocabulary), L2-normalised. The table is either a fixed
-Gaussian random matrix (default: TF-IDF followed by a random projection) or
-static token vectors distilled once from MiniLM and cached on disk
-(``[CLS] token [SEP]`` through the model, mean-pooled). ``bench_embed.py``
-measured both on pydocs; the random table clustered as well or better, ran
-faster and needs no distillation, so ``--embedder fast`` uses it.
+A document's vector is the L2-normalised sum of ``table[p]`` over the word
+pieces ``p`` of its first words (the MiniLM tokenizer's vocabulary). Two tables:
 
-IDF comes from a fixed sample of the corpus (:meth:`StaticEmbedder.prepare`),
-so the same corpus always gives the same vectors, whichever process or shard
-embeds a document. Speed comes from splitting text on whitespace and caching
-each distinct chunk's weighted piece sum, so the tokenizer runs once per
-distinct chunk, not once per document.
+- ``distilled`` (the default, ``--embedder fast``): every vocabulary token run
+  alone through MiniLM (``[CLS] token [SEP]``, mean-pooled), centred and
+  reduced to ``dim`` dimensions by PCA over the vocabulary, each row scaled by
+  a smooth-inverse-frequency weight ``a / (a + p(token))`` with ``p`` a Zipf
+  law over the token's id (the vocabulary lists word pieces roughly by
+  frequency). Computed once per model and cached on disk
+  (:func:`cache_dir`); it needs no corpus statistics.
+- ``random``: a fixed Gaussian matrix with IDF weights from a sample of the
+  corpus (:meth:`StaticEmbedder.prepare`), i.e. TF-IDF over word pieces
+  followed by a random projection: the default before
+  ``STATIC_VERSION`` 3, kept as the lexical baseline.
+
+``bench_embed.py`` measures both against MiniLM on the bundled corpus (labels
+are doc folders: lexical) and on WordNet glosses (labels are semantic
+categories): the distilled table keeps the lexical corpus's NMI within a few
+per cent and more than doubles it on the semantic one.
+
+Speed comes from splitting text on whitespace and caching each distinct
+chunk's word pieces, so the tokenizer runs once per distinct chunk, not once
+per document.
 """
 
 from __future__ import annotations
@@ -31,10 +40,15 @@ from clusterclip.embedding.transformer import _local_model, bundled_minilm_path,
 from clusterclip.errors import InputError
 from clusterclip.io import fingerprint, save_npy
 
-STATIC_VERSION = 2
+# Changes whenever a recipe changes the vectors (part of the embed stage's identity).
+STATIC_VERSION = 3
+# Version of the raw distilled token vectors cached on disk (unchanged since 2).
+_RAW_VERSION = 2
+# SIF constant: a token's weight is a / (a + p), p its Zipf probability by id.
+_SIF_A = 1e-3
 # Characters read per requested word before checking whether the cut was short.
 _CHARS_PER_WORD = 12
-# Distinct words kept in the row cache before it is reset (bounds memory; the
+# Distinct words kept in the chunk cache before it is reset (bounds memory; the
 # vectors do not depend on the cache, only the speed does).
 _MAX_CACHED_WORDS = 500_000
 # Chunks per tokenizer input when tokenizing unseen chunks (parallel across inputs).
@@ -84,26 +98,84 @@ def distill_token_table(model_path: Path, batch_size: int = 512, progress: bool 
     return out
 
 
-class StaticEmbedder(Embedder):
-    """Fast CPU embedder (``--embedder fast``): IDF-weighted sums of static token vectors.
+def sif_weights(vocab: int, a: float = _SIF_A) -> np.ndarray:
+    """``a / (a + p(i))`` for token ids ``i``, ``p`` a Zipf law over the id (rank + 10)."""
+    p = 1.0 / (np.arange(vocab, dtype=np.float64) + 10.0)
+    p /= p.sum()
+    return (a / (a + p)).astype(np.float32)
 
-    A document's vector is ``sum over its word pieces p of idf(p) * table[p]``,
-    L2-normalised. ``table="random"`` (the default) is a fixed Gaussian V x
-    ``dim`` matrix, which makes this TF-IDF over the model's word pieces
-    followed by a random projection; ``table="distilled"`` uses each token's
-    vector from the model (see :func:`distill_token_table`). The benchmark
-    measures both; the random table clustered pydocs as well or better at the
-    same speed and needs no model run, hence the default.
+
+def pca_table(raw: np.ndarray, dim: int) -> np.ndarray:
+    """Rows of ``raw`` centred and projected on its top ``dim`` principal axes (float32).
+
+    Each axis's sign is fixed (its largest coefficient positive), so the table
+    does not depend on the sign convention of the eigen-solver.
+    """
+    x = raw.astype(np.float64)
+    x -= x.mean(0)
+    vals, vecs = np.linalg.eigh(x.T @ x)
+    axes = vecs[:, np.argsort(vals)[::-1][:dim]]
+    big = np.abs(axes).argmax(0)
+    axes *= np.sign(axes[big, np.arange(axes.shape[1])])
+    return (x @ axes).astype(np.float32)
+
+
+def distilled_table(model_path: Path, dim: int = 256, progress: bool = True
+                    ) -> tuple[np.ndarray, str]:
+    """The ``distilled`` table (PCA to ``dim``, SIF-weighted rows) and where it came from.
+
+    Computed once per model and cached in :func:`cache_dir` (``"cached"``);
+    otherwise derived from the cached raw token vectors (``"derived"``) or,
+    the first time ever, from a distillation run (``"distilled"``, a minute or
+    more on 2 cores).
+    """
+    ident = model_identity(model_path)
+    path = cache_dir() / f"static{STATIC_VERSION}-pca{dim}-" \
+        f"{fingerprint({'v': STATIC_VERSION, 'dim': dim, 'a': _SIF_A, 'model': ident})}.npy"
+    table = _load_cached(path)
+    if table is not None:
+        return table, "cached"
+    raw_path = cache_dir() / f"static-{fingerprint({'v': _RAW_VERSION, 'model': ident})}.npy"
+    raw = _load_cached(raw_path)
+    source = "derived"
+    if raw is None:
+        raw = distill_token_table(model_path, progress=progress)
+        save_npy(raw_path, raw)
+        source = "distilled"
+    if dim > raw.shape[1]:
+        raise InputError(f"static table of {dim} dimensions: the model has only {raw.shape[1]}")
+    table = pca_table(raw, dim) * sif_weights(len(raw))[:, None]
+    save_npy(path, table)
+    return table, source
+
+
+def _load_cached(path: Path) -> np.ndarray | None:
+    if not path.exists():
+        return None
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None  # a damaged cache is rebuilt
+
+
+class StaticEmbedder(Embedder):
+    """Fast CPU embedder (``--embedder fast``): sums of static word-piece vectors.
+
+    A document's vector is ``sum over its word pieces p of w(p) * table[p]``,
+    L2-normalised. ``table="distilled"`` (the default) uses MiniLM's token
+    vectors, PCA-reduced and SIF-weighted (:func:`distilled_table`), ``w = 1``;
+    ``table="random"`` is a fixed Gaussian V x ``dim`` matrix with ``w`` the IDF
+    over a sample of the corpus (:meth:`prepare`): TF-IDF plus a random projection.
 
     Text is split on whitespace into chunks; each distinct chunk is tokenized
-    once and its weighted piece sum cached, so the tokenizer does not run per
+    once and its word pieces cached, so the tokenizer does not run per
     document. ``max_length`` counts whitespace-separated words, not model tokens.
     """
 
     name = "fast"
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, max_length: int = 256,
-                 batch_size: int = 1024, table: str = "random", dim: int = 256,
+                 batch_size: int = 1024, table: str = "distilled", dim: int = 256,
                  progress: bool = True) -> None:
         super().__init__(batch_size=batch_size, max_length=max_length)
         from tokenizers import Tokenizer
@@ -119,51 +191,45 @@ class StaticEmbedder(Embedder):
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.table_kind = table
+        vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        # Per-piece weights: IDF for the random table (set by prepare), none otherwise.
+        self.idf: np.ndarray | None = None
         if table == "random":
-            vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
             rng = np.random.default_rng(0)
             self.table = (rng.standard_normal((vocab, dim), dtype=np.float32)
                           / np.float32(math.sqrt(dim)))
+            self.idf = np.ones(vocab, dtype=np.float32)
+            self.table_source = "random"
         else:
-            self.table = self._load_table(progress)
+            self.table, self.table_source = distilled_table(self.path, dim, progress)
         self.dim = int(self.table.shape[1])
         self.unk_id = self.tokenizer.token_to_id("[UNK]") or 0
         # Lower-cased chunk keys (fewer distinct chunks) only where the tokenizer
         # lower-cases anyway, so the word pieces cannot change.
         enc = self.tokenizer.encode_batch(["Word", "word"], add_special_tokens=False)
         self._lower = enc[0].ids == enc[1].ids
-        self.idf = np.ones(len(self.table), dtype=np.float32)
         self.n_sample = 0
         self._reset_cache()
 
-    # -- the static table ---------------------------------------------------
-    def _load_table(self, progress: bool) -> np.ndarray:
-        key = fingerprint({"v": STATIC_VERSION, "model": model_identity(self.path)})
-        path = cache_dir() / f"static-{key}.npy"
-        if path.exists():
-            try:
-                return np.load(path, allow_pickle=False)
-            except (OSError, ValueError):
-                pass  # a damaged cache is rebuilt below
-        table = distill_token_table(self.path, progress=progress)
-        save_npy(path, table)
-        return table
-
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "static_version": STATIC_VERSION,
-                "table": self.table_kind, "model": model_identity(self.path)}
+        ident = {**super().identity(), "static_version": STATIC_VERSION,
+                 "table": self.table_kind, "model": model_identity(self.path)}
+        if self.table_kind == "distilled":
+            ident["sif_a"] = _SIF_A
+        return ident
 
     # -- corpus statistics --------------------------------------------------
     def prepare(self, sample_texts: Sequence[str]) -> None:
-        """Inverse document frequency of each word piece over a fixed sample of texts."""
+        """Random table: inverse document frequency of each word piece over a fixed
+        sample of texts. The distilled table needs no corpus statistics (no-op)."""
+        if self.idf is None:
+            return
         vocab = len(self.table)
         df = np.zeros(vocab, dtype=np.int64)
         for start in range(0, len(sample_texts), self.batch_size):
-            chunks = [self._chunks(t) for t in sample_texts[start:start + self.batch_size]]
-            rows = self._lookup(chunks)
-            doc = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
-            pieces, piece_doc = self._expand(np.concatenate(rows) if rows else
-                                             np.zeros(0, np.int64), doc)
+            rows, counts = self._lookup([self._chunks(t)
+                                         for t in sample_texts[start:start + self.batch_size]])
+            pieces, piece_doc = self._expand(rows, np.repeat(np.arange(len(counts)), counts))
             # each (document, piece) pair once: document frequency
             pairs = np.unique(piece_doc * vocab + pieces)
             df += np.bincount(pairs % vocab, minlength=vocab)
@@ -171,11 +237,8 @@ class StaticEmbedder(Embedder):
         self.n_sample = n
         self.idf = (np.log((1.0 + n) / (1.0 + df)) + 1.0).astype(np.float32) if n else \
             np.ones(vocab, dtype=np.float32)
-        # The cached chunks stay; only their weighted sums change with the IDF.
-        k = len(self._row_of)
-        self._rows[:k] = self._chunk_vectors(np.arange(k))
 
-    # -- chunks -> rows -----------------------------------------------------
+    # -- chunks -> word pieces ----------------------------------------------
     def _chunks(self, text: str) -> list[str]:
         """The first ``max_length`` chunks of ``text``.
 
@@ -195,18 +258,21 @@ class StaticEmbedder(Embedder):
 
     def _reset_cache(self) -> None:
         self._row_of: dict[str, int] = {}
-        self._rows = np.zeros((1024, self.dim), dtype=np.float32)
         # word pieces of cached chunk j: _pflat[_pstart[j] : _pstart[j] + _plen[j]]
-        self._pstart = np.zeros(1024, dtype=np.int64)
-        self._plen = np.zeros(1024, dtype=np.int64)
-        self._pflat = np.zeros(4096, dtype=np.int64)
+        self._pstart = np.zeros(0, dtype=np.int64)
+        self._plen = np.zeros(0, dtype=np.int64)
+        self._pflat = np.zeros(0, dtype=np.int64)
         self._pused = 0
 
-    def _lookup(self, chunks: list[list[str]]) -> list[np.ndarray]:
-        """Cache rows of each document's chunks, adding unseen chunks (one tokenizer call)."""
-        self._add_chunks([c for cs in chunks for c in cs])
-        get = self._row_of.__getitem__
-        return [np.fromiter(map(get, cs), np.int64, len(cs)) for cs in chunks]
+    def _lookup(self, chunks: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Cache rows of all documents' chunks, concatenated, and each document's count.
+
+        Unseen chunks are added first (one tokenizer call for the batch).
+        """
+        flat = [c for cs in chunks for c in cs]
+        self._add_chunks(flat)
+        rows = np.fromiter(map(self._row_of.__getitem__, flat), np.int64, len(flat))
+        return rows, np.fromiter(map(len, chunks), np.int64, len(chunks))
 
     def _expand(self, rows: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Word pieces of cached chunks ``rows``, each with its ``owner`` repeated."""
@@ -216,22 +282,19 @@ class StaticEmbedder(Embedder):
         pos = np.arange(total) - np.repeat(ends - lens, lens) + np.repeat(self._pstart[rows], lens)
         return self._pflat[pos], np.repeat(owner, lens)
 
-    def _chunk_vectors(self, rows: np.ndarray) -> np.ndarray:
-        pieces, _ = self._expand(rows, rows)
-        return _weighted_sums(self.table, self.idf, pieces, self._plen[rows])
-
     def _add_chunks(self, chunks: list[str]) -> None:
-        new = [c for c in dict.fromkeys(chunks) if c not in self._row_of]
+        new = set(chunks)
+        new.difference_update(self._row_of)
         if not new:
             return
+        new_list = sorted(new)  # a fixed order, whatever the string hashes
         n = len(self._row_of)
-        need = n + len(new)
-        if need > len(self._rows):
-            cap = max(need, 2 * len(self._rows))
-            self._rows = _grow(self._rows, cap)
+        need = n + len(new_list)
+        if need > len(self._plen):
+            cap = max(need, 2 * len(self._plen))
             self._pstart = _grow(self._pstart, cap)
             self._plen = _grow(self._plen, cap)
-        pieces = self._tokenize_chunks(new)
+        pieces = self._tokenize_chunks(new_list)
         lens = np.fromiter(map(len, pieces), np.int64, len(pieces))
         flat = np.concatenate(pieces)
         if self._pused + len(flat) > len(self._pflat):
@@ -240,8 +303,8 @@ class StaticEmbedder(Embedder):
         self._pstart[n:need] = self._pused + np.cumsum(lens) - lens
         self._plen[n:need] = lens
         self._pused += len(flat)
-        self._rows[n:need] = _weighted_sums(self.table, self.idf, flat, lens)
-        self._row_of.update(zip(new, range(n, need), strict=True))
+        self._row_of.update(zip(new_list, range(n, need), strict=True))
+
 
     def _tokenize_chunks(self, chunks: list[str]) -> list[np.ndarray]:
         """Word-piece ids of each chunk, with few tokenizer calls for all of them.
@@ -282,11 +345,12 @@ class StaticEmbedder(Embedder):
             if len(self._row_of) > _MAX_CACHED_WORDS:
                 self._reset_cache()
             part = texts[start:start + self.batch_size]
-            rows = self._lookup([self._chunks(t) for t in part])
-            flat = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-            counts = np.array([len(r) for r in rows], dtype=np.int64)
-            ones = np.ones(len(self._rows), dtype=np.float32)
-            out[start:start + len(part)] = _weighted_sums(self._rows, ones, flat, counts)
+            rows, counts = self._lookup([self._chunks(t) for t in part])
+            pieces, _ = self._expand(rows, rows)
+            per_doc = np.bincount(np.repeat(np.arange(len(part)), counts),
+                                  weights=self._plen[rows], minlength=len(part))
+            out[start:start + len(part)] = _weighted_sums(self.table, self.idf, pieces,
+                                                          per_doc.astype(np.int64))
             if on_batch is not None:
                 on_batch(len(part))
         return l2_normalize(out)
@@ -298,15 +362,15 @@ def _grow(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
-def _weighted_sums(table: np.ndarray, weights: np.ndarray, rows: np.ndarray,
+def _weighted_sums(table: np.ndarray, weights: np.ndarray | None, rows: np.ndarray,
                    counts: np.ndarray) -> np.ndarray:
-    """For each document, sum of ``weights[r] * table[r]`` over its ``rows`` (n x d float32)."""
+    """For each document, sum of ``weights[r] * table[r]`` (``weights`` None: 1) over
+    its ``rows``, ``counts[i]`` of them for document ``i`` (n x d float32)."""
     import torch
 
     offsets = np.zeros(len(counts), dtype=np.int64)
     np.cumsum(counts[:-1], out=offsets[1:])
-    t = torch.from_numpy(table)
-    r = torch.from_numpy(rows)
-    w = torch.from_numpy(weights[rows])
-    return torch.nn.functional.embedding_bag(r, t, torch.from_numpy(offsets), mode="sum",
-                                             per_sample_weights=w).numpy()
+    w = None if weights is None else torch.from_numpy(weights[rows])
+    return torch.nn.functional.embedding_bag(
+        torch.from_numpy(rows), torch.from_numpy(table), torch.from_numpy(offsets),
+        mode="sum", per_sample_weights=w).numpy()
