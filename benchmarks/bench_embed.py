@@ -1,19 +1,25 @@
 """Embedding benchmark: speed of our embedders against their peers, and the
-quality of each embedder's clusters on the bundled Python-docs corpus.
+quality of each embedder's clusters on the bundled Python-docs corpus and on
+WordNet glosses.
 
 Rows, all in one run:
 
 - MiniLM: our path (``SentenceTransformerEmbedder.encode``) vs a direct
   ``SentenceTransformer.encode`` on the same texts, batch size and max length
   (target: ratio >= 1.0). Runs alternate, best of ``--rounds`` is kept.
-- fast: our no-model embedder (TF-IDF over MiniLM's word pieces, randomly
-  projected to 256 dims) over the whole corpus, from a fresh embedder (IDF
-  sample + cold chunk cache, as one ``embed`` run does) and warm (target:
-  >= 5,000 docs/s on 2 cores). Its peer is the other candidate: the same
-  pipeline with static token vectors distilled from MiniLM instead of the
-  random table (one-off distillation, cached under ~/.cache/clusterclip).
-- NMI of K-means (scikit-learn, ``--seeds`` restarts averaged) against the
-  pydocs ``label`` field, K = 15 and 50, plus a shuffled-label baseline.
+- fast, on two corpora: the default table (MiniLM token vectors distilled
+  once, PCA + SIF weights, cached under ~/.cache/clusterclip) against the
+  old default (TF-IDF over word pieces + random projection): from a fresh
+  embedder (table load, prepare, empty chunk cache: one ``embed`` run) and
+  warm; then the default in a fresh Python process (start and imports
+  included), with the user's table cache and, with ``--first-ever``, with an
+  empty one (the distillation itself). Target: >= 5,000 docs/s cold on pydocs.
+- NMI of K-means (scikit-learn, ``--seeds`` restarts averaged) of MiniLM, both
+  fast tables and a shuffled-label control, on pydocs (labels: doc folders,
+  largely lexical; K = 15 and 50) and on 15,000 WordNet 3.0 glosses
+  (benchmarks/data, built by make_wordnet_corpus.py; labels: the 41 noun and
+  verb lexicographer categories, semantic; K = 41). Target: fast >= 80% of
+  MiniLM's NMI on both.
 
 Wall-clock figures on a shared machine vary with load; CPU seconds
 (``time.process_time``) are printed alongside.
@@ -28,11 +34,16 @@ import argparse
 import gzip
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+WORDNET = Path(__file__).parent / "data" / "wordnet_glosses.jsonl.gz"
 
 
 def timed(fn):
@@ -77,20 +88,23 @@ def main() -> None:
                     help="N x d MiniLM vectors of all pydocs docs saved by an earlier full run "
                          "(np.save), for the full-corpus MiniLM NMI row when MiniLM itself "
                          "runs on a subset")
+    ap.add_argument("--minilm-wordnet-embeddings", default=None,
+                    help="MiniLM vectors of all WordNet glosses saved by an earlier run "
+                         "(np.save); without it MiniLM embeds them in this run (slow on CPU)")
+    ap.add_argument("--first-ever", action="store_true",
+                    help="also time a fresh process with an empty table cache (distils the "
+                         "table: minutes on CPU)")
     args = ap.parse_args()
 
     import torch
     from sentence_transformers import SentenceTransformer
 
     from clusterclip.data import pydocs_path
-    from clusterclip.embedding.pipeline import SAMPLE_SIZE, make_embedder, sample_indices
-    from clusterclip.embedding.static import StaticEmbedder, cache_dir
+    from clusterclip.embedding.pipeline import make_embedder
+    from clusterclip.embedding.static import StaticEmbedder
     from clusterclip.embedding.transformer import bundled_minilm_path
 
-    with gzip.open(pydocs_path(), "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    texts = [r["text"] for r in rows]
-    labels = np.array([r["label"] for r in rows])
+    texts, labels = read_corpus(pydocs_path())
     ks = [int(k) for k in args.clusters.split(",")]
     n_minilm = args.minilm_docs or (128 if args.quick else len(texts))
     rounds = args.rounds or (2 if args.quick else 1)
@@ -118,48 +132,44 @@ def main() -> None:
     best_o, best_d = min(t_ours), min(t_direct)
     cos = float(np.sum(e_ours * e_direct, axis=1).min())
 
-    # -- fast: TF-IDF + random projection vs distilled static vectors -------------
-    from clusterclip.embedding.static import STATIC_VERSION
-    from clusterclip.embedding.transformer import model_identity
-    from clusterclip.io import fingerprint
+    # -- fast: distilled table (default) vs TF-IDF + random projection ---------------
+    from clusterclip.embedding.pipeline import SAMPLE_SIZE, sample_indices
 
-    key = fingerprint({"v": STATIC_VERSION, "model": model_identity(bundled_minilm_path())})
-    table_cached = (cache_dir() / f"static-{key}.npy").exists()
-    fast, t_init, c_init = timed(lambda: make_embedder("fast", max_length=args.max_length))
-    valid = np.ones(len(texts), dtype=bool)
-    sample = [texts[i] for i in sample_indices(valid, SAMPLE_SIZE)]
+    wn_texts, wn_labels = read_corpus(WORDNET)
+    corpora = {"pydocs": (texts, labels, ks),
+               "wordnet": (wn_texts, wn_labels, [len(set(wn_labels.tolist()))])}
+    speed, vectors = [], {}
+    for cname, (ctexts, _, _) in corpora.items():
+        sample = [ctexts[i] for i in sample_indices(np.ones(len(ctexts), bool), SAMPLE_SIZE)]
+        for table in ("distilled", "random"):
+            emb, t_load, _ = timed(lambda t=table: StaticEmbedder(
+                table=t, max_length=args.max_length, progress=False))
 
-    def cold_run(emb: StaticEmbedder) -> np.ndarray:
-        emb.prepare(sample)
-        return emb.encode(texts)
+            def cold_run(emb: StaticEmbedder = emb, sample: list[str] = sample,
+                         ctexts: list[str] = ctexts) -> np.ndarray:
+                emb.prepare(sample)
+                return emb.encode(ctexts)
 
-    e_fast, w_cold, c_cold = timed(lambda: cold_run(fast))
-    _, w_warm, c_warm = timed(lambda: fast.encode(texts))
-    dist, t_dist, c_dist = timed(lambda: StaticEmbedder(table="distilled",
-                                                        max_length=args.max_length))
-    e_rp, w_rp, c_rp = timed(lambda: cold_run(dist))
-    _, w_rpw, c_rpw = timed(lambda: dist.encode(texts))
+            vectors[cname, table], w, c = timed(cold_run)
+            _, ww, cw = timed(lambda e=emb, x=ctexts: e.encode(x))
+            speed.append((cname, table, emb.table_source, len(ctexts), t_load, w, c, ww, cw))
+    procs = [(cname, fresh_process(path, args.max_length, None))
+             for cname, path in (("pydocs", None), ("wordnet", WORDNET))]
+    if args.first_ever:
+        with tempfile.TemporaryDirectory() as empty:
+            procs.append(("pydocs", fresh_process(None, args.max_length, empty)))
 
     # -- quality ---------------------------------------------------------------------
     e_minilm_full = e_ours if n_minilm == len(texts) else None
-    quality = []
     if e_minilm_full is None and args.minilm_embeddings:
         e_minilm_full = np.load(args.minilm_embeddings)
-    if e_minilm_full is not None:
-        name = "minilm" if n_minilm == len(texts) else "minilm (vectors from --minilm-embeddings)"
-        quality.append((name, "all", nmi_row(e_minilm_full, labels, ks, args.seeds)))
-    quality.append((f"minilm (ours), {n_minilm}-doc subset", "subset",
-                    nmi_row(e_ours, labels[sub], ks, args.seeds)))
-    quality.append(("fast (TF-IDF + random projection)", "all",
-                    nmi_row(e_fast, labels, ks, args.seeds)))
-    quality.append(("fast, same subset", "subset", nmi_row(e_fast[sub], labels[sub], ks,
-                                                           args.seeds)))
-    quality.append(("static vectors distilled from MiniLM", "all",
-                    nmi_row(e_rp, labels, ks, args.seeds)))
-    quality.append(("shuffled labels (fast clusters)", "all",
-                    shuffled_row(e_fast, labels, ks, args.seeds)))
+    if args.minilm_wordnet_embeddings:
+        e_minilm_wn, wn_how = np.load(args.minilm_wordnet_embeddings), "vectors from file"
+    else:
+        e_minilm_wn, w, _ = timed(lambda: ours.encode(wn_texts))
+        wn_how = f"embedded in this run, {len(wn_texts) / w:.0f} docs/s"
+    minilm = {"pydocs": e_minilm_full, "wordnet": e_minilm_wn}
 
-    n = len(texts)
     print()
     print("| embedder | docs | wall s | docs/s (wall) | CPU s | docs/CPU-s | ratio vs peer |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -168,26 +178,102 @@ def main() -> None:
           f"{best_d[0] / best_o[0]:.2f}x wall, {best_d[1] / best_o[1]:.2f}x CPU |")
     print(f"| MiniLM, direct `SentenceTransformer.encode` | {n_minilm} | {best_d[0]:.2f} | "
           f"{n_minilm / best_d[0]:.1f} | {best_d[1]:.2f} | {n_minilm / best_d[1]:.1f} | 1.00x |")
-    print(f"| fast (TF-IDF + RP), one run from scratch | {n} | {w_cold:.2f} | "
-          f"{n / w_cold:.0f} | {c_cold:.2f} | {n / c_cold:.0f} | "
-          f"{w_rp / w_cold:.2f}x vs distilled |")
-    print(f"| fast (TF-IDF + RP), warm cache | {n} | {w_warm:.2f} | {n / w_warm:.0f} | "
-          f"{c_warm:.2f} | {n / c_warm:.0f} | {w_rpw / w_warm:.2f}x vs distilled |")
-    print(f"| distilled static vectors, from scratch | {n} | {w_rp:.2f} | "
-          f"{n / w_rp:.0f} | {c_rp:.2f} | {n / c_rp:.0f} | |")
-    print(f"| distilled static vectors, warm | {n} | {w_rpw:.2f} | "
-          f"{n / w_rpw:.0f} | {c_rpw:.2f} | {n / c_rpw:.0f} | |")
     print()
-    print(f"min cosine ours vs direct MiniLM: {cos:.6f}; fast embedder load {t_init:.2f} s "
-          f"wall (CPU {c_init:.2f} s); distilled table load {t_dist:.2f} s wall "
-          f"({'cached' if table_cached else 'distilled now'}, CPU {c_dist:.2f} s)")
+    print(f"min cosine ours vs direct MiniLM: {cos:.6f}")
     print()
-    print("| clusters of | docs | " + " | ".join(f"NMI K={k}" for k in ks) + " |")
-    print("|---|---|" + "---:|" * len(ks))
-    for name, scope, vals in quality:
-        docs = n if scope == "all" else n_minilm
-        print(f"| {name} | {docs} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
+    print("fast embedders, in this process (imports done; `cold` = fresh embedder: table "
+          "load, then prepare + encode with an empty chunk cache; `warm` = encode again):")
+    print()
+    print("| corpus | table | table from | docs | load s | cold wall s | cold docs/s | "
+          "cold CPU s | warm wall s | warm docs/s | cold ratio vs random |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    cold_of = {(r[0], r[1]): r[5] for r in speed}
+    for cname, table, src, docs, t_load, w, c, ww, _cw in speed:
+        print(f"| {cname} | {table} | {src} | {docs} | {t_load:.2f} | {w:.2f} | "
+              f"{docs / w:.0f} | {c:.2f} | {ww:.2f} | {docs / ww:.0f} | "
+              f"{cold_of[cname, 'random'] / w:.2f}x |")
+    print()
+    print("fast (default, distilled table), each in a fresh process: python start + imports + "
+          "table + prepare + encode:")
+    print()
+    print("| corpus | table cache | table from | docs | embed s (load+prepare+encode) | "
+          "docs/s | whole process s | docs/s incl. start |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for cname, (docs, src, t_embed, t_proc, empty) in procs:
+        print(f"| {cname} | {'empty (first ever)' if empty else 'user cache'} | {src} | "
+              f"{docs} | {t_embed:.2f} | {docs / t_embed:.0f} | {t_proc:.2f} | "
+              f"{docs / t_proc:.0f} |")
+    print()
+    py_how = "this run" if n_minilm == len(texts) else "from --minilm-embeddings" \
+        if e_minilm_full is not None else "none for the whole corpus (no ratio)"
+    print(f"MiniLM vectors: pydocs {py_how}; "
+          f"wordnet {wn_how}. NMI: KMeans(n_init=1), mean of {args.seeds} seeds.")
+    print()
+    ratios = {}
+    for cname, (_, clabels, cks) in corpora.items():
+        print(f"| {cname}: clusters of | docs | " + " | ".join(f"NMI K={k}" for k in cks)
+              + " | fast / MiniLM |")
+        print("|---|---|" + "---:|" * (len(cks) + 1))
+        m = minilm[cname]
+        m_row = nmi_row(m, clabels, cks, args.seeds) if m is not None else None
+        rows_q = [("MiniLM", m_row)] if m_row else []
+        for table, name in (("distilled", "fast (default: distilled table, PCA + SIF)"),
+                            ("random", "fast, TF-IDF + random projection (old default)")):
+            rows_q.append((name, nmi_row(vectors[cname, table], clabels, cks, args.seeds)))
+        rows_q.append(("shuffled labels (fast clusters)",
+                       shuffled_row(vectors[cname, "distilled"], clabels, cks, args.seeds)))
+        for name, vals in rows_q:
+            rel = "" if m_row is None or name.startswith(("MiniLM", "shuffled")) else \
+                " / ".join(f"{v / mv:.0%}" for v, mv in zip(vals, m_row, strict=True))
+            print(f"| {name} | {len(clabels)} | " + " | ".join(f"{v:.3f}" for v in vals)
+                  + f" | {rel} |")
+            if name.startswith("fast (default") and m_row is not None:
+                ratios[cname] = min(v / mv for v, mv in zip(vals, m_row, strict=True))
+        print()
+    cold = min(docs / w for cname, table, _, docs, _, w, _, _, _ in speed
+               if table == "distilled" and cname == "pydocs")
+    met = cold >= 5000 and len(ratios) == 2 and min(ratios.values()) >= 0.8
+    print(f"Conclusion: default fast embedder, cold on pydocs {cold:,.0f} docs/s (target 5,000); "
+          f"worst NMI ratio to MiniLM "
+          + ", ".join(f"{c} {r:.0%}" for c, r in ratios.items())
+          + f" (target 80%): target {'MET' if met else 'MISSED'}.")
 
+
+def read_corpus(path) -> tuple[list[str], np.ndarray]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return [r["text"] for r in rows], np.array([r["label"] for r in rows])
+
+
+_FRESH = """
+import gzip, json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+from clusterclip.data import pydocs_path
+from clusterclip.embedding.pipeline import make_embedder, sample_indices
+path = sys.argv[1] or str(pydocs_path())
+with gzip.open(path, "rt", encoding="utf-8") as f:
+    texts = [json.loads(line)["text"] for line in f]
+t1 = time.perf_counter()
+emb = make_embedder("fast", max_length=int(sys.argv[2]), progress=False)
+emb.prepare([texts[i] for i in sample_indices(np.ones(len(texts), bool))])
+emb.encode(texts)
+t2 = time.perf_counter()
+print(json.dumps([len(texts), emb.table_source, t2 - t1, t2 - t0]))
+"""
+
+
+def fresh_process(path, max_length: int, cache: str | None) -> tuple:
+    """Run the default fast embedder over a corpus in a new Python process."""
+    env = dict(os.environ)
+    if cache is not None:
+        env["CLUSTERCLIP_CACHE"] = cache
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _FRESH, str(path or ""), str(max_length)],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    total = time.perf_counter() - t
+    docs, src, t_embed, _ = json.loads(out.strip().splitlines()[-1])
+    return docs, src, t_embed, total, cache is not None
 
 if __name__ == "__main__":
     main()

@@ -217,3 +217,21 @@ def test_fast_embedder_groups_wordnet_meanings_better_than_tfidf():
         pred = KMeans(41, n_init=1, random_state=0).fit_predict(emb.encode(texts))
         scores[table] = normalized_mutual_info_score(labels, pred)
     assert scores["distilled"] > 1.3 * scores["random"], scores
+
+
+def test_fast_embedder_word_pieces_are_the_tokenizers(pydocs_rows):
+    """Cutting chunks at ASCII punctuation and taking whole vocabulary words
+    without the tokenizer give exactly the tokenizer's pieces of the first words."""
+    from clusterclip.embedding.static import StaticEmbedder
+
+    emb = StaticEmbedder(max_length=40, progress=False)
+    assert emb._bert and emb._vocab  # the bundled MiniLM tokenizer takes the short cuts
+    texts = [r["text"] for r in pydocs_rows[:150]] + [
+        "Ünïcödé wörds — “quoted” €uro 中文字 x_y a.b(c) ##s naïve café_au-lait",
+        "!!!", "", "snake_case_name=foo.bar[0]+1 Foo.Bar(x, *args, **kw) # comment"]
+    for t in texts:
+        rows, _ = emb._lookup([emb._chunks(t)])
+        pieces, _ = emb._expand(rows, rows)
+        ref = emb.tokenizer.encode(" ".join(t.lower().split()[:40]),
+                                   add_special_tokens=False).ids
+        assert pieces.tolist() == ref, t[:60]

@@ -27,8 +27,10 @@ per document.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,9 @@ _CHARS_PER_WORD = 12
 _MAX_CACHED_WORDS = 500_000
 # Chunks per tokenizer input when tokenizing unseen chunks (parallel across inputs).
 _GROUP = 2048
+# Runs of characters other than whitespace and ASCII punctuation, or one ASCII
+# punctuation character: where BERT's pre-tokenizer always cuts.
+_ASCII_PUNCT_SPLIT = re.compile(r"[^\s!-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
 
 
 def cache_dir() -> Path:
@@ -208,6 +213,15 @@ class StaticEmbedder(Embedder):
         # lower-cases anyway, so the word pieces cannot change.
         enc = self.tokenizer.encode_batch(["Word", "word"], add_special_tokens=False)
         self._lower = enc[0].ids == enc[1].ids
+        # BERT-style tokenizers (BertPreTokenizer + WordPiece) always cut words at
+        # ASCII punctuation, so chunks may be cut there too (far fewer distinct
+        # chunks), and a lower-case ASCII word found whole in the vocabulary is its
+        # own single piece (no tokenizer call).
+        spec = json.loads(self.tokenizer.to_str())
+        self._bert = ((spec.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
+                      and spec["model"].get("type") == "WordPiece")
+        self._vocab = self.tokenizer.get_vocab(with_added_tokens=False) \
+            if self._bert and self._lower else {}
         self.n_sample = 0
         self._reset_cache()
 
@@ -253,7 +267,10 @@ class StaticEmbedder(Embedder):
                 part = part.lower()
             chunks = part.split(maxsplit=m)
             if len(chunks) > m or cut >= len(text):
-                return chunks[:m]
+                if not self._bert:
+                    return chunks[:m]
+                return _ASCII_PUNCT_SPLIT.findall(" ".join(chunks[:m]) if len(chunks) > m
+                                                  else part)
             cut *= 4
 
     def _reset_cache(self) -> None:
@@ -294,7 +311,13 @@ class StaticEmbedder(Embedder):
             cap = max(need, 2 * len(self._plen))
             self._pstart = _grow(self._pstart, cap)
             self._plen = _grow(self._plen, cap)
-        pieces = self._tokenize_chunks(new_list)
+        get = self._vocab.get
+        whole = [get(c) if c.isascii() else None for c in new_list] if self._vocab else \
+            [None] * len(new_list)
+        rest = [c for c, i in zip(new_list, whole, strict=True) if i is None]
+        tokenized = iter(self._tokenize_chunks(rest))
+        pieces = [next(tokenized) if i is None else np.array([i], dtype=np.int64)
+                  for i in whole]
         lens = np.fromiter(map(len, pieces), np.int64, len(pieces))
         flat = np.concatenate(pieces)
         if self._pused + len(flat) > len(self._pflat):
