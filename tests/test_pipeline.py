@@ -138,7 +138,12 @@ def test_run_under_torchrun_equals_one_process(small_corpus, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("schedule:") == 1  # only rank 0 reports
     assert main([*args, "--workdir", str(tmp_path / "one")]) == 0
-    for f in ("valid.npy", "labels.npy", "centroids.npy", "schedule.npy"):
+    for f in ("valid.npy", "labels.npy", "schedule.npy"):
         assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
+    # Centroids: float64 cluster sums all-reduced across ranks are added in another
+    # order than one process adds them (clustering/_passes.py), so the float32
+    # centroids may differ in the last bit; labels and schedule above stay identical.
+    c1, c2 = (np.load(tmp_path / d / "centroids.npy") for d in ("one", "two"))
+    np.testing.assert_allclose(c1, c2, rtol=0, atol=1e-6)
     one, two = (np.load(tmp_path / d / "embeddings.npy") for d in ("one", "two"))
     np.testing.assert_allclose(one, two, atol=1e-6)
