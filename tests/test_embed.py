@@ -235,3 +235,14 @@ def test_fast_embedder_word_pieces_are_the_tokenizers(pydocs_rows):
         ref = emb.tokenizer.encode(" ".join(t.lower().split()[:40]),
                                    add_special_tokens=False).ids
         assert pieces.tolist() == ref, t[:60]
+
+
+def test_table_cache_folder_is_never_relative_to_the_working_directory(monkeypatch, tmp_path):
+    from clusterclip.embedding.static import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for off in ("off", "", "none"):
+        monkeypatch.setenv("CLUSTERCLIP_CACHE", off)
+        assert cache_dir() == tmp_path / "clusterclip"
+    monkeypatch.setenv("CLUSTERCLIP_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"

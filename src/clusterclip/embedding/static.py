@@ -61,9 +61,19 @@ _ASCII_PUNCT_SPLIT = re.compile(r"[^\s!-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
 
 
 def cache_dir() -> Path:
-    """Where distilled tables live: ``$CLUSTERCLIP_CACHE`` or ``~/.cache/clusterclip``."""
-    env = os.environ.get("CLUSTERCLIP_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "clusterclip"
+    """Where distilled tables live: ``$CLUSTERCLIP_CACHE``, else the user cache folder.
+
+    ``CLUSTERCLIP_CACHE=off`` (which the tests set) turns off the sampler's seek-index
+    cache only: the table is needed whatever it says, so it then goes to the user
+    cache folder (``$XDG_CACHE_HOME/clusterclip`` or ``~/.cache/clusterclip``).
+    """
+    from clusterclip.sampling._seek import default_cache_dir
+
+    folder = default_cache_dir()
+    if folder is None:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        folder = Path(base) / "clusterclip"
+    return folder
 
 
 def distill_token_table(model_path: Path, batch_size: int = 512, progress: bool = True
