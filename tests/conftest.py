@@ -5,6 +5,7 @@ processes (the command line, ``torchrun``, their environment) are in ``_helpers.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
-# No seek-index cache in the user's home from tests (tests of the cache pass cache_dir).
-os.environ.setdefault("CLUSTERCLIP_CACHE", "off")
+# Caches (the fast embedder's distilled table, the sampler's seek index) in the checkout's
+# .cache/ (git-ignored), never in the user's home; built once per checkout, then reused.
+os.environ.setdefault("CLUSTERCLIP_CACHE",
+                      str(Path(__file__).resolve().parents[1] / ".cache" / "clusterclip"))
 
 
 @pytest.fixture(scope="session")

@@ -171,7 +171,8 @@ def test_distilled_table_is_cached_once_per_model_and_rebuilt_when_damaged(tmp_p
     assert np.allclose(first, static.pca_table(raw, 8) * static.sif_weights(30522)[:, None])
     again, how = static.distilled_table(model, dim=8, progress=False)
     assert how == "cached" and np.array_equal(again, first)
-    (cached,) = [p for p in tmp_path.iterdir() if p.name.startswith("static3-pca8-")]
+    prefix = f"static{static.STATIC_VERSION}-pca8-"
+    (cached,) = [p for p in tmp_path.iterdir() if p.name.startswith(prefix)]
     cached.write_bytes(b"not an npy file")
     rebuilt, how = static.distilled_table(model, dim=8, progress=False)
     assert how == "derived" and np.array_equal(rebuilt, first)
@@ -184,6 +185,33 @@ def test_sif_weights_fall_with_frequency_rank():
     assert np.all(np.diff(w) > 0) and 0 < w[0] < 0.2 and 0.99 < w[-1] < 1
 
 
+def test_prepare_centres_the_distilled_vectors(pydocs_path):
+    """Sums of static token vectors share one direction; prepare() measures it on the
+    sample and encode() removes it, so a cosine threshold (dedup) means something."""
+    import gzip
+    import json
+
+    from clusterclip.embedding.static import StaticEmbedder
+
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for _, line in zip(range(400), f, strict=False)]
+    emb = StaticEmbedder(progress=False)
+    plain = emb.encode(texts + [""])
+    emb.prepare(texts[:300])
+    centred = emb.encode(texts + [""])
+    assert emb.centre is not None and emb.n_sample == 300
+    ref = plain[:-1] - plain[:300].mean(0)
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    np.testing.assert_allclose(centred[:-1], ref, atol=1e-5)
+    assert not centred[-1].any()  # a text without words stays a zero row
+
+    def mean_cos(x):
+        s = x @ x.T
+        return s[np.triu_indices(len(x), 1)].mean()
+
+    assert mean_cos(plain[:-1]) > 0.5 > 0.1 > mean_cos(centred[:-1])
+
+
 def test_fast_embedder_identity_names_its_recipe():
     from clusterclip.embedding.pipeline import embedder_identity
     from clusterclip.embedding.static import STATIC_VERSION, StaticEmbedder
@@ -192,7 +220,7 @@ def test_fast_embedder_identity_names_its_recipe():
     r = StaticEmbedder(table="random", progress=False).identity()
     assert d != r and d["table"] == "distilled" and r["table"] == "random"
     # the work dir's embed fingerprint carries the recipe version (old vectors are not reused)
-    assert embedder_identity("fast", None)["static_version"] == STATIC_VERSION == 3
+    assert embedder_identity("fast", None)["static_version"] == STATIC_VERSION
 
 
 def test_fast_embedder_groups_wordnet_meanings_better_than_tfidf():
@@ -237,12 +265,14 @@ def test_fast_embedder_word_pieces_are_the_tokenizers(pydocs_rows):
         assert pieces.tolist() == ref, t[:60]
 
 
-def test_table_cache_folder_is_never_relative_to_the_working_directory(monkeypatch, tmp_path):
-    from clusterclip.embedding.static import cache_dir
+def test_cache_folder_is_never_relative_to_the_working_directory(monkeypatch, tmp_path):
+    from clusterclip.io import cache_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    for off in ("off", "", "none"):
+    monkeypatch.delenv("CLUSTERCLIP_CACHE", raising=False)
+    assert cache_dir() == tmp_path / "clusterclip"
+    for off in ("off", "", "none", "0"):
         monkeypatch.setenv("CLUSTERCLIP_CACHE", off)
-        assert cache_dir() == tmp_path / "clusterclip"
+        assert cache_dir() is None
     monkeypatch.setenv("CLUSTERCLIP_CACHE", str(tmp_path / "c"))
     assert cache_dir() == tmp_path / "c"

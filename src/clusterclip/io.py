@@ -200,6 +200,20 @@ def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: b
         check_output_dir(out, command, overwrite=overwrite)
 
 
+def cache_dir() -> Path | None:
+    """The folder of clusterclip's caches (the sampler's seek index, the fast embedder's table).
+
+    ``$CLUSTERCLIP_CACHE`` when set (empty, ``0``, ``off`` or ``none``: no disk cache,
+    None), else ``$XDG_CACHE_HOME/clusterclip`` or ``~/.cache/clusterclip``. Every file
+    in it is keyed by its inputs and checked when read, so any folder is safe to reuse.
+    """
+    env = os.environ.get("CLUSTERCLIP_CACHE")
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "none") else Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "clusterclip"
+
+
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
     """Write ``array`` as ``.npy`` atomically."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:

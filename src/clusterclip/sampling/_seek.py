@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,17 +37,7 @@ FORMAT = 1
 #: log2 of the positions between checkpoints: a seek replays fewer than 2**24
 #: positions (about 0.1 s); 1 KiB (K = 10**4 uint32 counts ~ 40 KiB) per 1.7e7 positions.
 SEEK_BITS = 24
-ENV = "CLUSTERCLIP_CACHE"
 PREFIX = "seek-"
-
-
-def default_cache_dir() -> Path | None:
-    """``$CLUSTERCLIP_CACHE`` (empty or ``off``: no disk cache), else the user cache folder."""
-    env = os.environ.get(ENV)
-    if env is not None:
-        return None if env.strip().lower() in ("", "0", "off", "none") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "clusterclip"
 
 
 def _checksum(deltas: np.ndarray, events: np.ndarray) -> str:

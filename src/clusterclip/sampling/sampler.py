@@ -20,6 +20,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
+from clusterclip.io import cache_dir as cache_dir_default
 from clusterclip.labels import check_labels
 from clusterclip.sampling import _seek
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine
@@ -241,7 +242,7 @@ class ClusterClipSampler:
         self._weights_fp = None if cluster_weights is None else array_fingerprint(weights)
 
         if cache_dir is None or cache_dir is True:
-            self._cache_dir = _seek.default_cache_dir()
+            self._cache_dir = cache_dir_default()
         else:
             self._cache_dir = None if cache_dir is False else Path(cache_dir)
         self._seek_index: _seek.SeekIndex | None = None
