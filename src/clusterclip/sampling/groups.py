@@ -23,7 +23,6 @@ group draws before c (count only; about the cost of generating c positions).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,11 +35,11 @@ from clusterclip.sampling.sampler import (
     STATE_VERSION,
     ClusterClipSampler,
     _as_int,
+    _RankStream,
     _state_checksum,
 )
 
 GEN_BLOCK = 1 << 18  # global positions generated (and mapped) at a time
-ITER_BLOCK = 1 << 14
 
 
 class GroupIndex:
@@ -154,7 +153,7 @@ class GroupStream:
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
-class GroupClipSampler:
+class GroupClipSampler(_RankStream):
     """:class:`ClusterClipSampler` over near-duplicate groups (see the module).
 
     Same parameters, iteration, ``blocks``, ``state_dict`` / ``load_state_dict``
@@ -202,17 +201,11 @@ class GroupClipSampler:
 
     # ------------------------------------------------------------- positions
     def _set_start(self, position: int) -> None:
-        self._start = position
-        self._length = (self.num_samples - position) // self.world_size
-        self._taken = 0
         self._stream: GroupStream | None = None
-        self._buf = np.empty(0, np.int64)
-        self._buf_i = 0
+        self._reset_stream(position)
 
-    @property
-    def position(self) -> int:
-        """Global position this rank has consumed up to (start + taken x world_size)."""
-        return self._start + self._taken * self.world_size
+    def _restart(self) -> None:
+        self._set_start(self._start)
 
     def _produce(self, n: int) -> np.ndarray:
         n = min(n, self._length - self._taken)
@@ -226,43 +219,6 @@ class GroupClipSampler:
         s.take(p0 - s.pos, keep=False)  # the replay that a start or a seek needs
         glob = s.take((n - 1) * W + 1)
         return glob[::W] if W == 1 else np.ascontiguousarray(glob[::W])
-
-    # ------------------------------------------------------------- iteration
-    def __len__(self) -> int:
-        left = self._length - self._taken
-        return left if left > 0 else self._length
-
-    def _restart_if_done(self) -> None:
-        if self._taken >= self._length:
-            self._set_start(self._start)
-
-    def __iter__(self) -> Iterator[int]:
-        self._restart_if_done()
-        return self._iter_ints()
-
-    def _iter_ints(self) -> Iterator[int]:
-        while True:
-            if self._buf_i >= self._buf.size:
-                if self._taken >= self._length:
-                    return
-                self._buf, self._buf_i = self._produce(ITER_BLOCK), 0
-            i = self._buf_i
-            self._buf_i = i + 1
-            self._taken += 1
-            yield int(self._buf[i])
-
-    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
-        """This rank's indices as int64 arrays of at most ``block_size``."""
-        block_size = _as_int("block_size", block_size, 1)
-        self._restart_if_done()
-        while self._taken < self._length:
-            if self._buf_i < self._buf.size:
-                blk = self._buf[self._buf_i:self._buf_i + block_size]
-                self._buf_i += blk.size
-            else:
-                blk = self._produce(block_size)
-            self._taken += blk.size
-            yield blk
 
     # ----------------------------------------------------------------- state
     def __getstate__(self) -> dict[str, Any]:

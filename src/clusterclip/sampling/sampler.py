@@ -72,7 +72,82 @@ def _check_counts(counts: Any, k: int) -> None:
             raise InputError(f"state_dict counts must be integers, got {c!r:.40} at index {i}")
 
 
-class ClusterClipSampler:
+class _RankStream:
+    """This rank's share of a schedule, handed out by ``iter`` and ``blocks``.
+
+    The one iteration protocol of the samplers. A subclass sets ``num_samples``,
+    ``world_size`` and, through :meth:`_reset_stream`, ``_start`` and ``_length``;
+    it provides ``_produce(n)`` (this rank's next ``n`` indices, the buffer empty)
+    and ``_restart()`` (back to ``_start`` once the share is used up).
+    """
+
+    num_samples: int
+    world_size: int
+
+    def _reset_stream(self, position: int) -> None:
+        self._start = int(position)
+        self._length = (self.num_samples - self._start) // self.world_size
+        self._taken = 0
+        self._buf = np.empty(0, np.int64)
+        self._buf_list: list[int] | None = None
+        self._buf_i = 0
+
+    def _produce(self, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _restart(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def position(self) -> int:
+        """Global position this rank has consumed up to (start + taken x world_size)."""
+        return self._start + self._taken * self.world_size
+
+    def _restart_if_done(self) -> None:
+        if self._taken >= self._length:
+            self._restart()
+
+    def __len__(self) -> int:
+        left = self._length - self._taken
+        return left if left > 0 else self._length
+
+    def __iter__(self) -> Iterator[int]:
+        self._restart_if_done()
+        return self._iter_ints()
+
+    def _iter_ints(self) -> Iterator[int]:
+        # The shared position is re-read for every index, so iterators and
+        # blocks() may be interleaved; each index counts as handed out on yield.
+        while True:
+            if self._buf_i >= self._buf.size:
+                if self._taken >= self._length:
+                    return
+                self._buf, self._buf_i, self._buf_list = self._produce(ITER_BLOCK), 0, None
+            if self._buf_list is None:
+                self._buf_list = self._buf.tolist()
+            i = self._buf_i
+            self._buf_i = i + 1
+            self._taken += 1
+            yield self._buf_list[i]
+
+    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
+        """This rank's indices as int64 arrays of at most ``block_size`` (bulk export).
+
+        Advances the same state as ``iter``: a block counts as handed out once yielded.
+        """
+        block_size = _as_int("block_size", block_size, 1)
+        self._restart_if_done()
+        while self._taken < self._length:
+            if self._buf_i < self._buf.size:
+                blk = self._buf[self._buf_i:self._buf_i + block_size]
+                self._buf_i += blk.size
+            else:
+                blk = self._produce(block_size)
+            self._taken += blk.size
+            yield blk
+
+
+class ClusterClipSampler(_RankStream):
     """Stream of document indices drawn by cluster (ClusterClip and baselines).
 
     Parameters
@@ -281,13 +356,8 @@ class ClusterClipSampler:
                 eng.reset(position, counts)
         else:
             eng.reset(position)
-        self._start = int(position)
         self._start_counts = counts
-        self._length = (self.num_samples - self._start) // self.world_size
-        self._taken = 0
-        self._buf = np.empty(0, np.int64)
-        self._buf_list: list[int] | None = None
-        self._buf_i = 0
+        self._reset_stream(position)
 
     def _engine_at(self, position: int) -> ClusterEngine:
         """A separate engine at ``position`` whose ``clip_events`` cover [0, position).
@@ -323,14 +393,8 @@ class ClusterClipSampler:
             self._seek_index = _seek.SeekIndex(self._engine, self._cache_dir)
         return self._seek_index
 
-    @property
-    def position(self) -> int:
-        """Global position this rank has consumed up to (start + taken x world_size)."""
-        return self._start + self._taken * self.world_size
-
-    def _restart_if_done(self) -> None:
-        if self._taken >= self._length:
-            self._set_start(self._start, self._start_counts)
+    def _restart(self) -> None:
+        self._set_start(self._start, self._start_counts)
 
     def _produce(self, n: int) -> np.ndarray:
         """Compute this rank's next ``n`` indices (the buffer must be empty)."""
@@ -347,46 +411,6 @@ class ClusterClipSampler:
         begin = eng.pos
         glob = eng.advance(p0 + (n - 1) * W + 1 - begin, gather=True)
         return glob[p0 - begin::W] if W == 1 else np.ascontiguousarray(glob[p0 - begin::W])
-
-    # ------------------------------------------------------------- iteration
-    def __len__(self) -> int:
-        left = self._length - self._taken
-        return left if left > 0 else self._length
-
-    def __iter__(self) -> Iterator[int]:
-        self._restart_if_done()
-        return self._iter_ints()
-
-    def _iter_ints(self) -> Iterator[int]:
-        # The shared position is re-read for every index, so iterators and
-        # blocks() may be interleaved; each index counts as handed out on yield.
-        while True:
-            if self._buf_i >= self._buf.size:
-                if self._taken >= self._length:
-                    return
-                self._buf, self._buf_i, self._buf_list = self._produce(ITER_BLOCK), 0, None
-            if self._buf_list is None:
-                self._buf_list = self._buf.tolist()
-            i = self._buf_i
-            self._buf_i = i + 1
-            self._taken += 1
-            yield self._buf_list[i]
-
-    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
-        """This rank's indices as int64 arrays of at most ``block_size`` (bulk export).
-
-        Advances the same state as ``iter``: a block counts as handed out once yielded.
-        """
-        block_size = _as_int("block_size", block_size, 1)
-        self._restart_if_done()
-        while self._taken < self._length:
-            if self._buf_i < self._buf.size:
-                blk = self._buf[self._buf_i:self._buf_i + block_size]
-                self._buf_i += blk.size
-            else:
-                blk = self._produce(block_size)
-            self._taken += blk.size
-            yield blk
 
     # ----------------------------------------------------------------- state
     def _config(self) -> dict[str, Any]:
