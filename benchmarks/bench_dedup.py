@@ -31,15 +31,14 @@ import contextlib
 import gzip
 import io
 import json
-import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _worker import run_worker
 
 
 def peak_rss_gib() -> float:
@@ -187,16 +186,7 @@ def worker(a: argparse.Namespace) -> dict:
 def run_method(method: str, data: Path, threshold: float, threads: int, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, "--data", str(data),
            "--threshold", str(threshold), "--threads", str(threads)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "OPENBLAS_NUM_THREADS": str(threads)}
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
-                             check=True)
-    except subprocess.CalledProcessError as e:
-        return {"method": method, "error": e.stderr.strip().splitlines()[-1]}
-    except subprocess.TimeoutExpired:
-        return {"method": method, "error": f"timed out after {timeout:.0f} s"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_worker(cmd, method, threads, timeout)
 
 
 def scale_row(n: int, d: int, cluster_size: int, threshold: float, threads: int, seed: int,

@@ -33,12 +33,12 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _worker import run_worker
 
 GIB = 1 << 30
 
@@ -159,15 +159,7 @@ def run_method(method: str, data: Path, k: int, iters: int, threads: int, chunk_
                timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, "--data", str(data), "--k", str(k),
            "--iters", str(iters), "--threads", str(threads), "--chunk-rows", str(chunk_rows)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
-                             check=True)
-    except subprocess.CalledProcessError as e:
-        return {"method": method, "error": e.stderr.strip().splitlines()[-1]}
-    except subprocess.TimeoutExpired:
-        return {"method": method, "error": f"timed out after {timeout:.0f} s"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_worker(cmd, method, threads, timeout)
 
 
 def table(title: str, rows: list[dict]) -> str:
