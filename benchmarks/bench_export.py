@@ -4,9 +4,13 @@
     python benchmarks/bench_export.py --positions 100000   # quicker
     python benchmarks/bench_export.py --format mds         # MDS (needs .venv-mds: make test)
     python benchmarks/bench_export.py --format megatron    # Megatron-LM .bin/.idx
+    python benchmarks/bench_export.py --gzip               # Parquet, from the .jsonl.gz itself
+    python benchmarks/bench_export.py --gzip --copies 25   # ... of 25 copies (102,400 docs)
 
 Corpus: the bundled Python-docs corpus (4096 documents), decompressed to plain
-JSONL, in a work directory made by ``clusterclip run --embedder fast``. The
+JSONL (with ``--gzip``: kept as the bundled ``.jsonl.gz``, which cannot seek; both
+rows then read it; ``--copies C``: the corpus repeated C times, as a bigger one), in a work
+directory made by ``clusterclip run --embedder fast``. The
 schedule: ``--positions`` draws of ``strategy="random"`` (so every block of
 16384 positions touches nearly every document, as a long schedule does).
 Rows, each timed as a whole process from the outside (interpreter start,
@@ -54,13 +58,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRECT = r"""
-import json, resource, sys
+import gzip, json, resource, sys
 import numpy as np
 import pyarrow as pa, pyarrow.parquet as pq
 from clusterclip.export import PARQUET_OPTIONS, _schema
 docs, sched, out = sys.argv[1:4]
 texts, fields = [], []
-with open(docs, encoding="utf-8") as f:
+with (gzip.open if docs.endswith(".gz") else open)(docs, "rt", encoding="utf-8") as f:
     for line in f:
         rec = json.loads(line)
         texts.append(rec.pop("text"))
@@ -162,7 +166,13 @@ def main() -> None:
     ap.add_argument("--format", choices=("parquet", "mds", "megatron"), default="parquet")
     ap.add_argument("--mds-python", default=str(ROOT / ".venv-mds" / "bin" / "python"),
                     help="python with mosaicml-streaming, for --format mds's direct row")
+    ap.add_argument("--gzip", action="store_true",
+                    help="export from the bundled .jsonl.gz itself (Parquet only)")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="the bundled corpus repeated this many times (default 1)")
     args = ap.parse_args()
+    if args.gzip and args.format != "parquet":
+        ap.error("--gzip is measured with --format parquet only")
 
     from clusterclip.data import pydocs_path
     from clusterclip.sampling.sampler import ClusterClipSampler
@@ -173,9 +183,12 @@ def main() -> None:
     d = Path(args.dir or tempfile.mkdtemp(prefix="bench_export_"))
     d.mkdir(parents=True, exist_ok=True)
     try:
-        docs = d / "docs.jsonl"
-        with gzip.open(pydocs_path(), "rb") as src, open(docs, "wb") as dst:
-            shutil.copyfileobj(src, dst)
+        docs = d / ("docs.jsonl.gz" if args.gzip else "docs.jsonl")
+        with gzip.open(pydocs_path(), "rb") as src:
+            lines = src.read()
+        with (gzip.open if args.gzip else open)(docs, "wb") as dst:
+            for _ in range(args.copies):
+                dst.write(lines)
         w = d / "w"
         subprocess.run([sys.executable, "-m", "clusterclip.cli", "run", str(docs), "--workdir",
                         str(w), "--embedder", "fast", "--clusters", "16", "--num-samples",
@@ -185,7 +198,8 @@ def main() -> None:
                                                        strategy="random", seed=0).blocks()))
         np.save(d / "schedule.npy", sched)
         text_mib = sum(len(t.encode()) for t in
-                       (json.loads(line)["text"] for line in open(docs, encoding="utf-8")))
+                       (json.loads(line)["text"] for line in
+                        (gzip.open if args.gzip else open)(docs, "rt", encoding="utf-8")))
         mean_text = text_mib / len(labels)
 
         rows = {}

@@ -143,6 +143,30 @@ def test_parquet_bytes_are_deterministic(multi, tmp_path):
         assert p.read_bytes() == (tmp_path / "y" / p.name).read_bytes(), p.name
 
 
+def test_gzip_input_is_decompressed_once_whatever_the_number_of_blocks(bundled, tmp_path,
+                                                                       monkeypatch):
+    """A gzip file cannot seek: read per block, the bundled .jsonl.gz would be decompressed
+    once per block (94 here). The export decompresses it once into a scratch copy, which is
+    gone afterwards, and the rows are those of a one-block export (which reads it directly)."""
+    corpus, labels, schedule = bundled
+    assert [f["kind"] for f in corpus.files] == ["jsonl.gz"]
+    export_schedule(corpus, labels, schedule, tmp_path / "one", rows_per_shard=10**6)
+    opened = []
+    real_open = gzip.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(Path(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(gzip, "open", counting_open)
+    export_schedule(corpus, labels, schedule, tmp_path / "many", rows_per_shard=10**6, block=16)
+    assert opened == [Path(corpus.files[0]["path"])]
+    names = sorted(p.name for p in (tmp_path / "many").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert ".plain" not in names
+    assert _read_parquet(tmp_path / "many")[0] == _read_parquet(tmp_path / "one")[0]
+
+
 def test_verification_catches_swapped_texts_and_misordered_rows(multi, tmp_path):
     corpus, labels, schedule = multi
     export_schedule(corpus, labels, schedule, tmp_path / "x")

@@ -16,7 +16,11 @@ the sampler serves them) with the columns
 
 Streamed: the schedule is read in blocks from a memory map, each block's
 documents are fetched through the corpus index (one pass per input file per
-block), and rows are written as they come, so memory holds one block.
+block), and rows are written as they come, so memory holds one block. A gzip
+input cannot seek: when the export has more than one block, each gzip JSON
+Lines file is decompressed once into a scratch copy inside the temporary
+output folder (deleted before the output is moved into place), instead of
+being decompressed again for every block.
 The output is built in a temporary folder, re-read (with the real reader,
 ``pyarrow.parquet`` / ``datasets.load_from_disk``; MDS with ours, the tests
 read it with ``streaming.StreamingDataset`` too) and checked: every
@@ -27,10 +31,14 @@ then is it moved into place.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import gzip
 import hashlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -284,8 +292,9 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
         raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
     check_schedule(schedule, labels, source)
     out = check_output_dir(out, "export", overwrite=overwrite)
-    with atomic_output_dir(out, "export", overwrite=overwrite) as tmp:
-        batches = iter_batches(corpus, labels, schedule, rank, world_size, block)
+    with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
+            _seekable(corpus, tmp / ".plain", blocks=-(-count // block)) as source_corpus:
+        batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block)
         if fmt == "megatron":
             summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
                        "rank": rank, "world_size": world_size, "first_position": first,
@@ -318,6 +327,42 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                    "verified": {"every_position_once_in_order": True, "rows_hash": digest}}
         write_json(tmp / SUMMARY, summary)
     return summary
+
+
+@contextlib.contextmanager
+def _seekable(corpus: Any, scratch: Path, blocks: int) -> Iterator[Any]:
+    """``corpus``, with each gzip JSON Lines file decompressed once into ``scratch`` when the
+    export reads more than one block (a gzip file cannot seek: every block would decompress
+    it again from its start); ``scratch`` is removed on the way out."""
+    gz = [i for i, f in enumerate(corpus.files) if f["kind"] == "jsonl.gz"]
+    if blocks <= 1 or not gz:
+        yield corpus
+        return
+    from tqdm import tqdm
+
+    scratch.mkdir()
+    try:
+        files = [dict(f) for f in corpus.files]
+        for i in gz:
+            src = Path(files[i]["path"])
+            dst = scratch / f"{i:05d}.jsonl"
+            print(f"export: decompressing {src} once for random access ({blocks} blocks)",
+                  file=sys.stderr, flush=True)
+            try:
+                with gzip.open(src, "rb") as fin, open(dst, "wb") as fout, \
+                        tqdm(desc="decompress", unit="B", unit_scale=True, leave=False,
+                             disable=not sys.stderr.isatty()) as bar:
+                    while chunk := fin.read(1 << 22):
+                        fout.write(chunk)
+                        bar.update(len(chunk))
+            except (OSError, EOFError) as e:
+                raise InputError(f"{src}: cannot read ({e})") from None
+            files[i].update(path=str(dst), kind="jsonl")
+        plain = copy.copy(corpus)  # same index arrays; only where the lines are read from
+        plain.files = files
+        yield plain
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _write_hf(batches: Iterator[dict[str, list[Any]]], directory: Path, rows_per_shard: int,
