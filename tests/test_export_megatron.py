@@ -257,6 +257,8 @@ def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_pa
         f"--tokenizer {tmp_path}: cannot load a tokenizer":
             ["--format", "megatron", "--tokenizer", str(tmp_path)],
         "--tokenizer nowhere: not a folder": ["--format", "megatron", "--tokenizer", "nowhere"],
+        "--rows-per-shard does not apply to --format megatron":
+            ["--format", "megatron", "--tokenizer", tok_path, "--rows-per-shard", "10"],
     }
     for msg, extra in cases.items():
         assert main([*base, *extra]) == 2, msg

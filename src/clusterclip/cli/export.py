@@ -33,9 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "
                         "sampler serves rank RANK of W")
     p.add_argument("--world-size", type=int, default=1, help="W (default: 1, everything)")
-    p.add_argument("--rows-per-shard", type=int, default=1_000_000,
+    p.add_argument("--rows-per-shard", type=int, default=None,
                    help="rows per output file (default: 1000000; mds shards also close "
-                        "before 64 MiB, as streaming.MDSWriter's)")
+                        "before 64 MiB, as streaming.MDSWriter's; not for megatron, which "
+                        "writes one .bin/.idx pair)")
     p.add_argument("--tokenizer", default=None, metavar="PATH",
                    help="--format megatron only (required there): a folder holding a Hugging "
                         "Face tokenizer, loaded offline; each document becomes its token ids "
@@ -44,11 +45,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
     from clusterclip.export import export_workdir
 
+    if args.format == "megatron" and args.rows_per_shard is not None:
+        raise InputError("--rows-per-shard does not apply to --format megatron "
+                         "(it writes one .bin/.idx pair)")
+    rows = 1_000_000 if args.rows_per_shard is None else args.rows_per_shard
     s = export_workdir(args.workdir, args.out, fmt=args.format, schedule=args.schedule,
                        rank=args.rank, world_size=args.world_size,
-                       rows_per_shard=args.rows_per_shard, overwrite=args.overwrite,
+                       rows_per_shard=rows, overwrite=args.overwrite,
                        tokenizer=args.tokenizer)
     share = (f"rank {s['rank']} of {s['world_size']}: positions {s['first_position']}, "
              f"{s['first_position'] + s['world_size']}, ... of "
