@@ -28,6 +28,18 @@ WORKER = textwrap.dedent("""
     rows = D.gather_rows(np.full((rank + 2, 2), rank, dtype=np.int32))
     out["rows"] = None if rows is None else rows.tolist()
     out["on_main"] = D.on_main(lambda: [rank, "computed on the main rank"])
+    out["mapped"] = D.map_in_order(lambda i: [i, rank], [5, 1, 1, 3])
+
+    def fail_at(i):
+        if i in (1, 2):
+            raise InputError(f"item {i} failed on rank {rank}")
+        return i
+
+    try:
+        D.map_in_order(fail_at, [1, 1, 1, 1])
+        out["map_error"] = None
+    except InputError as e:
+        out["map_error"] = str(e)
 
     def refuse():
         raise InputError(f"refused by rank {rank}")
@@ -74,6 +86,11 @@ def test_two_gloo_ranks_share_rank_0_results_and_errors(tmp_path):
         assert r["any"] == [True, False]
         assert r["sizes"] == [3, 4]
         assert r["on_main"] == [0, "computed on the main rank"]
+        # shares by weight: item 0 (5) to rank 0, item 3 (3) to rank 1, then 1 and 2 to
+        # rank 1 (load 3, then 4): each item computed once, by its rank, results in order
+        assert r["mapped"] == [[0, 0], [1, 1], [2, 1], [3, 1]]
+        # items 0, 2 to rank 0 and 1, 3 to rank 1: the first failing item's error on both
+        assert r["map_error"] == "item 1 failed on rank 1"
         # rank 0's InputError reaches every rank; rank 1 never runs the function
         assert r["error"] == "refused by rank 0"
     # rank 0 holds all rows in rank order (2 of rank 0, then 3 of rank 1); rank 1 none

@@ -53,7 +53,7 @@ def test_stage_outputs_caching_and_invalidation(tmp_path, pydocs_path):
     assert valid.dtype == bool and valid.sum() == 38 and not valid[3] and not valid[17]
     norms = np.linalg.norm(emb, axis=1)
     assert np.allclose(norms[valid], 1.0, atol=1e-5) and np.all(norms[~valid] == 0)
-    assert not (w / "embed").exists()  # shards are removed after the merge
+    assert not (w / "embed").exists()  # the shards' records are removed at the end
     rec = Workdir(w).stage("embed")
     assert rec["status"] == "done" and rec["info"]["dim"] == 256
 
@@ -148,20 +148,54 @@ def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs
 
 
 def test_half_written_shard_is_recomputed(tmp_path, pydocs_path):
+    from clusterclip.embedding.pipeline import ROWS
+
     texts = pydocs_texts(pydocs_path, 30, 300)
     c = write_corpus(tmp_path / "c.jsonl", texts)
     w = tmp_path / "W"
     embed_workdir(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
-    ref = np.load(w / "embeddings.npy")
-    # Simulate a run killed while writing shard 1: its record is gone and its file garbage.
+    ref = (w / "embeddings.npy").read_bytes()
+    # As a run killed while writing shard 1 leaves it: the rows file still in W/embed with
+    # shard 1's rows half-written and no record for it, the stage `running`.
+    rows = w / "embed" / ROWS
+    (w / "embeddings.npy").rename(rows)
     (w / "embed" / "shard-00001.done").unlink()
-    (w / "embed" / "shard-00001.npy").write_bytes(b"\x93NUMPY garbage")
+    X = np.load(rows, mmap_mode="r+")
+    X[10:15] = 7.0
+    X.flush()
+    del X
+    # and the per-file scratch of a killed scan (its pid no longer runs)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    scratch = w / f".corpus.clusterclip-{dead.pid}-scan.tmp"
+    (scratch / "0000000").mkdir(parents=True)
     man = Workdir(w)
     man.manifest["stages"]["embed"]["status"] = "running"
     man.save()
     info = embed_workdir(w, [str(c)], embedder="fast", shard_size=10, progress=False)
     assert info["shards_reused"] == 2 and info["shards_computed"] == 1
-    assert np.allclose(np.load(w / "embeddings.npy"), ref, atol=1e-6)
+    assert (w / "embeddings.npy").read_bytes() == ref
+    assert not (w / "embed").exists() and not scratch.exists()
+
+
+def test_a_rows_file_of_another_shape_is_made_anew(tmp_path, pydocs_path):
+    from clusterclip.embedding.pipeline import ROWS
+
+    texts = pydocs_texts(pydocs_path, 30, 300)
+    c = write_corpus(tmp_path / "c.jsonl", texts)
+    w = tmp_path / "W"
+    embed_workdir(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
+    ref = (w / "embeddings.npy").read_bytes()
+    # A killed run's records with a rows file that is not theirs (truncated, here):
+    # none of the records can be trusted.
+    (w / "embed" / ROWS).write_bytes(ref[:200])
+    (w / "embeddings.npy").unlink()
+    man = Workdir(w)
+    man.manifest["stages"]["embed"]["status"] = "running"
+    man.save()
+    info = embed_workdir(w, [str(c)], embedder="fast", shard_size=10, progress=False)
+    assert info["shards_reused"] == 0 and info["shards_computed"] == 3
+    assert (w / "embeddings.npy").read_bytes() == ref
 
 
 @pytest.mark.slow

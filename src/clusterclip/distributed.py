@@ -12,7 +12,9 @@ never needs it.
   :func:`broadcast`, :func:`all_sizes`, :func:`any_rank`, and :class:`Comm`,
   the same collectives or their single-process identities.
 - Python objects: :func:`broadcast_object`, :func:`gather_objects`,
-  :func:`on_main` (run on rank 0, hand the result or its InputError to all).
+  :func:`on_main` (run on rank 0, hand the result or its InputError to all),
+  :func:`map_in_order` (items shared among the ranks, results and the first
+  error in item order on all), :func:`balanced_shares`.
 - Rows: :func:`shard_bounds`, :func:`load_shard`, :func:`gather_rows`.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -240,6 +242,63 @@ def on_main(fn: Callable[[], T]) -> T:
     if status == "crash":
         raise RuntimeError(f"rank 0 failed: {value}")
     return value
+
+
+def balanced_shares(weights: Sequence[int], world_size: int) -> list[list[int]]:
+    """Items ``0..len(weights)-1`` split among ``world_size`` ranks with near-equal total
+    weight: heaviest first, each to the rank with the least so far (ties: the lower rank,
+    then the lower item). Each rank's items are ascending. Deterministic."""
+    load = [0] * world_size
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        shares[r].append(i)
+        load[r] += max(int(weights[i]), 1)
+    return [sorted(s) for s in shares]
+
+
+def map_in_order(fn: Callable[[int], T], weights: Sequence[int]) -> list[T]:
+    """``[fn(0), fn(1), ...]`` over ``len(weights)`` items, every rank calling ``fn`` on its
+    share (:func:`balanced_shares` by ``weights``, e.g. file sizes); every rank gets all
+    results, in item order.
+
+    Errors are those of one process going through the items in order: a rank takes its
+    items in ascending order and stops at its first :class:`InputError`, and the error of
+    the lowest failing item is raised on every rank. Any other exception is re-raised on
+    its rank and becomes a RuntimeError on the others (no rank waits forever).
+    """
+    rank, world = rank_and_world()
+    mine = balanced_shares(weights, world)[rank] if world > 1 else range(len(weights))
+    done: list[tuple[int, Any]] = []
+    failed: tuple[str, int, str] | None = None
+    crash: BaseException | None = None
+    for i in mine:
+        try:
+            done.append((i, fn(i)))
+        except InputError as e:
+            if world == 1:
+                raise
+            failed = ("error", i, str(e))
+            break
+        except BaseException as e:  # handed on, then re-raised below
+            if world == 1:
+                raise
+            failed, crash = ("crash", i, repr(e)), e
+            break
+    everyone = gather_objects((done, failed))
+    if crash is not None:
+        raise crash
+    crashes = [f for _, f in everyone if f is not None and f[0] == "crash"]
+    if crashes:
+        raise RuntimeError(f"another rank failed: {crashes[0][2]}")
+    errors = sorted(f for _, f in everyone if f is not None)
+    if errors:
+        raise InputError(errors[0][2])
+    out: list[Any] = [None] * len(weights)
+    for part, _ in everyone:
+        for i, value in part:
+            out[i] = value
+    return out
 
 
 # -- rows ------------------------------------------------------------------------------

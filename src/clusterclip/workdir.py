@@ -111,6 +111,30 @@ def _stat_identity(path: Path) -> list[int] | None:
     return [st.st_mtime_ns] if path.is_dir() else [st.st_size, st.st_mtime_ns]
 
 
+def _stat_input(path: str | os.PathLike[str]) -> tuple[Path, os.stat_result]:
+    p = Path(path).resolve()
+    try:
+        return p, p.stat()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _ident(st: os.stat_result) -> dict[str, int]:
+    """What keys an input's cached hash: a change to any of them means re-hashing."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+            "ctime_ns": st.st_ctime_ns}
+
+
+def _hash_input(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """``(resolved path, {size, mtime_ns, ino, ctime_ns, sha256})`` of an input file."""
+    p, st = _stat_input(path)
+    try:
+        digest = sha256_file(p)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    return str(p), {**_ident(st), "sha256": digest}
+
+
 def _is_lock_record(data: bytes) -> bool:
     """True for an empty lock file or one holding our holder record (never a user's file)."""
     if not data.strip():
@@ -263,21 +287,43 @@ class Workdir:
         them, while an edit that keeps size and mtime (``cp -p``, ``touch -r``)
         still changes the ctime and is re-hashed.
         """
-        p = Path(path).resolve()
-        try:
-            st = p.stat()
-        except OSError as e:
-            raise InputError(f"{path}: cannot read ({e.strerror})") from None
+        p, st = _stat_input(path)
         key = str(p)
-        ident = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-                 "ctime_ns": st.st_ctime_ns}
-        cached = self.manifest["inputs"].get(key)
-        if cached and all(cached.get(k) == v for k, v in ident.items()):
-            digest = cached["sha256"]
-        else:
-            digest = sha256_file(p)
-            self.manifest["inputs"][key] = {**ident, "sha256": digest}
+        digest = self._cached_sha256(key, st)
+        if digest is None:
+            key, ident = _hash_input(path)
+            self.manifest["inputs"][key] = ident
+            digest = ident["sha256"]
         return {"path": key, "size": st.st_size, "sha256": digest}
+
+    def _cached_sha256(self, key: str, st: os.stat_result) -> str | None:
+        cached = self.manifest["inputs"].get(key)
+        if cached and all(cached.get(k) == v for k, v in _ident(st).items()):
+            return str(cached["sha256"])
+        return None
+
+    def hash_inputs(self, files: Sequence[str | os.PathLike[str]]) -> None:
+        """Hash the ``files`` whose cached hash is stale into the manifest's cache, the
+        files shared among the ``torchrun`` ranks (by size). Every rank calls it with the
+        same ``files``; rank 0's manifest gets the hashes."""
+        from clusterclip.distributed import map_in_order, on_main
+
+        def stale() -> list[tuple[str, int]]:
+            out = []
+            for f in files:
+                try:
+                    p, st = _stat_input(f)
+                except InputError:
+                    out.append((str(f), 0))  # hashing it raises the error, in file order
+                    continue
+                if self._cached_sha256(str(p), st) is None:
+                    out.append((str(f), st.st_size))
+            return out
+
+        todo = on_main(stale)
+        hashed = map_in_order(lambda i: _hash_input(todo[i][0]), [size for _, size in todo])
+        for key, ident in hashed:
+            self.manifest["inputs"][key] = ident
 
     def stage(self, name: str) -> dict[str, Any] | None:
         """The manifest record of a stage, or None."""
@@ -441,11 +487,20 @@ class Workdir:
         from clusterclip.distributed import on_main
 
         with self.locked():
-            def decide() -> dict[str, Any]:
+            given: dict[str, Any] = {}  # what rank 0 read before the inputs were hashed
+
+            def read() -> list[str]:
                 self.reload()
-                up = self.upstream(reads, maybe_reads)
-                k = dict(key() if callable(key) else key)
-                files = [Path(f) for f in (inputs() if callable(inputs) else inputs)]
+                given["up"] = self.upstream(reads, maybe_reads)
+                given["key"] = dict(key() if callable(key) else key)
+                given["files"] = [Path(f) for f in (inputs() if callable(inputs) else inputs)]
+                return [str(f) for f in given["files"]]
+
+            # Every rank hashes a share of the inputs (rank 0 keeps the hashes).
+            self.hash_inputs(on_main(read))
+
+            def decide() -> dict[str, Any]:
+                up, k, files = given["up"], given["key"], given["files"]
                 records = [self.input_record(f) for f in files]
                 fp = fingerprint({"upstream": up, "inputs": records, "key": k})
                 if cache and self.is_current(name, fp):

@@ -12,7 +12,9 @@ from __future__ import annotations
 import array
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,99 +99,29 @@ class Corpus:
         unless ``skip_bad_lines`` (then it is counted in ``stats['bad_lines']``
         and is not a document). Empty, whitespace-only, null or missing text
         makes a document with ``valid`` False (counted in ``stats['empty']``).
+        :func:`scan_into` writes the same index with the files shared among
+        ``torchrun`` ranks.
         """
         from tqdm import tqdm
 
-        if isinstance(paths, (str, os.PathLike)):
-            paths = [paths]
-        if not text_field:
-            raise InputError("--text-field must not be empty")
-        files_in, ignored = readers.expand_inputs(paths)
-        cols = {k: array.array(t) for k, t in (("file_id", "i"), ("address", "q"),
-                                                ("nbytes", "q"), ("line", "q"),
-                                                ("valid", "b"), ("text_len", "i"))}
+        files_in, ignored = _inputs(paths, text_field)
+        cols = _columns()
         ids: list[Any] | None = [] if id_field else None
-        files: list[dict[str, Any]] = []
-        bad_examples: list[str] = []
-        totals = {"bad_lines": 0, "blank_lines": 0, "empty": 0}
-        field_seen = False
-        first_keys: list[str] | None = None
-        n = 0
+        scans: list[_FileScan] = []
         bar = tqdm(desc="scanning corpus", unit="doc", disable=not progress, leave=False)
         try:
             for fid, path in enumerate(files_in):
-                kind = readers.kind_of(path)
-                try:
-                    st = path.stat()
-                except OSError as e:
-                    raise InputError(f"{path}: cannot read ({e.strerror})") from None
-                if not os.access(path, os.R_OK):
-                    raise InputError(f"{path}: cannot read (permission denied)")
-                rec_f = {"path": str(path), "kind": kind, "size": st.st_size,
-                         "mtime_ns": st.st_mtime_ns, "first": n, "documents": 0, "empty": 0,
-                         "bad_lines": 0, "blank_lines": 0}
-                if kind == "parquet":
-                    items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
-                else:
-                    items = readers.scan_jsonl(path, kind, text_field, id_field)
-                for item in items:
-                    if isinstance(item, readers.Blank):
-                        rec_f["blank_lines"] += 1
-                        continue
-                    if isinstance(item, readers.BadLine):
-                        if not skip_bad_lines:
-                            raise InputError(f"{path}:{item.line}: {item.reason} "
-                                             f"(--skip-bad-lines skips and counts such lines)")
-                        rec_f["bad_lines"] += 1
-                        if len(bad_examples) < _MAX_EXAMPLES:
-                            bad_examples.append(f"{path}:{item.line}: {item.reason}")
-                        continue
-                    ok = _has_text(item.text)
-                    field_seen = field_seen or item.has_field
-                    if first_keys is None and not item.has_field and kind != "parquet":
-                        first_keys = _keys_at(path, kind, item.address, item.nbytes)
-                    cols["file_id"].append(fid)
-                    cols["address"].append(item.address)
-                    cols["nbytes"].append(item.nbytes)
-                    cols["line"].append(item.line)
-                    cols["valid"].append(1 if ok else 0)
-                    cols["text_len"].append(min(len(item.text), 2**31 - 1) if ok else 0)
-                    if ids is not None:
-                        ids.append(item.doc_id)
-                    rec_f["documents"] += 1
-                    if not ok:
-                        rec_f["empty"] += 1
-                    n += 1
-                    bar.update()
-                for k in totals:
-                    totals[k] += rec_f[k]
-                files.append(rec_f)
+                scans.append(_scan_file(fid, path, text_field, id_field, skip_bad_lines, cols,
+                                        ids, bar, want_keys=all(f.keys is None for f in scans)))
         finally:
             bar.close()  # also on error, so the message starts on a clean line
-        if n and not field_seen:
-            keys = ", ".join(first_keys or []) or "none"
-            raise InputError(f"no document has a {text_field!r} field (fields of the first "
-                             f"document: {keys}); choose the field with --text-field")
+        files, stats = _combine(scans, ignored, text_field, id_field)
+        if ids is not None:
+            stats.update(_id_stats(ids))
         dtypes = {"i": np.int32, "q": np.int64, "b": np.int8}
         # Views of the columns' buffers, not copies: the scan's peak stays at one copy.
         arrays = {k: np.frombuffer(v, dtype=dtypes[v.typecode]) for k, v in cols.items()}
         arrays["valid"] = arrays["valid"].astype(bool)
-        stats = {
-            "files": len(files),
-            "documents": n,
-            "valid": int(arrays["valid"].sum()),
-            "empty": totals["empty"],
-            "bad_lines": totals["bad_lines"],
-            "blank_lines": totals["blank_lines"],
-            "bad_line_examples": bad_examples,
-            "ignored_files": ignored,
-            "text_field": text_field,
-            "id_field": id_field,
-        }
-        if ids is not None:
-            hashable = [json.dumps(i, sort_keys=True, default=str) for i in ids]
-            stats["missing_ids"] = sum(1 for i in ids if i is None)
-            stats["duplicate_ids"] = len(hashable) - len(set(hashable))
         return cls(files, arrays, text_field, id_field, stats, ids)
 
     # -- reading -------------------------------------------------------------
@@ -377,11 +309,8 @@ class Corpus:
             if self.ids is not None:
                 with open(tmp / "ids.jsonl", "w", encoding="utf-8") as fh:
                     for i in self.ids:
-                        fh.write(json.dumps(i, default=str, ensure_ascii=False) + "\n")
-            meta = {"version": INDEX_VERSION, "text_field": self.text_field,
-                    "id_field": self.id_field, "files": self.files, "stats": self.stats}
-            (tmp / "corpus.json").write_text(
-                json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+                        fh.write(_id_line(i))
+            _write_meta(tmp, self.text_field, self.id_field, self.files, self.stats)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Corpus:
@@ -402,6 +331,243 @@ class Corpus:
                 raise InputError(f"{d}: not a corpus index (ids.jsonl is missing)")
             corpus._ids_path = d / "ids.jsonl"
         return corpus
+
+
+# -- scanning ------------------------------------------------------------------------
+
+_TYPECODES = {"file_id": "i", "address": "q", "nbytes": "q", "line": "q", "valid": "b",
+              "text_len": "i"}
+_DTYPES = {"file_id": np.int32, "address": np.int64, "nbytes": np.int64, "line": np.int64,
+           "valid": np.bool_, "text_len": np.int32}
+
+
+@dataclass
+class _FileScan:
+    """What a scan learnt about one file besides its documents' columns."""
+
+    record: dict[str, Any]  # the file's entry in ``Corpus.files`` ("first" set later)
+    bad_examples: list[str]  # its first bad lines (up to _MAX_EXAMPLES)
+    field_seen: bool  # some document has the text field
+    keys: list[str] | None  # fields of its first document without the text field
+
+
+def _inputs(paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+            text_field: str) -> tuple[list[Path], list[str]]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not text_field:
+        raise InputError("--text-field must not be empty")
+    return readers.expand_inputs(paths)
+
+
+def _columns() -> dict[str, array.array]:
+    return {k: array.array(t) for k, t in _TYPECODES.items()}
+
+
+def _scan_file(fid: int, path: Path, text_field: str, id_field: str | None,
+               skip_bad_lines: bool, cols: dict[str, array.array], ids: list[Any] | None,
+               bar: Any, want_keys: bool) -> _FileScan:
+    """Scan file number ``fid``, appending its documents to ``cols`` (and ``ids``)."""
+    kind = readers.kind_of(path)
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: cannot read (permission denied)")
+    rec = {"path": str(path), "kind": kind, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+           "documents": 0, "empty": 0, "bad_lines": 0, "blank_lines": 0}
+    out = _FileScan(rec, [], False, None)
+    if kind == "parquet":
+        items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
+    else:
+        items = readers.scan_jsonl(path, kind, text_field, id_field)
+    for item in items:
+        if isinstance(item, readers.Blank):
+            rec["blank_lines"] += 1
+            continue
+        if isinstance(item, readers.BadLine):
+            if not skip_bad_lines:
+                raise InputError(f"{path}:{item.line}: {item.reason} "
+                                 f"(--skip-bad-lines skips and counts such lines)")
+            rec["bad_lines"] += 1
+            if len(out.bad_examples) < _MAX_EXAMPLES:
+                out.bad_examples.append(f"{path}:{item.line}: {item.reason}")
+            continue
+        ok = _has_text(item.text)
+        out.field_seen = out.field_seen or item.has_field
+        if want_keys and out.keys is None and not item.has_field and kind != "parquet":
+            out.keys = _keys_at(path, kind, item.address, item.nbytes)
+        cols["file_id"].append(fid)
+        cols["address"].append(item.address)
+        cols["nbytes"].append(item.nbytes)
+        cols["line"].append(item.line)
+        cols["valid"].append(1 if ok else 0)
+        cols["text_len"].append(min(len(item.text), 2**31 - 1) if ok else 0)
+        if ids is not None:
+            ids.append(item.doc_id)
+        rec["documents"] += 1
+        if not ok:
+            rec["empty"] += 1
+        bar.update()
+    return out
+
+
+def _combine(scans: list[_FileScan], ignored: list[str], text_field: str,
+             id_field: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The files' records (with ``first``) and the corpus stats from the per-file scans, in
+    file order; InputError when no document has the text field."""
+    files, n = [], 0
+    totals = {"bad_lines": 0, "blank_lines": 0, "empty": 0}
+    for f in scans:
+        files.append({**f.record, "first": n})
+        n += f.record["documents"]
+        for k in totals:
+            totals[k] += f.record[k]
+    if n and not any(f.field_seen for f in scans):
+        first_keys = next((f.keys for f in scans if f.keys is not None), None)
+        keys = ", ".join(first_keys or []) or "none"
+        raise InputError(f"no document has a {text_field!r} field (fields of the first "
+                         f"document: {keys}); choose the field with --text-field")
+    stats = {
+        "files": len(files),
+        "documents": n,
+        "valid": n - totals["empty"],
+        "empty": totals["empty"],
+        "bad_lines": totals["bad_lines"],
+        "blank_lines": totals["blank_lines"],
+        "bad_line_examples": [e for f in scans for e in f.bad_examples][:_MAX_EXAMPLES],
+        "ignored_files": ignored,
+        "text_field": text_field,
+        "id_field": id_field,
+    }
+    return files, stats
+
+
+def _id_stats(ids: Iterable[Any]) -> dict[str, int]:
+    missing, seen, total = 0, set(), 0
+    for i in ids:
+        missing += i is None
+        seen.add(json.dumps(i, sort_keys=True, default=str))
+        total += 1
+    return {"missing_ids": missing, "duplicate_ids": total - len(seen)}
+
+
+def _id_line(doc_id: Any) -> str:
+    return json.dumps(doc_id, default=str, ensure_ascii=False) + "\n"
+
+
+def _write_meta(directory: Path, text_field: str, id_field: str | None,
+                files: list[dict[str, Any]], stats: dict[str, Any]) -> None:
+    meta = {"version": INDEX_VERSION, "text_field": text_field, "id_field": id_field,
+            "files": files, "stats": stats}
+    (directory / "corpus.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
+                                           encoding="utf-8")
+
+
+def scan_into(directory: str | os.PathLike[str],
+              paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str], *,
+              text_field: str = "text", id_field: str | None = None,
+              skip_bad_lines: bool = False, progress: bool = True,
+              check: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Index ``paths`` into ``directory``: the files :meth:`Corpus.scan` then
+    :meth:`Corpus.save` write, byte for byte, with the files shared among the ranks.
+
+    Under ``torchrun`` every rank calls this (a collective): each scans its share of the
+    files (:func:`~clusterclip.distributed.balanced_shares` by size) into a folder per file
+    beside ``directory`` (``.NAME.clusterclip-PID-scan.tmp``, PID of rank 0: a killed
+    run's is removed by the next one), then rank 0 computes the stats, calls ``check(stats)``
+    (which may raise InputError: nothing is written then) and concatenates the files' columns
+    into ``directory``, replaced atomically. Errors are those of :meth:`Corpus.scan`: the
+    first bad line in file order, as an InputError on every rank. Returns the stats on
+    every rank.
+    """
+    from tqdm import tqdm
+
+    from clusterclip import distributed as D
+    from clusterclip.io import atomic_path
+
+    out = Path(directory)
+    files_in, ignored = D.on_main(lambda: _inputs(paths, text_field))
+    scratch = out.parent / f".{out.name}.clusterclip-{D.on_main(os.getpid)}-scan.tmp"
+
+    def fresh() -> list[int]:
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        return [_size(p) for p in files_in]
+
+    sizes = D.on_main(fresh)
+    rank, world = D.rank_and_world()
+    desc = "scanning corpus" if world == 1 else f"scanning corpus (rank {rank})"
+    bar = tqdm(desc=desc, unit="doc", disable=not progress, leave=False)
+
+    def one(fid: int) -> _FileScan:
+        cols = _columns()
+        ids: list[Any] | None = [] if id_field else None
+        got = _scan_file(fid, files_in[fid], text_field, id_field, skip_bad_lines, cols, ids,
+                         bar, want_keys=True)
+        part = scratch / f"{fid:07d}"
+        part.mkdir()
+        for k, c in cols.items():
+            raw = np.frombuffer(c, dtype=np.int8 if k == "valid" else _DTYPES[k])
+            np.save(part / f"{k}.npy", raw.astype(_DTYPES[k], copy=False))
+        if ids is not None:
+            with open(part / "ids.jsonl", "w", encoding="utf-8") as fh:
+                fh.writelines(_id_line(i) for i in ids)
+        return got
+
+    try:
+        try:
+            scans = D.map_in_order(one, sizes)
+        finally:
+            bar.close()
+
+        def write() -> dict[str, Any]:
+            files, stats = _combine(scans, ignored, text_field, id_field)
+            parts = [scratch / f"{fid:07d}" for fid in range(len(files))]
+            if id_field:
+                stats.update(_id_stats(json.loads(line) for p in parts
+                                       for line in open(p / "ids.jsonl", encoding="utf-8")))
+            if check is not None:
+                check(stats)
+            with atomic_path(out) as tmp:
+                tmp.mkdir()
+                for k in _ARRAYS:
+                    _concatenate([p / f"{k}.npy" for p in parts], tmp / f"{k}.npy",
+                                 np.dtype(_DTYPES[k]), stats["documents"])
+                if id_field:
+                    with open(tmp / "ids.jsonl", "wb") as fh:
+                        for p in parts:
+                            with open(p / "ids.jsonl", "rb") as src:
+                                shutil.copyfileobj(src, fh)
+                _write_meta(tmp, text_field, id_field, files, stats)
+            return stats
+
+        return D.on_main(write)
+    finally:
+        D.barrier()  # every rank is done with the scratch folder
+        if D.is_main():
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the scan itself says why it cannot read it
+
+
+def _concatenate(parts: list[Path], out: Path, dtype: np.dtype, n: int) -> None:
+    """Write the 1-D ``.npy`` files ``parts`` one after another as one ``.npy`` of ``n``
+    values, streaming (the bytes ``np.save`` writes for their concatenation)."""
+    with open(out, "wb") as fh:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                 "shape": (n,)})
+        for p in parts:
+            a = np.load(p, allow_pickle=False)  # one file's column: 8 B per document at most
+            if a.size:
+                fh.write(memoryview(np.ascontiguousarray(a)).cast("B"))
 
 
 def _int_chunks(a: np.ndarray) -> Iterator[int]:

@@ -2,18 +2,19 @@
 
 Layout inside the work directory ``W``::
 
-    W/corpus/                 the corpus index (clusterclip.corpus.Corpus.save)
-    W/embed/plan.json         fingerprint, N, shard size, dim, dtype of this run
-    W/embed/shard-00012.npy   rows [12*S, 13*S) in corpus order (zeros where excluded)
-    W/embed/shard-00012.done  completion record, written after the shard file
+    W/corpus/                 the corpus index (clusterclip.corpus.scan_into)
+    W/embed/plan.json         fingerprint, N, shard size of this run
+    W/embed/embeddings.npy    the N x d rows being written (pre-allocated, zeros where
+                              excluded), moved to W/embeddings.npy when every shard is done
+    W/embed/shard-00012.done  completion record of rows [12*S, 13*S), written after them
     W/embeddings.npy          N x d, L2-normalised, float32 or float16, memory-mappable
     W/valid.npy               bool[N]
 
-A shard counts only when its ``.done`` record exists and matches the file,
-and both are written atomically (temporary file, then rename), so a killed
-run resumes at the first missing shard and never mixes in a half-written one.
-Under ``torchrun`` every process embeds every P-th missing shard; rank 0
-scans the corpus before and merges after.
+A shard counts only when its ``.done`` record exists (written atomically after its rows)
+and the rows file is the one the records describe (a rows file made anew starts with no
+records), so a killed run resumes at the missing shards and never counts half-written
+rows. Under ``torchrun`` every process scans a share of the input files, then embeds every
+P-th missing shard into the one rows file; nothing is merged.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.corpus import Corpus
+from clusterclip.corpus.index import scan_into
 from clusterclip.corpus.readers import expand_inputs
 from clusterclip.embedding.base import Embedder
 from clusterclip.errors import InputError
@@ -40,6 +42,8 @@ from clusterclip.workdir import Workdir
 STAGE = "embed"
 PIPELINE_VERSION = 1
 DEFAULT_SHARD_SIZE = 4096
+# The rows file inside W/embed while shards are written into it.
+ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
 SAMPLE_SIZE = 10_000
 EMBEDDERS = ("minilm", "hf", "fast")
@@ -138,16 +142,29 @@ def shard_name(s: int) -> str:
     return f"shard-{s:05d}"
 
 
-def shard_is_done(shard_dir: Path, s: int, start: int, stop: int, dim: int, dtype: str) -> bool:
-    """True when shard ``s`` has its completion record and a file of the recorded shape."""
-    record = shard_dir / f"{shard_name(s)}.done"
+def shard_is_done(shard_dir: Path, s: int, start: int, stop: int) -> bool:
+    """True when shard ``s`` has its completion record (its rows are in the rows file)."""
+    rec = _read_json(shard_dir / f"{shard_name(s)}.done")
+    return rec is not None and rec.get("start") == start and rec.get("stop") == stop
+
+
+def allocate_rows(shard_dir: Path, n: int, dim: int, dtype: str) -> bool:
+    """Make ``shard_dir/ROWS`` an N x dim ``.npy`` of ``dtype`` unless it already is one;
+    True when it was made anew (every completion record is removed first: they describe
+    the rows of the file it replaces). The file is sparse until its rows are written."""
+    path = shard_dir / ROWS
     try:
-        rec = json.loads(record.read_text(encoding="utf-8"))
-        arr = np.load(shard_dir / f"{shard_name(s)}.npy", mmap_mode="r", allow_pickle=False)
+        old = np.load(path, mmap_mode="r", allow_pickle=False)
+        if old.shape == (n, dim) and old.dtype == np.dtype(dtype):
+            return False
     except (OSError, ValueError):
-        return False
-    return (rec.get("start") == start and rec.get("stop") == stop
-            and arr.shape == (stop - start, dim) and arr.dtype == np.dtype(dtype))
+        pass
+    for rec in shard_dir.glob("shard-*.done"):
+        rec.unlink()
+    with atomic_path(path) as tmp:
+        rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(n, dim))
+        del rows  # only its header and length are written here
+    return True
 
 
 def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int
@@ -167,43 +184,43 @@ def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int
 def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: list[int], *,
                  shard_size: int, dtype: str, progress: bool = True,
                  desc: str = "embedding") -> int:
-    """Embed ``shards`` (ascending shard numbers) of ``corpus`` into ``shard_dir``.
+    """Embed ``shards`` (ascending shard numbers) of ``corpus`` into the rows file
+    ``shard_dir/ROWS`` (made by :func:`allocate_rows`).
 
-    Each shard file holds rows [s*S, min((s+1)*S, N)) in corpus order, zeros for
-    excluded documents, followed by its ``.done`` record. Returns documents embedded.
+    Shard ``s`` writes rows [s*S, min((s+1)*S, N)) in corpus order, zeros for excluded
+    documents, then its ``.done`` record. Returns documents embedded.
     """
     from tqdm import tqdm
 
     n = len(corpus)
+    path = shard_dir / ROWS
+    offset = np.load(path, mmap_mode="r", allow_pickle=False).offset  # the header's length
+    row_bytes = embedder.dim * np.dtype(dtype).itemsize
     total = sum(int(corpus.valid[s * shard_size:(s + 1) * shard_size].sum()) for s in shards)
     done = 0
-    with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
-        for s, idx, texts in _shard_texts(corpus, shards, shard_size):
-            start, stop = s * shard_size, min((s + 1) * shard_size, n)
-            rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
-            if len(texts):
-                # The bar moves per batch: a shard can take minutes on a CPU.
-                rows[idx - start] = embedder.encode(texts, on_batch=bar.update)
-            save_npy(shard_dir / f"{shard_name(s)}.npy", rows.astype(dtype))
-            write_json(shard_dir / f"{shard_name(s)}.done",
-                       {"shard": s, "start": start, "stop": stop, "documents": len(texts)})
-            done += len(texts)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
+            for s, idx, texts in _shard_texts(corpus, shards, shard_size):
+                start, stop = s * shard_size, min((s + 1) * shard_size, n)
+                rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
+                if len(texts):
+                    # The bar moves per batch: a shard can take minutes on a CPU.
+                    rows[idx - start] = embedder.encode(texts, on_batch=bar.update)
+                _pwrite_all(fd, rows.astype(dtype).tobytes(), offset + start * row_bytes)
+                write_json(shard_dir / f"{shard_name(s)}.done",
+                           {"shard": s, "start": start, "stop": stop, "documents": len(texts)})
+                done += len(texts)
+    finally:
+        os.close(fd)
     return done
 
 
-def merge_shards(shard_dir: Path, out: Path, n: int, dim: int, dtype: str,
-                 shard_size: int) -> None:
-    """Concatenate all shards into one ``.npy`` at ``out`` (atomically, streaming)."""
-    n_shards = math.ceil(n / shard_size)
-    with atomic_path(out) as tmp:
-        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(n, dim))
-        for s in range(n_shards):
-            start, stop = s * shard_size, min((s + 1) * shard_size, n)
-            if not shard_is_done(shard_dir, s, start, stop, dim, dtype):
-                raise RuntimeError(f"shard {s} is missing at merge time")
-            arr[start:stop] = np.load(shard_dir / f"{shard_name(s)}.npy", mmap_mode="r")
-        arr.flush()
-        del arr
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 # -- the stage ----------------------------------------------------------------------
@@ -247,32 +264,41 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     def work(run: Any) -> dict[str, Any]:
         fp = run.fingerprint
 
-        def plan() -> None:
+        def plan() -> bool:
+            """On rank 0: True when the corpus must be indexed (again)."""
             old = _read_json(shard_dir / "plan.json")
             # The fingerprint covers the inputs' hashes: an edited input never resumes.
             if (old is not None and old.get("fingerprint") == fp
                     and old.get("shard_size") == shard_size
                     and (root / "corpus" / "corpus.json").exists()):
                 corpus = Corpus.load(root / "corpus")
-                _check_clusters(corpus, n_clusters)
+                _check_clusters(corpus.stats, n_clusters)
                 corpus.verify_files()
-                return
+                return False
             shutil.rmtree(shard_dir, ignore_errors=True)  # ours: checked before `running`
-            corpus = Corpus.scan(inputs, text_field=text_field, id_field=id_field,
-                                 skip_bad_lines=skip_bad_lines, progress=progress)
-            if corpus.stats["valid"] == 0:
-                raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
-                                 f"({corpus.stats['documents']} documents, "
-                                 f"{corpus.stats['empty']} empty)")
-            _check_clusters(corpus, n_clusters)
-            corpus.save(root / "corpus")
-            write_marker(root / "corpus", STAGE)
-            shard_dir.mkdir(parents=True, exist_ok=True)
-            write_marker(shard_dir, STAGE)
-            write_json(shard_dir / "plan.json", {"fingerprint": fp, "shard_size": shard_size,
-                                                 "documents": len(corpus)})
+            return True
 
-        D.on_main(plan)
+        def check(stats: dict[str, Any]) -> None:
+            if stats["valid"] == 0:
+                raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
+                                 f"({stats['documents']} documents, {stats['empty']} empty)")
+            _check_clusters(stats, n_clusters)
+
+        if D.on_main(plan):
+            # Every rank scans a share of the files; rank 0 writes the index.
+            stats = scan_into(root / "corpus", inputs, text_field=text_field,
+                              id_field=id_field, skip_bad_lines=skip_bad_lines,
+                              progress=progress, check=check)
+
+            def start() -> None:
+                write_marker(root / "corpus", STAGE)
+                shard_dir.mkdir(parents=True, exist_ok=True)
+                write_marker(shard_dir, STAGE)
+                write_json(shard_dir / "plan.json", {"fingerprint": fp,
+                                                     "shard_size": shard_size,
+                                                     "documents": stats["documents"]})
+
+            D.on_main(start)
         return _embed_and_merge(root, fp, params, progress=progress,
                                 trust_remote_code=trust_remote_code)
 
@@ -291,7 +317,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
 
 def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                      trust_remote_code: bool) -> dict[str, Any]:
-    """Embed the missing shards on every rank; rank 0 merges them (the stage info)."""
+    """Embed the missing shards on every rank into the rows file; rank 0 moves it into
+    place (the stage info)."""
     rank, world = D.rank_and_world()
     shard_dir = root / "embed"
     dtype, shard_size, embedder = params["dtype"], params["shard_size"], params["embedder"]
@@ -314,10 +341,13 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
 
     n = len(corpus)
     n_shards = math.ceil(n / shard_size)
-    todo = D.on_main(lambda: [
-        s for s in range(n_shards)
-        if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n),
-                             emb.dim, dtype)])
+
+    def missing() -> list[int]:
+        allocate_rows(shard_dir, n, emb.dim, dtype)
+        return [s for s in range(n_shards)
+                if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n))]
+
+    todo = D.on_main(missing)
     mine = todo[rank::world]
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
     embedded = embed_shards(corpus, emb, shard_dir, mine, shard_size=shard_size, dtype=dtype,
@@ -325,8 +355,12 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
     counts = D.gather_objects(embedded)
     D.barrier()
 
-    def merge() -> dict[str, Any]:
-        merge_shards(shard_dir, root / "embeddings.npy", n, emb.dim, dtype, shard_size)
+    def finish() -> dict[str, Any]:
+        # Every rank wrote its rows into the one file: it only moves into place.
+        for s in range(n_shards):
+            if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n)):
+                raise RuntimeError(f"shard {s} is missing after embedding")
+        os.replace(shard_dir / ROWS, root / "embeddings.npy")
         save_npy(root / "valid.npy", np.asarray(corpus.valid, dtype=bool))
         st = corpus.stats
         return {"documents": st["documents"], "valid": st["valid"], "empty": st["empty"],
@@ -339,14 +373,14 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
                 "shards_computed": len(todo), "documents_embedded": int(sum(counts)),
                 "processes": world, "fingerprint": fp}
 
-    return D.on_main(merge)
+    return D.on_main(finish)
 
 
-def _check_clusters(corpus: Corpus, n_clusters: int | None) -> None:
-    valid = corpus.stats["valid"]
+def _check_clusters(stats: dict[str, Any], n_clusters: int | None) -> None:
+    valid = stats["valid"]
     if n_clusters is not None and n_clusters > valid:
         raise InputError(f"--clusters {n_clusters}: more than the {valid} documents with text "
-                         f"({corpus.stats['documents']} documents, {corpus.stats['empty']} "
+                         f"({stats['documents']} documents, {stats['empty']} "
                          f"without text); nothing was embedded")
 
 

@@ -1,0 +1,153 @@
+"""The corpus scan and the input hashing shared among torchrun ranks, and the embed stage
+writing every rank's rows into one file: the same bytes as one process, the same errors."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+from pathlib import Path
+
+import pytest
+from _helpers import run_cli, torchrun_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip import distributed as D
+from clusterclip.corpus import Corpus
+from clusterclip.corpus.index import scan_into
+from clusterclip.errors import InputError
+from clusterclip.workdir import Workdir
+
+
+def write_jsonl(path: Path, lines: list) -> Path:
+    path.write_bytes("".join(r if isinstance(r, str) else json.dumps(r) + "\n"
+                             for r in lines).encode("utf-8"))
+    return path
+
+
+def docs(prefix: str, n: int, words: int = 12) -> list[dict]:
+    return [{"text": " ".join(f"{prefix}{(i * 7 + j) % 23}" for j in range(words)),
+             "id": f"{prefix}-{i}"} for i in range(n)]
+
+
+def hostile_corpus(d: Path) -> list[str]:
+    """Files of every kind, with bad, blank, empty, whitespace-only and null texts."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import gzip
+
+    import pyarrow as pa
+
+    d.mkdir()
+    a = docs("alpha", 40)
+    a[3]["text"] = ""
+    a[9]["text"] = "   "
+    a[12] = {"id": "no-text"}
+    write_jsonl(d / "a.jsonl", [*a[:20], "{broken\n", "\n", *a[20:], "[1, 2]\n"])
+    with gzip.open(d / "b.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in docs("beta", 25)))
+    rows = docs("gamma", 15)
+    rows[4]["text"] = None
+    rows[5]["text"] = ""
+    rows[6]["id"] = "alpha-1"  # a duplicate id
+    pq.write_table(pa.table({"text": [r["text"] for r in rows], "id": [r["id"] for r in rows]}),
+                   d / "c.parquet", row_group_size=4)
+    write_jsonl(d / "d.jsonl", [*docs("delta", 60, words=20), '{"text": 5}\n'])
+    (d / "e.jsonl").write_bytes(b"")
+    return [str(d / n) for n in ("a.jsonl", "b.jsonl.gz", "c.parquet", "d.jsonl", "e.jsonl")]
+
+
+def same_tree(a: Path, b: Path) -> None:
+    names = sorted(p.relative_to(a).as_posix() for p in a.rglob("*"))
+    assert names == sorted(p.relative_to(b).as_posix() for p in b.rglob("*"))
+    for n in names:
+        if (a / n).is_file():
+            assert filecmp.cmp(a / n, b / n, shallow=False), n
+
+
+@given(st.lists(st.integers(0, 1000), max_size=30), st.integers(1, 6))
+@settings(max_examples=200, deadline=None)
+def test_balanced_shares_split_every_item_once_near_evenly(weights, world):
+    shares = D.balanced_shares(weights, world)
+    assert sorted(i for s in shares for i in s) == list(range(len(weights)))
+    assert all(s == sorted(s) for s in shares)
+    loads = [sum(max(weights[i], 1) for i in s) for s in shares]
+    # greedy, heaviest first: no rank exceeds another by more than one item's weight
+    assert max(loads) - min(loads) <= max([max(w, 1) for w in weights], default=0)
+
+
+def test_scan_into_writes_what_scan_and_save_write(tmp_path):
+    files = hostile_corpus(tmp_path / "in")
+    kw = {"text_field": "text", "id_field": "id", "skip_bad_lines": True, "progress": False}
+    Corpus.scan(files, **kw).save(tmp_path / "saved")
+    stats = scan_into(tmp_path / "scanned", files, **kw)
+    same_tree(tmp_path / "saved", tmp_path / "scanned")
+    assert stats["documents"] == 140 and stats["bad_lines"] == 3
+    assert stats["empty"] == 5 and stats["duplicate_ids"] == 1
+    assert not list(tmp_path.glob(".*.tmp"))  # its per-file scratch is gone
+    c = Corpus.load(tmp_path / "scanned")
+    assert c.texts([0, 44, 80]) == [docs("alpha", 1)[0]["text"], docs("beta", 5)[4]["text"],
+                                      docs("delta", 1, words=20)[0]["text"]]
+
+
+def test_scan_into_errors_are_those_of_a_scan_and_write_nothing(tmp_path):
+    files = hostile_corpus(tmp_path / "in")
+    with pytest.raises(InputError) as e:
+        Corpus.scan(files, progress=False)
+    assert str(e.value).startswith(f"{files[0]}:21: invalid JSON")
+    with pytest.raises(InputError) as again:
+        scan_into(tmp_path / "out", files, progress=False)
+    assert str(again.value) == str(e.value)
+
+    def refuse(stats):
+        raise InputError(f"refused {stats['documents']}")
+
+    with pytest.raises(InputError, match="refused 140"):
+        scan_into(tmp_path / "out", files, skip_bad_lines=True, progress=False, check=refuse)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def embed_args(files: list[str]) -> list[str]:
+    return ["embed", *files, "--embedder", "fast", "--skip-bad-lines", "--id-field", "id",
+            "--shard-size", "7", "--no-progress", "--keep-shards"]
+
+
+def test_two_gloo_ranks_write_the_bytes_one_process_writes(tmp_path):
+    pytest.importorskip("torch")
+    files = hostile_corpus(tmp_path / "in")
+    one, two = tmp_path / "one", tmp_path / "two"
+    r = run_cli(*embed_args(files), "--workdir", one)
+    assert r.returncode == 0, r.stderr
+    r = torchrun_cli(*embed_args(files), "--workdir", two, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("bad lines skipped: 3") == 1  # rank 0 reports
+    same_tree(one / "corpus", two / "corpus")
+    for f in ("embeddings.npy", "valid.npy"):
+        assert (one / f).read_bytes() == (two / f).read_bytes(), f
+    a, b = Workdir(one).stage("embed"), Workdir(two).stage("embed")
+    assert a["inputs"] == b["inputs"] and len(a["inputs"]) == 5  # the same hashes
+    assert a["fingerprint"] == b["fingerprint"]
+    assert b["info"]["processes"] == 2 and b["info"]["shards_computed"] == 20
+    # every shard's record is there; the rows file moved into place
+    assert len(list((two / "embed").glob("shard-*.done"))) == 20
+    assert not (two / "embed" / "embeddings.npy").exists()
+    assert not list(two.glob(".*.tmp"))
+
+
+def test_under_torchrun_the_first_bad_line_in_file_order_stops_every_rank(tmp_path):
+    pytest.importorskip("torch")
+    d = tmp_path / "in"
+    d.mkdir()
+    # The big file goes to rank 0 and fails at line 2; the small first file goes to rank 1
+    # and fails later, at line 4: the error is the small file's, the first in file order.
+    small = write_jsonl(d / "a.jsonl", [*docs("a", 3), "{bad\n"])
+    big = write_jsonl(d / "b.jsonl", [docs("b", 1)[0], "[]\n", *docs("b", 80)])
+    assert D.balanced_shares([small.stat().st_size, big.stat().st_size], 2) == [[1], [0]]
+    w = tmp_path / "W"
+    r = torchrun_cli("embed", small, big, "--workdir", w, "--embedder", "fast",
+                     "--no-progress", timeout=240)
+    assert r.returncode != 0
+    line = f"{small}:4: invalid JSON"
+    assert r.stderr.count(line) == 2, r.stderr[-3000:]  # each rank's one-line error
+    assert f"{big}:2" not in r.stderr
+    assert "exitcode  : 2" in r.stderr and "exitcode  : 1" not in r.stderr
+    assert sorted(p.name for p in w.iterdir()) == [".lock", "manifest.json"]
