@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterclip import distributed as D
-from clusterclip.corpus import Corpus
-from clusterclip.corpus.index import scan_into
+from clusterclip.corpus import Corpus, scan_into
 from clusterclip.errors import InputError
 from clusterclip.workdir import Workdir
 

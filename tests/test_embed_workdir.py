@@ -147,7 +147,8 @@ def test_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pydocs
                        atol=1e-5)
 
 
-def test_half_written_shard_is_recomputed(tmp_path, pydocs_path):
+@pytest.mark.parametrize("killed", ["while writing shard 1", "with a foreign rows file"])
+def test_a_killed_run_resumes_from_the_rows_file_and_its_records(tmp_path, pydocs_path, killed):
     from clusterclip.embedding.pipeline import ROWS
 
     texts = pydocs_texts(pydocs_path, 30, 300)
@@ -155,15 +156,21 @@ def test_half_written_shard_is_recomputed(tmp_path, pydocs_path):
     w = tmp_path / "W"
     embed_workdir(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
     ref = (w / "embeddings.npy").read_bytes()
-    # As a run killed while writing shard 1 leaves it: the rows file still in W/embed with
-    # shard 1's rows half-written and no record for it, the stage `running`.
     rows = w / "embed" / ROWS
-    (w / "embeddings.npy").rename(rows)
-    (w / "embed" / "shard-00001.done").unlink()
-    X = np.load(rows, mmap_mode="r+")
-    X[10:15] = 7.0
-    X.flush()
-    del X
+    if killed == "while writing shard 1":
+        # The rows file still in W/embed, shard 1's rows half-written and no record for it.
+        (w / "embeddings.npy").rename(rows)
+        (w / "embed" / "shard-00001.done").unlink()
+        X = np.load(rows, mmap_mode="r+")
+        X[10:15] = 7.0
+        X.flush()
+        del X
+        reused = 2
+    else:
+        # Records with a rows file that is not theirs (truncated): none can be trusted.
+        rows.write_bytes(ref[:200])
+        (w / "embeddings.npy").unlink()
+        reused = 0
     # and the per-file scratch of a killed scan (its pid no longer runs)
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -173,29 +180,9 @@ def test_half_written_shard_is_recomputed(tmp_path, pydocs_path):
     man.manifest["stages"]["embed"]["status"] = "running"
     man.save()
     info = embed_workdir(w, [str(c)], embedder="fast", shard_size=10, progress=False)
-    assert info["shards_reused"] == 2 and info["shards_computed"] == 1
+    assert info["shards_reused"] == reused and info["shards_computed"] == 3 - reused
     assert (w / "embeddings.npy").read_bytes() == ref
     assert not (w / "embed").exists() and not scratch.exists()
-
-
-def test_a_rows_file_of_another_shape_is_made_anew(tmp_path, pydocs_path):
-    from clusterclip.embedding.pipeline import ROWS
-
-    texts = pydocs_texts(pydocs_path, 30, 300)
-    c = write_corpus(tmp_path / "c.jsonl", texts)
-    w = tmp_path / "W"
-    embed_workdir(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
-    ref = (w / "embeddings.npy").read_bytes()
-    # A killed run's records with a rows file that is not theirs (truncated, here):
-    # none of the records can be trusted.
-    (w / "embed" / ROWS).write_bytes(ref[:200])
-    (w / "embeddings.npy").unlink()
-    man = Workdir(w)
-    man.manifest["stages"]["embed"]["status"] = "running"
-    man.save()
-    info = embed_workdir(w, [str(c)], embedder="fast", shard_size=10, progress=False)
-    assert info["shards_reused"] == 0 and info["shards_computed"] == 3
-    assert (w / "embeddings.npy").read_bytes() == ref
 
 
 @pytest.mark.slow

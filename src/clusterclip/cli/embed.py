@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shard-size", type=int, default=4096,
                    help="documents per resumable shard (default: 4096)")
     g.add_argument("--keep-shards", action="store_true",
-                   help="keep W/embed/ shards after merging (default: remove them)")
+                   help="keep W/embed/ (the shards' completion records) at the end "
+                        "(default: remove it)")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="allow a local --embedder hf model to run its own code "
                         "(e.g. jina-embeddings-v2)")

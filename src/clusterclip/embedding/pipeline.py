@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
-from clusterclip.corpus import Corpus
-from clusterclip.corpus.index import scan_into
+from clusterclip.corpus import Corpus, scan_into
 from clusterclip.corpus.readers import expand_inputs
 from clusterclip.embedding.base import Embedder
 from clusterclip.errors import InputError
