@@ -5,10 +5,11 @@ shard files against rows written into one file that is renamed into place).
     PYTHONPATH=src python benchmarks/bench_scan.py scan --dir /tmp/ccscale-scan --nproc 1 2
     PYTHONPATH=src python benchmarks/bench_scan.py merge --dir /tmp/ccscale-scan --docs 1000000
 
-``scan`` generates (or reuses) ``bench_scale.py``'s corpus, runs ``corpus.scan_into`` as
-its own process per world size (whole-process wall, CPU and peak RSS from ``wait4``; each
-rank's own scan time and CPU), and checks that every world size wrote the same index
-bytes. ``merge`` writes N x 256 float32 rows in shards of 4,096 both ways, in one process.
+``scan`` generates (or reuses) ``bench_scale.py``'s corpus and runs, as its own process
+per world size, ``Workdir.hash_inputs`` then ``corpus.scan_into`` (whole-process wall, CPU
+and peak RSS from ``wait4``; each rank's own time and CPU for each), and checks that every
+world size wrote the same index bytes. ``merge`` writes N x 256 float32 rows in shards of
+4,096 both ways, in one process, the order alternating between rounds.
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ def _cpu() -> float:
 def worker(corpus: Path, out: Path, result: Path) -> None:
     """One rank: the scan alone (the process group is made first, as embed makes it)."""
     from clusterclip import distributed as D
-    from clusterclip.corpus.index import scan_into
+    from clusterclip.corpus import expand_inputs, scan_into
+    from clusterclip.workdir import Workdir
 
     created = D.init_from_env("cpu")
+    rank, world = D.rank_and_world()
+    files = expand_inputs([corpus])[0]
+    hashes = Workdir(out.parent / f"hash-{world}")  # a manifest in memory: nothing cached
     D.barrier()
     t0, c0 = time.perf_counter(), _cpu()
+    hashes.hash_inputs(files)
+    D.barrier()
+    t1, c1 = time.perf_counter(), _cpu()
     stats = scan_into(out, [corpus], progress=False)
-    rank, world = D.rank_and_world()
-    me = {"rank": rank, "scan_wall_s": time.perf_counter() - t0, "scan_cpu_s": _cpu() - c0,
+    me = {"rank": rank, "hash_wall_s": t1 - t0, "hash_cpu_s": c1 - c0,
+          "scan_wall_s": time.perf_counter() - t1, "scan_cpu_s": _cpu() - c1,
           "documents": stats["documents"]}
     everyone = D.gather_objects(me)
     if rank == 0:
@@ -75,6 +83,8 @@ def bench_scan(args: argparse.Namespace) -> None:
         ranks = json.loads(result.read_text())["ranks"]
         row = {"nproc": nproc, "wall_s": round(proc["wall_s"], 1),
                "cpu_s": round(proc["cpu_s"], 1), "peak_rss_mib": round(proc["peak_rss_mib"]),
+               "hash_wall_s": [round(r["hash_wall_s"], 2) for r in ranks],
+               "hash_cpu_s": [round(r["hash_cpu_s"], 2) for r in ranks],
                "scan_wall_s": [round(r["scan_wall_s"], 1) for r in ranks],
                "scan_cpu_s": [round(r["scan_cpu_s"], 1) for r in ranks],
                "load": [round(load0[0], 1), round(load1[0], 1)],
@@ -93,8 +103,6 @@ def bench_merge(args: argparse.Namespace) -> None:
 
     n, dim, size = args.docs, 256, 4096
     d = Path(args.dir) / f"merge-{n}"
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
     rng = np.random.default_rng(0)
     block = rng.standard_normal((size, dim)).astype(np.float32)
     n_shards = math.ceil(n / size)
@@ -102,39 +110,52 @@ def bench_merge(args: argparse.Namespace) -> None:
     def rows(s: int) -> np.ndarray:
         return block[:min(size, n - s * size)]
 
-    # before: shard files, then rank 0 concatenates them (the code this change removed)
-    t0, c0 = time.perf_counter(), _cpu()
-    for s in range(n_shards):
-        save_npy(d / f"shard-{s:05d}.npy", rows(s))
-    t1, c1 = time.perf_counter(), _cpu()
-    with atomic_path(d / "before.npy") as tmp:
-        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
+    def before() -> list[float]:
+        """Shard files, then rank 0 concatenates them (the code this change removed)."""
+        t0, c0 = time.perf_counter(), _cpu()
         for s in range(n_shards):
-            arr[s * size:s * size + len(rows(s))] = np.load(d / f"shard-{s:05d}.npy",
-                                                           mmap_mode="r")
-        arr.flush()
-        del arr
-    t2, c2 = time.perf_counter(), _cpu()
-    # after: every shard's rows written into the one pre-allocated file, renamed into place
-    allocate_rows(d, n, dim, "float32")
-    offset = np.load(d / ROWS, mmap_mode="r").offset
-    fd = os.open(d / ROWS, os.O_WRONLY)
-    for s in range(n_shards):
-        _pwrite_all(fd, rows(s).tobytes(), offset + s * size * dim * 4)
-    os.close(fd)
-    t3, c3 = time.perf_counter(), _cpu()
-    os.replace(d / ROWS, d / "after.npy")
-    t4, c4 = time.perf_counter(), _cpu()
-    same = filecmp.cmp(d / "before.npy", d / "after.npy", shallow=False)
+            save_npy(d / f"shard-{s:05d}.npy", rows(s))
+        t1, c1 = time.perf_counter(), _cpu()
+        with atomic_path(d / "before.npy") as tmp:
+            arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
+            for s in range(n_shards):
+                arr[s * size:s * size + len(rows(s))] = np.load(d / f"shard-{s:05d}.npy",
+                                                               mmap_mode="r")
+            arr.flush()
+            del arr
+        t2, c2 = time.perf_counter(), _cpu()
+        return [t1 - t0, c1 - c0, t2 - t1, c2 - c1]
+
+    def after() -> list[float]:
+        """Every shard's rows written into the one pre-allocated file, renamed into place."""
+        t0, c0 = time.perf_counter(), _cpu()
+        allocate_rows(d, n, dim, "float32")
+        offset = np.load(d / ROWS, mmap_mode="r").offset
+        fd = os.open(d / ROWS, os.O_WRONLY)
+        for s in range(n_shards):
+            _pwrite_all(fd, rows(s).tobytes(), offset + s * size * dim * 4)
+        os.close(fd)
+        t1, c1 = time.perf_counter(), _cpu()
+        os.replace(d / ROWS, d / "after.npy")
+        t2, c2 = time.perf_counter(), _cpu()
+        return [t1 - t0, c1 - c0, t2 - t1, c2 - c1]
+
+    got: dict[str, list[list[float]]] = {"before": [], "after": []}
+    same = True
+    for r in range(args.repeats):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            got[name].append((before if name == "before" else after)())
+        same = same and filecmp.cmp(d / "before.npy", d / "after.npy", shallow=False)
+    shutil.rmtree(d)
+    med = {k: np.median(np.array(v), axis=0).round(3).tolist() for k, v in got.items()}
     print(json.dumps({
-        "docs": n, "bytes": (d / "after.npy").stat().st_size, "same_bytes": same,
-        "before_write_shards_s": [round(t1 - t0, 2), round(c1 - c0, 2)],
-        "before_merge_s": [round(t2 - t1, 2), round(c2 - c1, 2)],
-        "after_write_rows_s": [round(t3 - t2, 2), round(c3 - c2, 2)],
-        "after_rename_s": [round(t4 - t3, 4), round(c4 - c3, 4)],
+        "docs": n, "bytes": n * dim * 4, "same_bytes": same, "repeats": args.repeats,
+        "median [write wall s, write CPU s, end wall s, end CPU s]": med,
+        "all": {k: np.array(v).round(3).tolist() for k, v in got.items()},
         "load": round(os.getloadavg()[0], 1), "utc": time.strftime("%H:%M", time.gmtime())}),
         flush=True)
-    shutil.rmtree(d)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=4, help="JSONL files of the corpus")
     ap.add_argument("--nproc", type=int, nargs="+", default=[1, 2],
                     help="world sizes to run the scan with")
+    ap.add_argument("--repeats", type=int, default=5, help="merge: rounds, order alternating")
     args = ap.parse_args(argv)
     (bench_scan if args.what == "scan" else bench_merge)(args)
     return 0
