@@ -248,12 +248,14 @@ def balanced_shares(weights: Sequence[int], world_size: int) -> list[list[int]]:
     """Items ``0..len(weights)-1`` split among ``world_size`` ranks with near-equal total
     weight: heaviest first, each to the rank with the least so far (ties: the lower rank,
     then the lower item). Each rank's items are ascending. Deterministic."""
-    load = [0] * world_size
+    import heapq
+
+    loads = [(0, r) for r in range(world_size)]  # a heap of (load, rank)
     shares: list[list[int]] = [[] for _ in range(world_size)]
     for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
-        r = min(range(world_size), key=lambda r: (load[r], r))
+        load, r = loads[0]
         shares[r].append(i)
-        load[r] += max(int(weights[i]), 1)
+        heapq.heapreplace(loads, (load + max(int(weights[i]), 1), r))
     return [sorted(s) for s in shares]
 
 

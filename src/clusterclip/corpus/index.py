@@ -526,8 +526,7 @@ def scan_into(directory: str | os.PathLike[str],
             files, stats = _combine(scans, ignored, text_field, id_field)
             parts = [scratch / f"{fid:07d}" for fid in range(len(files))]
             if id_field:
-                stats.update(_id_stats(json.loads(line) for p in parts
-                                       for line in open(p / "ids.jsonl", encoding="utf-8")))
+                stats.update(_id_stats(_read_ids(parts)))
             if check is not None:
                 check(stats)
             with atomic_path(out) as tmp:
@@ -548,6 +547,12 @@ def scan_into(directory: str | os.PathLike[str],
         D.barrier()  # every rank is done with the scratch folder
         if D.is_main():
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read_ids(parts: list[Path]) -> Iterator[Any]:
+    for p in parts:
+        with open(p / "ids.jsonl", encoding="utf-8") as fh:
+            yield from (json.loads(line) for line in fh)
 
 
 def _size(path: Path) -> int:
