@@ -22,6 +22,7 @@ from clusterclip.report.terms import (
     make_vectorizer,
     nearest_documents,
     one_line,
+    sample_documents,
     top_terms,
 )
 
@@ -131,15 +132,66 @@ def test_vocabulary_rule():
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(-1, 5), st.integers(0, 4)), min_size=1, max_size=60),
-       st.integers(1, 4))
-def test_nearest_documents_are_the_highest_scores(rows, n):
-    labels = np.array([r[0] for r in rows])
+       st.integers(1, 4), st.integers(1, 70))
+def test_nearest_documents_are_the_highest_scores(rows, n, chunk):
+    labels = np.array([r[0] for r in rows], dtype=np.int32)
     scores = np.array([r[1] / 4 for r in rows], dtype=np.float32)  # many ties
-    got = nearest_documents(labels, scores, 6, n)
+    got = nearest_documents(labels, scores, 6, n, chunk=chunk)  # streamed in chunks
     for c in range(6):
         members = [i for i in range(labels.size) if labels[i] == c]
         members.sort(key=lambda i: (-scores[i], i))
         assert got[c].tolist() == members[:n]
+
+
+def _reference_sample(labels, k, m, seed):
+    """One cluster at a time: its members in index order, the ranks the generator draws."""
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in range(k):
+        members = [i for i, lab in enumerate(labels) if lab == c]
+        if len(members) > m:
+            ranks = np.sort(rng.choice(len(members), m, replace=False, shuffle=False))
+            members = [members[r] for r in ranks.tolist()]
+        chosen += members
+    return sorted(chosen)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 5).flatmap(lambda k: st.tuples(
+    st.just(k), st.lists(st.integers(-1, k - 1), min_size=1, max_size=80))),
+    st.integers(1, 12), st.integers(0, 3), st.integers(1, 90))
+def test_term_sample_takes_at_most_m_documents_per_cluster(case, m, seed, chunk):
+    k, labels = case
+    labels = np.array(labels, dtype=np.int32)
+    got, sizes, taken = sample_documents(labels, k, m, seed, chunk=chunk)
+    assert got.tolist() == _reference_sample(labels.tolist(), k, m, seed)
+    assert sizes.tolist() == np.bincount(labels[labels >= 0], minlength=k).tolist()
+    assert taken.tolist() == np.minimum(sizes, m).tolist()
+    assert np.bincount(labels[got], minlength=k).tolist() == taken.tolist()
+    # The same seed gives the same sample whatever the chunk size.
+    assert sample_documents(labels, k, m, seed)[0].tolist() == got.tolist()
+
+
+def test_term_sample_covers_a_large_cluster_uniformly():
+    # 200 draws of 10 documents of a 50-document cluster: each document is drawn about
+    # 200 * 10 / 50 = 40 times (a biased sampler, e.g. one favouring the first documents,
+    # would not be).
+    labels = np.zeros(50, dtype=np.int64)
+    hits = np.zeros(50, dtype=np.int64)
+    for seed in range(200):
+        hits[sample_documents(labels, 1, 10, seed)[0]] += 1
+    assert hits.sum() == 2000
+    assert 15 <= hits.min() and hits.max() <= 70
+    assert abs(hits[:25].sum() - hits[25:].sum()) < 200
+
+
+def test_ctfidf_weights_scale_the_rows():
+    import scipy.sparse as sp
+
+    counts = sp.csr_matrix(np.array([[4, 0, 1], [1, 3, 1], [0, 2, 0]]))
+    w = np.array([2.5, 1.0, 3.0])
+    np.testing.assert_allclose(ctfidf(counts, w).toarray(),
+                               ctfidf(sp.csr_matrix(counts.toarray() * w[:, None])).toarray())
 
 
 # -- the report ------------------------------------------------------------------------
@@ -225,3 +277,50 @@ def test_readable_columns_stream_in_blocks(workdir):
     small = readable_clusters(corpus, labels, scores, 3, block=2)
     big = readable_clusters(corpus, labels, scores, 3)
     assert small["terms"] == big["terms"] and small["snippets"] == big["snippets"]
+    # Every cluster fits: every document read, nothing said about a sample.
+    assert big["terms_sample"]["clusters_sampled"] == 0
+    assert big["terms_sample"]["documents_read"] == int((labels >= 0).sum())
+
+
+def test_sampled_terms_are_the_terms_of_the_sampled_documents(workdir):
+    from clusterclip.corpus import Corpus
+    from clusterclip.report.readable import readable_clusters, render_clusters_md
+
+    corpus = Corpus.load(workdir / "corpus")
+    labels = np.load(workdir / "labels.npy")
+    texts = [json.loads(line)["text"] for line in
+             (workdir / "docs.jsonl").read_text().splitlines()]
+    got = readable_clusters(corpus, labels, None, 3, per_cluster=5, seed=7)
+    # Sizes 14, 7, 3: the first two clusters are sampled (5 each), the third read whole.
+    assert got["terms_sample"] == {"per_cluster": 5, "seed": 7, "documents_read": 13,
+                                   "documents": 24, "clusters_sampled": 2}
+    chosen = _reference_sample(labels.tolist(), 3, 5, 7)
+    # The reference on the chosen documents alone, each sampled cluster's counts x n_k / 5.
+    sub_labels = [int(labels[i]) for i in chosen]
+    want = count_terms(_blocks(sub_labels, [texts[i] for i in chosen], 100), 3)
+    assert got["terms"] == top_terms(want, 10, np.array([14 / 5, 7 / 5, 1.0]))
+    assert got["terms"] == readable_clusters(corpus, labels, None, 3, per_cluster=5,
+                                             seed=7, block=3)["terms"]
+    md = render_clusters_md(got, np.bincount(labels[labels >= 0]), {})
+    assert "The top terms come from a sample: at most 5 documents of each cluster, drawn " \
+           "with seed 7 (13 of the 24 documents read; 2 clusters sampled" in md
+
+
+def test_report_says_when_the_terms_come_from_a_sample(workdir, tmp_path, monkeypatch):
+    import functools
+
+    from clusterclip.report import build
+    from clusterclip.report.readable import readable_clusters
+
+    out = tmp_path / "rep"
+    monkeypatch.setattr(build, "readable_clusters",
+                        functools.partial(readable_clusters, per_cluster=5))
+    summary = build_report(workdir, out=out, seed=3)
+    assert summary["terms_sample"]["clusters_sampled"] == 2
+    sentence = "The top terms come from a sample: at most 5 documents of each cluster"
+    assert sentence in (out / "report.md").read_text(encoding="utf-8")
+    assert sentence in (out / "clusters.md").read_text(encoding="utf-8")
+    monkeypatch.undo()
+    full = build_report(workdir, out=tmp_path / "full", seed=3)
+    assert full["terms_sample"]["clusters_sampled"] == 0
+    assert "come from a sample" not in (tmp_path / "full" / "report.md").read_text()

@@ -441,7 +441,7 @@ def _build_report(
                            if label_field is not None else (None, None))
 
     scores = _load_scores(root, labels)
-    readable = readable_clusters(corpus, labels, scores, k)
+    readable = readable_clusters(corpus, labels, scores, k, seed=seed)
     tail, head = _quartiles(sizes)
     if doc_tokens is not None and len(doc_tokens) != n:
         raise InputError(f"token counts for {len(doc_tokens)} documents but labels.npy has {n}")
@@ -532,6 +532,7 @@ def _build_report(
         "choose_clip": choose,
         "label_agreement": agreement,
         "examples": _examples(readable, scores, sizes, corpus, majority),
+        "terms_sample": readable["terms_sample"],
         "clusters_md": CLUSTERS_MD,
         "notes": notes,
         "figures": dict(FIGURES),

@@ -7,6 +7,7 @@ from typing import Any
 
 from clusterclip.report.clip import LATE_TENTHS
 from clusterclip.report.stats import repetition_bins
+from clusterclip.report.terms import sample_sentence
 
 # One line per sampler strategy, for the strategies a report shows.
 STRATEGY_TEXT = {
@@ -243,6 +244,9 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
                   "corpus share, share of each schedule below, top terms (c-TF-IDF: frequent "
                   "in the cluster, rare in the others) and the documents nearest its "
                   "centroid. Here, the largest and the smallest clusters.", ""]
+    sampled = sample_sentence(summary.get("terms_sample"))
+    if sampled and (examples or browse):
+        lines += [sampled, ""]
     if examples:
         lines += ["Documents nearest each centroid (highest cosine similarity), first 200 "
                   "characters:",

@@ -22,11 +22,14 @@ from clusterclip.report.terms import (
     MAX_FEATURES,
     MIN_DF,
     NEAREST_DOCS,
+    TERMS_PER_CLUSTER,
     TOKEN_PATTERN,
     TOP_TERMS,
     count_terms,
     nearest_documents,
     one_line,
+    sample_documents,
+    sample_sentence,
     top_terms,
 )
 
@@ -40,42 +43,56 @@ VOCABULARY_RULE = (f"c-TF-IDF over lowercased tokens matching `{TOKEN_PATTERN}` 
                    f"{MAX_FEATURES:,} most frequent)")
 
 
-def _text_blocks(corpus, labels: np.ndarray, block: int
+def _text_blocks(corpus, labels: np.ndarray, indices: np.ndarray, block: int
                  ) -> Iterator[tuple[np.ndarray, list[str | None]]]:
+    """``(labels, texts)`` of the documents ``indices`` (ascending), ``block`` at a time,
+    read in one pass over the files (a gzip file is decompressed once)."""
     texts: list[str | None] = []
     start = 0
-    for i, t in corpus.iter_texts():
-        texts.append(t if labels[i] >= 0 else None)
+    for _, t in corpus.iter_texts_at(indices):
+        texts.append(t)
         if len(texts) == block:
-            yield labels[start:start + block], texts
+            yield np.asarray(labels[indices[start:start + block]], dtype=np.int64), texts
             start, texts = start + block, []
     if texts:
-        yield labels[start:start + len(texts)], texts
+        yield np.asarray(labels[indices[start:]], dtype=np.int64), texts
 
 
 def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: int,
-                      block: int = TEXT_BLOCK) -> dict[str, Any]:
+                      block: int = TEXT_BLOCK, seed: int = 0,
+                      per_cluster: int = TERMS_PER_CLUSTER) -> dict[str, Any]:
     """Top terms and nearest documents of every cluster.
 
     ``corpus`` a :class:`~clusterclip.corpus.Corpus` (None: no terms, no texts),
     ``labels`` int[N], ``scores`` float[N] cosine to the centroid (None: no
-    nearest documents). Returns ``terms`` (K lists of strings), ``nearest`` (K
-    int64 arrays of document indices) and ``snippets`` (document index -> one
-    line of at most :data:`SNIPPET_CHARS` characters).
+    nearest documents). The terms come from at most ``per_cluster`` documents of
+    each cluster, drawn with ``seed`` (:func:`~clusterclip.report.terms.sample_documents`).
+    Returns ``terms`` (K lists of strings), ``nearest`` (K int64 arrays of document
+    indices), ``snippets`` (document index -> one line of at most
+    :data:`SNIPPET_CHARS` characters) and ``terms_sample`` (None without a corpus, else
+    ``per_cluster``, ``seed``, ``documents_read``, ``documents``, ``clusters_sampled``).
     """
-    labels = np.asarray(labels, dtype=np.int64)
     terms: list[list[str]] = [[] for _ in range(k)]
     nearest = [np.zeros(0, dtype=np.int64) for _ in range(k)]
     snippets: dict[int, str] = {}
+    sample = None
     if corpus is not None:
-        terms = top_terms(count_terms(_text_blocks(corpus, labels, block), k), TOP_TERMS)
+        indices, sizes, taken = sample_documents(labels, k, per_cluster, seed)
+        weights = None
+        if (taken < sizes).any():  # scale the sampled clusters' counts to their size
+            weights = np.divide(sizes, taken, out=np.ones(k), where=taken > 0)
+        terms = top_terms(count_terms(_text_blocks(corpus, labels, indices, block), k),
+                          TOP_TERMS, weights)
+        sample = {"per_cluster": int(per_cluster), "seed": int(seed),
+                  "documents_read": int(indices.size), "documents": int(sizes.sum()),
+                  "clusters_sampled": int((taken < sizes).sum())}
     if scores is not None:
         nearest = nearest_documents(labels, scores, k, NEAREST_DOCS)
         if corpus is not None:
             wanted = np.unique(np.concatenate(nearest)) if k else np.zeros(0, np.int64)
             for i, t in corpus.iter_texts_at(wanted):
                 snippets[int(i)] = one_line(t, SNIPPET_CHARS)
-    return {"terms": terms, "nearest": nearest, "snippets": snippets}
+    return {"terms": terms, "nearest": nearest, "snippets": snippets, "terms_sample": sample}
 
 
 def csv_columns(readable: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -124,6 +141,9 @@ def render_clusters_md(readable: Mapping[str, Any], sizes: np.ndarray,
              f"terms ({VOCABULARY_RULE}) and the {NEAREST_DOCS} documents nearest its centroid "
              f"(highest cosine similarity; first {SNIPPET_CHARS} characters). The same "
              "numbers are in `clusters.csv`.", ""]
+    sampled = sample_sentence(readable.get("terms_sample"))
+    if sampled:
+        lines += [sampled, ""]
     if not readable["snippets"] and not any(readable["terms"]):
         lines += ["No corpus index in the work directory: no terms or documents.", ""]
     for rank, c in enumerate(live.tolist(), start=1):

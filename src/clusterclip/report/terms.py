@@ -22,6 +22,14 @@ in at least ``MIN_DF`` documents; of those, the ``MAX_FEATURES`` most frequent
 over the corpus are kept (ties: alphabetical). Ties in a cluster's ranking go to
 the alphabetically first term, so the result is deterministic and independent of
 the block size.
+
+At scale the terms come from a sample (:func:`sample_documents`): at most
+:data:`TERMS_PER_CLUSTER` documents of each cluster, drawn without replacement
+with a seeded generator; a cluster with no more documents is read whole. A
+sampled cluster's counts are scaled by ``n_k / m_k`` (its documents over those
+read) before the c-TF-IDF (:func:`ctfidf`'s ``weights``), so that the
+across-cluster frequencies ``f_t`` and ``A`` estimate the full counts'.
+The vocabulary rule applies to the documents read.
 """
 
 from __future__ import annotations
@@ -36,6 +44,13 @@ MIN_DF = 2
 MAX_FEATURES = 50_000
 TOP_TERMS = 10
 NEAREST_DOCS = 3
+# Documents per cluster read for the top terms (see BENCHMARKS.md, "Scale": the top-10
+# terms' agreement with the full count at this size).
+TERMS_PER_CLUSTER = 2000
+# What the measurement in BENCHMARKS.md found, for the sentence the report prints when it
+# samples (keep the two in step).
+SAMPLE_AGREEMENT = "MEASURED"
+CHUNK = 1 << 20  # documents per pass over the per-document arrays
 
 
 def make_vectorizer():
@@ -153,14 +168,18 @@ def count_terms(blocks: Iterable[tuple[np.ndarray, Sequence[str | None]]], num_c
     return counter.result(min_df, max_features)
 
 
-def ctfidf(counts) -> object:
+def ctfidf(counts, weights: np.ndarray | None = None) -> object:
     """c-TF-IDF scores (float64 sparse CSR, same shape and pattern as ``counts``).
 
     ``counts`` sparse (K, V) term counts per cluster. Empty clusters get no scores.
+    ``weights`` float[K] (None: all 1): row k's counts are multiplied by ``weights[k]``
+    first (a sampled cluster's ``n_k / m_k``).
     """
     import scipy.sparse as sp
 
     counts = sp.csr_matrix(counts, dtype=np.float64)
+    if weights is not None:
+        counts = sp.diags(np.asarray(weights, dtype=np.float64)) @ counts
     row_total = np.asarray(counts.sum(axis=1)).ravel()
     freq = np.asarray(counts.sum(axis=0)).ravel()
     live = row_total > 0
@@ -170,10 +189,11 @@ def ctfidf(counts) -> object:
     return sp.diags(inv_total) @ counts @ sp.diags(idf)
 
 
-def top_terms(counts: TermCounts, n: int = TOP_TERMS) -> list[list[str]]:
+def top_terms(counts: TermCounts, n: int = TOP_TERMS, weights: np.ndarray | None = None
+              ) -> list[list[str]]:
     """For each cluster, its ``n`` terms with the highest c-TF-IDF (ties: alphabetical);
-    only terms that occur in the cluster."""
-    scores = ctfidf(counts.counts).tocsr()
+    only terms that occur in the cluster. ``weights``: see :func:`ctfidf`."""
+    scores = ctfidf(counts.counts, weights).tocsr()
     out = []
     for c in range(scores.shape[0]):
         lo, hi = scores.indptr[c], scores.indptr[c + 1]
@@ -184,20 +204,94 @@ def top_terms(counts: TermCounts, n: int = TOP_TERMS) -> list[list[str]]:
 
 
 def nearest_documents(labels: np.ndarray, scores: np.ndarray, num_clusters: int,
-                      n: int = NEAREST_DOCS) -> list[np.ndarray]:
+                      n: int = NEAREST_DOCS, chunk: int = CHUNK) -> list[np.ndarray]:
     """For each cluster, the indices (int64) of its ``n`` documents with the highest score
     (cosine to the centroid), highest first; ties to the lower document index.
 
-    ``labels`` int[N] (-1 excluded), ``scores`` float[N]. One sort, O(N log N).
+    ``labels`` int[N] (-1 excluded), ``scores`` float[N]. Streams ``chunk`` documents at a
+    time, keeping each cluster's best ``n`` so far: memory O(chunk + K n), not O(N).
     """
-    labels = np.asarray(labels, dtype=np.int64)
-    scores = np.asarray(scores, dtype=np.float64)
-    idx = np.flatnonzero(labels >= 0)
-    order = idx[np.lexsort((idx, -scores[idx], labels[idx]))]
-    lab = labels[order]
-    starts = np.searchsorted(lab, np.arange(num_clusters), side="left")
-    ends = np.searchsorted(lab, np.arange(num_clusters), side="right")
-    return [order[s:min(e, s + n)] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    best_idx = np.zeros(0, dtype=np.int64)
+    best_lab = np.zeros(0, dtype=np.int64)
+    best_score = np.zeros(0, dtype=np.float64)
+    for start in range(0, int(np.shape(labels)[0]), chunk):
+        lab = np.asarray(labels[start:start + chunk], dtype=np.int64)
+        keep = np.flatnonzero(lab >= 0)
+        idx = np.concatenate([best_idx, keep + start])
+        lab = np.concatenate([best_lab, lab[keep]])
+        sc = np.concatenate([best_score, np.asarray(scores[start:start + chunk],
+                                                    dtype=np.float64)[keep]])
+        order = np.lexsort((idx, -sc, lab))
+        lab = lab[order]
+        # Each row's place in its cluster: its position minus its cluster's first row's.
+        within = np.arange(lab.size) - np.searchsorted(lab, lab, side="left") < n
+        top = order[within]
+        best_idx, best_lab, best_score = idx[top], lab[within], sc[top]
+    starts = np.searchsorted(best_lab, np.arange(num_clusters), side="left")
+    ends = np.searchsorted(best_lab, np.arange(num_clusters), side="right")
+    return [best_idx[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def sample_documents(labels: np.ndarray, num_clusters: int, per_cluster: int, seed: int,
+                     chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A seeded sample of at most ``per_cluster`` documents of each cluster.
+
+    ``labels`` int[N] (-1 excluded). For each cluster k of ``n_k > per_cluster``
+    documents, ``per_cluster`` of its documents are drawn without replacement
+    (``numpy.random.default_rng(seed)``, one draw of within-cluster ranks per such
+    cluster, in cluster order); smaller clusters are taken whole. Returns ``indices``
+    (int64, ascending: file order), ``sizes`` int64[K] (n_k) and ``taken`` int64[K]
+    (m_k = min(n_k, per_cluster)). The same labels and seed give the same sample,
+    whatever ``chunk``. Memory: the sample and one chunk of labels.
+    """
+    if per_cluster < 1:
+        raise ValueError(f"per_cluster must be >= 1, got {per_cluster}")
+    k = int(num_clusters)
+    n = int(np.shape(labels)[0])
+    sizes = np.zeros(k, dtype=np.int64)
+    for start in range(0, n, chunk):
+        lab = np.asarray(labels[start:start + chunk])
+        sizes += np.bincount(lab[lab >= 0], minlength=k)
+    taken = np.minimum(sizes, per_cluster)
+    whole = sizes <= per_cluster
+    # Chosen documents as positions in the cluster-major order (cluster k's documents in
+    # index order occupy offset[k] .. offset[k] + n_k - 1).
+    offset = np.cumsum(sizes) - sizes
+    rng = np.random.default_rng(seed)
+    picks = [offset[c] + np.sort(rng.choice(int(sizes[c]), per_cluster, replace=False,
+                                            shuffle=False))
+             for c in np.flatnonzero(~whole).tolist()]
+    chosen = np.concatenate(picks) if picks else np.zeros(0, dtype=np.int64)
+    seen = np.zeros(k, dtype=np.int64)  # documents of each cluster before this chunk
+    out = []
+    for start in range(0, n, chunk):
+        lab = np.asarray(labels[start:start + chunk], dtype=np.int64)
+        keep = np.flatnonzero(lab >= 0)
+        order = np.argsort(lab[keep], kind="stable")
+        doc, lab = keep[order], lab[keep][order]
+        rank = seen[lab] + np.arange(lab.size) - np.searchsorted(lab, lab, side="left")
+        pos = offset[lab] + rank
+        hit = np.searchsorted(chosen, pos)
+        sel = whole[lab] | (chosen[np.minimum(hit, chosen.size - 1)] == pos if chosen.size
+                            else np.zeros(lab.size, dtype=bool))
+        out.append(np.sort(doc[sel]) + start)
+        seen += np.bincount(lab, minlength=k)
+    indices = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return indices.astype(np.int64, copy=False), sizes, taken
+
+
+def sample_sentence(sample: dict | None) -> str | None:
+    """The sentence that says the top terms come from a sample (None when every document
+    was read). ``sample``: the ``terms_sample`` of the report (see ``readable_clusters``)."""
+    if not sample or not sample["clusters_sampled"]:
+        return None
+    n = sample["clusters_sampled"]
+    return (f"The top terms come from a sample: at most {sample['per_cluster']:,} documents "
+            f"of each cluster, drawn with seed {sample['seed']} ({sample['documents_read']:,} "
+            f"of the {sample['documents']:,} documents read; {n:,} cluster"
+            f"{'s' if n != 1 else ''} sampled, the others read whole), each sampled "
+            f"cluster's counts scaled to its size. Measured against counting every "
+            f"document: {SAMPLE_AGREEMENT}.")
 
 
 def one_line(text: str | None, chars: int) -> str:
