@@ -20,7 +20,6 @@ from clusterclip.io import load_npy
 from clusterclip.labels import check_labels
 from clusterclip.report.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
-from clusterclip.report.metrics import cluster_label_agreement
 from clusterclip.report.readable import FILE as CLUSTERS_MD
 from clusterclip.report.readable import (
     csv_columns,
@@ -29,6 +28,7 @@ from clusterclip.report.readable import (
     render_clusters_md,
 )
 from clusterclip.report.stats import (
+    CHUNK,
     ScheduleStats,
     cluster_sizes,
     cluster_tokens,
@@ -62,15 +62,18 @@ def _load_array(path: Path, what: str, required: bool = True) -> np.ndarray | No
 
 
 def load_labels(root: Path) -> tuple[np.ndarray, int]:
-    """``W/labels.npy`` checked (1-D integers >= -1) and the number of clusters K.
+    """``W/labels.npy`` checked (1-D integers >= -1, as int32 where the ids fit) and the
+    number of clusters K.
 
     K comes from ``W/centroids.npy`` when present (so empty clusters count),
     else from the largest label.
     """
     path = root / "labels.npy"
-    labels = _load_array(path, "labels")
-    labels = np.asarray(check_labels(labels, path), dtype=np.int64)
+    labels = check_labels(_load_array(path, "labels"), path)
     k = int(labels.max()) + 1
+    # Memory-mapped when the file holds int32 (4 bytes per document, page cache), else a
+    # narrowed copy: int32 holds every cluster id below 2^31.
+    labels = np.asarray(labels, dtype=np.int32 if k < 2**31 else np.int64)
     centroids = _load_array(root / "centroids.npy", "centroids", required=False)
     if centroids is not None:
         if centroids.ndim != 2 or centroids.shape[0] < k:
@@ -224,25 +227,34 @@ def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.nda
 
 def _label_agreement(corpus, labels: np.ndarray, field: str
                      ) -> tuple[dict[str, Any], dict[int, str]]:
+    from clusterclip.report.metrics import table_agreement
+
     codes, values = corpus.field_codes(field)  # streamed: 4 bytes per document
-    present = codes >= 0
-    if not present.any():
+    k = int(labels.max()) + 1
+    # Documents per (cluster, value), counted a chunk at a time (no N-long temporaries).
+    table = np.zeros(k * (len(values) + 1), dtype=np.int64)
+    for start in range(0, labels.size, CHUNK):
+        lab = np.asarray(labels[start:start + CHUNK], dtype=np.int64)
+        code = codes[start:start + CHUNK]
+        keep = lab >= 0
+        # Column 0: the field is missing; value c is column c + 1.
+        table += np.bincount(lab[keep] * (len(values) + 1) + code[keep] + 1,
+                             minlength=table.size)
+    table = table.reshape(k, len(values) + 1)
+    missing, table = table[:, 0], table[:, 1:]
+    used = np.flatnonzero(table.sum(axis=0))
+    if not used.size and not (codes >= 0).any():
         raise InputError(f"--label-field {field}: no document has this field")
-    keep = present & (labels >= 0)
-    used, inverse = np.unique(codes[keep], return_inverse=True)
     names = np.array([values[c] for c in used.tolist()], dtype=str)
-    classes = np.unique(names)  # sorted as numpy sorts them, like every class array here
-    cls = np.searchsorted(classes, names)[inverse.reshape(-1)]
-    clusters = labels[keep]
-    result = {"field": field, **cluster_label_agreement(clusters, cls),
-              "documents": int(keep.sum()), "classes": int(classes.size),
-              "skipped_missing": int(((labels >= 0) & ~present).sum())}
+    classes, cls = np.unique(names, return_inverse=True)  # sorted as numpy sorts them
+    by_class = np.zeros((k, classes.size), dtype=np.int64)
+    np.add.at(by_class.T, cls.reshape(-1), table[:, used].T)  # merge values of one name
+    result = {"field": field, **table_agreement(by_class),
+              "documents": int(by_class.sum()), "classes": int(classes.size),
+              "skipped_missing": int(missing.sum())}
     # Majority value per cluster, to help name the clusters in the examples.
-    flat = clusters * classes.size + cls
-    table = np.bincount(flat, minlength=(int(labels.max()) + 1) * classes.size).reshape(
-        -1, classes.size)
-    majority = {int(k): str(classes[int(np.argmax(table[k]))])
-                for k in np.flatnonzero(table.sum(axis=1))}
+    majority = {int(c): str(classes[int(np.argmax(by_class[c]))])
+                for c in np.flatnonzero(by_class.sum(axis=1))}
     return result, majority
 
 
@@ -334,7 +346,11 @@ def build_report(
         if (root / "corpus").is_dir():
             from clusterclip.tokens import recorded_tokens
 
-            counted["tokens"], counted["source"] = recorded_tokens(w)
+            tokens, counted["source"] = recorded_tokens(w)
+            # int32 holds any document's token count (4 bytes per document, not 8).
+            fits = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**31)
+            counted["tokens"] = tokens.astype(np.int32) if fits else tokens
+            del tokens
             rec = w.stage("tokens") if counted["source"]["method"] == "tokenizer" else None
             return {**key, "token_counts": {**counted["source"],
                                             "stage": rec and rec.get("fingerprint")}}
@@ -493,6 +509,7 @@ def _build_report(
                                         or _clip_events(st, sizes, clip))
         schedules[strategy] = with_tokens(strategy, summary_s, st)
         shares[strategy] = st.cluster_counts / total
+        sampler = st = None  # freed before the next strategy's sampler is built
 
     tail_docs = np.isin(labels, tail)
 
@@ -538,7 +555,7 @@ def _build_report(
         "figures": dict(FIGURES),
     }
     if doc_tokens is not None:
-        corpus_tokens = cluster_tokens(np.ones(n), labels, doc_tokens, k)
+        corpus_tokens = cluster_tokens(np.broadcast_to(np.int8(1), (n,)), labels, doc_tokens, k)
         summary["corpus_token_shares"] = token_shares(corpus_tokens, sizes, groups)
         token_parts["corpus"] = corpus_tokens / max(1.0, float(corpus_tokens.sum()))
     summary["experiment"] = experiment_link(root, target)

@@ -58,7 +58,10 @@ def normalized_mutual_info(clusters: np.ndarray, classes: np.ndarray) -> float:
     Two labelings that each put everything in one group agree perfectly (1.0);
     if only one of them is a single group there is no information to share (0.0).
     """
-    table = contingency(clusters, classes)
+    return _nmi(contingency(clusters, classes))
+
+
+def _nmi(table: np.ndarray) -> float:
     if table.shape[0] == table.shape[1] and table.shape[0] <= 1:
         return 1.0
     mi = _mutual_information(table)
@@ -76,7 +79,10 @@ def adjusted_rand_index(clusters: np.ndarray, classes: np.ndarray) -> float:
     Computed with exact integer pair counts (Python ints), so it does not
     overflow or lose precision for large corpora.
     """
-    table = contingency(clusters, classes)
+    return _ari(contingency(clusters, classes))
+
+
+def _ari(table: np.ndarray) -> float:
     n = int(table.sum())
     rows = table.sum(axis=1)
     cols = table.sum(axis=0)
@@ -97,15 +103,24 @@ def adjusted_rand_index(clusters: np.ndarray, classes: np.ndarray) -> float:
 
 def purity(clusters: np.ndarray, classes: np.ndarray) -> float:
     """Share of documents whose class is the majority class of their cluster."""
-    table = contingency(clusters, classes)
+    return _purity(contingency(clusters, classes))
+
+
+def _purity(table: np.ndarray) -> float:
     n = table.sum()
     return float(table.max(axis=1).sum() / n) if n else 1.0
 
 
 def cluster_label_agreement(clusters: np.ndarray, classes: np.ndarray) -> dict[str, float]:
     """``{"nmi", "ari", "purity"}`` of ``clusters`` against reference ``classes``."""
-    return {
-        "nmi": normalized_mutual_info(clusters, classes),
-        "ari": adjusted_rand_index(clusters, classes),
-        "purity": purity(clusters, classes),
-    }
+    return table_agreement(contingency(clusters, classes))
+
+
+def table_agreement(table: np.ndarray) -> dict[str, float]:
+    """``{"nmi", "ari", "purity"}`` from a contingency table (int[clusters, classes]).
+
+    Rows and columns without documents are dropped first, so a table counted over all
+    cluster and class ids gives what :func:`contingency` of the two labelings gives."""
+    table = np.asarray(table)
+    table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
+    return {"nmi": _nmi(table), "ari": _ari(table), "purity": _purity(table)}

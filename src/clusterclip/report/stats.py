@@ -18,6 +18,7 @@ from clusterclip.report.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
 from clusterclip.report.clip import LATE_TENTHS, late_start, quartile_clusters
 
 TENTHS = 10  # the quartile-share table splits training time into tenths
+CHUNK = 1 << 20  # documents per pass where a per-document temporary would otherwise be N long
 
 
 def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
@@ -105,7 +106,7 @@ class ScheduleStats:
     block must stay inside 0..N-1 (checked, see ``source``).
 
     Accumulated (memory O(N + K * W), independent of T):
-      - ``doc_counts`` int64[N]: times each document appears;
+      - ``doc_counts`` int32[N] (int64 when T >= 2^31): times each document appears;
       - ``window_counts`` int64[W, K]: samples of each cluster per window;
       - ``tenth_counts`` int64[10, K]: samples of each cluster per tenth of the
         schedule (edges ``tenth_edges``; fewer rows when T < 10);
@@ -122,7 +123,9 @@ class ScheduleStats:
         self._bins = np.where(labels < 0, self.num_clusters, labels).astype(np.int32)
         self.total = int(total)
         self.edges = window_edges(self.total, windows)
-        self.doc_counts = np.zeros(self.num_docs, dtype=np.int64)
+        # int32 while no document can be drawn 2^31 times (4 bytes per document, not 8).
+        self.doc_counts = np.zeros(self.num_docs, dtype=np.int32 if self.total < 2**31
+                                   else np.int64)
         self.window_counts = np.zeros((self.edges.size - 1, self.num_clusters), dtype=np.int64)
         self.tenth_edges = window_edges(self.total, TENTHS)
         self.tenth_counts = np.zeros((self.tenth_edges.size - 1, self.num_clusters),
@@ -338,12 +341,16 @@ def _pct(x: float) -> str:
 def cluster_tokens(doc_counts: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
                    num_clusters: int) -> np.ndarray:
     """float64[K]: tokens each cluster gets when document i is drawn ``doc_counts[i]`` times
-    (a schedule's counts, or ones for the corpus itself)."""
-    labels = np.asarray(labels)
-    keep = labels >= 0
-    weight = np.asarray(doc_counts, dtype=np.float64)[keep] * np.asarray(
-        doc_tokens, dtype=np.float64)[keep]
-    return np.bincount(labels[keep], weights=weight, minlength=num_clusters)
+    (a schedule's counts, or ones for the corpus itself). Summed a chunk at a time: the
+    sums are of integers, exact in float64 below 2^53 tokens, so chunking changes nothing."""
+    out = np.zeros(num_clusters, dtype=np.float64)
+    for start in range(0, len(labels), CHUNK):  # float64 temporaries of one chunk, not N
+        lab = np.asarray(labels[start:start + CHUNK])
+        keep = lab >= 0
+        weight = np.asarray(doc_counts[start:start + CHUNK], dtype=np.float64)[keep] * \
+            np.asarray(doc_tokens[start:start + CHUNK], dtype=np.float64)[keep]
+        out += np.bincount(lab[keep], weights=weight, minlength=num_clusters)
+    return out
 
 
 def token_shares(per_cluster: np.ndarray, sizes: np.ndarray,
