@@ -15,6 +15,7 @@ from clusterclip.report.metrics import (
     contingency,
     normalized_mutual_info,
     purity,
+    table_agreement,
 )
 
 
@@ -39,6 +40,17 @@ def test_metrics_match_sklearn_on_random_labelings(pair):
     assert adjusted_rand_index(clusters, classes) == pytest.approx(
         adjusted_rand_score(classes, clusters), abs=1e-10)
     assert purity(clusters, classes) == pytest.approx(_sklearn_purity(clusters, classes))
+
+
+@settings(max_examples=50, deadline=None)
+@given(labelings)
+def test_a_table_with_empty_rows_and_columns_gives_the_same_agreement(pair):
+    # The report counts its table over every cluster id and every value of the field (empty
+    # rows and columns included), a chunk of documents at a time: the same numbers, exactly.
+    clusters, classes = (np.array(x) for x in pair)
+    table = np.zeros((15, 12), dtype=np.int64)
+    np.add.at(table, (clusters + 1, classes + 4), 1)
+    assert table_agreement(table) == cluster_label_agreement(clusters, classes)
 
 
 @settings(max_examples=40, deadline=None)
@@ -76,3 +88,30 @@ def test_large_counts_do_not_overflow():
     clusters = np.concatenate([classes[:1_000_000], np.zeros(500_000, np.int64)])
     assert adjusted_rand_index(clusters, classes) == pytest.approx(
         adjusted_rand_score(classes, clusters), abs=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_report_label_agreement_counts_chunks_like_the_arrays(tmp_path, monkeypatch, chunk):
+    import json
+
+    from clusterclip.corpus import Corpus
+    from clusterclip.report import build
+
+    rng = np.random.default_rng(chunk)
+    topics = ["b", "a", None, "c", 7]
+    rows = [{"text": f"doc {i}", **({} if (t := topics[rng.integers(5)]) is None else
+                                     {"topic": t})} for i in range(40)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    corpus = Corpus.scan(tmp_path / "d.jsonl", progress=False)
+    labels = rng.integers(-1, 4, size=40).astype(np.int32)
+    monkeypatch.setattr(build, "CHUNK", chunk)
+    got, majority = build._label_agreement(corpus, labels, "topic")
+    keep = np.array(["topic" in r for r in rows]) & (labels >= 0)
+    names = np.array([str(r.get("topic")) for r in rows])
+    assert got == {"field": "topic", **cluster_label_agreement(labels[keep], names[keep]),
+                   "documents": int(keep.sum()), "classes": len(set(names[keep])),
+                   "skipped_missing": int(((labels >= 0) & ~keep).sum())}
+    for c in range(4):
+        values, counts = np.unique(names[keep & (labels == c)], return_counts=True)
+        if values.size:
+            assert majority[c] == values[np.argmax(counts)]
