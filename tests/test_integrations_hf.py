@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
 import textwrap
 
 import numpy as np
@@ -335,7 +336,19 @@ _DDP_WORKER = textwrap.dedent("""
                        train_sampler=sampler).train()
     with open(os.path.join(sys.argv[1], f"rank{args.process_index}.json"), "w") as f:
         json.dump({"T": T, "world_size": args.world_size, "batches": seen}, f)
+    # Neither Trainer nor accelerate destroys the gloo group: without this, a rank that
+    # exits while its peer still tears down can abort ("terminate called without an active
+    # exception"), the flake the `run` stage had until it destroyed its group too.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 """)
+
+
+def _rank_logs(logs) -> str:
+    """Every rank's own stdout/stderr as torchrun teed them under ``logs``."""
+    parts = [f"--- {f.relative_to(logs)}:\n{f.read_text(errors='replace')[-4000:]}"
+             for f in sorted(logs.rglob("*.log")) if f.is_file()] if logs.is_dir() else []
+    return "\n".join(parts) or f"(no rank logs under {logs})"
 
 
 @pytest.mark.slow
@@ -343,8 +356,16 @@ def test_trainer_under_two_gloo_ranks_consumes_the_schedule_step_by_step(tmp_pat
     pytest.importorskip("accelerate")
     script = tmp_path / "worker.py"
     script.write_text(_DDP_WORKER)
-    res = torchrun(script, tmp_path, env=child_env(), timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
+    logs = tmp_path / "logs"  # each rank's stdout and stderr, for the message on a failure
+    try:
+        res = torchrun("--log-dir", logs, "--tee", "3", script, tmp_path, env=child_env(),
+                       timeout=240)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        pytest.fail(f"torchrun still running after {e.timeout} s\n{_rank_logs(logs)}\n"
+                    f"--- torchrun's stderr:\n{(err or '')[-3000:]}")
+    assert res.returncode == 0, (f"torchrun exit {res.returncode}\n{_rank_logs(logs)}\n"
+                                 f"--- torchrun's stderr:\n{res.stderr[-3000:]}")
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     T, B, GA, W = ranks[0]["T"], 2, 2, 2
     assert T == 3 * B * GA * W and ranks[0]["world_size"] == W
