@@ -83,6 +83,20 @@ def test_ctfidf_matches_the_slow_reference(case, block):
     assert (got.counts != whole.counts).nnz == 0
 
 
+def test_counts_do_not_depend_on_when_blocks_are_folded(monkeypatch):
+    from clusterclip.report import terms
+
+    rng = np.random.default_rng(5)
+    labels = rng.integers(-1, 4, size=300)
+    texts = [" ".join(rng.choice(WORDS, 6)) for _ in range(300)]
+    whole = count_terms(_blocks(labels, texts, 300), 4)
+    monkeypatch.setattr(terms, "FOLD_PAIRS", 1)  # fold as often as the rule allows
+    folded = count_terms(_blocks(labels, texts, 7), 4)
+    assert list(folded.terms) == list(whole.terms)
+    assert (folded.counts != whole.counts).nnz == 0
+    assert folded.doc_freq.tolist() == whole.doc_freq.tolist()
+
+
 def test_ctfidf_scores_follow_the_formula():
     import scipy.sparse as sp
 

@@ -51,6 +51,7 @@ TERMS_PER_CLUSTER = 2000
 # samples (keep the two in step).
 SAMPLE_AGREEMENT = "MEASURED"
 CHUNK = 1 << 20  # documents per pass over the per-document arrays
+FOLD_PAIRS = 1 << 21  # (cluster, term) pairs of counted blocks held before folding them
 
 
 def make_vectorizer():
@@ -77,8 +78,9 @@ class TermCounter:
 
     Feed blocks with :meth:`update` (``labels`` int[b], -1 skipped; ``texts``
     the b texts, None skipped); :meth:`result` applies the vocabulary rule.
-    Memory: the sparse counts (at most one entry per (cluster, term) pair seen)
-    and one block.
+    Memory: the sparse counts (at most one entry per (cluster, term) pair seen),
+    the blocks' pairs not yet folded into them (no more than the counts hold, or
+    :data:`FOLD_PAIRS`) and one block.
     """
 
     def __init__(self, num_clusters: int) -> None:
@@ -86,6 +88,7 @@ class TermCounter:
         self._index: dict[str, int] = {}
         self._df: list[np.ndarray] = []
         self._parts: list[object] = []
+        self._pending = 0  # pairs in _parts
         self._total = None
 
     def update(self, labels: Sequence[int] | np.ndarray, texts: Sequence[str | None]) -> None:
@@ -109,10 +112,15 @@ class TermCounter:
                                shape=(self.num_clusters, lab.size))
         per_cluster = (onehot @ X).tocoo()
         self._parts.append((per_cluster.row, cols[per_cluster.col], per_cluster.data))
+        self._pending += per_cluster.nnz
         df = np.zeros(len(self._index), dtype=np.int64)
         df[cols] = np.diff(X.tocsc().indptr)
         self._df.append(df)
-        if len(self._parts) >= 64:  # fold the blocks so far into one matrix
+        # Fold the blocks so far into one matrix once their pairs outnumber its entries (or
+        # FOLD_PAIRS): the pending pairs never exceed the matrix, and each fold's cost is
+        # paid for by as many new pairs.
+        nnz = 0 if self._total is None else self._total.nnz
+        if self._pending >= max(FOLD_PAIRS, nnz) or len(self._parts) >= 64:
             self._fold()
 
     def _fold(self) -> None:
@@ -131,6 +139,7 @@ class TermCounter:
             m = m + prev
         self._total = m
         self._parts = []
+        self._pending = 0
         df = np.zeros(v, dtype=np.int64)
         for d in self._df:
             df[:d.size] += d
