@@ -49,7 +49,10 @@ NEAREST_DOCS = 3
 TERMS_PER_CLUSTER = 2000
 # What the measurement in BENCHMARKS.md found, for the sentence the report prints when it
 # samples (keep the two in step).
-SAMPLE_AGREEMENT = "MEASURED"
+SAMPLE_AGREEMENT = ("on a generated corpus of 10^6 documents in 2,000 clusters, a sampled "
+                    "cluster kept 8 of its 10 top terms on average (4 in the worst case), and "
+                    "94% of the sample's top 10 were among the full count's top 20 "
+                    "(BENCHMARKS.md, \"Scale\")")
 CHUNK = 1 << 20  # documents per pass over the per-document arrays
 FOLD_PAIRS = 1 << 21  # (cluster, term) pairs of counted blocks held before folding them
 
