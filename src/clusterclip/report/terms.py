@@ -89,7 +89,7 @@ class TermCounter:
     def __init__(self, num_clusters: int) -> None:
         self.num_clusters = int(num_clusters)
         self._index: dict[str, int] = {}
-        self._df: list[np.ndarray] = []
+        self._df = np.zeros(0, dtype=np.int64)  # documents per term (index order), grown
         self._parts: list[object] = []
         self._pending = 0  # pairs in _parts
         self._total = None
@@ -116,9 +116,11 @@ class TermCounter:
         per_cluster = (onehot @ X).tocoo()
         self._parts.append((per_cluster.row, cols[per_cluster.col], per_cluster.data))
         self._pending += per_cluster.nnz
-        df = np.zeros(len(self._index), dtype=np.int64)
-        df[cols] = np.diff(X.tocsc().indptr)
-        self._df.append(df)
+        if len(self._index) > self._df.size:  # grow by doubling: O(1) per new term
+            grown = np.zeros(max(len(self._index), 2 * self._df.size), dtype=np.int64)
+            grown[:self._df.size] = self._df
+            self._df = grown
+        self._df[cols] += np.diff(X.tocsc().indptr)  # cols: distinct terms of the block
         # Fold the blocks so far into one matrix once their pairs outnumber its entries (or
         # FOLD_PAIRS): the pending pairs never exceed the matrix, and each fold's cost is
         # paid for by as many new pairs.
@@ -143,10 +145,6 @@ class TermCounter:
         self._total = m
         self._parts = []
         self._pending = 0
-        df = np.zeros(v, dtype=np.int64)
-        for d in self._df:
-            df[:d.size] += d
-        self._df = [df]
 
     def result(self, min_df: int = MIN_DF, max_features: int | None = MAX_FEATURES
                ) -> TermCounts:
@@ -161,7 +159,7 @@ class TermCounter:
                               np.array([], dtype=object), np.zeros(0, dtype=np.int64))
         order = np.array([self._index[t] for t in terms.tolist()], dtype=np.int64)
         counts = self._total.tocsc()[:, order]
-        df = self._df[0][order]
+        df = self._df[order]
         freq = np.asarray(counts.sum(axis=0)).ravel()
         keep = np.flatnonzero(df >= min_df)
         if max_features is not None and keep.size > max_features:
