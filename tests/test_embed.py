@@ -248,8 +248,9 @@ def test_fast_embedder_groups_wordnet_meanings_better_than_tfidf():
 
 
 def test_fast_embedder_word_pieces_are_the_tokenizers(pydocs_rows):
-    """Cutting chunks at ASCII punctuation and taking whole vocabulary words
-    without the tokenizer give exactly the tokenizer's pieces of the first words."""
+    """Cutting words at ASCII punctuation and taking whole vocabulary words
+    without the tokenizer give exactly the tokenizer's pieces of the first words,
+    whether a word is new or cached."""
     from clusterclip.embedding.static import StaticEmbedder
 
     emb = StaticEmbedder(max_length=40, progress=False)
@@ -257,12 +258,17 @@ def test_fast_embedder_word_pieces_are_the_tokenizers(pydocs_rows):
     texts = [r["text"] for r in pydocs_rows[:150]] + [
         "Ünïcödé wörds — “quoted” €uro 中文字 x_y a.b(c) ##s naïve café_au-lait",
         "!!!", "", "snake_case_name=foo.bar[0]+1 Foo.Bar(x, *args, **kw) # comment"]
-    for t in texts:
-        rows, _ = emb._lookup([emb._chunks(t)])
-        pieces, _ = emb._expand(rows, rows)
+    for t in texts + texts[::-1]:
+        pieces, indptr = emb._pieces([t])
         ref = emb.tokenizer.encode(" ".join(t.lower().split()[:40]),
                                    add_special_tokens=False).ids
-        assert pieces.tolist() == ref, t[:60]
+        assert pieces.tolist() == ref and indptr.tolist() == [0, len(ref)], t[:60]
+    # a batch: each text's pieces between its row pointers
+    pieces, indptr = StaticEmbedder(max_length=40, progress=False)._pieces(texts)
+    for i, t in enumerate(texts):
+        ref = emb.tokenizer.encode(" ".join(t.lower().split()[:40]),
+                                   add_special_tokens=False).ids
+        assert pieces[indptr[i]:indptr[i + 1]].tolist() == ref, t[:60]
 
 
 def test_cache_folder_is_never_relative_to_the_working_directory(monkeypatch, tmp_path):

@@ -33,6 +33,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ _SIF_A = 1e-3
 # Documents of prepare()'s sample whose mean vector the distilled table's vectors are
 # centred on (sums of static token vectors share one large common direction).
 _CENTRE_SAMPLE = 2000
+# prepare()'s sample texts at most this long have their vectors kept for encode() to reuse.
+_SAMPLE_KEPT_CHARS = 1 << 16
 # Characters read per requested word before checking whether the cut was short.
 _CHARS_PER_WORD = 12
 # Distinct words kept in the chunk cache before it is reset (bounds memory; the
@@ -61,7 +64,8 @@ _MAX_CACHED_WORDS = 500_000
 _GROUP = 2048
 # Runs of characters other than whitespace and ASCII punctuation, or one ASCII
 # punctuation character: where BERT's pre-tokenizer always cuts.
-_ASCII_PUNCT_SPLIT = re.compile(r"[^\s!-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
+_ASCII_PUNCT = "!-/:-@\\[-`{-~"
+_ASCII_PUNCT_SPLIT = re.compile(rf"[^\s{_ASCII_PUNCT}]+|[{_ASCII_PUNCT}]")
 
 
 def distill_token_table(model_path: Path, batch_size: int = 512, progress: bool = True
@@ -227,6 +231,7 @@ class StaticEmbedder(Embedder):
         self.n_sample = 0
         # Mean vector of prepare()'s sample (distilled table): subtracted, then renormalised.
         self.centre: np.ndarray | None = None
+        self._forget_sample()
         self._reset_cache()
 
     def identity(self) -> dict[str, Any]:
@@ -249,18 +254,25 @@ class StaticEmbedder(Embedder):
         """
         if self.idf is None:
             self.centre = None
+            self._forget_sample()
             part = list(sample_texts[:_CENTRE_SAMPLE])
             if part:
-                x = self.encode(part).astype(np.float64)
+                sums = self._sums(part)
+                x = l2_normalize(sums).astype(np.float64)
                 self.centre = x[np.any(x != 0, axis=1)].mean(0).astype(np.float32)
+                # encode() takes these texts' sums from here (the embed stage's sample is
+                # part of its corpus): the same vectors, computed once.
+                keep = [i for i, t in enumerate(part) if len(t) <= _SAMPLE_KEPT_CHARS]
+                self._sample_sums = sums[keep]
+                self._sample_row = {part[i]: j for j, i in enumerate(keep)}
+                self._sample_lengths = {len(part[i]) for i in keep}
             self.n_sample = len(part)
             return
         vocab = len(self.table)
         df = np.zeros(vocab, dtype=np.int64)
         for start in range(0, len(sample_texts), self.batch_size):
-            rows, counts = self._lookup([self._chunks(t)
-                                         for t in sample_texts[start:start + self.batch_size]])
-            pieces, piece_doc = self._expand(rows, np.repeat(np.arange(len(counts)), counts))
+            pieces, indptr = self._pieces(sample_texts[start:start + self.batch_size])
+            piece_doc = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
             # each (document, piece) pair once: document frequency
             pairs = np.unique(piece_doc * vocab + pieces)
             df += np.bincount(pairs % vocab, minlength=vocab)
@@ -269,12 +281,33 @@ class StaticEmbedder(Embedder):
         self.idf = (np.log((1.0 + n) / (1.0 + df)) + 1.0).astype(np.float32) if n else \
             np.ones(vocab, dtype=np.float32)
 
-    # -- chunks -> word pieces ----------------------------------------------
-    def _chunks(self, text: str) -> list[str]:
-        """The first ``max_length`` chunks of ``text``.
+    def _forget_sample(self) -> None:
+        self._sample_sums = np.zeros((0, self.dim), dtype=np.float32)
+        self._sample_row: dict[str, int] = {}
+        self._sample_lengths: set[int] = set()
+
+    def _sums(self, texts: Sequence[str]) -> np.ndarray:
+        """Unnormalised vectors of ``texts`` (n x d float32), those of prepare()'s
+        sample reused (a text's sum does not depend on the other texts)."""
+        lengths, row_of = self._sample_lengths, self._sample_row
+        known = np.fromiter((row_of.get(t, -1) if len(t) in lengths else -1 for t in texts),
+                            np.int64, len(texts)) if row_of else np.full(len(texts), -1)
+        todo = np.flatnonzero(known < 0)
+        if len(todo) == len(texts):
+            return _sparse_sums(self.table, self.idf, *self._pieces(texts))
+        out = self._sample_sums[np.maximum(known, 0)]
+        if len(todo):
+            out[todo] = _sparse_sums(self.table, self.idf,
+                                     *self._pieces([texts[i] for i in todo]))
+        return out
+
+    # -- texts -> word pieces -------------------------------------------------
+    def _words(self, text: str) -> list[str]:
+        """The first ``max_length`` whitespace-separated words of ``text`` (lower-cased
+        where the tokenizer lower-cases anyway).
 
         Exact without splitting all of a long text: when a cut yields more
-        chunks than needed, the chunk the cut may have split lies past the limit.
+        words than needed, the word the cut may have split lies past the limit.
         """
         m = self.max_length
         cut = m * _CHARS_PER_WORD
@@ -282,72 +315,90 @@ class StaticEmbedder(Embedder):
             part = text[:cut]
             if self._lower:
                 part = part.lower()
-            chunks = part.split(maxsplit=m)
-            if len(chunks) > m or cut >= len(text):
-                if not self._bert:
-                    return chunks[:m]
-                return _ASCII_PUNCT_SPLIT.findall(" ".join(chunks[:m]) if len(chunks) > m
-                                                  else part)
+            words = part.split(maxsplit=m)
+            if len(words) > m:
+                del words[m]
+                return words
+            if cut >= len(text):
+                return words
             cut *= 4
 
-    def _reset_cache(self) -> None:
-        self._row_of: dict[str, int] = {}
-        # word pieces of cached chunk j: _pflat[_pstart[j] : _pstart[j] + _plen[j]]
-        self._pstart = np.zeros(0, dtype=np.int64)
-        self._plen = np.zeros(0, dtype=np.int64)
-        self._pflat = np.zeros(0, dtype=np.int64)
-        self._pused = 0
+    def _pieces(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Word pieces of all ``texts``' first words, concatenated, and the CSR row
+        pointer (text ``i``'s pieces are ``pieces[indptr[i]:indptr[i + 1]]``).
 
-    def _lookup(self, chunks: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
-        """Cache rows of all documents' chunks, concatenated, and each document's count.
-
-        Unseen chunks are added first (one tokenizer call for the batch).
+        Each distinct word is looked up in a dictionary; only unseen words are cut
+        and tokenized (:meth:`_add_words`).
         """
-        flat = [c for cs in chunks for c in cs]
-        self._add_chunks(flat)
-        rows = np.fromiter(map(self._row_of.__getitem__, flat), np.int64, len(flat))
-        return rows, np.fromiter(map(len, chunks), np.int64, len(chunks))
+        words = [self._words(t) for t in texts]
+        flat = list(chain.from_iterable(words))
+        rows = self._words_cache.rows(flat)
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            unseen = [flat[i] for i in missing]
+            self._add_words(unseen)
+            rows[missing] = self._words_cache.rows(unseen)
+        pieces, lens = self._words_cache.expand(rows)
+        per_text = np.zeros(len(texts) + 1, dtype=np.int64)
+        ends = np.cumsum(np.fromiter(map(len, words), np.int64, len(words)))
+        if len(flat):
+            cum = np.cumsum(lens)
+            per_text[1:] = np.where(ends > 0, cum[np.maximum(ends - 1, 0)], 0)
+        return pieces, per_text
 
-    def _expand(self, rows: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Word pieces of cached chunks ``rows``, each with its ``owner`` repeated."""
-        lens = self._plen[rows]
-        total = int(lens.sum())
-        ends = np.cumsum(lens)
-        pos = np.arange(total) - np.repeat(ends - lens, lens) + np.repeat(self._pstart[rows], lens)
-        return self._pflat[pos], np.repeat(owner, lens)
+    def _add_words(self, words: list[str]) -> None:
+        """Cache the word pieces of ``words`` (unseen words, repeats allowed).
 
-    def _add_chunks(self, chunks: list[str]) -> None:
-        new = set(chunks)
-        new.difference_update(self._row_of)
-        if not new:
-            return
-        new_list = sorted(new)  # a fixed order, whatever the string hashes
-        n = len(self._row_of)
-        need = n + len(new_list)
-        if need > len(self._plen):
-            cap = max(need, 2 * len(self._plen))
-            self._pstart = _grow(self._pstart, cap)
-            self._plen = _grow(self._plen, cap)
+        A word's pieces are its chunks' pieces in order. BERT-style tokenizers
+        (BertPreTokenizer + WordPiece) always cut at ASCII punctuation, so there a
+        word is cut into chunks first (one regular-expression pass over all new
+        words), and each distinct chunk is tokenized once. Other tokenizers get
+        each word whole.
+        """
+        new_list = list(dict.fromkeys(words))  # first-seen order: deterministic
+        if self._bert:
+            joined = " ".join(new_list)
+            chunks = _ASCII_PUNCT_SPLIT.findall(joined)
+            nparts = _chunks_per_word(joined, len(new_list))
+        else:
+            chunks, nparts = new_list, np.ones(len(new_list), dtype=np.int64)
+        known = self._chunks_cache.row_of
+        unseen = [c for c in dict.fromkeys(chunks) if c not in known]
+        if unseen:
+            self._chunks_cache.add_flat(unseen, *self._chunk_pieces(unseen))
+        crows = np.fromiter(map(known.__getitem__, chunks), np.int64, len(chunks))
+        pieces, clens = self._chunks_cache.expand(crows)
+        lens = np.bincount(np.repeat(np.arange(len(new_list)), nparts), weights=clens,
+                           minlength=len(new_list)).astype(np.int64)
+        self._words_cache.add_flat(new_list, pieces, lens)
+
+    def _chunk_pieces(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Word-piece ids of ``chunks``, concatenated, and how many each has.
+
+        A lower-case ASCII chunk found whole in the vocabulary (BERT-style tokenizers)
+        is its own single piece; the rest go through the tokenizer.
+        """
         get = self._vocab.get
-        whole = [get(c) if c.isascii() else None for c in new_list] if self._vocab else \
-            [None] * len(new_list)
-        rest = [c for c, i in zip(new_list, whole, strict=True) if i is None]
-        tokenized = iter(self._tokenize_chunks(rest))
-        pieces = [next(tokenized) if i is None else np.array([i], dtype=np.int64)
-                  for i in whole]
-        lens = np.fromiter(map(len, pieces), np.int64, len(pieces))
-        flat = np.concatenate(pieces)
-        if self._pused + len(flat) > len(self._pflat):
-            self._pflat = _grow(self._pflat, max(self._pused + len(flat), 2 * len(self._pflat)))
-        self._pflat[self._pused:self._pused + len(flat)] = flat
-        self._pstart[n:need] = self._pused + np.cumsum(lens) - lens
-        self._plen[n:need] = lens
-        self._pused += len(flat)
-        self._row_of.update(zip(new_list, range(n, need), strict=True))
+        whole = np.fromiter((get(c, -1) if c.isascii() else -1 for c in chunks), np.int64,
+                            len(chunks)) if self._vocab else np.full(len(chunks), -1, np.int64)
+        rest = np.flatnonzero(whole < 0)
+        rflat, rlens = self._tokenize_chunks([chunks[i] for i in rest])
+        lens = np.ones(len(chunks), dtype=np.int64)
+        lens[rest] = rlens
+        starts = np.cumsum(lens) - lens
+        flat = np.empty(int(lens.sum()), dtype=np.int64)
+        hit = whole >= 0
+        flat[starts[hit]] = whole[hit]
+        flat[_positions(starts[rest], rlens)] = rflat
+        return flat, lens
 
+    def _reset_cache(self) -> None:
+        self._words_cache = _PieceCache()
+        self._chunks_cache = _PieceCache()
 
-    def _tokenize_chunks(self, chunks: list[str]) -> list[np.ndarray]:
-        """Word-piece ids of each chunk, with few tokenizer calls for all of them.
+    def _tokenize_chunks(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Word-piece ids of ``chunks``, concatenated, and how many each has; few
+        tokenizer calls for all of them.
 
         Chunks are joined by spaces into groups and the groups tokenized in one
         batch (in parallel threads unless TOKENIZERS_PARALLELISM=false); the
@@ -355,11 +406,10 @@ class StaticEmbedder(Embedder):
         character offsets tell which chunk each piece came from. A chunk that
         yields no piece (only characters the normaliser drops) gets the unknown token.
         """
-        out: list[np.ndarray] = []
         groups = [chunks[i:i + _GROUP] for i in range(0, len(chunks), _GROUP)]
         encs = self.tokenizer.encode_batch([" ".join(g) for g in groups],
                                            add_special_tokens=False)
-        unk = np.array([self.unk_id], dtype=np.int64)
+        flats, all_lens = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
         for group, enc in zip(groups, encs, strict=True):
             lengths = np.fromiter(map(len, group), np.int64, len(group))
             starts = np.zeros(len(group), dtype=np.int64)
@@ -367,30 +417,28 @@ class StaticEmbedder(Embedder):
             ids = np.array(enc.ids, dtype=np.int64)
             first_char = np.array([o[0] for o in enc.offsets], dtype=np.int64)
             owner = np.searchsorted(starts, first_char, side="right") - 1
-            bounds = np.searchsorted(owner, np.arange(len(group) + 1))
-            out.extend(ids[bounds[i]:bounds[i + 1]] if bounds[i + 1] > bounds[i] else unk
-                       for i in range(len(group)))
-        return out
+            found = np.bincount(owner, minlength=len(group))
+            lens = np.maximum(found, 1)
+            flat = np.full(int(lens.sum()), self.unk_id, dtype=np.int64)
+            flat[_positions(np.cumsum(lens) - lens, found)] = ids
+            flats.append(flat)
+            all_lens.append(lens)
+        return np.concatenate(flats), np.concatenate(all_lens)
 
     # -- encoding -----------------------------------------------------------
     def encode(self, texts: Sequence[str],
                on_batch: Callable[[int], object] | None = None) -> np.ndarray:
-        """n x d float32, L2-normalised; a text without any chunk gives a zero row.
+        """n x d float32, L2-normalised; a text without any word gives a zero row.
 
         ``on_batch(n)`` is called after each batch of ``n`` texts (progress bars).
         """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             # Reset only between batches, so rows looked up for a batch stay valid.
-            if len(self._row_of) > _MAX_CACHED_WORDS:
+            if len(self._words_cache) > _MAX_CACHED_WORDS:
                 self._reset_cache()
             part = texts[start:start + self.batch_size]
-            rows, counts = self._lookup([self._chunks(t) for t in part])
-            pieces, _ = self._expand(rows, rows)
-            per_doc = np.bincount(np.repeat(np.arange(len(part)), counts),
-                                  weights=self._plen[rows], minlength=len(part))
-            out[start:start + len(part)] = _weighted_sums(self.table, self.idf, pieces,
-                                                          per_doc.astype(np.int64))
+            out[start:start + len(part)] = self._sums(part)
             if on_batch is not None:
                 on_batch(len(part))
         out = l2_normalize(out)
@@ -401,21 +449,86 @@ class StaticEmbedder(Embedder):
         return out
 
 
+class _PieceCache:
+    """Strings (words or chunks) -> their word-piece ids, in flat growing arrays.
+
+    Row ``j``'s pieces are ``flat[start[j] : start[j] + lens[j]]``.
+    """
+
+    def __init__(self) -> None:
+        self.row_of: dict[str, int] = {}
+        self.start = np.zeros(0, dtype=np.int64)
+        self.lens = np.zeros(0, dtype=np.int64)
+        self.flat = np.zeros(0, dtype=np.int64)
+        self.used = 0
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def rows(self, keys: list[str]) -> np.ndarray:
+        """Row of each key, -1 where it is not cached."""
+        return np.fromiter(map(self.row_of.get, keys, repeat(-1)), np.int64, len(keys))
+
+    def add_flat(self, keys: list[str], flat: np.ndarray, lens: np.ndarray) -> None:
+        """Cache new distinct ``keys``; key ``i`` has ``lens[i]`` of the pieces ``flat``."""
+        n, need = len(self.row_of), len(self.row_of) + len(keys)
+        if need > len(self.lens):
+            cap = max(need, 2 * len(self.lens))
+            self.start, self.lens = _grow(self.start, cap), _grow(self.lens, cap)
+        if self.used + len(flat) > len(self.flat):
+            self.flat = _grow(self.flat, max(self.used + len(flat), 2 * len(self.flat)))
+        self.flat[self.used:self.used + len(flat)] = flat
+        self.start[n:need] = self.used + np.cumsum(lens) - lens
+        self.lens[n:need] = lens
+        self.used += len(flat)
+        self.row_of.update(zip(keys, range(n, need), strict=True))
+
+    def expand(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pieces of ``rows``, concatenated, and how many each row has."""
+        lens = self.lens[rows]
+        return self.flat[_positions(self.start[rows], lens)], lens
+
+
+def _positions(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """``starts[i] + 0, 1, ..., lens[i] - 1`` for every ``i``, concatenated."""
+    ends = np.cumsum(lens)
+    return np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - lens), lens)
+
+
+_PUNCT = np.zeros(128, dtype=bool)
+_PUNCT[[i for i in range(128) if re.fullmatch(f"[{_ASCII_PUNCT}]", chr(i))]] = True
+
+
+def _chunks_per_word(joined: str, n_words: int) -> np.ndarray:
+    """How many :data:`_ASCII_PUNCT_SPLIT` matches each word of ``joined`` (words without
+    whitespace, joined by single spaces) has: each ASCII punctuation character, and
+    each run of other characters."""
+    cp = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    punct = _PUNCT[np.minimum(cp, 127)] & (cp < 128)
+    space = cp == 32
+    after_break = np.ones(len(cp), dtype=bool)
+    after_break[1:] = punct[:-1] | space[:-1]
+    starts = punct | (after_break & ~space)
+    word = np.cumsum(space)
+    return np.bincount(word[starts], minlength=n_words).astype(np.int64)
+
+
 def _grow(a: np.ndarray, cap: int) -> np.ndarray:
     out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
     out[:len(a)] = a
     return out
 
 
-def _weighted_sums(table: np.ndarray, weights: np.ndarray | None, rows: np.ndarray,
-                   counts: np.ndarray) -> np.ndarray:
-    """For each document, sum of ``weights[r] * table[r]`` (``weights`` None: 1) over
-    its ``rows``, ``counts[i]`` of them for document ``i`` (n x d float32)."""
-    import torch
+def _sparse_sums(table: np.ndarray, weights: np.ndarray | None, rows: np.ndarray,
+                 indptr: np.ndarray) -> np.ndarray:
+    """For each document ``i``, the sum of ``weights[r] * table[r]`` (``weights`` None: 1)
+    over its rows ``rows[indptr[i]:indptr[i + 1]]``, in order (n x d float32).
 
-    offsets = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=offsets[1:])
-    w = None if weights is None else torch.from_numpy(weights[rows])
-    return torch.nn.functional.embedding_bag(
-        torch.from_numpy(rows), torch.from_numpy(table), torch.from_numpy(offsets),
-        mode="sum", per_sample_weights=w).numpy()
+    A sparse (documents x vocabulary) matrix times the table: scipy, not torch, so a
+    process that embeds with the fast embedder never imports torch.
+    """
+    from scipy.sparse import csr_matrix
+
+    data = np.ones(len(rows), dtype=np.float32) if weights is None else weights[rows]
+    counts = csr_matrix((data, rows, indptr), shape=(len(indptr) - 1, len(table)))
+    return np.asarray(counts @ table, dtype=np.float32)

