@@ -146,29 +146,35 @@ def main() -> None:
     corpora = {"pydocs": (texts, labels, ks),
                "wordnet": (wn_texts, wn_labels, [len(set(wn_labels.tolist()))])}
     speed, vectors = [], {}
+    # (row name, table, class): the default, the old TF-IDF table, and with --peer-src the
+    # peer checkout's fast embedder (the "before"), runs alternating.
+    variants = [("distilled", "distilled", StaticEmbedder), ("random", "random", StaticEmbedder)]
+    if args.peer_src:
+        variants.append(("distilled, peer code", "distilled", peer_embedder(args.peer_src)))
     for cname, (ctexts, _, _) in corpora.items():
         where = sample_indices(np.ones(len(ctexts), bool), SAMPLE_SIZE)
-        for table in ("distilled", "random"):
-            runs = []
-            for _ in range(max(rounds, 3)):  # best of 3 fresh embedders (shared machine)
-                emb, t_load, _ = timed(lambda t=table: StaticEmbedder(
+        runs = {name: [] for name, _, _ in variants}
+        for _ in range(max(rounds, 3)):  # best of 3 fresh embedders (shared machine)
+            for name, table, cls in variants:
+                emb, t_load, _ = timed(lambda t=table, cls=cls: cls(
                     table=t, max_length=args.max_length, progress=False))
                 # The embed stage reads its sample and its shards separately: equal texts in
                 # other string objects, no hash computed yet.
                 run_texts = copies(ctexts)
                 sample = copies([ctexts[i] for i in where])
 
-                def cold_run(emb: StaticEmbedder = emb, sample: list[str] = sample,
+                def cold_run(emb=emb, sample: list[str] = sample,
                              run_texts: list[str] = run_texts) -> np.ndarray:
                     emb.prepare(sample)
                     return emb.encode(run_texts)
 
-                vectors[cname, table], w, c = timed(cold_run)
+                vectors[cname, name], w, c = timed(cold_run)
                 _, ww, cw = timed(lambda e=emb, x=ctexts: e.encode(x))
-                runs.append((w, c, ww, cw, t_load))
-            w, c, _, _, t_load = min(runs)
-            ww, cw = min((r[2], r[3]) for r in runs)
-            speed.append((cname, table, emb.table_source, len(ctexts), t_load, w, c, ww, cw))
+                runs[name].append((w, c, ww, cw, t_load, emb.table_source))
+        for name, _, _ in variants:
+            w, c, _, _, t_load, source = min(runs[name])
+            ww, cw = min((r[2], r[3]) for r in runs[name])
+            speed.append((cname, name, source, len(ctexts), t_load, w, c, ww, cw))
     srcs = [("this checkout", None)] + ([("peer: " + args.peer_src, args.peer_src)]
                                        if args.peer_src else [])
     procs = [(cname, src, fresh_process(path, args.max_length, None, src_path))
@@ -207,14 +213,27 @@ def main() -> None:
           "again; best of 3 fresh embedders):")
     print()
     print("| corpus | table | table from | docs | load s | cold wall s | cold docs/s | "
-          "cold CPU s | warm wall s | warm docs/s | cold ratio vs random |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "cold CPU s | cold docs/CPU-s | warm wall s | warm docs/s | cold ratio vs random |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     cold_of = {(r[0], r[1]): r[5] for r in speed}
+    cpu_of = {(r[0], r[1]): r[6] for r in speed}
     for cname, table, src, docs, t_load, w, c, ww, _cw in speed:
         print(f"| {cname} | {table} | {src} | {docs} | {t_load:.2f} | {w:.2f} | "
-              f"{docs / w:.0f} | {c:.2f} | {ww:.2f} | {docs / ww:.0f} | "
+              f"{docs / w:.0f} | {c:.2f} | {docs / c:.0f} | {ww:.2f} | {docs / ww:.0f} | "
               f"{cold_of[cname, 'random'] / w:.2f}x |")
     print()
+    peer_note = ""
+    if args.peer_src:
+        same = all(np.array_equal(vectors[c, "distilled"], vectors[c, "distilled, peer code"])
+                   for c in corpora)
+        ratio = cold_of["pydocs", "distilled, peer code"] / cold_of["pydocs", "distilled"]
+        cpu_ratio = cpu_of["pydocs", "distilled, peer code"] / cpu_of["pydocs", "distilled"]
+        peer_note = (f" ({ratio:.2f}x the peer code's wall, {cpu_ratio:.2f}x its CPU; "
+                     f"vectors {'identical' if same else 'DIFFERENT'})")
+        print(f"Peer code ({args.peer_src}), same run: cold on pydocs {ratio:.2f}x wall, "
+              f"{cpu_ratio:.2f}x CPU; default vectors identical to the peer's on both corpora: "
+              f"{'yes' if same else 'NO'}.")
+        print()
     print("fast (default, distilled table), each in a fresh process: python start + imports + "
           "table + prepare + encode:")
     print()
@@ -268,16 +287,30 @@ def main() -> None:
               f"{c} " + ", ".join(f"{k} {v:+.3f}" for k, v in d.items() if v is not None)
               for c, d in cosines.items()))
     print()
-    cold = min(docs / w for cname, table, _, docs, _, w, _, _, _ in speed
-               if table == "distilled" and cname == "pydocs")
+    cold = cold_of["pydocs", "distilled"]
+    cold = len(texts) / cold
+    cold_cpu = len(texts) / cpu_of["pydocs", "distilled"]
     met = cold >= 5000 and len(ratios) == 2 and min(ratios.values()) >= 0.8
-    print(f"Conclusion: default fast embedder, cold on pydocs {cold:,.0f} docs/s (target 5,000); "
+    print(f"Conclusion: default fast embedder, cold on pydocs {cold:,.0f} docs/s (target 5,000; "
+          f"{cold_cpu:,.0f} docs per CPU second){peer_note}; "
           f"worst NMI ratio to MiniLM "
           + ", ".join(f"{c} {r:.0%}" for c, r in ratios.items())
           + f" (target 80%): target {'MET' if met else 'MISSED'}. A whole `clusterclip embed` "
           f"process: {len(texts) / min(c[1][0] for c in clis if c[0] == 'this checkout'):,.0f} "
           f"docs/s at best, torch imported: "
           f"{'yes' if any(c[1][2] for c in clis if c[0] == 'this checkout') else 'no'}.")
+
+
+def peer_embedder(src: str):
+    """``StaticEmbedder`` of another checkout (its ``embedding/static.py``, imported under
+    another name; the rest of the package is this checkout's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "peer_static", Path(src) / "clusterclip" / "embedding" / "static.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StaticEmbedder
 
 
 def unrelated_cosine(x: np.ndarray | None, labels: np.ndarray) -> float | None:

@@ -138,3 +138,27 @@ def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, 
     info = embed_workdir(w, [str(corpus)], embedder="fast", progress=False)
     assert not info["skipped"] and info["shards_computed"] == 1
     assert any(p.name.startswith(f"static{static.STATIC_VERSION}-") for p in folder.iterdir())
+
+
+def test_distilled_token_vectors_are_sentence_transformers_token_embeddings():
+    """The distillation loads the transformer without sentence-transformers, in large
+    batches: each row is still the mean of SentenceTransformer's token embeddings of
+    ``[CLS] token [SEP]``."""
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("sentence_transformers")
+    from clusterclip.embedding.static import distill_token_table
+    from clusterclip.embedding.transformer import bundled_minilm_path
+
+    path = bundled_minilm_path()
+    got = distill_token_table(path, batch_size=48, progress=False, tokens=100)
+    model = st.SentenceTransformer(str(path), device="cpu", local_files_only=True).eval()
+    tok = model.tokenizer
+    ids = torch.arange(100)
+    input_ids = torch.stack([torch.full_like(ids, tok.cls_token_id), ids,
+                             torch.full_like(ids, tok.sep_token_id)], 1)
+    with torch.inference_mode():
+        ref = model({"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                     "token_type_ids": torch.zeros_like(input_ids)})["token_embeddings"]
+    assert got.shape == (100, 384) and got.dtype == np.float32
+    np.testing.assert_allclose(got, ref.mean(1).numpy(), atol=1e-5)
+    assert np.abs(got[:, None] - got[None]).sum(2)[np.triu_indices(100, 1)].min() > 0
