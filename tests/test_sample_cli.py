@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -33,6 +34,9 @@ def test_writes_int64_schedule_equal_to_the_sampler_and_prints_summary(labels_fi
     assert got.dtype == np.int64
     ref = list(ClusterClipSampler(labels, 5000, clip=2, seed=3))
     assert got.tolist() == ref
+    saved = io.BytesIO()  # streamed block by block, the file is np.save's bytes
+    np.save(saved, np.array(ref, dtype="<i8"))
+    assert out.read_bytes() == saved.getvalue()
     text = capsys.readouterr().out
     s = json.loads(summ.read_text())
     for needle in ("capacity:", f"{s['capacity']:,}", "clipped:", "repetition:  max 2",

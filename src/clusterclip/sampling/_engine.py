@@ -20,6 +20,8 @@ a range of positions is split into calls.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from clusterclip.errors import InputError
@@ -33,6 +35,18 @@ from clusterclip.sampling._rng import (
     KeyedStreams,
     SFC64Lanes,
 )
+
+try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
+    from clusterclip.sampling import _kernel
+except ImportError:  # built without a C compiler: numpy path, same schedules, slower
+    _kernel = None
+
+
+def kernel_enabled() -> bool:
+    """Whether new engines use the compiled kernel: it is built and the environment
+    variable ``CLUSTERCLIP_KERNEL`` is not ``off`` (which forces the numpy path)."""
+    return _kernel is not None and os.environ.get("CLUSTERCLIP_KERNEL", "").strip().lower() \
+        not in ("off", "0", "false", "no")
 
 # A small cluster gets ceil(E / n_k) passes generated together from one key
 # (seed, cluster, group), E = min(2048, max(16, max(2 N, 2**22) / K)): tiny
@@ -99,6 +113,8 @@ class ClusterEngine:
         self._passes = KeyedStreams(self.seed, TAG_PASS)
         self._cur: np.ndarray | None = None  # current group of passes of every cluster
         self._cur_group: np.ndarray | None = None
+        self._use_kernel = kernel_enabled()
+        self._kc: tuple | None = None  # the kernel's view of the arrays above
         self.reset(0, None)
 
     def fresh(self) -> ClusterEngine:
@@ -237,6 +253,8 @@ class ClusterEngine:
 
     def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
         """Process the next ``n`` global draws; return their documents (int64) if ``gather``."""
+        if self._use_kernel:
+            return self._advance_kernel(n, gather)
         out = np.empty(n, np.int64) if gather else None
         chosen: list[np.ndarray] = []  # cluster of each draw, in runs
         pending: list[np.ndarray] = []  # runs whose documents are not gathered yet
@@ -313,7 +331,46 @@ class ClusterEngine:
             self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
         return out
 
+    def _advance_kernel(self, n: int, gather: bool) -> np.ndarray | None:
+        """:meth:`advance` by the compiled kernel: the same draws one at a time in C,
+        back here only at a clip (the pool changes) and at variate chunk ends."""
+        ctx = self._kctx() if gather else None
+        out = np.empty(n, np.int64) if gather else None
+        choice = np.empty(n, np.uint32) if gather else None
+        start, done = self.pos, 0
+        while done < n:
+            if self.pool.size == 0:
+                raise RuntimeError("every cluster is clipped: num_samples exceeds capacity")
+            t = self.pos
+            b = min(n - done, CHUNK - t % CHUNK)
+            weighted = self._p is not None
+            got, hit = _kernel.draw(
+                ctx, self._variates.get(t, b), self.pool,
+                self._bounds if weighted else None, self._guide if weighted else None,
+                int(self._guide_shift) if weighted else 0, self._rem, self.counts,
+                None if out is None else out[done:done + b],
+                None if choice is None else choice[done:done + b])
+            self.pos += got
+            done += got
+            if hit >= 0:
+                self.clip_events.append((int(self.pool[hit]), self.pos - 1))
+                self._drop_from_pool(hit)
+        if gather:
+            self._blk_start, self._blk_choice = start, choice
+        else:
+            self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        return out
+
     # ------------------------------------------------------------- documents
+    def _kctx(self) -> tuple:
+        """The arrays the kernel reads and the passes it writes (see _kernel.c)."""
+        if self._kc is None:
+            cur = self._ensure_cur()
+            self._kc = (np.ascontiguousarray(self.docs), self.offsets, self.sizes,
+                        self.passes_per_group, self.seg_off, self.group_len, cur,
+                        self._cur_group, self.seed, TAG_PASS)
+        return self._kc
+
     def _ensure_cur(self) -> np.ndarray:
         if self._cur is None:
             dtype = np.int32 if self.docs.size < 2**31 else np.int64
@@ -374,6 +431,12 @@ class ClusterEngine:
 
         k : distinct cluster ids; hits >= 1; j0 : draws of each cluster made before.
         """
+        if self._use_kernel:
+            hits = np.ascontiguousarray(hits, np.int64)
+            vals = np.empty(int(hits.sum()), np.int64)
+            _kernel.take_grouped(self._kctx(), np.ascontiguousarray(k, np.int64), hits,
+                                 np.ascontiguousarray(j0, np.int64), vals)
+            return vals
         cur = self._ensure_cur()
         first = np.cumsum(hits) - hits
         glen = self.group_len[k]
@@ -462,6 +525,7 @@ class ClusterEngine:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_cur"] = state["_cur_group"] = None  # rebuilt lazily from counts
+        state["_kc"] = None
         return state
 
 
@@ -475,6 +539,7 @@ class EpochEngine:
         self.eligible = eligible
         self.seed = int(seed)
         self._streams = KeyedStreams(self.seed, TAG_EPOCH)
+        self._use_kernel = kernel_enabled()
         self._epoch = -1
         self._order: np.ndarray | None = None
         self.reset(0)
@@ -492,8 +557,13 @@ class EpochEngine:
 
     def _epoch_order(self, e: int) -> np.ndarray:
         if e != self._epoch:
-            order = self.eligible.copy()
-            self._streams(e).shuffle(order)
+            if self._use_kernel:  # the same shuffle, prefetched, on 4-byte items if they fit
+                order = self.eligible.astype(np.int32 if self.eligible.size < 2**31
+                                             else np.int64)
+                _kernel.shuffle(order, self.seed, TAG_EPOCH, e, 0)
+            else:
+                order = self.eligible.copy()
+                self._streams(e).shuffle(order)
             self._order, self._epoch = order, e
         return self._order
 
@@ -686,13 +756,15 @@ class PacedEngine(ClusterEngine):
         self.reset(position, None)
 
     # --------------------------------------------------------------- drawing
-    def _windows(self, c: np.ndarray, front: int, n: int):
+    def _windows(self, c: np.ndarray, front: int, n: int, out: np.ndarray | None = None):
         """The next ``n`` draws from live counts ``c`` (updated in place) and key ``front``.
 
         Yields, per window of keys [front, front + PACED_WINDOW): ``act`` (live
         clusters with draws there), ``ma`` (their draws), ``j0`` (their counts
         before), ``order`` (the taken draws, as indices into the draws grouped
-        by cluster, in schedule order) and the new front.
+        by cluster, in schedule order) and the new front. With ``out`` (the
+        compiled kernel), the taken draws' documents go to ``out`` in schedule
+        order instead, and ``order`` is None.
         """
         margin = 2 * int(np.sqrt(self._live.size)) + 16
         done = 0
@@ -704,6 +776,20 @@ class PacedEngine(ClusterEngine):
             act = np.flatnonzero(m)
             ma = m[act]
             j0 = c[act]
+            if out is not None:
+                taken = np.empty(act.size, np.int64)
+                M, last = _kernel.paced_window(
+                    self._kctx(), self._live[act], ma, j0, self._u._base, self._scale[act],
+                    front, need, out[done:done + min(need, int(ma.sum()))], taken)
+                if M <= need:
+                    c[:] = hi
+                    front = x1
+                else:
+                    c[act] += taken
+                    front += last
+                done += min(M, need)
+                yield act, ma, j0, None, front
+                continue
             M = int(ma.sum())
             li = np.repeat(act, ma)
             j = np.arange(M, dtype=np.int64)
@@ -732,11 +818,12 @@ class PacedEngine(ClusterEngine):
         out = np.empty(n, np.int64)
         c = self.counts[self._live]
         done, front = 0, self._front
-        for window in self._windows(c, self._front, n):
+        for window in self._windows(c, self._front, n, out if self._use_kernel else None):
             act, ma, j0, order, front = window
-            vals = self._docs_grouped(self._live[act], ma, j0)
-            out[done:done + order.size] = vals[order]
-            done += order.size
+            if order is not None:
+                vals = self._docs_grouped(self._live[act], ma, j0)
+                out[done:done + order.size] = vals[order]
+                done += order.size
         self.counts[self._live] = c
         self.pos += n
         self._front = front

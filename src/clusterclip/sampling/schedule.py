@@ -29,7 +29,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     (where ``doc_tokens`` came from) is recorded in the summary.
 
     The parameters are validated before anything is written; the array is
-    streamed block by block into a memory map (memory stays bounded for any
+    streamed block by block into a temporary file (memory stays bounded for any
     ``num_samples``) and moved into place only when complete. ``groups``:
     near-duplicate groups, each one unit of the sampler (see
     :mod:`clusterclip.sampling.groups`).
@@ -62,19 +62,24 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
 
         bar = tqdm(total=n, desc="sample", unit="idx", unit_scale=True, leave=False)
     try:
-        with atomic_path(path) as tmp:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(n,))
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            # The .npy header, then the blocks appended in order: the bytes of
+            # np.save, with memory bounded by a block (sequential writes cost a
+            # quarter of filling a memory map, whose page faults dominated).
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
+                    "fortran_order": False, "shape": (n,)})
             i = 0
             for block in sampler.blocks():
                 block = block[:n - i]
-                out[i:i + block.size] = block
+                f.write(np.ascontiguousarray(block, "<i8").data)
                 i += block.size
                 if bar is not None:
                     bar.update(block.size)
                 if i >= n:
                     break
-            out.flush()
-            del out
+            if i != n:
+                raise RuntimeError(f"schedule ended after {i} of {n} positions")
     finally:
         if bar is not None:
             bar.close()

@@ -1,0 +1,700 @@
+/* Compiled inner loops of the cluster engines (clusterclip.sampling._engine).
+ *
+ * Optional: without it (no C compiler at install time, or CLUSTERCLIP_KERNEL=off)
+ * the engines run their numpy path, which is the reference; this file reproduces
+ * it bit for bit (the tests compare the two):
+ *
+ *   - pass_state: BLAKE2b-256 of (seed, tag, a, b) as 4 little-endian uint64,
+ *     personalised "clusterclip" (hashlib.blake2b in _rng.KeyedStreams);
+ *   - load_groups: a cluster's group g of passes, each pass its documents shuffled
+ *     by numpy's Generator.shuffle (Fisher-Yates from the last item, masked
+ *     rejection on the buffered next_uint32 of SFC64) with stream (k, g), pass
+ *     after pass, the stream's 16 first outputs discarded;
+ *   - draw: the per-draw loop of ClusterEngine.advance (cluster choice by
+ *     multiply-shift or guide table, counts, the clip, the document);
+ *   - take_grouped: ClusterEngine._docs_grouped.
+ *
+ * Arrays come through the buffer protocol (C-contiguous, native byte order);
+ * the Python side (_engine.py) checks dtypes. No numpy headers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((p), 1)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* ------------------------------------------------------------------ BLAKE2b */
+static const uint64_t B2_IV[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL,
+    0xa54ff53a5f1d36f1ULL, 0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL,
+    0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
+
+static const uint8_t B2_SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
+    {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
+    {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
+    {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
+    {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+static inline uint64_t rotr64(uint64_t x, int r) { return (x >> r) | (x << (64 - r)); }
+
+#define B2_G(r, i, a, b, c, d)                           \
+    do {                                                 \
+        a = a + b + m[B2_SIGMA[r][2 * (i)]];             \
+        d = rotr64(d ^ a, 32);                           \
+        c = c + d;                                       \
+        b = rotr64(b ^ c, 24);                           \
+        a = a + b + m[B2_SIGMA[r][2 * (i) + 1]];         \
+        d = rotr64(d ^ a, 16);                           \
+        c = c + d;                                       \
+        b = rotr64(b ^ c, 63);                           \
+    } while (0)
+
+/* "clusterclip" padded to 16 bytes, as two little-endian words */
+static uint64_t PERSON[2];
+
+static void init_person(void) {
+    const char p[16] = "clusterclip";
+    PERSON[0] = PERSON[1] = 0;
+    for (int i = 0; i < 8; i++) PERSON[0] |= (uint64_t)(uint8_t)p[i] << (8 * i);
+    for (int i = 0; i < 8; i++) PERSON[1] |= (uint64_t)(uint8_t)p[8 + i] << (8 * i);
+}
+
+/* BLAKE2b, digest 32 bytes, no key, personal "clusterclip", of the 32-byte message
+ * struct.pack("<4Q", w0, w1, w2, w3); out: the digest as 4 little-endian words. */
+static void blake2b_4q(const uint64_t w[4], uint64_t out[4]) {
+    uint64_t h[8], v[16], m[16];
+    for (int i = 0; i < 8; i++) h[i] = B2_IV[i];
+    h[0] ^= 0x01010000ULL | 32u; /* digest length 32, key 0, fanout 1, depth 1 */
+    h[6] ^= PERSON[0];
+    h[7] ^= PERSON[1];
+    for (int i = 0; i < 4; i++) m[i] = w[i];
+    for (int i = 4; i < 16; i++) m[i] = 0;
+    for (int i = 0; i < 8; i++) {
+        v[i] = h[i];
+        v[i + 8] = B2_IV[i];
+    }
+    v[12] ^= 32;        /* bytes compressed */
+    v[14] = ~v[14];     /* last block */
+    for (int r = 0; r < 12; r++) {
+        B2_G(r, 0, v[0], v[4], v[8], v[12]);
+        B2_G(r, 1, v[1], v[5], v[9], v[13]);
+        B2_G(r, 2, v[2], v[6], v[10], v[14]);
+        B2_G(r, 3, v[3], v[7], v[11], v[15]);
+        B2_G(r, 4, v[0], v[5], v[10], v[15]);
+        B2_G(r, 5, v[1], v[6], v[11], v[12]);
+        B2_G(r, 6, v[2], v[7], v[8], v[13]);
+        B2_G(r, 7, v[3], v[4], v[9], v[14]);
+    }
+    for (int i = 0; i < 4; i++) out[i] = h[i] ^ v[i] ^ v[i + 8];
+}
+
+/* -------------------------------------------------------------------- SFC64 */
+typedef struct {
+    uint64_t s[4];
+    int has32;
+    uint32_t buf;
+} sfc64;
+
+static inline uint64_t sfc_next64(sfc64 *r) {
+    uint64_t *s = r->s;
+    const uint64_t tmp = s[0] + s[1] + s[3]++;
+    s[0] = s[1] ^ (s[1] >> 11);
+    s[1] = s[2] + (s[2] << 3);
+    s[2] = ((s[2] << 24) | (s[2] >> 40)) + tmp;
+    return tmp;
+}
+
+static inline uint32_t sfc_next32(sfc64 *r) {
+    if (r->has32) {
+        r->has32 = 0;
+        return r->buf;
+    }
+    uint64_t x = sfc_next64(r);
+    r->has32 = 1;
+    r->buf = (uint32_t)(x >> 32);
+    return (uint32_t)x;
+}
+
+/* numpy's random_interval(max): uniform in [0, max] by masked rejection */
+static inline uint64_t sfc_interval(sfc64 *r, uint64_t max) {
+    uint64_t mask = max, v;
+    if (max == 0) return 0;
+    mask |= mask >> 1;
+    mask |= mask >> 2;
+    mask |= mask >> 4;
+    mask |= mask >> 8;
+    mask |= mask >> 16;
+    mask |= mask >> 32;
+    if (max <= 0xffffffffULL) {
+        while ((v = (sfc_next32(r) & mask)) > max) {
+        }
+    } else {
+        while ((v = (sfc_next64(r) & mask)) > max) {
+        }
+    }
+    return v;
+}
+
+/* KeyedStreams(seed, tag)(a, b): hashed state, 16 outputs discarded */
+static void sfc_keyed(sfc64 *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t b) {
+    uint64_t w[4] = {seed, tag, a, b};
+    blake2b_4q(w, r->s);
+    r->has32 = 0;
+    r->buf = 0;
+    for (int i = 0; i < 16; i++) sfc_next64(r);
+}
+
+/* ------------------------------------------------------------------ context */
+/* The engine's arrays, in this order (a tuple from _engine.ClusterEngine._kctx):
+ * docs, offsets, sizes, ppg, seg_off, group_len, cur, cur_group, seed, tag */
+typedef struct {
+    Py_buffer b_docs, b_off, b_sizes, b_ppg, b_seg, b_glen, b_cur, b_cg;
+    int nbuf;
+    const void *docs;
+    int docs32;
+    const int64_t *offsets, *sizes, *ppg, *seg_off, *group_len;
+    void *cur;
+    int cur32;
+    int64_t *cur_group;
+    Py_ssize_t K, ncur, ndocs;
+    uint64_t seed, tag;
+} ctx_t;
+
+static void ctx_release(ctx_t *c) {
+    Py_buffer *bs[8] = {&c->b_docs, &c->b_off, &c->b_sizes, &c->b_ppg,
+                        &c->b_seg, &c->b_glen, &c->b_cur, &c->b_cg};
+    for (int i = 0; i < c->nbuf; i++) PyBuffer_Release(bs[i]);
+    c->nbuf = 0;
+}
+
+static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t itemsize,
+                   const char *name) {
+    if (PyObject_GetBuffer(o, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_FORMAT |
+                                     PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (b->itemsize != itemsize || b->len % itemsize) {
+        PyErr_Format(PyExc_TypeError, "_kernel: %s must have %zd-byte items", name, itemsize);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+static int ctx_get(PyObject *t, ctx_t *c) {
+    memset(c, 0, sizeof(*c));
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 10) {
+        PyErr_SetString(PyExc_TypeError, "_kernel: context must be a 10-tuple");
+        return -1;
+    }
+    Py_buffer *bs[8] = {&c->b_docs, &c->b_off, &c->b_sizes, &c->b_ppg,
+                        &c->b_seg, &c->b_glen, &c->b_cur, &c->b_cg};
+    static const char *names[8] = {"docs", "offsets", "sizes", "ppg",
+                                   "seg_off", "group_len", "cur", "cur_group"};
+    for (int i = 0; i < 8; i++) {
+        PyObject *o = PyTuple_GET_ITEM(t, i);
+        Py_ssize_t isz = 8;
+        if (i == 0 || i == 6) { /* docs, cur: int32 or int64 */
+            Py_buffer probe;
+            if (PyObject_GetBuffer(o, &probe, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+                ctx_release(c);
+                return -1;
+            }
+            isz = probe.itemsize == 4 ? 4 : 8;
+            PyBuffer_Release(&probe);
+        }
+        if (get_buf(o, bs[i], i == 6 || i == 7, isz, names[i]) < 0) {
+            ctx_release(c);
+            return -1;
+        }
+        c->nbuf = i + 1;
+    }
+    c->docs = c->b_docs.buf;
+    c->docs32 = c->b_docs.itemsize == 4;
+    c->ndocs = c->b_docs.len / c->b_docs.itemsize;
+    c->offsets = c->b_off.buf;
+    c->sizes = c->b_sizes.buf;
+    c->ppg = c->b_ppg.buf;
+    c->seg_off = c->b_seg.buf;
+    c->group_len = c->b_glen.buf;
+    c->cur = c->b_cur.buf;
+    c->cur32 = c->b_cur.itemsize == 4;
+    c->ncur = c->b_cur.len / c->b_cur.itemsize;
+    c->cur_group = c->b_cg.buf;
+    c->K = c->b_sizes.len / 8;
+    if (c->b_off.len / 8 < c->K + 1 || c->b_ppg.len / 8 < c->K || c->b_seg.len / 8 < c->K + 1 ||
+        c->b_glen.len / 8 < c->K || c->b_cg.len / 8 < c->K ||
+        (c->K > 0 && (((const int64_t *)c->b_seg.buf)[c->K] > c->ncur ||
+                      ((const int64_t *)c->b_off.buf)[c->K] > c->ndocs))) {
+        PyErr_SetString(PyExc_ValueError, "_kernel: inconsistent engine arrays");
+        ctx_release(c);
+        return -1;
+    }
+    c->seed = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 8));
+    c->tag = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 9));
+    if (PyErr_Occurred()) {
+        ctx_release(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Group g of cluster k's passes into cur[seg_off[k] : seg_off[k] + G n]. */
+static void load_group(ctx_t *c, int64_t k, int64_t g) {
+    const int64_t n = c->sizes[k], G = c->ppg[k], o = c->offsets[k], so = c->seg_off[k];
+    if (n == 1) {
+        int64_t d = c->docs32 ? ((const int32_t *)c->docs)[o] : ((const int64_t *)c->docs)[o];
+        for (int64_t p = 0; p < G; p++) {
+            if (c->cur32)
+                ((int32_t *)c->cur)[so + p] = (int32_t)d;
+            else
+                ((int64_t *)c->cur)[so + p] = d;
+        }
+    } else if (n > 1) {
+        sfc64 r;
+        sfc_keyed(&r, c->seed, c->tag, (uint64_t)k, (uint64_t)g);
+        for (int64_t p = 0; p < G; p++) {
+            int64_t at = so + p * n;
+#define SHUFFLE(T, D)                                                   \
+    {                                                                   \
+        T *row = (T *)c->cur + at;                                      \
+        const D *src = (const D *)c->docs + o;                          \
+        for (int64_t i = 0; i < n; i++) row[i] = (T)src[i];             \
+        for (int64_t i = n - 1; i > 0; i--) {                           \
+            int64_t j = (int64_t)sfc_interval(&r, (uint64_t)i);         \
+            T x = row[i];                                               \
+            row[i] = row[j];                                            \
+            row[j] = x;                                                 \
+        }                                                               \
+    }
+            if (c->cur32) {
+                if (c->docs32) SHUFFLE(int32_t, int32_t) else SHUFFLE(int32_t, int64_t)
+            } else {
+                if (c->docs32) SHUFFLE(int64_t, int32_t) else SHUFFLE(int64_t, int64_t)
+            }
+#undef SHUFFLE
+        }
+    }
+    c->cur_group[k] = g;
+}
+
+static inline int64_t doc_of(ctx_t *c, int64_t k, int64_t j) {
+    const int64_t gl = c->group_len[k];
+    int64_t d = j - c->cur_group[k] * gl;
+    if ((uint64_t)d >= (uint64_t)gl) {
+        int64_t g = j / gl;
+        load_group(c, k, g);
+        d = j - g * gl;
+    }
+    int64_t at = c->seg_off[k] + d;
+    return c->cur32 ? ((const int32_t *)c->cur)[at] : ((const int64_t *)c->cur)[at];
+}
+
+static int check_cluster(ctx_t *c, int64_t k) {
+    if (k < 0 || k >= c->K || c->group_len[k] <= 0) {
+        PyErr_Format(PyExc_ValueError, "_kernel: bad cluster %lld", (long long)k);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ methods */
+static PyObject *k_pass_state(PyObject *self, PyObject *args) {
+    unsigned long long w[4];
+    uint64_t in[4], out[4];
+    if (!PyArg_ParseTuple(args, "KKKK", &w[0], &w[1], &w[2], &w[3])) return NULL;
+    for (int i = 0; i < 4; i++) in[i] = w[i];
+    blake2b_4q(in, out);
+    return Py_BuildValue("(KKKK)", (unsigned long long)out[0], (unsigned long long)out[1],
+                         (unsigned long long)out[2], (unsigned long long)out[3]);
+}
+
+/* load_groups(ctx, ks int64, gs int64) */
+static PyObject *k_load_groups(PyObject *self, PyObject *args) {
+    PyObject *t, *ok, *og;
+    Py_buffer bk, bg;
+    ctx_t c;
+    if (!PyArg_ParseTuple(args, "OOO", &t, &ok, &og)) return NULL;
+    if (ctx_get(t, &c) < 0) return NULL;
+    if (get_buf(ok, &bk, 0, 8, "ks") < 0) {
+        ctx_release(&c);
+        return NULL;
+    }
+    if (get_buf(og, &bg, 0, 8, "gs") < 0) {
+        PyBuffer_Release(&bk);
+        ctx_release(&c);
+        return NULL;
+    }
+    if (bg.len != bk.len) {
+        PyErr_SetString(PyExc_ValueError, "_kernel: ks and gs differ in length");
+        PyBuffer_Release(&bk);
+        PyBuffer_Release(&bg);
+        ctx_release(&c);
+        return NULL;
+    }
+    const int64_t *ks = bk.buf, *gs = bg.buf;
+    Py_ssize_t n = bk.len / 8;
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < n && !bad; i++) bad = check_cluster(&c, ks[i]) < 0 || gs[i] < 0;
+    if (!bad) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) load_group(&c, ks[i], gs[i]);
+        Py_END_ALLOW_THREADS
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "_kernel: negative group");
+    }
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bg);
+    ctx_release(&c);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* take_grouped(ctx, k, hits, j0, vals int64): vals = documents of draws
+ * j0[i] .. j0[i] + hits[i] - 1 of cluster k[i], concatenated. */
+static PyObject *k_take_grouped(PyObject *self, PyObject *args) {
+    PyObject *t, *o[4];
+    Py_buffer b[4];
+    ctx_t c;
+    int got = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO", &t, &o[0], &o[1], &o[2], &o[3])) return NULL;
+    if (ctx_get(t, &c) < 0) return NULL;
+    for (; got < 4; got++)
+        if (get_buf(o[got], &b[got], got == 3, 8, "take_grouped argument") < 0) break;
+    PyObject *res = NULL;
+    if (got == 4) {
+        const int64_t *ks = b[0].buf, *hits = b[1].buf, *j0 = b[2].buf;
+        int64_t *vals = b[3].buf;
+        Py_ssize_t m = b[0].len / 8, nv = b[3].len / 8, need = 0;
+        int bad = b[1].len != b[0].len || b[2].len != b[0].len;
+        for (Py_ssize_t i = 0; i < m && !bad; i++) {
+            bad = check_cluster(&c, ks[i]) < 0 || hits[i] < 0 || j0[i] < 0;
+            need += hits[i];
+        }
+        if (!bad && need > nv) bad = 1;
+        if (bad) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_kernel: bad take");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            Py_ssize_t w = 0;
+            for (Py_ssize_t i = 0; i < m; i++) {
+                const int64_t k = ks[i], end = j0[i] + hits[i];
+                for (int64_t j = j0[i]; j < end; j++) vals[w++] = doc_of(&c, k, j);
+            }
+            Py_END_ALLOW_THREADS
+            res = Py_None;
+            Py_INCREF(res);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    ctx_release(&c);
+    return res;
+}
+
+/* draw(ctx, u uint32, pool int64, bounds uint64|None, guide int64|None, shift,
+ *      rem int64|None, counts int64, out int64|None, choice uint32|None)
+ *
+ * Draws t = 0 .. len(u) - 1: pool-local cluster from u[t] (uniform: u m >> 32;
+ * weighted: guide[u >> shift], then right while bounds <= u); cluster k =
+ * pool[local]; choice[t] = k; out[t] = the document of its draw counts[k]
+ * (if out); counts[k] += 1; rem[local] -= 1. Stops after the draw that brings a
+ * rem to 0 (a clip: the pool changes). Returns (draws done, local clipped or -1).
+ */
+static PyObject *k_draw(PyObject *self, PyObject *args) {
+    PyObject *t, *ou, *op, *ob, *og, *orem, *oc, *oout, *och;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOOOiOOOO", &t, &ou, &op, &ob, &og, &shift, &orem, &oc,
+                          &oout, &och))
+        return NULL;
+    ctx_t c;
+    int gather = oout != Py_None;
+    if (gather) {
+        if (ctx_get(t, &c) < 0) return NULL;
+    } else {
+        memset(&c, 0, sizeof(c));
+    }
+    Py_buffer bu, bp, bb, bg, br, bc, bo, bch;
+    Py_buffer *held[8];
+    int nh = 0, fail = 0;
+#define GET(o, b, w, isz, nm)                              \
+    if (!fail) {                                           \
+        if (get_buf(o, &b, w, isz, nm) < 0) fail = 1;      \
+        else held[nh++] = &b;                              \
+    }
+    GET(ou, bu, 0, 4, "u");
+    GET(op, bp, 0, 8, "pool");
+    int weighted = ob != Py_None;
+    if (weighted) {
+        GET(ob, bb, 0, 8, "bounds");
+        GET(og, bg, 0, 8, "guide");
+    }
+    int clipped = orem != Py_None;
+    if (clipped) GET(orem, br, 1, 8, "rem");
+    GET(oc, bc, 1, 8, "counts");
+    if (gather) GET(oout, bo, 1, 8, "out");
+    int keep = och != Py_None;
+    if (keep) GET(och, bch, 1, 4, "choice");
+#undef GET
+    PyObject *res = NULL;
+    if (!fail) {
+        Py_ssize_t n = bu.len / 4, m = bp.len / 8, K = bc.len / 8;
+        const uint32_t *u = bu.buf;
+        const int64_t *pool = bp.buf;
+        const uint64_t *bounds = weighted ? bb.buf : NULL;
+        const int64_t *guide = weighted ? bg.buf : NULL;
+        int64_t *rem = clipped ? br.buf : NULL;
+        int64_t *counts = bc.buf;
+        int64_t *out = gather ? bo.buf : NULL;
+        uint32_t *choice = keep ? bch.buf : NULL;
+        int bad = m == 0 || (clipped && br.len / 8 < m) || (gather && bo.len / 8 < n) ||
+                  (keep && bch.len / 4 < n) || shift < 0 || shift > 31 ||
+                  (weighted && (bb.len / 8 < m || bg.len / 8 < ((Py_ssize_t)1 << (32 - shift)) ||
+                                ((const uint64_t *)bb.buf)[m - 1] <= 0xffffffffULL));
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "_kernel: bad draw arguments");
+        } else {
+            /* every index read is checked in the loop (cheap, predictable branches) */
+            const Py_ssize_t KK = gather ? (c.K < K ? c.K : K) : K;
+            Py_ssize_t i = 0;
+            int64_t hit = -1;
+            Py_BEGIN_ALLOW_THREADS
+            const uint64_t mm = (uint64_t)m;
+            for (; i < n; i++) {
+                const uint32_t v = u[i];
+                int64_t local;
+                if (!weighted) {
+                    local = (int64_t)(((uint64_t)v * mm) >> 32);
+                } else {
+                    local = guide[v >> shift];
+                    if ((uint64_t)local >= mm) {
+                        bad = 1;
+                        break;
+                    }
+                    while (bounds[local] <= v) local++;
+                }
+                const int64_t k = pool[local];
+                if ((uint64_t)k >= (uint64_t)KK || (gather && c.group_len[k] <= 0)) {
+                    bad = 1;
+                    break;
+                }
+                if (choice) choice[i] = (uint32_t)k;
+                const int64_t j = counts[k]++;
+                if (out) out[i] = doc_of(&c, k, j);
+                if (rem && --rem[local] == 0) {
+                    hit = local;
+                    i++;
+                    break;
+                }
+            }
+            Py_END_ALLOW_THREADS
+            if (bad)
+                PyErr_SetString(PyExc_ValueError, "_kernel: bad pool or guide entry");
+            else
+                res = Py_BuildValue("(nL)", i, (long long)hit);
+        }
+    }
+    for (int i = 0; i < nh; i++) PyBuffer_Release(held[i]);
+    if (gather) ctx_release(&c);
+    return res;
+}
+
+/* shuffle(buf int32|int64, seed, tag, a, b): numpy's Generator.shuffle of the 1-D
+ * buffer by KeyedStreams(seed, tag)(a, b). The swap partners j are drawn LOOK steps
+ * ahead (the same draws in the same order) so that their items can be prefetched:
+ * a shuffle of millions of items waits on memory, not on the generator. */
+#define LOOK 32
+static PyObject *k_shuffle(PyObject *self, PyObject *args) {
+    PyObject *ob;
+    unsigned long long seed, tag, a, b;
+    Py_buffer bb;
+    if (!PyArg_ParseTuple(args, "OKKKK", &ob, &seed, &tag, &a, &b)) return NULL;
+    if (PyObject_GetBuffer(ob, &bb, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (bb.itemsize != 4 && bb.itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "_kernel.shuffle: 4- or 8-byte items only");
+        PyBuffer_Release(&bb);
+        return NULL;
+    }
+    const int64_t n = bb.len / bb.itemsize;
+    const int wide = bb.itemsize == 8;
+    Py_BEGIN_ALLOW_THREADS
+    sfc64 r;
+    uint64_t ring[LOOK];
+    sfc_keyed(&r, seed, tag, a, b);
+    int64_t ahead = n - 1; /* next i whose partner is to be drawn */
+    for (int q = 0; q < LOOK && ahead > 0; q++, ahead--) {
+        uint64_t j = sfc_interval(&r, (uint64_t)ahead);
+        ring[ahead & (LOOK - 1)] = j;
+        PREFETCH(wide ? (void *)((int64_t *)bb.buf + j) : (void *)((int32_t *)bb.buf + j));
+    }
+    for (int64_t i = n - 1; i > 0; i--) {
+        const uint64_t j = ring[i & (LOOK - 1)];
+        if (ahead > 0) {
+            uint64_t jj = sfc_interval(&r, (uint64_t)ahead);
+            ring[ahead & (LOOK - 1)] = jj;
+            PREFETCH(wide ? (void *)((int64_t *)bb.buf + jj) : (void *)((int32_t *)bb.buf + jj));
+            ahead--;
+        }
+        if (wide) {
+            int64_t *x = bb.buf, t = x[i];
+            x[i] = x[j];
+            x[j] = t;
+        } else {
+            int32_t *x = bb.buf, t = x[i];
+            x[i] = x[j];
+            x[j] = t;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bb);
+    Py_RETURN_NONE;
+}
+
+static inline uint64_t mix64(uint64_t z) {
+    z ^= z >> 30;
+    z *= 0xBF58476D1CE4E5B9ULL;
+    z ^= z >> 27;
+    z *= 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return z;
+}
+
+/* paced_window(ctx, k, ma, j0, base uint64, scale float64, front, need, out, taken)
+ *
+ * One window of PacedEngine._windows: draws j0[i] .. j0[i] + ma[i] - 1 of clusters
+ * k[i], each at key trunc((j + u(k, j)) * scale[i]) (u: _rng.CounterUniforms with
+ * streams `base`), in [front, front + 2**16). The schedule takes them by (key,
+ * cluster order, j): a counting sort. The first `need` go to out (documents), their
+ * number per cluster to taken. Returns (draws in the window, key - front of the
+ * last one taken, or -1). */
+static PyObject *k_paced_window(PyObject *self, PyObject *args) {
+    PyObject *t, *o[7];
+    long long front, need;
+    if (!PyArg_ParseTuple(args, "OOOOOOLLOO", &t, &o[0], &o[1], &o[2], &o[3], &o[4], &front,
+                          &need, &o[5], &o[6]))
+        return NULL;
+    ctx_t c;
+    if (ctx_get(t, &c) < 0) return NULL;
+    Py_buffer b[7];
+    int got = 0;
+    static const int wr[7] = {0, 0, 0, 0, 0, 1, 1};
+    for (; got < 7; got++)
+        if (get_buf(o[got], &b[got], wr[got], 8, "paced_window argument") < 0) break;
+    PyObject *res = NULL;
+    uint32_t *keys = NULL, *start = NULL;
+    if (got == 7) {
+        const int64_t *ks = b[0].buf, *ma = b[1].buf, *j0 = b[2].buf;
+        const uint64_t *base = b[3].buf;
+        const double *scale = b[4].buf;
+        int64_t *out = b[5].buf, *taken = b[6].buf;
+        const Py_ssize_t A = b[0].len / 8, nbase = b[3].len / 8;
+        int64_t M = 0;
+        int bad = b[1].len / 8 != A || b[2].len / 8 != A || b[4].len / 8 != A ||
+                  b[6].len / 8 != A || need < 0;
+        for (Py_ssize_t i = 0; i < A && !bad; i++) {
+            bad = check_cluster(&c, ks[i]) < 0 || ks[i] >= nbase || ma[i] < 0 || j0[i] < 0;
+            M += ma[i];
+        }
+        if (!bad && b[5].len / 8 < (M < need ? M : need)) bad = 1; /* out too short */
+        if (!bad) {
+            keys = PyMem_RawMalloc((size_t)(M > 0 ? M : 1) * sizeof(uint32_t));
+            start = PyMem_RawCalloc((size_t)1 << 16, sizeof(uint32_t));
+            if (!keys || !start) {
+                PyErr_NoMemory();
+                bad = 1;
+            }
+        }
+        if (!bad) {
+            int64_t last = -1, w = 0;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < A && !bad; i++) {
+                const uint64_t bk = base[ks[i]];
+                const double sc = scale[i];
+                for (int64_t j = j0[i]; j < j0[i] + ma[i]; j++, w++) {
+                    uint64_t z = mix64(((uint64_t)j + 1) * 0x9E3779B97F4A7C15ULL + bk);
+                    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* 2**-53 */
+                    double x = (double)j;
+                    x += u;
+                    x *= sc;
+                    int64_t key = (int64_t)x - front;
+                    if (key < 0 || key >= (1 << 16)) {
+                        bad = 1;
+                        break;
+                    }
+                    keys[w] = (uint32_t)key;
+                    start[key]++;
+                }
+            }
+            if (!bad) {
+                uint32_t acc = 0;
+                for (int q = 0; q < (1 << 16); q++) {
+                    uint32_t h = start[q];
+                    start[q] = acc;
+                    acc += h;
+                }
+                w = 0;
+                for (Py_ssize_t i = 0; i < A; i++) {
+                    int64_t got_i = 0;
+                    for (int64_t j = j0[i]; j < j0[i] + ma[i]; j++, w++) {
+                        const uint32_t key = keys[w];
+                        const int64_t pos = start[key]++;
+                        if (pos < need) {
+                            out[pos] = doc_of(&c, ks[i], j);
+                            got_i++;
+                            if (pos == need - 1) last = key;
+                        }
+                    }
+                    taken[i] = got_i;
+                }
+            }
+            Py_END_ALLOW_THREADS
+            if (bad)
+                PyErr_SetString(PyExc_ValueError, "_kernel.paced_window: key outside the window");
+            else
+                res = Py_BuildValue("(LL)", (long long)M, (long long)last);
+        } else if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "_kernel.paced_window: bad arguments");
+        }
+    }
+    PyMem_RawFree(keys);
+    PyMem_RawFree(start);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    ctx_release(&c);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"pass_state", k_pass_state, METH_VARARGS,
+     "pass_state(seed, tag, a, b) -> 4 ints: BLAKE2b state of KeyedStreams(seed, tag)(a, b)"},
+    {"load_groups", k_load_groups, METH_VARARGS,
+     "load_groups(ctx, ks, gs): groups gs[i] of passes of clusters ks[i] into ctx's cur"},
+    {"take_grouped", k_take_grouped, METH_VARARGS,
+     "take_grouped(ctx, k, hits, j0, vals): ClusterEngine._docs_grouped into vals"},
+    {"draw", k_draw, METH_VARARGS,
+     "draw(ctx, u, pool, bounds, guide, shift, rem, counts, out, choice) -> (done, clipped)"},
+    {"shuffle", k_shuffle, METH_VARARGS,
+     "shuffle(buf, seed, tag, a, b): Generator.shuffle by KeyedStreams(seed, tag)(a, b)"},
+    {"paced_window", k_paced_window, METH_VARARGS,
+     "paced_window(ctx, k, ma, j0, base, scale, front, need, out, taken) -> (M, last key)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
+                                    "Compiled inner loops of clusterclip's cluster engines.",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__kernel(void) {
+    init_person();
+    return PyModule_Create(&module);
+}
