@@ -6,13 +6,15 @@
  *
  *   - pass_state: BLAKE2b-256 of (seed, tag, a, b) as 4 little-endian uint64,
  *     personalised "clusterclip" (hashlib.blake2b in _rng.KeyedStreams);
- *   - load_groups: a cluster's group g of passes, each pass its documents shuffled
- *     by numpy's Generator.shuffle (Fisher-Yates from the last item, masked
- *     rejection on the buffered next_uint32 of SFC64) with stream (k, g), pass
- *     after pass, the stream's 16 first outputs discarded;
+ *   - a cluster's group g of passes (loaded on first use), each pass its
+ *     documents shuffled by numpy's Generator.shuffle (Fisher-Yates from the last
+ *     item, masked rejection on the buffered next_uint32 of SFC64) with stream
+ *     (k, g), pass after pass, the stream's 16 first outputs discarded;
  *   - draw: the per-draw loop of ClusterEngine.advance (cluster choice by
  *     multiply-shift or guide table, counts, the clip, the document);
- *   - take_grouped: ClusterEngine._docs_grouped.
+ *   - take_grouped: ClusterEngine._docs_grouped;
+ *   - shuffle: EpochEngine's epoch permutations (Generator.shuffle, prefetched);
+ *   - paced_window: one key window of PacedEngine (keys, counting sort, documents).
  *
  * Arrays come through the buffer protocol (C-contiguous, native byte order);
  * the Python side (_engine.py) checks dtypes. No numpy headers.
@@ -319,47 +321,6 @@ static PyObject *k_pass_state(PyObject *self, PyObject *args) {
     blake2b_4q(in, out);
     return Py_BuildValue("(KKKK)", (unsigned long long)out[0], (unsigned long long)out[1],
                          (unsigned long long)out[2], (unsigned long long)out[3]);
-}
-
-/* load_groups(ctx, ks int64, gs int64) */
-static PyObject *k_load_groups(PyObject *self, PyObject *args) {
-    PyObject *t, *ok, *og;
-    Py_buffer bk, bg;
-    ctx_t c;
-    if (!PyArg_ParseTuple(args, "OOO", &t, &ok, &og)) return NULL;
-    if (ctx_get(t, &c) < 0) return NULL;
-    if (get_buf(ok, &bk, 0, 8, "ks") < 0) {
-        ctx_release(&c);
-        return NULL;
-    }
-    if (get_buf(og, &bg, 0, 8, "gs") < 0) {
-        PyBuffer_Release(&bk);
-        ctx_release(&c);
-        return NULL;
-    }
-    if (bg.len != bk.len) {
-        PyErr_SetString(PyExc_ValueError, "_kernel: ks and gs differ in length");
-        PyBuffer_Release(&bk);
-        PyBuffer_Release(&bg);
-        ctx_release(&c);
-        return NULL;
-    }
-    const int64_t *ks = bk.buf, *gs = bg.buf;
-    Py_ssize_t n = bk.len / 8;
-    int bad = 0;
-    for (Py_ssize_t i = 0; i < n && !bad; i++) bad = check_cluster(&c, ks[i]) < 0 || gs[i] < 0;
-    if (!bad) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) load_group(&c, ks[i], gs[i]);
-        Py_END_ALLOW_THREADS
-    } else if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "_kernel: negative group");
-    }
-    PyBuffer_Release(&bk);
-    PyBuffer_Release(&bg);
-    ctx_release(&c);
-    if (bad) return NULL;
-    Py_RETURN_NONE;
 }
 
 /* take_grouped(ctx, k, hits, j0, vals int64): vals = documents of draws
@@ -678,8 +639,6 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"pass_state", k_pass_state, METH_VARARGS,
      "pass_state(seed, tag, a, b) -> 4 ints: BLAKE2b state of KeyedStreams(seed, tag)(a, b)"},
-    {"load_groups", k_load_groups, METH_VARARGS,
-     "load_groups(ctx, ks, gs): groups gs[i] of passes of clusters ks[i] into ctx's cur"},
     {"take_grouped", k_take_grouped, METH_VARARGS,
      "take_grouped(ctx, k, hits, j0, vals): ClusterEngine._docs_grouped into vals"},
     {"draw", k_draw, METH_VARARGS,

@@ -1,0 +1,214 @@
+"""The compiled kernel (``clusterclip.sampling._kernel``) against the numpy path.
+
+The numpy path is the reference (and what an install without a C compiler runs);
+the kernel must give byte-identical schedules, summaries and states for every
+strategy, world size, resume and group setting. ``CLUSTERCLIP_KERNEL=off`` forces
+the numpy path (read when a sampler is constructed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip import ClusterClipSampler
+from clusterclip.sampling import _engine
+from clusterclip.sampling._rng import TAG_EPOCH, TAG_PASS, KeyedStreams
+from clusterclip.sampling.schedule import write_schedule
+
+kernel = _engine._kernel
+needs_kernel = pytest.mark.skipif(kernel is None, reason="C kernel not built "
+                                  "(python setup.py build_ext --inplace)")
+
+
+def test_the_kernel_is_built_in_ci():
+    # CI proves the fast path: there the extension must have been built (pip
+    # install -e . compiles it); elsewhere a missing build only skips the tests below.
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        assert kernel is not None, "CI: clusterclip.sampling._kernel was not built"
+        assert _engine.kernel_enabled()
+    elif kernel is None:
+        pytest.skip("C kernel not built")
+
+
+@contextlib.contextmanager
+def numpy_path():
+    old = os.environ.get("CLUSTERCLIP_KERNEL")
+    os.environ["CLUSTERCLIP_KERNEL"] = "off"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["CLUSTERCLIP_KERNEL"]
+        else:
+            os.environ["CLUSTERCLIP_KERNEL"] = old
+
+
+def _run(labels, T, kw, blocks, *, rank=0, world_size=1, consumed=0, state_at=None):
+    """(indices, summary, state_dict after ``state_at`` of them, which engine ran)."""
+    s = ClusterClipSampler(labels, T, rank=rank, world_size=world_size,
+                           consumed_samples=consumed, cache_dir=False, **kw)
+    out, state = [], None
+    for b in s.blocks(blocks):
+        out.append(b.copy())
+        if state is None and state_at is not None and sum(x.size for x in out) >= state_at:
+            state = s.state_dict()
+    engine = s._engine if hasattr(s, "_engine") else s._inner(T)._engine
+    idx = np.concatenate(out) if out else np.empty(0, np.int64)
+    return idx, s.summary(), state, engine._use_kernel
+
+
+def _both(labels, T, kw, blocks=1 << 12, **run):
+    fast = _run(labels, T, kw, blocks, **run)
+    with numpy_path():
+        ref = _run(labels, T, kw, blocks, **run)
+    assert fast[3] is True and ref[3] is False  # each path really ran
+    assert np.array_equal(fast[0], ref[0])
+    assert fast[1] == ref[1]
+    assert fast[2] == ref[2]
+    return fast[0]
+
+
+# cluster ids from a few (large clusters, clip events at many positions) to many
+# (tiny clusters of 1-3 documents: many groups loaded per block), -1 excluded
+labels_st = st.tuples(st.integers(1, 400), st.integers(1, 2000), st.integers(0, 2**31),
+                      st.booleans()).map(
+    lambda a: np.random.default_rng(a[2]).integers(-1 if a[3] else 0, a[0], a[1]))
+
+
+@needs_kernel
+@settings(max_examples=60, deadline=None)
+@given(labels_st, st.sampled_from(["random", "uniform", "temperature", "clusterclip", "paced"]),
+       st.integers(1, 5), st.floats(0.05, 1.0), st.integers(0, 2**64 - 1),
+       st.sampled_from([0.0, 0.5, -1.0]), st.integers(1, 3), st.floats(0, 0.9),
+       st.sampled_from([1, 7, 1 << 12]))
+def test_kernel_equals_numpy_path(labels, strategy, clip, frac, seed, alpha, world, resume,
+                                  blocks):
+    if not (labels >= 0).any():
+        labels[0] = 0
+    ne = int((labels >= 0).sum())
+    cap = clip * ne if strategy in ("clusterclip", "paced") else 3 * ne + 11
+    T = max(1, int(frac * cap))
+    kw = {"strategy": strategy, "clip": clip, "seed": seed}
+    if strategy in ("temperature", "clusterclip", "paced"):
+        kw["alpha"] = alpha
+    consumed = int(resume * T)
+    rank = seed % world
+    _both(labels, T, kw, blocks, rank=rank, world_size=world, consumed=consumed,
+          state_at=max(1, (T - consumed) // world // 2))
+
+
+@needs_kernel
+@pytest.mark.parametrize("strategy", ["uniform", "temperature", "clusterclip", "paced"])
+def test_kernel_equals_numpy_path_on_many_tiny_clusters(strategy):
+    # 70,000 cluster ids (beyond 2**16), ~3 documents each: groups of passes
+    # loaded by the thousand, clips all along the schedule
+    labels = np.random.default_rng(3).integers(0, 70_000, 200_000)
+    kw = {"strategy": strategy, "clip": 3, "seed": 9}
+    if strategy == "temperature":
+        kw["alpha"] = 0.5
+    _both(labels, 550_000, kw, 1 << 16, state_at=300_000)
+
+
+@needs_kernel
+def test_kernel_resume_from_a_state_equals_numpy_path():
+    labels = np.random.default_rng(5).integers(0, 300, 20_000)
+    for strategy in ("uniform", "clusterclip", "paced"):
+        T = 100_000
+        s = ClusterClipSampler(labels, T, strategy=strategy, clip=8, seed=2, cache_dir=False)
+        it = iter(s)
+        for _ in range(33_333):
+            next(it)
+        state = s.state_dict()
+        outs = []
+        for off in (False, True):
+            with numpy_path() if off else contextlib.nullcontext():
+                r = ClusterClipSampler(labels, T, strategy=strategy, clip=8, seed=2,
+                                       world_size=3, rank=1, cache_dir=False)
+                r.load_state_dict(state)
+                outs.append(np.concatenate(list(r.blocks(5000))))
+                assert r._engine._use_kernel is not off
+        assert np.array_equal(outs[0], outs[1])
+        full = np.concatenate(list(ClusterClipSampler(labels, T, strategy=strategy, clip=8,
+                                                      seed=2, cache_dir=False).blocks()))
+        assert np.array_equal(outs[0], full[33_333 + 1::3][:outs[0].size])
+
+
+@needs_kernel
+def test_kernel_equals_numpy_path_with_groups():
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 40, 3000)
+    groups = np.arange(3000)
+    for k in range(40):  # merge some documents of each cluster into groups
+        members = np.flatnonzero(labels == k)
+        groups[members[: members.size // 2]] = members[0]
+    for strategy in ("uniform", "clusterclip", "paced"):
+        _both(labels, 4000, {"strategy": strategy, "clip": 3, "seed": 4, "groups": groups},
+              1000, consumed=1234, state_at=700)
+
+
+@needs_kernel
+def test_written_schedules_are_byte_identical(tmp_path):
+    labels = np.random.default_rng(1).integers(-1, 50, 5000)
+    for strategy in ("random", "temperature", "clusterclip", "paced"):
+        kw = {"strategy": strategy, "clip": 4, "num_samples": 12_345, "seed": 6,
+              "rank": 1, "world_size": 2, "consumed_samples": 999, "cache_dir": False}
+        if strategy != "random":
+            kw["alpha"] = 0.3
+        a = write_schedule(labels, tmp_path / "fast.npy", **kw)
+        with numpy_path():
+            b = write_schedule(labels, tmp_path / "ref.npy", **kw)
+        assert a == b
+        assert (tmp_path / "fast.npy").read_bytes() == (tmp_path / "ref.npy").read_bytes()
+
+
+# --------------------------------------------------------------- the primitives
+@needs_kernel
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1))
+def test_pass_state_is_keyed_streams_blake2b(seed, tag, a, b):
+    digest = hashlib.blake2b(struct.pack("<4Q", seed, tag, a, b), digest_size=32,
+                             person=b"clusterclip").digest()
+    assert list(kernel.pass_state(seed, tag, a, b)) == list(struct.unpack("<4Q", digest))
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 31, 32, 33, 100, 5000, 200_001])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_shuffle_is_numpy_generator_shuffle(n, dtype):
+    # swap partners drawn ahead for prefetching: the same draws, the same order
+    for e in (0, 7):
+        want = np.arange(n, dtype=np.int64) * 3
+        KeyedStreams(11, TAG_EPOCH)(e).shuffle(want)
+        got = (np.arange(n) * 3).astype(dtype)
+        kernel.shuffle(got, 11, TAG_EPOCH, e, 0)
+        assert np.array_equal(got, want)
+
+
+@needs_kernel
+def test_kernel_refuses_bad_arrays_instead_of_reading_out_of_bounds():
+    s = ClusterClipSampler(np.arange(10) % 3, 50, strategy="uniform", cache_dir=False)
+    eng = s._engine
+    ctx = eng._kctx()
+    u = np.full(4, 2**32 - 1, np.uint32)  # picks the last pool entry
+    with pytest.raises(ValueError):  # a pool entry that is no cluster
+        kernel.draw(ctx, u, np.array([0, 99]), None, None, 0, None, eng.counts.copy(),
+                    np.empty(4, np.int64), None)
+    with pytest.raises(TypeError):  # wrong item size
+        kernel.draw(ctx, u.astype(np.int64), eng.pool, None, None, 0, None, eng.counts,
+                    np.empty(4, np.int64), None)
+    with pytest.raises(ValueError):  # more groups than the pass buffer holds
+        kernel.take_grouped(ctx, np.array([1]), np.array([5]), np.array([0]),
+                            np.empty(2, np.int64))
+    with pytest.raises(ValueError):  # a cluster id beyond K
+        kernel.take_grouped(ctx, np.array([3]), np.array([1]), np.array([0]),
+                            np.empty(1, np.int64))
+    assert ctx[-1] == TAG_PASS
