@@ -57,6 +57,19 @@ def kernel_enabled() -> bool:
 GROUP_ELEMS = 2048
 
 
+def stable_order(keys: np.ndarray, top: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of integer keys in [0, top] in linear time:
+    numpy radix-sorts 16-bit keys, so one pass, or two (low half, then high half)
+    below 2**32."""
+    if top <= 0xFFFF:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if top <= 0xFFFFFFFF:
+        order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (keys >> 16).astype(np.uint16).take(order)
+        return order.take(np.argsort(high, kind="stable"))
+    return np.argsort(keys, kind="stable")
+
+
 def passes_per_group(sizes: np.ndarray, clip: int | None) -> np.ndarray:
     """(K,) int64: passes generated per key for clusters of ``sizes`` (n_k)."""
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -413,15 +426,8 @@ class ClusterEngine:
 
         counts : (K,) draws per cluster before these draws; full : (K,) their bincount.
         """
-        # The draws grouped by cluster, in draw order inside a cluster: one
-        # stable sort, which numpy does as a radix sort of 16-bit keys
-        # (two passes, low half then high half, beyond 2**16 clusters).
-        if self.K <= 1 << 16:
-            order = np.argsort(clusters.astype(np.uint16), kind="stable")
-        else:
-            order = np.argsort((clusters & np.uint32(0xFFFF)).astype(np.uint16), kind="stable")
-            high = (clusters >> np.uint32(16)).astype(np.uint16).take(order)
-            order = order.take(np.argsort(high, kind="stable"))
+        # The draws grouped by cluster, in draw order inside a cluster: one stable sort.
+        order = stable_order(clusters, self.K - 1)
         k = np.flatnonzero(full)
         vals = self._docs_grouped(k, full[k], counts[k])
         out[order] = vals.astype(np.int64)  # same-dtype scatter is faster

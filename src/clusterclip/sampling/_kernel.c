@@ -373,6 +373,9 @@ static PyObject *k_take_grouped(PyObject *self, PyObject *args) {
  * (if out); counts[k] += 1; rem[local] -= 1. Stops after the draw that brings a
  * rem to 0 (a clip: the pool changes). Returns (draws done, local clipped or -1).
  */
+#define PD 8    /* prefetch distance of each pipeline stage of draw, in draws */
+#define RING 32 /* ring of chosen clusters: a power of 2 above 3 PD */
+
 static PyObject *k_draw(PyObject *self, PyObject *args) {
     PyObject *t, *ou, *op, *ob, *og, *orem, *oc, *oout, *och;
     int shift;
@@ -426,27 +429,72 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
         if (bad) {
             PyErr_SetString(PyExc_ValueError, "_kernel: bad draw arguments");
         } else {
-            /* every index read is checked in the loop (cheap, predictable branches) */
+            /* Every index read is checked (cheap, predictable branches). The draws are
+             * software-pipelined: the cluster of draw i + 3 PD is chosen ahead (and its
+             * pool entry prefetched), its per-cluster fields at i + 2 PD, its next
+             * document's place in the passes at i + PD; only prefetches run ahead, so
+             * the result is that of the plain loop. */
             const Py_ssize_t KK = gather ? (c.K < K ? c.K : K) : K;
             Py_ssize_t i = 0;
             int64_t hit = -1;
             Py_BEGIN_ALLOW_THREADS
             const uint64_t mm = (uint64_t)m;
+            int64_t ringL[RING], ringK[RING];
+#define STAGE1(s)                                                           \
+    do {                                                                    \
+        const uint32_t v_ = u[s];                                           \
+        int64_t l_;                                                         \
+        if (!weighted) {                                                    \
+            l_ = (int64_t)(((uint64_t)v_ * mm) >> 32);                      \
+        } else {                                                            \
+            l_ = guide[v_ >> shift];                                        \
+            if ((uint64_t)l_ >= mm) l_ = -1;                                \
+            else while (bounds[l_] <= v_) l_++;                             \
+        }                                                                   \
+        ringL[(s) & (RING - 1)] = l_;                                       \
+        if (l_ >= 0) {                                                      \
+            PREFETCH(pool + l_);                                            \
+            if (rem) PREFETCH(rem + l_);                                    \
+        }                                                                   \
+    } while (0)
+#define STAGE2(s)                                                           \
+    do {                                                                    \
+        const int64_t l_ = ringL[(s) & (RING - 1)];                         \
+        int64_t k_ = l_ >= 0 ? pool[l_] : -1;                               \
+        if ((uint64_t)k_ >= (uint64_t)KK) k_ = -1;                          \
+        ringK[(s) & (RING - 1)] = k_;                                       \
+        if (k_ >= 0) {                                                      \
+            PREFETCH(counts + k_);                                          \
+            if (out) {                                                      \
+                PREFETCH(c.group_len + k_);                                 \
+                PREFETCH(c.cur_group + k_);                                 \
+                PREFETCH(c.seg_off + k_);                                   \
+            }                                                               \
+        }                                                                   \
+    } while (0)
+#define STAGE3(s)                                                           \
+    do {                                                                    \
+        const int64_t k_ = ringK[(s) & (RING - 1)];                         \
+        if (k_ >= 0) {                                                      \
+            const int64_t gl_ = c.group_len[k_];                            \
+            const int64_t d_ = counts[k_] - c.cur_group[k_] * gl_;          \
+            if ((uint64_t)d_ < (uint64_t)gl_) {                             \
+                const int64_t at_ = c.seg_off[k_] + d_;                     \
+                PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + at_)         \
+                                 : (void *)((int64_t *)c.cur + at_));       \
+            }                                                               \
+        }                                                                   \
+    } while (0)
+            for (Py_ssize_t s = 0; s < n && s < 3 * PD; s++) STAGE1(s);
+            for (Py_ssize_t s = 0; s < n && s < 2 * PD; s++) STAGE2(s);
+            if (out)
+                for (Py_ssize_t s = 0; s < n && s < PD; s++) STAGE3(s);
             for (; i < n; i++) {
-                const uint32_t v = u[i];
-                int64_t local;
-                if (!weighted) {
-                    local = (int64_t)(((uint64_t)v * mm) >> 32);
-                } else {
-                    local = guide[v >> shift];
-                    if ((uint64_t)local >= mm) {
-                        bad = 1;
-                        break;
-                    }
-                    while (bounds[local] <= v) local++;
-                }
-                const int64_t k = pool[local];
-                if ((uint64_t)k >= (uint64_t)KK || (gather && c.group_len[k] <= 0)) {
+                if (i + 3 * PD < n) STAGE1(i + 3 * PD);
+                if (i + 2 * PD < n) STAGE2(i + 2 * PD);
+                if (out && i + PD < n) STAGE3(i + PD);
+                const int64_t local = ringL[i & (RING - 1)], k = ringK[i & (RING - 1)];
+                if (local < 0 || k < 0 || (gather && c.group_len[k] <= 0)) {
                     bad = 1;
                     break;
                 }
@@ -459,6 +507,9 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
                     break;
                 }
             }
+#undef STAGE1
+#undef STAGE2
+#undef STAGE3
             Py_END_ALLOW_THREADS
             if (bad)
                 PyErr_SetString(PyExc_ValueError, "_kernel: bad pool or guide entry");

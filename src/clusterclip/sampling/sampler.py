@@ -23,7 +23,7 @@ from clusterclip.io import array_fingerprint
 from clusterclip.io import cache_dir as cache_dir_default
 from clusterclip.labels import check_labels
 from clusterclip.sampling import _seek
-from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine
+from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine, stable_order
 
 #: Every strategy name, here only: the CLI, the report and the experiment take these.
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
@@ -328,11 +328,10 @@ class ClusterClipSampler(_RankStream):
                 np.flatnonzero(eligible_mask), seed)
         else:
             # One stable sort over all documents groups them by cluster in index order;
-            # excluded documents get key K and sort last, so no gather is needed (numpy
-            # radix-sorts 16-bit keys in linear time).
-            keys = np.where(eligible_mask, lab, K).astype(
-                np.uint16 if K <= 0xFFFF else np.int64, copy=False)
-            docs = np.argsort(keys, kind="stable")[:n_eligible].astype(idx_dtype)
+            # excluded documents get key K and sort last, so no gather is needed (a
+            # radix sort of 16-bit keys, in linear time).
+            docs = stable_order(np.where(eligible_mask, lab, K), K)[:n_eligible].astype(
+                idx_dtype)
             if strategy == "paced":
                 self._engine = PacedEngine(docs, sizes, seed, weights, clip, T)
             else:
