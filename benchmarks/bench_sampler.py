@@ -27,7 +27,9 @@ Sections (``--sections``, default all):
   (cluster-balancing weights) and saves, one that iterates
   ``WeightedRandomSampler`` into a list and saves, and one that saves
   ``numpy permutation(T)``; the torch peers draw ``--peer-samples`` and their
-  drawing time is scaled to T (their fixed cost counted once);
+  drawing time is scaled to T (their fixed cost counted once). Then each
+  strategy's in-process generation rate (construction + ``blocks()``, fresh
+  process) against the peers' in-process draw rates of the same run;
 * ``resume``: fresh processes per strategy: start at 0, resume at
   ``consumed_samples = --seek`` without a seek index (the one-off build), the
   same again with it, and ``load_state_dict`` of that state at world size 4;
@@ -112,6 +114,27 @@ def seek_worker(args: argparse.Namespace) -> dict:
     out["paced_fresh_s"] = time.perf_counter() - t0
     out["peak_rss_mib"] = _peak_rss_mib()
     return out
+
+
+def gen_worker(args: argparse.Namespace) -> dict:
+    """One fresh process: construct ``args.resume_strategy`` on the labels file and
+    generate all T indices with ``blocks()`` (nothing written); CPU and wall s."""
+    from clusterclip import ClusterClipSampler
+    from clusterclip.sampling._engine import kernel_enabled
+
+    labels = np.load(args.labels_file)
+    kw = {"alpha": 0.5} if args.resume_strategy == "temperature" else {}
+    c0, w0 = time.process_time(), time.perf_counter()
+    s = ClusterClipSampler(labels, args.samples, strategy=args.resume_strategy,
+                           clip=args.clip, cache_dir=False, **kw)
+    c1, w1 = time.process_time(), time.perf_counter()
+    n = 0
+    for block in s.blocks(1 << 20):
+        n += block.size
+    c2, w2 = time.process_time(), time.perf_counter()
+    assert n == args.samples
+    return {"init_cpu": c1 - c0, "gen_cpu": c2 - c1, "init_wall": w1 - w0,
+            "gen_wall": w2 - w1, "kernel": kernel_enabled()}
 
 
 def resume_worker(args: argparse.Namespace) -> dict:
@@ -202,36 +225,46 @@ np.save(sys.argv[2], np.random.default_rng(0).permutation(int(sys.argv[1])))
 """
 
 
-def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path) -> None:
+STRATEGY_ROWS = ("random", "uniform", "temperature", "clusterclip", "paced")
+
+
+def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path,
+                argv: list[str]) -> None:
     T = args.samples
     env = {**os.environ, "CLUSTERCLIP_CACHE": "off"}
-    print(f"\n## whole processes, T={T:,} (wall s; CPU s of the process in brackets)",
-          flush=True)
+    print(f"\n## whole processes, T={T:,} (wall s; CPU s of the process in brackets; "
+          f"load average when each started)", flush=True)
     rows = []
-    for strategy in ("random", "uniform", "temperature", "clusterclip", "paced"):
+    for strategy in STRATEGY_ROWS:
         cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels", str(labels_file),
                "--strategy", strategy, "--clip", str(args.clip), "--num-samples", str(T),
                "--out", str(tmp / "schedule.npy"), "--no-progress"]
         if strategy == "temperature":
             cmd += ["--alpha", "0.5"]
+        load = os.getloadavg()[0]
         wall, cpu, _ = _timed(cmd, env)
         rows.append((f"clusterclip sample --strategy {strategy}", wall, cpu))
-        print(f"| {rows[-1][0]} | {wall:.2f} | ({cpu:.2f}) |", flush=True)
+        print(f"| {rows[-1][0]} | {wall:.2f} | ({cpu:.2f}) | load {load:.1f} |", flush=True)
     P = min(T, args.peer_samples)
-    peers = {}
+    peers, draw_rate = {}, {}
     for how in ("multinomial", "wrs"):
+        load = os.getloadavg()[0]
         wall, cpu, out = _timed([sys.executable, "-c", _PEER, str(labels_file), str(P),
                                  str(tmp / "peer.npy"), how])
         draw = float(out.strip().splitlines()[-1])
+        draw_rate[how] = P / draw
         scale = T / P
         peers[how] = (wall + draw * (scale - 1), cpu + draw * (scale - 1))
         name = ("torch.multinomial (cluster-balancing weights) + save" if how == "multinomial"
                 else "WeightedRandomSampler iterated into a list + save")
         extra = f", measured on {P:,} draws, scaled" if P < T else ""
-        print(f"| {name}{extra} | {peers[how][0]:.2f} | ({peers[how][1]:.2f}) |", flush=True)
+        print(f"| {name}{extra} | {peers[how][0]:.2f} | ({peers[how][1]:.2f}) | "
+              f"load {load:.1f} |", flush=True)
+    load = os.getloadavg()[0]
     wall, cpu, _ = _timed([sys.executable, "-c", _PERM, str(T), str(tmp / "perm.npy")])
     peers["perm"] = (wall, cpu)
-    print(f"| numpy permutation(T) + save | {wall:.2f} | ({cpu:.2f}) |", flush=True)
+    print(f"| numpy permutation(T) + save | {wall:.2f} | ({cpu:.2f}) | load {load:.1f} |",
+          flush=True)
     print()
     for name, wall, cpu in rows:
         print(f"{name}: {peers['multinomial'][0] / wall:.1f}x multinomial, "
@@ -239,6 +272,23 @@ def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path) -> None:
               f"{wall / peers['perm'][0]:.2f}x permutation's time (target <= 2x); "
               f"by CPU: {peers['multinomial'][1] / cpu:.1f}x / {peers['wrs'][1] / cpu:.1f}x / "
               f"{cpu / peers['perm'][1]:.2f}x", flush=True)
+    print(f"\n## in-process generation, T={T:,}: construction + blocks() in a fresh process "
+          f"(nothing written), against the peers' in-process draw rates above "
+          f"(torch.multinomial {draw_rate['multinomial'] / 1e6:.2f} M/s, WeightedRandomSampler "
+          f"{draw_rate['wrs'] / 1e6:.2f} M/s, wall)", flush=True)
+    print("| strategy | construction CPU s | generation CPU s (wall) | M samples/s by CPU "
+          "(wall) | x multinomial's draw | x WeightedRandomSampler's | load |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for strategy in STRATEGY_ROWS:
+        load = os.getloadavg()[0]
+        r = _subprocess("gen", [*argv, f"--labels-file={labels_file}",
+                                f"--resume-strategy={strategy}"])
+        rate_cpu, rate_wall = T / r["gen_cpu"], T / r["gen_wall"]
+        kernel = "" if r["kernel"] else " (numpy path)"
+        print(f"| {strategy}{kernel} | {r['init_cpu']:.2f} | {r['gen_cpu']:.2f} "
+              f"({r['gen_wall']:.2f}) | {rate_cpu / 1e6:.1f} ({rate_wall / 1e6:.1f}) | "
+              f"{rate_wall / draw_rate['multinomial']:.1f}x | {rate_wall / draw_rate['wrs']:.1f}x "
+              f"| {load:.1f} |", flush=True)
 
 
 def resume_section(args: argparse.Namespace, tmp: Path, labels_file: Path,
@@ -314,7 +364,7 @@ def main() -> None:
                    help="issue: N=2e6, K=5000, T=3e7, clip 20 (issue 10's measurement)")
     p.add_argument("--sections", default="inproc,cli,resume,many",
                    help="comma-separated: inproc, cli, resume, many")
-    p.add_argument("--worker", choices=("ours", "paced", "seek", "resume", "many"),
+    p.add_argument("--worker", choices=("ours", "paced", "seek", "resume", "many", "gen"),
                    default=None, help=argparse.SUPPRESS)
     for hidden in ("--labels-file", "--resume-strategy", "--cache", "--state-in",
                    "--state-out"):
@@ -335,8 +385,9 @@ def main() -> None:
     if args.worker in ("ours", "paced"):
         print(json.dumps(worker(args, "clusterclip" if args.worker == "ours" else "paced")))
         return
-    if args.worker in ("seek", "resume", "many"):
-        work = {"seek": seek_worker, "resume": resume_worker, "many": many_worker}
+    if args.worker in ("seek", "resume", "many", "gen"):
+        work = {"seek": seek_worker, "resume": resume_worker, "many": many_worker,
+                "gen": gen_worker}
         print(json.dumps(work[args.worker](args)))
         return
 
@@ -353,7 +404,7 @@ def main() -> None:
             labels_file = tmp / "labels.npy"
             np.save(labels_file, power_law_labels(args.docs, args.clusters))
             if "cli" in sections:
-                cli_section(args, tmp, labels_file)
+                cli_section(args, tmp, labels_file, argv)
             if "resume" in sections:
                 resume_section(args, tmp, labels_file, argv)
     if "many" in sections:

@@ -605,7 +605,8 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
     for (; got < 7; got++)
         if (get_buf(o[got], &b[got], wr[got], 8, "paced_window argument") < 0) break;
     PyObject *res = NULL;
-    uint32_t *keys = NULL, *start = NULL;
+    uint16_t *keys = NULL;
+    uint32_t *start = NULL;
     if (got == 7) {
         const int64_t *ks = b[0].buf, *ma = b[1].buf, *j0 = b[2].buf;
         const uint64_t *base = b[3].buf;
@@ -621,7 +622,7 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
         }
         if (!bad && b[5].len / 8 < (M < need ? M : need)) bad = 1; /* out too short */
         if (!bad) {
-            keys = PyMem_RawMalloc((size_t)(M > 0 ? M : 1) * sizeof(uint32_t));
+            keys = PyMem_RawMalloc((size_t)(M > 0 ? M : 1) * sizeof(uint16_t));
             start = PyMem_RawCalloc((size_t)1 << 16, sizeof(uint32_t));
             if (!keys || !start) {
                 PyErr_NoMemory();
@@ -645,7 +646,7 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
                         bad = 1;
                         break;
                     }
-                    keys[w] = (uint32_t)key;
+                    keys[w] = (uint16_t)key;
                     start[key]++;
                 }
             }
@@ -659,6 +660,15 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
                 w = 0;
                 for (Py_ssize_t i = 0; i < A; i++) {
                     int64_t got_i = 0;
+                    if (i + 4 < A) { /* the next documents of a cluster further on */
+                        const int64_t k4 = ks[i + 4], gl4 = c.group_len[k4];
+                        const int64_t d4 = j0[i + 4] - c.cur_group[k4] * gl4;
+                        if ((uint64_t)d4 < (uint64_t)gl4) {
+                            const int64_t at4 = c.seg_off[k4] + d4;
+                            PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + at4)
+                                             : (void *)((int64_t *)c.cur + at4));
+                        }
+                    }
                     for (int64_t j = j0[i]; j < j0[i] + ma[i]; j++, w++) {
                         const uint32_t key = keys[w];
                         const int64_t pos = start[key]++;
