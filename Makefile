@@ -24,11 +24,14 @@ $(VENV)/.base:
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
 	touch $@
 
-$(VENV)/.all: $(VENV)/.base pyproject.toml
+# setup.py and the sampler's C source: a changed kernel is rebuilt by the editable install.
+KERNEL_SRC := setup.py src/clusterclip/sampling/_kernel.c
+
+$(VENV)/.all: $(VENV)/.base pyproject.toml $(KERNEL_SRC)
 	$(PIP) install -q -e '.[all]'
 	touch $@
 
-$(VENV)/.test: $(VENV)/.base pyproject.toml
+$(VENV)/.test: $(VENV)/.base pyproject.toml $(KERNEL_SRC)
 	$(PIP) install -q -e '.[all,test]'
 	touch $@
 

@@ -12,6 +12,8 @@ import contextlib
 import hashlib
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -36,6 +38,19 @@ def test_the_kernel_is_built_in_ci():
         assert _engine.kernel_enabled()
     elif kernel is None:
         pytest.skip("C kernel not built")
+
+
+def test_a_stale_kernel_build_is_ignored_with_a_warning():
+    # an in-place .so built from an older _kernel.c (another VERSION) is not used
+    code = ("import sys, types, warnings\n"
+            "sys.modules['clusterclip.sampling._kernel'] = types.ModuleType('stale')\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    from clusterclip.sampling import _engine\n"
+            "print(_engine.kernel_enabled(), [str(x.message) for x in w])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.startswith("False [") and "stale build" in out.stdout
 
 
 @contextlib.contextmanager

@@ -36,9 +36,18 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
+KERNEL_VERSION = 1  # the _kernel.c this code calls (its VERSION)
 try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
     from clusterclip.sampling import _kernel
 except ImportError:  # built without a C compiler: numpy path, same schedules, slower
+    _kernel = None
+if _kernel is not None and getattr(_kernel, "VERSION", None) != KERNEL_VERSION:
+    import warnings
+
+    warnings.warn(f"clusterclip.sampling._kernel is a stale build (version "
+                  f"{getattr(_kernel, 'VERSION', None)}, expected {KERNEL_VERSION}): using "
+                  f"the numpy path; rebuild it (pip install -e . or python setup.py "
+                  f"build_ext --inplace)", RuntimeWarning, stacklevel=1)
     _kernel = None
 
 

@@ -714,7 +714,16 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
                                     "Compiled inner loops of clusterclip's cluster engines.",
                                     -1, methods};
 
+/* Bumped with every change of an entry point or of what it computes: _engine.py
+ * ignores a stale build (an in-place .so older than its source) and says so. */
+#define KERNEL_VERSION 1
+
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "VERSION", KERNEL_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
