@@ -130,16 +130,23 @@ static inline uint32_t sfc_next32(sfc64 *r) {
     return (uint32_t)x;
 }
 
-/* numpy's random_interval(max): uniform in [0, max] by masked rejection */
-static inline uint64_t sfc_interval(sfc64 *r, uint64_t max) {
-    uint64_t mask = max, v;
-    if (max == 0) return 0;
+/* the smallest 2**b - 1 >= max */
+static inline uint64_t mask_of(uint64_t max) {
+    uint64_t mask = max;
     mask |= mask >> 1;
     mask |= mask >> 2;
     mask |= mask >> 4;
     mask |= mask >> 8;
     mask |= mask >> 16;
     mask |= mask >> 32;
+    return mask;
+}
+
+/* numpy's random_interval(max): uniform in [0, max] by masked rejection */
+static inline uint64_t sfc_interval(sfc64 *r, uint64_t max) {
+    uint64_t mask, v;
+    if (max == 0) return 0;
+    mask = mask_of(max);
     if (max <= 0xffffffffULL) {
         while ((v = (sfc_next32(r) & mask)) > max) {
         }
@@ -274,11 +281,23 @@ static void load_group(ctx_t *c, int64_t k, int64_t g) {
         T *row = (T *)c->cur + at;                                      \
         const D *src = (const D *)c->docs + o;                          \
         for (int64_t i = 0; i < n; i++) row[i] = (T)src[i];             \
-        for (int64_t i = n - 1; i > 0; i--) {                           \
+        int64_t i = n - 1;                                              \
+        for (; i > 0xffffffffLL; i--) { /* beyond 32 bits: 64-bit draws */ \
             int64_t j = (int64_t)sfc_interval(&r, (uint64_t)i);         \
             T x = row[i];                                               \
             row[i] = row[j];                                            \
             row[j] = x;                                                 \
+        }                                                               \
+        /* sfc_interval(i) with the mask kept across steps (i falls) */ \
+        uint32_t mask = (uint32_t)mask_of((uint64_t)i);                 \
+        for (; i > 0; i--) {                                            \
+            uint32_t v;                                                 \
+            if ((uint32_t)i <= (mask >> 1)) mask >>= 1;                 \
+            while ((v = (sfc_next32(&r) & mask)) > (uint32_t)i) {       \
+            }                                                           \
+            T x = row[i];                                               \
+            row[i] = row[v];                                            \
+            row[v] = x;                                                 \
         }                                                               \
     }
             if (c->cur32) {
