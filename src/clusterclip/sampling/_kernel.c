@@ -393,7 +393,7 @@ static PyObject *k_take_grouped(PyObject *self, PyObject *args) {
  * rem to 0 (a clip: the pool changes). Returns (draws done, local clipped or -1).
  */
 #define PD 8    /* prefetch distance of each pipeline stage of draw, in draws */
-#define RING 32 /* ring of chosen clusters: a power of 2 above 3 PD */
+#define RING 64 /* ring of chosen clusters: a power of 2 above 4 PD */
 
 static PyObject *k_draw(PyObject *self, PyObject *args) {
     PyObject *t, *ou, *op, *ob, *og, *orem, *oc, *oout, *och;
@@ -501,17 +501,39 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
                 const int64_t at_ = c.seg_off[k_] + d_;                     \
                 PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + at_)         \
                                  : (void *)((int64_t *)c.cur + at_));       \
+            } else { /* it will load a group: what the load reads */        \
+                PREFETCH(c.sizes + k_);                                     \
+                PREFETCH(c.ppg + k_);                                       \
+                PREFETCH(c.offsets + k_);                                   \
+                ringK[(s) & (RING - 1)] = -2 - k_; /* for STAGE4 */         \
             }                                                               \
         }                                                                   \
     } while (0)
-            for (Py_ssize_t s = 0; s < n && s < 3 * PD; s++) STAGE1(s);
-            for (Py_ssize_t s = 0; s < n && s < 2 * PD; s++) STAGE2(s);
-            if (out)
-                for (Py_ssize_t s = 0; s < n && s < PD; s++) STAGE3(s);
+#define STAGE4(s)                                                           \
+    do {                                                                    \
+        const int64_t k_ = -2 - ringK[(s) & (RING - 1)];                    \
+        if (k_ >= 0) { /* a load: its documents, where it writes */         \
+            const int64_t o_ = c.offsets[k_], so_ = c.seg_off[k_];          \
+            if ((uint64_t)o_ < (uint64_t)c.ndocs)                           \
+                PREFETCH(c.docs32 ? (void *)((int32_t *)c.docs + o_)        \
+                                  : (void *)((int64_t *)c.docs + o_));      \
+            if ((uint64_t)so_ < (uint64_t)c.ncur)                           \
+                PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + so_)         \
+                                 : (void *)((int64_t *)c.cur + so_));       \
+            ringK[(s) & (RING - 1)] = k_;                                   \
+        }                                                                   \
+    } while (0)
+            for (Py_ssize_t s = 0; s < n && s < 4 * PD; s++) STAGE1(s);
+            for (Py_ssize_t s = 0; s < n && s < 3 * PD; s++) STAGE2(s);
+            if (out) {
+                for (Py_ssize_t s = 0; s < n && s < 2 * PD; s++) STAGE3(s);
+                for (Py_ssize_t s = 0; s < n && s < PD; s++) STAGE4(s);
+            }
             for (; i < n; i++) {
-                if (i + 3 * PD < n) STAGE1(i + 3 * PD);
-                if (i + 2 * PD < n) STAGE2(i + 2 * PD);
-                if (out && i + PD < n) STAGE3(i + PD);
+                if (i + 4 * PD < n) STAGE1(i + 4 * PD);
+                if (i + 3 * PD < n) STAGE2(i + 3 * PD);
+                if (out && i + 2 * PD < n) STAGE3(i + 2 * PD);
+                if (out && i + PD < n) STAGE4(i + PD);
                 const int64_t local = ringL[i & (RING - 1)], k = ringK[i & (RING - 1)];
                 if (local < 0 || k < 0 || (gather && c.group_len[k] <= 0)) {
                     bad = 1;
@@ -529,6 +551,7 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
 #undef STAGE1
 #undef STAGE2
 #undef STAGE3
+#undef STAGE4
             Py_END_ALLOW_THREADS
             if (bad)
                 PyErr_SetString(PyExc_ValueError, "_kernel: bad pool or guide entry");
