@@ -36,7 +36,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 1  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 2  # the _kernel.c this code calls (its VERSION)
 try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
     from clusterclip.sampling import _kernel
 except ImportError:  # built without a C compiler: numpy path, same schedules, slower
@@ -703,6 +703,15 @@ class PacedEngine(ClusterEngine):
 
     def _count(self, x: np.ndarray | int, li: np.ndarray | None = None) -> np.ndarray:
         """Draws of live clusters ``li`` (default all) with key < x (x per entry or scalar)."""
+        if self._use_kernel:
+            xs = np.ascontiguousarray(np.asarray(x, np.int64).reshape(-1))
+            if li is None:
+                a, q, scale, inv = self._live, self._q, self._scale, self._inv
+            else:
+                a, q, scale, inv = self._live[li], self._q[li], self._scale[li], self._inv[li]
+            c = np.empty(a.size, np.int64)
+            _kernel.paced_count(self._u._base, a, q, scale, inv, xs, c)
+            return c
         if li is None:
             li = np.arange(self._live.size)
         x = np.broadcast_to(np.asarray(x, np.int64), li.shape)

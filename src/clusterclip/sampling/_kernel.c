@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -625,6 +626,61 @@ static inline uint64_t mix64(uint64_t z) {
     return z;
 }
 
+/* PacedEngine._keys: key of draw j of a cluster with stream base bk and scale sc,
+ * trunc((j + u) * sc) with u = _rng.CounterUniforms (top 53 bits of SplitMix64's
+ * mix of bk + (j + 1) gamma, times 2**-53); the same IEEE operations as numpy's. */
+static inline int64_t paced_key(uint64_t bk, int64_t j, double sc) {
+    uint64_t z = mix64(((uint64_t)j + 1) * 0x9E3779B97F4A7C15ULL + bk);
+    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* 2**-53 */
+    double x = (double)j;
+    x += u;
+    x *= sc;
+    return (int64_t)x;
+}
+
+/* paced_count(base, a, q, scale, inv, x, c): PacedEngine._count, c[i] = the draws of
+ * cluster a[i] (quota q[i]) with key < x[i] (x of length 1: the same x for all). */
+static PyObject *k_paced_count(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    Py_buffer b[7];
+    int got = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]))
+        return NULL;
+    for (; got < 7; got++)
+        if (get_buf(o[got], &b[got], got == 6, 8, "paced_count argument") < 0) break;
+    PyObject *res = NULL;
+    if (got == 7) {
+        const uint64_t *base = b[0].buf;
+        const int64_t *a = b[1].buf, *q = b[2].buf, *x = b[5].buf;
+        const double *scale = b[3].buf, *inv = b[4].buf;
+        int64_t *c = b[6].buf;
+        const Py_ssize_t n = b[1].len / 8, nbase = b[0].len / 8, nx = b[5].len / 8;
+        int bad = b[2].len / 8 != n || b[3].len / 8 != n || b[4].len / 8 != n ||
+                  b[6].len / 8 != n || !(nx == n || nx == 1);
+        for (Py_ssize_t i = 0; i < n && !bad; i++) bad = a[i] < 0 || a[i] >= nbase || q[i] < 0;
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "_kernel.paced_count: bad arguments");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < n; i++) {
+                const int64_t xi = x[nx == 1 ? 0 : i], qi = q[i];
+                const uint64_t bk = base[a[i]];
+                const double sc = scale[i];
+                double f = floor((double)xi * inv[i]);
+                int64_t ci = f <= 0.0 ? 0 : f >= (double)qi ? qi : (int64_t)f;
+                while (ci > 0 && paced_key(bk, ci - 1, sc) >= xi) ci--;
+                while (ci < qi && paced_key(bk, ci, sc) < xi) ci++;
+                c[i] = ci;
+            }
+            Py_END_ALLOW_THREADS
+            res = Py_None;
+            Py_INCREF(res);
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return res;
+}
+
 /* paced_window(ctx, k, ma, j0, base uint64, scale float64, front, need, out, taken)
  *
  * One window of PacedEngine._windows: draws j0[i] .. j0[i] + ma[i] - 1 of clusters
@@ -678,12 +734,7 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
                 const uint64_t bk = base[ks[i]];
                 const double sc = scale[i];
                 for (int64_t j = j0[i]; j < j0[i] + ma[i]; j++, w++) {
-                    uint64_t z = mix64(((uint64_t)j + 1) * 0x9E3779B97F4A7C15ULL + bk);
-                    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* 2**-53 */
-                    double x = (double)j;
-                    x += u;
-                    x *= sc;
-                    int64_t key = (int64_t)x - front;
+                    int64_t key = paced_key(bk, j, sc) - front;
                     if (key < 0 || key >= (1 << 16)) {
                         bad = 1;
                         break;
@@ -748,6 +799,8 @@ static PyMethodDef methods[] = {
      "draw(ctx, u, pool, bounds, guide, shift, rem, counts, out, choice) -> (done, clipped)"},
     {"shuffle", k_shuffle, METH_VARARGS,
      "shuffle(buf, seed, tag, a, b): Generator.shuffle by KeyedStreams(seed, tag)(a, b)"},
+    {"paced_count", k_paced_count, METH_VARARGS,
+     "paced_count(base, a, q, scale, inv, x, c): PacedEngine._count into c"},
     {"paced_window", k_paced_window, METH_VARARGS,
      "paced_window(ctx, k, ma, j0, base, scale, front, need, out, taken) -> (M, last key)"},
     {NULL, NULL, 0, NULL}};
@@ -758,7 +811,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 1
+#define KERNEL_VERSION 2
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
