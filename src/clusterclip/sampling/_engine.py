@@ -15,7 +15,10 @@ Three engines, all pure functions of their inputs and seed:
   eligible documents keyed on ``(seed, e)``; its state is the position.
 
 Both work in sub-blocks of vectorised numpy; the result never depends on how
-a range of positions is split into calls.
+a range of positions is split into calls. Where the optional C kernel
+(``_kernel.c``, built by ``setup.py``) is built, the hot loops run there
+instead, bit for bit the same (the numpy path is the reference and the
+fallback; ``CLUSTERCLIP_KERNEL=off`` forces it).
 """
 
 from __future__ import annotations
