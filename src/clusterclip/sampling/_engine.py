@@ -39,7 +39,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 2  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 3  # the _kernel.c this code calls (its VERSION)
 try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
     from clusterclip.sampling import _kernel
 except ImportError:  # built without a C compiler: numpy path, same schedules, slower
@@ -363,20 +363,26 @@ class ClusterEngine:
         out = np.empty(n, np.int64) if gather else None
         choice = np.empty(n, np.uint32) if gather else None
         start, done = self.pos, 0
+        events = np.empty(2 * 4096, np.int64)  # clips handled in C: (cluster, draw) pairs
         while done < n:
             if self.pool.size == 0:
                 raise RuntimeError("every cluster is clipped: num_samples exceeds capacity")
             t = self.pos
             b = min(n - done, CHUNK - t % CHUNK)
             weighted = self._p is not None
-            got, hit = _kernel.draw(
+            got, hit, ne, m = _kernel.draw(
                 ctx, self._variates.get(t, b), self.pool,
                 self._bounds if weighted else None, self._guide if weighted else None,
                 int(self._guide_shift) if weighted else 0, self._rem, self.counts,
                 None if out is None else out[done:done + b],
-                None if choice is None else choice[done:done + b])
+                None if choice is None else choice[done:done + b], events)
             self.pos += got
             done += got
+            if ne:  # clusters the kernel dropped from the pool (shifted in place)
+                self.clip_events.extend(zip(events[0:2 * ne:2].tolist(),
+                                            (events[1:2 * ne:2] + t).tolist(), strict=True))
+                self.pool, self._rem, self._pool32 = self.pool[:m], self._rem[:m], None
+                self._pool_changed()
             if hit >= 0:
                 self.clip_events.append((int(self.pool[hit]), self.pos - 1))
                 self._drop_from_pool(hit)

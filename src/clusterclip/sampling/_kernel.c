@@ -385,22 +385,26 @@ static PyObject *k_take_grouped(PyObject *self, PyObject *args) {
 }
 
 /* draw(ctx, u uint32, pool int64, bounds uint64|None, guide int64|None, shift,
- *      rem int64|None, counts int64, out int64|None, choice uint32|None)
+ *      rem int64|None, counts int64, out int64|None, choice uint32|None,
+ *      events int64|None)
  *
  * Draws t = 0 .. len(u) - 1: pool-local cluster from u[t] (uniform: u m >> 32;
  * weighted: guide[u >> shift], then right while bounds <= u); cluster k =
  * pool[local]; choice[t] = k; out[t] = the document of its draw counts[k]
- * (if out); counts[k] += 1; rem[local] -= 1. Stops after the draw that brings a
- * rem to 0 (a clip: the pool changes). Returns (draws done, local clipped or -1).
- */
+ * (if out); counts[k] += 1; rem[local] -= 1. A draw that brings a rem to 0 clips
+ * its cluster: with `events` (uniform choice only) it leaves pool and rem here
+ * (both shift left, as ClusterEngine._drop_from_pool does) and (k, t) is
+ * recorded, while `events` has room; else the call stops after that draw.
+ * Returns (draws done, local clipped at the stop or -1, events recorded, pool
+ * size now). */
 #define PD 8    /* prefetch distance of each pipeline stage of draw, in draws */
 #define RING 64 /* ring of chosen clusters: a power of 2 above 4 PD */
 
 static PyObject *k_draw(PyObject *self, PyObject *args) {
-    PyObject *t, *ou, *op, *ob, *og, *orem, *oc, *oout, *och;
+    PyObject *t, *ou, *op, *ob, *og, *orem, *oc, *oout, *och, *oev;
     int shift;
-    if (!PyArg_ParseTuple(args, "OOOOOiOOOO", &t, &ou, &op, &ob, &og, &shift, &orem, &oc,
-                          &oout, &och))
+    if (!PyArg_ParseTuple(args, "OOOOOiOOOOO", &t, &ou, &op, &ob, &og, &shift, &orem, &oc,
+                          &oout, &och, &oev))
         return NULL;
     ctx_t c;
     int gather = oout != Py_None;
@@ -409,8 +413,8 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
     } else {
         memset(&c, 0, sizeof(c));
     }
-    Py_buffer bu, bp, bb, bg, br, bc, bo, bch;
-    Py_buffer *held[8];
+    Py_buffer bu, bp, bb, bg, br, bc, bo, bch, bev;
+    Py_buffer *held[9];
     int nh = 0, fail = 0;
 #define GET(o, b, w, isz, nm)                              \
     if (!fail) {                                           \
@@ -418,24 +422,31 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
         else held[nh++] = &b;                              \
     }
     GET(ou, bu, 0, 4, "u");
-    GET(op, bp, 0, 8, "pool");
     int weighted = ob != Py_None;
+    int clipped = orem != Py_None;
+    /* events: the clips are handled here (uniform choice only: the pool shrinks in
+     * place), each recorded as (cluster, draw) */
+    int inplace = oev != Py_None && !weighted && clipped;
+    GET(op, bp, inplace, 8, "pool");
     if (weighted) {
         GET(ob, bb, 0, 8, "bounds");
         GET(og, bg, 0, 8, "guide");
     }
-    int clipped = orem != Py_None;
     if (clipped) GET(orem, br, 1, 8, "rem");
     GET(oc, bc, 1, 8, "counts");
     if (gather) GET(oout, bo, 1, 8, "out");
     int keep = och != Py_None;
     if (keep) GET(och, bch, 1, 4, "choice");
+    if (inplace) GET(oev, bev, 1, 8, "events");
 #undef GET
     PyObject *res = NULL;
     if (!fail) {
         Py_ssize_t n = bu.len / 4, m = bp.len / 8, K = bc.len / 8;
         const uint32_t *u = bu.buf;
-        const int64_t *pool = bp.buf;
+        int64_t *pool = bp.buf;
+        int64_t *ev = inplace ? bev.buf : NULL;
+        const Py_ssize_t evcap = inplace ? bev.len / 16 : 0;
+        Py_ssize_t ne = 0;
         const uint64_t *bounds = weighted ? bb.buf : NULL;
         const int64_t *guide = weighted ? bg.buf : NULL;
         int64_t *rem = clipped ? br.buf : NULL;
@@ -458,7 +469,7 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
             Py_ssize_t i = 0;
             int64_t hit = -1;
             Py_BEGIN_ALLOW_THREADS
-            const uint64_t mm = (uint64_t)m;
+            uint64_t mm = (uint64_t)m;
             int64_t ringL[RING], ringK[RING];
 #define STAGE1(s)                                                           \
     do {                                                                    \
@@ -524,30 +535,48 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
             ringK[(s) & (RING - 1)] = k_;                                   \
         }                                                                   \
     } while (0)
-            for (Py_ssize_t s = 0; s < n && s < 4 * PD; s++) STAGE1(s);
-            for (Py_ssize_t s = 0; s < n && s < 3 * PD; s++) STAGE2(s);
-            if (out) {
-                for (Py_ssize_t s = 0; s < n && s < 2 * PD; s++) STAGE3(s);
-                for (Py_ssize_t s = 0; s < n && s < PD; s++) STAGE4(s);
-            }
-            for (; i < n; i++) {
-                if (i + 4 * PD < n) STAGE1(i + 4 * PD);
-                if (i + 3 * PD < n) STAGE2(i + 3 * PD);
-                if (out && i + 2 * PD < n) STAGE3(i + 2 * PD);
-                if (out && i + PD < n) STAGE4(i + PD);
-                const int64_t local = ringL[i & (RING - 1)], k = ringK[i & (RING - 1)];
-                if (local < 0 || k < 0 || (gather && c.group_len[k] <= 0)) {
-                    bad = 1;
-                    break;
+            while (i < n) {
+                /* (re)start the pipeline at draw i: at first, and after a clip */
+                for (Py_ssize_t s = i; s < n && s < i + 4 * PD; s++) STAGE1(s);
+                for (Py_ssize_t s = i; s < n && s < i + 3 * PD; s++) STAGE2(s);
+                if (out) {
+                    for (Py_ssize_t s = i; s < n && s < i + 2 * PD; s++) STAGE3(s);
+                    for (Py_ssize_t s = i; s < n && s < i + PD; s++) STAGE4(s);
                 }
-                if (choice) choice[i] = (uint32_t)k;
-                const int64_t j = counts[k]++;
-                if (out) out[i] = doc_of(&c, k, j);
-                if (rem && --rem[local] == 0) {
-                    hit = local;
-                    i++;
-                    break;
+                int again = 0;
+                for (; i < n; i++) {
+                    if (i + 4 * PD < n) STAGE1(i + 4 * PD);
+                    if (i + 3 * PD < n) STAGE2(i + 3 * PD);
+                    if (out && i + 2 * PD < n) STAGE3(i + 2 * PD);
+                    if (out && i + PD < n) STAGE4(i + PD);
+                    const int64_t local = ringL[i & (RING - 1)], k = ringK[i & (RING - 1)];
+                    if (local < 0 || k < 0 || (gather && c.group_len[k] <= 0)) {
+                        bad = 1;
+                        break;
+                    }
+                    if (choice) choice[i] = (uint32_t)k;
+                    const int64_t j = counts[k]++;
+                    if (out) out[i] = doc_of(&c, k, j);
+                    if (rem && --rem[local] == 0) { /* cluster k completed its last pass */
+                        i++;
+                        if (ne < evcap) { /* it leaves the pool here; the draws go on */
+                            ev[2 * ne] = k;
+                            ev[2 * ne + 1] = i - 1;
+                            ne++;
+                            memmove(pool + local, pool + local + 1,
+                                    (size_t)(m - local - 1) * sizeof(int64_t));
+                            memmove(rem + local, rem + local + 1,
+                                    (size_t)(m - local - 1) * sizeof(int64_t));
+                            m--;
+                            mm = (uint64_t)m;
+                            again = m > 0;
+                        } else {
+                            hit = local;
+                        }
+                        break;
+                    }
                 }
+                if (!again) break;
             }
 #undef STAGE1
 #undef STAGE2
@@ -557,7 +586,7 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
             if (bad)
                 PyErr_SetString(PyExc_ValueError, "_kernel: bad pool or guide entry");
             else
-                res = Py_BuildValue("(nL)", i, (long long)hit);
+                res = Py_BuildValue("(nLnn)", i, (long long)hit, ne, m);
         }
     }
     for (int i = 0; i < nh; i++) PyBuffer_Release(held[i]);
@@ -796,7 +825,8 @@ static PyMethodDef methods[] = {
     {"take_grouped", k_take_grouped, METH_VARARGS,
      "take_grouped(ctx, k, hits, j0, vals): ClusterEngine._docs_grouped into vals"},
     {"draw", k_draw, METH_VARARGS,
-     "draw(ctx, u, pool, bounds, guide, shift, rem, counts, out, choice) -> (done, clipped)"},
+     "draw(ctx, u, pool, bounds, guide, shift, rem, counts, out, choice, events)"
+     " -> (done, clipped, events, pool size)"},
     {"shuffle", k_shuffle, METH_VARARGS,
      "shuffle(buf, seed, tag, a, b): Generator.shuffle by KeyedStreams(seed, tag)(a, b)"},
     {"paced_count", k_paced_count, METH_VARARGS,
@@ -811,7 +841,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 2
+#define KERNEL_VERSION 3
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
