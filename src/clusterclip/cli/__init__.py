@@ -38,7 +38,10 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
         a.help = f"{a.help} (default: %(default)s)" if a.help else "(default: %(default)s)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only`` (a command's name), every command is there
+    but only that one has its options (they may import what a choice list needs, e.g. the
+    sampler's strategies), so running one command imports nothing another one needs."""
     parser = _Parser(
         prog="clusterclip",
         description="Balance LLM training data by semantic cluster: embed a corpus, cluster it "
@@ -48,14 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"clusterclip.cli.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        _show_defaults(p)
+        if only is None or name == only:
+            module.add_arguments(p)
+            _show_defaults(p)
         p.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # The command is the first argument (the only top-level options are --help, --version).
+    only = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(only).parse_args(argv)
     try:
         return int(args._module.run(args) or 0)
     except InputError as e:

@@ -10,13 +10,14 @@ from clusterclip.cli._options import (
     add_kmeans_options,
     add_token_options,
 )
-from clusterclip.sampling.sampler import STRATEGIES
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.sampling.sampler import STRATEGIES
+
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help=".jsonl / .jsonl.gz / .parquet files or folders of them")
     p.add_argument("--workdir", required=True, help="work directory for all artifacts")

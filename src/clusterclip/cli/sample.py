@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.cli._options import add_token_options
-from clusterclip.sampling.sampler import CLIP_STRATEGIES, STRATEGIES
-from clusterclip.tokens import token_summary_lines
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
@@ -19,6 +17,8 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.sampling.sampler import STRATEGIES
+
     p.add_argument("--labels", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
     p.add_argument("--strategy", choices=STRATEGIES, default="clusterclip",
@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     """Human-readable lines of a sampler summary."""
+    from clusterclip.sampling.sampler import CLIP_STRATEGIES
+    from clusterclip.tokens import token_summary_lines
+
     lines = [f"strategy:    {s['strategy']} (seed {s['seed']}"
              + (f", clip {s['clip']}" if s.get("clip") is not None else "")
              + (f", alpha {s['alpha']}" if s.get("alpha") is not None else "")

@@ -28,6 +28,8 @@ _ARRAYS = ("file_id", "address", "nbytes", "line", "valid", "text_len")
 _MAX_EXAMPLES = 20
 # Documents converted to Python objects at a time when streaming records by index.
 _CHUNK = 65536
+# Characters of text a scan asked to keep its texts holds at most (else it keeps none).
+KEEP_TEXT_CHARS = 1 << 26
 
 
 def _has_text(t: str | None) -> bool:
@@ -364,10 +366,28 @@ def _columns() -> dict[str, array.array]:
     return {k: array.array(t) for k, t in _TYPECODES.items()}
 
 
+class _KeptTexts:
+    """The texts a scan keeps (corpus order, None where excluded) while they total at most
+    ``limit`` characters; past it, none (``out`` is emptied and stays empty)."""
+
+    def __init__(self, out: list[str | None], limit: int) -> None:
+        self.out, self.left, self.on = out, limit, True
+
+    def add(self, text: str | None) -> None:
+        if self.on:
+            self.left -= len(text) if text is not None else 0
+            if self.left < 0:
+                self.on = False
+                self.out.clear()
+            else:
+                self.out.append(text)
+
+
 def _scan_file(fid: int, path: Path, text_field: str, id_field: str | None,
                skip_bad_lines: bool, cols: dict[str, array.array], ids: list[Any] | None,
-               bar: Any, want_keys: bool) -> _FileScan:
-    """Scan file number ``fid``, appending its documents to ``cols`` (and ``ids``)."""
+               bar: Any, want_keys: bool, texts: _KeptTexts | None = None) -> _FileScan:
+    """Scan file number ``fid``, appending its documents to ``cols`` (and ``ids``, and their
+    texts to ``texts``)."""
     kind = readers.kind_of(path)
     try:
         st = path.stat()
@@ -406,6 +426,8 @@ def _scan_file(fid: int, path: Path, text_field: str, id_field: str | None,
         cols["text_len"].append(min(len(item.text), 2**31 - 1) if ok else 0)
         if ids is not None:
             ids.append(item.doc_id)
+        if texts is not None:
+            texts.add(item.text if ok else None)
         rec["documents"] += 1
         if not ok:
             rec["empty"] += 1
@@ -469,7 +491,8 @@ def scan_into(directory: str | os.PathLike[str],
               paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str], *,
               text_field: str = "text", id_field: str | None = None,
               skip_bad_lines: bool = False, progress: bool = True,
-              check: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              check: Callable[[dict[str, Any]], None] | None = None,
+              texts: list[str | None] | None = None) -> dict[str, Any]:
     """Index ``paths`` into ``directory``: the files :meth:`Corpus.scan` then
     :meth:`Corpus.save` write, byte for byte, with the files shared among the ranks.
 
@@ -481,6 +504,11 @@ def scan_into(directory: str | os.PathLike[str],
     into ``directory``, replaced atomically. Errors are those of :meth:`Corpus.scan`: the
     first bad line in file order, as an InputError on every rank. Returns the stats on
     every rank.
+
+    ``texts``: an empty list the scan fills with every document's text in corpus order
+    (None where excluded), so that a stage that reads them next need not read the files
+    again, when it ran on one process and they total at most :data:`KEEP_TEXT_CHARS`
+    characters; otherwise it stays empty.
     """
     from tqdm import tqdm
 
@@ -500,12 +528,16 @@ def scan_into(directory: str | os.PathLike[str],
     rank, world = D.rank_and_world()
     desc = "scanning corpus" if world == 1 else f"scanning corpus (rank {rank})"
     bar = tqdm(desc=desc, unit="doc", disable=not progress, leave=False)
+    if texts is not None:
+        texts.clear()
+    # One process scans the files in order: their texts append in corpus order.
+    kept = _KeptTexts(texts, KEEP_TEXT_CHARS) if texts is not None and world == 1 else None
 
     def one(fid: int) -> _FileScan:
         cols = _columns()
         ids: list[Any] | None = [] if id_field else None
         got = _scan_file(fid, files_in[fid], text_field, id_field, skip_bad_lines, cols, ids,
-                         bar, want_keys=True)
+                         bar, want_keys=True, texts=kept)
         part = scratch / f"{fid:07d}"
         part.mkdir()
         for k, c in cols.items():

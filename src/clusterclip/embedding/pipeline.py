@@ -166,25 +166,41 @@ def allocate_rows(shard_dir: Path, n: int, dim: int, dtype: str) -> bool:
     return True
 
 
-def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int
+def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int,
+                 known: dict[int, str] | None = None
                  ) -> Iterator[tuple[int, np.ndarray, list[str]]]:
-    """For each shard (ascending): its valid indices and their texts, read in one pass."""
+    """For each shard (ascending): its valid indices and their texts, those not in
+    ``known`` (index -> text) read in one pass."""
     n = len(corpus)
     per_shard = []
     for s in shards:
         start, stop = s * shard_size, min((s + 1) * shard_size, n)
         per_shard.append(start + np.flatnonzero(corpus.valid[start:stop]))
     wanted = np.concatenate(per_shard) if per_shard else np.zeros(0, np.int64)
-    texts = corpus.iter_texts_at(wanted)
+    texts = _texts_at(corpus, wanted, known or {})
     for s, idx in zip(shards, per_shard, strict=True):
-        yield s, idx, [t for _, t in (next(texts) for _ in range(len(idx)))]
+        yield s, idx, [next(texts) for _ in range(len(idx))]
+
+
+def _texts_at(corpus: Corpus, indices: np.ndarray, known: dict[int, str]) -> Iterator[str]:
+    """The texts of ascending valid ``indices``, from ``known`` (index -> text) where there,
+    the others read from the files in one streaming pass."""
+    idx = indices.tolist()
+    read = iter(corpus.iter_texts_at([i for i in idx if i not in known]))
+    for i in idx:
+        t = known.get(i)
+        if t is None:
+            j, t = next(read)
+            assert j == i
+        yield t
 
 
 def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: list[int], *,
                  shard_size: int, dtype: str, progress: bool = True,
-                 desc: str = "embedding") -> int:
+                 desc: str = "embedding", known: dict[int, str] | None = None) -> int:
     """Embed ``shards`` (ascending shard numbers) of ``corpus`` into the rows file
-    ``shard_dir/ROWS`` (made by :func:`allocate_rows`).
+    ``shard_dir/ROWS`` (made by :func:`allocate_rows`); texts in ``known`` (index ->
+    text) are not read again.
 
     Shard ``s`` writes rows [s*S, min((s+1)*S, N)) in corpus order, zeros for excluded
     documents, then its ``.done`` record. Returns documents embedded.
@@ -200,7 +216,7 @@ def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: li
     fd = os.open(path, os.O_WRONLY)
     try:
         with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
-            for s, idx, texts in _shard_texts(corpus, shards, shard_size):
+            for s, idx, texts in _shard_texts(corpus, shards, shard_size, known):
                 start, stop = s * shard_size, min((s + 1) * shard_size, n)
                 rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
                 if len(texts):
@@ -283,11 +299,14 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                                  f"({stats['documents']} documents, {stats['empty']} empty)")
             _check_clusters(stats, n_clusters)
 
+        # The texts, when one process scans a corpus small enough to keep them (read
+        # once, not again for the sample and the shards).
+        kept: list[str | None] = []
         if D.on_main(plan):
             # Every rank scans a share of the files; rank 0 writes the index.
             stats = scan_into(root / "corpus", inputs, text_field=text_field,
                               id_field=id_field, skip_bad_lines=skip_bad_lines,
-                              progress=progress, check=check)
+                              progress=progress, check=check, texts=kept)
 
             def start() -> None:
                 write_marker(root / "corpus", STAGE)
@@ -299,7 +318,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
 
             D.on_main(start)
         return _embed_and_merge(root, fp, params, progress=progress,
-                                trust_remote_code=trust_remote_code)
+                                trust_remote_code=trust_remote_code, kept=kept)
 
     with wd.locked():
         info = wd.run_stage(STAGE, key=key, params=params,
@@ -315,14 +334,20 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
 
 
 def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
-                     trust_remote_code: bool) -> dict[str, Any]:
+                     trust_remote_code: bool, kept: list[str | None] | None = None
+                     ) -> dict[str, Any]:
     """Embed the missing shards on every rank into the rows file; rank 0 moves it into
-    place (the stage info)."""
+    place (the stage info). ``kept``: every document's text (None where excluded) when
+    the scan kept them, else empty."""
     rank, world = D.rank_and_world()
     shard_dir = root / "embed"
     dtype, shard_size, embedder = params["dtype"], params["shard_size"], params["embedder"]
     # Memory-mapped: every rank reads the same index, which the page cache holds once.
     corpus = Corpus.load(root / "corpus")
+    # Texts in memory by index: the scan's, else the sample's once it is read.
+    known: dict[int, str] = {}
+    if kept is not None and len(kept) == len(corpus):
+        known = {i: t for i, t in enumerate(kept) if t is not None}
 
     # Rank 0 loads first: a first use of the fast embedder builds its cached table.
     emb = None
@@ -336,7 +361,9 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
         D.barrier()
     assert emb is not None
     if type(emb).prepare is not Embedder.prepare:
-        emb.prepare(corpus.texts(sample_indices(corpus.valid)))
+        sample = sample_indices(corpus.valid)
+        known.update(zip(sample.tolist(), _texts_at(corpus, sample, known), strict=True))
+        emb.prepare([known[i] for i in sample.tolist()])
 
     n = len(corpus)
     n_shards = math.ceil(n / shard_size)
@@ -350,7 +377,7 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
     mine = todo[rank::world]
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
     embedded = embed_shards(corpus, emb, shard_dir, mine, shard_size=shard_size, dtype=dtype,
-                            progress=progress, desc=desc)
+                            progress=progress, desc=desc, known=known)
     counts = D.gather_objects(embedded)
     D.barrier()
 
