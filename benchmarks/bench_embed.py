@@ -101,7 +101,20 @@ def main() -> None:
     ap.add_argument("--first-ever", action="store_true",
                     help="also time a fresh process with an empty table cache (distils the "
                          "table: minutes on CPU)")
+    ap.add_argument("--process-only", action="store_true",
+                    help="only the whole `clusterclip embed` process rows")
+    ap.add_argument("--process-runs", type=int, default=2,
+                    help="whole `clusterclip embed` processes per checkout (alternating)")
     args = ap.parse_args()
+    srcs = [("this checkout", None)] + ([("peer: " + args.peer_src, args.peer_src)]
+                                       if args.peer_src else [])
+    if args.process_only:
+        from clusterclip.data import pydocs_path
+
+        with gzip.open(pydocs_path(), "rb") as f:
+            n_docs = sum(1 for _ in f)
+        print_cli_rows(n_docs, cli_rows(srcs, args.process_runs))
+        return
 
     import torch
     from sentence_transformers import SentenceTransformer
@@ -175,15 +188,13 @@ def main() -> None:
             w, c, _, _, t_load, source = min(runs[name])
             ww, cw = min((r[2], r[3]) for r in runs[name])
             speed.append((cname, name, source, len(ctexts), t_load, w, c, ww, cw))
-    srcs = [("this checkout", None)] + ([("peer: " + args.peer_src, args.peer_src)]
-                                       if args.peer_src else [])
     procs = [(cname, src, fresh_process(path, args.max_length, None, src_path))
              for src, src_path in srcs for cname, path in (("pydocs", None), ("wordnet", WORDNET))]
     if args.first_ever:
         with tempfile.TemporaryDirectory() as empty:
             procs.append(("pydocs", "this checkout",
                           fresh_process(None, args.max_length, empty, None)))
-    clis = [(src, cli_process(src_path)) for _ in range(2) for src, src_path in srcs]
+    clis = cli_rows(srcs, args.process_runs)
 
     # -- quality ---------------------------------------------------------------------
     e_minilm_full = e_ours if n_minilm == len(texts) else None
@@ -245,15 +256,7 @@ def main() -> None:
               f"{src} | {docs} | {t_embed:.2f} | {docs / t_embed:.0f} | {t_proc:.2f} | "
               f"{docs / t_proc:.0f} | {'yes' if torch_in else 'no'} |")
     print()
-    print(f"`clusterclip embed pydocs --embedder fast` as a whole process (scan, embed, write; "
-          f"{len(texts)} docs; runs alternate):")
-    print()
-    print("| code | whole process s | docs/s | CPU s (user+sys) | torch imported |")
-    print("|---|---:|---:|---:|---|")
-    for code, (t_proc, cpu, torch_in) in clis:
-        print(f"| {code} | {t_proc:.2f} | {len(texts) / t_proc:,.0f} | {cpu:.2f} | "
-              f"{'yes' if torch_in else 'no'} |")
-    print()
+    print_cli_rows(len(texts), clis)
     py_how = "this run" if n_minilm == len(texts) else "from --minilm-embeddings" \
         if e_minilm_full is not None else "none for the whole corpus (no ratio)"
     print(f"MiniLM vectors: pydocs {py_how}; "
@@ -296,9 +299,9 @@ def main() -> None:
           f"worst NMI ratio to MiniLM "
           + ", ".join(f"{c} {r:.0%}" for c, r in ratios.items())
           + f" (target 80%): target {'MET' if met else 'MISSED'}. A whole `clusterclip embed` "
-          f"process: {len(texts) / min(c[1][0] for c in clis if c[0] == 'this checkout'):,.0f} "
+          f"process: {len(texts) / min(c[2] for c in clis if c[0] == 'this checkout'):,.0f} "
           f"docs/s at best, torch imported: "
-          f"{'yes' if any(c[1][2] for c in clis if c[0] == 'this checkout') else 'no'}.")
+          f"{'yes' if any('torch' in c[4] for c in clis if c[0] == 'this checkout') else 'no'}.")
 
 
 def peer_embedder(src: str):
@@ -374,35 +377,81 @@ def fresh_process(path, max_length: int, cache: str | None, src: str | None) -> 
     return docs, src, t_embed, total, cache is not None, torch_in
 
 
-_CLI = """
-import json, runpy, sys
-sys.argv = ["clusterclip", *sys.argv[1:]]
-try:
-    runpy.run_module("clusterclip.cli", run_name="__main__", alter_sys=True)
-except SystemExit as e:
-    if e.code:
-        raise
-print(json.dumps("torch" in sys.modules))
-"""
+# Modules a fast `clusterclip embed` process has no use for (reported when imported).
+_NOT_NEEDED = ("torch", "transformers", "sentence_transformers", "clusterclip.sampling",
+               "clusterclip.export", "clusterclip.experiment")
 
 
-def cli_process(src: str | None) -> tuple[float, float, bool]:
-    """``clusterclip embed`` of the bundled corpus with the fast embedder, a whole process:
-    wall s, CPU s of the child, whether it imported torch."""
+def cli_rows(srcs: list[tuple[str, str | None]], runs: int) -> list[tuple]:
+    """Whole `clusterclip embed` processes, ``runs`` per checkout, alternating:
+    (code, load average at start, wall s, CPU s, modules of _NOT_NEEDED imported)."""
+    with tempfile.TemporaryDirectory() as pycache:
+        imported = {src: cli_imports(src_path, pycache) for src, src_path in srcs}  # warm-up
+        return [(src, os.getloadavg()[0], *cli_process(src_path, pycache), imported[src])
+                for _ in range(runs) for src, src_path in srcs]
+
+
+def print_cli_rows(n_docs: int, clis: list[tuple]) -> None:
+    print(f"`clusterclip embed pydocs.jsonl.gz --workdir W --embedder fast` as a user runs it "
+          f"(the console script, bytecode cached), a whole process (start, imports, scan, "
+          f"embed, write; {n_docs} docs; runs alternate):")
+    print()
+    print("| code | load at start | whole process s | docs/s | CPU s (user+sys) | "
+          "imported, not needed |")
+    print("|---|---:|---:|---:|---:|---|")
+    for code, load, t_proc, cpu, extra in clis:
+        print(f"| {code} | {load:.2f} | {t_proc:.2f} | {n_docs / t_proc:,.0f} | {cpu:.2f} | "
+              f"{', '.join(extra) or 'none'} |")
+    print()
+
+
+def cli_command() -> list[str]:
+    """How a user starts the tool: the console script beside this Python, if installed."""
+    script = Path(sys.executable).with_name("clusterclip")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "clusterclip.cli"]
+
+
+def cli_env(src: str | None, pycache: str) -> dict[str, str]:
+    """The child's environment: ``src`` first on the path; bytecode written to and read from
+    ``pycache`` (as an installed package has it compiled; the source trees stay untouched)."""
+    env = child_env(None, src)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
+def cli_embed_args(workdir: Path) -> list[str]:
     from clusterclip.data import pydocs_path
 
+    return ["embed", str(pydocs_path()), "--workdir", str(workdir), "--embedder", "fast"]
+
+
+def cli_imports(src: str | None, pycache: str) -> list[str]:
+    """An untimed `clusterclip embed` (also writes the bytecode): which modules of
+    _NOT_NEEDED it imported."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**cli_env(src, pycache), "PYTHONPROFILEIMPORTTIME": "1"}
+        err = subprocess.run(cli_command() + cli_embed_args(Path(tmp) / "w"), env=env,
+                             check=True, capture_output=True, text=True).stderr
+    mods = {line.split("|")[-1].strip() for line in err.splitlines()
+            if line.startswith("import time:")}
+    return [m for m in _NOT_NEEDED if any(x == m or x.startswith(m + ".") for x in mods)]
+
+
+def cli_process(src: str | None, pycache: str) -> tuple[float, float]:
+    """``clusterclip embed`` of the bundled corpus with the fast embedder, a whole process:
+    wall s, CPU s of the child."""
     with tempfile.TemporaryDirectory() as tmp:
         before = os.times()
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", _CLI, "embed", str(pydocs_path()),
-                              "--workdir", str(Path(tmp) / "w"), "--embedder", "fast",
-                              "--no-progress"], env=child_env(None, src), check=True,
-                             capture_output=True, text=True).stdout
+        subprocess.run(cli_command() + cli_embed_args(Path(tmp) / "w"),
+                       env=cli_env(src, pycache), check=True, capture_output=True)
         wall = time.perf_counter() - t
         after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system
                                                           - before.children_system)
-    return wall, cpu, json.loads(out.strip().splitlines()[-1])
+    return wall, cpu
+
 
 if __name__ == "__main__":
     main()

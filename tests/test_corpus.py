@@ -241,3 +241,36 @@ def test_random_corpora_read_back_exactly(tmp_path_factory, files, picks):
     if expected:
         idx = [p % len(expected) for p in picks]
         assert corpus.texts(idx) == [expected[i] for i in idx]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.text(st.characters(exclude_categories=("Cs",)),
+                                           max_size=20), st.none()), max_size=6),
+                min_size=1, max_size=4),
+       st.integers(0, 200))
+def test_a_scan_keeps_the_texts_it_would_read_back_or_none(tmp_path_factory, files, limit):
+    """``scan_into(texts=...)``: every document's text in corpus order (None where
+    excluded), exactly what reading them back gives, while they total at most
+    KEEP_TEXT_CHARS characters; past it, none (the stage reads them back)."""
+    from clusterclip.corpus import index
+
+    d = tmp_path_factory.mktemp("k")
+    paths = []
+    for j, texts in enumerate(files):
+        gz = j % 2 == 1
+        paths.append(write_jsonl(d / (f"f{j}.jsonl" + (".gz" if gz else "")),
+                                 [{"text": t} for t in texts], gz=gz))
+    kept: list[str | None] = ["stale"]
+    old, index.KEEP_TEXT_CHARS = index.KEEP_TEXT_CHARS, limit
+    try:
+        stats = index.scan_into(d / "index", paths, progress=False, texts=kept)
+    finally:
+        index.KEEP_TEXT_CHARS = old
+    corpus = Corpus.load(d / "index")
+    read_back = corpus.texts(range(len(corpus)))
+    assert stats["documents"] == len(corpus)
+    if sum(len(t) for t in read_back if t is not None) <= limit:
+        assert kept == read_back
+        assert all(type(a) is type(b) for a, b in zip(kept, read_back, strict=True))
+    else:
+        assert kept == []

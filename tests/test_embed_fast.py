@@ -109,9 +109,49 @@ def test_fast_embed_process_never_imports_torch(tmp_path, texts):
     assert r.returncode == 0, r.stderr[-2000:]
     imported = set(re.findall(r"^import time:[^|]*\|[^|]*\|\s*(\S+)\s*$", r.stderr, re.M))
     assert {"numpy", "tokenizers", "clusterclip.embedding.static"} <= imported  # parsed
-    assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
+    # Nor what only other commands or embedders need (the command line builds only the
+    # invoked command's options).
+    unneeded = ("torch", "transformers", "sentence_transformers", "clusterclip.sampling",
+                "clusterclip.export", "clusterclip.experiment", "clusterclip.clustering")
+    assert not {m for m in imported for u in unneeded if m == u or m.startswith(u + ".")}
     x = np.load(tmp_path / "w" / "embeddings.npy")
     assert x.shape == (200, 256) and np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def test_the_embed_stage_reads_a_small_corpus_once_and_the_same_vectors(tmp_path, monkeypatch,
+                                                                        texts):
+    """A fresh embed stage takes the texts from its scan (the input is not read again for
+    the sample or the shards); when the scan keeps none (a large corpus, or a resumed
+    run), the sample is read once per file and the shards take their texts from it; the
+    vectors are byte-identical either way."""
+    from clusterclip.corpus import index, readers
+    from clusterclip.embedding.pipeline import embed_workdir
+
+    _cached_table()
+    rows = [{"text": t[:400]} for t in texts[:40]] + [{"text": " "}, {"text": None}]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"
+    a.write_text("".join(json.dumps(r) + "\n" for r in rows[:25]), encoding="utf-8")
+    with gzip.open(b, "wt", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[25:]))
+    reads: list[str] = []
+    real = readers.read_jsonl_lines
+
+    def counted(path, kind, addresses):
+        reads.append(str(path))
+        return real(path, kind, addresses)
+
+    monkeypatch.setattr(readers, "read_jsonl_lines", counted)
+    out = {}
+    for name, limit in (("kept", index.KEEP_TEXT_CHARS), ("read back", 0)):
+        monkeypatch.setattr(index, "KEEP_TEXT_CHARS", limit)
+        reads.clear()
+        info = embed_workdir(tmp_path / name, [str(a), str(b)], embedder="fast",
+                             shard_size=7, progress=False)
+        assert info["shards_computed"] == 6 and info["valid"] == 40
+        out[name] = ((tmp_path / name / "embeddings.npy").read_bytes(), sorted(reads))
+    assert out["kept"][1] == []
+    assert out["read back"][1] == sorted([str(a), str(b)])
+    assert out["kept"][0] == out["read back"][0]
 
 
 def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, texts):

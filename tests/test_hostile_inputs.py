@@ -355,6 +355,21 @@ def test_help_shows_every_default():
         assert "(default: %" not in text  # every placeholder was filled in
 
 
+def test_a_command_has_the_same_options_when_its_parser_alone_is_built():
+    """main() builds only the invoked command's options; they are the whole parser's."""
+    from clusterclip.cli import COMMANDS, build_parser
+
+    def subs(parser):
+        return next(a for a in parser._actions if a.dest == "command").choices
+
+    full = subs(build_parser())
+    for name in COMMANDS:
+        alone = subs(build_parser(name))
+        assert list(alone) == list(full)  # every command is still there
+        assert alone[name].format_help() == full[name].format_help()
+        assert [a.dest for a in alone[name]._actions] == [a.dest for a in full[name]._actions]
+
+
 def test_the_progress_bar_moves_per_batch_not_per_shard():
     from clusterclip.embedding.static import StaticEmbedder
 

@@ -219,7 +219,9 @@ class StaticEmbedder(Embedder):
         if not tok_file.exists():
             raise InputError(f"{self.path}: no tokenizer.json (--embedder fast needs a model "
                              f"with a fast tokenizer)")
-        self.tokenizer = Tokenizer.from_file(str(tok_file))
+        # The file is parsed once: for the tokenizer and for what is read from its spec.
+        spec_text = tok_file.read_text(encoding="utf-8")
+        self.tokenizer = Tokenizer.from_str(spec_text)
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.table_kind = table
@@ -244,11 +246,11 @@ class StaticEmbedder(Embedder):
         # ASCII punctuation, so chunks may be cut there too (far fewer distinct
         # chunks), and a lower-case ASCII word found whole in the vocabulary is its
         # own single piece (no tokenizer call).
-        spec = json.loads(self.tokenizer.to_str())
+        spec = json.loads(spec_text)
         self._bert = ((spec.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
                       and spec["model"].get("type") == "WordPiece")
-        self._vocab = self.tokenizer.get_vocab(with_added_tokens=False) \
-            if self._bert and self._lower else {}
+        # The word-piece model's vocabulary (``get_vocab(with_added_tokens=False)``).
+        self._vocab = spec["model"]["vocab"] if self._bert and self._lower else {}
         self.n_sample = 0
         # Mean vector of prepare()'s sample (distilled table): subtracted, then renormalised.
         self.centre: np.ndarray | None = None
