@@ -24,8 +24,9 @@ $(VENV)/.base:
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
 	touch $@
 
-# setup.py and the sampler's C source: a changed kernel is rebuilt by the editable install.
-KERNEL_SRC := setup.py src/clusterclip/sampling/_kernel.c
+# setup.py and the C sources (sampler, fast embedder): a changed kernel is rebuilt by the
+# editable install.
+KERNEL_SRC := setup.py src/clusterclip/sampling/_kernel.c src/clusterclip/embedding/_static.c
 
 $(VENV)/.all: $(VENV)/.base pyproject.toml $(KERNEL_SRC)
 	$(PIP) install -q -e '.[all]'

@@ -59,6 +59,67 @@ def test_word_pieces_are_the_tokenizers_for_any_text(embedder, batch):
                 assert got == tok.encode(" ".join(words), add_special_tokens=False).ids, t
 
 
+@pytest.fixture(scope="module")
+def python_path_embedder():
+    """The embedder without its compiled loops (the reference path)."""
+    from clusterclip.embedding.static import StaticEmbedder
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CLUSTERCLIP_KERNEL", "off")
+        emb = StaticEmbedder(max_length=12, progress=False)
+    assert emb._kernel is None
+    return emb
+
+
+def _kernel():
+    from clusterclip.embedding import static
+
+    return static._kernel
+
+
+def test_the_compiled_loops_are_built_in_ci():
+    # CI proves the fast path (pip install -e . compiles it); elsewhere a missing build
+    # only skips the comparisons below.
+    from clusterclip.embedding import static
+
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        assert _kernel() is not None, "CI: clusterclip.embedding._static was not built"
+        assert static.kernel_enabled()
+    elif _kernel() is None:
+        pytest.skip("clusterclip.embedding._static not built")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_ALPHABET, max_size=20).map("".join), min_size=0, max_size=6))
+def test_the_compiled_loops_give_the_python_paths_pieces(embedder, python_path_embedder,
+                                                          batch):
+    """Word rows, new words and sums in C: the same pieces and bits as the Python and
+    scipy path, batch after batch (both caches grow alike)."""
+    if _kernel() is None or embedder._kernel is None:
+        pytest.skip("clusterclip.embedding._static not built")
+    got, want = embedder._pieces(batch), python_path_embedder._pieces(batch)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert np.array_equal(embedder._sparse_sums(*got).view(np.uint32),
+                          python_path_embedder._sparse_sums(*want).view(np.uint32))
+
+
+def test_the_compiled_loops_give_the_same_vectors_on_pydocs(texts, monkeypatch):
+    from clusterclip.embedding.static import StaticEmbedder
+
+    if _kernel() is None:
+        pytest.skip("clusterclip.embedding._static not built")
+    fast = StaticEmbedder(progress=False)
+    monkeypatch.setenv("CLUSTERCLIP_KERNEL", "off")
+    ref = StaticEmbedder(progress=False)
+    assert fast._kernel is not None and ref._kernel is None
+    for e in (fast, ref):
+        e.prepare(texts[::3])
+    assert np.array_equal(fast.encode(texts).view(np.uint32),
+                          ref.encode(texts).view(np.uint32))
+    with pytest.raises(ValueError, match="outside the table"):
+        fast._sparse_sums(np.array([len(fast.table)]), np.array([0, 1]))
+
+
 def test_sample_vectors_are_reused_bit_for_bit(texts):
     from clusterclip.embedding import static
     from clusterclip.embedding.static import StaticEmbedder
@@ -113,6 +174,8 @@ def test_fast_embed_process_never_imports_torch(tmp_path, texts):
     # invoked command's options).
     unneeded = ("torch", "transformers", "sentence_transformers", "clusterclip.sampling",
                 "clusterclip.export", "clusterclip.experiment", "clusterclip.clustering")
+    if _kernel() is not None:  # the compiled sums replace scipy's CSR product
+        unneeded += ("scipy",)
     assert not {m for m in imported for u in unneeded if m == u or m.startswith(u + ".")}
     x = np.load(tmp_path / "w" / "embeddings.npy")
     assert x.shape == (200, 256) and np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)

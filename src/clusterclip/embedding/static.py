@@ -73,6 +73,29 @@ _ASCII_PUNCT = "!-/:-@\\[-`{-~"
 _ASCII_PUNCT_SPLIT = re.compile(rf"[^\s{_ASCII_PUNCT}]+|[{_ASCII_PUNCT}]")
 
 
+_KERNEL_VERSION = 1  # the _static.c this code calls (its VERSION)
+try:  # the optional compiled loops (setup.py); the Python and scipy path is the reference
+    from clusterclip.embedding import _static as _kernel
+except ImportError:  # built without a C compiler: the same vectors, slower
+    _kernel = None
+if _kernel is not None and getattr(_kernel, "VERSION", None) != _KERNEL_VERSION:
+    import warnings
+
+    warnings.warn(f"clusterclip.embedding._static is a stale build (version "
+                  f"{getattr(_kernel, 'VERSION', None)}, expected {_KERNEL_VERSION}): using "
+                  f"the Python path; rebuild it (pip install -e . or python setup.py "
+                  f"build_ext --inplace)", RuntimeWarning, stacklevel=1)
+    _kernel = None
+
+
+def kernel_enabled() -> bool:
+    """Whether new embedders use the compiled loops: they are built and the environment
+    variable ``CLUSTERCLIP_KERNEL`` is not ``off`` (the sampler's switch too), which forces
+    the Python path."""
+    return _kernel is not None and os.environ.get("CLUSTERCLIP_KERNEL", "").strip().lower() \
+        not in ("off", "0", "false", "no")
+
+
 def distill_token_table(model_path: Path, batch_size: int = 4096, progress: bool = True,
                         tokens: int | None = None) -> np.ndarray:
     """Embed every vocabulary token alone with a sentence-transformers model.
@@ -251,6 +274,7 @@ class StaticEmbedder(Embedder):
                       and spec["model"].get("type") == "WordPiece")
         # The word-piece model's vocabulary (``get_vocab(with_added_tokens=False)``).
         self._vocab = spec["model"]["vocab"] if self._bert and self._lower else {}
+        self._kernel = _kernel if kernel_enabled() else None
         self.n_sample = 0
         # Mean vector of prepare()'s sample (distilled table): subtracted, then renormalised.
         self.centre: np.ndarray | None = None
@@ -319,11 +343,23 @@ class StaticEmbedder(Embedder):
                             np.int64, len(texts)) if row_of else np.full(len(texts), -1)
         todo = np.flatnonzero(known < 0)
         if len(todo) == len(texts):
-            return _sparse_sums(self.table, self.idf, *self._pieces(texts))
+            return self._sparse_sums(*self._pieces(texts))
         out = self._sample_sums[np.maximum(known, 0)]
         if len(todo):
-            out[todo] = _sparse_sums(self.table, self.idf,
-                                     *self._pieces([texts[i] for i in todo]))
+            out[todo] = self._sparse_sums(*self._pieces([texts[i] for i in todo]))
+        return out
+
+    def _sparse_sums(self, rows: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+        """:func:`_sparse_sums` of this embedder's table and weights, in the compiled
+        loop where it is built (unweighted sums only: the same additions in the same
+        order, so the same bits)."""
+        if self._kernel is None or self.idf is not None:
+            return _sparse_sums(self.table, self.idf, rows, indptr)
+        out = np.zeros((len(indptr) - 1, self.dim), dtype=np.float32)
+        self._kernel.csr_sums(np.ascontiguousarray(indptr, np.int64),
+                              np.ascontiguousarray(rows, np.int64),
+                              np.ascontiguousarray(self.table, np.float32),
+                              self.dim, out)
         return out
 
     # -- texts -> word pieces -------------------------------------------------
@@ -356,17 +392,24 @@ class StaticEmbedder(Embedder):
         and tokenized (:meth:`_add_words`).
         """
         words = [self._words(t) for t in texts]
-        flat = list(chain.from_iterable(words))
-        rows = self._words_cache.rows(flat)
-        missing = np.flatnonzero(rows < 0)
-        if len(missing):
-            unseen = [flat[i] for i in missing]
-            self._add_words(unseen)
-            rows[missing] = self._words_cache.rows(unseen)
+        ends = np.cumsum(np.fromiter(map(len, words), np.int64, len(words)))
+        total = int(ends[-1]) if len(ends) else 0
+        if self._kernel is not None:
+            rows = np.empty(total, dtype=np.int64)
+            new = self._kernel.word_rows(self._words_cache.row_of, words, rows)
+            if new:  # distinct, in order of first appearance
+                self._add_words(new)
+                self._kernel.word_rows(self._words_cache.row_of, words, rows)
+        else:
+            flat = list(chain.from_iterable(words))
+            rows = self._words_cache.rows(flat)
+            unseen = [flat[i] for i in np.flatnonzero(rows < 0)]
+            if unseen:
+                self._add_words(unseen)
+                rows[rows < 0] = self._words_cache.rows(unseen)
         pieces, lens = self._words_cache.expand(rows)
         per_text = np.zeros(len(texts) + 1, dtype=np.int64)
-        ends = np.cumsum(np.fromiter(map(len, words), np.int64, len(words)))
-        if len(flat):
+        if total:
             cum = np.cumsum(lens)
             per_text[1:] = np.where(ends > 0, cum[np.maximum(ends - 1, 0)], 0)
         return pieces, per_text
@@ -388,10 +431,17 @@ class StaticEmbedder(Embedder):
         else:
             chunks, nparts = new_list, np.ones(len(new_list), dtype=np.int64)
         known = self._chunks_cache.row_of
-        unseen = [c for c in dict.fromkeys(chunks) if c not in known]
+        if self._kernel is not None:
+            crows = np.empty(len(chunks), dtype=np.int64)
+            unseen = self._kernel.word_rows(known, [chunks], crows)
+        else:
+            unseen = [c for c in dict.fromkeys(chunks) if c not in known]
         if unseen:
             self._chunks_cache.add_flat(unseen, *self._chunk_pieces(unseen))
-        crows = np.fromiter(map(known.__getitem__, chunks), np.int64, len(chunks))
+            if self._kernel is not None:
+                self._kernel.word_rows(known, [chunks], crows)
+        if self._kernel is None:
+            crows = np.fromiter(map(known.__getitem__, chunks), np.int64, len(chunks))
         pieces, clens = self._chunks_cache.expand(crows)
         lens = np.bincount(np.repeat(np.arange(len(new_list)), nparts), weights=clens,
                            minlength=len(new_list)).astype(np.int64)
