@@ -89,6 +89,15 @@ def test_the_compiled_loops_are_built_in_ci():
         pytest.skip("clusterclip.embedding._static not built")
 
 
+def test_a_missing_or_stale_kernel_is_not_used():
+    from clusterclip.kernels import load_kernel
+
+    assert load_kernel("clusterclip.embedding._no_such_kernel", 1) is None
+    if _kernel() is not None:
+        with pytest.warns(RuntimeWarning, match="stale build"):
+            assert load_kernel("clusterclip.embedding._static", _kernel().VERSION + 1) is None
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(_ALPHABET, max_size=20).map("".join), min_size=0, max_size=6))
 def test_the_compiled_loops_give_the_python_paths_pieces(embedder, python_path_embedder,

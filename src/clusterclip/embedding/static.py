@@ -46,6 +46,7 @@ from clusterclip.embedding.base import Embedder, l2_normalize
 from clusterclip.embedding.transformer import _local_model, bundled_minilm_path, model_identity
 from clusterclip.errors import InputError
 from clusterclip.io import cache_dir, fingerprint, save_npy
+from clusterclip.kernels import kernels_enabled, load_kernel
 
 # Changes whenever a recipe changes the vectors (part of the embed stage's identity).
 STATIC_VERSION = 4
@@ -73,27 +74,15 @@ _ASCII_PUNCT = "!-/:-@\\[-`{-~"
 _ASCII_PUNCT_SPLIT = re.compile(rf"[^\s{_ASCII_PUNCT}]+|[{_ASCII_PUNCT}]")
 
 
-_KERNEL_VERSION = 1  # the _static.c this code calls (its VERSION)
-try:  # the optional compiled loops (setup.py); the Python and scipy path is the reference
-    from clusterclip.embedding import _static as _kernel
-except ImportError:  # built without a C compiler: the same vectors, slower
-    _kernel = None
-if _kernel is not None and getattr(_kernel, "VERSION", None) != _KERNEL_VERSION:
-    import warnings
-
-    warnings.warn(f"clusterclip.embedding._static is a stale build (version "
-                  f"{getattr(_kernel, 'VERSION', None)}, expected {_KERNEL_VERSION}): using "
-                  f"the Python path; rebuild it (pip install -e . or python setup.py "
-                  f"build_ext --inplace)", RuntimeWarning, stacklevel=1)
-    _kernel = None
+# The optional compiled loops (setup.py, _static.c, the VERSION this code calls); the
+# Python and scipy path is the reference.
+_kernel = load_kernel("clusterclip.embedding._static", 1)
 
 
 def kernel_enabled() -> bool:
-    """Whether new embedders use the compiled loops: they are built and the environment
-    variable ``CLUSTERCLIP_KERNEL`` is not ``off`` (the sampler's switch too), which forces
-    the Python path."""
-    return _kernel is not None and os.environ.get("CLUSTERCLIP_KERNEL", "").strip().lower() \
-        not in ("off", "0", "false", "no")
+    """Whether new embedders use the compiled loops: they are built and
+    ``CLUSTERCLIP_KERNEL`` is not ``off`` (:func:`clusterclip.kernels.kernels_enabled`)."""
+    return _kernel is not None and kernels_enabled()
 
 
 def distill_token_table(model_path: Path, batch_size: int = 4096, progress: bool = True,
