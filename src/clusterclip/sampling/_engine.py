@@ -39,7 +39,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 3  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 4  # the _kernel.c this code calls (its VERSION)
 try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
     from clusterclip.sampling import _kernel
 except ImportError:  # built without a C compiler: numpy path, same schedules, slower
@@ -370,7 +370,7 @@ class ClusterEngine:
             t = self.pos
             b = min(n - done, CHUNK - t % CHUNK)
             weighted = self._p is not None
-            got, hit, ne, m = _kernel.draw(
+            got, hit, ne, at, m = _kernel.draw(
                 ctx, self._variates.get(t, b), self.pool,
                 self._bounds if weighted else None, self._guide if weighted else None,
                 int(self._guide_shift) if weighted else 0, self._rem, self.counts,
@@ -381,7 +381,8 @@ class ClusterEngine:
             if ne:  # clusters the kernel dropped from the pool (shifted in place)
                 self.clip_events.extend(zip(events[0:2 * ne:2].tolist(),
                                             (events[1:2 * ne:2] + t).tolist(), strict=True))
-                self.pool, self._rem, self._pool32 = self.pool[:m], self._rem[:m], None
+                self.pool, self._rem = self.pool[at:at + m], self._rem[at:at + m]
+                self._pool32 = None
                 self._pool_changed()
             if hit >= 0:
                 self.clip_events.append((int(self.pool[hit]), self.pos - 1))
