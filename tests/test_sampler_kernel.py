@@ -135,6 +135,18 @@ def test_kernel_equals_numpy_path_on_many_tiny_clusters(strategy):
 
 
 @needs_kernel
+@pytest.mark.parametrize("impl", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("strategy", ["uniform", "clusterclip", "paced"])
+def test_kernel_equals_numpy_path_across_groups(strategy, impl):
+    # 6 clusters of ~3,333 documents: one pass per group, every cluster loads
+    # groups 0-2, so most loads start from a stream computed ahead (in a batch of
+    # 4 at an earlier load)
+    labels = np.random.default_rng(4).integers(0, 6, 20_000)
+    with streams4(impl):
+        _both(labels, 60_000, {"strategy": strategy, "clip": 4, "seed": 5}, 1 << 14)
+
+
+@needs_kernel
 def test_kernel_resume_from_a_state_equals_numpy_path():
     labels = np.random.default_rng(5).integers(0, 300, 20_000)
     for strategy in ("uniform", "clusterclip", "paced"):
@@ -210,6 +222,42 @@ def test_shuffle_is_numpy_generator_shuffle(n, dtype):
         assert np.array_equal(got, want)
 
 
+@contextlib.contextmanager
+def streams4(name):
+    """The kernel's 4-lane stream hashing set to ``name`` (skip where the CPU lacks it)."""
+    before, available = kernel.streams4()
+    if name not in available:
+        pytest.skip(f"{name} is not available on this CPU")
+    kernel.streams4(name)
+    try:
+        yield
+    finally:
+        kernel.streams4(before)
+
+
+@needs_kernel
+@pytest.mark.parametrize("impl", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("seed", [0, 2**64 - 1])
+def test_streams_computed_ahead_are_the_keyed_streams(seed, impl):
+    # A group load computes the stream of the cluster's next group, four at a time
+    # (vectorised); each one kept must be KeyedStreams(seed, TAG_PASS)(k, g) after
+    # its 16 discarded outputs, whether or not a later load uses it.
+    labels = np.random.default_rng(1).integers(0, 3000, 30_000)
+    s = ClusterClipSampler(labels, 200_000, strategy="clusterclip", clip=8, seed=seed,
+                           cache_dir=False)
+    with streams4(impl):
+        for _ in s.blocks(50_000):
+            pass
+    ahead = s._engine._kctx()[10].reshape(-1, 5)
+    kept = np.flatnonzero(ahead[:, 0] != np.iinfo(np.uint64).max)
+    assert kept.size > 2900  # nearly every cluster loaded a group
+    streams = KeyedStreams(s._engine.seed, TAG_PASS)
+    for k in kept[::7].tolist():
+        g = int(ahead[k, 0])
+        want = streams(k, g).bit_generator.state["state"]["state"]
+        assert [int(x) for x in ahead[k, 1:]] == [int(x) for x in want], (k, g)
+
+
 @needs_kernel
 def test_kernel_refuses_bad_arrays_instead_of_reading_out_of_bounds():
     s = ClusterClipSampler(np.arange(10) % 3, 50, strategy="uniform", cache_dir=False)
@@ -228,4 +276,7 @@ def test_kernel_refuses_bad_arrays_instead_of_reading_out_of_bounds():
     with pytest.raises(ValueError):  # a cluster id beyond K
         kernel.take_grouped(ctx, np.array([3]), np.array([1]), np.array([0]),
                             np.empty(1, np.int64))
-    assert ctx[-1] == TAG_PASS
+    assert ctx[9] == TAG_PASS
+    with pytest.raises(ValueError):  # streams computed ahead: 5 words per cluster
+        kernel.take_grouped(ctx[:10] + (np.zeros(5 * 3 - 1, np.uint64),), np.array([1]),
+                            np.array([1]), np.array([0]), np.empty(1, np.int64))
