@@ -39,7 +39,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 5  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 6  # the _kernel.c this code calls (its VERSION)
 try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
     from clusterclip.sampling import _kernel
 except ImportError:  # built without a C compiler: numpy path, same schedules, slower
@@ -402,6 +402,7 @@ class ClusterEngine:
                         self.passes_per_group, self.seg_off, self.group_len, cur,
                         self._cur_group, self.seed, TAG_PASS,
                         np.full(5 * self.K, np.iinfo(np.uint64).max, np.uint64))
+            _kernel.ahead_fill(self._kc, self.counts)  # first loads: streams 4 at a time
         return self._kc
 
     def _ensure_cur(self) -> np.ndarray:

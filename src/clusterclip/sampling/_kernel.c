@@ -959,6 +959,61 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
     return res;
 }
 
+/* ahead_fill(ctx, counts int64): for every cluster of more than one document, the
+ * stream of the group its next draw (counts[k]) falls in, computed ahead (4 at a
+ * time): a fresh engine's first loads, 10^5 of them for 10^5 clusters, then
+ * start as the later ones do. */
+static PyObject *k_ahead_fill(PyObject *self, PyObject *args) {
+    PyObject *t, *oc;
+    if (!PyArg_ParseTuple(args, "OO", &t, &oc)) return NULL;
+    ctx_t c;
+    if (ctx_get(t, &c) < 0) return NULL;
+    Py_buffer bc;
+    if (get_buf(oc, &bc, 0, 8, "counts") < 0) {
+        ctx_release(&c);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (bc.len / 8 < c.K) {
+        PyErr_SetString(PyExc_ValueError, "_kernel.ahead_fill: counts too short");
+    } else {
+        const int64_t *counts = bc.buf;
+        Py_BEGIN_ALLOW_THREADS
+        uint64_t qk[4], qg[4], st[4][4];
+        int nq = 0;
+        for (Py_ssize_t k = 0; k <= c.K; k++) {
+            if (k < c.K) {
+                const int64_t gl = c.group_len[k];
+                if (c.sizes[k] <= 1 || gl <= 0 || counts[k] < 0) continue;
+                qk[nq] = (uint64_t)k;
+                qg[nq++] = (uint64_t)(counts[k] / gl);
+                if (nq < 4) continue;
+            }
+            if (nq == 4) {
+                sfc_keyed_x4(c.seed, c.tag, qk, qg, st);
+            } else { /* the last few */
+                for (int l = 0; l < nq; l++) {
+                    sfc64 r;
+                    sfc_keyed(&r, c.seed, c.tag, qk[l], qg[l]);
+                    memcpy(st[l], r.s, sizeof(r.s));
+                }
+            }
+            for (int l = 0; l < nq; l++) {
+                uint64_t *a = c.ahead + 5 * qk[l];
+                a[0] = qg[l];
+                memcpy(a + 1, st[l], sizeof(st[l]));
+            }
+            nq = 0;
+        }
+        Py_END_ALLOW_THREADS
+        res = Py_None;
+        Py_INCREF(res);
+    }
+    PyBuffer_Release(&bc);
+    ctx_release(&c);
+    return res;
+}
+
 /* streams4([name]) -> (name in use, names available): which sfc_keyed_x4 the group
  * loads use ("avx512", "avx2", "scalar"); with a name, switch to it (tests). */
 static PyObject *k_streams4(PyObject *self, PyObject *args) {
@@ -998,6 +1053,8 @@ static PyObject *k_streams4(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"ahead_fill", k_ahead_fill, METH_VARARGS,
+     "ahead_fill(ctx, counts): the streams of every cluster's next group, computed ahead"},
     {"streams4", k_streams4, METH_VARARGS,
      "streams4([name]) -> (in use, available): the 4-lane stream hashing of group loads"},
     {"pass_state", k_pass_state, METH_VARARGS,
@@ -1021,7 +1078,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 5
+#define KERNEL_VERSION 6
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
