@@ -1088,7 +1088,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 6
+#define KERNEL_VERSION 7
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
