@@ -656,22 +656,12 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
         const int64_t k_ = -2 - ringK[(s) & (RING - 1)];                    \
         if (k_ >= 0) { /* a load: its documents, where it writes */         \
             const int64_t o_ = c.offsets[k_], so_ = c.seg_off[k_];          \
-            /* every line of a small cluster's documents and group (up to   \
-             * 4 and 8 lines): no stream for the hardware prefetcher */     \
-            const int64_t nb_ = c.sizes[k_] << (c.docs32 ? 2 : 3);          \
-            const int64_t gb_ = c.group_len[k_] << (c.cur32 ? 2 : 3);       \
-            if ((uint64_t)o_ < (uint64_t)c.ndocs) {                         \
-                const char *p_ = c.docs32 ? (const char *)((int32_t *)c.docs + o_) \
-                                          : (const char *)((int64_t *)c.docs + o_); \
-                for (int64_t b_ = 0; b_ < nb_ && b_ < 256; b_ += 64)        \
-                    PREFETCH(p_ + b_);                                      \
-            }                                                               \
-            if ((uint64_t)so_ < (uint64_t)c.ncur) {                         \
-                const char *p_ = c.cur32 ? (const char *)((int32_t *)c.cur + so_) \
-                                         : (const char *)((int64_t *)c.cur + so_); \
-                for (int64_t b_ = 0; b_ < gb_ && b_ < 512; b_ += 64)        \
-                    PREFETCH(p_ + b_);                                      \
-            }                                                               \
+            if ((uint64_t)o_ < (uint64_t)c.ndocs)                           \
+                PREFETCH(c.docs32 ? (void *)((int32_t *)c.docs + o_)        \
+                                  : (void *)((int64_t *)c.docs + o_));      \
+            if ((uint64_t)so_ < (uint64_t)c.ncur)                           \
+                PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + so_)         \
+                                 : (void *)((int64_t *)c.cur + so_));       \
             ringK[(s) & (RING - 1)] = k_;                                   \
         }                                                                   \
     } while (0)
