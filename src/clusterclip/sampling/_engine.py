@@ -39,7 +39,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 7  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 8  # the _kernel.c this code calls (its VERSION)
 try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
     from clusterclip.sampling import _kernel
 except ImportError:  # built without a C compiler: numpy path, same schedules, slower

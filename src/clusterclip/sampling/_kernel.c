@@ -656,12 +656,22 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
         const int64_t k_ = -2 - ringK[(s) & (RING - 1)];                    \
         if (k_ >= 0) { /* a load: its documents, where it writes */         \
             const int64_t o_ = c.offsets[k_], so_ = c.seg_off[k_];          \
-            if ((uint64_t)o_ < (uint64_t)c.ndocs)                           \
-                PREFETCH(c.docs32 ? (void *)((int32_t *)c.docs + o_)        \
-                                  : (void *)((int64_t *)c.docs + o_));      \
-            if ((uint64_t)so_ < (uint64_t)c.ncur)                           \
-                PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + so_)         \
-                                 : (void *)((int64_t *)c.cur + so_));       \
+            /* the first line of each; every line (8 at most) of a small    \
+             * group, too short a stream for the hardware prefetcher */     \
+            const int64_t gb_ = c.group_len[k_] << (c.cur32 ? 2 : 3);       \
+            const int64_t lim_ = gb_ <= 512 ? gb_ : 1;                      \
+            if ((uint64_t)o_ < (uint64_t)c.ndocs) {                         \
+                const char *p_ = c.docs32 ? (const char *)((int32_t *)c.docs + o_) \
+                                          : (const char *)((int64_t *)c.docs + o_); \
+                for (int64_t b_ = 0; b_ < lim_ && b_ < 256; b_ += 64)       \
+                    PREFETCH(p_ + b_);                                      \
+            }                                                               \
+            if ((uint64_t)so_ < (uint64_t)c.ncur) {                         \
+                const char *p_ = c.cur32 ? (const char *)((int32_t *)c.cur + so_) \
+                                         : (const char *)((int64_t *)c.cur + so_); \
+                for (int64_t b_ = 0; b_ < lim_; b_ += 64)                   \
+                    PREFETCH(p_ + b_);                                      \
+            }                                                               \
             ringK[(s) & (RING - 1)] = k_;                                   \
         }                                                                   \
     } while (0)
@@ -1078,7 +1088,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 7
+#define KERNEL_VERSION 8
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
