@@ -23,11 +23,10 @@ fallback; ``CLUSTERCLIP_KERNEL=off`` forces it).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.kernels import kernels_enabled, load_kernel
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_EPOCH,
@@ -40,25 +39,14 @@ from clusterclip.sampling._rng import (
 )
 
 KERNEL_VERSION = 8  # the _kernel.c this code calls (its VERSION)
-try:  # the optional compiled kernel (setup.py); the numpy path below is the reference
-    from clusterclip.sampling import _kernel
-except ImportError:  # built without a C compiler: numpy path, same schedules, slower
-    _kernel = None
-if _kernel is not None and getattr(_kernel, "VERSION", None) != KERNEL_VERSION:
-    import warnings
-
-    warnings.warn(f"clusterclip.sampling._kernel is a stale build (version "
-                  f"{getattr(_kernel, 'VERSION', None)}, expected {KERNEL_VERSION}): using "
-                  f"the numpy path; rebuild it (pip install -e . or python setup.py "
-                  f"build_ext --inplace)", RuntimeWarning, stacklevel=1)
-    _kernel = None
+# the optional compiled kernel (setup.py); the numpy path below is the reference
+_kernel = load_kernel("clusterclip.sampling._kernel", KERNEL_VERSION)
 
 
 def kernel_enabled() -> bool:
     """Whether new engines use the compiled kernel: it is built and the environment
     variable ``CLUSTERCLIP_KERNEL`` is not ``off`` (which forces the numpy path)."""
-    return _kernel is not None and os.environ.get("CLUSTERCLIP_KERNEL", "").strip().lower() \
-        not in ("off", "0", "false", "no")
+    return _kernel is not None and kernels_enabled()
 
 # A small cluster gets ceil(E / n_k) passes generated together from one key
 # (seed, cluster, group), E = min(2048, max(16, max(2 N, 2**22) / K)): tiny
