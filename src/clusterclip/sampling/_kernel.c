@@ -9,7 +9,10 @@
  *   - a cluster's group g of passes (loaded on first use), each pass its
  *     documents shuffled by numpy's Generator.shuffle (Fisher-Yates from the last
  *     item, masked rejection on the buffered next_uint32 of SFC64) with stream
- *     (k, g), pass after pass, the stream's 16 first outputs discarded;
+ *     (k, g), pass after pass, the stream's 16 first outputs discarded; the
+ *     stream of (k, g + 1) is computed ahead at that load, 4 streams at a time
+ *     (vectorised), and kept per cluster for the next load (ahead_fill: the
+ *     first streams of a fresh engine);
  *   - draw: the per-draw loop of ClusterEngine.advance (cluster choice by
  *     multiply-shift or guide table, counts, the clip, the document);
  *   - take_grouped: ClusterEngine._docs_grouped;
