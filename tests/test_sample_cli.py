@@ -109,3 +109,23 @@ def test_bad_input_exits_2_with_one_line_and_no_output(tmp_path, case, expect):
     assert "Traceback" not in proc.stderr
     assert not out.exists()
     assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_background_writer_keeps_the_order_and_raises_a_write_error_in_the_caller(tmp_path):
+    """write_schedule hands its blocks to one writer thread: the file holds them in order,
+    and a failing write (here: a file object closed under it) surfaces in the caller as the
+    error itself, without leaving the caller blocked on a full queue."""
+    from clusterclip.sampling.schedule import _BackgroundWriter
+
+    blocks = [np.arange(i, i + 1 + i % 7, dtype="<i8") for i in range(0, 500, 5)]
+    with open(tmp_path / "x.bin", "wb") as f, _BackgroundWriter(f, depth=1) as out:
+        for b in blocks:
+            out.write(b)
+    assert (tmp_path / "x.bin").read_bytes() == np.concatenate(blocks).tobytes()
+
+    f = open(tmp_path / "y.bin", "wb")  # noqa: SIM115 - closed below, to make writes fail
+    f.close()
+    with pytest.raises(ValueError, match="closed file"):
+        with _BackgroundWriter(f, depth=1) as out:
+            for b in blocks:
+                out.write(b)

@@ -69,15 +69,16 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
                     "fortran_order": False, "shape": (n,)})
-            i = 0
-            for block in sampler.blocks():
-                block = block[:n - i]
-                f.write(np.ascontiguousarray(block, "<i8").data)
-                i += block.size
-                if bar is not None:
-                    bar.update(block.size)
-                if i >= n:
-                    break
+            with _BackgroundWriter(f) as out:
+                i = 0
+                for block in sampler.blocks():
+                    block = block[:n - i]
+                    out.write(np.ascontiguousarray(block, "<i8"))
+                    i += block.size
+                    if bar is not None:
+                        bar.update(block.size)
+                    if i >= n:
+                        break
             if i != n:
                 raise RuntimeError(f"schedule ended after {i} of {n} positions")
     finally:
@@ -94,6 +95,45 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     if token_source is not None:
         summary["token_counts"] = token_source
     return summary
+
+
+class _BackgroundWriter:
+    """Writes arrays to ``f`` in order from one thread while the caller computes the next
+    (the sampler's kernel releases the GIL; copying a block into the page cache costs about
+    as much as drawing it). At most ``depth`` blocks wait; an error of the write is raised
+    in the caller, at its next ``write`` or on leaving the ``with``."""
+
+    def __init__(self, f: Any, depth: int = 2) -> None:
+        import queue
+        import threading
+
+        self._f = f
+        self._q: Any = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="write_schedule", daemon=True)
+
+    def _run(self) -> None:
+        while (block := self._q.get()) is not None:
+            if self._error is None:  # after an error, drain so that the caller never blocks
+                try:
+                    self._f.write(block.data)
+                except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+                    self._error = e
+
+    def write(self, block: np.ndarray) -> None:
+        if self._error is not None:
+            raise self._error
+        self._q.put(block)
+
+    def __enter__(self) -> _BackgroundWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._q.put(None)
+        self._thread.join()
+        if self._error is not None and exc[0] is None:
+            raise self._error
 
 
 def _cut_summary(s: dict[str, Any], labels: Any, ref: ClusterClipSampler, stop: int,
