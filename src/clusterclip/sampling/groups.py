@@ -207,18 +207,12 @@ class GroupClipSampler(_RankStream):
     def _restart(self) -> None:
         self._set_start(self._start)
 
-    def _produce(self, n: int) -> np.ndarray:
-        n = min(n, self._length - self._taken)
-        if n <= 0:
-            return np.empty(0, np.int64)
-        W = self.world_size
-        p0 = self._start + self.rank + self._taken * W
+    def _global(self, p0: int, span: int) -> np.ndarray:
         if self._stream is None or self._stream.pos > p0:
             self._stream = GroupStream(self._inner(self.num_samples), self._index)
         s = self._stream
         s.take(p0 - s.pos, keep=False)  # the replay that a start or a seek needs
-        glob = s.take((n - 1) * W + 1)
-        return glob[::W] if W == 1 else np.ascontiguousarray(glob[::W])
+        return s.take(span)
 
     # ----------------------------------------------------------------- state
     def __getstate__(self) -> dict[str, Any]:

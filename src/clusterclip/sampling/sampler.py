@@ -77,8 +77,9 @@ class _RankStream:
 
     The one iteration protocol of the samplers. A subclass sets ``num_samples``,
     ``world_size`` and, through :meth:`_reset_stream`, ``_start`` and ``_length``;
-    it provides ``_produce(n)`` (this rank's next ``n`` indices, the buffer empty)
-    and ``_restart()`` (back to ``_start`` once the share is used up).
+    it provides ``_global(p0, span)`` (the global schedule's positions ``p0 ..
+    p0 + span - 1``, consumed in order) and ``_restart()`` (back to ``_start`` once
+    the share is used up).
     """
 
     num_samples: int
@@ -93,6 +94,16 @@ class _RankStream:
         self._buf_i = 0
 
     def _produce(self, n: int) -> np.ndarray:
+        """This rank's next ``n`` indices (the buffer must be empty): every
+        ``world_size``-th position of the global schedule from this rank's next one."""
+        n = min(n, self._length - self._taken)
+        if n <= 0:
+            return np.empty(0, np.int64)
+        W = self.world_size
+        glob = self._global(self._start + self.rank + self._taken * W, (n - 1) * W + 1)
+        return glob if W == 1 else np.ascontiguousarray(glob[::W])
+
+    def _global(self, p0: int, span: int) -> np.ndarray:
         raise NotImplementedError
 
     def _restart(self) -> None:
@@ -395,21 +406,14 @@ class ClusterClipSampler(_RankStream):
     def _restart(self) -> None:
         self._set_start(self._start, self._start_counts)
 
-    def _produce(self, n: int) -> np.ndarray:
-        """Compute this rank's next ``n`` indices (the buffer must be empty)."""
-        n = min(n, self._length - self._taken)
-        if n <= 0:
-            return np.empty(0, np.int64)
-        W = self.world_size
-        p0 = self._start + self.rank + self._taken * W
+    def _global(self, p0: int, span: int) -> np.ndarray:
         eng = self._engine
         if eng.pos > p0:  # only after a state_dict fallback; replay from the start
             eng.reset(self._start, self._start_counts)
         if p0 - eng.pos > SEEK_GAP:
             eng.seek(p0)
         begin = eng.pos
-        glob = eng.advance(p0 + (n - 1) * W + 1 - begin, gather=True)
-        return glob[p0 - begin::W] if W == 1 else np.ascontiguousarray(glob[p0 - begin::W])
+        return eng.advance(p0 + span - begin, gather=True)[p0 - begin:]
 
     # ----------------------------------------------------------------- state
     def _config(self) -> dict[str, Any]:
