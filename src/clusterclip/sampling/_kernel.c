@@ -54,18 +54,32 @@ static const uint8_t B2_SIGMA[12][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
 
-static inline uint64_t rotr64(uint64_t x, int r) { return (x >> r) | (x << (64 - r)); }
+/* A rotation of uint64_t words, or of GCC vectors of them (the 4-stream hash below). */
+#define ROTR64(x, r) (((x) >> (r)) | ((x) << (64 - (r))))
 
 #define B2_G(r, i, a, b, c, d)                           \
     do {                                                 \
         a = a + b + m[B2_SIGMA[r][2 * (i)]];             \
-        d = rotr64(d ^ a, 32);                           \
+        d = ROTR64(d ^ a, 32);                           \
         c = c + d;                                       \
-        b = rotr64(b ^ c, 24);                           \
+        b = ROTR64(b ^ c, 24);                           \
         a = a + b + m[B2_SIGMA[r][2 * (i) + 1]];         \
-        d = rotr64(d ^ a, 16);                           \
+        d = ROTR64(d ^ a, 16);                           \
         c = c + d;                                       \
-        b = rotr64(b ^ c, 63);                           \
+        b = ROTR64(b ^ c, 63);                           \
+    } while (0)
+
+/* Round r of BLAKE2b's compression on the working words v[16] with message m[16]. */
+#define B2_ROUND(r)                                      \
+    do {                                                 \
+        B2_G(r, 0, v[0], v[4], v[8], v[12]);             \
+        B2_G(r, 1, v[1], v[5], v[9], v[13]);             \
+        B2_G(r, 2, v[2], v[6], v[10], v[14]);            \
+        B2_G(r, 3, v[3], v[7], v[11], v[15]);            \
+        B2_G(r, 4, v[0], v[5], v[10], v[15]);            \
+        B2_G(r, 5, v[1], v[6], v[11], v[12]);            \
+        B2_G(r, 6, v[2], v[7], v[8], v[13]);             \
+        B2_G(r, 7, v[3], v[4], v[9], v[14]);             \
     } while (0)
 
 /* "clusterclip" padded to 16 bytes, as two little-endian words */
@@ -99,16 +113,7 @@ static void blake2b_4q(const uint64_t w[4], uint64_t out[4]) {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 12
 #endif
-    for (int r = 0; r < 12; r++) {
-        B2_G(r, 0, v[0], v[4], v[8], v[12]);
-        B2_G(r, 1, v[1], v[5], v[9], v[13]);
-        B2_G(r, 2, v[2], v[6], v[10], v[14]);
-        B2_G(r, 3, v[3], v[7], v[11], v[15]);
-        B2_G(r, 4, v[0], v[5], v[10], v[15]);
-        B2_G(r, 5, v[1], v[6], v[11], v[12]);
-        B2_G(r, 6, v[2], v[7], v[8], v[13]);
-        B2_G(r, 7, v[3], v[4], v[9], v[14]);
-    }
+    for (int r = 0; r < 12; r++) B2_ROUND(r);
     for (int i = 0; i < 4; i++) out[i] = h[i] ^ v[i] ^ v[i + 8];
 }
 
@@ -183,18 +188,6 @@ static void sfc_keyed(sfc64 *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_
  * state of the cluster's next group in batches of 4 (see load_group). */
 #if defined(__GNUC__) || defined(__clang__)
 typedef uint64_t v4u __attribute__((vector_size(32)));
-#define V4ROTR(x, r) (((x) >> (r)) | ((x) << (64 - (r))))
-#define V4G(r, i, a, b, c, d)                            \
-    do {                                                 \
-        a = a + b + m[B2_SIGMA[r][2 * (i)]];             \
-        d = V4ROTR(d ^ a, 32);                           \
-        c = c + d;                                       \
-        b = V4ROTR(b ^ c, 24);                           \
-        a = a + b + m[B2_SIGMA[r][2 * (i) + 1]];         \
-        d = V4ROTR(d ^ a, 16);                           \
-        c = c + d;                                       \
-        b = V4ROTR(b ^ c, 63);                           \
-    } while (0)
 #define SFC_KEYED_X4(NAME, ATTR)                                                      \
     ATTR static void NAME(uint64_t seed, uint64_t tag, const uint64_t ka[4],          \
                           const uint64_t ga[4], uint64_t st[4][4]) {                  \
@@ -215,16 +208,7 @@ typedef uint64_t v4u __attribute__((vector_size(32)));
         }                                                                             \
         v[12] = v[12] ^ 32;                                                           \
         v[14] = ~v[14];                                                               \
-        _Pragma("GCC unroll 12") for (int r = 0; r < 12; r++) {                       \
-            V4G(r, 0, v[0], v[4], v[8], v[12]);                                       \
-            V4G(r, 1, v[1], v[5], v[9], v[13]);                                       \
-            V4G(r, 2, v[2], v[6], v[10], v[14]);                                      \
-            V4G(r, 3, v[3], v[7], v[11], v[15]);                                      \
-            V4G(r, 4, v[0], v[5], v[10], v[15]);                                      \
-            V4G(r, 5, v[1], v[6], v[11], v[12]);                                      \
-            V4G(r, 6, v[2], v[7], v[8], v[13]);                                       \
-            V4G(r, 7, v[3], v[4], v[9], v[14]);                                       \
-        }                                                                             \
+        _Pragma("GCC unroll 12") for (int r = 0; r < 12; r++) B2_ROUND(r);            \
         v4u s0 = h[0] ^ v[0] ^ v[8], s1 = h[1] ^ v[1] ^ v[9];                         \
         v4u s2 = h[2] ^ v[2] ^ v[10], s3 = h[3] ^ v[3] ^ v[11];                       \
         for (int i = 0; i < 16; i++) { /* sfc_next64, outputs discarded */            \
