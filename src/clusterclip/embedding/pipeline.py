@@ -317,7 +317,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                                                      "documents": stats["documents"]})
 
             D.on_main(start)
-        return _embed_and_merge(root, fp, params, progress=progress,
+        return _embed_rows(root, fp, params, progress=progress,
                                 trust_remote_code=trust_remote_code, kept=kept)
 
     with wd.locked():
@@ -333,7 +333,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     return info
 
 
-def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
+def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                      trust_remote_code: bool, kept: list[str | None] | None = None
                      ) -> dict[str, Any]:
     """Embed the missing shards on every rank into the rows file; rank 0 moves it into
@@ -368,10 +368,12 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
     n = len(corpus)
     n_shards = math.ceil(n / shard_size)
 
+    def done(s: int) -> bool:
+        return shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n))
+
     def missing() -> list[int]:
         allocate_rows(shard_dir, n, emb.dim, dtype)
-        return [s for s in range(n_shards)
-                if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n))]
+        return [s for s in range(n_shards) if not done(s)]
 
     todo = D.on_main(missing)
     mine = todo[rank::world]
@@ -384,7 +386,7 @@ def _embed_and_merge(root: Path, fp: str, params: dict[str, Any], *, progress: b
     def finish() -> dict[str, Any]:
         # Every rank wrote its rows into the one file: it only moves into place.
         for s in range(n_shards):
-            if not shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n)):
+            if not done(s):
                 raise RuntimeError(f"shard {s} is missing after embedding")
         os.replace(shard_dir / ROWS, root / "embeddings.npy")
         save_npy(root / "valid.npy", np.asarray(corpus.valid, dtype=bool))
