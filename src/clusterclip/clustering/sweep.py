@@ -276,7 +276,8 @@ def render_markdown(info: dict[str, Any], figure: str) -> str:
 def plot_sweep(info: dict[str, Any], path) -> None:
     """Four panels against K (log x): objective, silhouette, small-cluster coherence and
     cluster sizes; the suggested K marked."""
-    from clusterclip.report.plots import _pyplot, _save
+    from clusterclip.plotting import pyplot as _pyplot
+    from clusterclip.plotting import save_png as _save
 
     plt = _pyplot()
     rows = info["rows"]

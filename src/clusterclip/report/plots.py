@@ -14,41 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.plotting import pyplot as _pyplot
+from clusterclip.plotting import save_png as _save
+from clusterclip.plotting import strategy_color
 from clusterclip.report.stats import repetition_bins
 
-DPI = 110
-# One color per strategy, stable across figures (tab10 order).
-_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple",
-           "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    # Same fonts and sizes whatever the user's matplotlibrc says.
-    plt.rcdefaults()
-    plt.rcParams.update({"figure.dpi": DPI, "axes.grid": True, "grid.alpha": 0.3,
-                         "font.size": 9, "svg.hashsalt": "clusterclip"})
-    return plt
-
-
-def _save(fig, path: str | os.PathLike[str], margins: Mapping[str, float]) -> None:
-    # Fixed margins instead of tight_layout: a layout pass costs as much as drawing the figure.
-    fig.subplots_adjust(**margins)
-    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
 _MARKERS = ("o", "s", "^", "D", "v", "P")
-
-
-def _color(i: int) -> str:
-    return _COLORS[i % len(_COLORS)]
 
 
 def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
@@ -113,10 +84,11 @@ def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
         # Hollow markers of different shapes: schedules with the same totals (clusterclip,
         # paced, the given schedule) would otherwise hide each other.
         ax.scatter(corpus_share[ok], s[ok], s=22, marker=_MARKERS[i % len(_MARKERS)],
-                   facecolors="none", edgecolors=_color(i), linewidths=1.0, label=name)
+                   facecolors="none", edgecolors=strategy_color(name, i), linewidths=1.0,
+                   label=name)
         if (~ok).any():
             ax.scatter(corpus_share[~ok], np.full((~ok).sum(), lo * 1.1), marker="v", s=16,
-                       color=_color(i), alpha=0.7)
+                       color=strategy_color(name, i), alpha=0.7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -143,7 +115,7 @@ def plot_repetition(histograms: Mapping[str, Sequence[int]],
         h = np.asarray(histograms[name], dtype=np.int64)
         counts = np.array([h[lo:hi + 1].sum() for lo, hi in bins])
         ax.bar(x + (i - (len(names) - 1) / 2) * width, np.where(counts > 0, counts, np.nan),
-               width, color=_color(i), label=name)
+               width, color=strategy_color(name, i), label=name)
     ax.set_yscale("log")
     ax.set_ylim(bottom=0.7)  # so that a bar of one document is still visible
     ax.set_xticks(x)
