@@ -69,6 +69,9 @@ def summary_text(info: dict) -> str:
                 f"({cost}; held-out "
                 f"cosine to the teacher {tune['held_out_cosine_untuned']:.3f} -> "
                 f"{tune['held_out_cosine_tuned']:.3f})")
+        if not tune["cached"] and tune["documents"] >= info["valid"]:
+            how += ("; the teacher embedded every document, so --embedder minilm would "
+                    "have cost no more")
     lines = [
         head,
         f"  documents:        {info['documents']} in {info['files']} files",

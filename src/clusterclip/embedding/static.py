@@ -16,10 +16,9 @@ pieces ``p`` of its first words (the MiniLM tokenizer's vocabulary). Two tables:
   followed by a random projection: the default before
   ``STATIC_VERSION`` 3, kept as the lexical baseline.
 
-``bench_embed.py`` measures both against MiniLM on the bundled corpus (labels
-are doc folders: lexical) and on WordNet glosses (labels are semantic
-categories): the distilled table keeps the lexical corpus's NMI within a few
-per cent and more than doubles it on the semantic one.
+The distilled table can be tuned to a corpus (``--tune N``, :meth:`StaticEmbedder.tune`,
+:mod:`clusterclip.embedding.tune`). ``bench_embed.py`` measures it against MiniLM and a
+Model2Vec model on three labelled corpora (BENCHMARKS.md, "Embedding").
 
 Speed comes from splitting text on whitespace and caching each distinct
 word's word pieces, so only new words are cut and tokenized (once per batch
