@@ -111,6 +111,8 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
         embedder_identity("fast", None, backend="onnx")
     with pytest.raises(InputError, match="--tune applies to --embedder fast"):
         embedder_identity("minilm", None, tune=10)
+    with pytest.raises(InputError, match="at most 8192"):
+        embedder_identity("fast", None, tune=10**6)
     with pytest.raises(InputError, match="cannot load"):
         make_embedder("hf", model=tmp_path, backend="onnx", progress=False)
 

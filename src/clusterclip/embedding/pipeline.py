@@ -115,7 +115,7 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
     if embedder == "hf":
         ident["pooling"] = pooling
     if embedder in ("minilm", "hf"):
-        ident.update(_runtime_identity(embedder, backend, precision, device))
+        ident.update(runtime_identity(embedder, backend, precision, device))
     if embedder == "fast":
         from clusterclip.embedding.static import STATIC_VERSION
 
@@ -125,12 +125,13 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
             from clusterclip.embedding.tune import TUNE_VERSION
 
             ident["tune"] = {"documents": tune, "seed": tune_seed, "version": TUNE_VERSION,
-                             "teacher": _runtime_identity("minilm", backend, precision, device)}
+                             "teacher": runtime_identity("minilm", backend, precision, device)}
     return ident
 
 
-def _runtime_identity(embedder: str, backend: str, precision: str, device: str
-                      ) -> dict[str, Any]:
+def runtime_identity(embedder: str, backend: str, precision: str, device: str
+                     ) -> dict[str, Any]:
+    """The resolved backend and precision (and ONNX export version), for identities."""
     backend, precision = resolve_backend(embedder, backend, precision, device)
     out: dict[str, Any] = {"backend": backend, "precision": precision}
     if backend == "onnx":
@@ -147,6 +148,10 @@ def check_tune(embedder: str, tune: int, tune_seed: int, backend: str = "auto",
         raise InputError(f"--tune {tune}: must be >= 0 (0: no tuning)")
     if tune and embedder != "fast":
         raise InputError(f"--tune applies to --embedder fast (not {embedder})")
+    from clusterclip.embedding.tune import MAX_DOCUMENTS
+
+    if tune > MAX_DOCUMENTS:
+        raise InputError(f"--tune {tune}: at most {MAX_DOCUMENTS} documents")
     if not 0 <= tune_seed < 2 ** 32:
         raise InputError(f"--tune-seed {tune_seed}: expected 0 .. 2**32 - 1")
     if embedder in ("fast", "model2vec") and not tune and (backend, precision) != (

@@ -70,11 +70,11 @@ def tune_indices(valid: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 
 def teacher_identity(emb: StaticEmbedder, plan: TunePlan) -> dict[str, Any]:
-    from clusterclip.embedding.pipeline import _runtime_identity
+    from clusterclip.embedding.pipeline import runtime_identity
     from clusterclip.embedding.transformer import model_identity
 
     return {"model": model_identity(emb.path), "tokens": TEACHER_TOKENS,
-            **_runtime_identity("minilm", plan.backend, plan.precision, plan.device)}
+            **runtime_identity("minilm", plan.backend, plan.precision, plan.device)}
 
 
 def tuned_table(emb: StaticEmbedder, texts: list[str], plan: TunePlan,
