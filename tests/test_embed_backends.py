@@ -195,9 +195,18 @@ def test_fit_table_moves_only_the_sample_pieces_toward_the_targets():
 
 
 def test_a_tuned_fast_table_is_cached_and_agrees_better_with_the_teacher(tmp_path, texts,
-                                                                         onnx_minilm):
+                                                                         onnx_minilm,
+                                                                         monkeypatch):
     from clusterclip.embedding import embed_workdir, embedder_identity
+    from clusterclip.io import cache_dir
 
+    # A cache without tuned tables: links to the export and the distilled tables only.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for entry in cache_dir().iterdir():
+        if not entry.name.startswith(("static-tuned-", ".")):
+            (cache / entry.name).symlink_to(entry)
+    monkeypatch.setenv("CLUSTERCLIP_CACHE", str(cache))
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     a = embed_workdir(tmp_path / "A", [str(corpus)], embedder="fast", tune=30, progress=False)
