@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.report import build_report
+    from clusterclip.report import ReportOptions, build_report
 
     root = Path(args.workdir)
     if not root.is_dir():
@@ -94,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
     clip = args.clip
     if clip is None:
         clip = _recorded_clip(root, schedule) or 4
-    summary = build_report(
-        root, schedule=schedule, label_field=args.label_field, strategies=args.strategies,
+    summary = build_report(root, ReportOptions(
+        schedule=schedule, label_field=args.label_field, strategies=args.strategies,
         num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
         windows=args.windows, tail_floor=args.tail_floor,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty(),
-        overwrite=args.overwrite)
+        overwrite=args.overwrite))
     out = Path(args.out) if args.out else root / "report"
     print(f"report: {out / 'report.md'}")
     print(f"budget T = {summary['num_samples']:,} samples over "
