@@ -21,6 +21,8 @@ from clusterclip.io import load_npy
 from clusterclip.labels import check_labels
 from clusterclip.report.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
 from clusterclip.report.clip import quartile_clusters as _quartiles
+from clusterclip.report.page import verdict_text
+from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
 from clusterclip.report.readable import FILE as CLUSTERS_MD
 from clusterclip.report.readable import (
     csv_columns,
@@ -48,6 +50,7 @@ EXAMPLE_DOCS = 3
 EXAMPLE_CHARS = 200
 # Generate measured columns for the choose-R table only while it stays cheap.
 MEASURE_SAMPLE_LIMIT = 20_000_000
+PAGE = "index.html"
 FIGURES = {"sizes": "cluster_sizes.png", "share": "schedule_share.png",
            "repetition": "repetition.png", "mixture": "mixture.png",
            "choose_clip": "choose_clip.png"}
@@ -259,6 +262,22 @@ def _label_agreement(corpus, labels: np.ndarray, field: str
     return result, majority
 
 
+def _relative(path: Path, report_dir: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), report_dir.resolve())).as_posix()
+
+
+def _verdict_files(root: Path) -> list[tuple[str, Path]]:
+    return [("Experiment", root / "experiment" / "results.md"),
+            ("Search", root / "search" / "results.md")]
+
+
+def search_link(root: Path, report_dir: Path) -> str | None:
+    """The relative path (POSIX separators) from ``report_dir`` to ``W/search/results.md``
+    when that file exists, else None."""
+    results = root / "search" / "results.md"
+    return _relative(results, report_dir) if results.is_file() else None
+
+
 def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
     """Where the experiment's results are, relative to the report directory, or how to run it.
 
@@ -267,9 +286,7 @@ def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
     is the command that writes it.
     """
     results = root / "experiment" / "results.md"
-    rel = None
-    if results.is_file():
-        rel = Path(os.path.relpath(results.resolve(), report_dir.resolve())).as_posix()
+    rel = _relative(results, report_dir) if results.is_file() else None
     return {"results_md": rel, "command": f"clusterclip experiment --workdir {root}"}
 
 
@@ -288,7 +305,9 @@ class ReportOptions:
     late-training sentence and the recommended R); ``clips``: the values of R
     to tabulate (None: :func:`~clusterclip.report.clip.default_clips`);
     ``out``: the report directory (None: ``W/report``); ``progress``: progress
-    bars on stderr; ``overwrite``: replace an ``out`` that is not an earlier report.
+    bars on stderr; ``overwrite``: replace an ``out`` that is not an earlier report;
+    ``map_sample``: documents on the page's map (at most; 0: no map), a seeded sample
+    projected by the ``map`` stage (:mod:`~clusterclip.report.projection`).
     """
 
     schedule: str | os.PathLike[str] | None = None
@@ -304,6 +323,7 @@ class ReportOptions:
     out: str | os.PathLike[str] | None = None
     progress: bool = False
     overwrite: bool = False
+    map_sample: int = DEFAULT_MAP_SAMPLE
 
     def strategy_list(self) -> list[str]:
         """The strategies to generate, checked against the sampler's."""
@@ -323,13 +343,16 @@ class ReportOptions:
             raise InputError(f"--tail-floor must be a number >= 0, got {self.tail_floor}")
         if self.num_samples is not None and self.schedule is None and self.num_samples <= 0:
             raise InputError(f"--num-samples must be positive, got {self.num_samples}")
+        if isinstance(self.map_sample, bool) or not isinstance(self.map_sample, int) \
+                or self.map_sample < 0:
+            raise InputError(f"--map-sample must be an integer >= 0, got {self.map_sample}")
         self.strategy_list()
 
 
 def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None = None,
                  **fields: Any) -> dict[str, Any]:
-    """Write ``W/report/`` (summary.json, clusters.csv, clusters.md, PNG figures, report.md);
-    return the summary.
+    """Write ``W/report/`` (index.html, summary.json, clusters.csv, clusters.md, PNG
+    figures, report.md); return the summary.
 
     ``options``: a :class:`ReportOptions`; ``fields`` override its fields
     (``build_report(w, clip=3)`` is ``build_report(w, ReportOptions(clip=3))``).
@@ -351,6 +374,7 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
     from clusterclip.workdir import Workdir
 
     opts = replace(options or ReportOptions(), **fields)
+    opts.check()
     root = Path(workdir)
     if not root.is_dir():
         raise InputError(f"work directory {root} does not exist")
@@ -376,7 +400,7 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
     def work(run: Any) -> dict[str, Any]:
         built.update(_build_report(root, opts, target, _Counted(
             tokens=counted.get("tokens"), source=counted.get("source"),
-            groups=counted.get("groups"))))
+            groups=counted.get("groups")), w))
         return {"out": str(target)}
 
     with w.locked():
@@ -406,7 +430,10 @@ def _stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
             "clips": None if opts.clips is None else [int(c) for c in opts.clips],
             "out": str(target.resolve()),
             # report.md links the experiment's results once they exist.
-            "experiment_link": experiment_link(root, target)}
+            "experiment_link": experiment_link(root, target),
+            "map_sample": opts.map_sample,
+            # the page shows the experiment's and the search's verdicts
+            "verdicts": [verdict_text(path) for _, path in _verdict_files(root)]}
 
 
 def _token_inputs(w: Any) -> dict[str, Any]:
@@ -511,6 +538,9 @@ class _Schedules:
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     shares: dict[str, np.ndarray] = field(default_factory=dict)
     token_parts: dict[str, np.ndarray] = field(default_factory=dict)
+    #: float[P, K]: each cluster's share of each tenth of the schedule
+    tenths: dict[str, np.ndarray] = field(default_factory=dict)
+    tenth_end: list[float] = field(default_factory=list)
 
     def add(self, name: str, summary: dict[str, Any], st: ScheduleStats, c: _Corpus) -> None:
         """Record schedule ``name`` from its statistics (group repetition and token
@@ -525,6 +555,8 @@ class _Schedules:
             self.token_parts[name] = per_cluster / max(1.0, float(per_cluster.sum()))
         self.summaries[name] = summary
         self.shares[name] = st.cluster_counts / c.total
+        self.tenths[name] = st.tenth_counts / np.maximum(1, np.diff(st.tenth_edges))[:, None]
+        self.tenth_end = (st.tenth_edges[1:] / c.total).tolist()
 
 
 def _groups(c: _Corpus) -> dict[str, np.ndarray]:
@@ -625,20 +657,25 @@ def _summary(root: Path, target: Path, c: _Corpus, opts: ReportOptions, sched: _
         summary["corpus_token_shares"] = token_shares(corpus_tokens, c.sizes, _groups(c))
         sched.token_parts["corpus"] = corpus_tokens / max(1.0, float(corpus_tokens.sum()))
     summary["experiment"] = experiment_link(root, target)
+    summary["search"] = {"results_md": search_link(root, target)}
+    summary["page"] = PAGE
     return _round_floats(_jsonable(summary))
 
 
-def _build_report(root: Path, opts: ReportOptions, target: Path,
-                  counted: _Counted) -> dict[str, Any]:
+def _build_report(root: Path, opts: ReportOptions, target: Path, counted: _Counted,
+                  w: Any) -> dict[str, Any]:
     """Compute the report and write it to ``target`` (see :func:`build_report`).
 
     ``counted.groups``: near-duplicate groups (``W/groups.npy``): repetition is then also
     counted per group (``max_group_repetition``, ``groups_seen`` per schedule).
     ``counted.tokens``: tokens per document (None without a corpus index: no token
-    shares), counted as ``counted.source`` says."""
+    shares), counted as ``counted.source`` says. ``w``: the work directory, whose
+    ``map`` stage (run or reused here) draws the page's map."""
     from clusterclip.io import atomic_output_dir
+    from clusterclip.report.projection import map_stage
 
     c = _load(root, opts, counted)
+    map_note = map_stage(w, sample=opts.map_sample, seed=opts.seed, progress=opts.progress)
     agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field)
                            if opts.label_field is not None else (None, None))
     scores = _load_scores(root, c.labels)
@@ -652,10 +689,60 @@ def _build_report(root: Path, opts: ReportOptions, target: Path,
         _generated_schedule(c, opts, strategy, sched)
     choose = _choose_section(c, opts)
     examples = _examples(readable, scores, c.sizes, c.corpus, majority)
+    points = _map_points(root, c) if map_note is None else None
+    if map_note:
+        c.notes.append(map_note)
     summary = _summary(root, target, c, opts, sched, choose, readable, agreement, examples)
+    summary["map"] = None if points is None else {"documents": int(points.rows.size),
+                                                  "of": points.of}
+    page = _page(root, target, summary, c, sched, readable, scores, points, map_note)
     with atomic_output_dir(target, "report", overwrite=opts.overwrite) as tmp:
         _write_report(tmp, summary, c.sizes, sched.shares, sched.token_parts, readable)
+        (tmp / PAGE).write_text(page, encoding="utf-8")
     return summary
+
+
+def _map_points(root: Path, c: _Corpus):
+    """The documents of ``W/map/`` with their clusters and first characters."""
+    from clusterclip.report.page import HOVER_CHARS, MapPoints
+    from clusterclip.report.projection import load_map
+    from clusterclip.report.terms import one_line
+
+    rows, coords = load_map(root)
+    if rows.size and (rows.max() >= c.n or rows.min() < 0):
+        raise InputError(f"{root / 'map'}: documents outside the {c.n} of labels.npy; "
+                         "rerun `clusterclip report`")
+    texts = None
+    if c.corpus is not None:
+        texts = [one_line(t, HOVER_CHARS) for _, t in c.corpus.iter_texts_at(rows)]
+    return MapPoints(rows=rows, coords=coords, labels=np.asarray(c.labels[rows]),
+                     texts=texts, of=c.n)
+
+
+def _page(root: Path, target: Path, summary: dict[str, Any], c: _Corpus, sched: _Schedules,
+          readable: dict[str, Any], scores: np.ndarray | None, points: Any,
+          map_note: str | None) -> str:
+    """index.html's text: the map, the clusters, the mixture and the verdicts."""
+    from clusterclip.report.page import markdown_html, page_data, render_page
+
+    cohesion = None
+    if scores is not None:
+        keep = c.labels >= 0
+        total = np.bincount(c.labels[keep], weights=np.asarray(scores, np.float64)[keep],
+                            minlength=c.k)
+        cohesion = np.divide(total, c.sizes, out=np.full(c.k, np.nan), where=c.sizes > 0)
+    verdicts = [{"title": title, "html": markdown_html(text), "href": _relative(path, target)}
+                for title, path in _verdict_files(root)
+                if (text := verdict_text(path)) is not None]
+    links = [{"text": "report.md", "href": "report.md"},
+             {"text": CLUSTERS_MD, "href": CLUSTERS_MD},
+             {"text": "clusters.csv", "href": "clusters.csv"}]
+    links += [{"text": f"{title.lower()} results", "href": v["href"]}
+              for title, v in zip([v["title"] for v in verdicts], verdicts, strict=True)]
+    return render_page(page_data(
+        summary, sizes=c.sizes, shares=sched.shares, token_parts=sched.token_parts,
+        tenths=sched.tenths, tenth_end=sched.tenth_end, readable=readable, cohesion=cohesion,
+        points=points, verdicts=verdicts, links=links, map_note=map_note))
 
 
 def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
