@@ -183,6 +183,27 @@ def _experiment_line(summary: Mapping[str, Any]) -> str:
     return ""
 
 
+def _search_line(summary: Mapping[str, Any]) -> str:
+    rel = (summary.get("search") or {}).get("results_md")
+    if not rel:
+        return ""
+    return (f"A mixture was searched for this corpus: see the search, [results.md]({rel}) "
+            "(its verdict is also on the report's page).")
+
+
+def _page_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The link to index.html, the report as one page with the map."""
+    page = summary.get("page")
+    if not page:
+        return []
+    m = summary.get("map")
+    drawn = (f"a map of {m['documents']:,} of the {m['of']:,} documents coloured by cluster, "
+             if m else "")
+    return [f"**The report as one page: [{page}]({page})**: {drawn}every cluster with its "
+            "share of each schedule, top terms and documents, searchable and sortable (one "
+            "file, opens offline in a browser).", ""]
+
+
 def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
     """The closing section: computed from the numbers above."""
     out = ["## Conclusion", "", f"- {summary['tail_starvation']['sentence']}"]
@@ -191,9 +212,9 @@ def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
         best = choose["recommended_clip"]
         out.append(f"- {'Recommended' if best is not None else 'No recommended'} clip R for "
                    f"`clusterclip` at T = {choose['budget']:,}: {choose['reason']}")
-    line = _experiment_line(summary)
-    if line:
-        out.append(f"- {line}")
+    for line in (_experiment_line(summary), _search_line(summary)):
+        if line:
+            out.append(f"- {line}")
     return out + [""]
 
 
@@ -211,6 +232,8 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
         _experiment_line(summary),
         "",
+        *([_search_line(summary), ""] if _search_line(summary) else []),
+        *_page_lines(summary),
         "## Clusters",
         "",
         f"Sizes range from {p['min_size']:,} to {p['max_size']:,} documents (median "

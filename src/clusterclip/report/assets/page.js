@@ -241,7 +241,7 @@
     var drawn = 0, last = null;
     for (var pass = 0; pass < (focus ? 2 : 1); pass++) {
       ctx.globalAlpha = focus && pass === 0 ? 0.13 : 0.85;
-      var rr = focus && pass === 1 ? r + 1.2 : r, hh = rr / 2;
+      var rr = focus && pass === 1 ? r + 2 : r, hh = rr / 2;
       for (var j = 0; j < n; j++) {
         var i = order[j];
         if (focus && (pass === 1) !== isHit(i)) continue;
