@@ -306,8 +306,10 @@ class ReportOptions:
     to tabulate (None: :func:`~clusterclip.report.clip.default_clips`);
     ``out``: the report directory (None: ``W/report``); ``progress``: progress
     bars on stderr; ``overwrite``: replace an ``out`` that is not an earlier report;
-    ``map_sample``: documents on the page's map (at most; 0: no map), a seeded sample
-    projected by the ``map`` stage (:mod:`~clusterclip.report.projection`).
+    ``map_sample``: documents on the page's map (at most; 0: no map), a sample drawn
+    with ``map_seed`` and projected by the ``map`` stage
+    (:mod:`~clusterclip.report.projection`); a seed of its own, so that a report with
+    another sampler ``seed`` reuses the map.
     """
 
     schedule: str | os.PathLike[str] | None = None
@@ -324,6 +326,7 @@ class ReportOptions:
     progress: bool = False
     overwrite: bool = False
     map_sample: int = DEFAULT_MAP_SAMPLE
+    map_seed: int = 0
 
     def strategy_list(self) -> list[str]:
         """The strategies to generate, checked against the sampler's."""
@@ -431,7 +434,7 @@ def _stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
             "out": str(target.resolve()),
             # report.md links the experiment's results once they exist.
             "experiment_link": experiment_link(root, target),
-            "map_sample": opts.map_sample,
+            "map_sample": opts.map_sample, "map_seed": opts.map_seed,
             # the page shows the experiment's and the search's verdicts
             "verdicts": [verdict_text(path) for _, path in _verdict_files(root)]}
 
@@ -675,7 +678,8 @@ def _build_report(root: Path, opts: ReportOptions, target: Path, counted: _Count
     from clusterclip.report.projection import map_stage
 
     c = _load(root, opts, counted)
-    map_note = map_stage(w, sample=opts.map_sample, seed=opts.seed, progress=opts.progress)
+    map_note = map_stage(w, sample=opts.map_sample, seed=opts.map_seed,
+                         progress=opts.progress)
     agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field)
                            if opts.label_field is not None else (None, None))
     scores = _load_scores(root, c.labels)
