@@ -239,3 +239,34 @@ def test_projection_is_deterministic(reported):
     a, b = project(X, seed=1), project(X, seed=1)
     assert a.shape == (200, 2) and a.dtype == np.float32
     assert a.tobytes() == b.tobytes()
+
+
+def test_searched_mixture_is_shown_like_a_strategy(reported, tmp_path):
+    import shutil
+
+    from clusterclip.sampling.mixture import Mixture, write_mixture
+
+    w = tmp_path / "w"
+    shutil.copytree(reported, w)
+    labels = np.load(w / "labels.npy")
+    k = int(labels.max()) + 1
+    weights = [0.0] + [1.0] * (k - 1)  # cluster 0 never drawn
+    write_mixture(w / "search" / "mixture.json", Mixture(tuple(weights), 3, "paced", "target"))
+    assert main(["report", "--workdir", str(w), "--map-sample", "0", "--num-samples", "900",
+                 "--out", str(tmp_path / "r")]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text(encoding="utf-8"))
+    mix = summary["schedules"]["mixture"]
+    assert mix["parameters"]["timing"] == "paced" and mix["parameters"]["clip"] == 3
+    shares = {int(r["cluster"]): float(r["mixture_share"])
+              for r in csv.DictReader(open(tmp_path / "r" / "clusters.csv", encoding="utf-8"))}
+    assert shares[0] == 0.0 and abs(sum(shares.values()) - 1) < 1e-4
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert '{"color":"#e69f00","name":"mixture"}' in page
+    # A mixture made for other labels is a note, not a failure, unless asked for.
+    write_mixture(w / "search" / "mixture.json", Mixture((1.0, 1.0), 3, "paced", "target"))
+    assert main(["report", "--workdir", str(w), "--map-sample", "0", "--num-samples", "900",
+                 "--out", str(tmp_path / "r2")]) == 0
+    notes = json.loads((tmp_path / "r2" / "summary.json").read_text(encoding="utf-8"))["notes"]
+    assert any(n.startswith("mixture not shown:") and "2 weights" in n for n in notes)
+    assert main(["report", "--workdir", str(w), "--map-sample", "0", "--num-samples", "900",
+                 "--strategies", "random,mixture", "--out", str(tmp_path / "r3")]) == 2

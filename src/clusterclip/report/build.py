@@ -44,6 +44,10 @@ from clusterclip.report.stats import (
 from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
 
 DEFAULT_STRATEGIES = ("clusterclip", "paced", "random")
+#: The strategy name of the schedule drawn from ``W/search/mixture.json`` (its weights,
+#: timing and clip); shown by default whenever that file exists.
+MIXTURE = "mixture"
+MIXTURE_FILE = ("search", "mixture.json")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
 EXAMPLE_DOCS = 3
@@ -329,11 +333,13 @@ class ReportOptions:
     map_seed: int = 0
 
     def strategy_list(self) -> list[str]:
-        """The strategies to generate, checked against the sampler's."""
+        """The strategies to generate, checked against the sampler's (and ``mixture``:
+        the schedule of ``W/search/mixture.json``, CONTRACTS.md section 4)."""
         strategies = list(DEFAULT_STRATEGIES if self.strategies is None else self.strategies)
         for s in strategies:
-            if s not in STRATEGIES:
-                raise InputError(f"unknown strategy {s!r} (choose from {', '.join(STRATEGIES)})")
+            if s not in STRATEGIES and s != MIXTURE:
+                raise InputError(f"unknown strategy {s!r} (choose from "
+                                 f"{', '.join((*STRATEGIES, MIXTURE))})")
         return strategies
 
     def check(self) -> None:
@@ -435,8 +441,30 @@ def _stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
             # report.md links the experiment's results once they exist.
             "experiment_link": experiment_link(root, target),
             "map_sample": opts.map_sample, "map_seed": opts.map_seed,
+            "mixture": _mixture_identity(root),
             # the page shows the experiment's and the search's verdicts
             "verdicts": [verdict_text(path) for _, path in _verdict_files(root)]}
+
+
+def _mixture_identity(root: Path) -> str | None:
+    path = root.joinpath(*MIXTURE_FILE)
+    if not path.is_file():
+        return None
+    from clusterclip.io import sha256_file
+
+    return sha256_file(path)
+
+
+def _report_strategies(root: Path, opts: ReportOptions) -> list[str]:
+    """The generated schedules: ``opts``'s, plus ``mixture`` by default when
+    ``W/search/mixture.json`` exists."""
+    names = opts.strategy_list()
+    if opts.strategies is None and root.joinpath(*MIXTURE_FILE).is_file():
+        names.append(MIXTURE)
+    if MIXTURE in names and not root.joinpath(*MIXTURE_FILE).is_file():
+        raise InputError(f"--strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
+                         "exist (`clusterclip search` writes it)")
+    return names
 
 
 def _token_inputs(w: Any) -> dict[str, Any]:
@@ -505,7 +533,8 @@ def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
         total = int(opts.num_samples)
     else:
         total = min(DEFAULT_EPOCHS, opts.clip) * n_eligible
-    if any(s in CLIP_STRATEGIES for s in strategies) and total > opts.clip * n_eligible:
+    if any(s in CLIP_STRATEGIES for s in strategies if s != MIXTURE) \
+            and total > opts.clip * n_eligible:
         raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = "
                          f"{opts.clip} x {n_eligible} = {opts.clip * n_eligible}; raise "
                          "--clip or lower the budget")
@@ -601,6 +630,36 @@ def _generated_schedule(c: _Corpus, opts: ReportOptions, strategy: str,
     out.add(strategy, summary, st, c)
 
 
+def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
+    """Statistics of the schedule drawn from ``W/search/mixture.json`` (its weights, timing
+    and clip) at the same budget and seed, as ``mixture``. A mixture the default brought
+    in that does not fit these labels or this budget becomes a note; one asked for by
+    ``--strategies`` is an error."""
+    from clusterclip import ClusterClipSampler
+    from clusterclip.sampling.mixture import mixture_record, read_mixture
+
+    path = root.joinpath(*MIXTURE_FILE)
+    try:
+        mixture = read_mixture(path, num_clusters=c.k)
+        sampler = ClusterClipSampler(c.labels, num_samples=c.total, strategy=mixture.timing,
+                                     clip=mixture.clip, cluster_weights=mixture.cluster_weights(),
+                                     seed=opts.seed)
+    except InputError as e:
+        if opts.strategies is not None:
+            raise
+        c.notes.append(f"mixture not shown: {e}")
+        return
+    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, MIXTURE, opts.progress))
+    summary = schedule_summary(st, c.sizes, c.eligible, mixture.clip)
+    summary["parameters"] = {"strategy": MIXTURE, "timing": mixture.timing,
+                             "clip": mixture.clip, "seed": opts.seed,
+                             "mixture": mixture_record(path)}
+    summary["clip_events"] = (_sampler_clip_events(sampler.summary())
+                              or _clip_events(st, c.sizes, mixture.clip))
+    out.add(MIXTURE, summary, st, c)
+
+
 def _choose_section(c: _Corpus, opts: ReportOptions) -> dict[str, Any]:
     """The choose-R analysis; its measured columns while T x (values of R) stays cheap."""
     tail_docs = np.isin(c.labels, c.tail)
@@ -689,8 +748,11 @@ def _build_report(root: Path, opts: ReportOptions, target: Path, counted: _Count
     sched = _Schedules()
     if c.schedule is not None:
         _given_schedule(c, opts, sched)
-    for strategy in opts.strategy_list():
-        _generated_schedule(c, opts, strategy, sched)
+    for strategy in _report_strategies(root, opts):
+        if strategy == MIXTURE:
+            _mixture_schedule(root, c, opts, sched)
+        else:
+            _generated_schedule(c, opts, strategy, sched)
     choose = _choose_section(c, opts)
     examples = _examples(readable, scores, c.sizes, c.corpus, majority)
     points = _map_points(root, c) if map_note is None else None

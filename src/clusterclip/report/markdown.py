@@ -17,6 +17,8 @@ STRATEGY_TEXT = {
     "clusterclip": "draws clusters as uniform does and retires a cluster after R passes",
     "paced": "gives each cluster ClusterClip's expected total (at most R passes) and spreads "
              "its draws evenly over the whole schedule",
+    "mixture": "draws the mixture found by `clusterclip search` (`search/mixture.json`: its "
+               "cluster weights, with its timing and clip R)",
 }
 
 
@@ -106,7 +108,9 @@ def _tenths_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> lis
 def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str],
                   sched: Mapping[str, Any]) -> list[str]:
     """The choose-R section: the rule, the recommendation and the table."""
-    clipped = {name: s for name, s in sched.items() if "clip" in s.get("parameters", {})}
+    # The schedules at this report's R (a searched mixture has an R of its own).
+    clipped = {name: s for name, s in sched.items() if "clip" in s.get("parameters", {})
+               and s["parameters"].get("strategy") != "mixture"}
     at_clip = []
     if clipped:
         clip = next(iter(clipped.values()))["parameters"]["clip"]
