@@ -10,15 +10,16 @@ and peak RSS, and a second run (the stage reused). The peer: umap-learn as a use
 it, ``umap.UMAP(random_state=0).fit_transform(X)`` on the same 10^5 rows in 384-d
 (``--peer``; minutes).
 
-``--part page``: the same synthetic map of 10^4 and 10^5 points (text of 200 characters
-each) as (a) our page (index.html: canvas 2D, data inlined), (b) Plotly with plotly.js
-inlined (``include_plotlyjs=True``), ``scattergl`` (WebGL) and (c) Plotly ``scatter``
-(SVG). Each file is loaded from ``file://`` in headless Chromium (the tests' flags,
-``--disable-gpu``): file size, time from navigation start to the map drawn (ours: first
-draw; Plotly: ``plotly_afterplot``), console errors, then the median time of 5 zoom, 5 pan
-and 20 hover steps (ours: the page's own redraw; Plotly: ``Plotly.relayout`` and
-``Plotly.Fx.hover``). datamapplot is not measured: its offline mode needs its JavaScript
-and fonts cached from a CDN once, which this machine cannot reach (see BENCHMARKS.md).
+``--part page``: the same synthetic map of 10^4 and 10^5 points (text of 200
+characters each) as (a) our page (index.html: canvas 2D, data inlined), (b) Plotly with
+plotly.js inlined (``include_plotlyjs=True``), ``scattergl`` (WebGL) and (c) Plotly
+``scatter`` (SVG). Each file is loaded from ``file://`` in headless Chromium (the tests'
+flags, ``--disable-gpu``): file size, time from navigation start to the map drawn (ours:
+its first draw; Plotly: its ``post_script``, run once ``newPlot`` has drawn), console
+errors, then the median time of 5 zoom, 5 pan and 20 hover steps (ours: the page's own
+redraw; Plotly: ``Plotly.relayout`` and ``Plotly.Fx.hover``). datamapplot is not
+measured: its offline mode needs its JavaScript and fonts cached from a CDN once, which
+this machine cannot reach (see BENCHMARKS.md).
 
     python benchmarks/bench_map.py --part page
     python benchmarks/bench_map.py --part stage --docs 100000 1000000
@@ -149,9 +150,8 @@ def page_plotly(n: int, path: Path, gl: bool) -> None:
                           hovertemplate="%{text}<extra></extra>",
                           marker={"size": 3, "color": labels, "colorscale": "Turbo"}))
     fig.update_layout(width=1000, height=560)
-    post = ("var gd = document.getElementsByClassName('plotly-graph-div')[0];"
-            "gd.on('plotly_afterplot', function () { if (!window.__drawnAt) "
-            "window.__drawnAt = performance.now(); });")
+    # post_script runs once Plotly.newPlot has drawn the figure.
+    post = "window.__drawnAt = performance.now();"
     fig.write_html(str(path), include_plotlyjs=True, full_html=True, post_script=post)
 
 
@@ -223,6 +223,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--points", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--peer", action="store_true", help="also time plain umap-learn (stage)")
+    ap.add_argument("--pages", nargs="+", default=["ours", "plotly-webgl", "plotly-svg"])
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench_map_"))
     print(f"load average at start: {_load()}", flush=True)
@@ -238,6 +239,8 @@ def main() -> None:
             for kind, build in (("ours", page_ours),
                                 ("plotly-webgl", lambda n, p: page_plotly(n, p, True)),
                                 ("plotly-svg", lambda n, p: page_plotly(n, p, False))):
+                if kind not in args.pages:
+                    continue
                 path = root / f"{kind}-{n}.html"
                 build(n, path)
                 r = measure_page(path, "ours" if kind == "ours" else "plotly")

@@ -436,6 +436,8 @@
   });
   if (D.cluster.some(function (c) { return c.cohesion !== null; })) {
     columns.push({ key: "cohesion", label: "cohesion", get: function (c) { return c.cohesion; },
+                   title: "mean cosine similarity of the cluster's documents to its centroid; " +
+                     "a low value among large clusters marks a catch-all",
                    show: function (v) { return v === null ? "-" : v.toFixed(3); } });
   }
   columns.push({ key: "terms", label: "top terms", text: true, get: function (c) { return c.terms.join(" "); },
@@ -448,6 +450,7 @@
     columns.forEach(function (col) {
       var th = el("th", { "data-key": col.key, "class": (col.text ? "terms " : "") +
         (col.key === sortKey ? "sorted" + (sortAsc ? " asc" : "") : "") }, col.label);
+      if (col.title) th.title = col.title;
       th.addEventListener("click", function () {
         if (sortKey === col.key) sortAsc = !sortAsc; else { sortKey = col.key; sortAsc = !!col.text || col.key === "id"; }
         renderTable();
