@@ -10,8 +10,10 @@ a rerun of ``report`` costs nothing.
 The projection is umap-learn's UMAP (deterministic: ``random_state`` set, one
 thread) on the first :data:`PCA_DIMS` principal components of the
 L2-normalised embeddings, with the euclidean metric: on unit vectors it
-orders neighbours as cosine does, and the PCA step makes the neighbour search
-several times cheaper.
+orders neighbours as cosine does. The PCA step keeps the neighbour search's cost
+independent of the model's dimension; at 10^5 documents the single-threaded layout
+dominates either way (BENCHMARKS.md, "Report page and map": about 5 CPU-minutes, over
+the 2-minute target).
 """
 
 from __future__ import annotations
