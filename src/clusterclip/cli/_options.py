@@ -57,7 +57,9 @@ def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> Non
 
 def add_token_options(p: argparse.ArgumentParser) -> None:
     """``--balance-by`` and ``--tokenizer`` (``sample``, ``run``); see clusterclip.tokens."""
-    p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",
+    from clusterclip.sampling.budget import BALANCE_BY
+
+    p.add_argument("--balance-by", choices=BALANCE_BY, default="docs",
                    help="docs: cluster weight n_k ** alpha; tokens: n_k ** alpha / mean tokens "
                         "per document, so clusters get equal tokens (alpha 0) rather than "
                         "equal documents")

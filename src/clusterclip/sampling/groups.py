@@ -169,7 +169,7 @@ class GroupClipSampler(BaseSampler):
         self._clusters = resolve_clusters(self._inner_spec, self._index.rep_labels(lab),
                                           unit="near-duplicate groups")
         inner = self._inner()
-        self._init_share(spec, inner.alpha)
+        self._init_share(spec)
         self.capacity = inner.capacity
         self.num_groups = self._index.num_groups
         # documents of clusters of weight 0 are excluded, as in the plain sampler

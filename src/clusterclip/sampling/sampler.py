@@ -118,8 +118,7 @@ class ClusterClipSampler(BaseSampler):
         lab, sizes = clusters.labels, clusters.sizes
         K = sizes.size
         weights = clusters.weights
-        self._init_share(spec, spec.alpha if spec.strategy in ALPHA_STRATEGIES
-                         and spec.cluster_weights is None else None)
+        self._init_share(spec)
         self.capacity = clusters.capacity
         self.num_eligible = clusters.num_eligible
         self.num_excluded = clusters.num_excluded

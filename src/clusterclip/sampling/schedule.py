@@ -56,6 +56,24 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                          params=("consumed_samples", "num_tokens"))
     sampler = make()
     n = rank_share(stop, spec.rank, spec.world_size, spec.consumed_samples)[1]
+    _write_npy(path, sampler.blocks(), n, progress)
+    summary = sampler.summary()
+    if stop < plan["num_samples"]:
+        summary = _cut_summary(summary, labels, make(rank=0, world_size=1, consumed_samples=0),
+                               stop, n, spec.consumed_samples)
+    summary["written"] = n
+    summary["balance_by"] = balance_by
+    if num_tokens is not None:
+        summary["num_tokens"] = int(num_tokens)
+        summary["schedule_tokens"] = plan["schedule_tokens"]
+    if token_source is not None:
+        summary["token_counts"] = token_source
+    return summary
+
+
+def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool) -> None:
+    """Write the first ``n`` indices of ``blocks`` (int64 arrays) as an ``.npy`` at
+    ``path``, atomically, with a progress bar if ``progress``."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -71,7 +89,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                     "fortran_order": False, "shape": (n,)})
             with _BackgroundWriter(f) as out:
                 i = 0
-                for block in sampler.blocks():
+                for block in blocks:
                     block = block[:n - i]
                     out.write(np.ascontiguousarray(block, "<i8"))
                     i += block.size
@@ -84,18 +102,6 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     finally:
         if bar is not None:
             bar.close()
-    summary = sampler.summary()
-    if stop < plan["num_samples"]:
-        summary = _cut_summary(summary, labels, make(rank=0, world_size=1, consumed_samples=0),
-                               stop, n, spec.consumed_samples)
-    summary["written"] = n
-    summary["balance_by"] = balance_by
-    if num_tokens is not None:
-        summary["num_tokens"] = int(num_tokens)
-        summary["schedule_tokens"] = plan["schedule_tokens"]
-    if token_source is not None:
-        summary["token_counts"] = token_source
-    return summary
 
 
 class _BackgroundWriter:

@@ -174,10 +174,12 @@ class SamplerSpec:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @property
-    def uses_weights(self) -> bool:
-        """Whether the cluster choice is weighted (cluster_weights, or alpha != 0)."""
-        return self.cluster_weights is not None or (
-            self.strategy in ALPHA_STRATEGIES and self.alpha != 0.0)
+    def alpha_in_use(self) -> float | None:
+        """The alpha the schedule depends on: None outside the alpha strategies and when
+        ``cluster_weights`` replace n_k ** alpha (what samplers report and states hold)."""
+        if self.strategy in ALPHA_STRATEGIES and self.cluster_weights is None:
+            return self.alpha
+        return None
 
 
 @dataclass(frozen=True, eq=False)

@@ -88,10 +88,10 @@ class BaseSampler:
     #: whether the state carries per-cluster draw counts
     _state_has_counts = False
 
-    def _init_share(self, spec: SamplerSpec, alpha: float | None) -> None:
+    def _init_share(self, spec: SamplerSpec) -> None:
         self.spec = spec
         self.strategy, self.num_samples, self.clip = spec.strategy, spec.num_samples, spec.clip
-        self.alpha, self.seed = alpha, spec.seed
+        self.alpha, self.seed = spec.alpha_in_use, spec.seed
         self.rank, self.world_size = spec.rank, spec.world_size
 
     # ---------------------------------------------------------------- stream
