@@ -41,9 +41,13 @@ from clusterclip.report.stats import (
     tail_starvation,
     token_shares,
 )
-from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
+from clusterclip.sampling.spec import (
+    CLIP_STRATEGIES,
+    DEFAULT_STRATEGIES,
+    STRATEGIES,
+    strategy_options,
+)
 
-DEFAULT_STRATEGIES = ("clusterclip", "paced", "random")
 #: The strategy name of the schedule drawn from ``W/search/mixture.json`` (its weights,
 #: timing and clip); shown by default whenever that file exists.
 MIXTURE = "mixture"
@@ -127,13 +131,10 @@ def current_groups(w: Any) -> np.ndarray | None:
 
 def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alpha: float,
              seed: int):
-    from clusterclip import ClusterClipSampler
+    from clusterclip.sampling import make_sampler
 
-    # The baselines take no alpha (the sampler refuses one); the clip only binds clusterclip.
-    if strategy not in ALPHA_STRATEGIES:
-        alpha = 0.0
-    return ClusterClipSampler(labels, num_samples=num_samples, strategy=strategy,
-                              clip=clip, alpha=alpha, seed=seed)
+    return make_sampler(labels, num_samples, seed=seed,
+                        **strategy_options(strategy, clip=clip, alpha=alpha))
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool):
@@ -621,9 +622,8 @@ def _generated_schedule(c: _Corpus, opts: ReportOptions, strategy: str,
     st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, strategy, opts.progress))
     clipped = strategy in CLIP_STRATEGIES
     summary = schedule_summary(st, c.sizes, c.eligible, opts.clip if clipped else np.inf)
-    summary["parameters"] = {"strategy": strategy, "seed": opts.seed, **(
-        {"clip": opts.clip} if clipped else {}), **(
-        {"alpha": opts.alpha} if strategy in ALPHA_STRATEGIES else {})}
+    summary["parameters"] = {"seed": opts.seed,
+                             **strategy_options(strategy, clip=opts.clip, alpha=opts.alpha)}
     if clipped:
         summary["clip_events"] = (_sampler_clip_events(sampler.summary())
                                   or _clip_events(st, c.sizes, opts.clip))
@@ -635,15 +635,14 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
     and clip) at the same budget and seed, as ``mixture``. A mixture the default brought
     in that does not fit these labels or this budget becomes a note; one asked for by
     ``--strategies`` is an error."""
-    from clusterclip import ClusterClipSampler
+    from clusterclip.sampling import make_sampler
     from clusterclip.sampling.mixture import mixture_record, read_mixture
 
     path = root.joinpath(*MIXTURE_FILE)
     try:
         mixture = read_mixture(path, num_clusters=c.k)
-        sampler = ClusterClipSampler(c.labels, num_samples=c.total, strategy=mixture.timing,
-                                     clip=mixture.clip, cluster_weights=mixture.cluster_weights(),
-                                     seed=opts.seed)
+        sampler = make_sampler(c.labels, c.total, seed=opts.seed, **strategy_options(
+            mixture.timing, clip=mixture.clip, cluster_weights=mixture.cluster_weights()))
     except InputError as e:
         if opts.strategies is not None:
             raise
