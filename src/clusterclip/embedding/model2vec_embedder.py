@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.embedding.base import Embedder, l2_normalize
-from clusterclip.embedding.transformer import model_identity
+from clusterclip.embedding.transformer import _local_model, model_identity
 from clusterclip.errors import InputError
 
 
@@ -34,9 +34,10 @@ class Model2VecEmbedder(Embedder):
         except ImportError:
             raise InputError("--embedder model2vec needs the model2vec package "
                              "(pip install 'clusterclip[model2vec]')") from None
-        from clusterclip.embedding.pipeline import model_folder
-
-        self.path = model_folder("model2vec", model)
+        if model is None:
+            raise InputError("--embedder model2vec needs --model PATH (a local Model2Vec "
+                             "model folder; none ships with clusterclip)")
+        self.path = _local_model(model, None)
         try:
             self.model = StaticModel.from_pretrained(self.path, force_download=False)
         except (OSError, ValueError, KeyError) as e:

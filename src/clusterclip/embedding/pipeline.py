@@ -211,9 +211,18 @@ def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | N
         emb = StaticEmbedder(model, max_length=max_length, batch_size=max(batch_size, 1024),
                              progress=progress)
         if tune:
-            from clusterclip.embedding.tune import TunePlan
+            from clusterclip.embedding.transformer import model_identity
+            from clusterclip.embedding.tune import TEACHER_TOKENS, TunePlan
 
-            emb.tune_plan = TunePlan(tune, tune_seed, backend, precision, device)
+            def teacher() -> Embedder:
+                return make_embedder("minilm", model=emb.path, max_length=TEACHER_TOKENS,
+                                     device=device, backend=backend, precision=precision,
+                                     progress=progress)
+
+            emb.tune_plan = TunePlan(tune, tune_seed, teacher_identity={
+                "model": model_identity(emb.path), "tokens": TEACHER_TOKENS,
+                **runtime_identity("minilm", backend, precision, device)},
+                make_teacher=teacher)
         return emb
     raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
 

@@ -292,6 +292,12 @@ class StaticEmbedder(Embedder):
             ident["tune"] = {"documents": self.tune_plan.documents, "seed": self.tune_plan.seed}
         return ident
 
+    def pca_axes(self) -> np.ndarray:
+        """The PCA axes of the distilled table (model dim x ``dim``): teacher vectors in
+        this table's space are ``vectors @ axes``."""
+        raw, _ = raw_token_table(self.path, self._progress)
+        return pca_axes(raw, self.dim)[1]
+
     def tune(self, texts: list[str]) -> dict[str, Any]:
         """Tune the table on ``texts`` (the sample :attr:`tune_plan` asked for) toward the
         teacher's vectors (:mod:`clusterclip.embedding.tune`; cached). Call before

@@ -25,18 +25,16 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from clusterclip.embedding.base import l2_normalize
 from clusterclip.errors import InputError
 from clusterclip.io import cache_dir, fingerprint, save_npy, write_json
-
-if TYPE_CHECKING:
-    from clusterclip.embedding.static import StaticEmbedder
 
 TUNE_VERSION = 1
 # Tokens per document for the teacher (MiniLM's own limit).
@@ -50,13 +48,15 @@ MAX_DOCUMENTS = 8192
 
 @dataclass(frozen=True)
 class TunePlan:
-    """What ``--tune`` asked for: sample size, seed, and the teacher's backend."""
+    """What ``--tune`` asked for: sample size, seed, and the teacher: what determines its
+    vectors (``teacher_identity``) and how to load it (``make_teacher``, called only when
+    the tuned table is not cached; :func:`clusterclip.embedding.pipeline.make_embedder`
+    fills both)."""
 
     documents: int
     seed: int = 0
-    backend: str = "auto"
-    precision: str = "auto"
-    device: str = "cpu"
+    teacher_identity: dict[str, Any] = field(default_factory=dict)
+    make_teacher: Callable[[], Any] | None = None
 
 
 def tune_indices(valid: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -69,15 +69,7 @@ def tune_indices(valid: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.sort(idx[pick]).astype(np.int64)
 
 
-def teacher_identity(emb: StaticEmbedder, plan: TunePlan) -> dict[str, Any]:
-    from clusterclip.embedding.pipeline import runtime_identity
-    from clusterclip.embedding.transformer import model_identity
-
-    return {"model": model_identity(emb.path), "tokens": TEACHER_TOKENS,
-            **runtime_identity("minilm", plan.backend, plan.precision, plan.device)}
-
-
-def tuned_table(emb: StaticEmbedder, texts: list[str], plan: TunePlan,
+def tuned_table(emb: Any, texts: list[str], plan: TunePlan,
                 progress: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
     """The table of ``emb`` tuned on ``texts`` (the sample) and a report (ridge strength,
     held-out cosine to the teacher before and after, seconds, ``cached``)."""
@@ -86,7 +78,7 @@ def tuned_table(emb: StaticEmbedder, texts: list[str], plan: TunePlan,
     digest = hashlib.sha256("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()
     key = fingerprint({"v": TUNE_VERSION, "base": emb.identity(), "texts": digest,
                        "n": plan.documents, "seed": plan.seed,
-                       "teacher": teacher_identity(emb, plan), "ridge": RIDGE,
+                       "teacher": plan.teacher_identity, "ridge": RIDGE,
                        "holdout": HOLDOUT})
     folder = cache_dir()
     path = None if folder is None else folder / f"static-tuned-{key}.npy"
@@ -94,24 +86,19 @@ def tuned_table(emb: StaticEmbedder, texts: list[str], plan: TunePlan,
     if cached is not None:
         return cached
     t0 = time.perf_counter()
-    from clusterclip.embedding.pipeline import make_embedder
-
-    teacher = make_embedder("minilm", model=emb.path, max_length=TEACHER_TOKENS,
-                            device=plan.device, backend=plan.backend,
-                            precision=plan.precision, progress=progress)
+    if plan.make_teacher is None:
+        raise ValueError("the tuned table is not cached and the plan has no teacher")
+    teacher = plan.make_teacher()
     from tqdm import tqdm
 
     with tqdm(total=len(texts), desc="tuning the fast table: teacher vectors", unit="doc",
               disable=not progress, leave=False) as bar:
         y = teacher.encode(texts, on_batch=bar.update)
     t_teacher = time.perf_counter() - t0
-    from clusterclip.embedding.static import pca_axes, raw_token_table
-
-    raw, _ = raw_token_table(emb.path, progress)
-    _, axes = pca_axes(raw, emb.dim)
+    axes = emb.pca_axes()
     x = _mean_rows(emb, texts)
     table, report = fit_table(emb.table, x, (y.astype(np.float64) @ axes), seed=plan.seed)
-    report.update({"documents": len(texts), "teacher": teacher_identity(emb, plan),
+    report.update({"documents": len(texts), "teacher": plan.teacher_identity,
                    "teacher_seconds": round(t_teacher, 3),
                    "seconds": round(time.perf_counter() - t0, 3)})
     if path is not None:
@@ -133,7 +120,7 @@ def _load(path: Path | None, shape: tuple[int, ...]) -> tuple[np.ndarray, dict] 
     return table, {**report, "cached": True}
 
 
-def _mean_rows(emb: StaticEmbedder, texts: list[str]):
+def _mean_rows(emb: Any, texts: list[str]):
     """N x V CSR: row d holds 1 / n_d for each of document d's n_d word pieces."""
     from scipy.sparse import csr_matrix
 
