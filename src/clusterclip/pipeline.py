@@ -130,7 +130,9 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 w, args.inputs, text_field=args.text_field, id_field=args.id_field,
                 skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
                 pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-                device=args.device, dtype=args.dtype, n_clusters=args.clusters)
+                device=args.device, dtype=args.dtype, n_clusters=args.clusters,
+                backend=args.embed_backend, precision=args.precision, tune=args.tune,
+                tune_seed=args.tune_seed)
             out["cluster"] = cluster_workdir(
                 w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                 metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
