@@ -16,7 +16,7 @@ HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.sampling.sampler import STRATEGIES
+    from clusterclip.sampling.sampler import DEFAULT_CLIP, DEFAULT_STRATEGY, STRATEGIES
 
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help=".jsonl / .jsonl.gz / .parquet files or folders of them")
@@ -32,9 +32,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     length.add_argument("--num-tokens", type=int, default=None, metavar="B",
                         help="token budget instead: the schedule ends at the first position "
                              "whose cumulative tokens reach B")
-    g.add_argument("--strategy", default="clusterclip", choices=STRATEGIES)
-    g.add_argument("--clip", type=int, default=4,
-                   help="repetition clip R (clusterclip, paced)")
+    g.add_argument("--strategy", default=None, choices=STRATEGIES,
+                   help=f"default: {DEFAULT_STRATEGY}, or the --mixture's timing")
+    g.add_argument("--clip", type=int, default=None,
+                   help=f"repetition clip R (clusterclip, paced; default: {DEFAULT_CLIP}, or "
+                        f"the --mixture's clip)")
+    g.add_argument("--mixture", default=None, metavar="FILE",
+                   help="mixture.json (`clusterclip search`): its cluster weights (one per "
+                        "cluster of --clusters), and its timing and clip unless --strategy / "
+                        "--clip are given")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
     add_token_options(g)
     g.add_argument("--dedup", action="store_true",
@@ -46,7 +52,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
     from clusterclip.pipeline import run_pipeline
+    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
 
+    mixture = None
+    if args.mixture is not None:  # checked now, not after the embedding
+        mixture = read_mixture(args.mixture, args.clusters)
+        if args.alpha != 0.0:
+            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
+                             f"weights replace n_k ** alpha)")
+    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)
     run_pipeline(args)
     return 0

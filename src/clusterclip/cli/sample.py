@@ -17,14 +17,15 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.sampling.sampler import STRATEGIES
+    from clusterclip.sampling.sampler import DEFAULT_CLIP, DEFAULT_STRATEGY, STRATEGIES
 
     p.add_argument("--labels", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
-    p.add_argument("--strategy", choices=STRATEGIES, default="clusterclip",
-                   help="default: clusterclip")
-    p.add_argument("--clip", type=int, default=4,
-                   help="clusterclip, paced: max times any document is drawn (default: 4)")
+    p.add_argument("--strategy", choices=STRATEGIES, default=None,
+                   help=f"default: {DEFAULT_STRATEGY}, or the --mixture's timing")
+    p.add_argument("--clip", type=int, default=None,
+                   help=f"clusterclip, paced: max times any document is drawn (default: "
+                        f"{DEFAULT_CLIP}, or the --mixture's clip)")
     p.add_argument("--alpha", type=float, default=0.0,
                    help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
                         "(default: 0)")
@@ -42,8 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
     p.add_argument("--consumed-samples", type=int, default=0,
                    help="start at this global position (resume)")
-    p.add_argument("--cluster-weights", default=None,
-                   help="optional 1-D float .npy replacing n_k ** alpha as cluster weight")
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument("--cluster-weights", default=None,
+                         help="optional 1-D float .npy replacing n_k ** alpha as cluster "
+                              "weight (>= 0; a cluster of weight 0 is never drawn)")
+    weights.add_argument("--mixture", default=None, metavar="FILE",
+                         help="mixture.json (e.g. W/search/mixture.json of `clusterclip "
+                              "search`): its cluster weights, and its timing and clip unless "
+                              "--strategy / --clip are given")
     p.add_argument("--tokens", default=None, metavar="T.npy",
                    help="1-D integer .npy: tokens per document, for --num-tokens / "
                         "--balance-by tokens when --labels is not a work directory's (a work "
@@ -65,7 +72,9 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     lines = [f"strategy:    {s['strategy']} (seed {s['seed']}"
              + (f", clip {s['clip']}" if s.get("clip") is not None else "")
              + (f", alpha {s['alpha']}" if s.get("alpha") is not None else "")
-             + (", cluster weights" if s.get("cluster_weights") else "") + ")",
+             + (", cluster weights" if s.get("cluster_weights") and not s.get("mixture")
+                else "")
+             + (f", mixture {s['mixture']['path']}" if s.get("mixture") else "") + ")",
              f"samples:     {s['num_samples']:,} global; rank {s['rank']} of "
              f"{s['world_size']}: {s['samples_per_rank']:,} from position "
              f"{s['start_position']:,}"
@@ -73,7 +82,10 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
                 if s["unserved_positions"] else "")
              + (f" -> {out}" if out else ""),
              f"documents:   {s['eligible_documents']:,} eligible, "
-             f"{s['excluded_documents']:,} excluded (-1), in {s['clusters']:,} clusters "
+             f"{s['excluded_documents']:,} excluded ("
+             + (f"-1, or in the {s['zero_weight_clusters']:,} clusters of weight 0"
+                if s.get("zero_weight_clusters") else "-1")
+             + f"), in {s['clusters']:,} clusters "
              f"(sizes {s['cluster_size_min']:,} .. {s['cluster_size_max']:,}, "
              f"median {s['cluster_size_median']:g})"]
     if s.get("capacity") is not None:
@@ -120,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
-        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens, args.groups)
-                             if p is not None]
+        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens, args.groups,
+                                               args.mixture) if p is not None]
         protected = tuple((p, "the input file", False) for p in inputs)
         for where in {labels.parent, Path(args.out).resolve().parent}:
             if (where / MANIFEST).is_file():
@@ -131,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             if path is not None:
                 check_output_file(path, protected=protected, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
+        _resolve_mixture(args)
         from clusterclip.tokens import token_options
 
         needs = token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
@@ -150,6 +163,21 @@ def run(args: argparse.Namespace) -> int:
         if needs:
             tokens, source = _token_counts(args, w)
         return _run(args, tokens, source)
+
+
+def _resolve_mixture(args: argparse.Namespace) -> None:
+    """``--strategy`` and ``--clip``: as given, else the ``--mixture``'s, else the defaults
+    (the mixture file is read and checked here, before any work)."""
+    from clusterclip.errors import InputError
+    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
+
+    mixture = None
+    if args.mixture is not None:
+        mixture = read_mixture(args.mixture)
+        if args.alpha != 0.0:
+            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
+                             f"weights replace n_k ** alpha)")
+    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)
 
 
 def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:
@@ -185,6 +213,10 @@ def _run(args: argparse.Namespace, tokens: Any = None,
     weights = None
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
+    if args.mixture is not None:
+        from clusterclip.sampling.mixture import mixture_record, read_mixture
+
+        weights = read_mixture(args.mixture, int(labels.max()) + 1).cluster_weights()
     out = Path(args.out).resolve()
     remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
     summary = write_schedule(
@@ -194,6 +226,8 @@ def _run(args: argparse.Namespace, tokens: Any = None,
         clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
         world_size=args.world_size, consumed_samples=args.consumed_samples,
         cluster_weights=weights, groups=groups, progress=not args.no_progress)
+    if args.mixture is not None:
+        summary["mixture"] = mixture_record(args.mixture)
     if args.summary_json:
         write_json(args.summary_json, {SUMMARY_MARK[0]: SUMMARY_MARK[1], **summary})
     print(format_summary(summary, args.out))
