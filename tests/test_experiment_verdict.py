@@ -68,9 +68,9 @@ def test_verdict_calls_each_difference_by_its_paired_t_interval():
     assert head.startswith("On this corpus, with 3 seeds of a 44k-parameter byte-level LM "
                            "(1 layer, d=48, window 64, reading the first 63 bytes of each "
                            "document): ")
-    assert "uniform is measurably better than random on micro loss (-0.1000 (95% CI -0.1497 " \
-        "to -0.0503)) and on macro loss" in head
-    assert "clusterclip is measurably worse than random on micro loss (+0.0600" in head
+    assert "uniform is measurably better than random on micro loss (-0.1000, 95% CI -0.1497 " \
+        "to -0.0503) and on macro loss" in head
+    assert "clusterclip is measurably worse than random on micro loss (+0.0600, 95% CI" in head
     assert head.endswith("; nothing else differs measurably.")
     text = "\n".join(lines)
     assert "- micro: lowest mean uniform (1.4500)" in text

@@ -63,12 +63,13 @@ class Paired:
             return f"not measurably different from {other}"
         return f"measurably {'better' if self.mean < 0 else 'worse'} than {other}"
 
-    def interval(self, digits: int = 4) -> str:
-        """``+0.0123 (95% CI -0.0040 to +0.0286)``, or ``+0.0123, one seed``."""
+    def interval(self, digits: int = 4, inside: bool = False) -> str:
+        """``+0.0123 (95% CI -0.0040 to +0.0286)``, or ``+0.0123, one seed``; ``inside``
+        (for text already in parentheses): ``+0.0123, 95% CI -0.0040 to +0.0286``."""
         if self.low is None:
             return f"{self.mean:+.{digits}f}, one seed"
-        return (f"{self.mean:+.{digits}f} ({CONFIDENCE:.0%} CI {self.low:+.{digits}f} to "
-                f"{self.high:+.{digits}f})")
+        ci = f"{CONFIDENCE:.0%} CI {self.low:+.{digits}f} to {self.high:+.{digits}f}"
+        return f"{self.mean:+.{digits}f}" + (f", {ci}" if inside else f" ({ci})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"mean": self.mean, "n": self.n, "std": self.std, "low": self.low,
@@ -141,9 +142,9 @@ def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _ci(d: dict[str, Any]) -> str:
+def _ci(d: dict[str, Any], inside: bool = False) -> str:
     return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"],
-                  high=d["high"]).interval()
+                  high=d["high"]).interval(inside=inside)
 
 
 def _headline(v: dict[str, Any], model: str) -> str:
@@ -165,7 +166,8 @@ def _headline(v: dict[str, Any], model: str) -> str:
         for name, d in v["metrics"][metric]["vs_random"].items():
             total += 1
             if d["measurable"]:
-                found.setdefault((name, d["call"]), []).append(f"on {label} loss ({_ci(d)})")
+                found.setdefault((name, d["call"]), []).append(
+                    f"on {label} loss ({_ci(d, inside=True)})")
     if not found:
         return (lead + "no strategy differs measurably from random on micro, macro or tail "
                 "held-out loss.")
