@@ -58,6 +58,7 @@ from clusterclip.experiment.runs import (
     train_on_schedule,
     usable_cpus,
 )
+from clusterclip.sampling.mixture import Mixture, read_mixture
 from clusterclip.sampling.sampler import STRATEGIES
 from clusterclip.tokens import token_balanced_weights
 
@@ -66,6 +67,10 @@ from clusterclip.tokens import token_balanced_weights
 DEFAULT_STRATEGIES = tuple(s for s in ("random", "uniform", "clusterclip", "paced")
                            if s in STRATEGIES)
 BALANCE_BY = ("docs", "tokens")
+#: The strategy name of a mixture file's schedule (its weights, timing and clip;
+#: ``W/search/mixture.json`` of ``clusterclip search`` unless ``--mixture FILE``).
+MIXTURE = "mixture"
+EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE)
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
 #: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
@@ -105,6 +110,7 @@ class ExperimentConfig:
     max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
     train: TrainConfig = field(default_factory=TrainConfig)
+    mixture: Mixture | None = None    # the schedule of strategy "mixture"
 
     @classmethod
     def quick(cls, **overrides: Any) -> ExperimentConfig:
@@ -165,9 +171,9 @@ class ExperimentConfig:
         if not self.strategies:
             raise InputError("--strategies: give at least one strategy")
         for s in self.strategies:
-            if s not in STRATEGIES:
+            if s not in EXPERIMENT_STRATEGIES:
                 raise InputError(f"--strategies: unknown strategy {s!r} "
-                                 f"(choose from {', '.join(STRATEGIES)})")
+                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})")
         if len(set(self.strategies)) != len(self.strategies):
             raise InputError("--strategies: a strategy is named twice")
         if int(self.clip) != self.clip or self.clip < 1:
@@ -192,6 +198,10 @@ class ExperimentConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strategies"] = list(self.strategies)
+        if self.mixture is None:
+            del d["mixture"]  # results without a mixture keep their bytes
+        else:
+            d["mixture"]["weights"] = list(self.mixture.weights)
         return d
 
 
@@ -302,8 +312,21 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
     if config.balance_by == "tokens":
         weights = token_balanced_weights(data.train_labels, data.doc_tokens, config.alpha,
                                          data.num_clusters)
-    return {s: ScheduleSpec.for_strategy(s, config.clip, config.alpha, weights)
-            for s in config.strategies}
+    specs = {}
+    for s in config.strategies:
+        if s != MIXTURE:
+            specs[s] = ScheduleSpec.for_strategy(s, config.clip, config.alpha, weights)
+        elif config.mixture is None:
+            raise InputError("--strategies mixture: no mixture given (run `clusterclip search` "
+                             "or pass --mixture FILE)")
+        else:
+            m = config.mixture
+            if len(m.weights) < data.num_clusters:
+                raise InputError(f"--mixture: {len(m.weights)} weights but the labels have "
+                                 f"{data.num_clusters} cluster ids: it was made for other "
+                                 "labels")
+            specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights)
+    return specs
 
 
 # -- run keys --------------------------------------------------------------------------
@@ -321,13 +344,15 @@ def run_keys(data: ExperimentData, config: ExperimentConfig, device: str, thread
     run_inputs = {"docs": fingerprint([array_fingerprint(d) for d in data.docs]),
                   "labels": array_fingerprint(data.labels),
                   "config": {k: v for k, v in config.to_dict().items()
-                             if k not in ("strategies", "seeds")},
+                             if k not in ("strategies", "seeds", "mixture")},
                   "device": device, "threads": threads,
                   "versions": {"clusterclip": __version__, "torch": torch.__version__},
                   "format": RUN_FORMAT}
     if data.groups is not None:  # counted per group too: not the same run record as without
         run_inputs["groups"] = array_fingerprint(data.groups)
-    return {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed})
+    mixture = config.to_dict().get("mixture")
+    return {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed,
+                                    **({"mixture": mixture} if s == MIXTURE else {})})
             for seed in range(config.seeds) for s in config.strategies}
 
 
@@ -385,7 +410,9 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
         "per_cluster": per_cluster,
         "curve": log["curve"],
         "schedule": schedule_stats(fed, data.labels, data.doc_tokens, data.tail_clusters,
-                                   data.head_clusters, config.clip, n_clipped, data.groups),
+                                   data.head_clusters,
+                                   config.clip if spec.clip is None else spec.clip, n_clipped,
+                                   data.groups),
     }
 
 
@@ -414,7 +441,8 @@ def experiment_results(data: ExperimentData, budget: Budget, config: ExperimentC
                        timing: dict[str, Any]) -> dict[str, Any]:
     """The results dict of :func:`compare_strategies` from its finished runs."""
     labels, valid_idx = data.labels, data.valid_idx
-    weights = next((s.weights for s in specs.values() if s.weights is not None), None)
+    weights = next((s.weights for n, s in specs.items() if s.weights is not None
+                    and n != MIXTURE), None)
     return {
         "config": config.to_dict(),
         "device": device,
@@ -564,6 +592,21 @@ def _load_inputs(root: Path, texts: bool = True
     return labels, out, corpus
 
 
+def mixture_path(root: Path, config: ExperimentConfig,
+                 mixture: str | os.PathLike[str] | None) -> Path | None:
+    """The mixture file of strategy ``mixture`` (``mixture`` or ``W/search/mixture.json``);
+    None when the strategy is not asked for (then giving a file is an error)."""
+    if MIXTURE not in config.strategies:
+        if mixture is not None:
+            raise InputError("--mixture: add mixture to --strategies to compare it")
+        return None
+    path = Path(mixture) if mixture is not None else root / "search" / "mixture.json"
+    if not path.is_file():
+        raise InputError(f"{path}: no such mixture file (run `clusterclip search` first, or "
+                         "pass --mixture FILE)")
+    return path
+
+
 def run_experiment(workdir: str | os.PathLike[str], *,
                    strategies: Sequence[str] = DEFAULT_STRATEGIES, seeds: int = 3,
                    clip: int = 4, alpha: float = 0.0, balance_by: str = "docs",
@@ -571,7 +614,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
                    epochs: float | None = None, tokens: int | None = None,
                    max_docs: int | None = DEFAULT_MAX_DOCS, threads: int | None = None,
                    progress: bool = True, config: ExperimentConfig | None = None,
-                   on_run: Callable[[str, int, bool], None] | None = None) -> dict[str, Any]:
+                   on_run: Callable[[str, int, bool], None] | None = None,
+                   mixture: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Run the experiment on work directory ``workdir`` and write ``W/experiment/``.
 
     Reads ``W/labels.npy`` and ``W/corpus/``; trains one model per strategy
@@ -585,7 +629,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     ``tokens`` sets an explicit token budget instead (not both); ``max_docs``
     caps the documents (a cluster-stratified subsample; None or 0 = all);
     ``threads`` defaults to :func:`default_threads`; a full ``config``
-    overrides everything else. Returns the results dict, plus
+    overrides everything else. Strategy ``mixture`` draws the mixture file ``mixture``
+    (default ``W/search/mixture.json``) with its timing and clip. Returns the results dict, plus
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """
@@ -637,7 +682,10 @@ def run_experiment(workdir: str | os.PathLike[str], *,
 
     with w.locked():
         labels, _, _ = _load_inputs(w.root, texts=False)
-        w.run_stage("experiment", key=key,
+        path = mixture_path(w.root, config, mixture)
+        if path is not None:  # seen by work() and key() too
+            config = replace(config, mixture=read_mixture(path, int(labels.max()) + 1))
+        w.run_stage("experiment", key=key, inputs=[path] if path is not None else [],
                     reads=["labels.npy", "corpus"], outputs=["experiment"], work=work,
                     cache=False)
     return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

@@ -13,13 +13,20 @@ training (:mod:`clusterclip.search.proxies`) or, in tests, a known function.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from clusterclip.search.predictor import MIN_FIT, Predictor, loo_rank_correlation
-from clusterclip.search.space import Candidate, SearchSpace, dirichlet_around, fixed_candidates
+from clusterclip.search.space import (
+    CLIPS,
+    TIMINGS,
+    Candidate,
+    SearchSpace,
+    dirichlet_around,
+    fixed_candidates,
+)
 
 T = TypeVar("T")
 #: ``evaluate(candidates, round) -> [{"objective": float, ...metrics}]``, one per candidate.
@@ -102,15 +109,27 @@ def _distinct(cands: list[Candidate], taken: list[Candidate], n: int) -> list[Ca
 
 
 def first_round(space: SearchSpace, n: int, seed: int) -> list[Candidate]:
-    """The fixed candidates, then wide Dirichlet samples around each in turn."""
+    """The fixed candidates, then wide Dirichlet samples around each in turn, their clip
+    and timing from a design that visits every clip and both timings evenly (so the
+    predictor sees them all from the start)."""
     fixed = fixed_candidates(space)
     rng = np.random.default_rng([seed, 1000])
     extra: list[Candidate] = []
     for i in range(max(0, n - len(fixed)) * 2):  # feasibility drops a few
         center = fixed[i % len(fixed)]
-        extra += dirichlet_around(space, center, 1, GROUP_CONCENTRATION * space.num_groups,
-                                  rng, f"round 1 around {center.origin}")
+        design = {"clip": CLIPS[i % len(CLIPS)], "timing": TIMINGS[(i // len(CLIPS)) % 2]}
+        extra += [c for c in (replace(d, **design) for d in dirichlet_around(
+            space, center, 1, GROUP_CONCENTRATION * space.num_groups, rng,
+            f"round 1 around {center.origin}")) if space.feasible(c)]
     return _distinct(fixed + extra, [], n)
+
+
+def _variants(space: SearchSpace, proxy: Proxy, origin: str) -> list[Candidate]:
+    """The proxy's weights with every other clip and timing."""
+    c = proxy.candidate
+    out = [replace(c, clip=r, timing=t, origin=origin) for r in CLIPS for t in TIMINGS
+           if (r, t) != (c.clip, c.timing)]
+    return [v for v in out if space.feasible(v)]
 
 
 def propose(space: SearchSpace, done: list[Proxy], n: int, round_index: int, seed: int,
@@ -124,6 +143,7 @@ def propose(space: SearchSpace, done: list[Proxy], n: int, round_index: int, see
     conc = GROUP_CONCENTRATION * space.num_groups * 4.0 ** round_index
     cands: list[Candidate] = []
     for c in centers:
+        cands += _variants(space, c, f"round {round_index + 1}: #{c.index}, other clip/timing")
         cands += dirichlet_around(space, c.candidate, pool // len(centers), conc, rng,
                                   f"round {round_index + 1} near #{c.index}")
     if model is not None and cands:

@@ -1,17 +1,18 @@
 """The predictor: a regression of the proxies' val objective on their mixtures.
 
-scikit-learn's Gaussian-process regressor (a Matern kernel over the candidate
-features of :meth:`~clusterclip.search.space.SearchSpace.features`, plus a
-white-noise term that absorbs the seed-to-seed noise of one proxy), fitted on
-the finished proxies. With tens of proxies, far fewer than RegMix's 512, a
-smooth regressor with a fitted noise level pools neighbouring runs where a
-tree ensemble (LightGBM's default leaves hold 20 points) would barely split.
-Deterministic: the kernel's hyperparameters are fitted by L-BFGS from a fixed
-start, no random restarts.
+scikit-learn's Gaussian-process regressor: a Matern kernel with one length
+scale per feature over the candidate features of
+:meth:`~clusterclip.search.space.SearchSpace.features`, plus a white-noise
+term that absorbs the seed-to-seed noise of one proxy, fitted on the finished
+proxies. With tens of proxies, far fewer than RegMix's 512, a smooth regressor
+with a fitted noise level pools neighbouring runs where a tree ensemble
+(LightGBM's default leaves hold 20 points) would barely split. Deterministic:
+the kernel's hyperparameters are fitted by L-BFGS from a fixed start, no
+random restarts.
 
-:func:`loo_rank_correlation` refits it without each proxy in turn (same kernel) and ranks
-the held-out predictions against what was observed (Spearman): near 0 means
-the search learned nothing that carries to an unseen mixture.
+:func:`loo_rank_correlation` refits it without each proxy in turn (same kernel)
+and ranks the held-out predictions against what was observed (Spearman): near
+0 means the search learned nothing that carries to an unseen mixture.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ class Predictor:
         self._y_scale = float(y.std()) or 1.0
         fixed = kernel is not None
         if kernel is None:
+            # one length scale per feature (ARD): the clip and the timing can matter much
+            # more, or less, than a group's weight
             kernel = (ConstantKernel(1.0, (1e-2, 1e2))
-                      * Matern(length_scale=1.0, length_scale_bounds=(1e-2, 1e2), nu=2.5)
+                      * Matern(length_scale=np.ones(X.shape[1]), length_scale_bounds=(1e-2, 1e2),
+                               nu=2.5)
                       + WhiteKernel(noise_level=0.1, noise_level_bounds=(1e-4, 1e1)))
         self._gp = GaussianProcessRegressor(kernel=kernel, normalize_y=False,
                                             optimizer=None if fixed else "fmin_l_bfgs_b",
@@ -72,7 +76,7 @@ class Predictor:
         signal = float(k.k1.k1.constant_value)
         noise = float(k.k2.noise_level)
         return {"model": "sklearn GaussianProcessRegressor", "kernel": str(k),
-                "length_scale": float(k.k1.k2.length_scale),
+                "length_scales": np.atleast_1d(k.k1.k2.length_scale).tolist(),
                 "noise_share": noise / (signal + noise)}
 
 

@@ -144,14 +144,21 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
 
 def build_space(data: ProxyData, num_clusters: int, histogram: np.ndarray | None,
                 centroids: np.ndarray, metric: str, seed: int) -> SearchSpace:
-    """The search space of this corpus and target (see :class:`SearchSpace`)."""
+    """The search space of this corpus and target (see :class:`SearchSpace`); every rank
+    calls it (the super-clusters are a collective k-means under torchrun)."""
     t = data.train_labels
     use = t >= 0
     counts = np.bincount(t[use], minlength=num_clusters).astype(np.float64)
     natural = counts / counts.sum()
+    prior = None
+    if histogram is not None:
+        try:
+            prior = prior_mixture(histogram, natural)
+        except ValueError:
+            raise InputError("--target: its val documents fall only in clusters without "
+                             "training documents, so no prior can be drawn") from None
     return SearchSpace(
-        natural=natural,
-        prior=None if histogram is None else prior_mixture(histogram, natural),
+        natural=natural, prior=prior,
         groups=super_clusters(centroids[:num_clusters], natural, metric, seed),
         train_tokens=np.bincount(t[use], weights=data.doc_tokens[use],
                                  minlength=num_clusters).astype(np.int64),
@@ -267,8 +274,7 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
         histogram = D.on_main(lambda: _histogram(w, corpus, val_texts, centroids[:num_clusters],
                                                  device, trainer))
     metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
-    space = D.on_main(lambda: build_space(data, num_clusters, histogram, centroids, metric,
-                                          config.seed))
+    space = build_space(data, num_clusters, histogram, centroids, metric, config.seed)
     result: SearchResult = run_search(space, trainer.evaluate,
                                       SearchOptions(config.runs, config.rounds, config.seed),
                                       on_main=D.on_main, log=log)

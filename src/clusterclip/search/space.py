@@ -217,16 +217,21 @@ def super_clusters(centroids: np.ndarray, natural: np.ndarray, metric: str, seed
     k = centroids.shape[0]
     if k <= MAX_DIRECT_CLUSTERS:
         return np.arange(k, dtype=np.int64)
+    from clusterclip import distributed as D
     from clusterclip.clustering.kmeans import KMeans
 
     live = np.flatnonzero(natural > 0)
+    # under torchrun every rank calls this with its shard of the rows: the project's
+    # k-means is a collective there (and gives the one-process labels)
+    rank, world = D.rank_and_world()
+    start, stop = D.shard_bounds(live.size, rank, world)
     km = KMeans(n_clusters=min(n_super, live.size), metric=metric, seed=seed, n_init=4,
-                max_iter=100).fit(np.ascontiguousarray(centroids[live], dtype=np.float32))
-    groups = np.zeros(k, dtype=np.int64)
-    groups[live] = km.labels_.astype(np.int64)
+                max_iter=100).fit(np.ascontiguousarray(centroids[live[start:stop]],
+                                                       dtype=np.float32))
+    labels = np.concatenate(D.gather_objects(km.labels_.astype(np.int64)))
     # number the groups by their smallest cluster id, so the order does not depend on k-means
-    first = {int(g): int(live[np.flatnonzero(km.labels_ == g)[0]])
-             for g in np.unique(km.labels_)}
-    rank = {g: i for i, g in enumerate(sorted(first, key=first.get))}
-    groups[live] = [rank[int(g)] for g in km.labels_]
+    first = {int(g): int(live[np.flatnonzero(labels == g)[0]]) for g in np.unique(labels)}
+    order = {g: i for i, g in enumerate(sorted(first, key=first.get))}
+    groups = np.zeros(k, dtype=np.int64)
+    groups[live] = [order[int(g)] for g in labels]
     return groups
