@@ -623,14 +623,11 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     ``W/experiment/runs/`` and reused by a rerun with the same inputs (runs of
     other inputs are removed at the end); writes ``results.json``,
     ``results.md`` and the plots as one atomic replacement of ``W/experiment/``
-    (through the work directory's stage runner). ``quick`` selects :meth:`ExperimentConfig.quick`;
-    ``model`` a size preset (tiny, small, base; default small, tiny with
-    ``quick``); ``epochs`` replaces the default budget in epochs-equivalent,
-    ``tokens`` sets an explicit token budget instead (not both); ``max_docs``
-    caps the documents (a cluster-stratified subsample; None or 0 = all);
-    ``threads`` defaults to :func:`default_threads`; a full ``config``
-    overrides everything else. Strategy ``mixture`` draws the mixture file ``mixture``
-    (default ``W/search/mixture.json``) with its timing and clip. Returns the results dict, plus
+    (through the work directory's stage runner). The options are those of
+    :meth:`ExperimentConfig.from_options` (``max_docs`` None or 0: all documents);
+    ``threads`` defaults to :func:`default_threads`; a full ``config`` overrides them.
+    Strategy ``mixture`` draws the mixture file ``mixture`` (default
+    ``W/search/mixture.json``) with its timing and clip. Returns the results dict, plus
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """

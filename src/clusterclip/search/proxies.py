@@ -13,7 +13,6 @@ share of a batch of runs (:func:`clusterclip.distributed.map_in_order`).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -157,21 +156,20 @@ class ProxyTrainer:
     def run_all(self, jobs: Sequence[tuple[ScheduleSpec, int, EvalSet]], what: str
                 ) -> list[dict[str, Any]]:
         """Every job's record, in order; under torchrun each rank trains its share."""
+        from tqdm import tqdm
+
         rank, world = D.rank_and_world()
-        t0 = time.perf_counter()
+        mine = len(jobs) // world + (rank < len(jobs) % world)
+        bar = tqdm(total=mine, desc=what if world == 1 else f"{what} (rank 0)", unit="run",
+                   disable=not (self.progress and rank == 0), dynamic_ncols=True)
 
         def one(i: int) -> dict[str, Any]:
             rec = self.run(*jobs[i])
-            if self.progress and rank == 0:
-                print(f"\r{what}: {i + 1}/{len(jobs)} on rank 0 "
-                      f"({time.perf_counter() - t0:.0f} s)", end="", flush=True,
-                      file=sys.stderr)
+            bar.update(1)
             return rec
 
-        out = D.map_in_order(one, [1] * len(jobs))
-        if self.progress and rank == 0:
-            print(file=sys.stderr)
-        return out
+        with bar:
+            return D.map_in_order(one, [1] * len(jobs))
 
     def evaluate(self, cands: list[Candidate], round_index: int) -> list[dict[str, float]]:
         """The search's objective on val for each candidate (one seed, the search's)."""
