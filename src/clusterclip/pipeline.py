@@ -88,20 +88,17 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     from clusterclip.clustering import KMeans, cluster_workdir
     from clusterclip.distributed import init_from_env, is_main, on_main, shutdown
     from clusterclip.embedding import embed_workdir
-    from clusterclip.sampling.sampler import MAX_SEED
-    from clusterclip.tokens import check_balance, load_tokenizer, token_options, tokenizer_identity
+    from clusterclip.sampling.budget import check_balance
+    from clusterclip.sampling.spec import MAX_SEED
+    from clusterclip.tokens import load_tokenizer, tokenizer_identity
 
     if args.clusters is not None and args.clusters < 1:
         raise InputError(f"--clusters {args.clusters}: must be >= 1")
     if args.num_samples is not None and args.num_samples <= 0:
         raise InputError(f"--num-samples {args.num_samples}: must be > 0")
     sampling = args.num_samples is not None or args.num_tokens is not None
-    if token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
-                     tokenizer=args.tokenizer) and not sampling:
-        raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
-                         "--num-tokens")
     check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
-                  has_weights=args.mixture is not None)
+                  has_weights=False)
     if args.dedup:  # checked now, not after the embedding
         from clusterclip.dedup import check_threshold
 

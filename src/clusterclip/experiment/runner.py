@@ -53,20 +53,15 @@ from clusterclip.experiment.runs import (
     default_threads,
     estimate_seconds,
     format_seconds,
-    make_sampler,
+    schedule_sampler,
     torch_settings,
     train_on_schedule,
     usable_cpus,
 )
+from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
 from clusterclip.sampling.mixture import Mixture, read_mixture
-from clusterclip.sampling.sampler import STRATEGIES
-from clusterclip.tokens import token_balanced_weights
+from clusterclip.sampling.spec import DEFAULT_STRATEGIES, STRATEGIES
 
-#: The strategies compared by default, those of them the sampler offers (``paced``
-#: joins by itself once the sampler has it).
-DEFAULT_STRATEGIES = tuple(s for s in ("random", "uniform", "clusterclip", "paced")
-                           if s in STRATEGIES)
-BALANCE_BY = ("docs", "tokens")
 #: The strategy name of a mixture file's schedule (its weights, timing and clip;
 #: ``W/search/mixture.json`` of ``clusterclip search`` unless ``--mixture FILE``).
 MIXTURE = "mixture"
@@ -379,7 +374,7 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
         return {"val_loss": float(v[0].sum() / v[1].sum()),
                 "train_loss": float(tr[0].sum() / tr[1].sum())}
 
-    sampler = make_sampler(spec, data.train_labels, data.doc_tokens, budget, seed)
+    sampler = schedule_sampler(spec, data.train_labels, data.doc_tokens, budget, seed)
     _, log, fed = train_on_schedule(config.model, config.train, data.docs, sampler,
                                     budget.steps, seed, device, evaluate, on_step)
     ls, nt = last["valid"]  # the evaluations at the last step

@@ -24,11 +24,7 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.experiment.data import pack_sequences
-from clusterclip.sampling.sampler import (
-    ALPHA_STRATEGIES,
-    CLIP_STRATEGIES,
-    LENGTH_DEPENDENT_STRATEGIES,
-)
+from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
 
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
 #: machine (BENCHMARKS.md): the small models gain little from a second thread when
@@ -112,25 +108,20 @@ class ScheduleSpec:
     @classmethod
     def for_strategy(cls, strategy: str, clip: int, alpha: float,
                      weights: np.ndarray | None = None) -> ScheduleSpec:
-        """The experiment's rule: the clip only for clip strategies, alpha only for alpha
-        strategies, the (token-balanced) weights for every cluster strategy."""
-        return cls(strategy=strategy,
-                   clip=clip if strategy in CLIP_STRATEGIES else None,
-                   alpha=alpha if strategy in ALPHA_STRATEGIES else 0.0,
-                   weights=(None if strategy == "random" or weights is None
-                            else tuple(float(x) for x in weights)))
+        """The options of the experiment's shared ``clip``, ``alpha`` and (token-balanced)
+        ``weights`` that apply to ``strategy`` (the sampler's one rule,
+        :func:`~clusterclip.sampling.spec.strategy_options`)."""
+        opts = strategy_options(strategy, clip=clip, alpha=alpha, cluster_weights=weights)
+        w = opts.get("cluster_weights")
+        return cls(strategy=strategy, clip=opts.get("clip"), alpha=opts.get("alpha", 0.0),
+                   weights=None if w is None else tuple(float(x) for x in w))
 
     def sampler_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~clusterclip.ClusterClipSampler` (but labels,
+        """Keyword arguments of :func:`~clusterclip.sampling.make_sampler` (but labels,
         num_samples and seed)."""
-        kw: dict[str, Any] = {"strategy": self.strategy}
-        if self.strategy in ALPHA_STRATEGIES:
-            kw["alpha"] = self.alpha
-        if self.weights is not None:
-            kw["cluster_weights"] = np.asarray(self.weights, dtype=np.float64)
-        if self.clip is not None:
-            kw["clip"] = self.clip
-        return kw
+        w = None if self.weights is None else np.asarray(self.weights, dtype=np.float64)
+        return strategy_options(self.strategy, clip=self.clip, alpha=self.alpha,
+                                cluster_weights=w)
 
     def drawn_clusters(self, num_clusters: int) -> np.ndarray:
         """bool[num_clusters]: the clusters this schedule may draw from (weight > 0)."""
@@ -175,16 +166,16 @@ class Budget:
                 "raise --clip or lower --epochs / --tokens")
 
 
-def make_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: np.ndarray,
-                 budget: Budget, seed: int) -> Any:
+def schedule_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: np.ndarray,
+                     budget: Budget, seed: int) -> Any:
     """The run's sampler over the training documents (``train_labels``, -1 elsewhere).
 
     Length: ``budget.num_samples``, at most the clip's capacity; a strategy whose
     schedule depends on its length (paced) gets the length whose own schedule supplies
     the budget, so that training ends where the schedule does.
     """
-    from clusterclip import ClusterClipSampler
-    from clusterclip.tokens import schedule_length_for_tokens
+    from clusterclip.sampling import make_sampler
+    from clusterclip.sampling.budget import schedule_length_for_tokens
 
     kwargs = {**spec.sampler_kwargs(), "seed": seed}
     t = budget.num_samples
@@ -195,9 +186,9 @@ def make_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: np.nd
         t = min(t, spec.clip * int(np.count_nonzero(eligible)))
     if spec.strategy in LENGTH_DEPENDENT_STRATEGIES:
         t = schedule_length_for_tokens(
-            lambda n: ClusterClipSampler(train_labels, n, **kwargs),
+            lambda n: make_sampler(train_labels, n, **kwargs),
             np.where(train_labels >= 0, doc_tokens, 0), budget.needed, t)
-    return ClusterClipSampler(train_labels, num_samples=t, **kwargs)
+    return make_sampler(train_labels, num_samples=t, **kwargs)
 
 
 def schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import write_json
+from clusterclip.io import sha256_file, write_json
+from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGY
 
 MIXTURE_FORMAT_VERSION = 1
 #: How a mixture's draws are placed: the sampler strategies that take a mixture.
@@ -137,8 +138,6 @@ def write_mixture(path: str | os.PathLike[str], mixture: Mixture, **extra: Any) 
 def mixture_record(path: str | os.PathLike[str]) -> dict[str, str]:
     """What a summary or a stage records of the mixture file ``path``: its absolute path
     and the SHA-256 of its bytes."""
-    from clusterclip.io import sha256_file
-
     return {"path": str(os.path.abspath(path)), "sha256": sha256_file(path)}
 
 
@@ -147,8 +146,6 @@ def resolve_strategy(strategy: str | None, clip: int | None, mixture: Mixture | 
     """``(strategy, clip)`` of a sampler: those given, else the mixture's timing and clip,
     else the sampler's defaults. A mixture cannot be drawn by ``random`` (it draws no
     cluster): InputError."""
-    from clusterclip.sampling.sampler import DEFAULT_CLIP, DEFAULT_STRATEGY
-
     if mixture is None:
         return (DEFAULT_STRATEGY if strategy is None else strategy,
                 DEFAULT_CLIP if clip is None else clip)

@@ -28,7 +28,7 @@ from clusterclip.experiment.runs import (
     Budget,
     RunStore,
     ScheduleSpec,
-    make_sampler,
+    schedule_sampler,
     torch_settings,
     train_on_schedule,
 )
@@ -139,7 +139,7 @@ class ProxyTrainer:
         dev = torch.device(self.device)
         t0 = time.perf_counter()
         with torch_settings(self.threads):
-            sampler = make_sampler(spec, d.train_labels, d.doc_tokens, d.budget, seed)
+            sampler = schedule_sampler(spec, d.train_labels, d.doc_tokens, d.budget, seed)
             model, _, fed = train_on_schedule(d.config.model, d.config.train, d.docs, sampler,
                                               d.budget.steps, seed, dev, lambda m: {})
             metrics = measure(model, d, where, dev)
