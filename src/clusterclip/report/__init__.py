@@ -9,7 +9,7 @@ a budget). :mod:`~clusterclip.report.plots` draws the figures and
 
 from __future__ import annotations
 
-from clusterclip.report.build import build_report
+from clusterclip.report.build import ReportOptions, build_report
 from clusterclip.report.clip import choose_clip, expected_draws, quartile_clusters
 from clusterclip.report.metrics import (
     adjusted_rand_index,
@@ -20,6 +20,7 @@ from clusterclip.report.metrics import (
 from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summary, size_profile
 
 __all__ = [
+    "ReportOptions",
     "ScheduleStats",
     "adjusted_rand_index",
     "build_report",
