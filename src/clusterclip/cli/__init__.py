@@ -21,7 +21,7 @@ from clusterclip.errors import InputError, flag_message
 
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
 COMMANDS = ("embed", "cluster", "assign", "dedup", "group", "sample", "run", "export", "report",
-            "experiment", "demo")
+            "experiment", "search", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

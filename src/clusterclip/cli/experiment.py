@@ -15,11 +15,19 @@ def _strategies(text: str) -> tuple[str, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/)")
     from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
-    from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, DEFAULT_STRATEGIES, STRATEGIES
+    from clusterclip.experiment.runner import (
+        DEFAULT_MAX_DOCS,
+        DEFAULT_STRATEGIES,
+        EXPERIMENT_STRATEGIES,
+    )
 
     p.add_argument("--strategies", type=_strategies, default=None,
-                   help=f"comma-separated: {', '.join(STRATEGIES)} "
-                        f"(default: {','.join(DEFAULT_STRATEGIES)})")
+                   help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "
+                        f"(default: {','.join(DEFAULT_STRATEGIES)}); mixture: the schedule of "
+                        "W/search/mixture.json (or --mixture FILE) with its timing and clip")
+    p.add_argument("--mixture", default=None, metavar="FILE",
+                   help="the mixture file of strategy mixture (default: W/search/mixture.json "
+                        "of `clusterclip search`)")
     p.add_argument("--clip", type=int, default=4,
                    help="ClusterClip's repetition clip R (default 4)")
     p.add_argument("--alpha", type=float, default=0.0,
@@ -66,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
         model=args.model, device=args.device, epochs=args.epochs, tokens=args.tokens,
-        max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress)
+        max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress,
+        mixture=args.mixture)
     d = results["data"]
     print("\n".join(verdict_lines(results)))
     print()
