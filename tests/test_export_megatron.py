@@ -250,11 +250,15 @@ def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_pa
                                                        capsys):
     out = tmp_path / "out"
     base = ["export", "--workdir", str(workdir), "--out", str(out)]
+    empty = tmp_path / "empty"  # a folder without a tokenizer (not one holding --out)
+    empty.mkdir()
     cases = {
         "--format megatron needs --tokenizer PATH": ["--format", "megatron"],
         "--tokenizer is only for --format megatron, not --format parquet":
             ["--format", "parquet", "--tokenizer", tok_path],
-        f"--tokenizer {tmp_path}: cannot load a tokenizer":
+        f"--tokenizer {empty}: cannot load a tokenizer":
+            ["--format", "megatron", "--tokenizer", str(empty)],
+        f"--out {out}: is inside the --tokenizer input {tmp_path}":
             ["--format", "megatron", "--tokenizer", str(tmp_path)],
         "--tokenizer nowhere: not a folder": ["--format", "megatron", "--tokenizer", "nowhere"],
         "--rows-per-shard does not apply to --format megatron":

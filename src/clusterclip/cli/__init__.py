@@ -12,7 +12,10 @@ on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import re
 import sys
 
 from clusterclip import __version__
@@ -21,6 +24,29 @@ from clusterclip.errors import InputError
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
 COMMANDS = ("embed", "cluster", "assign", "dedup", "group", "sample", "run", "export", "report",
             "experiment", "demo")
+
+
+# OS errors that are the machine's or the user's (a full disk, a read-only folder, a file
+# where a folder should be), not a bug: one line naming the path and the cause, exit 2.
+USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EEXIST, errno.ENOTDIR, errno.EISDIR,
+                         errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG,
+                         errno.ENAMETOOLONG, errno.ENOENT})
+
+
+def os_error_message(e: OSError) -> str | None:
+    """One line for an OS error of :data:`USER_ERRNOS` (the path, then the cause), else None.
+    Errors from pyarrow's C++ writers carry their errno only in the message."""
+    code = e.errno
+    if code is None:
+        found = re.search(r"\[errno (\d+)\]", str(e), re.I)
+        code = int(found[1]) if found else None
+    if code not in USER_ERRNOS:
+        return None
+    cause = os.strerror(code)
+    if e.filename is None:
+        return f"{str(e).splitlines()[0]} ({cause})" if e.errno is None else cause
+    where = e.filename if e.filename2 is None else f"{e.filename} -> {e.filename2}"
+    return f"{where}: {cause}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,7 +80,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or name == only:
             module.add_arguments(p)
             _show_defaults(p)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=module, _parser=p)
     return parser
 
 
@@ -63,10 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     # The command is the first argument (the only top-level options are --help, --version).
     only = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(only).parse_args(argv)
+    from clusterclip.cli._paths import guard
+
     try:
-        return int(args._module.run(args) or 0)
+        with guard(args._parser, args):
+            return int(args._module.run(args) or 0)
     except InputError as e:
         print(f"clusterclip {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        message = os_error_message(e)
+        if message is None:
+            raise
+        print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"clusterclip {args.command}: interrupted", file=sys.stderr)

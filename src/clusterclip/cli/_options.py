@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._paths import add_path
+
 
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
     """Options that say how to read a corpus (``embed``, ``run``)."""
@@ -22,7 +24,8 @@ def add_embed_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm",
                    help="minilm: bundled all-MiniLM-L6-v2 (default); hf: any local "
                         "Hugging Face AutoModel (--model); fast: CPU embedder, no neural model")
-    g.add_argument("--model", default=None, help="local model path (for minilm or hf)")
+    add_path(g, "--model", role="input", default=None,
+             help="local model path (for minilm or hf)")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
     g.add_argument("--max-length", type=int, default=256, help="truncate to this many tokens")
@@ -61,7 +64,7 @@ def add_token_options(p: argparse.ArgumentParser) -> None:
                    help="docs: cluster weight n_k ** alpha; tokens: n_k ** alpha / mean tokens "
                         "per document, so clusters get equal tokens (alpha 0) rather than "
                         "equal documents")
-    p.add_argument("--tokenizer", default=None, metavar="PATH",
+    add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
                    help="local Hugging Face fast tokenizer folder: count tokens exactly "
                         "(once per corpus and tokenizer, cached as W/tokens.npy) instead of "
                         "the estimate ceil(characters / 4) from the corpus index")

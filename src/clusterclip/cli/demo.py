@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
         "group, report and a quick LM experiment")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="demo-out", help="output directory (default: demo-out)")
-    p.add_argument("--input", default=None,
+    add_path(p, "--out", role="container", default="demo-out",
+             help="output directory (default: demo-out)")
+    add_path(p, "--input", role="input", default=None,
                    help="corpus to use instead of the bundled one (.jsonl/.jsonl.gz/.parquet)")
     p.add_argument("--label-field", default="label",
                    help="field compared with the clusters in the report (default: label)")

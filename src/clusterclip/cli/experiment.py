@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._paths import add_path
+
 HELP = "train a small LM once per sampling strategy and compare held-out loss (W/experiment/)"
 
 
@@ -13,7 +15,8 @@ def _strategies(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/)")
+    add_path(p, "--workdir", role="workdir", owns=("experiment",), required=True,
+             help="work directory (labels.npy, corpus/)")
     from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, DEFAULT_STRATEGIES, STRATEGIES
 

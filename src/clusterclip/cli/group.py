@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = "write the corpus grouped by cluster (cluster_{k}/data_{j}.jsonl, verified exactly-once)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
-    p.add_argument("--out", required=True,
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory of embed + cluster")
+    add_path(p, "--out", role="output_dir", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip group`")
     add_overwrite_option(p)

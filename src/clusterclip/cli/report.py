@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
 
@@ -45,8 +46,9 @@ def _recorded_clip(root: Path, schedule) -> int | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/, ...)")
-    p.add_argument("--schedule", default=None,
+    add_path(p, "--workdir", role="workdir", owns=("report",), required=True,
+             help="work directory (labels.npy, corpus/, ...)")
+    add_path(p, "--schedule", role="input", default=None,
                    help="schedule .npy to analyse (default: W/schedule.npy if it exists); "
                         "its length sets the budget")
     p.add_argument("--no-schedule", action="store_true",
@@ -75,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
-    p.add_argument("--out", default=None,
+    add_path(p, "--out", role="output_dir", default=None,
+             default_from=lambda a: str(Path(a.workdir) / "report"),
                    help="report directory (default: W/report); replaced only when new, empty "
                         "or an earlier report")
     add_overwrite_option(p)

@@ -10,6 +10,7 @@ from clusterclip.cli._options import (
     add_kmeans_options,
     add_token_options,
 )
+from clusterclip.cli._paths import add_path
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
@@ -18,9 +19,10 @@ HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.sampling.sampler import STRATEGIES
 
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help=".jsonl / .jsonl.gz / .parquet files or folders of them")
-    p.add_argument("--workdir", required=True, help="work directory for all artifacts")
+    add_path(p, "inputs", role="input", nargs="+", metavar="INPUT",
+             help=".jsonl / .jsonl.gz / .parquet files or folders of them")
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory for all artifacts")
     p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
     add_corpus_options(p)
     add_embed_options(p)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.cli._options import add_token_options
+from clusterclip.cli._paths import add_path
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
@@ -19,7 +20,7 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.sampling.sampler import STRATEGIES
 
-    p.add_argument("--labels", required=True,
+    add_path(p, "--labels", role="input", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
     p.add_argument("--strategy", choices=STRATEGIES, default="clusterclip",
                    help="default: clusterclip")
@@ -36,23 +37,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                              "cumulative tokens reach B")
     add_token_options(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output .npy (int64 indices of this rank)")
+    add_path(p, "--out", role="output_file", required=True,
+             help="output .npy (int64 indices of this rank)")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1,
                    help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
     p.add_argument("--consumed-samples", type=int, default=0,
                    help="start at this global position (resume)")
-    p.add_argument("--cluster-weights", default=None,
+    add_path(p, "--cluster-weights", role="input", default=None,
                    help="optional 1-D float .npy replacing n_k ** alpha as cluster weight")
-    p.add_argument("--tokens", default=None, metavar="T.npy",
+    add_path(p, "--tokens", role="input", default=None, metavar="T.npy",
                    help="1-D integer .npy: tokens per document, for --num-tokens / "
                         "--balance-by tokens when --labels is not a work directory's (a work "
                         "directory's labels use its corpus: the estimate or --tokenizer)")
-    p.add_argument("--groups", default=None, metavar="G.npy",
+    add_path(p, "--groups", role="input", default=None, metavar="G.npy",
                    help="near-duplicate groups (W/groups.npy of `clusterclip dedup`): each "
                         "group is one unit of the passes and of the clip (members used in "
                         "rotation)")
-    p.add_argument("--summary-json", default=None,
+    add_path(p, "--summary-json", role="output_file", default=None,
                    help="also write the full summary (all clip events) as JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -120,16 +122,12 @@ def run(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
-        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens, args.groups)
-                             if p is not None]
-        protected = tuple((p, "the input file", False) for p in inputs)
-        for where in {labels.parent, Path(args.out).resolve().parent}:
-            if (where / MANIFEST).is_file():
-                protected += Workdir(where, create=False).protected()
+        # the inputs, and the work directories they and the outputs lie in, are refused by
+        # the command line's guard (clusterclip.cli._paths), here and in check_output_file
         for option in ("--out", "--summary-json"):
             path = getattr(args, option[2:].replace("-", "_"))
             if path is not None:
-                check_output_file(path, protected=protected, option=option,
+                check_output_file(path, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
         from clusterclip.tokens import token_options
 

@@ -420,16 +420,19 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
 
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    _require(fmt)
-    _require("parquet")
     tok_path = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else None
-    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     sched = Path(schedule).resolve() if schedule is not None else None
+    protected = w.protected()
+    if sched is not None:
+        protected += ((sched, "the schedule", False),)
+    if tok_path is not None:
+        protected += ((Path(tok_path), "the tokenizer", False),)
+    check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    _require(fmt)
+    _require("parquet")
+    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     with w.locked():
-        protected = w.protected()
-        if sched is not None:
-            protected += ((sched, "the schedule", False),)
         check_output_dir(out, "export", overwrite=overwrite, protected=protected)
         reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
 

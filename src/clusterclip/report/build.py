@@ -316,7 +316,7 @@ def build_report(
     """
     import json
 
-    from clusterclip.io import check_output_dir
+    from clusterclip.io import check_output_dir, refuse_protected
     from clusterclip.workdir import Workdir
 
     root = Path(workdir)
@@ -366,9 +366,12 @@ def build_report(
         return {"out": str(target)}
 
     with w.locked():
-        if not own:
+        given = () if schedule is None else ((Path(schedule), "the schedule", False),)
+        if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
+            refuse_protected(target, given, "--out")
+        else:
             check_output_dir(target, "report", overwrite=overwrite,
-                             protected=w.protected(own=("report",)))
+                             protected=w.protected(own=("report",)) + given)
         w.run_stage("report", key=with_tokens, work=work,
                     reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
                     maybe_reads=["centroids.npy", "corpus"],
