@@ -217,6 +217,19 @@ def check_writable(out: str | os.PathLike[str], option: str) -> None:
         raise InputError(f"{option} {out}: cannot write in {ancestor} ({why})")
 
 
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes free to this process on the file system where ``path`` is or would be created
+    (None when it cannot be told)."""
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def check_output_file(out: str | os.PathLike[str], *,
                       protected: tuple[tuple[Path, str, bool], ...] = (),
                       option: str = "--out", magic: bytes | None = None) -> Path:

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.corpus.records import renamed_note
 from clusterclip.errors import InputError
-from clusterclip.grouping import renamed_note
 from clusterclip.io import load_npy
 from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir

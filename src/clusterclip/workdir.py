@@ -160,8 +160,12 @@ class Workdir:
 
     def __init__(self, path: str | os.PathLike[str], create: bool = True) -> None:
         self.root = Path(path)
+        if str(path) == "":
+            raise InputError("work directory '': an empty path; give a folder name")
         if self.root.exists() and not self.root.is_dir():
             raise InputError(f"work directory {self.root} exists and is not a directory")
+        # made here: removed again when it is still empty on release (a refused command)
+        self._made = create and not self.root.exists()
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
@@ -217,19 +221,7 @@ class Workdir:
         if held is not None:
             held[1] += 1
             return
-        try:
-            fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise InputError(f"work directory {self.root}: cannot create its lock file "
-                             f"{LOCK} ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
-                             f"wait for it to finish (or stop it) and try again") from None
+        fd = self._lock_fd()
         if not _is_lock_record(os.pread(fd, 1 << 16, 0)):
             os.close(fd)
             raise InputError(f"{self.root / LOCK}: exists and was not written by clusterclip; "
@@ -241,12 +233,47 @@ class Workdir:
         for d in (self.root, self.root / "embed"):
             remove_stale_temporaries(d)
 
+    def _lock_fd(self) -> int:
+        """A descriptor of W/.lock holding its exclusive lock (InputError when another
+        process holds it). Retried when the file was removed and made again meanwhile (a
+        lock taken on a removed file would lock nothing)."""
+        path = self.root / LOCK
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise InputError(f"work directory {self.root}: cannot create its lock file "
+                                 f"{LOCK} ({e.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
+                                 f"wait for it to finish (or stop it) and try again") from None
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)
+
     def _release(self) -> None:
         key = str(self.root.resolve())
         held = _HELD[key]
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
+            if not self.manifest_path.exists():
+                # not a work directory (a refused command): leave no lock file, and no
+                # folder this object made; removed while locked, see _lock_fd
+                with contextlib.suppress(OSError):
+                    os.unlink(self.root / LOCK)
+                if self._made:
+                    with contextlib.suppress(OSError):
+                        self.root.rmdir()  # only when empty
             os.close(held[0])  # closing the descriptor releases the lock
 
     def _holder(self) -> str:

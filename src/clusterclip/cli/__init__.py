@@ -33,9 +33,11 @@ USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EEXIST, errno.ENOTDIR,
                          errno.ENAMETOOLONG, errno.ENOENT})
 
 
-def os_error_message(e: OSError) -> str | None:
-    """One line for an OS error of :data:`USER_ERRNOS` (the path, then the cause), else None.
-    Errors from pyarrow's C++ writers carry their errno only in the message."""
+def os_error_message(e: OSError, written: list[str]) -> str | None:
+    """One line for an OS error of :data:`USER_ERRNOS`, else None: the file (a temporary
+    named by what it becomes), or else ``written`` (what the command writes, e.g.
+    ``"--out E"``), then the cause. Errors of pyarrow's C++ writers carry their errno
+    only in the message."""
     code = e.errno
     if code is None:
         found = re.search(r"\[errno (\d+)\]", str(e), re.I)
@@ -43,10 +45,16 @@ def os_error_message(e: OSError) -> str | None:
     if code not in USER_ERRNOS:
         return None
     cause = os.strerror(code)
-    if e.filename is None:
-        return f"{str(e).splitlines()[0]} ({cause})" if e.errno is None else cause
-    where = e.filename if e.filename2 is None else f"{e.filename} -> {e.filename2}"
-    return f"{where}: {cause}"
+    if e.filename is not None:
+        names = [e.filename] + ([] if e.filename2 is None else [e.filename2])
+        where = " -> ".join(_TMP_NAME.sub(r"\1", os.fsdecode(n)) for n in names)
+    else:
+        where = ", ".join(written) or "output"
+    return f"{where}: {cause} (nothing half-written is left)"
+
+
+# a temporary of clusterclip.io.atomic_path, in a message: the name it was to take
+_TMP_NAME = re.compile(r"\.([^/]+)\.clusterclip-\d+-[A-Za-z0-9_]+\.tmp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     # The command is the first argument (the only top-level options are --help, --version).
     only = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(only).parse_args(argv)
-    from clusterclip.cli._paths import guard
+    from clusterclip.cli._paths import guard, written
 
     try:
         with guard(args._parser, args):
@@ -98,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clusterclip {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        message = os_error_message(e)
+        message = os_error_message(e, written(args._parser, args))
         if message is None:
             raise
         print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)

@@ -123,22 +123,32 @@ def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace
     return tuple(out)
 
 
+def written(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """``"OPTION PATH"`` of what the command writes: its outputs, else its work directories
+    (to name the place in the message of an OS error that names no file)."""
+    found = {role: [f"{_option(a)} {p}" for a in path_actions(parser)
+                    if a.path_role == role for p in _values(a, args)]  # type: ignore[attr-defined]
+             for role in ROLES}
+    return [x for role in OUTPUT_ROLES for x in found[role]] or found["workdir"]
+
+
 @contextlib.contextmanager
 def guard(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Iterator[None]:
     """Refuse (InputError) an output of the command that is, contains or lies inside one of
     its inputs (see the module); then run the body with those inputs declared to
     :mod:`clusterclip.io`. Reads only: nothing is created."""
-    from clusterclip.io import declared_inputs, refuse_cwd, refuse_protected
+    from clusterclip.io import check_writable, declared_inputs, refuse_cwd, refuse_protected
 
-    for a in path_actions(parser):  # every path option: an empty one is refused
-        _values(a, args)
-    protected = protected_paths(parser, args)
+    protected = protected_paths(parser, args)  # an empty path is refused here
     for a in path_actions(parser):
-        if a.path_role in OUTPUT_ROLES:  # type: ignore[attr-defined]
-            for path in _values(a, args):
-                if a.path_role != "output_file":  # type: ignore[attr-defined]
-                    refuse_cwd(path, _option(a))
+        role = a.path_role  # type: ignore[attr-defined]
+        for path in _values(a, args) if role != "input" else []:
+            if role in ("output_dir", "container"):
+                refuse_cwd(path, _option(a))
+            if role != "workdir":
                 refuse_protected(path, protected, _option(a))
+            if not path.exists():
+                check_writable(path, _option(a))
     with declared_inputs(protected):
         yield
 

@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.grouping import group_workdir, renamed_note
+    from clusterclip.corpus.records import renamed_note
+    from clusterclip.grouping import group_workdir
 
     summary = group_workdir(args.workdir, args.out, docs_per_file=args.docs_per_file,
                             overwrite=args.overwrite)
