@@ -21,9 +21,9 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from clusterclip.cli import main
 from clusterclip.report import build_report
-from clusterclip.report.clip import quartile_clusters
 from clusterclip.report.markdown import escape_inline
 from clusterclip.report.stats import window_edges
+from clusterclip.sampling.clip import quartile_clusters
 
 N_DOCS = 600
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -348,7 +348,7 @@ def test_report_token_shares_per_cluster(corpus, tmp_path):
     import csv
 
     from clusterclip.corpus import Corpus
-    from clusterclip.report.clip import quartile_clusters
+    from clusterclip.sampling.clip import quartile_clusters
 
     w = tmp_path / "W"
     assert _run(corpus, w, "--num-samples", "150") == 0

@@ -18,8 +18,6 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import load_npy
 from clusterclip.labels import check_labels
-from clusterclip.report.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
-from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.readable import FILE as CLUSTERS_MD
 from clusterclip.report.readable import (
     csv_columns,
@@ -38,6 +36,8 @@ from clusterclip.report.stats import (
     tail_starvation,
     token_shares,
 )
+from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
+from clusterclip.sampling.clip import quartile_clusters as _quartiles
 from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
 
 DEFAULT_STRATEGIES = ("clusterclip", "paced", "random")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.report.clip import LATE_TENTHS
 from clusterclip.report.stats import repetition_bins
 from clusterclip.report.terms import sample_sentence
+from clusterclip.sampling.clip import LATE_TENTHS
 
 # One line per sampler strategy, for the strategies a report shows.
 STRATEGY_TEXT = {
