@@ -187,7 +187,7 @@ def test_cli_budget_is_byte_deterministic_and_ranks_interleave(files, strategy, 
 @pytest.mark.parametrize("extra, pattern", [
     (["--num-tokens", "100", "--num-samples", "5"],
      "argument --num-samples: not allowed with argument --num-tokens"),
-    (["--num-tokens", "10000000", "--clip", "2"], "exceeds what clusterclip can supply with "
+    (["--num-tokens", "10000000", "--clip", "2"], "exceeds what paced can supply with "
      "--clip 2: 2 x "),
     (["--num-tokens", "0"], "--num-tokens 0: must be >= 1"),
     (["--num-samples", "50", "--balance-by", "tokens", "--strategy", "random"],

@@ -20,7 +20,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="field compared with the clusters in the report (default: label)")
     p.add_argument("--clusters", type=int, default=64, help="K (default: 64)")
     p.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm")
-    p.add_argument("--clip", type=int, default=4, help="repetition clip R (default: 4)")
+    from clusterclip.sampling.sampler import STRATEGIES
+
+    p.add_argument("--strategy", choices=STRATEGIES, default="paced",
+                   help="strategy of the schedule (default: paced; clusterclip is the paper's "
+                        "method)")
+    p.add_argument("--clip", type=int, default=None,
+                   help="repetition clip R (default: paced 4; clusterclip: the recommended R "
+                        "for the budget)")
     p.add_argument("--epochs", type=float, default=3.0,
                    help="schedule length in epochs of the corpus (default: 3)")
     p.add_argument("--seed", type=int, default=0)

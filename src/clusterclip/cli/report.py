@@ -34,12 +34,13 @@ def _recorded_clip(root: Path, schedule) -> int | None:
     """The clip that ``clusterclip sample``/``run`` recorded for W/schedule.npy, if any."""
     if schedule is None or Path(schedule).resolve() != (root / "schedule.npy").resolve():
         return None
+    from clusterclip.sampling.sampler import CLIP_STRATEGIES
     from clusterclip.workdir import Workdir
 
     rec = Workdir(root, create=False).stage("sample") or {}
     params = rec.get("params") or {}
     clip = params.get("clip")
-    if rec.get("status") == "done" and params.get("strategy") == "clusterclip" \
+    if rec.get("status") == "done" and params.get("strategy") in CLIP_STRATEGIES \
             and isinstance(clip, int) and clip >= 1:
         return clip
     return None

@@ -181,9 +181,12 @@ class GroupClipSampler(_RankStream):
         if strategy in CLIP_STRATEGIES:
             R = _as_int("clip", clip, 1)
             if T > R * self._index.num_groups:
+                from clusterclip.sampling.clip import capacity_hint
+
                 raise InputError(f"num_samples {T} exceeds capacity "
                                  f"{R * self._index.num_groups} = clip {R} x "
-                                 f"{self._index.num_groups} near-duplicate groups")
+                                 f"{self._index.num_groups} near-duplicate groups; "
+                                 f"{capacity_hint(T, self._index.num_groups, R)}")
         probe = self._inner(T)  # checks every other parameter
         self.strategy, self.num_samples, self.clip = probe.strategy, probe.num_samples, probe.clip
         self.alpha, self.seed, self.capacity = probe.alpha, probe.seed, probe.capacity

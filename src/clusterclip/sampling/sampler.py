@@ -309,8 +309,11 @@ class ClusterClipSampler(_RankStream):
                                  f"closer to 0")
         capacity = clip * n_eligible if clip is not None else None
         if capacity is not None and T > capacity:
+            from clusterclip.sampling.clip import capacity_hint
+
             raise InputError(f"num_samples {T} exceeds capacity {capacity} = clip {clip} x "
-                             f"{n_eligible} eligible documents")
+                             f"{n_eligible} eligible documents; "
+                             f"{capacity_hint(T, n_eligible, clip)}")
 
         self.strategy = strategy
         self.num_samples = T
