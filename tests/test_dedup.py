@@ -120,6 +120,8 @@ def test_stage_writes_groups_caches_and_refuses(workdir, capsys):
     s = json.loads((workdir / "dedup.json").read_text())
     assert s["redundant_documents"] == s["eligible_documents"] - s["groups"] >= 20
     assert s["largest_groups"][0]["size"] == s["largest_group_size"] >= 2
+    first_group = s["largest_groups"][0]  # the cluster id is `label`, as in every output
+    assert first_group["label"] == labels[first_group["group"]] and "cluster" not in first_group
     first = (workdir / "groups.npy").read_bytes()
     capsys.readouterr()
     assert main(args) == 0

@@ -124,6 +124,7 @@ def test_report_files_are_valid(full_report):
         assert pixels.std() > 0.01  # not a blank canvas
     # Per-cluster shares: every schedule distributes all of its samples.
     table = _clusters_csv(out)
+    assert table["label"].tolist() == [str(k) for k in range(len(table["label"]))]  # cluster id
     for name in summary["schedules"]:
         assert table[f"{name}_share"].astype(float).sum() == pytest.approx(1.0, abs=1e-4)
     assert table["corpus_share"].astype(float).sum() == pytest.approx(1.0, abs=1e-4)
@@ -212,6 +213,10 @@ def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):
     w.begin("sample", "fp", {"strategy": "clusterclip", "clip": clip, "num_samples": total})
     w.finish("sample", "fp", ["schedule.npy"])
     rc, stdout, _ = _report(["--workdir", wd, "--strategies", "none", "--windows", 25], capsys)
+    assert (f"budget T = {total:,} samples over {int(eligible.sum()):,} documents" in stdout
+            and "the repetition counts below are at this budget, over the whole corpus" in stdout)
+    assert (f"same budget T = {total:,} samples over the {int(eligible.sum()):,} eligible "
+            "documents of the whole corpus" in (wd / "report" / "report.md").read_text())
     assert rc == 0
     assert str(wd / "report" / "report.md") in stdout and "recommended R" in stdout
     summary = _summary(wd / "report")
@@ -257,7 +262,7 @@ def test_examples_are_the_documents_nearest_the_centroid(workdir, full_report):
     labels = np.load(workdir / "labels.npy")
     scores = np.load(workdir / "scores.npy")
     sizes = np.bincount(labels[labels >= 0])
-    shown = {ex["cluster"]: ex for ex in summary["examples"]}
+    shown = {ex["label"]: ex for ex in summary["examples"]}
     assert int(np.argmax(sizes)) in shown and int(np.argmin(sizes)) in shown
     for k, ex in shown.items():
         members = np.flatnonzero(labels == k)

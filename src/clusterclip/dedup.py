@@ -186,7 +186,7 @@ def group_summary(groups: np.ndarray, labels: np.ndarray, threshold: float, pair
         members = np.flatnonzero(groups == ids[j])
         shown = members[:EXAMPLES_PER_GROUP]
         entry: dict[str, Any] = {"group": int(ids[j]), "size": int(counts[j]),
-                                 "cluster": int(lab[ids[j]]),
+                                 "label": int(lab[ids[j]]),
                                  "members": [int(m) for m in members[:50]]}
         if texts is not None:
             entry["examples"] = [

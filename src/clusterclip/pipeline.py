@@ -306,7 +306,11 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         print(f"                 {note}")
     if exp:
         from clusterclip.experiment import verdict_lines
-        from clusterclip.experiment.output import format_schedule_table, format_table
+        from clusterclip.experiment.output import (
+            format_schedule_table,
+            format_table,
+            schedule_budget,
+        )
 
         print()
         print(f"LM experiment ({exp_size}): {exp['out_dir']}/results.md")
@@ -315,7 +319,8 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         print("Held-out loss, lower is better, mean +- std over seeds:")
         print(format_table(exp))
         print()
-        print("What each strategy fed the model (the clip binds where uniform repeats most):")
+        print("What each strategy fed the model (the clip binds where uniform repeats most), "
+              f"{schedule_budget(exp)}:")
         print(format_schedule_table(exp))
     print()
     print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))

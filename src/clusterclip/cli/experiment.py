@@ -61,7 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
     from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment, verdict_lines
-    from clusterclip.experiment.output import format_schedule_table, format_table
+    from clusterclip.experiment.output import (
+        format_schedule_table,
+        format_table,
+        schedule_budget,
+    )
 
     if args.max_docs < 0:
         raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
@@ -79,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
           f"in {d['valid_clusters']} clusters")
     print(format_table(results))
     print()
+    print(f"what each strategy fed the models, {schedule_budget(results)}:")
     print(format_schedule_table(results))
     reused = results["timing"].get("reused_runs", 0)
     print(f"wrote {results['out_dir']}/results.md, results.json and plots "

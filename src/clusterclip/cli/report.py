@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {out / 'report.md'}")
     print(f"budget T = {summary['num_samples']:,} samples over "
           f"{summary['eligible_documents']:,} documents in {summary['clusters']['clusters']} "
-          f"clusters")
+          f"clusters (the repetition counts below are at this budget, over the whole corpus; "
+          f"`clusterclip experiment` counts over its training split at its token budget)")
     print(f"{'schedule':<14}{'max rep':>8}{'seen':>8}{'tail 25%':>10}{'head 25%':>10}")
     for name, s in summary["schedules"].items():
         print(f"{name:<14}{s['max_repetition']:>8}{s['coverage']:>8.1%}"

@@ -217,7 +217,7 @@ def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.nda
         docs = [{"index": int(i), "score": float(scores[i]),
                  "text": readable["snippets"].get(int(i), "")[:EXAMPLE_CHARS]}
                 for i in readable["nearest"][k][:EXAMPLE_DOCS]]
-        ex = {"cluster": k, "group": group, "size": int(sizes[k]), "documents": docs,
+        ex = {"label": k, "group": group, "size": int(sizes[k]), "documents": docs,
               "terms": readable["terms"][k]}
         if majority is not None:
             ex["majority_label"] = majority.get(k)
@@ -595,7 +595,7 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
     names = list(shares)
     corpus_share = sizes / max(1, int(sizes.sum()))
     header, text_rows = csv_columns(readable)  # top terms and nearest documents, last
-    lines = [",".join(["cluster", "size", "corpus_share", *(f"{s}_share" for s in names),
+    lines = [",".join(["label", "size", "corpus_share", *(f"{s}_share" for s in names),
                        *(f"{s}_token_share" for s in token_parts), *header])]
     for c in range(sizes.size):
         lines.append(",".join([str(c), str(int(sizes[c])), f"{corpus_share[c]:.6g}",

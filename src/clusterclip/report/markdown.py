@@ -253,7 +253,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
                   ""]
         for ex in examples:
             label = f", mostly `{ex['majority_label']}`" if ex.get("majority_label") else ""
-            lines.append(f"**Cluster {ex['cluster']}** ({ex['group']}, {ex['size']:,} "
+            lines.append(f"**Cluster {ex['label']}** ({ex['group']}, {ex['size']:,} "
                          f"document{'s' if ex['size'] != 1 else ''}{label})")
             lines.append("")
             if ex.get("terms"):
@@ -267,7 +267,10 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
     lines += [
         "## Schedules",
         "",
-        "Each schedule below has the same budget T. " + " ".join(
+        f"Each schedule below has the same budget T = {summary['num_samples']:,} samples over "
+        f"the {summary['eligible_documents']:,} eligible documents of the whole corpus: its "
+        "repetition counts are at this budget (the experiment's are at its own, over its "
+        "training split). " + " ".join(
             f"`{name}` {STRATEGY_TEXT[name]}." for name in sched if name in STRATEGY_TEXT),
         "",
         *_table(
