@@ -63,6 +63,9 @@ def world(tmp_path_factory, pydocs_path):
         shutil.copy(model / name, tok / name)
     np.save(root / "weights.npy", np.ones(3))
     np.save(root / "tokens.npy", np.full(60, 7, np.int64))
+    from clusterclip.sampling.mixture import Mixture, write_mixture
+
+    write_mixture(root / "mixture.json", Mixture((1.0, 2.0, 1.0), 4, "paced", "test"))
     return {"root": root, "W": w, "corpus": corpus, "tok": tok}
 
 
@@ -80,6 +83,7 @@ def _base(world) -> dict[str, dict[str, str]]:
         "sample": {"--labels": w / "labels.npy", "--num-samples": "50",
                    "--cluster-weights": world["root"] / "weights.npy",
                    "--tokens": world["root"] / "tokens.npy", "--groups": w / "groups.npy",
+                   "--mixture": world["root"] / "mixture.json",
                    "--tokenizer": world["tok"], "--no-progress": None},
         "export": {"--workdir": w, "--format": "megatron", "--tokenizer": world["tok"],
                    "--schedule": w / "schedule.npy"},
@@ -113,6 +117,7 @@ CASES = list(_cases())
 def test_the_cases_cover_every_output_and_input_option_of_every_command():
     got = {(c, o) for c, _, o, _ in CASES} | {(c, i) for c, i, _, _ in CASES}
     assert {("export", "--tokenizer"), ("report", "--schedule"), ("dedup", "--keep-one"),
+            ("sample", "--mixture"),
             ("sample", "--summary-json"), ("sample", "--groups"), ("demo", "--input"),
             ("assign", "--centroids"), ("cluster", "--valid")} <= got
     assert len(CASES) >= 70
@@ -125,6 +130,8 @@ def test_no_output_is_at_above_or_below_an_input(world, tmp_path, capsys, comman
     base = dict(_base(world)[command])
     for other in DROPPED.get((command, given), ()):
         base.pop(other)
+    if command == "sample":  # --cluster-weights and --mixture exclude each other
+        base.pop("--cluster-weights" if given == "--mixture" else "--mixture")
     if (command, given) == ("export", "--workdir"):
         base["--format"] = "parquet"
     case = tmp_path / "case"

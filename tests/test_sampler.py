@@ -396,7 +396,8 @@ def test_random_summary():
     (dict(alpha=float("nan"), strategy="temperature"), "alpha must be a finite number"),
     (dict(alpha=0.5, strategy="uniform"), "alpha applies to temperature, clusterclip and paced"),
     (dict(cluster_weights=np.ones(3)), "cluster_weights must be a 1-D array of length >= 10"),
-    (dict(cluster_weights=np.r_[0.0, np.ones(9)]), "got 0.0 for cluster 0"),
+    (dict(cluster_weights=np.r_[-1.0, np.ones(9)]), "got -1.0 for cluster 0"),
+    (dict(cluster_weights=np.zeros(10)), "no cluster with documents has a weight > 0"),
     (dict(cluster_weights=np.ones(10), strategy="random"), "does not apply to strategy random"),
     (dict(num_samples=2.5), "num_samples must be an integer, got 2.5"),
 ])

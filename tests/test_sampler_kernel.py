@@ -280,3 +280,20 @@ def test_kernel_refuses_bad_arrays_instead_of_reading_out_of_bounds():
     with pytest.raises(ValueError):  # streams computed ahead: 5 words per cluster
         kernel.take_grouped(ctx[:10] + (np.zeros(5 * 3 - 1, np.uint64),), np.array([1]),
                             np.array([1]), np.array([0]), np.empty(1, np.int64))
+
+
+@needs_kernel
+@pytest.mark.parametrize("strategy", ["uniform", "temperature", "clusterclip", "paced"])
+def test_kernel_equals_numpy_path_with_zero_cluster_weights(strategy):
+    # a mixture's zeros: those clusters are never drawn, in the kernel as in numpy
+    rng = np.random.default_rng(12)
+    labels = rng.integers(-1, 300, 20_000)
+    weights = rng.uniform(0.1, 3.0, 300) * (rng.random(300) < 0.6)
+    kw = {"strategy": strategy, "clip": 3, "seed": 8, "cluster_weights": weights}
+    idx = _both(labels, 25_000, kw, 1 << 12, rank=1, world_size=2, consumed=3001,
+                state_at=5000)
+    assert (weights[labels[idx]] > 0).all()
+    groups = np.where(np.arange(labels.size) % 3 == 1, np.arange(labels.size) - 1,
+                      np.arange(labels.size))
+    groups = np.where(labels[groups] == labels, groups, np.arange(labels.size))
+    _both(labels, 9000, {**kw, "groups": groups}, 1000, consumed=77, state_at=700)

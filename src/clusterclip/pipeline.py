@@ -23,8 +23,11 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
                    clip: int | None = None, alpha: float = 0.0, seed: int = 0,
                    num_tokens: int | None = None, balance_by: str = "docs",
                    tokenizer: str | None = None, groups: bool = False,
-                   progress: bool = False) -> dict[str, Any]:
+                   mixture: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Write ``W/schedule.npy`` (int64 document indices) from ``W/labels.npy``.
+
+    ``mixture``: a mixture file (:mod:`clusterclip.sampling.mixture`) whose cluster
+    weights replace n_k ** alpha (``strategy`` and ``clip`` as the caller resolved them).
 
     ``groups``: clip by the near-duplicate groups of ``W/groups.npy`` (the
     ``dedup`` stage; see :mod:`clusterclip.sampling.groups`). ``clip`` None: the
@@ -67,17 +70,28 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
         params["token_counts"] = source
     if groups:
         params["groups"] = True
+    weights = None
+    if mixture is not None:
+        from clusterclip.sampling.mixture import mixture_record, read_mixture
+
+        params["mixture"] = mixture_record(mixture)
+        weights = read_mixture(mixture).cluster_weights()
 
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
             return None
         labels = load_labels(w.path("labels.npy"))
         g = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1) if groups else None
-        s = write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
-                           num_tokens=num_tokens, doc_tokens=tokens, balance_by=balance_by,
-                           token_source=source, strategy=strategy, clip=clip, alpha=alpha,
-                           seed=seed, groups=g)
-        return {**s, "clip_default": why} if why and s.get("clip") is not None else s
+        summary = write_schedule(labels, w.path("schedule.npy"), num_samples=num_samples,
+                                 num_tokens=num_tokens, doc_tokens=tokens,
+                                 balance_by=balance_by, token_source=source, strategy=strategy,
+                                 clip=clip, alpha=alpha, seed=seed, groups=g,
+                                 cluster_weights=weights)
+        if mixture is not None:
+            summary["mixture"] = params["mixture"]
+        if why and summary.get("clip") is not None:
+            summary["clip_default"] = why
+        return summary
 
     reads = ["labels.npy"] + (["corpus"] if needs else []) + (
         ["tokens.npy"] if needs and tokenizer is not None else []) + (
@@ -104,7 +118,7 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
                          "--num-tokens")
     check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
-                  has_weights=False)
+                  has_weights=args.mixture is not None)
     if args.clip is not None and args.clip < 1:
         raise InputError(f"--clip {args.clip}: must be >= 1")
     if args.dedup:  # checked now, not after the embedding
@@ -155,7 +169,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                     w, num_samples=args.num_samples, num_tokens=args.num_tokens,
                     balance_by=args.balance_by, tokenizer=args.tokenizer,
                     strategy=args.strategy, clip=args.clip, alpha=args.alpha, seed=args.seed,
-                    groups=args.dedup, progress=main_rank)
+                    groups=args.dedup, mixture=args.mixture,
+                    progress=main_rank)
     except BaseException:
         shutdown(created, wait=False)
         raise

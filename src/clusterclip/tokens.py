@@ -326,13 +326,15 @@ def budget_length(labels: np.ndarray, doc_tokens: np.ndarray, num_tokens: int, *
                                   **({"clip": clip} if strategy in CLIP_STRATEGIES else {}),
                                   **sampler_kwargs)
 
-    make(1)  # every sampler parameter checked before any work
+    probe = make(1)  # every sampler parameter checked before any work
     labels = np.asarray(labels)
-    tokens = np.where(labels >= 0, np.asarray(doc_tokens, dtype=np.int64), 0)
+    # the documents the sampler may draw: labelled, in a cluster of weight > 0
+    drawable = (labels >= 0) & (probe.cluster_sizes > 0)[np.maximum(labels, 0)]
+    tokens = np.where(drawable, np.asarray(doc_tokens, dtype=np.int64), 0)
     total = int(tokens.sum())
     if total <= 0:
         raise InputError("--num-tokens: the eligible documents hold no tokens")
-    n_eligible = int(np.count_nonzero(labels >= 0))
+    n_eligible = probe.num_eligible
     if strategy in CLIP_STRATEGIES:
         capacity = clip * n_eligible
         if num_tokens > clip * total:
@@ -391,8 +393,8 @@ def check_balance(*, balance_by: str, strategy: str, alpha: float, has_weights: 
                          "choose another strategy or --balance-by docs")
     if has_weights:
         raise InputError("--balance-by tokens computes the cluster weights; do not also "
-                         "give --cluster-weights (divide yours by the mean tokens per "
-                         "document instead)")
+                         "give --cluster-weights or --mixture (divide yours by the mean "
+                         "tokens per document instead)")
     if strategy not in ALPHA_STRATEGIES and alpha != 0.0:
         raise InputError(f"alpha applies to {', '.join(ALPHA_STRATEGIES)} only, got "
                          f"alpha={alpha} with strategy {strategy}")

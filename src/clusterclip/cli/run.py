@@ -17,6 +17,7 @@ HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
     from clusterclip.sampling.sampler import STRATEGIES
 
     add_path(p, "inputs", role="input", nargs="+", metavar="INPUT",
@@ -34,13 +35,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     length.add_argument("--num-tokens", type=int, default=None, metavar="B",
                         help="token budget instead: the schedule ends at the first position "
                              "whose cumulative tokens reach B")
-    g.add_argument("--strategy", default="paced", choices=STRATEGIES,
-                   help="default: paced (beat random on held-out loss in our runs); "
-                        "clusterclip is the paper's method")
+    g.add_argument("--strategy", default=None, choices=STRATEGIES,
+                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
+                        f"our runs), or the --mixture's timing; clusterclip is the paper's "
+                        f"method")
     g.add_argument("--clip", type=int, default=None,
-                   help="repetition clip R (clusterclip, paced; default: paced 4, raised to fit "
-                        "T; clusterclip: the recommended R for T, the rule of `clusterclip "
-                        "report`)")
+                   help="repetition clip R (clusterclip, paced; default: the --mixture's clip, "
+                        "else paced 4, raised to fit T; clusterclip: the recommended R for T, "
+                        "the rule of `clusterclip report`)")
+    add_path(g, "--mixture", role="input", default=None, metavar="FILE",
+             help="mixture.json (`clusterclip search`): its cluster weights (one per "
+                  "cluster of --clusters), and its timing and clip unless --strategy / "
+                  "--clip are given")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
     add_token_options(g)
     g.add_argument("--dedup", action="store_true",
@@ -52,7 +58,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
     from clusterclip.pipeline import run_pipeline
+    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
 
+    mixture = None
+    if args.mixture is not None:  # checked now, not after the embedding
+        mixture = read_mixture(args.mixture, args.clusters)
+        if args.alpha != 0.0:
+            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
+                             f"weights replace n_k ** alpha)")
+    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)
     run_pipeline(args)
     return 0

@@ -18,17 +18,19 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
     from clusterclip.sampling.sampler import STRATEGIES
 
     add_path(p, "--labels", role="input", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
-    p.add_argument("--strategy", choices=STRATEGIES, default="paced",
-                   help="default: paced (beat random on held-out loss in our runs); "
-                        "clusterclip is the paper's method")
+    p.add_argument("--strategy", choices=STRATEGIES, default=None,
+                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
+                        f"our runs), or the --mixture's timing; clusterclip is the paper's "
+                        f"method")
     p.add_argument("--clip", type=int, default=None,
-                   help="clusterclip, paced: max times any document is drawn (default: paced "
-                        "4, raised to fit T; clusterclip: the recommended R for T, the rule "
-                        "of `clusterclip report`)")
+                   help="clusterclip, paced: max times any document is drawn (default: the "
+                        "--mixture's clip, else paced 4, raised to fit T; clusterclip: the "
+                        "recommended R for T, the rule of `clusterclip report`)")
     p.add_argument("--alpha", type=float, default=0.0,
                    help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
                         "(default: 0)")
@@ -47,8 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
     p.add_argument("--consumed-samples", type=int, default=0,
                    help="start at this global position (resume)")
-    add_path(p, "--cluster-weights", role="input", default=None,
-                   help="optional 1-D float .npy replacing n_k ** alpha as cluster weight")
+    weights = p.add_mutually_exclusive_group()
+    add_path(weights, "--cluster-weights", role="input", default=None,
+             help="optional 1-D float .npy replacing n_k ** alpha as cluster weight (>= 0; "
+                  "a cluster of weight 0 is never drawn)")
+    add_path(weights, "--mixture", role="input", default=None, metavar="FILE",
+             help="mixture.json (e.g. W/search/mixture.json of `clusterclip search`): its "
+                  "cluster weights, and its timing and clip unless --strategy / --clip are "
+                  "given")
     add_path(p, "--tokens", role="input", default=None, metavar="T.npy",
                    help="1-D integer .npy: tokens per document, for --num-tokens / "
                         "--balance-by tokens when --labels is not a work directory's (a work "
@@ -70,7 +78,9 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     lines = [f"strategy:    {s['strategy']} (seed {s['seed']}"
              + (f", clip {s['clip']}" if s.get("clip") is not None else "")
              + (f", alpha {s['alpha']}" if s.get("alpha") is not None else "")
-             + (", cluster weights" if s.get("cluster_weights") else "") + ")",
+             + (", cluster weights" if s.get("cluster_weights") and not s.get("mixture")
+                else "")
+             + (f", mixture {s['mixture']['path']}" if s.get("mixture") else "") + ")",
              f"samples:     {s['num_samples']:,} global; rank {s['rank']} of "
              f"{s['world_size']}: {s['samples_per_rank']:,} from position "
              f"{s['start_position']:,}"
@@ -78,7 +88,10 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
                 if s["unserved_positions"] else "")
              + (f" -> {out}" if out else ""),
              f"documents:   {s['eligible_documents']:,} eligible, "
-             f"{s['excluded_documents']:,} excluded (-1), in {s['clusters']:,} clusters "
+             f"{s['excluded_documents']:,} excluded ("
+             + (f"-1, or in the {s['zero_weight_clusters']:,} clusters of weight 0"
+                if s.get("zero_weight_clusters") else "-1")
+             + f"), in {s['clusters']:,} clusters "
              f"(sizes {s['cluster_size_min']:,} .. {s['cluster_size_max']:,}, "
              f"median {s['cluster_size_median']:g})"]
     if s.get("clip_default"):
@@ -136,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
             if path is not None:
                 check_output_file(path, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
+        _resolve_mixture(args)
         from clusterclip.tokens import token_options
 
         needs = token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
@@ -155,6 +169,21 @@ def run(args: argparse.Namespace) -> int:
         if needs:
             tokens, source = _token_counts(args, w)
         return _run(args, tokens, source)
+
+
+def _resolve_mixture(args: argparse.Namespace) -> None:
+    """``--strategy`` and ``--clip``: as given, else the ``--mixture``'s, else the defaults
+    (the mixture file is read and checked here, before any work)."""
+    from clusterclip.errors import InputError
+    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
+
+    mixture = None
+    if args.mixture is not None:
+        mixture = read_mixture(args.mixture)
+        if args.alpha != 0.0:
+            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
+                             f"weights replace n_k ** alpha)")
+    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)
 
 
 def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:
@@ -190,6 +219,10 @@ def _run(args: argparse.Namespace, tokens: Any = None,
     weights = None
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
+    if args.mixture is not None:
+        from clusterclip.sampling.mixture import mixture_record, read_mixture
+
+        weights = read_mixture(args.mixture, int(labels.max()) + 1).cluster_weights()
     clip, why = args.clip, None
     if clip is None:
         from clusterclip.sampling.clip import default_clip
@@ -209,6 +242,8 @@ def _run(args: argparse.Namespace, tokens: Any = None,
         cluster_weights=weights, groups=groups, progress=not args.no_progress)
     if why is not None and summary.get("clip") is not None:
         summary["clip_default"] = why
+    if args.mixture is not None:
+        summary["mixture"] = mixture_record(args.mixture)
     if args.summary_json:
         write_json(args.summary_json, {SUMMARY_MARK[0]: SUMMARY_MARK[1], **summary})
     print(format_summary(summary, args.out))

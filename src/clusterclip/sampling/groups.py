@@ -178,24 +178,25 @@ class GroupClipSampler(_RankStream):
         consumed = _as_int("consumed_samples", consumed_samples, 0)
         if consumed > T:
             raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
-        if strategy in CLIP_STRATEGIES:
-            R = _as_int("clip", clip, 1)
-            if T > R * self._index.num_groups:
-                from clusterclip.sampling.clip import capacity_hint
+        probe = self._inner(1)  # checks every other parameter
+        if strategy in CLIP_STRATEGIES and T > probe.capacity:
+            from clusterclip.sampling.clip import capacity_hint
 
-                raise InputError(f"num_samples {T} exceeds capacity "
-                                 f"{R * self._index.num_groups} = clip {R} x "
-                                 f"{self._index.num_groups} near-duplicate groups; "
-                                 f"{capacity_hint(T, self._index.num_groups, R)}")
-        probe = self._inner(T)  # checks every other parameter
-        self.strategy, self.num_samples, self.clip = probe.strategy, probe.num_samples, probe.clip
+            # the groups of clusters of weight > 0 (a group is one eligible representative)
+            raise InputError(f"num_samples {T} exceeds capacity {probe.capacity} = clip "
+                             f"{probe.clip} x {probe.num_eligible} near-duplicate groups; "
+                             f"{capacity_hint(T, probe.num_eligible, probe.clip)}")
+        self.strategy, self.num_samples, self.clip = probe.strategy, T, probe.clip
         self.alpha, self.seed, self.capacity = probe.alpha, probe.seed, probe.capacity
         self.rank, self.world_size = rank, world_size
         self.num_groups = self._index.num_groups
-        self.num_eligible = int((lab >= 0).sum())
+        # documents of clusters of weight 0 are excluded, as in the plain sampler
+        drawable = probe.cluster_sizes > 0
+        self.num_eligible = int(drawable[lab[lab >= 0]].sum())
         self.num_excluded = int(lab.size - self.num_eligible)
         self.cluster_sizes = probe.cluster_sizes
-        self._config_inner = probe._config()
+        self._drawable_groups = probe.num_eligible
+        self._config_inner = {**probe._config(), "num_samples": T}
         self._set_start(consumed)
 
     def _inner(self, num_samples: int, consumed: int = 0) -> ClusterClipSampler:
@@ -270,17 +271,19 @@ class GroupClipSampler(_RankStream):
         elig = ix.members
         gs = ix.size[ix.size > 0]
         s.update(
-            eligible_groups=self.num_groups, eligible_documents=self.num_eligible,
+            eligible_groups=self._drawable_groups, eligible_documents=self.num_eligible,
             excluded_documents=self.num_excluded,
             groups_seen=s["documents_seen"], documents_seen=int((seen[elig] > 0).sum()),
             duplicate_groups=int((gs > 1).sum()),
             documents_in_duplicate_groups=int(gs[gs > 1].sum()),
             max_document_repetition=int(seen.max()),
-            epochs_equivalent=self.num_samples / self.num_groups,
+            epochs_equivalent=self.num_samples / self._drawable_groups,
             groups=self._index.fingerprint,
             rank=self.rank, world_size=self.world_size, start_position=self._start,
             samples_per_rank=self._length,
             unserved_positions=(self.num_samples - self._start) % self.world_size)
+        if "zero_weight_documents" in s:  # the inner sampler counted representatives
+            s["zero_weight_documents"] = int(elig.size) - self.num_eligible
         return s
 
     def __repr__(self) -> str:

@@ -34,6 +34,10 @@ CLIP_STRATEGIES = ("clusterclip", "paced")
 #: The strategies whose schedule depends on num_samples T (it is not a prefix of the
 #: schedule of a longer T): a consumer that uses only a prefix must size T to it.
 LENGTH_DEPENDENT_STRATEGIES = ("paced",)
+#: The sampler's strategy and clip when none is given (the commands' strategy is
+#: clusterclip.sampling.clip.DEFAULT_COMMAND_STRATEGY; DEFAULT_CLIP is paced's default R there).
+DEFAULT_STRATEGY = "clusterclip"
+DEFAULT_CLIP = 4
 STATE_VERSION = 2  # 2: with a checksum over the other fields
 MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
 ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
@@ -194,10 +198,13 @@ class ClusterClipSampler(_RankStream):
     consumed_samples : int in [0, T]. Start at this global position (after a
         count-only replay of the draws before it; no documents are gathered;
         paced: a search over its keys, no replay).
-    cluster_weights : optional (>= K,) float array, > 0 for non-empty clusters.
-        Replaces n_k ** alpha as the cluster-choice weight (uniform,
-        temperature, clusterclip; alpha is then ignored), e.g.
-        n_k ** alpha / mean tokens per document of k.
+    cluster_weights : optional (>= K,) float array, finite and >= 0 (e.g. a
+        :class:`~clusterclip.sampling.mixture.Mixture`'s ``cluster_weights()``).
+        Replaces n_k ** alpha as the cluster weight (uniform, temperature,
+        clusterclip, paced; alpha is then ignored), e.g. n_k ** alpha / mean
+        tokens per document of k. A cluster of weight 0 is never drawn: its
+        documents count as excluded (capacity is clip x the documents of
+        clusters of weight > 0, of which there must be one).
     cache_dir : folder of the cached seek index (uniform, temperature,
         clusterclip), or False for none. Their seek is a count-only replay
         from the nearest checkpoint of the index (per-cluster counts every
@@ -233,8 +240,8 @@ class ClusterClipSampler(_RankStream):
 
         return GroupClipSampler(*args, groups=groups, **kwargs)
 
-    def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
-                 clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int = 0,
+    def __init__(self, labels: Any, num_samples: int, strategy: str = DEFAULT_STRATEGY,
+                 clip: int = DEFAULT_CLIP, alpha: float = 0.0, seed: int = 0, rank: int = 0,
                  world_size: int = 1, consumed_samples: int = 0,
                  cluster_weights: Any = None,
                  cache_dir: str | os.PathLike[str] | bool | None = None,
@@ -268,6 +275,7 @@ class ClusterClipSampler(_RankStream):
 
         K = int(lab.max()) + 1
         eligible_mask = lab >= 0
+        zero_weight = None  # (clusters, documents) of weight 0
         sizes = np.bincount(lab[eligible_mask], minlength=K).astype(np.int64)
         n_eligible = int(sizes.sum())
         nonempty = sizes > 0
@@ -283,17 +291,28 @@ class ClusterClipSampler(_RankStream):
                 raise InputError(f"cluster_weights must be a 1-D array of length >= {K} "
                                  f"(number of cluster ids), got shape {w.shape}")
             w = w[:K].copy()
-            bad = np.flatnonzero(nonempty & ~(np.isfinite(w) & (w > 0)))
+            bad = np.flatnonzero(nonempty & ~(np.isfinite(w) & (w >= 0)))
             if bad.size:
                 k = int(bad[0])
-                raise InputError(f"cluster_weights must be finite and > 0 for non-empty "
+                raise InputError(f"cluster_weights must be finite and >= 0 for non-empty "
                                  f"clusters, got {w[k]} for cluster {k}")
+            if not (w[nonempty] > 0).any():
+                raise InputError("cluster_weights: no cluster with documents has a weight > 0")
             w[~nonempty] = 0.0
             weights = w
             with np.errstate(over="ignore"):
                 total = float(weights.sum())
             if not math.isfinite(total):
                 raise InputError("cluster_weights: their sum overflows to infinity")
+            unweighted = nonempty & (w == 0)
+            if unweighted.any():
+                # A cluster of weight 0 is never drawn: its documents are excluded as if
+                # labelled -1 (capacity, passes and summary count only the others).
+                zero_weight = (int(unweighted.sum()), int(sizes[unweighted].sum()))
+                eligible_mask &= ~unweighted[np.where(eligible_mask, lab, 0)]
+                sizes = np.where(unweighted, 0, sizes)
+                n_eligible = int(sizes.sum())
+                nonempty = sizes > 0
         elif strategy in ALPHA_STRATEGIES and alpha != 0.0:
             weights = np.zeros(K)
             with np.errstate(over="ignore", under="ignore"):  # both are reported below
@@ -327,6 +346,7 @@ class ClusterClipSampler(_RankStream):
         self.num_eligible = n_eligible
         self.num_excluded = int(lab.size - n_eligible)
         self.cluster_sizes = sizes
+        self._zero_weight = zero_weight
         self._labels_fp = array_fingerprint(lab.astype(np.int64, copy=False))
         self._weights_fp = None if cluster_weights is None else array_fingerprint(weights)
 
@@ -515,6 +535,8 @@ class ClusterClipSampler(_RankStream):
             "cluster_size_max": int(sizes.max()),
             "epochs_equivalent": T / ne,
         }
+        if self._zero_weight is not None:  # only then: other summaries stay as they were
+            s["zero_weight_clusters"], s["zero_weight_documents"] = self._zero_weight
         if isinstance(self._engine, EpochEngine):
             s.update(clusters_clipped=0, clip_events=[], max_repetition=-(-T // ne),
                      min_repetition=T // ne, documents_seen=min(T, ne))

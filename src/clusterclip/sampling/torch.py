@@ -25,6 +25,9 @@ class ClusterClipTorchSampler(Sampler[int]):
     ``world_size`` default to the initialised ``torch.distributed`` process
     group (else 0 and 1). ``groups`` (``W/groups.npy``) clips by near-duplicate
     group (a :class:`~clusterclip.sampling.groups.GroupClipSampler` inside).
+    ``cluster_weights`` takes a mixture's weights
+    (:meth:`~clusterclip.sampling.mixture.Mixture.cluster_weights`; zeros allowed:
+    those clusters are never drawn), with ``strategy=mixture.timing, clip=mixture.clip``.
     Picklable; ``state_dict`` is plain JSON.
     """
 
