@@ -405,10 +405,9 @@ def test_a_manifest_json_of_the_users_is_one_clear_error_and_kept(tmp_path, caps
 
 
 # -- issue 16: OS errors on outputs are one line, exit 2, nothing half-written -------------
-@pytest.mark.parametrize("args", [
-    ["group", "--out", "{out}"], ["dedup", "--keep-one", "{out}", "--no-progress"],
-    ["export", "--format", "mds", "--out", "{out}"], ["export", "--format", "parquet",
-                                                      "--out", "{out}"]])
+@pytest.mark.parametrize("args", [  # Python's writes, and pyarrow's C++ writer (errno in text)
+    ["dedup", "--keep-one", "{out}", "--no-progress"],
+    ["export", "--format", "parquet", "--out", "{out}"]])
 def test_a_write_failing_midway_is_one_line_and_leaves_nothing(tmp_path, args):
     rng = np.random.default_rng(0)  # texts that do not compress: outputs over the limit
     w = _grouping_workdir(tmp_path, [{"text": rng.bytes(3000).hex()} for _ in range(40)])

@@ -146,6 +146,15 @@ def test_no_output_is_at_above_or_below_an_input(world, tmp_path, capsys, comman
         base["--out"] = case / "elsewhere.npy"
     base[output] = target
     inside_w = given == "--workdir" and where == "below"
+    if inside_w and command == "report":  # allowed by the guard; report's own tests run it
+        from clusterclip.cli._paths import guard
+
+        parser = commands()[command]
+        args = parser.parse_args([str(x) for k, v in base.items()
+                                  for x in ([k] if v is None else [k, v])])
+        with guard(parser, args):
+            pass
+        return
     for overwrite in ([False, True] if command in OVERWRITE_COMMANDS and not inside_w
                       else [False]):
         before = tree(case)
@@ -213,10 +222,12 @@ def test_export_api_refuses_an_out_holding_the_tokenizer(world, tmp_path):
 
 
 def test_report_never_removes_the_schedule_it_reads(world, tmp_path, capsys):
+    from clusterclip.io import write_marker
+
     w = world["W"]
-    r = tmp_path / "R"
-    assert main(["report", "--workdir", str(w), "--out", str(r), "--no-schedule",
-                 "--strategies", "random"]) == 0
+    r = tmp_path / "R"  # an earlier report's folder (its marker), now holding the schedule
+    r.mkdir()
+    write_marker(r, "report")
     shutil.copy(w / "schedule.npy", r / "s.npy")
     before = tree(r)
     rc, err = run_main(capsys, "report", "--workdir", w, "--schedule", r / "s.npy",
