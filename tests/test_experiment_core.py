@@ -282,7 +282,7 @@ def test_paced_schedule_is_sized_to_the_token_budget(sizes, clip, seed, frac):
     """paced's quotas depend on T, so the experiment sizes T to what training consumes:
     the schedule supplies the budget, and 1% fewer draws would not."""
     from clusterclip import ClusterClipSampler
-    from clusterclip.tokens import schedule_length_for_tokens
+    from clusterclip.sampling.budget import schedule_length_for_tokens
 
     labels = np.repeat(np.arange(len(sizes)), sizes)
     doc_tokens = (np.arange(labels.size) * 7919) % 50 + 5  # 5..54 tokens, mixed over clusters

@@ -242,7 +242,7 @@ def test_cli_refuses_bad_requests_before_writing(workdir, tmp_path, capsys):
         "missing.npy: cannot read": ["--schedule", str(tmp_path / "missing.npy")],
         f"position 3 holds document {n}, outside the corpus of {n}": ["--schedule", "range"],
         "position 1 holds document 7, which has no label": ["--schedule", "excluded"],
-        "--rank must be in [0, 2), got 2": ["--rank", "2", "--world-size", "2"],
+        "--rank must be < --world-size 2, got 2": ["--rank", "2", "--world-size", "2"],
         "--world-size must be >= 1": ["--world-size", "0"],
         "not written by `clusterclip export`": ["--schedule", "ok"],
     }

@@ -293,9 +293,9 @@ def test_sample_seed_out_of_range(tmp_path, seed, expect):
     (["--clusters", "3", "--backend", "faiss", "--seed", str(2**31)],
      "seed=2147483648 must be < 2**31 with backend faiss"),
     (["--clusters", "3", "--num-samples", "1000", "--clip", "4"],
-     "--num-samples 1,000 exceeds what --strategy paced can serve with --clip 4: capacity 4 x "
-     "24 documents with text = 96; the smallest --clip that serves it is 42, the largest "
-     "--num-samples that --clip 4 allows is 96; nothing was embedded"),
+     "--num-samples 1000 exceeds capacity 96 = --clip 4 x 24 documents with text; the "
+     "smallest --clip that serves it is 42, the largest --num-samples that --clip 4 allows is "
+     "96 (--strategy paced); nothing was embedded"),
 ])
 def test_run_refuses_bad_options_before_embedding(tmp_path, extra, expect):
     corpus = small_corpus(tmp_path / "c.jsonl")

@@ -120,7 +120,7 @@ def test_schedule_dataset_refuses_what_does_not_fit(dataset, docs):
         "give a schedule or sampler options, not both": dict(schedule=bad, labels=labels),
         "give a schedule, or the sampler options labels and num_samples": dict(labels=labels),
         "schedule must be a 1-D integer array": dict(schedule=np.zeros(3)),
-        "--rank must be in [0, 2), got 2": dict(schedule=bad, rank=2, world_size=2),
+        "rank must be < world_size 2, got 2": dict(schedule=bad, rank=2, world_size=2),
     }
     for msg, kw in cases.items():
         with pytest.raises(InputError, match=re.escape(msg)):

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import ClusterClipSampler
+from clusterclip import ClusterClipSampler, make_sampler
 from clusterclip.cli import main
 from clusterclip.errors import InputError
 from clusterclip.io import sha256_file
@@ -135,12 +135,13 @@ def test_zero_weights_in_groups_torch_writer_and_hf_paths(tmp_path):
     kw = {"strategy": "paced", "clip": 2, "seed": 3, "cluster_weights": weights}
     plain = _schedule(labels, 1700, **kw)
     # singleton groups: exactly the plain schedule; real groups: never a zero-weight cluster
-    singletons = _schedule(labels, 1700, groups=np.arange(labels.size), **kw)
+    singletons = np.concatenate(list(make_sampler(labels, 1700, groups=np.arange(labels.size),
+                                                   cache_dir=False, **kw).blocks()))
     assert np.array_equal(plain, singletons)
     groups = np.arange(labels.size)
     groups[1::2] = groups[0::2][: groups[1::2].size]
     groups = np.where(labels[groups] == labels, groups, np.arange(labels.size))
-    g = ClusterClipSampler(labels, 500, groups=groups, **kw)
+    g = make_sampler(labels, 500, groups=groups, **kw)
     assert (weights[labels[np.concatenate(list(g.blocks()))]] > 0).all()
     assert g.summary()["zero_weight_documents"] == int((weights[labels] == 0).sum())
     summary = write_schedule(labels, tmp_path / "s.npy", num_samples=1700, cache_dir=False,
@@ -163,7 +164,7 @@ def test_a_token_budget_counts_only_the_clusters_of_weight_above_zero():
     weights = np.array([1.0, 0.0, 1.0, 1.0, 0.0])
     live = weights[labels] > 0
     budget = 2 * int(tokens[live].sum())  # clip 2: exactly what the live clusters hold
-    from clusterclip.tokens import budget_length
+    from clusterclip.sampling.budget import budget_length
 
     t, n, held = budget_length(labels, tokens, budget, strategy="clusterclip", clip=2,
                                cluster_weights=weights, seed=0)
@@ -248,7 +249,7 @@ def test_sample_with_a_mixture_takes_its_timing_clip_and_weights(labels_file, tm
     ({"_args": ["--strategy", "random"]}, "strategy random"),
     ({"_args": ["--alpha", "0.5"]}, "--alpha 0.5: does not apply with --mixture"),
     ({"_args": ["--balance-by", "tokens", "--tokens", "TOKENS"]},
-     "--cluster-weights or --mixture"),
+     "--balance-by tokens computes the cluster weights, so it does not combine with --mixture"),
 ])
 def test_a_bad_mixture_is_one_line_exit_2_and_writes_nothing(labels_file, tmp_path, capsys,
                                                                fields, needle):

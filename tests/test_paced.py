@@ -333,7 +333,7 @@ def test_cli_paced_over_capacity_exits_2_with_one_line_and_no_output(tmp_path):
                    "--clip", "4", "--num-samples", "81", "--out", out, "--no-progress")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "num_samples 81 exceeds capacity 80" in lines[0]
+    assert len(lines) == 1 and "--num-samples 81 exceeds capacity 80" in lines[0]
     assert not out.exists()
 
 

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from clusterclip import ClusterClipSampler
+from clusterclip import make_sampler
 from clusterclip.cli import main
 from clusterclip.sampling import write_schedule
 
@@ -76,17 +76,17 @@ def _sampler_case(strategy: str, weighted: bool, grouped: bool) -> str:
     if grouped:
         kw["groups"] = _groups(labels)
     T = 5501
-    full = ClusterClipSampler(labels, T, **kw)
+    full = make_sampler(labels, T, **kw)
     sched = np.concatenate(list(full.blocks(1000)))
     summary = full.summary()
-    share = ClusterClipSampler(labels, T, rank=1, world_size=3, consumed_samples=1234, **kw)
+    share = make_sampler(labels, T, rank=1, world_size=3, consumed_samples=1234, **kw)
     part = np.concatenate(list(share.blocks(777)))
-    s = ClusterClipSampler(labels, T, **kw)
+    s = make_sampler(labels, T, **kw)
     it = iter(s)
     for _ in range(2345):
         next(it)
     state = s.state_dict()
-    resumed = ClusterClipSampler(labels, T, rank=2, world_size=4, **kw)
+    resumed = make_sampler(labels, T, rank=2, world_size=4, **kw)
     resumed.load_state_dict(state)
     rest = np.concatenate(list(resumed.blocks(500)))
     return _blob(sched, summary, part, share.summary(), state, rest)

@@ -67,13 +67,13 @@ def _write(tmp_path, name, array):
 @pytest.mark.parametrize("case,expect", [
     ("float_labels", "labels must be integers, got dtype float64"),
     ("2d_labels", "labels must be a 1-D array, got shape (10, 2)"),
-    ("clip0", "clip must be >= 1, got 0"),
-    ("zero_samples", "num_samples must be >= 1, got 0"),
+    ("clip0", "--clip must be >= 1, got 0"),
+    ("zero_samples", "--num-samples must be >= 1, got 0"),
     ("over_capacity", "exceeds capacity"),
     ("unknown_strategy", "invalid choice: 'bogus'"),
     ("missing_file", "no such file"),
     ("not_npy", "cannot read labels as .npy"),
-    ("rank_too_big", "rank must be < world_size 2, got 2"),
+    ("rank_too_big", "--rank must be < --world-size 2, got 2"),
 ])
 def test_bad_input_exits_2_with_one_line_and_no_output(tmp_path, case, expect):
     good = _write(tmp_path, "good.npy", np.arange(20) % 4)

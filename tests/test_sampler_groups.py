@@ -1,4 +1,4 @@
-"""Clip by group (``ClusterClipSampler(..., groups=g)``), against a one-draw-at-a-time
+"""Clip by group (``make_sampler(..., groups=g)``), against a one-draw-at-a-time
 reference: the clip bounds a group's documents together, members are used evenly in
 rotation, and all-singleton groups give exactly today's schedule."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import ClusterClipSampler
+from clusterclip import ClusterClipSampler, make_sampler
 from clusterclip.cli import main
 from clusterclip.errors import InputError
 from clusterclip.sampling import STRATEGIES
@@ -68,7 +68,7 @@ def test_group_schedule_matches_reference_and_keeps_the_clip(data, strategy, cli
     T = _t_for(n_groups, strategy, clip, frac)
     alpha = 0.5 if strategy in ("temperature", "clusterclip", "paced") and seed % 2 else 0.0
     kw = dict(strategy=strategy, clip=clip, alpha=alpha, seed=seed)
-    s = ClusterClipSampler(labels, T, groups=groups, **kw)
+    s = make_sampler(labels, T, groups=groups, **kw)
     assert isinstance(s, GroupClipSampler)
     out = np.concatenate(list(s.blocks(7)))
     ref, by_rep = reference(labels, groups, T, **kw)
@@ -95,7 +95,7 @@ def test_singleton_groups_give_todays_schedule(data, strategy, seed):
     kw = dict(strategy=strategy, clip=2, seed=seed,
               alpha=0.5 if strategy in ("temperature", "clusterclip", "paced") else 0.0)
     plain = np.fromiter(ClusterClipSampler(labels, T, **kw), np.int64)
-    grouped = np.concatenate(list(ClusterClipSampler(labels, T, groups=singles, **kw).blocks()))
+    grouped = np.concatenate(list(make_sampler(labels, T, groups=singles, **kw).blocks()))
     assert plain.tobytes() == grouped.tobytes()
 
 
@@ -107,21 +107,21 @@ def test_ranks_resume_and_state_dict_continue_the_same_schedule(data, strategy, 
     n_groups = np.unique(groups[labels >= 0]).size
     T = _t_for(n_groups, strategy, 2, 1.0)
     kw = dict(strategy=strategy, clip=2, seed=1)
-    full = np.fromiter(ClusterClipSampler(labels, T, groups=groups, **kw), np.int64)
+    full = np.fromiter(make_sampler(labels, T, groups=groups, **kw), np.int64)
     c = d.draw(st.integers(0, T))
     for r in range(W):
-        s = ClusterClipSampler(labels, T, groups=groups, rank=r, world_size=W,
-                               consumed_samples=c, **kw)
+        s = make_sampler(labels, T, groups=groups, rank=r, world_size=W,
+                         consumed_samples=c, **kw)
         got = np.fromiter(s, np.int64)
         n = (T - c) // W
         assert np.array_equal(got, full[c + r:c + r + n * W:W])
     # a state taken part way, loaded into a fresh sampler (another world size)
-    s = ClusterClipSampler(labels, T, groups=groups, **kw)
+    s = make_sampler(labels, T, groups=groups, **kw)
     it = iter(s)
     k = d.draw(st.integers(0, T))
     head = [next(it) for _ in range(k)]
     state = json.loads(json.dumps(s.state_dict()))
-    t = ClusterClipSampler(labels, T, groups=groups, **kw)
+    t = make_sampler(labels, T, groups=groups, **kw)
     t.load_state_dict(state)
     assert head + list(t) == full.tolist()
     copy = pickle.loads(pickle.dumps(s))  # mid-stream
@@ -159,17 +159,17 @@ def test_torch_sampler_with_groups_yields_the_group_schedule_and_resumes(data, s
 def test_bad_groups_are_refused_with_the_document():
     labels = np.array([0, 0, 1, 1, -1])
     with pytest.raises(InputError, match="spans clusters 0 .document 0. and 1 .document 2."):
-        ClusterClipSampler(labels, 3, groups=np.array([0, 0, 0, 3, -1]))
+        make_sampler(labels, 3, groups=np.array([0, 0, 0, 3, -1]))
     with pytest.raises(InputError, match="document 1 has cluster 0 but group -1"):
-        ClusterClipSampler(labels, 3, groups=np.array([0, -1, 2, 3, -1]))
+        make_sampler(labels, 3, groups=np.array([0, -1, 2, 3, -1]))
     with pytest.raises(InputError, match="4 group ids but 5 labels"):
-        ClusterClipSampler(labels, 3, groups=np.array([0, 1, 2, 3]))
-    s = ClusterClipSampler(labels, 4, groups=np.array([0, 0, 2, 3, -1]))
-    other = ClusterClipSampler(labels, 4, groups=np.array([0, 1, 2, 3, -1])).state_dict()
+        make_sampler(labels, 3, groups=np.array([0, 1, 2, 3]))
+    s = make_sampler(labels, 4, groups=np.array([0, 0, 2, 3, -1]))
+    other = make_sampler(labels, 4, groups=np.array([0, 1, 2, 3, -1])).state_dict()
     with pytest.raises(InputError, match="groups"):
         s.load_state_dict(other)
     with pytest.raises(InputError, match="capacity 9 = clip 3 x 3 near-duplicate groups"):
-        ClusterClipSampler(labels, 10, clip=3, groups=np.array([0, 0, 2, 3, -1]))
+        make_sampler(labels, 10, clip=3, groups=np.array([0, 0, 2, 3, -1]))
 
 
 def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, capsys):
@@ -201,7 +201,7 @@ def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, 
     assert (g[300 + np.arange(30)] == g[source]).mean() >= 0.9
     drawn = np.bincount(g[sched], minlength=labels_n)
     assert drawn.max() <= 2  # the clip counts each group, copies together
-    expect = np.fromiter(ClusterClipSampler(labels, 500, clip=2, groups=g), np.int64)
+    expect = np.fromiter(make_sampler(labels, 500, clip=2, groups=g), np.int64)
     assert np.array_equal(sched, expect)
     out = tmp_path / "s.npy"
     assert main(["sample", "--labels", str(W / "labels.npy"), "--groups", str(W / "groups.npy"),

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import ClusterClipSampler
+from clusterclip import ClusterClipSampler, make_sampler
 from clusterclip.sampling import _engine
 from clusterclip.sampling._rng import TAG_EPOCH, TAG_PASS, KeyedStreams
 from clusterclip.sampling.schedule import write_schedule
@@ -68,14 +68,14 @@ def numpy_path():
 
 def _run(labels, T, kw, blocks, *, rank=0, world_size=1, consumed=0, state_at=None):
     """(indices, summary, state_dict after ``state_at`` of them, which engine ran)."""
-    s = ClusterClipSampler(labels, T, rank=rank, world_size=world_size,
-                           consumed_samples=consumed, cache_dir=False, **kw)
+    s = make_sampler(labels, T, rank=rank, world_size=world_size,
+                     consumed_samples=consumed, cache_dir=False, **kw)
     out, state = [], None
     for b in s.blocks(blocks):
         out.append(b.copy())
         if state is None and state_at is not None and sum(x.size for x in out) >= state_at:
             state = s.state_dict()
-    engine = s._engine if hasattr(s, "_engine") else s._inner(T)._engine
+    engine = s._engine if hasattr(s, "_engine") else s._inner()._engine
     idx = np.concatenate(out) if out else np.empty(0, np.int64)
     return idx, s.summary(), state, engine._use_kernel
 

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
 from clusterclip.sampling import write_schedule
+from clusterclip.sampling.budget import token_balanced_weights
 from clusterclip.sampling.sampler import LENGTH_DEPENDENT_STRATEGIES, STRATEGIES
-from clusterclip.tokens import estimate_tokens, token_balanced_weights
+from clusterclip.tokens import estimate_tokens
 
 CLUSTER_STRATEGIES = tuple(s for s in STRATEGIES if s != "random")
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ClusterClipSampler", "__version__"]
+__all__ = ["ClusterClipSampler", "__version__", "make_sampler"]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import clusterclip.<stage>` never pays for the sampler's imports.
-    if name == "ClusterClipSampler":
-        from clusterclip.sampling import ClusterClipSampler
+    if name in ("ClusterClipSampler", "make_sampler"):
+        from clusterclip import sampling
 
-        return ClusterClipSampler
+        return getattr(sampling, name)
     raise AttributeError(f"module 'clusterclip' has no attribute {name!r}")

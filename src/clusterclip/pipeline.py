@@ -105,20 +105,17 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     from clusterclip.clustering import KMeans, cluster_workdir
     from clusterclip.distributed import init_from_env, is_main, on_main, shutdown
     from clusterclip.embedding import embed_workdir
-    from clusterclip.sampling.sampler import MAX_SEED
-    from clusterclip.tokens import check_balance, load_tokenizer, token_options, tokenizer_identity
+    from clusterclip.sampling.budget import check_balance
+    from clusterclip.sampling.spec import MAX_SEED
+    from clusterclip.tokens import load_tokenizer, tokenizer_identity
 
     if args.clusters is not None and args.clusters < 1:
         raise InputError(f"--clusters {args.clusters}: must be >= 1")
     if args.num_samples is not None and args.num_samples <= 0:
         raise InputError(f"--num-samples {args.num_samples}: must be > 0")
     sampling = args.num_samples is not None or args.num_tokens is not None
-    if token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
-                     tokenizer=args.tokenizer) and not sampling:
-        raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
-                         "--num-tokens")
     check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
-                  has_weights=args.mixture is not None)
+                  has_weights=False)
     if args.clip is not None and args.clip < 1:
         raise InputError(f"--clip {args.clip}: must be >= 1")
     if args.dedup:  # checked now, not after the embedding
@@ -184,17 +181,13 @@ def _check_capacity(args: argparse.Namespace, documents: int) -> None:
     """Refuse ``--num-samples`` T above what an explicit ``--clip`` R can serve on the
     ``documents`` with text (each gets a label; with ``--dedup`` groups, at most as many),
     as soon as the corpus is scanned: before the embedding, not after the clustering."""
-    from clusterclip.sampling.clip import capacity_hint
-    from clusterclip.sampling.sampler import CLIP_STRATEGIES
+    from clusterclip.sampling.spec import CLIP_STRATEGIES, capacity_error
 
     t, r = args.num_samples, args.clip
     if t is None or r is None or args.strategy not in CLIP_STRATEGIES or t <= r * documents:
         return
-    raise InputError(f"--num-samples {t:,} exceeds what --strategy {args.strategy} can serve "
-                     f"with --clip {r}: capacity {r} x {documents:,} documents with text = "
-                     f"{r * documents:,}; "
-                     + capacity_hint(t, documents, r, "--num-samples", "--clip")
-                     + "; nothing was embedded")
+    e = capacity_error(t, r, documents, "documents with text")
+    raise InputError(f"{e} (--strategy {args.strategy}); nothing was embedded", params=e.params)
 
 
 def _reused(stage: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ Those modules import heavy libraries (torch, faiss, matplotlib) inside
 ``run`` only, so ``clusterclip --help`` stays fast.
 
 An :class:`~clusterclip.errors.InputError` anywhere becomes a one-line message
-on stderr and exit code 2.
+on stderr and exit code 2; the parameters it names (``world_size``) are shown as
+the options that set them (``--world-size``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import sys
 
 from clusterclip import __version__
-from clusterclip.errors import InputError
+from clusterclip.errors import InputError, flag_message
 
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
 COMMANDS = ("embed", "cluster", "assign", "dedup", "group", "sample", "run", "export", "report",
@@ -92,18 +93,33 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """Parameter name -> the option of ``command`` that sets it, so that an error raised
+    in terms of parameters (``world_size``) is shown in terms of options
+    (``--world-size``): an option's ``dest``, and the command module's ``PARAM_FLAGS``
+    for parameters set by an option of another name (``n_clusters``: ``--clusters``)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {a.dest: max(a.option_strings, key=len)
+             for a in sub.choices[command]._actions if a.option_strings}
+    flags.update(getattr(importlib.import_module(f"clusterclip.cli.{command}"),
+                         "PARAM_FLAGS", {}))
+    return flags
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The command is the first argument (the only top-level options are --help, --version).
     only = argv[0] if argv and argv[0] in COMMANDS else None
-    args = build_parser(only).parse_args(argv)
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
     from clusterclip.cli._paths import guard, written
 
     try:
         with guard(args._parser, args):
             return int(args._module.run(args) or 0)
     except InputError as e:
-        print(f"clusterclip {args.command}: error: {e}", file=sys.stderr)
+        message = flag_message(e, _flags(parser, args.command))
+        print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)
         return 2
     except OSError as e:
         message = os_error_message(e, written(args._parser, args))

@@ -60,7 +60,9 @@ def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> Non
 
 def add_token_options(p: argparse.ArgumentParser) -> None:
     """``--balance-by`` and ``--tokenizer`` (``sample``, ``run``); see clusterclip.tokens."""
-    p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",
+    from clusterclip.sampling.budget import BALANCE_BY
+
+    p.add_argument("--balance-by", choices=BALANCE_BY, default="docs",
                    help="docs: cluster weight n_k ** alpha; tokens: n_k ** alpha / mean tokens "
                         "per document, so clusters get equal tokens (alpha 0) rather than "
                         "equal documents")
@@ -68,3 +70,39 @@ def add_token_options(p: argparse.ArgumentParser) -> None:
                    help="local Hugging Face fast tokenizer folder: count tokens exactly "
                         "(once per corpus and tokenizer, cached as W/tokens.npy) instead of "
                         "the estimate ceil(characters / 4) from the corpus index")
+
+
+def check_token_options(args: argparse.Namespace, tokens_file: str | None = None) -> bool:
+    """Check ``--num-tokens``, ``--balance-by``, ``--tokenizer`` (and ``sample``'s
+    ``--tokens``); True when they need token counts. ``--tokenizer`` and ``--tokens``
+    exclude each other and apply only with ``--num-tokens`` or ``--balance-by tokens``."""
+    from clusterclip.errors import InputError
+    from clusterclip.sampling.budget import check_budget
+
+    needs = check_budget(num_tokens=args.num_tokens, balance_by=args.balance_by)
+    given = [o for o, v in (("--tokenizer", args.tokenizer), ("--tokens", tokens_file))
+             if v is not None]
+    if len(given) == 2:
+        raise InputError("give one of --tokenizer and --tokens, not both")
+    if given and not needs:
+        raise InputError(f"{given[0]} applies only with --num-tokens or --balance-by tokens")
+    return needs
+
+
+def resolve_mixture(args: argparse.Namespace, num_clusters: int | None = None) -> None:
+    """Set ``args.strategy`` and ``args.clip``: as given, else the ``--mixture``'s timing
+    and clip, else the sampler's defaults. The mixture file is read and checked now
+    (with ``num_clusters``, its length too), before any work."""
+    from clusterclip.errors import InputError
+    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
+
+    mixture = None
+    if args.mixture is not None:
+        mixture = read_mixture(args.mixture, num_clusters)
+        if args.alpha != 0.0:
+            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
+                             f"weights replace n_k ** alpha)")
+        if args.balance_by == "tokens":
+            raise InputError("--balance-by tokens computes the cluster weights, so it does "
+                             "not combine with --mixture")
+    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)

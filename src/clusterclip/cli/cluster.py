@@ -9,6 +9,8 @@ from clusterclip.cli._paths import add_path
 from clusterclip.errors import InputError
 
 HELP = "cluster embeddings with K-means (work directory or a bare embeddings file)"
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"n_clusters": "--clusters", "ks": "--clusters", "sample_size": "--sweep-sample"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ from clusterclip.cli._paths import add_path
 
 HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
         "group, report and a quick LM experiment")
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"n_clusters": "--clusters"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ from clusterclip.cli._options import add_corpus_options, add_embed_options
 from clusterclip.cli._paths import add_path
 
 HELP = "embed a corpus (.jsonl, .jsonl.gz, .parquet or folders) into W/embeddings.npy"
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"n_clusters": "--clusters"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

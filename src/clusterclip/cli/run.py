@@ -9,16 +9,20 @@ from clusterclip.cli._options import (
     add_embed_options,
     add_kmeans_options,
     add_token_options,
+    check_token_options,
+    resolve_mixture,
 )
 from clusterclip.cli._paths import add_path
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
-    from clusterclip.sampling.sampler import STRATEGIES
+    from clusterclip.sampling.spec import STRATEGIES
 
     add_path(p, "inputs", role="input", nargs="+", metavar="INPUT",
              help=".jsonl / .jsonl.gz / .parquet files or folders of them")
@@ -60,14 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
     from clusterclip.pipeline import run_pipeline
-    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
 
-    mixture = None
-    if args.mixture is not None:  # checked now, not after the embedding
-        mixture = read_mixture(args.mixture, args.clusters)
-        if args.alpha != 0.0:
-            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
-                             f"weights replace n_k ** alpha)")
-    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)
+    resolve_mixture(args, args.clusters)  # checked now, not after the embedding
+    sampling = args.num_samples is not None or args.num_tokens is not None
+    if check_token_options(args) and not sampling:
+        raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
+                         "--num-tokens")
     run_pipeline(args)
     return 0

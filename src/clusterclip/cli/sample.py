@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from clusterclip.cli._options import add_token_options
+from clusterclip.cli._options import add_token_options, check_token_options, resolve_mixture
 from clusterclip.cli._paths import add_path
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
@@ -19,7 +19,7 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
-    from clusterclip.sampling.sampler import STRATEGIES
+    from clusterclip.sampling.spec import STRATEGIES
 
     add_path(p, "--labels", role="input", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     """Human-readable lines of a sampler summary."""
-    from clusterclip.sampling.sampler import CLIP_STRATEGIES
+    from clusterclip.sampling.spec import CLIP_STRATEGIES
     from clusterclip.tokens import token_summary_lines
 
     lines = [f"strategy:    {s['strategy']} (seed {s['seed']}"
@@ -149,11 +149,8 @@ def run(args: argparse.Namespace) -> int:
             if path is not None:
                 check_output_file(path, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
-        _resolve_mixture(args)
-        from clusterclip.tokens import token_options
-
-        needs = token_options(num_tokens=args.num_tokens, balance_by=args.balance_by,
-                              tokenizer=args.tokenizer, tokens_file=args.tokens)
+        resolve_mixture(args)
+        needs = check_token_options(args, args.tokens)
         w = None
         if (labels.parent / MANIFEST).is_file():
             # Labels of a work directory: used only when the stage that wrote them finished
@@ -169,21 +166,6 @@ def run(args: argparse.Namespace) -> int:
         if needs:
             tokens, source = _token_counts(args, w)
         return _run(args, tokens, source)
-
-
-def _resolve_mixture(args: argparse.Namespace) -> None:
-    """``--strategy`` and ``--clip``: as given, else the ``--mixture``'s, else the defaults
-    (the mixture file is read and checked here, before any work)."""
-    from clusterclip.errors import InputError
-    from clusterclip.sampling.mixture import read_mixture, resolve_strategy
-
-    mixture = None
-    if args.mixture is not None:
-        mixture = read_mixture(args.mixture)
-        if args.alpha != 0.0:
-            raise InputError(f"--alpha {args.alpha}: does not apply with --mixture (its "
-                             f"weights replace n_k ** alpha)")
-    args.strategy, args.clip = resolve_strategy(args.strategy, args.clip, mixture)
 
 
 def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:

@@ -24,7 +24,8 @@ def import_faiss():  # noqa: ANN201 - the module type is faiss's own
         import faiss
     except ImportError:
         raise InputError("k-means: backend 'faiss' requested but faiss is not installed "
-                         "(pip install faiss-cpu, or use --backend torch)") from None
+                         "(pip install faiss-cpu, or use backend torch)",
+                         params=("backend",)) from None
     return faiss
 
 
@@ -34,8 +35,8 @@ def fit_faiss(X: np.ndarray, valid: np.ndarray | None, *, n_clusters: int, max_i
     """Fit with ``faiss.Kmeans`` (spherical in cosine mode); single process only."""
     faiss = import_faiss()
     if D.rank_and_world()[1] > 1:
-        raise InputError("k-means: backend 'faiss' runs in one process; use --backend torch "
-                         "under torchrun")
+        raise InputError("k-means: backend faiss runs in one process; use backend torch "
+                         "under torchrun", params=("backend",))
     if not str(device).startswith("cpu"):
         raise InputError(f"k-means: backend 'faiss' runs on the CPU, not {device!r}")
     n, d = X.shape

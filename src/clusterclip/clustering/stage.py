@@ -100,7 +100,8 @@ def _write_outputs(root: Path, km: KMeans, info: dict[str, Any]) -> None:
 
 def _check_k(n_clusters: int) -> None:
     if not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
-        raise InputError(f"--clusters {n_clusters}: must be an integer >= 1")
+        raise InputError(f"n_clusters {n_clusters}: must be an integer >= 1",
+                         params=("n_clusters",))
 
 
 def _checked_params(X: np.ndarray, valid: np.ndarray | None, emb: Path, n_clusters: int,
@@ -111,7 +112,8 @@ def _checked_params(X: np.ndarray, valid: np.ndarray | None, emb: Path, n_cluste
     KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
     n_valid = X.shape[0] if valid is None else int(valid.sum())
     if n_clusters > n_valid:
-        raise InputError(f"--clusters {n_clusters}: more than the {n_valid} valid rows of {emb}")
+        raise InputError(f"n_clusters {n_clusters}: more than the {n_valid} valid rows of {emb}",
+                         params=("n_clusters",))
     return params
 
 
@@ -272,15 +274,18 @@ def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = 
     from clusterclip.io import atomic_output_dir
 
     if D.rank_and_world()[1] > 1:
-        raise InputError("--sweep runs in one process; start it without torchrun")
+        raise InputError("the sweep runs in one process; start it without torchrun")
     if metric != "cosine":
-        raise InputError(f"--sweep measures cosine clusters; got --metric {metric}")
+        raise InputError(f"the sweep measures cosine clusters; got metric {metric}",
+                         params=("metric",))
     sample_size = S.DEFAULT_SAMPLE if sample_size is None else sample_size
     silhouette_sample = S.SILHOUETTE_SAMPLE if silhouette_sample is None else silhouette_sample
     if sample_size < 3:
-        raise InputError(f"--sweep-sample {sample_size}: must be at least 3")
+        raise InputError(f"sample_size {sample_size}: must be at least 3",
+                         params=("sample_size",))
     if silhouette_sample < 3:
-        raise InputError(f"--silhouette-sample {silhouette_sample}: must be at least 3")
+        raise InputError(f"silhouette_sample {silhouette_sample}: must be at least 3",
+                         params=("silhouette_sample",))
     ks = sorted(set(int(k) for k in ks))
     with workdir.locked():
         emb = workdir.path("embeddings.npy")
@@ -292,11 +297,12 @@ def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = 
         n_sample = min(sample_size, n_valid)
         for k in ks:
             if k < 2:
-                raise InputError(f"--clusters {k}: a sweep needs every K >= 2 (the silhouette "
-                                 "compares clusters)")
+                raise InputError(f"ks {k}: a sweep needs every K >= 2 (the silhouette "
+                                 "compares clusters)", params=("ks",))
             if k >= n_sample:
-                raise InputError(f"--clusters {k}: not below the sample of {n_sample} rows "
-                                 f"(--sweep-sample {sample_size}, {n_valid} valid rows in {emb})")
+                raise InputError(f"ks {k}: not below the sample of {n_sample} rows "
+                                 f"(sample_size {sample_size}, {n_valid} valid rows in {emb})",
+                                 params=("ks", "sample_size"))
         params = {"ks": ks, "sample_size": int(sample_size),
                   "silhouette_sample": int(silhouette_sample),
                   **_params(ks[0], max_iter, n_init, tol, metric, backend, seed)}

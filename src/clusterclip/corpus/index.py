@@ -358,7 +358,7 @@ def _inputs(paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not text_field:
-        raise InputError("--text-field must not be empty")
+        raise InputError("text_field must not be empty", params=("text_field",))
     return readers.expand_inputs(paths)
 
 
@@ -409,7 +409,8 @@ def _scan_file(fid: int, path: Path, text_field: str, id_field: str | None,
         if isinstance(item, readers.BadLine):
             if not skip_bad_lines:
                 raise InputError(f"{path}:{item.line}: {item.reason} "
-                                 f"(--skip-bad-lines skips and counts such lines)")
+                                 f"(skip_bad_lines skips and counts such lines)",
+                                 params=("skip_bad_lines",))
             rec["bad_lines"] += 1
             if len(out.bad_examples) < _MAX_EXAMPLES:
                 out.bad_examples.append(f"{path}:{item.line}: {item.reason}")
@@ -450,7 +451,8 @@ def _combine(scans: list[_FileScan], ignored: list[str], text_field: str,
         first_keys = next((f.keys for f in scans if f.keys is not None), None)
         keys = ", ".join(first_keys or []) or "none"
         raise InputError(f"no document has a {text_field!r} field (fields of the first "
-                         f"document: {keys}); choose the field with --text-field")
+                         f"document: {keys}); choose the field with text_field",
+                         params=("text_field",))
     stats = {
         "files": len(files),
         "documents": n,

@@ -10,7 +10,7 @@ stored (``W/experiment/runs/``), so a killed experiment resumes; results.md
 opens with a computed verdict (:mod:`~clusterclip.experiment.verdict`).
 
 Pure pieces (numpy in, numpy out): :mod:`~clusterclip.experiment.data`
-(tokens, split, packing; token-balanced weights live in :mod:`clusterclip.tokens`) and
+(tokens, split, packing; token-balanced weights live in :mod:`clusterclip.sampling.budget`) and
 :mod:`~clusterclip.experiment.metrics`. Torch is imported by the model and
 training modules only.
 """
@@ -45,7 +45,7 @@ from clusterclip.experiment.runner import (
     run_experiment,
 )
 from clusterclip.experiment.verdict import compute_verdict, verdict_lines
-from clusterclip.tokens import token_balanced_weights
+from clusterclip.sampling.budget import token_balanced_weights
 
 __all__ = [
     "DEFAULT_EPOCHS", "DEFAULT_MAX_DOCS", "DEFAULT_MODEL", "DEFAULT_STRATEGIES", "METRICS",

@@ -42,19 +42,19 @@ from clusterclip.experiment.metrics import (
     summarize,
 )
 from clusterclip.experiment.output import write_outputs
-from clusterclip.sampling.sampler import (
-    ALPHA_STRATEGIES,
+from clusterclip.sampling.budget import (
+    BALANCE_BY,
+    schedule_length_for_tokens,
+    token_balanced_weights,
+)
+from clusterclip.sampling.spec import (
     CLIP_STRATEGIES,
+    DEFAULT_STRATEGIES,
     LENGTH_DEPENDENT_STRATEGIES,
     STRATEGIES,
+    strategy_options,
 )
-from clusterclip.tokens import schedule_length_for_tokens, token_balanced_weights
 
-#: The strategies compared by default, those of them the sampler offers (``paced``
-#: joins by itself once the sampler has it).
-DEFAULT_STRATEGIES = tuple(s for s in ("random", "uniform", "clusterclip", "paced")
-                           if s in STRATEGIES)
-BALANCE_BY = ("docs", "tokens")
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
 #: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
@@ -474,14 +474,11 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                         on_run(strategy, seed, True)
                     continue
                 bar.set_postfix_str(f"{strategy} seed {seed}")
-                kwargs: dict[str, Any] = {"strategy": strategy, "seed": seed}
+                # with token-balanced weights, alpha is already in them
+                kwargs: dict[str, Any] = {"seed": seed, **strategy_options(
+                    strategy, clip=config.clip, alpha=config.alpha, cluster_weights=weights)}
                 t = num_samples
-                if strategy in ALPHA_STRATEGIES:
-                    kwargs["alpha"] = config.alpha
-                if strategy != "random" and weights is not None:
-                    kwargs["cluster_weights"] = weights  # alpha is already in them
                 if clipped[strategy]:
-                    kwargs["clip"] = config.clip
                     t = min(t, capacity)
                 if strategy in LENGTH_DEPENDENT_STRATEGIES:
                     # paced spreads its quotas over T: T must end where training ends

@@ -56,6 +56,7 @@ import numpy as np
 from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
+from clusterclip.sampling.spec import rank_share
 
 FORMATS = ("parquet", "hf", "mds", "megatron")
 COLUMNS = ("position", "doc_index", "label", "text", "fields")
@@ -88,15 +89,6 @@ def _schema():
 
     return pa.schema([("position", pa.int64()), ("doc_index", pa.int64()),
                       ("label", pa.int32()), ("text", pa.string()), ("fields", pa.string())])
-
-
-def rank_positions(length: int, rank: int, world_size: int) -> tuple[int, int]:
-    """(first position, count) of rank ``rank``'s share of a schedule of ``length``."""
-    if world_size < 1:
-        raise InputError(f"--world-size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise InputError(f"--rank must be in [0, {world_size}), got {rank}")
-    return rank, length // world_size
 
 
 def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
@@ -164,7 +156,7 @@ def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: in
     Each block of positions fetches its distinct documents once through the
     corpus index (ascending, one pass per file), so memory holds one block.
     """
-    first, count = rank_positions(len(schedule), rank, world_size)
+    first, count = rank_share(len(schedule), rank, world_size)
     text_field = corpus.text_field
     for a in range(0, count, block):
         b = min(count, a + block)
@@ -230,7 +222,7 @@ def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
 def _check_rows(batches: Iterator[Any], schedule: np.ndarray,
                 labels: np.ndarray, rank: int, world_size: int, where: Path) -> tuple[int, str]:
     """Check re-read Arrow batches against the schedule; return (rows, hash of the rows)."""
-    first, count = rank_positions(len(schedule), rank, world_size)
+    first, count = rank_share(len(schedule), rank, world_size)
     h = _RowsHash()
     seen = 0
     for batch in batches:
@@ -296,7 +288,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     ("block", block)):
         if v < 1:
             raise InputError(f"{name} must be >= 1, got {v}")
-    first, count = rank_positions(len(schedule), rank, world_size)
+    first, count = rank_share(len(schedule), rank, world_size)
     if len(labels) != len(corpus):
         raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
     check_schedule(schedule, labels, source)
@@ -349,7 +341,7 @@ def space_needed(corpus: Any, schedule: np.ndarray, fmt: str, rank: int, world_s
     that store them uncompressed (``mds``, ``hf``); for ``megatron`` its sidecar and an EOD
     token per position; plus, with more than one block, the decompressed lines of the gzip
     inputs (their scratch copies). Parquet compresses (zstd): its size is not known."""
-    first, count = rank_positions(len(schedule), rank, world_size)
+    first, count = rank_share(len(schedule), rank, world_size)
     need = 0
     if fmt in ("mds", "hf"):
         lengths = np.asarray(corpus.text_lengths, dtype=np.int64)

@@ -38,9 +38,13 @@ from clusterclip.report.stats import (
 )
 from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
 from clusterclip.sampling.clip import quartile_clusters as _quartiles
-from clusterclip.sampling.sampler import ALPHA_STRATEGIES, CLIP_STRATEGIES, STRATEGIES
+from clusterclip.sampling.spec import (
+    CLIP_STRATEGIES,
+    DEFAULT_STRATEGIES,
+    STRATEGIES,
+    strategy_options,
+)
 
-DEFAULT_STRATEGIES = ("clusterclip", "paced", "random")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
 EXAMPLE_DOCS = 3
@@ -119,13 +123,10 @@ def current_groups(w: Any) -> np.ndarray | None:
 
 def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alpha: float,
              seed: int):
-    from clusterclip import ClusterClipSampler
+    from clusterclip.sampling import make_sampler
 
-    # The baselines take no alpha (the sampler refuses one); the clip only binds clusterclip.
-    if strategy not in ALPHA_STRATEGIES:
-        alpha = 0.0
-    return ClusterClipSampler(labels, num_samples=num_samples, strategy=strategy,
-                              clip=clip, alpha=alpha, seed=seed)
+    return make_sampler(labels, num_samples, seed=seed,
+                        **strategy_options(strategy, clip=clip, alpha=alpha))
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool):
@@ -504,9 +505,8 @@ def _build_report(
         st.consume(_progress(sampler.blocks(block), total, strategy, progress))
         clipped = strategy in CLIP_STRATEGIES
         summary_s = schedule_summary(st, sizes, eligible, clip if clipped else np.inf)
-        summary_s["parameters"] = {"strategy": strategy, "seed": seed, **(
-            {"clip": clip} if clipped else {}), **(
-            {"alpha": alpha} if strategy in ALPHA_STRATEGIES else {})}
+        summary_s["parameters"] = {"seed": seed,
+                                   **strategy_options(strategy, clip=clip, alpha=alpha)}
         if clipped:
             summary_s["clip_events"] = (_sampler_clip_events(sampler.summary())
                                         or _clip_events(st, sizes, clip))

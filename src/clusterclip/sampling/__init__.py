@@ -1,10 +1,19 @@
-"""Sampling: ClusterClip and its baselines (random, uniform, temperature).
+"""Sampling: ClusterClip and its baselines (random, uniform, temperature, paced).
 
-Arrays in, indices out; needs only numpy. The torch adapter lives in
+Arrays in, indices out; needs only numpy. :func:`make_sampler` returns the
+sampler for any parameters (:class:`SamplerSpec` checks them); every sampler is
+a :class:`BaseSampler`. Mixtures (cluster weights, clip and timing as a file)
+live in :mod:`clusterclip.sampling.mixture`, the torch adapter in
 :mod:`clusterclip.sampling.torch` (imports torch).
 """
 
-from clusterclip.sampling.sampler import STRATEGIES, ClusterClipSampler
+from clusterclip.sampling.factory import make_sampler
+from clusterclip.sampling.groups import GroupClipSampler
+from clusterclip.sampling.mixture import Mixture, read_mixture, write_mixture
+from clusterclip.sampling.sampler import ClusterClipSampler
 from clusterclip.sampling.schedule import write_schedule
+from clusterclip.sampling.spec import STRATEGIES, SamplerSpec
+from clusterclip.sampling.stream import BaseSampler
 
-__all__ = ["STRATEGIES", "ClusterClipSampler", "write_schedule"]
+__all__ = ["STRATEGIES", "BaseSampler", "ClusterClipSampler", "GroupClipSampler", "Mixture",
+           "SamplerSpec", "make_sampler", "read_mixture", "write_mixture", "write_schedule"]

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.sampling.sampler import DEFAULT_CLIP
+from clusterclip.sampling.spec import DEFAULT_CLIP
 
 # A schedule starves the tail when the smallest quartile of clusters gets less than this
 # fraction of its corpus share (what plain shuffling gives it) late in training.
@@ -288,14 +288,6 @@ def choose_clip(
 #: that beat random on held-out loss in the team's runs (issue 16); paced's default R is
 #: DEFAULT_CLIP, the clip that evidence was measured at.
 DEFAULT_COMMAND_STRATEGY = "paced"
-
-
-def capacity_hint(num_samples: int, units: int, clip: int, what: str = "num_samples",
-                  clip_name: str = "clip") -> str:
-    """The two ways out of ``num_samples`` > ``clip`` x ``units``: the smallest R that
-    serves T and the largest T that R allows (in the caller's names, e.g. flags)."""
-    return (f"the smallest {clip_name} that serves it is {math.ceil(num_samples / units)}, "
-            f"the largest {what} that {clip_name} {clip} allows is {clip * units}")
 
 
 def default_clip(labels: np.ndarray, num_samples: int | None, strategy: str, *,

@@ -1,10 +1,10 @@
 """Clip by group: each near-duplicate group is one unit of the sampler.
 
-``ClusterClipSampler(labels, T, ..., groups=g)`` returns a
-:class:`GroupClipSampler`. ``g`` (int[N], e.g. ``W/groups.npy`` from ``clusterclip
-dedup``) gives each document's group; documents with the same id form a group
-and must share a cluster. A group is represented by its smallest document index
-(its *representative*).
+``make_sampler(labels, T, ..., groups=g)`` returns a :class:`GroupClipSampler`.
+``g`` (int[N], e.g. ``W/groups.npy`` from ``clusterclip dedup``) gives each
+document's group; documents with the same id form a group and must share a
+cluster. A group is represented by its smallest document index (its
+*representative*).
 
 The schedule is the plain sampler's schedule over the representatives (labels
 ``labels[i]`` for representatives, -1 for the other members), with each draw
@@ -30,14 +30,9 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
 from clusterclip.labels import check_labels
-from clusterclip.sampling.sampler import (
-    CLIP_STRATEGIES,
-    STATE_VERSION,
-    ClusterClipSampler,
-    _as_int,
-    _RankStream,
-    _state_checksum,
-)
+from clusterclip.sampling.sampler import ClusterClipSampler
+from clusterclip.sampling.spec import SamplerSpec, resolve_clusters, with_spec_signature
+from clusterclip.sampling.stream import BaseSampler
 
 GEN_BLOCK = 1 << 18  # global positions generated (and mapped) at a time
 
@@ -153,58 +148,44 @@ class GroupStream:
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
-class GroupClipSampler(_RankStream):
+class GroupClipSampler(BaseSampler):
     """:class:`ClusterClipSampler` over near-duplicate groups (see the module).
 
-    Same parameters, iteration, ``blocks``, ``state_dict`` / ``load_state_dict``
-    and ``summary`` as :class:`ClusterClipSampler`, plus ``groups``.
-    ``cluster_sizes`` counts groups per cluster; ``num_groups`` the groups.
+    Made by :func:`~clusterclip.sampling.make_sampler` with ``groups`` (or
+    directly, with the same arguments). Same parameters, iteration, ``blocks``,
+    ``state_dict`` / ``load_state_dict`` and ``summary`` as
+    :class:`ClusterClipSampler`, plus ``groups``. ``cluster_sizes`` counts groups
+    per cluster; ``num_groups`` the groups.
     """
 
-    def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
-                 clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, consumed_samples: int = 0,
-                 cluster_weights: Any = None, groups: Any = None, **kwargs: Any) -> None:
+    def __init__(self, labels: Any, num_samples: int, **options: Any) -> None:
+        spec = SamplerSpec(num_samples, **options)
+        if spec.groups is None:
+            raise TypeError("GroupClipSampler needs groups (one group id per document)")
         lab = check_labels(labels)
-        world_size = _as_int("world_size", world_size, 1)
-        rank = _as_int("rank", rank, 0)
-        if rank >= world_size:
-            raise InputError(f"rank must be < world_size {world_size}, got {rank}")
-        self._index = GroupIndex(groups, lab)
-        self._rep_labels = self._index.rep_labels(lab)
-        self._kw = dict(strategy=strategy, clip=clip, alpha=alpha, seed=seed,
-                        cluster_weights=cluster_weights, **kwargs)
-        T = _as_int("num_samples", num_samples, 1)
-        consumed = _as_int("consumed_samples", consumed_samples, 0)
-        if consumed > T:
-            raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
-        probe = self._inner(1)  # checks every other parameter
-        if strategy in CLIP_STRATEGIES and T > probe.capacity:
-            from clusterclip.sampling.clip import capacity_hint
-
-            # the groups of clusters of weight > 0 (a group is one eligible representative)
-            raise InputError(f"num_samples {T} exceeds capacity {probe.capacity} = clip "
-                             f"{probe.clip} x {probe.num_eligible} near-duplicate groups; "
-                             f"{capacity_hint(T, probe.num_eligible, probe.clip)}")
-        self.strategy, self.num_samples, self.clip = probe.strategy, T, probe.clip
-        self.alpha, self.seed, self.capacity = probe.alpha, probe.seed, probe.capacity
-        self.rank, self.world_size = rank, world_size
+        self._index = GroupIndex(spec.groups, lab)
+        # The plain sampler over the groups' representatives, from position 0 on one rank.
+        self._inner_spec = spec.replace(rank=0, world_size=1, consumed_samples=0, groups=None)
+        self._clusters = resolve_clusters(self._inner_spec, self._index.rep_labels(lab),
+                                          unit="near-duplicate groups")
+        inner = self._inner()
+        self._init_share(spec)
+        self.capacity = inner.capacity
         self.num_groups = self._index.num_groups
         # documents of clusters of weight 0 are excluded, as in the plain sampler
-        drawable = probe.cluster_sizes > 0
+        drawable = inner.cluster_sizes > 0
         self.num_eligible = int(drawable[lab[lab >= 0]].sum())
         self.num_excluded = int(lab.size - self.num_eligible)
-        self.cluster_sizes = probe.cluster_sizes
-        self._drawable_groups = probe.num_eligible
-        self._config_inner = {**probe._config(), "num_samples": T}
-        self._set_start(consumed)
+        self.cluster_sizes = inner.cluster_sizes
+        self._drawable_groups = inner.num_eligible
+        self._config_inner = inner._config()
+        self._set_start(spec.consumed_samples)
 
-    def _inner(self, num_samples: int, consumed: int = 0) -> ClusterClipSampler:
-        return ClusterClipSampler(self._rep_labels, num_samples, consumed_samples=consumed,
-                                  **self._kw)
+    def _inner(self) -> ClusterClipSampler:
+        return ClusterClipSampler._from_spec(self._inner_spec, self._clusters)
 
     # ------------------------------------------------------------- positions
-    def _set_start(self, position: int) -> None:
+    def _set_start(self, position: int, counts: np.ndarray | None = None) -> None:
         self._stream: GroupStream | None = None
         self._reset_stream(position)
 
@@ -213,7 +194,7 @@ class GroupClipSampler(_RankStream):
 
     def _global(self, p0: int, span: int) -> np.ndarray:
         if self._stream is None or self._stream.pos > p0:
-            self._stream = GroupStream(self._inner(self.num_samples), self._index)
+            self._stream = GroupStream(self._inner(), self._index)
         s = self._stream
         s.take(p0 - s.pos, keep=False)  # the replay that a start or a seek needs
         return s.take(span)
@@ -226,30 +207,8 @@ class GroupClipSampler(_RankStream):
     def _config(self) -> dict[str, Any]:
         return {"groups": self._index.fingerprint, **self._config_inner}
 
-    def state_dict(self) -> dict[str, Any]:
-        """JSON resume state (position and configuration, with the groups' fingerprint)."""
-        d: dict[str, Any] = {"version": STATE_VERSION, **self._config(),
-                             "position": self.position}
-        d["checksum"] = _state_checksum(d)
-        return d
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` was taken (replays the group draws before it)."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise InputError(f"state_dict version must be {STATE_VERSION} for a sampler with "
-                             f"groups")
-        if state.get("checksum") != _state_checksum(state):
-            raise InputError("state_dict checksum does not match its fields: the state was "
-                             "edited or corrupted after it was taken")
-        for key, mine in self._config().items():
-            if state.get(key) != mine:
-                raise InputError(f"state_dict does not match this sampler: {key} "
-                                 f"{state.get(key)!r} != {mine!r}")
-        pos = state.get("position")
-        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= self.num_samples:
-            raise InputError(f"state_dict position must be in [0, {self.num_samples}], got "
-                             f"{pos!r}")
-        self._set_start(pos)
+    def _no_counts_reason(self) -> str:
+        return "a sampler with groups"
 
     # --------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
@@ -259,8 +218,8 @@ class GroupClipSampler(_RankStream):
         bounds); ``max_document_repetition``, ``documents_seen`` count documents (a
         pass over the whole schedule).
         """
-        s = self._inner(self.num_samples).summary()
-        stream = GroupStream(self._inner(self.num_samples), self._index)
+        s = self._inner().summary()
+        stream = GroupStream(self._inner(), self._index)
         seen = np.zeros(self._index.rep.size, np.int64)
         left = self.num_samples
         while left > 0:
@@ -278,15 +237,13 @@ class GroupClipSampler(_RankStream):
             documents_in_duplicate_groups=int(gs[gs > 1].sum()),
             max_document_repetition=int(seen.max()),
             epochs_equivalent=self.num_samples / self._drawable_groups,
-            groups=self._index.fingerprint,
-            rank=self.rank, world_size=self.world_size, start_position=self._start,
-            samples_per_rank=self._length,
-            unserved_positions=(self.num_samples - self._start) % self.world_size)
+            groups=self._index.fingerprint, **self._share_summary())
         if "zero_weight_documents" in s:  # the inner sampler counted representatives
             s["zero_weight_documents"] = int(elig.size) - self.num_eligible
         return s
 
-    def __repr__(self) -> str:
-        return (f"GroupClipSampler(strategy={self.strategy!r}, num_samples={self.num_samples}, "
-                f"clip={self.clip}, groups={self.num_groups}, seed={self.seed}, "
-                f"rank={self.rank}, world_size={self.world_size}, position={self.position})")
+    def _repr_fields(self) -> dict[str, Any]:
+        return {"groups": self.num_groups}
+
+
+with_spec_signature(GroupClipSampler.__init__)

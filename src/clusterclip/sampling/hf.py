@@ -3,7 +3,7 @@
 - :func:`schedule_dataset`: a map-style ``datasets.Dataset`` in schedule order,
   ``dataset.select(schedule)``: an indices mapping over the same Arrow table,
   the rows themselves are not copied. From a schedule array (``W/schedule.npy``)
-  or from sampler options (as :class:`~clusterclip.sampling.ClusterClipSampler`).
+  or from sampler options (as :func:`~clusterclip.sampling.make_sampler`).
 - ``ClusterClipTrainer``: a ``transformers.Trainer`` that draws its training
   rows from a :class:`~clusterclip.sampling.torch.ClusterClipTorchSampler`
   instead of its own ``RandomSampler`` (which would silently undo the order).
@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.export import rank_positions
-from clusterclip.sampling.sampler import ClusterClipSampler
+from clusterclip.sampling.factory import make_sampler
+from clusterclip.sampling.spec import rank_share
+from clusterclip.sampling.stream import BaseSampler
 
 
-def _num_documents(sampler: ClusterClipSampler) -> int:
+def _num_documents(sampler: BaseSampler) -> int:
     return sampler.num_eligible + sampler.num_excluded
 
 
@@ -37,9 +38,10 @@ def schedule_dataset(dataset: Any, schedule: Any = None, *, rank: int = 0, world
 
     ``schedule``: a 1-D integer array of document indices (the global
     schedule, e.g. ``np.load("W/schedule.npy", mmap_mode="r")``); or leave it
-    out and give the sampler's options instead (``labels``, ``num_samples``,
-    ``strategy``, ``clip``, ``alpha``, ``seed``, ``consumed_samples``,
-    ``cluster_weights``; ``len(labels)`` must equal ``len(dataset)``).
+    out and give the sampler's options instead (``labels``, ``num_samples`` and
+    any of :func:`~clusterclip.sampling.make_sampler`'s, e.g. ``strategy``, ``clip``,
+    ``seed``, ``cluster_weights``, ``groups``; ``len(labels)`` must equal
+    ``len(dataset)``).
     ``rank``/``world_size``: this rank's share, positions ``r, r+W, ...``,
     ``floor(T/W)`` of them, as the sampler and ``clusterclip export`` serve it.
 
@@ -56,7 +58,7 @@ def schedule_dataset(dataset: Any, schedule: Any = None, *, rank: int = 0, world
         if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
             raise InputError(f"schedule must be a 1-D integer array, got {idx.dtype} "
                              f"of shape {idx.shape}")
-        first, count = rank_positions(len(idx), rank, world_size)
+        first, count = rank_share(len(idx), rank, world_size)
         idx = np.asarray(idx[first:first + count * world_size:world_size], dtype=np.int64)
         bad = np.flatnonzero((idx < 0) | (idx >= n))
         if bad.size:
@@ -66,7 +68,7 @@ def schedule_dataset(dataset: Any, schedule: Any = None, *, rank: int = 0, world
     else:
         if "labels" not in sampler_options or "num_samples" not in sampler_options:
             raise InputError("give a schedule, or the sampler options labels and num_samples")
-        sampler = ClusterClipSampler(rank=rank, world_size=world_size, **sampler_options)
+        sampler = make_sampler(rank=rank, world_size=world_size, **sampler_options)
         if _num_documents(sampler) != n:
             raise InputError(f"labels has {_num_documents(sampler)} documents but the dataset "
                              f"{n} rows: row i must be document i")

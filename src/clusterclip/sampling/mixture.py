@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import write_json
+from clusterclip.io import sha256_file, write_json
 
 MIXTURE_FORMAT_VERSION = 1
 #: How a mixture's draws are placed: the sampler strategies that take a mixture.
@@ -137,8 +137,6 @@ def write_mixture(path: str | os.PathLike[str], mixture: Mixture, **extra: Any) 
 def mixture_record(path: str | os.PathLike[str]) -> dict[str, str]:
     """What a summary or a stage records of the mixture file ``path``: its absolute path
     and the SHA-256 of its bytes."""
-    from clusterclip.io import sha256_file
-
     return {"path": str(os.path.abspath(path)), "sha256": sha256_file(path)}
 
 

@@ -7,12 +7,6 @@ num_samples)``. Ranks share it out: see :class:`ClusterClipSampler`.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import numbers
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,148 +15,28 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
 from clusterclip.io import cache_dir as cache_dir_default
-from clusterclip.labels import check_labels
 from clusterclip.sampling import _seek
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine, stable_order
+from clusterclip.sampling.spec import (  # noqa: F401 - the names this module always exported
+    ALPHA_STRATEGIES,
+    CLIP_STRATEGIES,
+    DEFAULT_CLIP,
+    DEFAULT_STRATEGY,
+    LENGTH_DEPENDENT_STRATEGIES,
+    MAX_SEED,
+    STRATEGIES,
+    Clusters,
+    SamplerSpec,
+    resolve_clusters,
+    with_spec_signature,
+)
+from clusterclip.sampling.stream import STATE_VERSION, BaseSampler  # noqa: F401
+from clusterclip.sampling.stream import state_checksum as _state_checksum  # noqa: F401
 
-#: Every strategy name, here only: the CLI, the report and the experiment take these.
-STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
-#: The strategies whose cluster weight is n_k ** alpha.
-ALPHA_STRATEGIES = ("temperature", "clusterclip", "paced")
-#: The strategies with a repetition clip R (``clip``) and capacity R x eligible N.
-CLIP_STRATEGIES = ("clusterclip", "paced")
-#: The strategies whose schedule depends on num_samples T (it is not a prefix of the
-#: schedule of a longer T): a consumer that uses only a prefix must size T to it.
-LENGTH_DEPENDENT_STRATEGIES = ("paced",)
-#: The sampler's strategy and clip when none is given (the commands' strategy is
-#: clusterclip.sampling.clip.DEFAULT_COMMAND_STRATEGY; DEFAULT_CLIP is paced's default R there).
-DEFAULT_STRATEGY = "clusterclip"
-DEFAULT_CLIP = 4
-STATE_VERSION = 2  # 2: with a checksum over the other fields
-MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
-ITER_BLOCK = 1 << 14  # rank indices produced at a time for Python iteration
 SEEK_GAP = 1 << 16  # a gap longer than this before the next index is skipped count-only
 
 
-def _as_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InputError(f"{name} must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise InputError(f"{name} must be >= {minimum}, got {int(value)}")
-    if maximum is not None and int(value) > maximum:
-        raise InputError(f"{name} must be <= {maximum}, got {int(value)}")
-    return int(value)
-
-
-def _state_checksum(state: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of every field of ``state`` but ``checksum``."""
-    fields = {k: v for k, v in state.items() if k != "checksum"}
-    try:
-        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        return ""  # not JSON: cannot be a state this class wrote
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _check_counts(counts: Any, k: int) -> None:
-    """``counts`` must be a list of ``k`` plain integers (as ``state_dict`` writes them)."""
-    if not isinstance(counts, (list, tuple)):
-        raise InputError(f"state_dict counts must be a list of {k} integers, got "
-                         f"{type(counts).__name__}")
-    if len(counts) != k:
-        raise InputError(f"state_dict counts must be a list of {k} integers, got {len(counts)}")
-    for i, c in enumerate(counts):
-        if isinstance(c, bool) or not isinstance(c, numbers.Integral):
-            raise InputError(f"state_dict counts must be integers, got {c!r:.40} at index {i}")
-
-
-class _RankStream:
-    """This rank's share of a schedule, handed out by ``iter`` and ``blocks``.
-
-    The one iteration protocol of the samplers. A subclass sets ``num_samples``,
-    ``world_size`` and, through :meth:`_reset_stream`, ``_start`` and ``_length``;
-    it provides ``_global(p0, span)`` (the global schedule's positions ``p0 ..
-    p0 + span - 1``, consumed in order) and ``_restart()`` (back to ``_start`` once
-    the share is used up).
-    """
-
-    num_samples: int
-    world_size: int
-
-    def _reset_stream(self, position: int) -> None:
-        self._start = int(position)
-        self._length = (self.num_samples - self._start) // self.world_size
-        self._taken = 0
-        self._buf = np.empty(0, np.int64)
-        self._buf_list: list[int] | None = None
-        self._buf_i = 0
-
-    def _produce(self, n: int) -> np.ndarray:
-        """This rank's next ``n`` indices (the buffer must be empty): every
-        ``world_size``-th position of the global schedule from this rank's next one."""
-        n = min(n, self._length - self._taken)
-        if n <= 0:
-            return np.empty(0, np.int64)
-        W = self.world_size
-        glob = self._global(self._start + self.rank + self._taken * W, (n - 1) * W + 1)
-        return glob if W == 1 else np.ascontiguousarray(glob[::W])
-
-    def _global(self, p0: int, span: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def _restart(self) -> None:
-        raise NotImplementedError
-
-    @property
-    def position(self) -> int:
-        """Global position this rank has consumed up to (start + taken x world_size)."""
-        return self._start + self._taken * self.world_size
-
-    def _restart_if_done(self) -> None:
-        if self._taken >= self._length:
-            self._restart()
-
-    def __len__(self) -> int:
-        left = self._length - self._taken
-        return left if left > 0 else self._length
-
-    def __iter__(self) -> Iterator[int]:
-        self._restart_if_done()
-        return self._iter_ints()
-
-    def _iter_ints(self) -> Iterator[int]:
-        # The shared position is re-read for every index, so iterators and
-        # blocks() may be interleaved; each index counts as handed out on yield.
-        while True:
-            if self._buf_i >= self._buf.size:
-                if self._taken >= self._length:
-                    return
-                self._buf, self._buf_i, self._buf_list = self._produce(ITER_BLOCK), 0, None
-            if self._buf_list is None:
-                self._buf_list = self._buf.tolist()
-            i = self._buf_i
-            self._buf_i = i + 1
-            self._taken += 1
-            yield self._buf_list[i]
-
-    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
-        """This rank's indices as int64 arrays of at most ``block_size`` (bulk export).
-
-        Advances the same state as ``iter``: a block counts as handed out once yielded.
-        """
-        block_size = _as_int("block_size", block_size, 1)
-        self._restart_if_done()
-        while self._taken < self._length:
-            if self._buf_i < self._buf.size:
-                blk = self._buf[self._buf_i:self._buf_i + block_size]
-                self._buf_i += blk.size
-            else:
-                blk = self._produce(block_size)
-            self._taken += blk.size
-            yield blk
-
-
-class ClusterClipSampler(_RankStream):
+class ClusterClipSampler(BaseSampler):
     """Stream of document indices drawn by cluster (ClusterClip and baselines).
 
     Parameters
@@ -212,144 +86,49 @@ class ClusterClipSampler(_RankStream):
         the first seek past its end extends it (a one-off cost, printed to
         stderr) and rewrites the file. Default (None): ``$CLUSTERCLIP_CACHE``
         (``off`` for none), else ``~/.cache/clusterclip``.
-    groups : optional (N,) integer array (``W/groups.npy`` of ``clusterclip dedup``):
-        near-duplicate group of each document. Then each group is one unit of
-        the passes and of the clip (a :class:`~clusterclip.sampling.groups.
-        GroupClipSampler` is returned; see :mod:`clusterclip.sampling.groups`).
 
-    Attributes: ``capacity`` (clip x eligible N for clusterclip, else None),
-    ``position`` (global position consumed so far, what ``state_dict`` saves),
-    ``num_eligible``, ``num_excluded``, ``cluster_sizes`` ((K,) int64 n_k).
+    The parameters after ``num_samples`` are keyword-only: the fields of
+    :class:`~clusterclip.sampling.spec.SamplerSpec`, which checks them. A
+    sampler over near-duplicate groups comes from :func:`~clusterclip.sampling.
+    make_sampler` (``groups=``), not from this class.
 
-    Every rank computes the whole global schedule and keeps its share, so a
-    rank costs O(global positions), not O(its positions); the schedule is then
-    independent of the world size (elastic resumption).
-
-    Iteration continues from the current position (``state_dict`` reflects
-    what has been handed out, by ``iter`` and ``blocks`` alike). Once the
-    stream is exhausted, a new ``iter()`` starts again from the start position
-    (the constructor's ``consumed_samples`` or the last ``load_state_dict``),
-    like any re-iterable torch sampler; ``len()`` is what the next ``iter()``
-    yields.
+    Attributes, iteration, ``blocks``, ``state_dict`` / ``load_state_dict``: see
+    :class:`~clusterclip.sampling.stream.BaseSampler`. Every rank computes the
+    whole global schedule and keeps its share, so a rank costs O(global
+    positions), not O(its positions); the schedule is then independent of the
+    world size (elastic resumption).
     """
 
-    def __new__(cls, *args: Any, groups: Any = None, **kwargs: Any) -> Any:
-        if groups is None or cls is not ClusterClipSampler:
-            return super().__new__(cls)
-        from clusterclip.sampling.groups import GroupClipSampler
+    def __init__(self, labels: Any, num_samples: int, **options: Any) -> None:
+        if options.get("groups") is not None:
+            raise TypeError("ClusterClipSampler takes no groups: make_sampler(labels, "
+                            "num_samples, groups=groups, ...) returns the sampler over "
+                            "near-duplicate groups (a GroupClipSampler)")
+        spec = SamplerSpec(num_samples, **options)  # every parameter checked, before any work
+        self._setup(spec, resolve_clusters(spec, labels))
 
-        return GroupClipSampler(*args, groups=groups, **kwargs)
+    @classmethod
+    def _from_spec(cls, spec: SamplerSpec, clusters: Clusters) -> ClusterClipSampler:
+        """The sampler of ``spec`` over already resolved ``clusters`` (no re-check)."""
+        self = cls.__new__(cls)
+        self._setup(spec, clusters)
+        return self
 
-    def __init__(self, labels: Any, num_samples: int, strategy: str = DEFAULT_STRATEGY,
-                 clip: int = DEFAULT_CLIP, alpha: float = 0.0, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, consumed_samples: int = 0,
-                 cluster_weights: Any = None,
-                 cache_dir: str | os.PathLike[str] | bool | None = None,
-                 groups: None = None) -> None:
-        # ---- every parameter is checked here, before any work
-        if strategy not in STRATEGIES:
-            raise InputError(f"unknown strategy {strategy!r}; choose one of "
-                             + ", ".join(STRATEGIES))
-        lab = check_labels(labels)
-        T = _as_int("num_samples", num_samples, 1)
-        seed = _as_int("seed", seed, 0, MAX_SEED)
-        world_size = _as_int("world_size", world_size, 1)
-        rank = _as_int("rank", rank, 0)
-        if rank >= world_size:
-            raise InputError(f"rank must be < world_size {world_size}, got {rank}")
-        consumed = _as_int("consumed_samples", consumed_samples, 0)
-        if consumed > T:
-            raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}")
-        if strategy in CLIP_STRATEGIES:
-            clip = _as_int("clip", clip, 1)
-        else:
-            clip = None
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) \
-                or not math.isfinite(alpha):
-            raise InputError(f"alpha must be a finite number, got {alpha!r}")
-        alpha = float(alpha)
-        if strategy not in ALPHA_STRATEGIES and alpha != 0.0 and cluster_weights is None:
-            names = ", ".join(ALPHA_STRATEGIES[:-1]) + " and " + ALPHA_STRATEGIES[-1]
-            raise InputError(f"alpha applies to {names} only, "
-                             f"got alpha={alpha} with strategy {strategy}")
-
-        K = int(lab.max()) + 1
-        eligible_mask = lab >= 0
-        zero_weight = None  # (clusters, documents) of weight 0
-        sizes = np.bincount(lab[eligible_mask], minlength=K).astype(np.int64)
-        n_eligible = int(sizes.sum())
-        nonempty = sizes > 0
-        weights = None
-        if cluster_weights is not None:
-            if strategy == "random":
-                raise InputError("cluster_weights does not apply to strategy random")
-            try:
-                w = np.asarray(cluster_weights, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise InputError("cluster_weights must be an array of numbers") from None
-            if w.ndim != 1 or w.size < K:
-                raise InputError(f"cluster_weights must be a 1-D array of length >= {K} "
-                                 f"(number of cluster ids), got shape {w.shape}")
-            w = w[:K].copy()
-            bad = np.flatnonzero(nonempty & ~(np.isfinite(w) & (w >= 0)))
-            if bad.size:
-                k = int(bad[0])
-                raise InputError(f"cluster_weights must be finite and >= 0 for non-empty "
-                                 f"clusters, got {w[k]} for cluster {k}")
-            if not (w[nonempty] > 0).any():
-                raise InputError("cluster_weights: no cluster with documents has a weight > 0")
-            w[~nonempty] = 0.0
-            weights = w
-            with np.errstate(over="ignore"):
-                total = float(weights.sum())
-            if not math.isfinite(total):
-                raise InputError("cluster_weights: their sum overflows to infinity")
-            unweighted = nonempty & (w == 0)
-            if unweighted.any():
-                # A cluster of weight 0 is never drawn: its documents are excluded as if
-                # labelled -1 (capacity, passes and summary count only the others).
-                zero_weight = (int(unweighted.sum()), int(sizes[unweighted].sum()))
-                eligible_mask &= ~unweighted[np.where(eligible_mask, lab, 0)]
-                sizes = np.where(unweighted, 0, sizes)
-                n_eligible = int(sizes.sum())
-                nonempty = sizes > 0
-        elif strategy in ALPHA_STRATEGIES and alpha != 0.0:
-            weights = np.zeros(K)
-            with np.errstate(over="ignore", under="ignore"):  # both are reported below
-                weights[nonempty] = sizes[nonempty].astype(np.float64) ** alpha
-                total = float(weights.sum())
-            if not math.isfinite(total):
-                raise InputError(f"alpha={alpha} overflows the cluster weights n_k ** alpha")
-            zero = np.flatnonzero(nonempty & (weights == 0))
-            if zero.size:
-                k = int(zero[0])
-                raise InputError(f"alpha={alpha} underflows the cluster weight n_k ** alpha to 0 "
-                                 f"for cluster {k} of {sizes[k]} documents; use an alpha "
-                                 f"closer to 0")
-        capacity = clip * n_eligible if clip is not None else None
-        if capacity is not None and T > capacity:
-            from clusterclip.sampling.clip import capacity_hint
-
-            raise InputError(f"num_samples {T} exceeds capacity {capacity} = clip {clip} x "
-                             f"{n_eligible} eligible documents; "
-                             f"{capacity_hint(T, n_eligible, clip)}")
-
-        self.strategy = strategy
-        self.num_samples = T
-        self.clip = clip
-        self.alpha = (alpha if strategy in ALPHA_STRATEGIES
-                      and cluster_weights is None else None)
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.capacity = capacity
-        self.num_eligible = n_eligible
-        self.num_excluded = int(lab.size - n_eligible)
+    def _setup(self, spec: SamplerSpec, clusters: Clusters) -> None:
+        lab, sizes = clusters.labels, clusters.sizes
+        K = sizes.size
+        weights = clusters.weights
+        self._init_share(spec)
+        self.capacity = clusters.capacity
+        self.num_eligible = clusters.num_eligible
+        self.num_excluded = clusters.num_excluded
         self.cluster_sizes = sizes
-        self._zero_weight = zero_weight
+        self._zero_weight = clusters.zero_weight
         self._labels_fp = array_fingerprint(lab.astype(np.int64, copy=False))
-        self._weights_fp = None if cluster_weights is None else array_fingerprint(weights)
+        self._weights_fp = None if spec.cluster_weights is None else array_fingerprint(weights)
+        self._state_has_counts = spec.strategy != "random"
 
+        cache_dir = spec.cache_dir
         if cache_dir is None or cache_dir is True:
             self._cache_dir = cache_dir_default()
         else:
@@ -357,23 +136,24 @@ class ClusterClipSampler(_RankStream):
         self._seek_index: _seek.SeekIndex | None = None
 
         idx_dtype = np.int32 if lab.size < 2**31 else np.int64
-        if strategy == "random":
+        n_eligible, T, clip, seed = self.num_eligible, spec.num_samples, spec.clip, spec.seed
+        if spec.strategy == "random":
             self._engine: ClusterEngine | EpochEngine = EpochEngine(
-                np.flatnonzero(eligible_mask), seed)
+                np.flatnonzero(clusters.drawable), seed)
         else:
             # One stable sort over all documents groups them by cluster in index order;
             # excluded documents get key K and sort last, so no gather is needed (a
             # radix sort of 16-bit keys, in linear time).
-            docs = stable_order(np.where(eligible_mask, lab, K), K)[:n_eligible].astype(
+            docs = stable_order(np.where(clusters.drawable, lab, K), K)[:n_eligible].astype(
                 idx_dtype)
-            if strategy == "paced":
+            if spec.strategy == "paced":
                 self._engine = PacedEngine(docs, sizes, seed, weights, clip, T)
             else:
                 self._engine = ClusterEngine(docs, sizes, seed, weights, clip)
-        self._set_start(consumed, None)
+        self._set_start(spec.consumed_samples, None)
 
     # ------------------------------------------------------------- positions
-    def _set_start(self, position: int, counts: np.ndarray | None) -> None:
+    def _set_start(self, position: int, counts: np.ndarray | None = None) -> None:
         eng = self._engine
         if isinstance(eng, ClusterEngine):
             if counts is None:
@@ -444,74 +224,27 @@ class ClusterClipSampler(_RankStream):
                 "clip": self.clip, "alpha": self.alpha, "seed": self.seed,
                 "labels": self._labels_fp, "cluster_weights": self._weights_fp}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Small JSON-serialisable resume state (O(K)); independent of rank and world size.
-
-        ``checksum`` is a SHA-256 over the other fields (this sampler's
-        configuration included), so a state edited or corrupted after it was
-        taken (e.g. counts moved between clusters) is refused on load. It
-        detects accidents and careless edits, not a forger who recomputes it.
-        """
-        pos = self.position
-        d: dict[str, Any] = {"version": STATE_VERSION, **self._config(), "position": pos}
+    def _state_counts(self, position: int) -> np.ndarray:
         eng = self._engine
-        if isinstance(eng, ClusterEngine):
-            try:
-                counts = eng.counts_at(pos)
-            except LookupError:
-                eng.reset(self._start, self._start_counts)
-                eng.seek(pos)
-                counts = eng.counts.copy()
-            d["counts"] = counts.tolist()
-        d["checksum"] = _state_checksum(d)
-        return d
+        try:
+            return eng.counts_at(position)
+        except LookupError:
+            eng.reset(self._start, self._start_counts)
+            eng.seek(position)
+            return eng.counts.copy()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly where ``state`` was taken (any rank / world size).
-
-        Raises :class:`InputError` for a state of another sampler (the field
-        that differs is named), of the wrong types, or edited since it was
-        taken (checksum). A version-1 state (no checksum) is still accepted:
-        its counts are then verified by a count-only replay to its position
-        (about 0.1 s per 10**7 positions).
-        """
-        version = state.get("version") if isinstance(state, dict) else None
-        if version not in (1, STATE_VERSION) or isinstance(version, bool):
-            raise InputError(f"state_dict version must be 1 or {STATE_VERSION}, got "
-                             f"{version if isinstance(state, dict) else state!r}")
-        pos = state.get("position")
-        if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) \
-                or not 0 <= pos <= self.num_samples:
-            raise InputError(f"state_dict position must be in [0, {self.num_samples}], got {pos!r}")
-        cluster_engine = isinstance(self._engine, ClusterEngine)
-        K = self.cluster_sizes.size
-        raw = state.get("counts")
-        if cluster_engine:
-            _check_counts(raw, K)
-        elif raw is not None:
-            raise InputError(f"state_dict counts do not apply to strategy {self.strategy}")
-        if version == STATE_VERSION and state.get("checksum") != _state_checksum(state):
-            raise InputError("state_dict checksum does not match its fields: the state was "
-                             "edited or corrupted after it was taken")
-        for key, mine in self._config().items():
-            if state.get(key) != mine:
-                raise InputError(f"state_dict does not match this sampler: {key} "
-                                 f"{state.get(key)!r} != {mine!r}")
-        counts = None
-        if cluster_engine:
-            counts = np.array(raw, dtype=np.int64)
-            lim = self._engine.limit
-            if (int(counts.sum()) != pos or (counts < 0).any()
-                    or (lim is not None and (counts > lim).any())):
-                raise InputError("state_dict counts are inconsistent with its position and "
-                                 "this sampler's clusters")
-            if version == 1:
-                replay = self._engine.fresh()
-                replay.seek(int(pos))
-                if not np.array_equal(replay.counts, counts):
-                    raise InputError(f"state_dict (version 1) counts are not those of this "
-                                     f"schedule at position {pos}")
-        self._set_start(int(pos), counts)
+    def _check_state_counts(self, counts: np.ndarray, position: int, version: int) -> None:
+        lim = self._engine.limit
+        if (int(counts.sum()) != position or (counts < 0).any()
+                or (lim is not None and (counts > lim).any())):
+            raise InputError("state_dict counts are inconsistent with its position and "
+                             "this sampler's clusters")
+        if version == 1:
+            replay = self._engine.fresh()
+            replay.seek(position)
+            if not np.array_equal(replay.counts, counts):
+                raise InputError(f"state_dict (version 1) counts are not those of this "
+                                 f"schedule at position {position}")
 
     # --------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
@@ -555,12 +288,11 @@ class ClusterClipSampler(_RankStream):
                      min_repetition=int((c[nonempty] // sizes[nonempty]).min()),
                      documents_seen=int(seen),
                      clusters_never_drawn=int((c[nonempty] == 0).sum()))
-        s.update(rank=self.rank, world_size=self.world_size, start_position=self._start,
-                 samples_per_rank=self._length,
-                 unserved_positions=(T - self._start) % self.world_size)
+        s.update(self._share_summary())
         return s
 
-    def __repr__(self) -> str:
-        return (f"ClusterClipSampler(strategy={self.strategy!r}, num_samples={self.num_samples}, "
-                f"clip={self.clip}, alpha={self.alpha}, seed={self.seed}, rank={self.rank}, "
-                f"world_size={self.world_size}, position={self.position})")
+    def _repr_fields(self) -> dict[str, Any]:
+        return {"alpha": self.alpha}
+
+
+with_spec_signature(ClusterClipSampler.__init__, skip=("groups",))

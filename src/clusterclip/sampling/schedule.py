@@ -9,24 +9,25 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.io import atomic_path
-from clusterclip.sampling.sampler import ClusterClipSampler
+from clusterclip.sampling.budget import plan_schedule
+from clusterclip.sampling.factory import make_sampler
+from clusterclip.sampling.spec import SamplerSpec, rank_share
+from clusterclip.sampling.stream import BaseSampler
 
 
 def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: int | None = None,
-                   strategy: str = "clusterclip", clip: int = 4, alpha: float = 0.0,
-                   seed: int = 0, rank: int = 0, world_size: int = 1,
-                   consumed_samples: int = 0, cluster_weights: Any = None,
                    num_tokens: int | None = None, doc_tokens: Any = None,
                    balance_by: str = "docs", token_source: dict[str, Any] | None = None,
-                   groups: Any = None, progress: bool = False,
-                   cache_dir: Any = None) -> dict[str, Any]:
+                   progress: bool = False, **options: Any) -> dict[str, Any]:
     """Write this rank's schedule as an int64 ``.npy`` at ``path``; return the summary.
 
-    The schedule has ``num_samples`` positions, or ends at the first position whose
-    cumulative tokens (``doc_tokens`` per document) reach ``num_tokens``;
+    ``options``: the sampler's parameters but ``num_samples`` (the fields of
+    :class:`~clusterclip.sampling.spec.SamplerSpec`). The schedule has
+    ``num_samples`` positions, or ends at the first position whose cumulative
+    tokens (``doc_tokens`` per document) reach ``num_tokens``;
     ``balance_by="tokens"`` weighs clusters by n_k ** alpha / mean tokens per
-    document (see :func:`clusterclip.tokens.plan_schedule`). ``token_source``
-    (where ``doc_tokens`` came from) is recorded in the summary.
+    document (see :func:`clusterclip.sampling.budget.plan_schedule`).
+    ``token_source`` (where ``doc_tokens`` came from) is recorded in the summary.
 
     The parameters are validated before anything is written; the array is
     streamed block by block into a temporary file (memory stays bounded for any
@@ -34,28 +35,45 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     near-duplicate groups, each one unit of the sampler (see
     :mod:`clusterclip.sampling.groups`).
     """
-    if groups is not None and (num_tokens is not None or balance_by != "docs"):
-        raise InputError("--groups works with --num-samples and --balance-by docs only "
-                         "(token budgets over groups are not supported yet)")
-    from clusterclip.tokens import plan_schedule
-
+    # checked before any work (a budget's length is not known yet: no bound on it here)
+    spec = SamplerSpec(2**62 if num_samples is None else num_samples, **options)
+    if spec.groups is not None and (num_tokens is not None or balance_by != "docs"):
+        raise InputError("groups works with num_samples and balance_by docs only "
+                         "(token budgets over groups are not supported yet)",
+                         params=("groups", "num_samples", "balance_by"))
     plan = plan_schedule(labels, num_samples=num_samples, num_tokens=num_tokens,
-                         doc_tokens=doc_tokens, balance_by=balance_by, strategy=strategy,
-                         clip=clip, alpha=alpha, seed=seed, cluster_weights=cluster_weights)
+                         doc_tokens=doc_tokens, balance_by=balance_by, **options)
     stop = plan["stop"]
 
-    def make(**share: Any) -> ClusterClipSampler:
-        return ClusterClipSampler(labels, plan["num_samples"], strategy=strategy, clip=clip,
-                                  alpha=plan["alpha"], seed=seed,
-                                  cluster_weights=plan["cluster_weights"], groups=groups,
-                                  cache_dir=cache_dir, **share)
+    def make(**share: Any) -> BaseSampler:
+        return make_sampler(labels, plan["num_samples"], **{
+            **options, "alpha": plan["alpha"], "cluster_weights": plan["cluster_weights"],
+            **share})
 
-    if num_tokens is not None and isinstance(consumed_samples, int) \
-            and consumed_samples > stop:
-        raise InputError(f"--consumed-samples {consumed_samples} exceeds the {stop} positions "
-                         f"of the schedule for --num-tokens {num_tokens}")
-    sampler = make(rank=rank, world_size=world_size, consumed_samples=consumed_samples)
-    n = (stop - consumed_samples) // world_size  # this rank's share of positions [c, stop)
+    if num_tokens is not None and spec.consumed_samples > stop:
+        raise InputError(f"consumed_samples {spec.consumed_samples} exceeds the {stop} "
+                         f"positions of the schedule for num_tokens {num_tokens}",
+                         params=("consumed_samples", "num_tokens"))
+    sampler = make()
+    n = rank_share(stop, spec.rank, spec.world_size, spec.consumed_samples)[1]
+    _write_npy(path, sampler.blocks(), n, progress)
+    summary = sampler.summary()
+    if stop < plan["num_samples"]:
+        summary = _cut_summary(summary, labels, make(rank=0, world_size=1, consumed_samples=0),
+                               stop, n, spec.consumed_samples)
+    summary["written"] = n
+    summary["balance_by"] = balance_by
+    if num_tokens is not None:
+        summary["num_tokens"] = int(num_tokens)
+        summary["schedule_tokens"] = plan["schedule_tokens"]
+    if token_source is not None:
+        summary["token_counts"] = token_source
+    return summary
+
+
+def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool) -> None:
+    """Write the first ``n`` indices of ``blocks`` (int64 arrays) as an ``.npy`` at
+    ``path``, atomically, with a progress bar if ``progress``."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -71,7 +89,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                     "fortran_order": False, "shape": (n,)})
             with _BackgroundWriter(f) as out:
                 i = 0
-                for block in sampler.blocks():
+                for block in blocks:
                     block = block[:n - i]
                     out.write(np.ascontiguousarray(block, "<i8"))
                     i += block.size
@@ -84,17 +102,6 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     finally:
         if bar is not None:
             bar.close()
-    summary = sampler.summary()
-    if stop < plan["num_samples"]:
-        summary = _cut_summary(summary, labels, make(), stop, n, consumed_samples)
-    summary["written"] = n
-    summary["balance_by"] = balance_by
-    if num_tokens is not None:
-        summary["num_tokens"] = int(num_tokens)
-        summary["schedule_tokens"] = plan["schedule_tokens"]
-    if token_source is not None:
-        summary["token_counts"] = token_source
-    return summary
 
 
 class _BackgroundWriter:
@@ -136,7 +143,7 @@ class _BackgroundWriter:
             raise self._error
 
 
-def _cut_summary(s: dict[str, Any], labels: Any, ref: ClusterClipSampler, stop: int,
+def _cut_summary(s: dict[str, Any], labels: Any, ref: BaseSampler, stop: int,
                  n: int, start: int) -> dict[str, Any]:
     """The summary ``s`` of a global schedule of T, made that of its first ``stop``
     positions (a token budget that ends a length-dependent schedule early), recounted
@@ -162,5 +169,5 @@ def _cut_summary(s: dict[str, Any], labels: Any, ref: ClusterClipSampler, stop: 
              min_repetition=int((c[live] // sizes[live]).min()),
              documents_seen=int(np.minimum(c[live], sizes[live]).sum()),
              clusters_never_drawn=int((c[live] == 0).sum()),
-             samples_per_rank=n, unserved_positions=(stop - start) % s["world_size"])
+             samples_per_rank=n, unserved_positions=stop - start - n * s["world_size"])
     return s

@@ -15,13 +15,15 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from clusterclip import distributed as D
-from clusterclip.sampling.sampler import ClusterClipSampler
+from clusterclip.sampling.factory import make_sampler
+from clusterclip.sampling.spec import with_spec_signature
+from clusterclip.sampling.stream import BaseSampler
 
 
 class ClusterClipTorchSampler(Sampler[int]):
     """Yields this rank's document indices as Python ints.
 
-    Same parameters as :class:`ClusterClipSampler`; ``rank`` and
+    Same parameters as :func:`~clusterclip.sampling.make_sampler`; ``rank`` and
     ``world_size`` default to the initialised ``torch.distributed`` process
     group (else 0 and 1). ``groups`` (``W/groups.npy``) clips by near-duplicate
     group (a :class:`~clusterclip.sampling.groups.GroupClipSampler` inside).
@@ -31,18 +33,13 @@ class ClusterClipTorchSampler(Sampler[int]):
     Picklable; ``state_dict`` is plain JSON.
     """
 
-    def __init__(self, labels: Any, num_samples: int, strategy: str = "clusterclip",
-                 clip: int = 4, alpha: float = 0.0, seed: int = 0, rank: int | None = None,
-                 world_size: int | None = None, consumed_samples: int = 0,
-                 cluster_weights: Any = None, cache_dir: Any = None,
-                 groups: Any = None) -> None:
+    def __init__(self, labels: Any, num_samples: int, *, rank: int | None = None,
+                 world_size: int | None = None, **options: Any) -> None:
         group_rank, group_world = D.rank_and_world()
         rank = group_rank if rank is None else rank
         world_size = group_world if world_size is None else world_size
-        self.sampler = ClusterClipSampler(
-            labels, num_samples, strategy=strategy, clip=clip, alpha=alpha, seed=seed,
-            rank=rank, world_size=world_size, consumed_samples=consumed_samples,
-            cluster_weights=cluster_weights, cache_dir=cache_dir, groups=groups)
+        self.sampler: BaseSampler = make_sampler(labels, num_samples, rank=rank,
+                                                 world_size=world_size, **options)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.sampler)
@@ -58,3 +55,6 @@ class ClusterClipTorchSampler(Sampler[int]):
 
     def summary(self) -> dict[str, Any]:
         return self.sampler.summary()
+
+
+with_spec_signature(ClusterClipTorchSampler.__init__)

@@ -1,0 +1,313 @@
+"""The sampler's parameters, their checks and the strategy rules, each in one place.
+
+:class:`SamplerSpec` holds every parameter of a sampler and checks them on
+construction (scikit-learn validates an estimator's parameters in one place;
+this is that place). :func:`resolve_clusters` adds what the labels make of a
+spec: the cluster sizes, the cluster weights, the capacity. The plain and the
+group sampler, the torch sampler, the Hugging Face helpers and the schedule
+writer all take their parameters through these two.
+
+The strategy rules: :func:`strategy_options` (clip only for the clip
+strategies, alpha only for the alpha strategies) and :func:`rank_share` (the
+positions a rank serves, ``(T - c) // W`` of them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import numbers
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.labels import check_labels
+
+#: Every strategy name, here only: the CLI, the report and the experiment take these.
+STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
+#: The strategies whose cluster weight is n_k ** alpha.
+ALPHA_STRATEGIES = ("temperature", "clusterclip", "paced")
+#: The strategies with a repetition clip R (``clip``) and capacity R x eligible N.
+CLIP_STRATEGIES = ("clusterclip", "paced")
+#: The strategies whose schedule depends on num_samples T (it is not a prefix of the
+#: schedule of a longer T): a consumer that uses only a prefix must size T to it.
+LENGTH_DEPENDENT_STRATEGIES = ("paced",)
+#: The strategies compared when none are named (``experiment``, ``report``).
+DEFAULT_STRATEGIES = ("random", "uniform", "clusterclip", "paced")
+#: The sampler's strategy and clip when none is given (the CLI's defaults too).
+DEFAULT_STRATEGY = "clusterclip"
+DEFAULT_CLIP = 4
+MAX_SEED = 2**64 - 1  # seeds are packed as unsigned 64-bit integers (sampling._rng)
+
+
+def as_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """``value`` as an int in [minimum, maximum]; InputError naming parameter ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer, got {value!r}", params=(name,))
+    if int(value) < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {int(value)}", params=(name,))
+    if maximum is not None and int(value) > maximum:
+        raise InputError(f"{name} must be <= {maximum}, got {int(value)}", params=(name,))
+    return int(value)
+
+
+def strategy_options(strategy: str, *, clip: int | None = DEFAULT_CLIP, alpha: float = 0.0,
+                     cluster_weights: Any = None) -> dict[str, Any]:
+    """The sampler options that apply to ``strategy``, from options given for several.
+
+    ``clip`` only for :data:`CLIP_STRATEGIES`; ``alpha`` only for
+    :data:`ALPHA_STRATEGIES` (left out elsewhere, so it is 0: the baselines refuse
+    another value);
+    ``cluster_weights`` (when not None) for every strategy but ``random``, which
+    draws no cluster. Returns keyword arguments for :class:`SamplerSpec`.
+    """
+    out: dict[str, Any] = {"strategy": strategy}
+    if strategy in ALPHA_STRATEGIES:
+        out["alpha"] = alpha
+    if strategy in CLIP_STRATEGIES:
+        out["clip"] = clip
+    if cluster_weights is not None and strategy != "random":
+        out["cluster_weights"] = cluster_weights
+    return out
+
+
+def check_alpha(strategy: str, alpha: Any, has_weights: bool = False) -> float:
+    """``alpha`` as a float: finite, and 0 outside :data:`ALPHA_STRATEGIES` unless cluster
+    weights replace n_k ** alpha (``has_weights``); InputError otherwise."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) \
+            or not math.isfinite(alpha):
+        raise InputError(f"alpha must be a finite number, got {alpha!r}", params=("alpha",))
+    alpha = float(alpha)
+    if strategy not in ALPHA_STRATEGIES and alpha != 0.0 and not has_weights:
+        names = ", ".join(ALPHA_STRATEGIES[:-1]) + " and " + ALPHA_STRATEGIES[-1]
+        raise InputError(f"alpha applies to {names} only, got alpha={alpha} with strategy "
+                         f"{strategy}", params=("alpha",))
+    return alpha
+
+
+def rank_share(length: int, rank: int, world_size: int, start: int = 0) -> tuple[int, int]:
+    """``(first, count)``: rank ``rank`` of ``world_size`` serves global positions
+    ``first, first + W, ...``, ``count`` of them, of a schedule of ``length`` positions
+    from position ``start``: ``first = start + rank`` and ``count = (length - start) // W``
+    for every rank (the last ``(length - start) % W`` positions are served to nobody)."""
+    rank, world_size = _checked_rank(rank, world_size)
+    return start + rank, (length - start) // world_size
+
+
+def _checked_rank(rank: Any, world_size: Any) -> tuple[int, int]:
+    world_size = as_int("world_size", world_size, 1)
+    rank = as_int("rank", rank, 0)
+    if rank >= world_size:
+        raise InputError(f"rank must be < world_size {world_size}, got {rank}",
+                         params=("rank", "world_size"))
+    return rank, world_size
+
+
+@dataclass(frozen=True, eq=False)
+class SamplerSpec:
+    """Every parameter of a sampler, checked on construction (InputError naming it).
+
+    Parameters
+    ----------
+    num_samples : int >= 1. Length T of the global schedule.
+    strategy : one of :data:`STRATEGIES` (see :class:`~clusterclip.sampling.
+        ClusterClipSampler`).
+    clip : int >= 1, the repetition clip R of clusterclip and paced (None for
+        the other strategies, whatever was given).
+    alpha : finite float, the exponent of n_k ** alpha for temperature,
+        clusterclip and paced; must be 0 for the others unless
+        ``cluster_weights`` is given (which replaces n_k ** alpha).
+    seed : int in [0, 2**64 - 1].
+    rank, world_size : this process's share (``rank < world_size``).
+    consumed_samples : int in [0, T]: the global position to start at.
+    cluster_weights : optional (>= K,) array of finite weights >= 0, not for
+        ``random`` (checked against the labels by :func:`resolve_clusters`).
+    cache_dir : folder of the seek index, False for none, None for the default.
+    groups : optional (N,) integer array of near-duplicate groups (a
+        :class:`~clusterclip.sampling.groups.GroupClipSampler`).
+    """
+
+    num_samples: int
+    strategy: str = DEFAULT_STRATEGY
+    clip: int | None = DEFAULT_CLIP
+    alpha: float = 0.0
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    consumed_samples: int = 0
+    cluster_weights: Any = None
+    cache_dir: str | os.PathLike[str] | bool | None = None
+    groups: Any = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise InputError(f"unknown strategy {self.strategy!r}; choose one of "
+                             + ", ".join(STRATEGIES), params=("strategy",))
+        T = as_int("num_samples", self.num_samples, 1)
+        seed = as_int("seed", self.seed, 0, MAX_SEED)
+        rank, world_size = _checked_rank(self.rank, self.world_size)
+        consumed = as_int("consumed_samples", self.consumed_samples, 0)
+        if consumed > T:
+            raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}",
+                             params=("consumed_samples", "num_samples"))
+        clip = as_int("clip", self.clip, 1) if self.strategy in CLIP_STRATEGIES else None
+        alpha = check_alpha(self.strategy, self.alpha, self.cluster_weights is not None)
+        if self.cluster_weights is not None and self.strategy == "random":
+            raise InputError("cluster_weights does not apply to strategy random",
+                             params=("cluster_weights",))
+        for name, value in (("num_samples", T), ("seed", seed), ("rank", rank),
+                            ("world_size", world_size),
+                            ("consumed_samples", consumed), ("clip", clip), ("alpha", alpha)):
+            object.__setattr__(self, name, value)
+
+    def replace(self, **changes: Any) -> SamplerSpec:
+        """A copy with ``changes``, checked again."""
+        return dataclasses.replace(self, **changes)
+
+    def options(self) -> dict[str, Any]:
+        """The fields as keyword arguments (arrays not copied)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def alpha_in_use(self) -> float | None:
+        """The alpha the schedule depends on: None outside the alpha strategies and when
+        ``cluster_weights`` replace n_k ** alpha (what samplers report and states hold)."""
+        if self.strategy in ALPHA_STRATEGIES and self.cluster_weights is None:
+            return self.alpha
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Clusters:
+    """What labels make of a :class:`SamplerSpec`: the documents it may draw and how.
+
+    ``labels``: the checked (N,) labels; ``drawable``: (N,) bool, label >= 0 and in
+    a cluster of weight > 0; ``sizes``: (K,) int64 drawable documents per cluster
+    (n_k); ``weights``: (K,) float64 cluster weights (the given ``cluster_weights``,
+    or n_k ** alpha) or None (uniform over the non-empty clusters); ``capacity``:
+    clip x drawable documents (clip strategies) or None; ``zero_weight``:
+    (clusters, documents) of weight 0 with documents, or None when there are none.
+    """
+
+    labels: np.ndarray
+    drawable: np.ndarray
+    sizes: np.ndarray
+    weights: np.ndarray | None
+    capacity: int | None
+    zero_weight: tuple[int, int] | None
+
+    @property
+    def num_eligible(self) -> int:
+        return int(self.sizes.sum())
+
+    @property
+    def num_excluded(self) -> int:
+        return int(self.labels.size - self.num_eligible)
+
+
+def capacity_error(num_samples: int, clip: int, units: int, unit: str) -> InputError:
+    """The refusal of ``num_samples`` T above the capacity ``clip`` R x ``units``: it names
+    the smallest R that serves T and the largest T that R allows."""
+    return InputError(f"num_samples {num_samples} exceeds capacity {clip * units} = clip "
+                      f"{clip} x {units} {unit}; the smallest clip that serves it is "
+                      f"{-(-num_samples // max(1, units))}, the largest num_samples that clip "
+                      f"{clip} allows is {clip * units}", params=("num_samples", "clip"))
+
+
+def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible documents"
+                     ) -> Clusters:
+    """The :class:`Clusters` of ``spec`` over ``labels``, checked (InputError): labels
+    valid, ``cluster_weights`` of length >= K, finite, >= 0 on non-empty clusters and
+    > 0 on at least one, n_k ** alpha finite and > 0, num_samples within the capacity
+    (``unit`` names what the capacity counts in the message)."""
+    lab = check_labels(labels)
+    K = int(lab.max()) + 1
+    drawable = lab >= 0
+    sizes = np.bincount(lab[drawable], minlength=K).astype(np.int64)
+    nonempty = sizes > 0
+    weights, zero_weight = None, None
+    if spec.cluster_weights is not None:
+        weights = _checked_weights(spec.cluster_weights, K, nonempty)
+        unweighted = nonempty & (weights == 0)
+        if unweighted.any():
+            # A cluster of weight 0 is never drawn: its documents are excluded as if
+            # labelled -1 (capacity, passes and summary count only the others).
+            zero_weight = (int(unweighted.sum()), int(sizes[unweighted].sum()))
+            drawable &= ~unweighted[np.where(drawable, lab, 0)]
+            sizes = np.where(unweighted, 0, sizes)
+    elif spec.strategy in ALPHA_STRATEGIES and spec.alpha != 0.0:
+        weights = _alpha_weights(sizes, spec.alpha)
+    capacity = None
+    if spec.clip is not None:
+        n = int(sizes.sum())
+        capacity = spec.clip * n
+        if spec.num_samples > capacity:
+            raise capacity_error(spec.num_samples, spec.clip, n, unit)
+    return Clusters(lab, drawable, sizes, weights, capacity, zero_weight)
+
+
+def _checked_weights(cluster_weights: Any, K: int, nonempty: np.ndarray) -> np.ndarray:
+    try:
+        w = np.asarray(cluster_weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError("cluster_weights must be an array of numbers",
+                         params=("cluster_weights",)) from None
+    if w.ndim != 1 or w.size < K:
+        raise InputError(f"cluster_weights must be a 1-D array of length >= {K} "
+                         f"(number of cluster ids), got shape {w.shape}",
+                         params=("cluster_weights",))
+    w = w[:K].copy()
+    bad = np.flatnonzero(nonempty & ~(np.isfinite(w) & (w >= 0)))
+    if bad.size:
+        k = int(bad[0])
+        raise InputError(f"cluster_weights must be finite and >= 0 for non-empty "
+                         f"clusters, got {w[k]} for cluster {k}", params=("cluster_weights",))
+    if not (w[nonempty] > 0).any():
+        raise InputError("cluster_weights: no cluster with documents has a weight > 0",
+                         params=("cluster_weights",))
+    w[~nonempty] = 0.0
+    with np.errstate(over="ignore"):
+        total = float(w.sum())
+    if not math.isfinite(total):
+        raise InputError("cluster_weights: their sum overflows to infinity",
+                         params=("cluster_weights",))
+    return w
+
+
+def _alpha_weights(sizes: np.ndarray, alpha: float) -> np.ndarray:
+    nonempty = sizes > 0
+    weights = np.zeros(sizes.size)
+    with np.errstate(over="ignore", under="ignore"):  # both are reported below
+        weights[nonempty] = sizes[nonempty].astype(np.float64) ** alpha
+        total = float(weights.sum())
+    if not math.isfinite(total):
+        raise InputError(f"alpha={alpha} overflows the cluster weights n_k ** alpha")
+    zero = np.flatnonzero(nonempty & (weights == 0))
+    if zero.size:
+        k = int(zero[0])
+        raise InputError(f"alpha={alpha} underflows the cluster weight n_k ** alpha to 0 "
+                         f"for cluster {k} of {sizes[k]} documents; use an alpha "
+                         f"closer to 0")
+    return weights
+
+
+def with_spec_signature(func: Callable[..., Any], *, skip: tuple[str, ...] = ()
+                        ) -> Callable[..., Any]:
+    """Give ``func(first, ..., **options)`` the signature of the :class:`SamplerSpec`
+    fields in place of ``**options`` (for ``help()`` and ``inspect``; the fields are
+    written once, in :class:`SamplerSpec`)."""
+    own = [p for p in inspect.signature(func).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    names = {p.name for p in own}
+    spec = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(SamplerSpec).parameters.values()
+            if p.name not in names and p.name not in skip]
+    pos = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    kw = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    func.__signature__ = inspect.Signature(pos + kw + spec)  # type: ignore[attr-defined]
+    return func
