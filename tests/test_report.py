@@ -1,22 +1,15 @@
-"""``clusterclip report`` end to end on a small work directory built from the bundled corpus.
-
-The work directory holds a real corpus index over 600 Python-docs sections.
-Its clusters are the documentation folders (field ``label``), with the large
-``library`` folder split in three and two small folders merged, so that the
-clusters differ from the labels and the agreement metrics are not trivially 1.
-Scores are real cosine similarities of hashed bag-of-words vectors to their
-cluster centroid.
-"""
+"""``clusterclip report`` end to end on a small work directory built from the bundled corpus
+(``_report_workdir.py``: 600 Python-docs sections, clusters from their folders)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _report_workdir import make_report_workdir
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from clusterclip.cli import main
@@ -25,52 +18,12 @@ from clusterclip.report.markdown import escape_inline
 from clusterclip.report.stats import window_edges
 from clusterclip.sampling.clip import quartile_clusters
 
-N_DOCS = 600
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _bag_of_words(texts: list[str], dim: int = 256) -> np.ndarray:
-    out = np.zeros((len(texts), dim), dtype=np.float64)
-    for i, t in enumerate(texts):
-        for w in re.findall(r"[a-z_]{3,}", t.lower()):
-            out[i, (sum(map(ord, w)) * 2654435761) % dim] += 1.0
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, pydocs_path) -> Path:
-    from clusterclip.corpus import Corpus
-
-    root = tmp_path_factory.mktemp("report_wd")
-    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    rows = rows[:: len(rows) // N_DOCS][:N_DOCS]  # spread over every folder
-    rows[5]["text"] = "   "  # one document without text: excluded (-1)
-    src = root / "docs.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    corpus = Corpus.scan(src, progress=False)
-    corpus.save(root / "corpus")
-    folders = sorted({r["label"] for r in rows})
-    labels = np.array([folders.index(r["label"]) for r in rows], dtype=np.int32)
-    library = folders.index("library")
-    labels[(labels == library) & (np.arange(labels.size) % 3 == 1)] = len(folders)
-    labels[(labels == library) & (np.arange(labels.size) % 3 == 2)] = len(folders) + 1
-    labels[labels == folders.index("installing")] = folders.index("install")
-    labels = np.unique(labels, return_inverse=True)[1].astype(np.int32)  # ids 0..K-1
-    valid = np.asarray(corpus.valid)
-    labels[~valid] = -1
-    emb = _bag_of_words([r["text"] for r in rows])
-    k = int(labels.max()) + 1
-    centroids = np.stack([emb[labels == c].mean(axis=0) for c in range(k)])
-    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
-    scores = np.einsum("nd,nd->n", emb, centroids[np.maximum(labels, 0)]).astype(np.float32)
-    scores[labels < 0] = 0.0
-    np.save(root / "labels.npy", labels)
-    np.save(root / "scores.npy", scores)
-    np.save(root / "centroids.npy", centroids.astype(np.float32))
-    np.save(root / "valid.npy", valid)
-    np.save(root / "embeddings.npy", emb.astype(np.float32))
-    return root
+    return make_report_workdir(tmp_path_factory.mktemp("report_wd"), pydocs_path)
 
 
 def _sampler_schedule(labels, strategy, total, clip=4, seed=0):

@@ -15,6 +15,7 @@ Layout (each stage owns its names)::
     W/tokens.npy           int64[N] tokens per document (``--tokenizer``, clusterclip.tokens)
     W/groups.npy           int64[N] near-duplicate group (smallest member's index; -1 excluded)
     W/dedup.json           ``dedup``'s summary (clusterclip.dedup)
+    W/map/                 the report's 2D map of a document sample (clusterclip.report.projection)
     W/report/, W/experiment/, W/sweep/ (``cluster --sweep``)
 
 Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
@@ -63,9 +64,10 @@ PRODUCERS = {"corpus": "embed", "embed": "embed", "embeddings.npy": "embed",
              "valid.npy": "embed", "labels.npy": "cluster", "scores.npy": "cluster",
              "centroids.npy": "cluster", "schedule.npy": "sample", "report": "report",
              "experiment": "experiment", "tokens.npy": "tokens", "sweep": "sweep",
-             "groups.npy": "dedup", "dedup.json": "dedup"}
+             "groups.npy": "dedup", "dedup.json": "dedup", "map": "map"}
 # The command that reruns a stage (for error messages).
-RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer"}
+RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer",
+         "map": "clusterclip report"}
 # A folder's identity when no stage record describes it: the hash of this file.
 _IDENTITY_FILE = {"corpus": "corpus/corpus.json"}
 # Processes of this interpreter holding a work directory's lock: root -> [fd, depth].

@@ -34,7 +34,7 @@ def _recorded_clip(root: Path, schedule) -> int | None:
     """The clip that ``clusterclip sample``/``run`` recorded for W/schedule.npy, if any."""
     if schedule is None or Path(schedule).resolve() != (root / "schedule.npy").resolve():
         return None
-    from clusterclip.sampling.sampler import CLIP_STRATEGIES
+    from clusterclip.sampling.spec import CLIP_STRATEGIES
     from clusterclip.workdir import Workdir
 
     rec = Workdir(root, create=False).stage("sample") or {}
@@ -78,6 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
+    p.add_argument("--map-sample", type=int, default=None, metavar="N",
+                   help="documents on the map of index.html: a seeded sample of at most N "
+                        "(default: 100,000; 0: no map); projected once (UMAP), kept in W/map/")
     add_path(p, "--out", role="output_dir", default=None,
              default_from=lambda a: str(Path(a.workdir) / "report"),
                    help="report directory (default: W/report); replaced only when new, empty "
@@ -87,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.report import build_report
+    from clusterclip.report import ReportOptions, build_report
 
     root = Path(args.workdir)
     if not root.is_dir():
@@ -98,14 +101,16 @@ def run(args: argparse.Namespace) -> int:
     clip = args.clip
     if clip is None:
         clip = _recorded_clip(root, schedule) or 4
-    summary = build_report(
-        root, schedule=schedule, label_field=args.label_field, strategies=args.strategies,
+    summary = build_report(root, ReportOptions(
+        schedule=schedule, label_field=args.label_field, strategies=args.strategies,
         num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
         windows=args.windows, tail_floor=args.tail_floor,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty(),
-        overwrite=args.overwrite)
+        overwrite=args.overwrite, **({} if args.map_sample is None
+                                     else {"map_sample": args.map_sample})))
     out = Path(args.out) if args.out else root / "report"
     print(f"report: {out / 'report.md'}")
+    print(f"page:   {out / summary['page']}")
     print(f"budget T = {summary['num_samples']:,} samples over "
           f"{summary['eligible_documents']:,} documents in {summary['clusters']['clusters']} "
           f"clusters (the repetition counts below are at this budget, over the whole corpus; "

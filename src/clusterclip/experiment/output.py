@@ -351,37 +351,90 @@ def _binned_trend(ax: Any, x: np.ndarray, y: np.ndarray, color: str, label: str)
         ax.plot([], [], color=color, marker="o", label=label)
 
 
+def _strategy_colors(results: dict[str, Any]) -> dict[str, str]:
+    """One fixed colour per strategy (clusterclip.plotting), the same in every figure."""
+    from clusterclip.plotting import strategy_color
+
+    return {name: strategy_color(name, i) for i, (name, _) in enumerate(_ordered(results))}
+
+
+def _curve_arrays(entry: dict[str, Any], field: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Tokens, float[seeds, points] of one curve field, and the seeds, of a strategy."""
+    curves = [r["curve"] for r in entry["runs"]]
+    x = np.array([p["tokens"] for p in curves[0]], dtype=np.float64)
+    y = np.array([[np.nan if p.get(field) is None else p[field] for p in c] for c in curves],
+                 dtype=np.float64)
+    return x, y, [int(r.get("seed", i)) for i, r in enumerate(entry["runs"])]
+
+
+def _paired(entry: dict[str, Any], base: dict[str, Any], field: str
+            ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Tokens and float[seeds, points] of ``field`` minus random's, paired by seed."""
+    x, y, seeds = _curve_arrays(entry, field)
+    bx, by, bseeds = _curve_arrays(base, field)
+    common = [s for s in seeds if s in bseeds]
+    if not common or x.shape != bx.shape:
+        return None
+    return x, np.stack([y[seeds.index(s)] - by[bseeds.index(s)] for s in common])
+
+
 def plot_curves(results: dict[str, Any], path: Path) -> None:
-    """Validation (solid, mean ± std band) and training-sample (dashed) loss against
-    training tokens, per strategy; the untrained start is left out of the scale."""
-    import matplotlib
+    """Loss over training. With random run: left, random's validation loss (solid) and
+    training-sample loss (dashed), the scale; right, each strategy's validation loss minus
+    random's, paired by seed (same initialisation), mean and a band of ± one std over
+    seeds, on a scale where 0.01 nats shows. Without random: every strategy's loss on one axes. The
+    untrained start is left out of the scale."""
+    from clusterclip.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.6), layout="constrained")
-    for i, (name, entry) in enumerate(_ordered(results)):
-        curves = [r["curve"] for r in entry["runs"]]
-        x = np.array([p["tokens"] for p in curves[0]])
-        y = np.array([[p["val_loss"] for p in c] for c in curves])
-        mean, std = y.mean(axis=0), y.std(axis=0)
-        color = f"C{i}"
-        ax.plot(x[1:], mean[1:], marker="o", ms=3, color=color,
+    plt = pyplot()
+    colors = _strategy_colors(results)
+    base = results["strategies"].get("random")
+    others = [(n, e) for n, e in _ordered(results) if n != "random"]
+    two = base is not None and bool(others)
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(11.5 if two else 7.0, 4.4),
+                             layout="constrained", squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 1.6]} if two else None)
+    n = len(next(iter(results["strategies"].values()))["runs"])
+    shown = [("random", base)] if two else _ordered(results)
+    ax = axes[0][0]
+    for name, entry in shown:
+        x, y, _ = _curve_arrays(entry, "val_loss")
+        ax.plot(x[1:], y.mean(axis=0)[1:], marker="o", ms=3, color=colors[name],
                 label=f"{strategy_name(name, results)} validation")
-        if y.shape[0] > 1:
-            ax.fill_between(x[1:], (mean - std)[1:], (mean + std)[1:], color=color, alpha=0.2)
-        if curves[0][-1].get("train_loss") is not None and "batch_loss" in curves[0][-1]:
-            t = np.array([[p["train_loss"] for p in c] for c in curves]).mean(axis=0)
-            ax.plot(x[1:], t[1:], ls="--", lw=1, color=color,
+        _, t, _ = _curve_arrays(entry, "train_loss")
+        if np.isfinite(t[:, 1:]).all():
+            ax.plot(x[1:], t.mean(axis=0)[1:], ls="--", lw=1, color=colors[name],
                     label=f"{strategy_name(name, results)} training sample")
     ax.set_xlabel("training tokens")
     ax.set_ylabel("loss (nats/token, micro)")
-    n = len(next(iter(results["strategies"].values()))["runs"])
-    ax.set_title(f"Loss over training (mean over {n} seed{'s' if n != 1 else ''}"
-                 f"{', band ± std' if n > 1 else ''})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    fig.savefig(path, dpi=100, format="png")
+    ax.set_title("Random's loss over training" if two else
+                 f"Loss over training (mean over {n} seed{'s' if n != 1 else ''})")
+    ax.legend(fontsize=8)
+    if two:
+        ax = axes[0][1]
+        ax.axhline(0.0, color=colors["random"], lw=1.2, label="random (reference)")
+        for name, entry in others:
+            val = _paired(entry, base, "val_loss")
+            if val is None:
+                continue
+            x, d = val
+            mean = d.mean(axis=0)
+            ax.plot(x[1:], mean[1:], marker="o", ms=3, color=colors[name],
+                    label=f"{strategy_name(name, results)} − random")
+            if d.shape[0] > 1:
+                std = d.std(axis=0, ddof=1)
+                ax.fill_between(x[1:], (mean - std)[1:], (mean + std)[1:], color=colors[name],
+                                alpha=0.18, lw=0)
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel("validation loss − random's (nats/token)")
+        band = ", band ± std" if n > 1 else ""
+        ax.set_title(f"Difference to random, paired by seed; below 0: better\n(mean over {n} "
+                     f"seed{'s' if n != 1 else ''}{band})")
+        ax.legend(fontsize=8, ncol=min(4, len(others) + 1), loc="upper center",
+                  bbox_to_anchor=(0.5, -0.14), frameon=False)
+    for a in axes[0]:
+        a.grid(alpha=0.3)
+    fig.savefig(path, dpi=100, format="png", metadata={"Software": None})
     plt.close(fig)
 
 
@@ -393,32 +446,32 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
     paired by seed, which separates the strategy's effect from how hard each
     cluster's text is.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
+    from clusterclip.plotting import pyplot
+
+    plt = pyplot()
+    colors = _strategy_colors(results)
     base = results["strategies"].get("random")
     ordered = _ordered(results)
-    others = [(i, n, e) for i, (n, e) in enumerate(ordered) if n != "random"]
+    others = [(n, e) for n, e in ordered if n != "random"]
     two = base is not None and bool(others)
     fig, axes = plt.subplots(1, 2 if two else 1, figsize=(12.0 if two else 6.4, 4.4),
                              layout="constrained", squeeze=False)
     ax = axes[0][0]
-    for i, (name, entry) in enumerate(ordered):
+    for name, entry in ordered:
         _, size = cluster_arrays(entry, "size")
         _, loss = cluster_arrays(entry, "loss")
-        _binned_trend(ax, size[0], loss.mean(axis=0), f"C{i}", strategy_name(name, results))
+        _binned_trend(ax, size[0], loss.mean(axis=0), colors[name], strategy_name(name, results))
     ax.set_ylabel("validation loss of the cluster (nats/token)")
     ax.set_title("Per-cluster held-out loss vs cluster size")
     if two:
         ax2 = axes[0][1]
         _, base_loss = cluster_arrays(base, "loss")
-        for i, name, entry in others:
+        for name, entry in others:
             _, size = cluster_arrays(entry, "size")
             _, loss = cluster_arrays(entry, "loss")
-            _binned_trend(ax2, size[0], (loss - base_loss).mean(axis=0), f"C{i}",
+            _binned_trend(ax2, size[0], (loss - base_loss).mean(axis=0), colors[name],
                           f"{strategy_name(name, results)} − random")
         ax2.axhline(0.0, color="k", lw=0.8)
         ax2.set_ylabel("loss difference to random (nats/token)")
@@ -432,48 +485,77 @@ def plot_cluster_loss(results: dict[str, Any], path: Path) -> None:
         a.grid(alpha=0.3, which="both")
         a.legend(fontsize=8)
     fig.suptitle("One point per cluster (mean over seeds); lines: mean in log-spaced size bins")
-    fig.savefig(path, dpi=100, format="png")
+    fig.savefig(path, dpi=100, format="png", metadata={"Software": None})
     plt.close(fig)
 
 
 def plot_gap_repetition(results: dict[str, Any], path: Path) -> None:
-    """Per strategy (one panel each), per-cluster train–validation gap against the
-    average times each training document of the cluster was fed, with a binned trend
-    (mean over seeds). When random was run, the other panels show the excess gap over
-    random's gap on the same cluster, which cancels how the held-out and training
-    documents of a cluster happen to differ."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Per-cluster train–validation gap against the average times each training document
+    of the cluster was fed, with a binned trend (mean over seeds), one panel per
+    strategy. Top row: the gap itself, every panel on one scale. Bottom row (when random
+    was run): the excess gap over random's gap on the same cluster and seed, which
+    cancels how the held-out and training documents of a cluster happen to differ, every
+    panel on one scale of its own."""
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
+    from clusterclip.plotting import pyplot
+
+    plt = pyplot()
+    colors = _strategy_colors(results)
     ordered = _ordered(results)
     base = results["strategies"].get("random")
-    fig, axes = plt.subplots(1, len(ordered), figsize=(3.6 * len(ordered) + 0.6, 3.9),
+    excess_row = base is not None and len(ordered) > 1
+    rows = 2 if excess_row else 1
+    fig, axes = plt.subplots(rows, len(ordered), figsize=(3.6 * len(ordered) + 0.6,
+                                                          3.4 * rows + 0.5),
                              layout="constrained", squeeze=False, sharex=True)
+    base_gap = cluster_arrays(base, "gap")[1] if base is not None else None
     for i, (name, entry) in enumerate(ordered):
-        ax = axes[0][i]
         _, gap = cluster_arrays(entry, "gap")
         _, rep = cluster_arrays(entry, "repetition")
-        excess = base is not None and name != "random"
-        if excess:
-            gap = gap - cluster_arrays(base, "gap")[1]
-        _binned_trend(ax, rep.mean(axis=0), gap.mean(axis=0), f"C{i}", "binned mean")
-        ax.axhline(0.0, color="k", lw=0.8)
+        panels = [(axes[0][i], gap, "gap: val − train loss of the cluster")]
+        if excess_row:
+            panels.append((axes[1][i], None if name == "random" else gap - base_gap,
+                           "gap − random's gap, same cluster"))
+        for row, (ax, values, ylabel) in enumerate(panels):
+            ax.set_title(strategy_name(name, results) if row == 0
+                         else f"{strategy_name(name, results)}: excess over random")
+            if values is None:  # random's excess over itself: nothing to show
+                ax.axis("off")
+                ax.text(0.5, 0.5, "random is the reference\nof this row (its excess is 0)",
+                        ha="center", va="center", transform=ax.transAxes, color="0.4")
+                continue
+            _binned_trend(ax, rep.mean(axis=0), values.mean(axis=0), colors[name],
+                          "binned mean")
+            ax.axhline(0.0, color="k", lw=0.8)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3, which="both")
+    _share_y(axes[0])
+    if excess_row:
+        _share_y([ax for ax, (name, _) in zip(axes[1], ordered, strict=True)
+                  if name != "random"])
+    for ax in axes.flat:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(LogLocator(base=2))
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_title(strategy_name(name, results))
+    for ax in axes[-1]:
         ax.set_xlabel("feeds per training document (log)")
-        ax.set_ylabel("gap − random's gap, same cluster" if excess
-                      else "gap: val − train loss of the cluster")
-        ax.grid(alpha=0.3, which="both")
-    fig.suptitle("Per-cluster train–validation gap vs repetition "
-                 "(one point per cluster, mean over seeds)")
-    fig.savefig(path, dpi=100, format="png")
+    fig.suptitle("Per-cluster train–validation gap vs repetition (one point per cluster, mean "
+                 "over seeds); each row on one scale")
+    fig.savefig(path, dpi=100, format="png", metadata={"Software": None})
     plt.close(fig)
+
+
+def _share_y(axes: Any) -> None:
+    """One y range for ``axes`` (the union of their data ranges)."""
+    axes = list(axes)
+    if not axes:
+        return
+    lo = min(a.get_ylim()[0] for a in axes)
+    hi = max(a.get_ylim()[1] for a in axes)
+    for a in axes:
+        a.set_ylim(lo, hi)
 
 
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:

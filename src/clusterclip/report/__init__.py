@@ -10,7 +10,7 @@ work directory and writes ``W/report/``.
 
 from __future__ import annotations
 
-from clusterclip.report.build import build_report
+from clusterclip.report.build import ReportOptions, build_report
 from clusterclip.report.metrics import (
     adjusted_rand_index,
     cluster_label_agreement,
@@ -21,6 +21,7 @@ from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summ
 from clusterclip.sampling.clip import choose_clip, expected_draws, quartile_clusters
 
 __all__ = [
+    "ReportOptions",
     "ScheduleStats",
     "adjusted_rand_index",
     "build_report",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import load_npy
 from clusterclip.labels import check_labels
+from clusterclip.report.page import verdict_text
+from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
 from clusterclip.report.readable import FILE as CLUSTERS_MD
 from clusterclip.report.readable import (
     csv_columns,
@@ -45,12 +48,17 @@ from clusterclip.sampling.spec import (
     strategy_options,
 )
 
+#: The strategy name of the schedule drawn from ``W/search/mixture.json`` (its weights,
+#: timing and clip); shown by default whenever that file exists.
+MIXTURE = "mixture"
+MIXTURE_FILE = ("search", "mixture.json")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
 EXAMPLE_DOCS = 3
 EXAMPLE_CHARS = 200
 # Generate measured columns for the choose-R table only while it stays cheap.
 MEASURE_SAMPLE_LIMIT = 20_000_000
+PAGE = "index.html"
 FIGURES = {"sizes": "cluster_sizes.png", "share": "schedule_share.png",
            "repetition": "repetition.png", "mixture": "mixture.png",
            "choose_clip": "choose_clip.png"}
@@ -259,6 +267,22 @@ def _label_agreement(corpus, labels: np.ndarray, field: str
     return result, majority
 
 
+def _relative(path: Path, report_dir: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), report_dir.resolve())).as_posix()
+
+
+def _verdict_files(root: Path) -> list[tuple[str, Path]]:
+    return [("Experiment", root / "experiment" / "results.md"),
+            ("Search", root / "search" / "results.md")]
+
+
+def search_link(root: Path, report_dir: Path) -> str | None:
+    """The relative path (POSIX separators) from ``report_dir`` to ``W/search/results.md``
+    when that file exists, else None."""
+    results = root / "search" / "results.md"
+    return _relative(results, report_dir) if results.is_file() else None
+
+
 def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
     """Where the experiment's results are, relative to the report directory, or how to run it.
 
@@ -267,44 +291,83 @@ def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
     is the command that writes it.
     """
     results = root / "experiment" / "results.md"
-    rel = None
-    if results.is_file():
-        rel = Path(os.path.relpath(results.resolve(), report_dir.resolve())).as_posix()
+    rel = _relative(results, report_dir) if results.is_file() else None
     return {"results_md": rel, "command": f"clusterclip experiment --workdir {root}"}
 
 
-def build_report(
-    workdir: str | os.PathLike[str],
-    *,
-    schedule: str | os.PathLike[str] | None = None,
-    label_field: str | None = None,
-    strategies: Sequence[str] | None = None,
-    num_samples: int | None = None,
-    clip: int = 4,
-    alpha: float = 0.0,
-    seed: int = 0,
-    windows: int = 50,
-    tail_floor: float = DEFAULT_TAIL_FLOOR,
-    clips: Sequence[int] | None = None,
-    out: str | os.PathLike[str] | None = None,
-    progress: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Write ``W/report/`` (summary.json, clusters.csv, clusters.md, PNG figures, report.md);
-    return the summary.
+@dataclass(frozen=True)
+class ReportOptions:
+    """What a report shows and how its schedules are drawn (see :func:`build_report`).
 
     ``schedule``: a schedule ``.npy`` to analyse (its length sets the budget T);
     ``strategies``: schedules to generate at the same T with the sampler
-    (default: :data:`DEFAULT_STRATEGIES`); ``num_samples``: T when no schedule is
-    given (default: ``min(3, clip)`` epochs of the eligible documents, which
-    fits the ClusterClip capacity); ``clip``/``alpha``/``seed``: sampler
-    parameters; ``windows``: time windows for the mixture series;
-    ``tail_floor``: a schedule starves the tail when the smallest quartile of
-    clusters gets less than ``tail_floor`` x its corpus share of the last 20%
-    of the schedule (the late-training sentence and the recommended R);
-    ``clips``: the values of R to tabulate; ``out``: the
-    report directory (default ``W/report``), replaced atomically, and only when
-    it is new, empty or an earlier report (or with ``overwrite``; never the work
+    (None: :data:`DEFAULT_STRATEGIES`); ``num_samples``: T when no schedule is
+    given (None: ``min(3, clip)`` epochs of the eligible documents, which fits
+    the ClusterClip capacity); ``clip``/``alpha``/``seed``: sampler parameters;
+    ``windows``: time windows for the mixture series; ``tail_floor``: a schedule
+    starves the tail when the smallest quartile of clusters gets less than
+    ``tail_floor`` x its corpus share of the last 20% of the schedule (the
+    late-training sentence and the recommended R); ``clips``: the values of R
+    to tabulate (None: :func:`~clusterclip.sampling.clip.default_clips`);
+    ``out``: the report directory (None: ``W/report``); ``progress``: progress
+    bars on stderr; ``overwrite``: replace an ``out`` that is not an earlier report;
+    ``map_sample``: documents on the page's map (at most; 0: no map), a sample drawn
+    with ``map_seed`` and projected by the ``map`` stage
+    (:mod:`~clusterclip.report.projection`); a seed of its own, so that a report with
+    another sampler ``seed`` reuses the map.
+    """
+
+    schedule: str | os.PathLike[str] | None = None
+    label_field: str | None = None
+    strategies: Sequence[str] | None = None
+    num_samples: int | None = None
+    clip: int = 4
+    alpha: float = 0.0
+    seed: int = 0
+    windows: int = 50
+    tail_floor: float = DEFAULT_TAIL_FLOOR
+    clips: Sequence[int] | None = None
+    out: str | os.PathLike[str] | None = None
+    progress: bool = False
+    overwrite: bool = False
+    map_sample: int = DEFAULT_MAP_SAMPLE
+    map_seed: int = 0
+
+    def strategy_list(self) -> list[str]:
+        """The strategies to generate, checked against the sampler's (and ``mixture``:
+        the schedule of ``W/search/mixture.json``, CONTRACTS.md section 4)."""
+        strategies = list(DEFAULT_STRATEGIES if self.strategies is None else self.strategies)
+        for s in strategies:
+            if s not in STRATEGIES and s != MIXTURE:
+                raise InputError(f"unknown strategy {s!r} (choose from "
+                                 f"{', '.join((*STRATEGIES, MIXTURE))})")
+        return strategies
+
+    def check(self) -> None:
+        """InputError naming the option for a value out of range."""
+        if self.clip < 1:
+            raise InputError(f"--clip must be >= 1, got {self.clip}")
+        if self.windows < 1:
+            raise InputError(f"--windows must be >= 1, got {self.windows}")
+        if not (self.tail_floor >= 0 and math.isfinite(self.tail_floor)):
+            raise InputError(f"--tail-floor must be a number >= 0, got {self.tail_floor}")
+        if self.num_samples is not None and self.schedule is None and self.num_samples <= 0:
+            raise InputError(f"--num-samples must be positive, got {self.num_samples}")
+        if isinstance(self.map_sample, bool) or not isinstance(self.map_sample, int) \
+                or self.map_sample < 0:
+            raise InputError(f"--map-sample must be an integer >= 0, got {self.map_sample}")
+        self.strategy_list()
+
+
+def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None = None,
+                 **fields: Any) -> dict[str, Any]:
+    """Write ``W/report/`` (index.html, summary.json, clusters.csv, clusters.md, PNG
+    figures, report.md); return the summary.
+
+    ``options``: a :class:`ReportOptions`; ``fields`` override its fields
+    (``build_report(w, clip=3)`` is ``build_report(w, ReportOptions(clip=3))``).
+    The report directory (``out``) is replaced atomically, and only when it is
+    new, empty or an earlier report (or with ``overwrite``; never the work
     directory, an input, or a folder holding them).
 
     A stage of the work directory: run under its lock, refused when the labels
@@ -320,50 +383,34 @@ def build_report(
     from clusterclip.io import check_output_dir, refuse_protected
     from clusterclip.workdir import Workdir
 
+    opts = replace(options or ReportOptions(), **fields)
+    opts.check()
     root = Path(workdir)
     if not root.is_dir():
         raise InputError(f"work directory {root} does not exist")
     w = Workdir(root, create=False)
-    target = Path(out) if out is not None else root / "report"
+    target = Path(opts.out) if opts.out is not None else root / "report"
     own = target.resolve() == (root / "report").resolve()
+    schedule = opts.schedule
     in_w = schedule is not None and Path(schedule).resolve() == (root / "schedule.npy").resolve()
-    key = {"schedule": None if schedule is None else str(Path(schedule).resolve()),
-           "label_field": label_field,
-           "strategies": list(DEFAULT_STRATEGIES if strategies is None else strategies),
-           "num_samples": num_samples, "clip": clip, "alpha": alpha,
-           "seed": seed, "windows": windows, "tail_floor": tail_floor,
-           "clips": None if clips is None else [int(c) for c in clips],
-           "out": str(target.resolve()),
-           # report.md links the experiment's results once they exist.
-           "experiment_link": experiment_link(root, target)}
+    key = _stage_key(root, opts, target)
     built: dict[str, Any] = {}
     counted: dict[str, Any] = {}
 
     def with_tokens() -> dict[str, Any]:
-        counted["groups"] = current_groups(w)
+        counted.update(_token_inputs(w))
         if counted["groups"] is not None:  # repetition per near-duplicate group too
             key["groups"] = w.stage("dedup")["fingerprint"]
-        # Token counts: W/tokens.npy while its `tokens` stage is current, else the estimate.
-        if (root / "corpus").is_dir():
-            from clusterclip.tokens import recorded_tokens
-
-            tokens, counted["source"] = recorded_tokens(w)
-            # int32 holds any document's token count (4 bytes per document, not 8).
-            fits = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**31)
-            counted["tokens"] = tokens.astype(np.int32) if fits else tokens
-            del tokens
+        if "source" in counted:
             rec = w.stage("tokens") if counted["source"]["method"] == "tokenizer" else None
             return {**key, "token_counts": {**counted["source"],
                                             "stage": rec and rec.get("fingerprint")}}
         return key
 
     def work(run: Any) -> dict[str, Any]:
-        built.update(_build_report(
-            root, schedule=schedule, label_field=label_field, strategies=strategies,
-            num_samples=num_samples, clip=clip, alpha=alpha, seed=seed, windows=windows,
-            tail_floor=tail_floor, clips=clips, target=target,
-            progress=progress, overwrite=overwrite, doc_tokens=counted.get("tokens"),
-            token_source=counted.get("source"), doc_groups=counted.get("groups")))
+        built.update(_build_report(root, opts, target, _Counted(
+            tokens=counted.get("tokens"), source=counted.get("source"),
+            groups=counted.get("groups")), w))
         return {"out": str(target)}
 
     with w.locked():
@@ -371,80 +418,132 @@ def build_report(
         if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
             refuse_protected(target, given, "--out")
         else:
-            check_output_dir(target, "report", overwrite=overwrite,
+            check_output_dir(target, "report", overwrite=opts.overwrite,
                              protected=w.protected(own=("report",)) + given)
         w.run_stage("report", key=with_tokens, work=work,
                     reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
                     maybe_reads=["centroids.npy", "corpus"],
                     inputs=[schedule] if schedule is not None and not in_w else [],
-                    outputs=["report" if own else str(target.resolve())], overwrite=overwrite)
+                    outputs=["report" if own else str(target.resolve())],
+                    overwrite=opts.overwrite)
     if built:
         return built
     return json.loads((target / "summary.json").read_text(encoding="utf-8"))
 
 
-def _build_report(
-    root: Path,
-    *,
-    schedule: str | os.PathLike[str] | None,
-    label_field: str | None,
-    strategies: Sequence[str] | None,
-    num_samples: int | None,
-    clip: int,
-    alpha: float,
-    seed: int,
-    windows: int,
-    tail_floor: float,
-    clips: Sequence[int] | None,
-    target: Path,
-    progress: bool,
-    overwrite: bool,
-    doc_tokens: np.ndarray | None = None,
-    token_source: dict[str, Any] | None = None,
-    doc_groups: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """Compute the report and write it to ``target`` (see :func:`build_report`).
+def _stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
+    """What determines the report (its stage fingerprint, with the upstream stages)."""
+    schedule = opts.schedule
+    return {"schedule": None if schedule is None else str(Path(schedule).resolve()),
+            "label_field": opts.label_field,
+            "strategies": list(DEFAULT_STRATEGIES if opts.strategies is None
+                               else opts.strategies),
+            "num_samples": opts.num_samples, "clip": opts.clip, "alpha": opts.alpha,
+            "seed": opts.seed, "windows": opts.windows, "tail_floor": opts.tail_floor,
+            "clips": None if opts.clips is None else [int(c) for c in opts.clips],
+            "out": str(target.resolve()),
+            # report.md links the experiment's results once they exist.
+            "experiment_link": experiment_link(root, target),
+            "map_sample": opts.map_sample, "map_seed": opts.map_seed,
+            "mixture": _mixture_identity(root),
+            # the page shows the experiment's and the search's verdicts
+            "verdicts": [verdict_text(path) for _, path in _verdict_files(root)]}
 
-    ``doc_groups``: near-duplicate groups (``W/groups.npy``): repetition is then also
-    counted per group (``max_group_repetition``, ``groups_seen`` per schedule).
 
-    ``doc_tokens``: tokens per document (None without a corpus index: no token
-    shares), counted as ``token_source`` says."""
-    from clusterclip.io import atomic_output_dir
+def _mixture_identity(root: Path) -> str | None:
+    path = root.joinpath(*MIXTURE_FILE)
+    if not path.is_file():
+        return None
+    from clusterclip.io import sha256_file
 
-    if clip < 1:
-        raise InputError(f"--clip must be >= 1, got {clip}")
-    if windows < 1:
-        raise InputError(f"--windows must be >= 1, got {windows}")
-    if not (tail_floor >= 0 and math.isfinite(tail_floor)):
-        raise InputError(f"--tail-floor must be a number >= 0, got {tail_floor}")
-    strategies = list(DEFAULT_STRATEGIES if strategies is None else strategies)
-    for s in strategies:
-        if s not in STRATEGIES:
-            raise InputError(f"unknown strategy {s!r} (choose from {', '.join(STRATEGIES)})")
+    return sha256_file(path)
+
+
+def _report_strategies(root: Path, opts: ReportOptions) -> list[str]:
+    """The generated schedules: ``opts``'s, plus ``mixture`` by default when
+    ``W/search/mixture.json`` exists."""
+    names = opts.strategy_list()
+    if opts.strategies is None and root.joinpath(*MIXTURE_FILE).is_file():
+        names.append(MIXTURE)
+    if MIXTURE in names and not root.joinpath(*MIXTURE_FILE).is_file():
+        raise InputError(f"--strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
+                         "exist (`clusterclip search` writes it)")
+    return names
+
+
+def _token_inputs(w: Any) -> dict[str, Any]:
+    """``groups`` (W/groups.npy while current, else None) and, with a corpus index,
+    ``tokens`` per document (W/tokens.npy while its stage is current, else the
+    estimate) and their ``source``."""
+    out: dict[str, Any] = {"groups": current_groups(w)}
+    if (w.root / "corpus").is_dir():
+        from clusterclip.tokens import recorded_tokens
+
+        tokens, out["source"] = recorded_tokens(w)
+        # int32 holds any document's token count (4 bytes per document, not 8).
+        fits = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**31)
+        out["tokens"] = tokens.astype(np.int32) if fits else tokens
+    return out
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """What the report counts per document besides the labels: tokens (None without a
+    corpus index: no token shares), how they were counted, near-duplicate groups."""
+
+    tokens: np.ndarray | None = None
+    source: dict[str, Any] | None = None
+    groups: np.ndarray | None = None
+
+
+@dataclass
+class _Corpus:
+    """The report's view of the work directory: labels, clusters, budget and texts."""
+
+    labels: np.ndarray
+    k: int
+    eligible: np.ndarray
+    sizes: np.ndarray
+    tail: np.ndarray
+    head: np.ndarray
+    total: int
+    corpus: Any
+    notes: list[str]
+    counted: _Counted
+    schedule: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.size)
+
+    @property
+    def n_eligible(self) -> int:
+        return int(self.sizes.sum())
+
+
+def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
+    """Labels, the given schedule, the budget T and the corpus index, checked."""
+    opts.check()
+    strategies = opts.strategy_list()
     labels, k = load_labels(root)
     n = int(labels.size)
     eligible = labels >= 0
     n_eligible = int(eligible.sum())
-    sizes = cluster_sizes(labels, k)
-    profile = size_profile(sizes)
-
     sched = None
-    if schedule is not None:
-        sched = load_schedule(Path(schedule))
+    if opts.schedule is not None:
+        sched = load_schedule(Path(opts.schedule))
         total = int(sched.size)
-    elif num_samples is not None:
-        if num_samples <= 0:
-            raise InputError(f"--num-samples must be positive, got {num_samples}")
-        total = int(num_samples)
+    elif opts.num_samples is not None:
+        total = int(opts.num_samples)
     else:
-        total = min(DEFAULT_EPOCHS, clip) * n_eligible
-    if any(s in CLIP_STRATEGIES for s in strategies) and total > clip * n_eligible:
-        raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = {clip} x "
-                         f"{n_eligible} = {clip * n_eligible}; raise --clip or lower the budget")
+        total = min(DEFAULT_EPOCHS, opts.clip) * n_eligible
+    if any(s in CLIP_STRATEGIES for s in strategies if s != MIXTURE) \
+            and total > opts.clip * n_eligible:
+        raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = "
+                         f"{opts.clip} x {n_eligible} = {opts.clip * n_eligible}; raise "
+                         "--clip or lower the budget")
     if not strategies and sched is None:
         raise InputError("nothing to report: give --schedule or at least one strategy")
-
     corpus = None
     notes: list[str] = []
     if (root / "corpus").is_dir():
@@ -455,129 +554,274 @@ def _build_report(
             raise InputError(f"{root / 'corpus'}: {len(corpus)} documents but labels.npy has {n}")
     else:
         notes.append("no corpus index (W/corpus): top terms and example documents are not shown")
-    if label_field is not None and corpus is None:
-        raise InputError(f"--label-field {label_field}: needs the corpus index {root / 'corpus'}")
-    agreement, majority = (_label_agreement(corpus, labels, label_field)
-                           if label_field is not None else (None, None))
-
-    scores = _load_scores(root, labels)
-    readable = readable_clusters(corpus, labels, scores, k, seed=seed)
+    if opts.label_field is not None and corpus is None:
+        raise InputError(f"--label-field {opts.label_field}: needs the corpus index "
+                         f"{root / 'corpus'}")
+    if counted.tokens is not None and len(counted.tokens) != n:
+        raise InputError(f"token counts for {len(counted.tokens)} documents but labels.npy "
+                         f"has {n}")
+    sizes = cluster_sizes(labels, k)
     tail, head = _quartiles(sizes)
-    if doc_tokens is not None and len(doc_tokens) != n:
-        raise InputError(f"token counts for {len(doc_tokens)} documents but labels.npy has {n}")
-    groups = {"tail_quartile": tail, "head_quartile": head}
-    if token_source and token_source.get("note"):
-        notes.append(token_source["note"])
-    token_parts: dict[str, np.ndarray] = {}  # per-cluster token shares, for clusters.csv
+    return _Corpus(labels=labels, k=k, eligible=eligible, sizes=sizes, tail=tail, head=head,
+                   total=total, corpus=corpus, notes=notes, counted=counted, schedule=sched)
 
-    def with_tokens(name: str, summary_s: dict[str, Any], st: ScheduleStats) -> dict[str, Any]:
-        if doc_groups is not None:
+
+@dataclass
+class _Schedules:
+    """Per schedule name: its summary, its share of samples per cluster float[K] and
+    (with token counts) its share of tokens per cluster, ``corpus`` included."""
+
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shares: dict[str, np.ndarray] = field(default_factory=dict)
+    token_parts: dict[str, np.ndarray] = field(default_factory=dict)
+    #: float[P, K]: each cluster's share of each tenth of the schedule
+    tenths: dict[str, np.ndarray] = field(default_factory=dict)
+    tenth_end: list[float] = field(default_factory=list)
+
+    def add(self, name: str, summary: dict[str, Any], st: ScheduleStats, c: _Corpus) -> None:
+        """Record schedule ``name`` from its statistics (group repetition and token
+        shares too, when counted)."""
+        if c.counted.groups is not None:
             from clusterclip.dedup import group_repetition
 
-            summary_s.update(group_repetition(st.doc_counts, doc_groups))
-        if doc_tokens is not None:
-            per_cluster = cluster_tokens(st.doc_counts, labels, doc_tokens, k)
-            summary_s.update(token_shares(per_cluster, sizes, groups))
-            token_parts[name] = per_cluster / max(1.0, float(per_cluster.sum()))
-        return summary_s
+            summary.update(group_repetition(st.doc_counts, c.counted.groups))
+        if c.counted.tokens is not None:
+            per_cluster = cluster_tokens(st.doc_counts, c.labels, c.counted.tokens, c.k)
+            summary.update(token_shares(per_cluster, c.sizes, _groups(c)))
+            self.token_parts[name] = per_cluster / max(1.0, float(per_cluster.sum()))
+        self.summaries[name] = summary
+        self.shares[name] = st.cluster_counts / c.total
+        self.tenths[name] = st.tenth_counts / np.maximum(1, np.diff(st.tenth_edges))[:, None]
+        self.tenth_end = (st.tenth_edges[1:] / c.total).tolist()
 
-    block = _block_size(n)
-    schedules: dict[str, dict[str, Any]] = {}
-    shares: dict[str, np.ndarray] = {}
-    if sched is not None:
-        st = ScheduleStats(labels, k, total, windows)
-        try:
-            st.consume(_progress(_blocks_of(sched, block), total, "schedule", progress))
-        except ValueError as e:
-            raise InputError(f"{schedule}: {e}") from None
-        summary_s = schedule_summary(st, sizes, eligible, clip)
-        summary_s["source"] = Path(schedule).name
-        summary_s["pool_clip"] = clip  # the R by which its clusters leave the pool
-        summary_s["clip_events"] = _clip_events(st, sizes, clip)
-        if st.excluded:
-            notes.append(f"the schedule draws {st.excluded} samples from excluded documents "
-                         "(label -1)")
-        schedules["schedule"] = with_tokens("schedule", summary_s, st)
-        shares["schedule"] = st.cluster_counts / total
-    for strategy in strategies:
-        sampler = _sampler(labels, strategy, total, clip, alpha, seed)
-        st = ScheduleStats(labels, k, total, windows)
-        st.consume(_progress(sampler.blocks(block), total, strategy, progress))
-        clipped = strategy in CLIP_STRATEGIES
-        summary_s = schedule_summary(st, sizes, eligible, clip if clipped else np.inf)
-        summary_s["parameters"] = {"seed": seed,
-                                   **strategy_options(strategy, clip=clip, alpha=alpha)}
-        if clipped:
-            summary_s["clip_events"] = (_sampler_clip_events(sampler.summary())
-                                        or _clip_events(st, sizes, clip))
-        schedules[strategy] = with_tokens(strategy, summary_s, st)
-        shares[strategy] = st.cluster_counts / total
-        sampler = st = None  # freed before the next strategy's sampler is built
 
-    tail_docs = np.isin(labels, tail)
+def _groups(c: _Corpus) -> dict[str, np.ndarray]:
+    return {"tail_quartile": c.tail, "head_quartile": c.head}
+
+
+def _given_schedule(c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
+    """Statistics of the schedule the user gave (``opts.schedule``), as ``schedule``."""
+    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    blocks = _blocks_of(c.schedule, _block_size(c.n))
+    try:
+        st.consume(_progress(blocks, c.total, "schedule", opts.progress))
+    except ValueError as e:
+        raise InputError(f"{opts.schedule}: {e}") from None
+    summary = schedule_summary(st, c.sizes, c.eligible, opts.clip)
+    summary["source"] = Path(opts.schedule).name
+    summary["pool_clip"] = opts.clip  # the R by which its clusters leave the pool
+    summary["clip_events"] = _clip_events(st, c.sizes, opts.clip)
+    if st.excluded:
+        c.notes.append(f"the schedule draws {st.excluded} samples from excluded documents "
+                       "(label -1)")
+    out.add("schedule", summary, st, c)
+
+
+def _generated_schedule(c: _Corpus, opts: ReportOptions, strategy: str,
+                        out: _Schedules) -> None:
+    """Statistics of the sampler's schedule for ``strategy`` at the same budget."""
+    sampler = _sampler(c.labels, strategy, c.total, opts.clip, opts.alpha, opts.seed)
+    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, strategy, opts.progress))
+    clipped = strategy in CLIP_STRATEGIES
+    summary = schedule_summary(st, c.sizes, c.eligible, opts.clip if clipped else np.inf)
+    summary["parameters"] = {"seed": opts.seed,
+                             **strategy_options(strategy, clip=opts.clip, alpha=opts.alpha)}
+    if clipped:
+        summary["clip_events"] = (_sampler_clip_events(sampler.summary())
+                                  or _clip_events(st, c.sizes, opts.clip))
+    out.add(strategy, summary, st, c)
+
+
+def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
+    """Statistics of the schedule drawn from ``W/search/mixture.json`` (its weights, timing
+    and clip) at the same budget and seed, as ``mixture``. A mixture the default brought
+    in that does not fit these labels or this budget becomes a note; one asked for by
+    ``--strategies`` is an error."""
+    from clusterclip.sampling import make_sampler
+    from clusterclip.sampling.mixture import mixture_record, read_mixture
+
+    path = root.joinpath(*MIXTURE_FILE)
+    try:
+        mixture = read_mixture(path, num_clusters=c.k)
+        sampler = make_sampler(c.labels, c.total, seed=opts.seed, **strategy_options(
+            mixture.timing, clip=mixture.clip, cluster_weights=mixture.cluster_weights()))
+    except InputError as e:
+        if opts.strategies is not None:
+            raise
+        c.notes.append(f"mixture not shown: {e}")
+        return
+    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, MIXTURE, opts.progress))
+    summary = schedule_summary(st, c.sizes, c.eligible, mixture.clip)
+    summary["parameters"] = {"strategy": MIXTURE, "timing": mixture.timing,
+                             "clip": mixture.clip, "seed": opts.seed,
+                             "mixture": mixture_record(path)}
+    summary["clip_events"] = (_sampler_clip_events(sampler.summary())
+                              or _clip_events(st, c.sizes, mixture.clip))
+    out.add(MIXTURE, summary, st, c)
+
+
+def _choose_section(c: _Corpus, opts: ReportOptions) -> dict[str, Any]:
+    """The choose-R analysis; its measured columns while T x (values of R) stays cheap."""
+    tail_docs = np.isin(c.labels, c.tail)
+    block = _block_size(c.n)
 
     def measure(r: int) -> dict[str, Any]:
-        st = ScheduleStats(labels, k, total, 1)
-        st.consume(_sampler(labels, "clusterclip", total, r, alpha, seed).blocks(block))
-        q = quartile_shares_per_tenth(st.tenth_counts, st.tenth_edges, tail, head)
+        st = ScheduleStats(c.labels, c.k, c.total, 1)
+        st.consume(_sampler(c.labels, "clusterclip", c.total, r, opts.alpha,
+                            opts.seed).blocks(block))
+        q = quartile_shares_per_tenth(st.tenth_counts, st.tenth_edges, c.tail, c.head)
         return {"measured_tail_max_repetition": int(st.doc_counts[tail_docs].max()),
-                "measured_tail_share": float(st.cluster_counts[tail].sum() / total),
+                "measured_tail_share": float(st.cluster_counts[c.tail].sum() / c.total),
                 "measured_tail_share_late": q["tail_quartile_share_late"]}
 
-    grid = default_clips(math.ceil(total / n_eligible)) if clips is None else clips
-    clip_grid = sorted({int(r) for r in grid if int(r) >= 1} | {clip})
-    cheap = total * len(clip_grid) <= MEASURE_SAMPLE_LIMIT
-    choose = choose_clip(labels, total, alpha=alpha, tail_floor=tail_floor,
+    grid = default_clips(math.ceil(c.total / c.n_eligible)) if opts.clips is None else opts.clips
+    clip_grid = sorted({int(r) for r in grid if int(r) >= 1} | {opts.clip})
+    cheap = c.total * len(clip_grid) <= MEASURE_SAMPLE_LIMIT
+    choose = choose_clip(c.labels, c.total, alpha=opts.alpha, tail_floor=opts.tail_floor,
                          clips=clip_grid, measure=measure if cheap else None)
     if not cheap:
-        notes.append(f"choose-R: measured columns skipped (T x {len(clip_grid)} values of R "
-                     f"exceeds {MEASURE_SAMPLE_LIMIT:,} samples); expected values only")
+        c.notes.append(f"choose-R: measured columns skipped (T x {len(clip_grid)} values of R "
+                       f"exceeds {MEASURE_SAMPLE_LIMIT:,} samples); expected values only")
+    return choose
 
+
+def _summary(root: Path, target: Path, c: _Corpus, opts: ReportOptions, sched: _Schedules,
+             choose: dict[str, Any], readable: dict[str, Any], agreement: Any,
+             examples: Any) -> dict[str, Any]:
+    """summary.json's content (rounded, JSON types); adds the corpus's token shares."""
+    tail_share = float(c.sizes[c.tail].sum() / c.n_eligible)
     summary: dict[str, Any] = {
-        "documents": n,
-        "eligible_documents": n_eligible,
-        "excluded_documents": n - n_eligible,
-        "num_clusters": k,
-        "num_samples": total,
-        "windows": len(next(iter(schedules.values()))["window_end"]),
-        "clusters": profile,
-        "quartile_clusters": int(tail.size),
-        "corpus_tail_share": float(sizes[tail].sum() / n_eligible),
-        "corpus_head_share": float(sizes[head].sum() / n_eligible),
-        "token_counts": token_source,
+        "documents": c.n,
+        "eligible_documents": c.n_eligible,
+        "excluded_documents": c.n - c.n_eligible,
+        "num_clusters": c.k,
+        "num_samples": c.total,
+        "windows": len(next(iter(sched.summaries.values()))["window_end"]),
+        "clusters": size_profile(c.sizes),
+        "quartile_clusters": int(c.tail.size),
+        "corpus_tail_share": tail_share,
+        "corpus_head_share": float(c.sizes[c.head].sum() / c.n_eligible),
+        "token_counts": c.counted.source,
         "corpus_token_shares": None,
-        "schedules": schedules,
-        "tail_starvation": tail_starvation(schedules, float(sizes[tail].sum() / n_eligible),
-                                           tail_floor),
+        "schedules": sched.summaries,
+        "tail_starvation": tail_starvation(sched.summaries, tail_share, opts.tail_floor),
         "choose_clip": choose,
         "label_agreement": agreement,
-        "examples": _examples(readable, scores, sizes, corpus, majority),
+        "examples": examples,
         "terms_sample": readable["terms_sample"],
         "clusters_md": CLUSTERS_MD,
-        "notes": notes,
+        "notes": c.notes,
         "figures": dict(FIGURES),
     }
-    if doc_tokens is not None:
-        corpus_tokens = cluster_tokens(np.broadcast_to(np.int8(1), (n,)), labels, doc_tokens, k)
-        summary["corpus_token_shares"] = token_shares(corpus_tokens, sizes, groups)
-        token_parts["corpus"] = corpus_tokens / max(1.0, float(corpus_tokens.sum()))
+    if c.counted.tokens is not None:
+        corpus_tokens = cluster_tokens(np.broadcast_to(np.int8(1), (c.n,)), c.labels,
+                                       c.counted.tokens, c.k)
+        summary["corpus_token_shares"] = token_shares(corpus_tokens, c.sizes, _groups(c))
+        sched.token_parts["corpus"] = corpus_tokens / max(1.0, float(corpus_tokens.sum()))
     summary["experiment"] = experiment_link(root, target)
-    summary = _round_floats(_jsonable(summary))
+    summary["search"] = {"results_md": search_link(root, target)}
+    summary["page"] = PAGE
+    return _round_floats(_jsonable(summary))
 
-    with atomic_output_dir(target, "report", overwrite=overwrite) as tmp:
-        _write_report(tmp, summary, sizes, profile, shares, token_parts, readable)
+
+def _build_report(root: Path, opts: ReportOptions, target: Path, counted: _Counted,
+                  w: Any) -> dict[str, Any]:
+    """Compute the report and write it to ``target`` (see :func:`build_report`).
+
+    ``counted.groups``: near-duplicate groups (``W/groups.npy``): repetition is then also
+    counted per group (``max_group_repetition``, ``groups_seen`` per schedule).
+    ``counted.tokens``: tokens per document (None without a corpus index: no token
+    shares), counted as ``counted.source`` says. ``w``: the work directory, whose
+    ``map`` stage (run or reused here) draws the page's map."""
+    from clusterclip.io import atomic_output_dir
+    from clusterclip.report.projection import map_stage
+
+    c = _load(root, opts, counted)
+    map_note = map_stage(w, sample=opts.map_sample, seed=opts.map_seed,
+                         progress=opts.progress)
+    agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field)
+                           if opts.label_field is not None else (None, None))
+    scores = _load_scores(root, c.labels)
+    readable = readable_clusters(c.corpus, c.labels, scores, c.k, seed=opts.seed)
+    if counted.source and counted.source.get("note"):
+        c.notes.append(counted.source["note"])
+    sched = _Schedules()
+    if c.schedule is not None:
+        _given_schedule(c, opts, sched)
+    for strategy in _report_strategies(root, opts):
+        if strategy == MIXTURE:
+            _mixture_schedule(root, c, opts, sched)
+        else:
+            _generated_schedule(c, opts, strategy, sched)
+    choose = _choose_section(c, opts)
+    examples = _examples(readable, scores, c.sizes, c.corpus, majority)
+    points = _map_points(root, c) if map_note is None else None
+    if map_note:
+        c.notes.append(map_note)
+    summary = _summary(root, target, c, opts, sched, choose, readable, agreement, examples)
+    summary["map"] = None if points is None else {"documents": int(points.rows.size),
+                                                  "of": points.of}
+    page = _page(root, target, summary, c, sched, readable, scores, points, map_note)
+    with atomic_output_dir(target, "report", overwrite=opts.overwrite) as tmp:
+        _write_report(tmp, summary, c.sizes, sched.shares, sched.token_parts, readable)
+        (tmp / PAGE).write_text(page, encoding="utf-8")
     return summary
 
 
+def _map_points(root: Path, c: _Corpus):
+    """The documents of ``W/map/`` with their clusters and first characters."""
+    from clusterclip.report.page import HOVER_CHARS, MapPoints
+    from clusterclip.report.projection import load_map
+    from clusterclip.report.terms import one_line
+
+    rows, coords = load_map(root)
+    if rows.size and (rows.max() >= c.n or rows.min() < 0):
+        raise InputError(f"{root / 'map'}: documents outside the {c.n} of labels.npy; "
+                         "rerun `clusterclip report`")
+    texts = None
+    if c.corpus is not None:
+        texts = [one_line(t, HOVER_CHARS) for _, t in c.corpus.iter_texts_at(rows)]
+    return MapPoints(rows=rows, coords=coords, labels=np.asarray(c.labels[rows]),
+                     texts=texts, of=c.n)
+
+
+def _page(root: Path, target: Path, summary: dict[str, Any], c: _Corpus, sched: _Schedules,
+          readable: dict[str, Any], scores: np.ndarray | None, points: Any,
+          map_note: str | None) -> str:
+    """index.html's text: the map, the clusters, the mixture and the verdicts."""
+    from clusterclip.report.page import markdown_html, page_data, render_page
+
+    cohesion = None
+    if scores is not None:
+        keep = c.labels >= 0
+        total = np.bincount(c.labels[keep], weights=np.asarray(scores, np.float64)[keep],
+                            minlength=c.k)
+        cohesion = np.divide(total, c.sizes, out=np.full(c.k, np.nan), where=c.sizes > 0)
+    verdicts = [{"title": title, "html": markdown_html(text), "href": _relative(path, target)}
+                for title, path in _verdict_files(root)
+                if (text := verdict_text(path)) is not None]
+    links = [{"text": "report.md", "href": "report.md"},
+             {"text": CLUSTERS_MD, "href": CLUSTERS_MD},
+             {"text": "clusters.csv", "href": "clusters.csv"}]
+    links += [{"text": f"{title.lower()} results", "href": v["href"]}
+              for title, v in zip([v["title"] for v in verdicts], verdicts, strict=True)]
+    return render_page(page_data(
+        summary, sizes=c.sizes, shares=sched.shares, token_parts=sched.token_parts,
+        tenths=sched.tenths, tenth_end=sched.tenth_end, readable=readable, cohesion=cohesion,
+        points=points, verdicts=verdicts, links=links, map_note=map_note))
+
+
 def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
-                  profile: dict[str, Any], shares: dict[str, np.ndarray],
-                  token_parts: dict[str, np.ndarray], readable: dict[str, Any]) -> None:
+                  shares: dict[str, np.ndarray], token_parts: dict[str, np.ndarray],
+                  readable: dict[str, Any]) -> None:
     import json
 
     from clusterclip.report import plots
     from clusterclip.report.markdown import render_markdown
 
-    plots.plot_cluster_sizes(sizes, profile, directory / FIGURES["sizes"])
+    plots.plot_cluster_sizes(sizes, size_profile(sizes), directory / FIGURES["sizes"])
     plots.plot_schedule_share(sizes, shares, directory / FIGURES["share"])
     plots.plot_repetition({name: s["repetition_histogram"]
                            for name, s in summary["schedules"].items()},
@@ -590,8 +834,17 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
         json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
         encoding="utf-8")
     (directory / "report.md").write_text(render_markdown(summary, FIGURES), encoding="utf-8")
-    # Per-cluster numbers: too many for summary.json when K is large. Document shares,
-    # then token shares (corpus first) when token counts exist.
+    (directory / CLUSTERS_MD).write_text(render_clusters_md(readable, sizes, shares,
+                                                             token_parts), encoding="utf-8")
+    (directory / "clusters.csv").write_text(clusters_csv(sizes, shares, token_parts, readable),
+                                            encoding="utf-8")
+
+
+def clusters_csv(sizes: np.ndarray, shares: dict[str, np.ndarray],
+                 token_parts: dict[str, np.ndarray], readable: dict[str, Any]) -> str:
+    """clusters.csv: per cluster its size, document shares (corpus, each schedule), token
+    shares (corpus first) when token counts exist, then top terms and nearest documents.
+    Too many numbers for summary.json when K is large."""
     names = list(shares)
     corpus_share = sizes / max(1, int(sizes.sum()))
     header, text_rows = csv_columns(readable)  # top terms and nearest documents, last
@@ -602,6 +855,4 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
                                *(f"{shares[s][c]:.6g}" for s in names),
                                *(f"{token_parts[s][c]:.6g}" for s in token_parts),
                                csv_line(text_rows[c])]))
-    (directory / CLUSTERS_MD).write_text(render_clusters_md(readable, sizes, shares,
-                                                             token_parts), encoding="utf-8")
-    (directory / "clusters.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "\n".join(lines) + "\n"

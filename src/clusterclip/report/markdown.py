@@ -17,6 +17,8 @@ STRATEGY_TEXT = {
     "clusterclip": "draws clusters as uniform does and retires a cluster after R passes",
     "paced": "gives each cluster ClusterClip's expected total (at most R passes) and spreads "
              "its draws evenly over the whole schedule",
+    "mixture": "draws the mixture found by `clusterclip search` (`search/mixture.json`: its "
+               "cluster weights, with its timing and clip R)",
 }
 
 
@@ -106,7 +108,9 @@ def _tenths_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> lis
 def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str],
                   sched: Mapping[str, Any]) -> list[str]:
     """The choose-R section: the rule, the recommendation and the table."""
-    clipped = {name: s for name, s in sched.items() if "clip" in s.get("parameters", {})}
+    # The schedules at this report's R (a searched mixture has an R of its own).
+    clipped = {name: s for name, s in sched.items() if "clip" in s.get("parameters", {})
+               and s["parameters"].get("strategy") != "mixture"}
     at_clip = []
     if clipped:
         clip = next(iter(clipped.values()))["parameters"]["clip"]
@@ -183,6 +187,27 @@ def _experiment_line(summary: Mapping[str, Any]) -> str:
     return ""
 
 
+def _search_line(summary: Mapping[str, Any]) -> str:
+    rel = (summary.get("search") or {}).get("results_md")
+    if not rel:
+        return ""
+    return (f"A mixture was searched for this corpus: see the search, [results.md]({rel}) "
+            "(its verdict is also on the report's page).")
+
+
+def _page_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The link to index.html, the report as one page with the map."""
+    page = summary.get("page")
+    if not page:
+        return []
+    m = summary.get("map")
+    drawn = (f"a map of {m['documents']:,} of the {m['of']:,} documents coloured by cluster, "
+             if m else "")
+    return [f"**The report as one page: [{page}]({page})**: {drawn}every cluster with its "
+            "share of each schedule, top terms and documents, searchable and sortable (one "
+            "file, opens offline in a browser).", ""]
+
+
 def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
     """The closing section: computed from the numbers above."""
     out = ["## Conclusion", "", f"- {summary['tail_starvation']['sentence']}"]
@@ -191,9 +216,9 @@ def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
         best = choose["recommended_clip"]
         out.append(f"- {'Recommended' if best is not None else 'No recommended'} clip R for "
                    f"`clusterclip` at T = {choose['budget']:,}: {choose['reason']}")
-    line = _experiment_line(summary)
-    if line:
-        out.append(f"- {line}")
+    for line in (_experiment_line(summary), _search_line(summary)):
+        if line:
+            out.append(f"- {line}")
     return out + [""]
 
 
@@ -211,6 +236,8 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
         _experiment_line(summary),
         "",
+        *([_search_line(summary), ""] if _search_line(summary) else []),
+        *_page_lines(summary),
         "## Clusters",
         "",
         f"Sizes range from {p['min_size']:,} to {p['max_size']:,} documents (median "

@@ -19,8 +19,6 @@ from clusterclip.plotting import save_png as _save
 from clusterclip.plotting import strategy_color
 from clusterclip.report.stats import repetition_bins
 
-_MARKERS = ("o", "s", "^", "D", "v", "P")
-
 
 def plot_cluster_sizes(sizes: np.ndarray, profile: Mapping[str, Any],
                        path: str | os.PathLike[str]) -> None:
@@ -65,41 +63,60 @@ def _percent_log_ticks(axis, lo: float, hi: float) -> None:
 
 def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
                         path: str | os.PathLike[str]) -> None:
-    """Per-cluster share of each schedule against the cluster's share of the corpus."""
+    """Per-cluster share of each schedule against the cluster's share of the corpus: one
+    panel per schedule (so that no schedule's points hide another's), all on one scale,
+    in the schedule's colour; clusters a schedule never drew sit on the bottom edge."""
     plt = _pyplot()
     sizes = np.asarray(sizes)
     live = sizes > 0
     corpus_share = sizes[live] / sizes[live].sum()
     k = int(live.sum())
-    fig, ax = plt.subplots(figsize=(6.0, 4.6))
+    names = list(shares)
     lo = min(corpus_share.min(), *(s[live][s[live] > 0].min() for s in shares.values()
                                    if (s[live] > 0).any())) / 1.5
     hi = max(corpus_share.max(), *(s[live].max() for s in shares.values())) * 1.5
-    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls="--",
-            label="share of corpus (size-proportional)")
-    ax.axhline(1.0 / k, color="gray", lw=0.8, ls=":", label=f"balanced (1/{k})")
-    for i, (name, share) in enumerate(shares.items()):
-        s = share[live]
+    cols = len(names) if len(names) <= 3 else (2 if len(names) == 4 else 3)
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 0.6, 3.1 * rows + 0.9),
+                             sharex=True, sharey=True, squeeze=False)
+    for ax, (i, name) in zip(axes.flat, enumerate(names), strict=False):
+        s = shares[name][live]
         ok = s > 0
-        # Hollow markers of different shapes: schedules with the same totals (clusterclip,
-        # paced, the given schedule) would otherwise hide each other.
-        ax.scatter(corpus_share[ok], s[ok], s=22, marker=_MARKERS[i % len(_MARKERS)],
-                   facecolors="none", edgecolors=strategy_color(name, i), linewidths=1.0,
-                   label=name)
+        color = strategy_color(name, i)
+        ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls="--")
+        ax.axhline(1.0 / k, color="gray", lw=0.8, ls=":")
+        ax.scatter(corpus_share[ok], s[ok], s=16, color=color, alpha=0.7, edgecolors="none")
         if (~ok).any():
-            ax.scatter(corpus_share[~ok], np.full((~ok).sum(), lo * 1.1), marker="v", s=16,
-                       color=strategy_color(name, i), alpha=0.7)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    _percent_log_ticks(ax.xaxis, lo, hi)
-    _percent_log_ticks(ax.yaxis, lo, hi)
-    ax.set_xlabel("share of the corpus (cluster size / documents)")
-    ax.set_ylabel("share of the schedule (samples / T)")
-    ax.set_title("Per-cluster share: schedule vs corpus (one point per cluster)")
-    ax.legend(loc="upper left", fontsize=8)
-    _save(fig, path, dict(left=0.14, right=0.97, bottom=0.11, top=0.93))
+            ax.scatter(corpus_share[~ok], np.full((~ok).sum(), lo * 1.15), marker="v", s=18,
+                       color=color, clip_on=False)
+        never = f", {int((~ok).sum())} never drawn" if (~ok).any() else ""
+        ax.set_title(f"{name}{never}", fontsize=9, color=color)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        _percent_log_ticks(ax.xaxis, lo, hi)
+        _percent_log_ticks(ax.yaxis, lo, hi)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for j, ax in enumerate(axes.flat[:len(names)]):
+        if j + cols >= len(names):  # no panel below: this one carries the x axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("share of the corpus")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("share of the schedule")
+    handles = [plt.Line2D([], [], color="black", lw=0.8, ls="--"),
+               plt.Line2D([], [], color="gray", lw=0.8, ls=":"),
+               plt.Line2D([], [], color="0.3", marker="v", ls="none")]
+    fig.legend(handles, ["share of the corpus (size-proportional)", f"balanced (1/{k})",
+                         "never drawn (on the bottom edge)"],
+               loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle("Per-cluster share: schedule vs corpus (one point per cluster, one panel "
+                 "per schedule, one scale)", fontsize=10)
+    height = 3.1 * rows + 0.9
+    _save(fig, path, dict(left=0.55 / (3.3 * cols + 0.6) + 0.07, right=0.98,
+                          bottom=0.85 / height + 0.02, top=1 - 0.5 / height,
+                          wspace=0.08, hspace=0.42))
 
 
 def plot_repetition(histograms: Mapping[str, Sequence[int]],
