@@ -180,11 +180,13 @@ class Workdir:
         """Path of an artifact inside the work directory (an absolute part stays absolute)."""
         return self.root.joinpath(*parts)
 
-    def protected(self, own: Sequence[str] = ()) -> tuple[tuple[Path, str, bool], ...]:
+    def protected(self, own: Sequence[str] = (), parts: bool = True
+                  ) -> tuple[tuple[Path, str, bool], ...]:
         """What an ``--out`` folder must never replace: this directory, what the stages
-        write inside it (except ``own``), and every input file the manifest knows."""
+        write inside it (except ``own``; none without ``parts``), and every input file the
+        manifest knows."""
         out: list[tuple[Path, str, bool]] = [(self.root, "the work directory", True)]
-        for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}):
+        for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}) if parts else []:
             if name not in own:
                 out.append((self.path(name), "part of the work directory:", False))
         inputs = set(self.manifest.get("inputs", {}))

@@ -14,9 +14,10 @@ Before ``run(args)``, :func:`guard` collects the inputs from the parsed options
 (with each input's default, e.g. ``W/schedule.npy``, and every file the work
 directories they name list: their corpus files and recorded inputs) and refuses,
 with or without ``--overwrite``, any output that is, contains or lies inside one of
-them. It also hands that list to :func:`clusterclip.io.declared_inputs`, so that
-every later output check of the command (``check_output_dir``,
-``check_output_file``, ``atomic_output_dir``) sees it too. A new path option added
+them. It also hands what the command reads (all but the parts of W, which its
+stages write) to :func:`clusterclip.io.declared_inputs`, so that every later
+output check of the command (``check_output_dir``, ``check_output_file``,
+``atomic_output_dir``) sees it too. A new path option added
 through :func:`add_path` is thereby protected without further code; a test checks
 that every string-valued option is either declared so or known not to be a path.
 """
@@ -86,12 +87,13 @@ def _workdir_of(path: Path) -> Path | None:
     return None
 
 
-def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace
-                    ) -> tuple[tuple[Path, str, bool], ...]:
+def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                    parts: bool = True) -> tuple[tuple[Path, str, bool], ...]:
     """What no output of this command may be, contain or lie in: ``(path, what, inside_ok)``
     as :func:`clusterclip.io.check_output_dir` takes them. The inputs the options name, and
     for every work directory an option names, an input lies in or an output would land
-    in: the directory, its parts (but those the command ``owns``) and the files it read."""
+    in: the directory, its parts (but those the command ``owns``; none without ``parts``)
+    and the files it read."""
     from clusterclip.workdir import Workdir
 
     out: list[tuple[Path, str, bool]] = []
@@ -114,7 +116,7 @@ def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace
     for w, owns in workdirs.items():
         if (w / "manifest.json").is_file():
             try:
-                out += Workdir(w, create=False).protected(own=owns)
+                out += Workdir(w, create=False).protected(own=owns, parts=parts)
             except InputError:  # a manifest.json of the user's beside an input
                 if w not in found:
                     raise
@@ -149,6 +151,7 @@ def guard(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Iterator
                 refuse_protected(path, protected, _option(a))
             if not path.exists():
                 check_writable(path, _option(a))
-    with declared_inputs(protected):
+    # Later checks see what the command reads; its stages write their own parts of W.
+    with declared_inputs(protected_paths(parser, args, parts=False)):
         yield
 

@@ -15,7 +15,7 @@ PARAM_FLAGS = {"n_clusters": "--clusters", "ks": "--clusters", "sample_size": "-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    add_path(src, "--workdir", role="workdir", owns=("sweep",),
+    add_path(src, "--workdir", role="workdir",
              help="work directory holding embeddings.npy (from embed)")
     add_path(src, "--embeddings", role="input",
              help="a bare N x d .npy embeddings file (needs --out)")

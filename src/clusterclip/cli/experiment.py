@@ -15,7 +15,7 @@ def _strategies(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_path(p, "--workdir", role="workdir", owns=("experiment",), required=True,
+    add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
     from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, DEFAULT_STRATEGIES, STRATEGIES
