@@ -1,38 +1,30 @@
-"""Embedding benchmark: speed of our embedders against their peers, and the
-quality of each embedder's clusters on the bundled Python-docs corpus and on
-WordNet glosses.
+"""Embedding benchmark: every embedder and backend side by side, in one run.
 
-Rows, all in one run:
+Rows: MiniLM on torch, on ONNX Runtime fp32 and int8 (``--backend``/``--precision``), a
+Model2Vec model (``--embedder model2vec``), ``fast`` and ``fast --tune N``.
 
-- MiniLM: our path (``SentenceTransformerEmbedder.encode``) vs a direct
-  ``SentenceTransformer.encode`` on the same texts, batch size and max length
-  (target: ratio >= 1.0). Runs alternate, best of ``--rounds`` is kept.
-- fast, on two corpora: the default table (MiniLM token vectors distilled
-  once, PCA + SIF weights, cached under ~/.cache/clusterclip) against the
-  old default (TF-IDF over word pieces + random projection): from a fresh
-  embedder (table load, prepare, empty chunk cache: one ``embed`` run) and
-  warm; then the default in a fresh Python process (start and imports
-  included), with the user's table cache and, with ``--first-ever``, with an
-  empty one (the distillation itself), and a whole ``clusterclip embed``
-  process as a user runs it (the console script, bytecode cached;
-  ``--process-runs`` each, alternating; ``--process-only`` runs just these),
-  each saying what it imported without need (torch, the sampler...);
-  ``--peer-src`` runs the fresh-process rows with another checkout's code too
-  (the "before"). Target: >= 5,000 docs/s cold on pydocs, and for the whole
-  process.
-- NMI of K-means (scikit-learn, ``--seeds`` restarts averaged) of MiniLM, both
-  fast tables and a shuffled-label control, on pydocs (labels: doc folders,
-  largely lexical; K = 15 and 50) and on 15,000 WordNet 3.0 glosses
-  (benchmarks/data, built by make_wordnet_corpus.py; labels: the 41 noun and
-  verb lexicographer categories, semantic; K = 41). Target: fast >= 80% of
-  MiniLM's NMI on both; and the mean cosine between documents with different
-  labels (near 0, or a cosine threshold such as dedup's means nothing).
+1. ``speed``: documents/s of a whole ``clusterclip embed CORPUS --workdir W ...`` process
+   (the console script, as a user runs it) on ``--speed-docs`` evenly spaced bundled
+   Python-docs sections. ``cold``: an empty clusterclip cache (the ONNX export, the fast
+   table's distillation, the tuning are part of the run); ``warm``: the cache the cold run
+   filled. ``--runs`` warm runs per row, rows alternating; ``uptime`` load at each start.
+2. ``quality``: K-means NMI (scikit-learn, ``--seeds`` seeds averaged, K = the number of
+   labels) on the held-out part of 3 corpora: the bundled pydocs (labels: doc folders),
+   ``wordnet_glosses`` (WordNet 3.0 definitions; lexicographer categories) and
+   ``wordnet_examples`` (example sentences labelled by the category of the word sense they
+   illustrate: semantic, not lexical). ``fast --tune`` is tuned on a seeded sample of
+   ``--tune`` documents of each corpus (the train part) and every row is measured on
+   ``--test-docs`` of the other documents only. Also without labels: NMI between K-means
+   of each row's vectors and K-means of MiniLM's
+   (:func:`clusterclip.report.agreement.clustering_agreement`).
+3. ``quant``: per-document cosine to torch's vectors of every int8 variant measured
+   (naive, per-channel, excluded layers, ...) on ``--quant-docs`` pydocs sections, and
+   their CPU seconds in this process.
 
-Wall-clock figures on a shared machine vary with load; CPU seconds
-(``time.process_time``) are printed alongside.
+    python benchmarks/bench_embed.py --out /tmp/bench-embed            # all three
+    python benchmarks/bench_embed.py --out /tmp/bench-embed --only speed --runs 3
 
-    python benchmarks/bench_embed.py            # MiniLM on all 4,096 docs (slow on CPU)
-    python benchmarks/bench_embed.py --quick    # MiniLM on a 128-doc subset
+Vectors of the quality part are kept in ``--out`` and reused by a later run.
 """
 
 from __future__ import annotations
@@ -41,6 +33,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,423 +43,351 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-WORDNET = Path(__file__).parent / "data" / "wordnet_glosses.jsonl.gz"
+DATA = Path(__file__).parent / "data"
+SPEED_ROWS = {  # name -> clusterclip embed arguments (after the corpus)
+    "MiniLM, torch": ["--backend", "torch"],
+    "MiniLM, onnx fp32": ["--backend", "onnx", "--precision", "fp32"],
+    "MiniLM, onnx int8 (auto)": ["--backend", "onnx"],
+    "model2vec": ["--embedder", "model2vec", "--model", "{m2v}"],
+    "fast": ["--embedder", "fast"],
+    "fast --tune": ["--embedder", "fast", "--tune", "{tune}"],
+}
 
 
-def timed(fn):
-    w, c = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - w, time.process_time() - c
-
-
-def nmi_row(x: np.ndarray, labels: np.ndarray, ks: list[int], seeds: int) -> list[float]:
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import normalized_mutual_info_score
-
-    out = []
-    for k in ks:
-        scores = [normalized_mutual_info_score(
-            labels, KMeans(k, n_init=1, random_state=s).fit_predict(x)) for s in range(seeds)]
-        out.append(float(np.mean(scores)))
-    return out
-
-
-def shuffled_row(x: np.ndarray, labels: np.ndarray, ks: list[int], seeds: int) -> list[float]:
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import normalized_mutual_info_score
-
-    rng = np.random.default_rng(0)
-    return [float(np.mean([normalized_mutual_info_score(
-        rng.permutation(labels), KMeans(k, n_init=1, random_state=s).fit_predict(x))
-        for s in range(seeds)])) for k in ks]
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="MiniLM rows on a 128-doc subset")
-    ap.add_argument("--minilm-docs", type=int, default=None,
-                    help="documents for the MiniLM rows (default: all, 128 with --quick)")
-    ap.add_argument("--max-length", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=None, help="timing rounds (best kept)")
-    ap.add_argument("--seeds", type=int, default=3, help="k-means restarts averaged for NMI")
-    ap.add_argument("--clusters", default="15,50")
-    ap.add_argument("--minilm-embeddings", default=None,
-                    help="N x d MiniLM vectors of all pydocs docs saved by an earlier full run "
-                         "(np.save), for the full-corpus MiniLM NMI row when MiniLM itself "
-                         "runs on a subset")
-    ap.add_argument("--minilm-wordnet-embeddings", default=None,
-                    help="MiniLM vectors of all WordNet glosses saved by an earlier run "
-                         "(np.save); without it MiniLM embeds them in this run (slow on CPU)")
-    ap.add_argument("--peer-src", default=None,
-                    help="another checkout's src/ folder (e.g. the main branch's): its fast "
-                         "embedder runs the fresh-process rows too, as the peer")
-    ap.add_argument("--first-ever", action="store_true",
-                    help="also time a fresh process with an empty table cache (distils the "
-                         "table: minutes on CPU)")
-    ap.add_argument("--process-only", action="store_true",
-                    help="only the whole `clusterclip embed` process rows")
-    ap.add_argument("--process-runs", type=int, default=2,
-                    help="whole `clusterclip embed` processes per checkout (alternating)")
-    args = ap.parse_args()
-    srcs = [("this checkout", None)] + ([("peer: " + args.peer_src, args.peer_src)]
-                                       if args.peer_src else [])
-    if args.process_only:
-        from clusterclip.data import pydocs_path
-
-        with gzip.open(pydocs_path(), "rb") as f:
-            n_docs = sum(1 for _ in f)
-        clis = cli_rows(srcs, args.process_runs)
-        print_cli_rows(n_docs, clis)
-        print("Conclusion: " + cli_conclusion(n_docs, clis))
-        return
-
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    from clusterclip.data import pydocs_path
-    from clusterclip.embedding.pipeline import make_embedder
-    from clusterclip.embedding.static import StaticEmbedder
-    from clusterclip.embedding.transformer import bundled_minilm_path
-
-    texts, labels = read_corpus(pydocs_path())
-    ks = [int(k) for k in args.clusters.split(",")]
-    n_minilm = args.minilm_docs or (128 if args.quick else len(texts))
-    rounds = args.rounds or (2 if args.quick else 1)
-    # An evenly spaced subset keeps every doc folder represented.
-    sub = np.linspace(0, len(texts) - 1, n_minilm).round().astype(int)
-    sub_texts = [texts[i] for i in sub]
-    print(f"pydocs: {len(texts)} docs; MiniLM rows on {n_minilm} docs, max_length "
-          f"{args.max_length}, batch {args.batch_size}; torch threads {torch.get_num_threads()}, "
-          f"cpus {os.cpu_count()}")
-
-    # -- MiniLM: ours vs direct sentence-transformers ----------------------------
-    ours = make_embedder("minilm", max_length=args.max_length, batch_size=args.batch_size)
-    direct = SentenceTransformer(str(bundled_minilm_path()), device="cpu")
-    direct.max_seq_length = ours.model.max_seq_length
-    ours.encode(sub_texts[:8])  # warm both (first-call allocations)
-    direct.encode(sub_texts[:8])
-    t_ours, t_direct = [], []
-    e_ours = e_direct = None
-    for _ in range(rounds):
-        e_ours, w, c = timed(lambda: ours.encode(sub_texts))
-        t_ours.append((w, c))
-        e_direct, w, c = timed(lambda: direct.encode(
-            sub_texts, batch_size=args.batch_size, normalize_embeddings=True))
-        t_direct.append((w, c))
-    best_o, best_d = min(t_ours), min(t_direct)
-    cos = float(np.sum(e_ours * e_direct, axis=1).min())
-
-    # -- fast: distilled table (default) vs TF-IDF + random projection ---------------
-    from clusterclip.embedding.pipeline import SAMPLE_SIZE, sample_indices
-
-    wn_texts, wn_labels = read_corpus(WORDNET)
-    corpora = {"pydocs": (texts, labels, ks),
-               "wordnet": (wn_texts, wn_labels, [len(set(wn_labels.tolist()))])}
-    speed, vectors = [], {}
-    # (row name, table, class): the default, the old TF-IDF table, and with --peer-src the
-    # peer checkout's fast embedder (the "before"), runs alternating.
-    variants = [("distilled", "distilled", StaticEmbedder), ("random", "random", StaticEmbedder)]
-    if args.peer_src:
-        variants.append(("distilled, peer code", "distilled", peer_embedder(args.peer_src)))
-    for cname, (ctexts, _, _) in corpora.items():
-        where = sample_indices(np.ones(len(ctexts), bool), SAMPLE_SIZE)
-        runs = {name: [] for name, _, _ in variants}
-        for _ in range(max(rounds, 3)):  # best of 3 fresh embedders (shared machine)
-            for name, table, cls in variants:
-                emb, t_load, _ = timed(lambda t=table, cls=cls: cls(
-                    table=t, max_length=args.max_length, progress=False))
-                # The embed stage reads its sample and its shards separately: equal texts in
-                # other string objects, no hash computed yet.
-                run_texts = copies(ctexts)
-                sample = copies([ctexts[i] for i in where])
-
-                def cold_run(emb=emb, sample: list[str] = sample,
-                             run_texts: list[str] = run_texts) -> np.ndarray:
-                    emb.prepare(sample)
-                    return emb.encode(run_texts)
-
-                vectors[cname, name], w, c = timed(cold_run)
-                _, ww, cw = timed(lambda e=emb, x=ctexts: e.encode(x))
-                runs[name].append((w, c, ww, cw, t_load, emb.table_source))
-        for name, _, _ in variants:
-            w, c, _, _, t_load, source = min(runs[name])
-            ww, cw = min((r[2], r[3]) for r in runs[name])
-            speed.append((cname, name, source, len(ctexts), t_load, w, c, ww, cw))
-    procs = [(cname, src, fresh_process(path, args.max_length, None, src_path))
-             for src, src_path in srcs for cname, path in (("pydocs", None), ("wordnet", WORDNET))]
-    if args.first_ever:
-        with tempfile.TemporaryDirectory() as empty:
-            procs.append(("pydocs", "this checkout",
-                          fresh_process(None, args.max_length, empty, None)))
-    clis = cli_rows(srcs, args.process_runs)
-
-    # -- quality ---------------------------------------------------------------------
-    e_minilm_full = e_ours if n_minilm == len(texts) else None
-    if e_minilm_full is None and args.minilm_embeddings:
-        e_minilm_full = np.load(args.minilm_embeddings)
-    if args.minilm_wordnet_embeddings:
-        e_minilm_wn, wn_how = np.load(args.minilm_wordnet_embeddings), "vectors from file"
-    else:
-        e_minilm_wn, w, _ = timed(lambda: ours.encode(wn_texts))
-        wn_how = f"embedded in this run, {len(wn_texts) / w:.0f} docs/s"
-    minilm = {"pydocs": e_minilm_full, "wordnet": e_minilm_wn}
-
-    print()
-    print("| embedder | docs | wall s | docs/s (wall) | CPU s | docs/CPU-s | ratio vs peer |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    print(f"| MiniLM, ours | {n_minilm} | {best_o[0]:.2f} | {n_minilm / best_o[0]:.1f} | "
-          f"{best_o[1]:.2f} | {n_minilm / best_o[1]:.1f} | "
-          f"{best_d[0] / best_o[0]:.2f}x wall, {best_d[1] / best_o[1]:.2f}x CPU |")
-    print(f"| MiniLM, direct `SentenceTransformer.encode` | {n_minilm} | {best_d[0]:.2f} | "
-          f"{n_minilm / best_d[0]:.1f} | {best_d[1]:.2f} | {n_minilm / best_d[1]:.1f} | 1.00x |")
-    print()
-    print(f"min cosine ours vs direct MiniLM: {cos:.6f}")
-    print()
-    print("fast embedders, in this process (imports done; `cold` = fresh embedder: table "
-          "load, then prepare + encode with an empty word cache, the sample and the corpus "
-          "in separate string objects as the embed stage reads them; `warm` = encode "
-          "again; best of 3 fresh embedders):")
-    print()
-    print("| corpus | table | table from | docs | load s | cold wall s | cold docs/s | "
-          "cold CPU s | cold docs/CPU-s | warm wall s | warm docs/s | cold ratio vs random |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    cold_of = {(r[0], r[1]): r[5] for r in speed}
-    cpu_of = {(r[0], r[1]): r[6] for r in speed}
-    for cname, table, src, docs, t_load, w, c, ww, _cw in speed:
-        print(f"| {cname} | {table} | {src} | {docs} | {t_load:.2f} | {w:.2f} | "
-              f"{docs / w:.0f} | {c:.2f} | {docs / c:.0f} | {ww:.2f} | {docs / ww:.0f} | "
-              f"{cold_of[cname, 'random'] / w:.2f}x |")
-    print()
-    peer_note = ""
-    if args.peer_src:
-        same = all(np.array_equal(vectors[c, "distilled"], vectors[c, "distilled, peer code"])
-                   for c in corpora)
-        ratio = cold_of["pydocs", "distilled, peer code"] / cold_of["pydocs", "distilled"]
-        cpu_ratio = cpu_of["pydocs", "distilled, peer code"] / cpu_of["pydocs", "distilled"]
-        peer_note = (f" ({ratio:.2f}x the peer code's wall, {cpu_ratio:.2f}x its CPU; "
-                     f"vectors {'identical' if same else 'DIFFERENT'})")
-        print(f"Peer code ({args.peer_src}), same run: cold on pydocs {ratio:.2f}x wall, "
-              f"{cpu_ratio:.2f}x CPU; default vectors identical to the peer's on both corpora: "
-              f"{'yes' if same else 'NO'}.")
-        print()
-    print("fast (default, distilled table), each in a fresh process: python start + imports + "
-          "table + prepare + encode:")
-    print()
-    print("| code | corpus | table cache | table from | docs | embed s (load+prepare+encode) | "
-          "docs/s | whole process s | docs/s incl. start | torch imported |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
-    for cname, code, (docs, src, t_embed, t_proc, empty, torch_in) in procs:
-        print(f"| {code} | {cname} | {'empty (first ever)' if empty else 'user cache'} | "
-              f"{src} | {docs} | {t_embed:.2f} | {docs / t_embed:.0f} | {t_proc:.2f} | "
-              f"{docs / t_proc:.0f} | {'yes' if torch_in else 'no'} |")
-    print()
-    print_cli_rows(len(texts), clis)
-    py_how = "this run" if n_minilm == len(texts) else "from --minilm-embeddings" \
-        if e_minilm_full is not None else "none for the whole corpus (no ratio)"
-    print(f"MiniLM vectors: pydocs {py_how}; "
-          f"wordnet {wn_how}. NMI: KMeans(n_init=1), mean of {args.seeds} seeds.")
-    print()
-    ratios, cosines = {}, {}
-    for cname, (_, clabels, cks) in corpora.items():
-        print(f"| {cname}: clusters of | docs | " + " | ".join(f"NMI K={k}" for k in cks)
-              + " | fast / MiniLM |")
-        print("|---|---|" + "---:|" * (len(cks) + 1))
-        m = minilm[cname]
-        m_row = nmi_row(m, clabels, cks, args.seeds) if m is not None else None
-        rows_q = [("MiniLM", m_row)] if m_row else []
-        for table, name in (("distilled", "fast (default: distilled table, PCA + SIF)"),
-                            ("random", "fast, TF-IDF + random projection (old default)")):
-            rows_q.append((name, nmi_row(vectors[cname, table], clabels, cks, args.seeds)))
-        rows_q.append(("shuffled labels (fast clusters)",
-                       shuffled_row(vectors[cname, "distilled"], clabels, cks, args.seeds)))
-        cosines[cname] = {"MiniLM": unrelated_cosine(m, clabels),
-                          "fast": unrelated_cosine(vectors[cname, "distilled"], clabels)}
-        for name, vals in rows_q:
-            rel = "" if m_row is None or name.startswith(("MiniLM", "shuffled")) else \
-                " / ".join(f"{v / mv:.0%}" for v, mv in zip(vals, m_row, strict=True))
-            print(f"| {name} | {len(clabels)} | " + " | ".join(f"{v:.3f}" for v in vals)
-                  + f" | {rel} |")
-            if name.startswith("fast (default") and m_row is not None:
-                ratios[cname] = min(v / mv for v, mv in zip(vals, m_row, strict=True))
-        print()
-    print("Mean cosine between documents with different labels (20,000 random pairs; "
-          "dedup needs it near 0): " + "; ".join(
-              f"{c} " + ", ".join(f"{k} {v:+.3f}" for k, v in d.items() if v is not None)
-              for c, d in cosines.items()))
-    print()
-    cold = cold_of["pydocs", "distilled"]
-    cold = len(texts) / cold
-    cold_cpu = len(texts) / cpu_of["pydocs", "distilled"]
-    met = cold >= 5000 and len(ratios) == 2 and min(ratios.values()) >= 0.8
-    print(f"Conclusion: default fast embedder, cold on pydocs {cold:,.0f} docs/s (target 5,000; "
-          f"{cold_cpu:,.0f} docs per CPU second){peer_note}; "
-          f"worst NMI ratio to MiniLM "
-          + ", ".join(f"{c} {r:.0%}" for c, r in ratios.items())
-          + f" (target 80%): target {'MET' if met else 'MISSED'}. "
-          + cli_conclusion(len(texts), clis))
-
-
-def cli_conclusion(n_docs: int, clis: list[tuple]) -> str:
-    """The whole-process rows in one sentence, against the 5,000 docs/s target."""
-    ours = [n_docs / c[2] for c in clis if c[0] == "this checkout"]
-    peer = [n_docs / c[2] for c in clis if c[0] != "this checkout"]
-    hit = sum(r >= 5000 for r in ours)
-    extra = sorted({m for c in clis if c[0] == "this checkout" for m in c[4]})
-    return (f"A whole `clusterclip embed` process: {min(ours):,.0f}-{max(ours):,.0f} docs/s "
-            + (f"(peer code {min(peer):,.0f}-{max(peer):,.0f}) " if peer else "")
-            + f"in {len(ours)} runs, >= 5,000 in {hit} of them (target "
-            + ("MET" if hit == len(ours) else "MISSED" if hit == 0 else "met in some runs only")
-            + f"); imported without need: {', '.join(extra) or 'nothing'}.")
-
-
-def peer_embedder(src: str):
-    """``StaticEmbedder`` of another checkout (its ``embedding/static.py``, imported under
-    another name; the rest of the package is this checkout's)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "peer_static", Path(src) / "clusterclip" / "embedding" / "static.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.StaticEmbedder
-
-
-def unrelated_cosine(x: np.ndarray | None, labels: np.ndarray) -> float | None:
-    """Mean cosine between 20,000 random pairs of documents with different labels."""
-    if x is None:
-        return None
-    rng = np.random.default_rng(0)
-    a, b = rng.integers(0, len(labels), (2, 60_000))
-    keep = np.flatnonzero(labels[a] != labels[b])[:20_000]
-    return float(np.mean(np.sum(x[a[keep]] * x[b[keep]], axis=1)))
-
-
-def copies(texts: list[str]) -> list[str]:
-    """Equal strings in new objects (as read again from the corpus file)."""
-    return [t.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass") for t in texts]
-
-
-def read_corpus(path) -> tuple[list[str], np.ndarray]:
+def read_corpus(path: Path) -> tuple[list[str], np.ndarray]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    return [r["text"] for r in rows], np.array([r["label"] for r in rows])
+    return [r["text"] for r in rows], np.array([str(r["label"]) for r in rows])
 
 
-_FRESH = """
-import gzip, json, sys, time
-t0 = time.perf_counter()
-import numpy as np
-from clusterclip.data import pydocs_path
-from clusterclip.embedding.pipeline import make_embedder, sample_indices
-path = sys.argv[1] or str(pydocs_path())
-with gzip.open(path, "rt", encoding="utf-8") as f:
-    texts = [json.loads(line)["text"] for line in f]
-t1 = time.perf_counter()
-emb = make_embedder("fast", max_length=int(sys.argv[2]), progress=False)
-# as the embed stage: the sample read separately from the texts it then embeds
-emb.prepare([texts[i].encode().decode() for i in sample_indices(np.ones(len(texts), bool))])
-emb.encode(texts)
-t2 = time.perf_counter()
-print(json.dumps([len(texts), emb.table_source, t2 - t1, t2 - t0, "torch" in sys.modules]))
-"""
+def corpora() -> dict[str, Path]:
+    from clusterclip.data import pydocs_path
+
+    return {"pydocs": pydocs_path(), "wordnet_glosses": DATA / "wordnet_glosses.jsonl.gz",
+            "wordnet_examples": DATA / "wordnet_examples.jsonl.gz"}
 
 
-def child_env(cache: str | None, src: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if cache is not None:
-        env["CLUSTERCLIP_CACHE"] = cache
-    if src is not None:
-        env["PYTHONPATH"] = src
-    return env
+def load() -> float:
+    return os.getloadavg()[0]
 
 
-def fresh_process(path, max_length: int, cache: str | None, src: str | None) -> tuple:
-    """Run the default fast embedder over a corpus in a new Python process (``src``:
-    another checkout's source folder)."""
-    t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", _FRESH, str(path or ""), str(max_length)],
-                         env=child_env(cache, src), check=True, capture_output=True,
-                         text=True).stdout
-    total = time.perf_counter() - t
-    docs, src, t_embed, _, torch_in = json.loads(out.strip().splitlines()[-1])
-    return docs, src, t_embed, total, cache is not None, torch_in
+def model2vec_folder(out: Path) -> Path:
+    """A Model2Vec model of the bundled MiniLM: ``--m2v-model`` if given, else our
+    distilled table and MiniLM's tokenizer saved by model2vec (the test's model)."""
+    folder = out / "m2v-ours"
+    if not (folder / "config.json").exists():
+        from model2vec import StaticModel
+        from tokenizers import Tokenizer
+
+        from clusterclip.embedding.static import distilled_table
+        from clusterclip.embedding.transformer import bundled_minilm_path
+
+        table, _ = distilled_table(bundled_minilm_path(), 256, progress=False)
+        tok = Tokenizer.from_file(str(bundled_minilm_path() / "tokenizer.json"))
+        StaticModel(vectors=table, tokenizer=tok, normalize=True).save_pretrained(folder)
+    return folder
 
 
-# Modules a fast `clusterclip embed` process has no use for (reported when imported).
-_NOT_NEEDED = ("torch", "transformers", "sentence_transformers", "clusterclip.sampling",
-               "clusterclip.export", "clusterclip.experiment")
+# -- 1. speed: whole processes --------------------------------------------------------
 
-
-def cli_rows(srcs: list[tuple[str, str | None]], runs: int) -> list[tuple]:
-    """Whole `clusterclip embed` processes, ``runs`` per checkout, alternating:
-    (code, load average at start, wall s, CPU s, modules of _NOT_NEEDED imported)."""
-    with tempfile.TemporaryDirectory() as pycache:
-        imported = {src: cli_imports(src_path, pycache) for src, src_path in srcs}  # warm-up
-        return [(src, os.getloadavg()[0], *cli_process(src_path, pycache), imported[src])
-                for _ in range(runs) for src, src_path in srcs]
-
-
-def print_cli_rows(n_docs: int, clis: list[tuple]) -> None:
-    print(f"`clusterclip embed pydocs.jsonl.gz --workdir W --embedder fast` as a user runs it "
-          f"(the console script, bytecode cached), a whole process (start, imports, scan, "
-          f"embed, write; {n_docs} docs; runs alternate):")
-    print()
-    print("| code | load at start | whole process s | docs/s | CPU s (user+sys) | "
-          "imported, not needed |")
-    print("|---|---:|---:|---:|---:|---|")
-    for code, load, t_proc, cpu, extra in clis:
-        print(f"| {code} | {load:.2f} | {t_proc:.2f} | {n_docs / t_proc:,.0f} | {cpu:.2f} | "
-              f"{', '.join(extra) or 'none'} |")
-    print()
-
-
-def cli_command() -> list[str]:
-    """How a user starts the tool: the console script beside this Python, if installed."""
+def cli() -> list[str]:
     script = Path(sys.executable).with_name("clusterclip")
     return [str(script)] if script.exists() else [sys.executable, "-m", "clusterclip.cli"]
 
 
-def cli_env(src: str | None, pycache: str) -> dict[str, str]:
-    """The child's environment: ``src`` first on the path; bytecode written to and read from
-    ``pycache`` (as an installed package has it compiled; the source trees stay untouched)."""
-    env = child_env(None, src)
+def run_process(corpus: Path, args: list[str], cache: Path, pycache: str) -> tuple[float, float]:
+    """One ``clusterclip embed`` process: wall s, CPU s (user + sys of the child)."""
+    env = {**os.environ, "CLUSTERCLIP_CACHE": str(cache), "PYTHONPYCACHEPREFIX": pycache}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = pycache
-    return env
-
-
-def cli_embed_args(workdir: Path) -> list[str]:
-    from clusterclip.data import pydocs_path
-
-    return ["embed", str(pydocs_path()), "--workdir", str(workdir), "--embedder", "fast"]
-
-
-def cli_imports(src: str | None, pycache: str) -> list[str]:
-    """An untimed `clusterclip embed` (also writes the bytecode): which modules of
-    _NOT_NEEDED it imported."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**cli_env(src, pycache), "PYTHONPROFILEIMPORTTIME": "1"}
-        err = subprocess.run(cli_command() + cli_embed_args(Path(tmp) / "w"), env=env,
-                             check=True, capture_output=True, text=True).stderr
-    mods = {line.split("|")[-1].strip() for line in err.splitlines()
-            if line.startswith("import time:")}
-    return [m for m in _NOT_NEEDED if any(x == m or x.startswith(m + ".") for x in mods)]
+        before, t = os.times(), time.perf_counter()
+        r = subprocess.run(cli() + ["embed", str(corpus), "--workdir", f"{tmp}/w",
+                                    "--no-progress", *args], env=env, capture_output=True,
+                           text=True)
+        wall, after = time.perf_counter() - t, os.times()
+    if r.returncode:
+        sys.exit(f"clusterclip embed {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+    return wall, (after.children_user - before.children_user
+                  + after.children_system - before.children_system)
 
 
-def cli_process(src: str | None, pycache: str) -> tuple[float, float]:
-    """``clusterclip embed`` of the bundled corpus with the fast embedder, a whole process:
-    wall s, CPU s of the child."""
-    with tempfile.TemporaryDirectory() as tmp:
-        before = os.times()
-        t = time.perf_counter()
-        subprocess.run(cli_command() + cli_embed_args(Path(tmp) / "w"),
-                       env=cli_env(src, pycache), check=True, capture_output=True)
-        wall = time.perf_counter() - t
-        after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system
-                                                          - before.children_system)
-    return wall, cpu
+def speed(args: argparse.Namespace, out: Path) -> None:
+    """The MiniLM rows and the static rows on ``--speed-docs`` documents, then the static
+    rows alone on the whole bundled corpus (where a process's start no longer dominates)."""
+    extra = {} if not args.m2v_model else {
+        "model2vec (model2vec.distill)": ["--embedder", "model2vec", "--model",
+                                          args.m2v_model]}
+    speed_table(args, out, args.speed_docs, {**SPEED_ROWS, **extra})
+    static = {n: a for n, a in {**SPEED_ROWS, **extra}.items() if not n.startswith("MiniLM")}
+    speed_table(args, out, 4096, static, cold=False)
+
+
+def speed_table(args: argparse.Namespace, out: Path, docs: int,
+                spec: dict[str, list[str]], cold: bool = True) -> None:
+    """``cold``: empty caches, one cold process per row first; else warm runs only, with the
+    caches an earlier table filled (a tuned table is keyed by its corpus: the first warm
+    ``--tune`` run of a new corpus tunes, with the export and distillation cached)."""
+    texts, _ = read_corpus(corpora()["pydocs"])
+    at = np.linspace(0, len(texts) - 1, docs).round().astype(int)
+    corpus = out / f"pydocs-{docs}.jsonl"
+    corpus.write_text("".join(json.dumps({"text": texts[i]}) + "\n" for i in at),
+                      encoding="utf-8")
+    fill = {"m2v": str(model2vec_folder(out)), "tune": str(args.tune_speed)}
+    rows = {n: [a.format(**fill) for a in v] for n, v in spec.items()}
+    pycache = str(out / "pycache")
+    run_process(corpus, rows["fast"], out / "cache-warmup", pycache)  # bytecode, once
+    res: dict[str, dict[str, list]] = {n: {"cold": [], "warm": []} for n in rows}
+    # The two onnx rows share one export (it builds fp32 and int8): one cold run, the int8's.
+    group = {n: "onnx" if "onnx" in n else n for n in rows}
+    caches = {n: out / f"cache-{group[n].replace(' ', '_')}" for n in rows}
+    for n in rows:
+        if cold:
+            shutil.rmtree(caches[n], ignore_errors=True)
+        caches[n].mkdir(parents=True, exist_ok=True)
+    for n, a in rows.items():
+        if not cold or n.startswith("model2vec") or n == "MiniLM, onnx fp32":
+            continue
+        res[n]["cold"].append((load(), *run_process(corpus, a, caches[n], pycache)))
+        print(f"cold {n}: {res[n]['cold'][-1]}", flush=True)
+    for _ in range(args.runs):
+        for n, a in rows.items():
+            res[n]["warm"].append((load(), *run_process(corpus, a, caches[n], pycache)))
+            print(f"warm {n}: {res[n]['warm'][-1]}", flush=True)
+    (out / f"speed-{docs}.json").write_text(json.dumps(res, indent=1))
+    print_speed(res, docs)
+
+
+def print_speed(res: dict, docs: int) -> None:
+    def rng(vals: list[float]) -> str:
+        return f"{min(vals):,.1f}" if len(vals) == 1 else f"{min(vals):,.1f}-{max(vals):,.1f}"
+
+    peer = "MiniLM, torch" if "MiniLM, torch" in res else "fast"
+    torch_warm = [docs / w for _, w, _ in res[peer]["warm"]]
+    print(f"\nWhole `clusterclip embed` processes, {docs} pydocs sections:\n")
+    print(f"| row | load at start | cold docs/s (wall s) | warm docs/s | warm CPU s | "
+          f"warm docs/s vs {peer} |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for n, r in res.items():
+        loads = [x[0] for x in r["cold"] + r["warm"]]
+        cold = ("the int8 row's export" if "onnx" in n else "not run") \
+            if not r["cold"] else \
+            f"{rng([docs / w for _, w, _ in r['cold']])} ({rng([w for _, w, _ in r['cold']])})"
+        warm = [docs / w for _, w, _ in r["warm"]]
+        ratio = f"{min(warm) / max(torch_warm):.2f}-{max(warm) / min(torch_warm):.2f}x"
+        print(f"| {n} | {rng(loads)} | {cold} | {rng(warm)} | "
+              f"{rng([c for _, _, c in r['warm']])} | {ratio} |")
+
+
+# -- 2. quality: NMI on held-out parts --------------------------------------------------
+
+def vectors(out: Path, name: str, make, texts: list[str]) -> np.ndarray:
+    """Vectors cached in ``out`` (a later run reuses them), with the seconds they took."""
+    path = out / f"vec-{name}.npy"
+    if path.exists():
+        return np.load(path)
+    t = time.perf_counter()
+    emb = make()
+    x = emb.encode(texts)
+    np.save(path, x)
+    (out / f"vec-{name}.json").write_text(json.dumps({"seconds": time.perf_counter() - t,
+                                                      "load": load()}))
+    print(f"  {name}: {len(texts)} docs in {time.perf_counter() - t:.1f} s", flush=True)
+    return x
+
+
+def nmi(x: np.ndarray, labels: np.ndarray, k: int, seeds: int) -> float:
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import normalized_mutual_info_score
+
+    return float(np.mean([normalized_mutual_info_score(
+        labels, KMeans(k, n_init=1, random_state=s).fit_predict(x)) for s in range(seeds)]))
+
+
+def quality(args: argparse.Namespace, out: Path) -> None:
+    from clusterclip.embedding import make_embedder
+    from clusterclip.embedding.pipeline import sample_indices
+    from clusterclip.embedding.tune import tune_indices
+    from clusterclip.report.agreement import clustering_agreement
+
+    m2v = model2vec_folder(out)
+    table = {}
+    for cname, path in corpora().items():
+        texts, labels = read_corpus(path)
+        train = tune_indices(np.ones(len(texts), bool), args.tune, args.tune_seed)
+        test = np.setdiff1d(np.arange(len(texts)), train)
+        test = test[np.linspace(0, len(test) - 1, min(args.test_docs, len(test))).round()
+                    .astype(int)]
+        test_texts, test_labels = [texts[i] for i in test], labels[test]
+        k = len(set(labels.tolist()))
+        print(f"{cname}: {len(texts)} docs, {k} labels; tune on {len(train)}, measure on "
+              f"{len(test)}", flush=True)
+
+        def fast(tune: int, fit: list[str], part: list[str]):
+            emb = make_embedder("fast", progress=False, tune=tune, tune_seed=args.tune_seed)
+            if tune:
+                emb.tune_report = emb.tune(fit)
+            # the embed stage centres on its fixed sample of the corpus it embeds
+            emb.prepare([part[i] for i in sample_indices(np.ones(len(part), bool))])
+            return emb
+
+        fit = [texts[i] for i in train]
+
+        rows = {
+            "MiniLM, onnx fp32": lambda: make_embedder("minilm", backend="onnx",
+                                                       precision="fp32", progress=False),
+            "MiniLM, onnx int8": lambda: make_embedder("minilm", backend="onnx",
+                                                       precision="int8", progress=False),
+            "model2vec (our table)": lambda: make_embedder("model2vec", model=m2v),
+            "fast": lambda fit=fit, part=test_texts: fast(0, fit, part),
+            f"fast --tune {args.tune}": lambda fit=fit, part=test_texts: fast(args.tune, fit,
+                                                                              part),
+        }
+        if args.m2v_model:
+            rows["model2vec (model2vec.distill)"] = lambda: make_embedder(
+                "model2vec", model=args.m2v_model)
+        vec = {n: vectors(out, f"{cname}-{n}".replace(" ", "_").replace(",", "")
+                          .replace("/", "-"), f, test_texts) for n, f in rows.items()}
+        ref = vec["MiniLM, onnx fp32"]
+        for n, x in vec.items():
+            agree = clustering_agreement(x, ref, k, seeds=tuple(range(args.seeds)))
+            table[cname, n] = (nmi(x, test_labels, k, args.seeds), agree["nmi"],
+                               agree["reference_self"])
+            print(f"  {n}: NMI {table[cname, n][0]:.3f}, with MiniLM's clusters "
+                  f"{table[cname, n][1]:.3f}", flush=True)
+    (out / "quality.json").write_text(json.dumps({f"{c}|{n}": v for (c, n), v in table.items()},
+                                                 indent=1))
+    print_quality(table)
+
+
+def print_quality(table: dict) -> None:
+    names = list(dict.fromkeys(n for _, n in table))
+    cs = list(dict.fromkeys(c for c, _ in table))
+    print("\n| embedder | " + " | ".join(f"{c} NMI (vs MiniLM)" for c in cs) + " | "
+          + " | ".join(f"{c}: agreement with MiniLM's clusters" for c in cs) + " |")
+    print("|---|" + "---:|" * (2 * len(cs)))
+    for n in names:
+        cells = [f"{table[c, n][0]:.3f} ({table[c, n][0] / table[c, 'MiniLM, onnx fp32'][0]:.0%})"
+                 for c in cs]
+        agree = [f"{table[c, n][1]:.3f}" for c in cs]
+        print(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(agree) + " |")
+    print("\nK-means self-agreement of MiniLM between seeds (the ceiling): "
+          + ", ".join(f"{c} {table[c, 'MiniLM, onnx fp32'][2]:.3f}" for c in cs))
+
+
+# -- 3. quantisation variants ---------------------------------------------------------
+
+def quant(args: argparse.Namespace, out: Path) -> None:
+    """Every int8 variant measured, against torch, on the same documents."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from clusterclip.embedding import make_embedder
+    from clusterclip.embedding.onnx_runtime import OnnxEmbedder, _Export, agreement
+
+    texts, _ = read_corpus(corpora()["pydocs"])
+    at = np.linspace(0, len(texts) - 1, args.quant_docs).round().astype(int)
+    texts = [texts[i] for i in at]
+    torch_emb = make_embedder("minilm", backend="torch", max_length=args.quant_tokens)
+    t = time.process_time()
+    ref = torch_emb.encode(texts)
+    t_torch = time.process_time() - t
+    cached = make_embedder("minilm", backend="onnx", precision="fp32", progress=False)
+    export = _Export(cached.path, "sentence-transformers", "model", False)
+    rec = export.record()
+    folder = out / "quant"
+    folder.mkdir(exist_ok=True)
+    fused = export.folder / "model.onnx"
+    unfused = folder / "unfused.onnx"
+    if not unfused.exists():  # the same export without the transformer fusions
+        import clusterclip.embedding.onnx_runtime as ort_mod
+
+        keep = ort_mod._fuse
+        ort_mod._fuse = lambda path, model: None
+        try:
+            export._export(unfused)
+        finally:
+            ort_mod._fuse = keep
+    names = [n.name for n in onnx.load(str(fused)).graph.node
+             if n.op_type in ("MatMul", "Attention")]
+    first_last = [n for n in names if "layer.0/" in n or "layer.5/" in n
+                  or n in ("Attention_0", "Attention_5")]
+    ffn_out = [n for n in names if n.endswith("output/dense/MatMul") and "attention" not in n]
+    f32 = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+    fused_ops = {"op_types_to_quantize": ["MatMul", "Attention"], "extra_options": f32}
+    variants = {
+        "naive: per-tensor, every MatMul (unfused graph)": (unfused, {}),
+        "per-channel (unfused)": (unfused, {"per_channel": True}),
+        "per-channel, weights only (MatMulConstBOnly, unfused)": (
+            unfused, {"per_channel": True, "extra_options": {"MatMulConstBOnly": True}}),
+        "per-channel, u8 weights (unfused)": (
+            unfused, {"per_channel": True, "weight_type": QuantType.QUInt8}),
+        "fused graph, per-channel (the backend's int8)": (fused, {"per_channel": True,
+                                                                  **fused_ops}),
+        "fused, per-channel, reduce_range": (fused, {"per_channel": True,
+                                                     "reduce_range": True, **fused_ops}),
+        "fused, per-channel, first and last layer fp32": (
+            fused, {"per_channel": True, "nodes_to_exclude": first_last, **fused_ops}),
+        "fused, per-channel, FFN output MatMuls fp32": (
+            fused, {"per_channel": True, "nodes_to_exclude": ffn_out, **fused_ops}),
+        "fused, per-channel, attention fp32 (MatMul only)": (
+            fused, {"per_channel": True, "op_types_to_quantize": ["MatMul"],
+                    "extra_options": f32}),
+    }
+    rows = [("torch fp32 (reference)", {"mean": 1.0, "p1": 1.0, "min": 1.0}, t_torch),
+            ("onnx fp32, fused", None, None)]
+    results = []
+    for name, path in [("onnx fp32, fused", fused)] + [(n, None) for n in variants]:
+        if path is None:
+            src, kw = variants[name]
+            path = folder / f"v{len(results)}.onnx"
+            if not path.exists():
+                quantize_dynamic(str(src), str(path), **{"weight_type": QuantType.QInt8,
+                                                         **kw})
+        emb = OnnxEmbedder.from_file(path, export, rec["inputs"], rec["meta"],
+                                     max_length=args.quant_tokens)
+        t = time.process_time()
+        x = emb.encode(texts)
+        results.append((name, agreement(x, ref), time.process_time() - t))
+        print(f"  {name}: {results[-1]}", flush=True)
+    rows = rows[:1] + results
+    (out / "quant.json").write_text(json.dumps(rows, indent=1))
+    print(f"\nint8 variants against torch, {len(texts)} pydocs sections at "
+          f"{args.quant_tokens} tokens (CPU s in this process, {os.cpu_count()} CPUs):\n")
+    print("| variant | cosine mean | 1st percentile | min | CPU s | torch CPU s / CPU s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, a, cpu in rows:
+        ok = " (passes)" if a["mean"] >= 0.99 and a["p1"] >= 0.97 else ""
+        print(f"| {name} | {a['mean']:.4f} | {a['p1']:.4f}{ok} | {a['min']:.4f} | "
+              f"{cpu:.1f} | {t_torch / cpu:.2f}x |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for corpora, caches, "
+                    "vectors and the JSON results (kept)")
+    ap.add_argument("--only", choices=("speed", "quality", "quant"), default=None)
+    ap.add_argument("--runs", type=int, default=2, help="warm processes per speed row")
+    ap.add_argument("--speed-docs", type=int, default=512)
+    ap.add_argument("--tune-speed", type=int, default=256,
+                    help="--tune N of the whole-process row")
+    ap.add_argument("--tune", type=int, default=1000, help="tuning sample of each corpus")
+    ap.add_argument("--test-docs", type=int, default=1200,
+                    help="held-out documents measured per corpus (evenly spaced among the "
+                         "documents not in the tuning sample)")
+    ap.add_argument("--tune-seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, default=3, help="k-means seeds averaged")
+    ap.add_argument("--quant-docs", type=int, default=256)
+    ap.add_argument("--quant-tokens", type=int, default=256)
+    ap.add_argument("--m2v-model", default=None,
+                    help="a Model2Vec model made by model2vec.distill of the bundled MiniLM "
+                         "(the comparison of issue 19 item 2)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"uptime load {os.getloadavg()}, {os.cpu_count()} CPUs", flush=True)
+    for part, fn in (("quant", quant), ("speed", speed), ("quality", quality)):
+        if args.only in (None, part):
+            fn(args, args.out)
+    print(f"uptime load {os.getloadavg()}")
 
 
 if __name__ == "__main__":

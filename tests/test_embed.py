@@ -49,7 +49,7 @@ def test_l2_normalize_keeps_zero_rows_zero():
 def minilm():
     from clusterclip.embedding import make_embedder
 
-    return make_embedder("minilm", batch_size=8, max_length=128)
+    return make_embedder("minilm", batch_size=8, max_length=128, backend="torch")
 
 
 def test_minilm_path_equals_direct_sentence_transformers(minilm, pydocs_rows):
@@ -78,9 +78,9 @@ def test_hf_mean_pooling_reproduces_minilm_and_first_token_differs(minilm, pydoc
     texts = short_texts(pydocs_rows, 8, 200)
     ref = minilm.encode(texts)
     mean = make_embedder("hf", model=bundled_minilm_path(), pooling="mean",
-                         max_length=128, batch_size=3).encode(texts)
+                         max_length=128, batch_size=3, backend="torch").encode(texts)
     first = make_embedder("hf", model=bundled_minilm_path(), pooling="first",
-                          max_length=128, batch_size=3).encode(texts)
+                          max_length=128, batch_size=3, backend="torch").encode(texts)
     assert np.sum(mean * ref, axis=1).min() > 0.9999  # MiniLM is mean pooling + L2
     assert np.allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
     assert np.sum(first * ref, axis=1).max() < 0.999
@@ -95,7 +95,7 @@ def test_bad_model_paths_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="needs --model"):
         make_embedder("hf")
     with pytest.raises(InputError, match="cannot load"):
-        make_embedder("hf", model=tmp_path)
+        make_embedder("hf", model=tmp_path, backend="torch")
 
 
 def test_fast_embedder_is_deterministic_and_batch_independent(pydocs_rows):

@@ -92,8 +92,13 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     assert "| clusterclip |" in md and "val_curves.png" in md and "clusters clipped" in md
     assert "gap_repetition.png" in md and "excess slope" in md
     # the verdict opens results.md and the printout
-    assert md.splitlines()[2].startswith("**Verdict (2 seeds")
-    assert printed.startswith("Verdict (2 seeds") and "Conclusion:" in printed
+    # (CONTRACTS.md 3: the lines from the title up to the first "## " are the verdict)
+    lines = md.splitlines()
+    verdict = lines[2:lines.index("## Setup")]
+    assert lines[0].startswith("# ") and verdict[0].startswith("On this corpus, with 2 seeds "
+                                                               "of a 44k-parameter")
+    assert any(ln.startswith("- macro: lowest mean") for ln in verdict)
+    assert printed.startswith(verdict[0]) and "paired-t 95% confidence interval" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed
     # the repetition counts say which budget they come from (not the report's)
     budget = (f"counts over each run's training budget: {d['budget_tokens']:,} tokens "

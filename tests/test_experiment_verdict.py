@@ -22,9 +22,9 @@ from clusterclip.experiment.verdict import (
 RANDOM = [1.50, 1.60, 1.55]
 #: per-seed differences to random, one strategy per branch of the call
 DIFFS = {
-    "uniform": [-0.10, -0.12, -0.08],    # mean -0.10, std 0.02: beyond 2 std, better
-    "clusterclip": [0.05, 0.07, 0.06],   # mean +0.06, std 0.01: beyond 2 std, worse
-    "paced": [0.05, -0.04, 0.02],        # mean +0.01, std 0.0458: within 2 std
+    "uniform": [-0.10, -0.12, -0.08],    # mean -0.10, 95% CI -0.150 to -0.050: better
+    "clusterclip": [0.05, 0.07, 0.06],   # mean +0.06, 95% CI +0.035 to +0.085: worse
+    "paced": [0.05, -0.04, 0.02],        # mean +0.01, 95% CI -0.104 to +0.124: no call
 }
 
 
@@ -37,10 +37,16 @@ def _results(random: list[float], diffs: dict[str, list[float]]) -> dict:
     strategies = {"random": {"runs": runs(random)}}
     for name, d in diffs.items():
         strategies[name] = {"runs": runs([r + x for r, x in zip(random, d, strict=True)])}
-    return {"config": {"strategies": ["random", *diffs]}, "strategies": strategies}
+    model = {"seq_len": 64, "d_model": 48, "n_layers": 1, "n_heads": 2}  # the tiny preset
+    return {"config": {"strategies": ["random", *diffs], "model": model, "max_doc_tokens": 64},
+            "strategies": strategies}
 
 
-def test_verdict_calls_each_difference_against_twice_its_paired_std():
+def test_verdict_calls_each_difference_by_its_paired_t_interval():
+    """The one rule: measurable when the paired-t 95% interval of the per-seed differences
+    excludes 0 (checked against scipy's one-sample t test of the same differences)."""
+    from scipy import stats
+
     v = compute_verdict(_results(RANDOM, DIFFS))
     assert v["seeds"] == 3 and v["has_random"]
     expected = {"uniform": BETTER, "clusterclip": WORSE, "paced": SAME}
@@ -49,18 +55,58 @@ def test_verdict_calls_each_difference_against_twice_its_paired_std():
         assert m["best"] == "uniform"  # lowest mean loss
         for name, diffs in DIFFS.items():
             got = m["vs_random"][name]
+            ref = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
             assert got["mean"] == pytest.approx(statistics.mean(diffs))
             assert got["std"] == pytest.approx(statistics.stdev(diffs))
+            assert (got["low"], got["high"]) == pytest.approx((ref.low, ref.high))
+            assert got["detectable"] == pytest.approx((ref.high - ref.low) / 2)
             assert got["call"] == expected[name]
-            # the call is exactly the rule: |mean| > 2 std
-            assert (abs(got["mean"]) > 2 * got["std"]) == (got["call"] != SAME)
-    text = "\n".join(verdict_lines(_results(RANDOM, DIFFS)))
-    assert text.startswith("Verdict (3 seeds")
-    assert "- micro: best uniform (1.4500, measurably better than random)" in text
-    assert "uniform -0.1000 ± 0.0200: measurably better than random" in text
-    assert "clusterclip +0.0600 ± 0.0100: measurably worse than random" in text
-    assert "paced +0.0100 ± 0.0458: no measurable difference to random" in text
-    assert "Conclusion: measurable differences to random: uniform better on micro" in text
+            assert got["measurable"] == (ref.low > 0 or ref.high < 0) == (got["call"] != SAME)
+    lines = verdict_lines(_results(RANDOM, DIFFS))
+    head = lines[0]
+    # one plain sentence naming the proxy model, the measurable differences with intervals
+    assert head.startswith("On this corpus, with 3 seeds of a 44k-parameter byte-level LM "
+                           "(1 layer, d=48, window 64, reading the first 63 bytes of each "
+                           "document): ")
+    assert "uniform is measurably better than random on micro loss (-0.1000, 95% CI -0.1497 " \
+        "to -0.0503) and on macro loss" in head
+    assert "clusterclip is measurably worse than random on micro loss (+0.0600, 95% CI" in head
+    assert head.endswith("; nothing else differs measurably.")
+    text = "\n".join(lines)
+    assert "- micro: lowest mean uniform (1.4500)" in text
+    assert "paced +0.0100 (95% CI -0.1038 to +0.1238): not measurably different from random" \
+        in text
+    assert "paired-t 95% confidence interval excludes 0" in lines[-1]
+
+
+def test_the_rule_is_stricter_than_two_std_at_two_seeds_and_looser_at_ten():
+    """The old rule (|mean| > 2 std) called these the other way: the t interval widens with
+    few seeds (t = 12.7 at 2) and narrows with many (2.26 / sqrt(10) at 10)."""
+    from clusterclip.experiment.verdict import paired_difference
+
+    two = paired_difference([-0.0262, -0.0162])  # mean -0.0212, std 0.0071: beyond 2 std
+    assert abs(two.mean) > 2 * two.std and not two.measurable and two.call() == SAME
+    ten = paired_difference([-0.01 + 0.01 * z for z in (-1.5, -1, -0.5, 0, 0.5, 1, 1.5, -0.8,
+                                                        0.8, 0)])  # mean -0.01, std 0.0096
+    assert abs(ten.mean) < 2 * ten.std and ten.measurable and ten.call() == BETTER
+    assert ten.call("prior") == "measurably better than prior"
+    one = paired_difference([0.3])
+    assert one.low is None and one.detectable is None and one.call() == ONE_SEED
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(-1.0, 1.0, allow_nan=False), min_size=2, max_size=12))
+def test_measurable_is_a_two_sided_t_test_at_5_percent(diffs):
+    from scipy import stats
+
+    from clusterclip.experiment.verdict import paired_difference
+
+    if statistics.stdev(diffs) < 1e-6:
+        return  # degenerate: no spread
+    p = paired_difference(diffs)
+    pvalue = stats.ttest_1samp(diffs, 0.0).pvalue
+    if abs(pvalue - 0.05) > 1e-9:  # the boundary itself is float noise
+        assert p.measurable == (pvalue < 0.05)
 
 
 def test_verdict_says_when_nothing_differs_measurably_and_when_random_is_best():
@@ -68,9 +114,10 @@ def test_verdict_says_when_nothing_differs_measurably_and_when_random_is_best():
     v = compute_verdict(res)
     assert v["metrics"]["val_micro"]["best"] == "random"
     assert v["metrics"]["val_micro"]["vs_random"]["uniform"]["call"] == SAME
-    assert verdict_lines(res)[-1].startswith("Conclusion: no strategy differs measurably")
+    assert verdict_lines(res)[0].endswith(": no strategy differs measurably from random on "
+                                          "micro, macro or tail held-out loss.")
     res = _results(RANDOM, {"uniform": [-0.01, 0.02, -0.015]})
-    assert "- micro: best uniform (1.5483, not measurably better than random)" in \
+    assert "- micro: lowest mean uniform (1.5483); vs random: uniform -0.0017" in \
         "\n".join(verdict_lines(res))
 
 
@@ -84,8 +131,8 @@ def test_one_seed_gives_no_spread_and_no_call():
     for m in v["metrics"].values():
         assert all(d["call"] == ONE_SEED and d["std"] is None for d in m["vs_random"].values())
     text = "\n".join(verdict_lines(res))
-    assert "no spread can be given" in text and "±" not in text
-    assert "measurably" not in text and "Conclusion" not in text
+    assert "no interval can be given" in text and "±" not in text and "CI" not in text
+    assert "measurably different" not in text and "measurably better" not in text
     # the tables never show a spread of one value either
     for entry in res["strategies"].values():
         entry["metrics"] = {m: mean_std([1.5]) for m in METRICS}
@@ -134,6 +181,14 @@ def test_cluster_repetition_counts_feeds_per_training_document():
                                [2.0, 2 / 3, 0.0])
 
 
+def test_parameter_count_without_building_the_model():
+    from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig
+    from clusterclip.experiment.model import ByteLM
+
+    for cfg in [m for m, _ in MODEL_PRESETS.values()] + [ModelConfig(32, 16, 3, 2)]:
+        assert cfg.num_parameters() == ByteLM(cfg).num_parameters()
+
+
 def test_model_presets_grow_and_set_the_window():
     from clusterclip.errors import InputError
     from clusterclip.experiment import ExperimentConfig
@@ -157,5 +212,7 @@ def test_random_alone_is_best_and_counts_its_seeds():
     v = compute_verdict(res)
     assert v["seeds"] == 3 and v["metrics"]["val_micro"]["best"] == "random"
     lines = verdict_lines(res)
-    assert lines[0].startswith("Verdict (3 seeds") and "- micro: best random (1.5500)." in lines
-    assert not any(ln.startswith("Conclusion") for ln in lines)  # nothing was compared
+    assert lines[0].startswith("On this corpus, with 3 seeds of ")
+    assert lines[0].endswith(": only random sampling was run, so nothing is compared.")
+    assert "- micro: lowest mean random (1.5500)." in lines
+    assert not any("measurabl" in ln for ln in lines)  # nothing was compared

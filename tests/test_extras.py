@@ -24,6 +24,8 @@ MODULE_EXTRAS: dict[str, tuple[str, ...]] = {
     "clusterclip": (),  # the base dependencies only
     "clusterclip.corpus": ("parquet",),  # Parquet inputs
     "clusterclip.embedding": ("embed",),
+    "clusterclip.embedding.onnx_runtime": ("onnx",),  # --backend onnx (onnx includes embed)
+    "clusterclip.embedding.model2vec_embedder": ("model2vec",),
     "clusterclip.clustering": ("torch",),
     "clusterclip.clustering._faiss": ("faiss",),
     "clusterclip.clustering.sweep": ("torch", "report"),  # silhouette, plot
@@ -37,8 +39,8 @@ MODULE_EXTRAS: dict[str, tuple[str, ...]] = {
     "clusterclip.export.megatron": ("megatron",),
     "clusterclip.plotting": ("report",),
     "clusterclip.report": ("report",),
-    "clusterclip.experiment": ("torch",),
-    "clusterclip.experiment.output": ("torch", "report"),  # plots
+    "clusterclip.experiment": ("experiment",),
+    "clusterclip.search": ("search",),
 }
 
 
@@ -51,11 +53,19 @@ def _declared() -> tuple[set[str], dict[str, set[str]]]:
         pytest.importorskip("tomli")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
-    def names(reqs: list[str]) -> set[str]:
-        return {_norm(re.match(r"[A-Za-z0-9_.\-]+", r)[0]) for r in reqs}
+    optional = project["optional-dependencies"]
 
-    return names(project["dependencies"]), {
-        extra: names(reqs) for extra, reqs in project["optional-dependencies"].items()}
+    def names(reqs: list[str]) -> set[str]:
+        """Distribution names of ``reqs``; ``clusterclip[a,b]`` stands for those extras'."""
+        out: set[str] = set()
+        for r in reqs:
+            own = re.fullmatch(r"clusterclip\[([^\]]+)\]", r.strip())
+            out |= (names([x for e in own[1].split(",") for x in optional[e.strip()]]) if own
+                    else {_norm(re.match(r"[A-Za-z0-9_.\-]+", r)[0])})
+        return out
+
+    return names(project["dependencies"]), {extra: names(reqs)
+                                            for extra, reqs in optional.items()}
 
 
 def _module(path: Path) -> str:

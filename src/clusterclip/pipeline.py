@@ -150,6 +150,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
                 pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
                 device=args.device, dtype=args.dtype, n_clusters=args.clusters,
+                backend=args.embed_backend, precision=args.precision, tune=args.tune,
+                tune_seed=args.tune_seed,
                 check_corpus=lambda stats: _check_capacity(args, stats["valid"]))
             _check_capacity(args, out["embed"]["valid"])  # when the embedding was current
             out["cluster"] = cluster_workdir(

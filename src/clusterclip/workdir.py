@@ -16,7 +16,7 @@ Layout (each stage owns its names)::
     W/groups.npy           int64[N] near-duplicate group (smallest member's index; -1 excluded)
     W/dedup.json           ``dedup``'s summary (clusterclip.dedup)
     W/map/                 the report's 2D map of a document sample (clusterclip.report.projection)
-    W/report/, W/experiment/, W/sweep/ (``cluster --sweep``)
+    W/report/, W/experiment/, W/search/, W/sweep/ (``cluster --sweep``)
 
 Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
 the lock, checks that what the stage reads is complete and current, records
@@ -63,8 +63,8 @@ _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transforme
 PRODUCERS = {"corpus": "embed", "embed": "embed", "embeddings.npy": "embed",
              "valid.npy": "embed", "labels.npy": "cluster", "scores.npy": "cluster",
              "centroids.npy": "cluster", "schedule.npy": "sample", "report": "report",
-             "experiment": "experiment", "tokens.npy": "tokens", "sweep": "sweep",
-             "groups.npy": "dedup", "dedup.json": "dedup", "map": "map"}
+             "experiment": "experiment", "search": "search", "tokens.npy": "tokens",
+             "sweep": "sweep", "groups.npy": "dedup", "dedup.json": "dedup", "map": "map"}
 # The command that reruns a stage (for error messages).
 RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer",
          "map": "clusterclip report"}

@@ -24,7 +24,7 @@ from clusterclip.errors import InputError, flag_message
 
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
 COMMANDS = ("embed", "cluster", "assign", "dedup", "group", "sample", "run", "export", "report",
-            "experiment", "demo")
+            "experiment", "search", "demo")
 
 
 # OS errors that are the machine's or the user's (a full disk, a read-only folder, a file

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
             device=args.device, dtype=args.dtype, shard_size=args.shard_size,
             keep_shards=args.keep_shards, trust_remote_code=args.trust_remote_code,
-            progress=not args.no_progress)
+            progress=not args.no_progress, backend=args.embed_backend,
+            precision=args.precision, tune=args.tune, tune_seed=args.tune_seed)
     finally:
         D.shutdown(created)
     if main_rank:
@@ -60,6 +61,21 @@ def summary_text(info: dict) -> str:
             f"embedded {info['documents_embedded']} documents with {info['embedder']} "
             f"in {info['seconds']:.1f} s ({info['shards_computed']} shards computed, "
             f"{info['shards_reused']} reused)")
+    how = ", ".join(f"{k} {info[k]}" for k in ("backend", "precision") if k in info)
+    agree = info.get("agreement_with_torch")
+    if agree and info.get("precision") == "int8":
+        how += (f" (cosine to torch on the probe: {agree['mean']:.4f} mean, "
+                f"{agree['p1']:.4f} at the 1st percentile)")
+    tune = info.get("tune")
+    if tune:
+        cost = "cached" if tune["cached"] else f"{tune['seconds']:.1f} s"
+        how += (f"{', ' if how else ''}table tuned on {tune['documents']} documents "
+                f"({cost}; held-out "
+                f"cosine to the teacher {tune['held_out_cosine_untuned']:.3f} -> "
+                f"{tune['held_out_cosine_tuned']:.3f})")
+        if not tune["cached"] and tune["documents"] >= info["valid"]:
+            how += ("; the teacher embedded every document, so --embedder minilm would "
+                    "have cost no more")
     lines = [
         head,
         f"  documents:        {info['documents']} in {info['files']} files",
@@ -67,6 +83,7 @@ def summary_text(info: dict) -> str:
         f"  empty (label -1): {info['empty']}",
         f"  bad lines skipped: {info['bad_lines']}",
         f"  dim:              {info['dim']} ({info['dtype']})",
+        *([f"  run with:         {how}"] if how else []),
         f"  embeddings:       {info['embeddings']}",
         f"  valid mask:       {info['valid_path']}",
         f"  corpus index:     {info['corpus']}",

@@ -4,6 +4,7 @@ compare held-out loss (micro, macro, tail, head, train gap) over seeds."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from clusterclip.cli._paths import add_path
 
@@ -14,15 +15,31 @@ def _strategies(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
+def _default_mixture(args: argparse.Namespace) -> str | None:
+    """The mixture file strategy ``mixture`` reads when --mixture is not given."""
+    if "mixture" not in (args.strategies or ()):
+        return None
+    return str(Path(args.workdir) / "search" / "mixture.json")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
     from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
-    from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, DEFAULT_STRATEGIES, STRATEGIES
+    from clusterclip.experiment.runner import (
+        DEFAULT_MAX_DOCS,
+        DEFAULT_STRATEGIES,
+        EXPERIMENT_STRATEGIES,
+    )
 
     p.add_argument("--strategies", type=_strategies, default=None,
-                   help=f"comma-separated: {', '.join(STRATEGIES)} "
-                        f"(default: {','.join(DEFAULT_STRATEGIES)})")
+                   help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "
+                        f"(default: {','.join(DEFAULT_STRATEGIES)}); mixture: the schedule of "
+                        "W/search/mixture.json (or --mixture FILE) with its timing and clip")
+    add_path(p, "--mixture", role="input", default=None, metavar="FILE",
+             default_from=_default_mixture,
+             help="the mixture file of strategy mixture (default: W/search/mixture.json "
+                  "of `clusterclip search`)")
     p.add_argument("--clip", type=int, default=4,
                    help="ClusterClip's repetition clip R (default 4)")
     p.add_argument("--alpha", type=float, default=0.0,
@@ -73,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
         model=args.model, device=args.device, epochs=args.epochs, tokens=args.tokens,
-        max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress)
+        max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress,
+        mixture=args.mixture)
     d = results["data"]
     print("\n".join(verdict_lines(results)))
     print()

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="work directory for all artifacts")
     p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
     add_corpus_options(p)
-    add_embed_options(p)
+    add_embed_options(p, backend_flag="--embed-backend")
     add_kmeans_options(p)
     g = p.add_argument_group("sampling (only with --num-samples or --num-tokens)")
     length = g.add_mutually_exclusive_group()

@@ -7,7 +7,12 @@ Embedders (all return float32 n x d, rows L2-normalised, in input order):
 - ``hf``: any local Hugging Face ``AutoModel``, mean or first-token pooling,
   :class:`HFEmbedder`;
 - ``fast``: static token vectors distilled from MiniLM (PCA, SIF weights), no
-  neural network per document, :class:`StaticEmbedder`.
+  neural network per document, :class:`StaticEmbedder`; ``--tune N`` fits its table to
+  MiniLM's vectors of N documents of the corpus (:mod:`~clusterclip.embedding.tune`);
+- ``model2vec``: any local Model2Vec model, :class:`Model2VecEmbedder`.
+
+``minilm`` and ``hf`` run on torch or, exported once, on ONNX Runtime (int8 where it
+agrees with torch), :class:`OnnxEmbedder`; :func:`resolve_backend` says which.
 
 :func:`embed_workdir` runs the stage into a work directory (shards, resume,
 ``torchrun``); :func:`make_embedder` loads an embedder by name.
@@ -17,15 +22,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Embedder", "HFEmbedder", "SentenceTransformerEmbedder", "StaticEmbedder",
-           "embed_workdir", "embedder_identity", "l2_normalize", "length_bucketed_batches",
-           "make_embedder"]
+__all__ = ["Embedder", "HFEmbedder", "Model2VecEmbedder", "OnnxEmbedder",
+           "SentenceTransformerEmbedder", "StaticEmbedder", "embed_workdir",
+           "embedder_identity", "l2_normalize", "length_bucketed_batches", "make_embedder",
+           "resolve_backend"]
 
 _WHERE = {
     "Embedder": "base", "l2_normalize": "base", "length_bucketed_batches": "base",
     "SentenceTransformerEmbedder": "transformer", "HFEmbedder": "transformer",
-    "StaticEmbedder": "static",
+    "StaticEmbedder": "static", "OnnxEmbedder": "onnx_runtime",
+    "Model2VecEmbedder": "model2vec_embedder",
     "embed_workdir": "pipeline", "make_embedder": "pipeline", "embedder_identity": "pipeline",
+    "resolve_backend": "pipeline",
 }
 
 

@@ -45,7 +45,8 @@ DEFAULT_SHARD_SIZE = 4096
 ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
 SAMPLE_SIZE = 10_000
-EMBEDDERS = ("minilm", "hf", "fast")
+EMBEDDERS = ("minilm", "hf", "fast", "model2vec")
+BACKENDS = ("auto", "torch", "onnx")
 
 
 # -- embedders ----------------------------------------------------------------
@@ -56,43 +57,137 @@ def model_folder(embedder: str, model: str | os.PathLike[str] | None) -> Path:
 
     if embedder not in EMBEDDERS:
         raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
-    return _local_model(model, None if embedder == "hf" else bundled_minilm_path())
+    if embedder == "model2vec" and model is None:
+        raise InputError("--embedder model2vec needs --model PATH (a local Model2Vec model "
+                         "folder; none ships with clusterclip)")
+    return _local_model(model, None if embedder in ("hf", "model2vec") else
+                        bundled_minilm_path())
+
+
+def resolve_backend(embedder: str, backend: str = "auto", precision: str = "auto",
+                    device: str = "cpu") -> tuple[str, str]:
+    """The backend and precision that run a transformer (``minilm``, ``hf``, or the teacher
+    of ``fast --tune``), from what was asked and the device; cheap (loads nothing).
+
+    ``auto``: onnx on the CPU where onnxruntime is installed (int8 where it agrees with
+    torch, see :mod:`clusterclip.embedding.onnx_runtime`), else torch; torch on GPUs, in
+    float16. Refused (InputError): an unknown name, ``int8`` on torch or a GPU, ``fp16``
+    off a GPU.
+    """
+    from clusterclip.embedding.onnx_runtime import PRECISIONS, onnxruntime_available
+
+    if backend not in BACKENDS:
+        raise InputError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
+    if precision not in PRECISIONS:
+        raise InputError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    gpu = device.startswith("cuda")
+    if backend == "auto":
+        backend = "onnx" if device == "cpu" and onnxruntime_available() else "torch"
+    if precision == "auto":
+        precision = "fp16" if gpu and backend == "torch" else \
+            "auto" if backend == "onnx" and not gpu else "fp32"
+    if precision == "fp16" and not (gpu and backend == "torch"):
+        raise InputError(f"--precision fp16 runs on a GPU with --backend torch "
+                         f"(not --backend {backend} --device {device})")
+    if precision == "int8" and (backend != "onnx" or gpu):
+        raise InputError(f"--precision int8 runs with --backend onnx on the CPU "
+                         f"(not --backend {backend} --device {device})")
+    return backend, precision
 
 
 def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
                       pooling: str = "mean", max_length: int = 256,
-                      dtype: str = "float32") -> dict[str, Any]:
+                      dtype: str = "float32", backend: str = "auto", precision: str = "auto",
+                      device: str = "cpu", tune: int = 0, tune_seed: int = 0
+                      ) -> dict[str, Any]:
     """What determines the vectors, computed without loading the model (for fingerprints).
 
-    Batch size and device are left out: they change speed, not the vectors
-    (beyond float rounding).
+    Batch size is left out (it changes speed, not the vectors beyond float rounding), and
+    so is the device, except through the precision it implies (float16 on GPUs). The
+    backend and precision (int8, float16) are in: another backend never reuses vectors.
     """
-    from clusterclip.embedding.static import STATIC_VERSION
     from clusterclip.embedding.transformer import model_identity
 
+    check_tune(embedder, tune, tune_seed, backend, precision)
     ident: dict[str, Any] = {"embedder": embedder, "max_length": max_length, "dtype": dtype,
                              "model": model_identity(model_folder(embedder, model)),
                              "version": PIPELINE_VERSION}
     if embedder == "hf":
         ident["pooling"] = pooling
+    if embedder in ("minilm", "hf"):
+        ident.update(runtime_identity(embedder, backend, precision, device))
     if embedder == "fast":
+        from clusterclip.embedding.static import STATIC_VERSION
+
         ident["static_version"] = STATIC_VERSION
         ident["sample_size"] = SAMPLE_SIZE
+        if tune:
+            from clusterclip.embedding.tune import TUNE_VERSION
+
+            ident["tune"] = {"documents": tune, "seed": tune_seed, "version": TUNE_VERSION,
+                             "teacher": runtime_identity("minilm", backend, precision, device)}
     return ident
+
+
+def runtime_identity(embedder: str, backend: str, precision: str, device: str
+                     ) -> dict[str, Any]:
+    """The resolved backend and precision (and ONNX export version), for identities."""
+    backend, precision = resolve_backend(embedder, backend, precision, device)
+    out: dict[str, Any] = {"backend": backend, "precision": precision}
+    if backend == "onnx":
+        from clusterclip.embedding.onnx_runtime import EXPORT_VERSION
+
+        out["export_version"] = EXPORT_VERSION
+    return out
+
+
+def check_tune(embedder: str, tune: int, tune_seed: int, backend: str = "auto",
+               precision: str = "auto") -> None:
+    """``tune`` and the teacher's backend apply where they mean something (InputError)."""
+    if tune < 0:
+        raise InputError(f"--tune {tune}: must be >= 0 (0: no tuning)")
+    if tune and embedder != "fast":
+        raise InputError(f"--tune applies to --embedder fast (not {embedder})")
+    from clusterclip.embedding.tune import MAX_DOCUMENTS
+
+    if tune > MAX_DOCUMENTS:
+        raise InputError(f"--tune {tune}: at most {MAX_DOCUMENTS} documents")
+    if not 0 <= tune_seed < 2 ** 32:
+        raise InputError(f"--tune-seed {tune_seed}: expected 0 .. 2**32 - 1")
+    if embedder in ("fast", "model2vec") and not tune and (backend, precision) != (
+            "auto", "auto"):
+        raise InputError(f"--backend and --precision apply to minilm, hf and the teacher of "
+                         f"--tune, not to --embedder {embedder}")
 
 
 def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | None = None,
                   pooling: str = "mean", max_length: int = 256, batch_size: int = 64,
                   device: str = "cpu", dtype: str = "float32", progress: bool = True,
-                  trust_remote_code: bool = False) -> Embedder:
-    """Load an embedder by name (``minilm``, ``hf`` or ``fast``)."""
+                  trust_remote_code: bool = False, backend: str = "auto",
+                  precision: str = "auto", tune: int = 0, tune_seed: int = 0) -> Embedder:
+    """Load an embedder by name (``minilm``, ``hf``, ``fast`` or ``model2vec``).
+
+    ``backend``/``precision``: see :func:`resolve_backend` (for ``fast``, they pick the
+    teacher of ``tune``). ``tune``: a ``fast`` embedder whose table the embed stage tunes
+    on a seeded sample of that many documents (:meth:`StaticEmbedder.tune`).
+    """
     if max_length < 1:
         raise InputError(f"--max-length {max_length}: must be at least 1")
     if batch_size < 1:
         raise InputError(f"--batch-size {batch_size}: must be at least 1")
     if dtype not in ("float32", "float16"):
         raise InputError(f"--dtype {dtype}: expected float32 or float16")
-    half = dtype == "float16"
+    check_tune(embedder, tune, tune_seed, backend, precision)
+    if embedder in ("minilm", "hf"):
+        backend, precision = resolve_backend(embedder, backend, precision, device)
+    if embedder in ("minilm", "hf") and backend == "onnx":
+        from clusterclip.embedding.onnx_runtime import OnnxEmbedder
+
+        return OnnxEmbedder(model, kind="hf" if embedder == "hf" else "sentence-transformers",
+                            pooling=pooling, device=device, batch_size=batch_size,
+                            max_length=max_length, precision=precision,
+                            trust_remote_code=trust_remote_code, progress=progress)
+    half = precision == "fp16"
     if embedder == "minilm":
         from clusterclip.embedding.transformer import SentenceTransformerEmbedder
 
@@ -104,12 +199,31 @@ def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | N
         return HFEmbedder(model, pooling=pooling, device=device, batch_size=batch_size,
                           max_length=max_length, half=half,
                           trust_remote_code=trust_remote_code)
+    if embedder == "model2vec":
+        from clusterclip.embedding.model2vec_embedder import Model2VecEmbedder
+
+        return Model2VecEmbedder(model, batch_size=max(batch_size, 1024),
+                                 max_length=max_length)
     if embedder == "fast":
         from clusterclip.embedding.static import StaticEmbedder
 
         # Per-batch overhead is a tokenizer call: small batches only cost time here.
-        return StaticEmbedder(model, max_length=max_length, batch_size=max(batch_size, 1024),
-                              progress=progress)
+        emb = StaticEmbedder(model, max_length=max_length, batch_size=max(batch_size, 1024),
+                             progress=progress)
+        if tune:
+            from clusterclip.embedding.transformer import model_identity
+            from clusterclip.embedding.tune import TEACHER_TOKENS, TunePlan
+
+            def teacher() -> Embedder:
+                return make_embedder("minilm", model=emb.path, max_length=TEACHER_TOKENS,
+                                     device=device, backend=backend, precision=precision,
+                                     progress=progress)
+
+            emb.tune_plan = TunePlan(tune, tune_seed, teacher_identity={
+                "model": model_identity(emb.path), "tokens": TEACHER_TOKENS,
+                **runtime_identity("minilm", backend, precision, device)},
+                make_teacher=teacher)
+        return emb
     raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
 
 
@@ -247,7 +361,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                   batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
                   shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
                   trust_remote_code: bool = False, progress: bool = True,
-                  n_clusters: int | None = None,
+                  n_clusters: int | None = None, backend: str = "auto",
+                  precision: str = "auto", tune: int = 0, tune_seed: int = 0,
                   check_corpus: Callable[[dict[str, Any]], None] | None = None
                   ) -> dict[str, Any]:
     """Run the embedding stage into ``workdir``; skip it when its outputs are current.
@@ -255,7 +370,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     Writes ``W/corpus/``, ``W/embeddings.npy`` (N x d, corpus order, zeros for
     excluded documents) and ``W/valid.npy`` (bool[N]); records stage ``embed``
     in the manifest. Under ``torchrun`` every process must call this with the
-    same arguments. ``n_clusters``: the K a following cluster stage will ask
+    same arguments. ``backend``, ``precision``, ``tune``, ``tune_seed``: see
+    :func:`make_embedder`. ``n_clusters``: the K a following cluster stage will ask
     for, checked against the documents with text before anything is embedded;
     ``check_corpus(stats)``, likewise, for what later stages need of the corpus
     (``run``'s capacity R x documents with text).
@@ -272,13 +388,20 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     params = {"text_field": text_field, "id_field": id_field, "skip_bad_lines": skip_bad_lines,
               "embedder": embedder, "model": model, "pooling": pooling,
               "max_length": max_length, "batch_size": batch_size, "device": device,
-              "dtype": dtype, "shard_size": shard_size}
+              "dtype": dtype, "shard_size": shard_size, "backend": backend,
+              "precision": precision, "tune": tune, "tune_seed": tune_seed}
+    # Checked now, before the corpus is read (a bad combination fails at once).
+    embedder_identity(embedder, model, pooling=pooling, max_length=max_length, dtype=dtype,
+                      backend=backend, precision=precision, device=device, tune=tune,
+                      tune_seed=tune_seed)
     corpus_opts = {"text_field": text_field, "id_field": id_field,
                    "skip_bad_lines": skip_bad_lines}
 
     def key() -> dict[str, Any]:
         return {"corpus": corpus_opts, "embedder": embedder_identity(
-            embedder, model, pooling=pooling, max_length=max_length, dtype=dtype)}
+            embedder, model, pooling=pooling, max_length=max_length, dtype=dtype,
+            backend=backend, precision=precision, device=device, tune=tune,
+            tune_seed=tune_seed)}
 
     def work(run: Any) -> dict[str, Any]:
         fp = run.fingerprint
@@ -357,15 +480,24 @@ def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     if kept is not None and len(kept) == len(corpus):
         known = {i: t for i, t in enumerate(kept) if t is not None}
 
-    # Rank 0 loads first: a first use of the fast embedder builds its cached table.
-    emb = None
+    # Rank 0 loads first: a first use builds the cached table, ONNX export or tuned table.
+    emb, tuning = None, None
     for turn in (0, 1):
         if (rank == 0) == (turn == 0):
             emb = make_embedder(embedder, model=params["model"], pooling=params["pooling"],
                                 max_length=params["max_length"],
                                 batch_size=params["batch_size"], device=params["device"],
                                 dtype=dtype, progress=progress and rank == 0,
-                                trust_remote_code=trust_remote_code)
+                                trust_remote_code=trust_remote_code,
+                                backend=params["backend"], precision=params["precision"],
+                                tune=params["tune"], tune_seed=params["tune_seed"])
+            plan = getattr(emb, "tune_plan", None)
+            if plan is not None:
+                from clusterclip.embedding.tune import tune_indices
+
+                at = tune_indices(corpus.valid, plan.documents, plan.seed)
+                known.update(zip(at.tolist(), _texts_at(corpus, at, known), strict=True))
+                tuning = emb.tune([known[i] for i in at.tolist()])
         D.barrier()
     assert emb is not None
     if type(emb).prepare is not Embedder.prepare:
@@ -407,9 +539,24 @@ def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                 "valid_path": str(root / "valid.npy"), "corpus": str(root / "corpus"),
                 "shards": n_shards, "shards_reused": n_shards - len(todo),
                 "shards_computed": len(todo), "documents_embedded": int(sum(counts)),
-                "processes": world, "fingerprint": fp}
+                "processes": world, "fingerprint": fp, **_runtime_info(emb, tuning)}
 
     return D.on_main(finish)
+
+
+def _runtime_info(emb: Embedder, tuning: dict[str, Any] | None) -> dict[str, Any]:
+    """How the vectors were made, for the stage info: backend and precision (with the
+    int8 agreement), the tuning report."""
+    out: dict[str, Any] = {}
+    ident = emb.identity()
+    for k in ("backend", "precision"):
+        if k in ident:
+            out[k] = ident[k]
+    if getattr(emb, "agreement", None):
+        out["agreement_with_torch"] = emb.agreement
+    if tuning is not None:
+        out["tune"] = tuning
+    return out
 
 
 def _check_clusters(stats: dict[str, Any], n_clusters: int | None) -> None:

@@ -16,10 +16,9 @@ pieces ``p`` of its first words (the MiniLM tokenizer's vocabulary). Two tables:
   followed by a random projection: the default before
   ``STATIC_VERSION`` 3, kept as the lexical baseline.
 
-``bench_embed.py`` measures both against MiniLM on the bundled corpus (labels
-are doc folders: lexical) and on WordNet glosses (labels are semantic
-categories): the distilled table keeps the lexical corpus's NMI within a few
-per cent and more than doubles it on the semantic one.
+The distilled table can be tuned to a corpus (``--tune N``, :meth:`StaticEmbedder.tune`,
+:mod:`clusterclip.embedding.tune`). ``bench_embed.py`` measures it against MiniLM and a
+Model2Vec model on three labelled corpora (BENCHMARKS.md, "Embedding").
 
 Speed comes from splitting text on whitespace and caching each distinct
 word's word pieces, so only new words are cut and tokenized (once per batch
@@ -38,15 +37,23 @@ import re
 from collections.abc import Callable, Sequence
 from itertools import chain, compress, repeat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clusterclip.embedding.base import Embedder, l2_normalize
-from clusterclip.embedding.transformer import _local_model, bundled_minilm_path, model_identity
+from clusterclip.embedding.transformer import (
+    _local_model,
+    bundled_minilm_path,
+    model_identity,
+    transformer_folder,
+)
 from clusterclip.errors import InputError
 from clusterclip.io import cache_dir, fingerprint, save_npy
 from clusterclip.kernels import kernels_enabled, load_kernel
+
+if TYPE_CHECKING:
+    from clusterclip.embedding.tune import TunePlan
 
 # Changes whenever a recipe changes the vectors (part of the embed stage's identity).
 STATIC_VERSION = 4
@@ -101,7 +108,7 @@ def distill_token_table(model_path: Path, batch_size: int = 4096, progress: bool
     from tqdm import tqdm
     from transformers import AutoModel, AutoTokenizer
 
-    folder = _transformer_folder(model_path)
+    folder = transformer_folder(model_path)
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     model = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
     vocab = len(tok) if tokens is None else min(tokens, len(tok))
@@ -125,19 +132,6 @@ def distill_token_table(model_path: Path, batch_size: int = 4096, progress: bool
     return out
 
 
-def _transformer_folder(model_path: Path) -> Path:
-    """The folder of a sentence-transformers model's Transformer module (``modules.json``;
-    the model folder itself when it has none)."""
-    try:
-        modules = json.loads((model_path / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return model_path
-    for m in modules if isinstance(modules, list) else []:
-        if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer"):
-            return model_path / str(m.get("path", ""))
-    return model_path
-
-
 def sif_weights(vocab: int, a: float = _SIF_A) -> np.ndarray:
     """``a / (a + p(i))`` for token ids ``i``, ``p`` a Zipf law over the id (rank + 10)."""
     p = 1.0 / (np.arange(vocab, dtype=np.float64) + 10.0)
@@ -151,13 +145,21 @@ def pca_table(raw: np.ndarray, dim: int) -> np.ndarray:
     Each axis's sign is fixed (its largest coefficient positive), so the table
     does not depend on the sign convention of the eigen-solver.
     """
+    mean, axes = pca_axes(raw, dim)
+    return ((raw.astype(np.float64) - mean) @ axes).astype(np.float32)
+
+
+def pca_axes(raw: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mean row of ``raw`` (float64, d) and its top ``dim`` principal axes (d x dim,
+    orthonormal columns, signs fixed as :func:`pca_table` says)."""
     x = raw.astype(np.float64)
-    x -= x.mean(0)
+    mean = x.mean(0)
+    x -= mean
     vals, vecs = np.linalg.eigh(x.T @ x)
     axes = vecs[:, np.argsort(vals)[::-1][:dim]]
     big = np.abs(axes).argmax(0)
     axes *= np.sign(axes[big, np.arange(axes.shape[1])])
-    return (x @ axes).astype(np.float32)
+    return mean, axes
 
 
 def distilled_table(model_path: Path, dim: int = 256, progress: bool = True
@@ -177,20 +179,27 @@ def distilled_table(model_path: Path, dim: int = 256, progress: bool = True
     table = None if folder is None else _load_cached(folder / name)
     if table is not None:
         return table, "cached"
-    raw_name = f"static-{fingerprint({'v': _RAW_VERSION, 'model': ident})}.npy"
-    raw = None if folder is None else _load_cached(folder / raw_name)
-    source = "derived"
-    if raw is None:
-        raw = distill_token_table(model_path, progress=progress)
-        if folder is not None:
-            save_npy(folder / raw_name, raw)
-        source = "distilled"
+    raw, source = raw_token_table(model_path, progress)
     if dim > raw.shape[1]:
         raise InputError(f"static table of {dim} dimensions: the model has only {raw.shape[1]}")
     table = pca_table(raw, dim) * sif_weights(len(raw))[:, None]
     if folder is not None:
         save_npy(folder / name, table)
     return table, source
+
+
+def raw_token_table(model_path: Path, progress: bool = True) -> tuple[np.ndarray, str]:
+    """:func:`distill_token_table` of the model, cached (``"derived"``: from the cache,
+    ``"distilled"``: computed now)."""
+    folder = cache_dir()
+    raw_name = f"static-{fingerprint({'v': _RAW_VERSION, 'model': model_identity(model_path)})}.npy"
+    raw = None if folder is None else _load_cached(folder / raw_name)
+    if raw is not None:
+        return raw, "derived"
+    raw = distill_token_table(model_path, progress=progress)
+    if folder is not None:
+        save_npy(folder / raw_name, raw)
+    return raw, "distilled"
 
 
 def _load_cached(path: Path) -> np.ndarray | None:
@@ -264,6 +273,9 @@ class StaticEmbedder(Embedder):
         # The word-piece model's vocabulary (``get_vocab(with_added_tokens=False)``).
         self._vocab = spec["model"]["vocab"] if self._bert and self._lower else {}
         self._kernel = _kernel if kernel_enabled() else None
+        self._progress = progress
+        # Set by make_embedder(tune=N): the embed stage then calls tune() on its sample.
+        self.tune_plan: TunePlan | None = None
         self.n_sample = 0
         # Mean vector of prepare()'s sample (distilled table): subtracted, then renormalised.
         self.centre: np.ndarray | None = None
@@ -276,7 +288,29 @@ class StaticEmbedder(Embedder):
         if self.table_kind == "distilled":
             ident["sif_a"] = _SIF_A
             ident["centre_sample"] = _CENTRE_SAMPLE
+        if self.tune_plan is not None:
+            ident["tune"] = {"documents": self.tune_plan.documents, "seed": self.tune_plan.seed}
         return ident
+
+    def pca_axes(self) -> np.ndarray:
+        """The PCA axes of the distilled table (model dim x ``dim``): teacher vectors in
+        this table's space are ``vectors @ axes``."""
+        raw, _ = raw_token_table(self.path, self._progress)
+        return pca_axes(raw, self.dim)[1]
+
+    def tune(self, texts: list[str]) -> dict[str, Any]:
+        """Tune the table on ``texts`` (the sample :attr:`tune_plan` asked for) toward the
+        teacher's vectors (:mod:`clusterclip.embedding.tune`; cached). Call before
+        :meth:`prepare`. Returns the tuning report."""
+        from clusterclip.embedding.tune import tuned_table
+
+        if self.tune_plan is None or self.table_kind != "distilled":
+            raise ValueError("tune() needs a distilled table and a tune_plan")
+        self.table, report = tuned_table(self, texts, self.tune_plan, self._progress)
+        self.table_source = "tuned (cached)" if report["cached"] else "tuned"
+        self.centre = None
+        self._forget_sample()
+        return report
 
     # -- corpus statistics --------------------------------------------------
     def prepare(self, sample_texts: Sequence[str]) -> None:

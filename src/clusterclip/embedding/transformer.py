@@ -3,6 +3,7 @@ local Hugging Face ``AutoModel`` with mean or first-token pooling."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,19 @@ def model_identity(path: Path) -> dict[str, Any]:
             st = p.stat()
             files.append([p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
     return {"path": str(path), "files": files}
+
+
+def transformer_folder(model_path: Path) -> Path:
+    """The folder of a sentence-transformers model's Transformer module (``modules.json``;
+    the model folder itself when it has none)."""
+    try:
+        modules = json.loads((model_path / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return model_path
+    for m in modules if isinstance(modules, list) else []:
+        if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer"):
+            return model_path / str(m.get("path", ""))
+    return model_path
 
 
 def resolve_device(device: str) -> str:
@@ -106,7 +120,8 @@ class SentenceTransformerEmbedder(Embedder):
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "max_length": int(self.model.max_seq_length),
-                "model": model_identity(self.path), "half": self.half}
+                "model": model_identity(self.path), "half": self.half, "backend": "torch",
+                "precision": "fp16" if self.half else "fp32"}
 
     def _encode_sorted(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
@@ -159,7 +174,8 @@ class HFEmbedder(Embedder):
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "pooling": self.pooling,
-                "model": model_identity(self.path), "half": self.half}
+                "model": model_identity(self.path), "half": self.half, "backend": "torch",
+                "precision": "fp16" if self.half else "fp32"}
 
     def _encode_sorted(self, texts: list[str]) -> np.ndarray:
         torch = self._torch

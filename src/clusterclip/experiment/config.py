@@ -23,6 +23,15 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def num_parameters(self) -> int:
+        """Parameters of :class:`~clusterclip.experiment.model.ByteLM` of this shape,
+        counted without building it: token and position embeddings (the output layer
+        shares the token embedding), per layer two layer norms, the attention's qkv and
+        projection and the 4x MLP, and the final layer norm."""
+        d = self.d_model
+        per_layer = 12 * d * d + 13 * d
+        return VOCAB_SIZE * d + self.seq_len * d + self.n_layers * per_layer + 2 * d
+
 
 @dataclass(frozen=True)
 class TrainConfig:

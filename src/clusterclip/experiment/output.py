@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.experiment.metrics import METRICS, schedule_keys
-from clusterclip.experiment.verdict import verdict_lines
+from clusterclip.experiment.verdict import paired_difference, verdict_lines
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -116,9 +116,9 @@ def format_deltas(results: dict[str, Any]) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *lines])
 
 
-def _markdown_verdict(lines: list[str]) -> list[str]:
-    """The verdict lines as markdown: bold header, the list, the conclusion apart."""
-    out = [f"**{lines[0]}**", ""]
+def markdown_verdict(lines: list[str]) -> list[str]:
+    """Verdict lines as markdown: the opening sentence, the list, the rest, as paragraphs."""
+    out = [lines[0], ""]
     out += [ln for ln in lines[1:] if ln.startswith("- ")]
     rest = [ln for ln in lines[1:] if not ln.startswith("- ")]
     return out + (["", *rest] if rest else [])
@@ -126,6 +126,38 @@ def _markdown_verdict(lines: list[str]) -> list[str]:
 
 def render_markdown(results: dict[str, Any]) -> str:
     """``results.md``: setup, the metric table, paired differences, plots."""
+    parts = [
+        "# ClusterClip experiment: held-out loss per sampling strategy",
+        "",
+        *markdown_verdict(verdict_lines(results)),
+        "",
+        "## Setup",
+        "",
+        *_setup(results),
+        "",
+        format_table(results, markdown=True),
+    ]
+    deltas = format_deltas(results)
+    if deltas:
+        parts += ["", "Paired by seed (same initialisation), difference to random "
+                  "(negative = lower loss than random), mean ± std of the per-seed "
+                  "differences; the verdict above calls one measurable when its paired-t 95% "
+                  "confidence interval excludes 0:", "", deltas]
+    parts += _schedule_section(results)
+    parts += _gap_section(results)
+    parts += ["", "## Curves and clusters", "",
+              "Validation loss (solid) and the training sample's loss (dashed), both "
+              "measured on whole documents at the same points; the mean loss of the training "
+              "batches since the previous point is in results.json (*batch_loss*): it "
+              "averages over a model that kept improving, so it is not comparable with a "
+              "loss measured at the point.", "",
+              "![validation loss over training](val_curves.png)", "",
+              "![per-cluster loss vs cluster size](cluster_loss.png)", ""]
+    return "\n".join(parts)
+
+
+def _setup(results: dict[str, Any]) -> list[str]:
+    """The setup paragraphs of results.md: model, budget, data, metrics."""
     c, d = results["config"], results["data"]
     m = c["model"]
     steps = d.get("steps", c.get("steps"))  # results.json before the epochs budget kept it in c
@@ -134,13 +166,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                   "in whole batches")
     else:
         budget = f"an explicit budget, {d['epochs_equivalent']:.2f} epochs of the training text"
-    parts = [
-        "# ClusterClip experiment: held-out loss per sampling strategy",
-        "",
-        *_markdown_verdict(verdict_lines(results)),
-        "",
-        "## Setup",
-        "",
+    return [
         f"A byte-level decoder-only transformer ({m['n_layers']} "
         f"layer{'s' if m['n_layers'] != 1 else ''}, d={m['d_model']}, "
         f"{m['n_heads']} heads, window {m['seq_len']}) is trained once per strategy and seed "
@@ -167,53 +193,46 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{d['head_clusters']}); *train*: the same loss on a training sample with the held-out "
         "set's cluster mix, measured the same way at the same point; *gap* = val micro − "
         "train. Lower is better (uniform-byte baseline ln 256 = 5.545).",
-        "",
-        format_table(results, markdown=True),
     ]
-    deltas = format_deltas(results)
-    if deltas:
-        parts += ["", "Paired by seed (same initialisation), difference to random "
-                  "(negative = lower loss than random); a mean within about 2 std of 0 is "
-                  "not distinguishable from noise at this number of seeds:", "", deltas]
+
+
+def _schedule_section(results: dict[str, Any]) -> list[str]:
     sched = format_schedule_table(results, markdown=True)
-    if sched:
-        parts += ["", "What each strategy's schedules fed the models, "
-                  f"{schedule_budget(results)} (counts: the value, or "
-                  "min–max over seeds; shares: mean ± std). *max repetition*: most times one "
-                  "document was fed; *clusters clipped*: clusters that completed their "
-                  f"{c['clip']}-th pass and left ClusterClip's pool (the sampler's summary); "
-                  f"*clusters over clip*: clusters with a document fed more than {c['clip']} "
-                  "times; *tail* / *head token share*: share of the training tokens from the "
-                  "tail / head clusters above."
-                  + (" *max repetition per group*: most times the content of one "
-                     "near-duplicate group (W/groups.npy of `clusterclip dedup`) was fed, "
-                     "all its members' feeds together."
-                     if "max_group_repetition" in _ordered(results)[0][1]["schedule"] else ""),
-                  "", sched]
+    if not sched:
+        return []
+    c = results["config"]
+    groups = "max_group_repetition" in _ordered(results)[0][1]["schedule"]
+    return ["", "What each strategy's schedules fed the models, "
+            f"{schedule_budget(results)} (counts: the value, or "
+            "min–max over seeds; shares: mean ± std). *max repetition*: most times one "
+            "document was fed; *clusters clipped*: clusters that completed their "
+            f"{c['clip']}-th pass and left ClusterClip's pool (the sampler's summary); "
+            f"*clusters over clip*: clusters with a document fed more than {c['clip']} "
+            "times; *tail* / *head token share*: share of the training tokens from the "
+            "tail / head clusters above."
+            + (" *max repetition per group*: most times the content of one "
+               "near-duplicate group (W/groups.npy of `clusterclip dedup`) was fed, "
+               "all its members' feeds together." if groups else ""),
+            "", sched]
+
+
+def _gap_section(results: dict[str, Any]) -> list[str]:
     gap_table = format_gap_table(results, markdown=True)
-    if gap_table:
-        parts += ["", "## Over-fitting: train–validation gap against repetition", "",
-                  "Per cluster, held-out loss minus the loss on the cluster's training "
-                  "sample (mean over seeds), against how many times the schedule fed each "
-                  "training document of the cluster on average. Over-fitting shows as a gap "
-                  "that grows with repetition. The held-out and training documents of a "
-                  "cluster are the same for every strategy, so a cluster's gap also carries "
-                  "how those few documents happen to differ; the *excess* gap (minus "
-                  "random's gap on the same cluster and seed) cancels that. Cells: mean gap "
-                  "/ mean excess gap (clusters). *Slopes*: least-squares change per doubling "
-                  "of the repetition over the clusters of one run, mean ± std over seeds "
-                  "(only where the repetition spans at least a factor 2).",
-                  "", gap_table, "", *gap_conclusion(results), "",
-                  "![train–validation gap vs repetition](gap_repetition.png)"]
-    parts += ["", "## Curves and clusters", "",
-              "Validation loss (solid) and the training sample's loss (dashed), both "
-              "measured on whole documents at the same points; the mean loss of the training "
-              "batches since the previous point is in results.json (*batch_loss*): it "
-              "averages over a model that kept improving, so it is not comparable with a "
-              "loss measured at the point.", "",
-              "![validation loss over training](val_curves.png)", "",
-              "![per-cluster loss vs cluster size](cluster_loss.png)", ""]
-    return "\n".join(parts)
+    if not gap_table:
+        return []
+    return ["", "## Over-fitting: train–validation gap against repetition", "",
+            "Per cluster, held-out loss minus the loss on the cluster's training "
+            "sample (mean over seeds), against how many times the schedule fed each "
+            "training document of the cluster on average. Over-fitting shows as a gap "
+            "that grows with repetition. The held-out and training documents of a "
+            "cluster are the same for every strategy, so a cluster's gap also carries "
+            "how those few documents happen to differ; the *excess* gap (minus "
+            "random's gap on the same cluster and seed) cancels that. Cells: mean gap "
+            "/ mean excess gap (clusters). *Slopes*: least-squares change per doubling "
+            "of the repetition over the clusters of one run, mean ± std over seeds "
+            "(only where the repetition spans at least a factor 2).",
+            "", gap_table, "", *gap_conclusion(results), "",
+            "![train–validation gap vs repetition](gap_repetition.png)"]
 
 
 #: Repetition bins of the gap table: (low, high] average feeds per training document.
@@ -310,28 +329,28 @@ def format_gap_table(results: dict[str, Any], markdown: bool = False) -> str:
 
 def gap_conclusion(results: dict[str, Any]) -> list[str]:
     """One computed sentence per strategy whose repetitions vary: does its excess gap
-    over random (its gap when random was not run) grow measurably (slope > 2 std over
-    seeds) with repetition?"""
+    over random (its gap when random was not run) grow measurably with repetition? The
+    rule of every verdict (:func:`~clusterclip.experiment.verdict.paired_difference`):
+    the per-seed slopes' 95% t interval excludes 0."""
     lines = []
     for name, e in gap_summary(results).items():
         slopes = e["excess_slopes"] if e["excess_slopes"] is not None else e["slopes"]
         what = "excess gap over random" if e["excess_slopes"] is not None else "gap"
         if any(v is None for v in slopes):
             continue
-        v = np.array(slopes)
+        p = paired_difference(slopes)
         label = strategy_name(name, results)
-        if v.size < 2:
-            lines.append(f"- {label}: {what} slope {v[0]:+.4f} nats per doubling of "
-                         "repetition (one seed: no spread, no call).")
+        if p.low is None:
+            lines.append(f"- {label}: {what} slope {p.mean:+.4f} nats per doubling of "
+                         "repetition (one seed: no interval, no call).")
             continue
-        mean, std = float(v.mean()), float(v.std(ddof=1))
-        if mean > 2 * std:
+        if p.measurable and p.mean > 0:
             call = "grows measurably with repetition (over-fitting of repeated clusters)"
-        elif mean < -2 * std:
+        elif p.measurable:
             call = "shrinks measurably with repetition"
         else:
             call = "shows no measurable trend with repetition"
-        lines.append(f"- {label}: the {what} {call}: {mean:+.4f} ± {std:.4f} nats per "
+        lines.append(f"- {label}: the {what} {call}: {p.interval()} nats per "
                      f"doubling (repetition up to {e['max_repetition']:.1f}).")
     return lines
 

@@ -1,21 +1,23 @@
 """The experiment: one small LM per (strategy, seed) at the same token budget.
 
 :func:`compare_strategies` is the core (texts and labels in, a results dict
-out, no files but an optional store of finished runs); :func:`run_experiment`
-is the work-directory edge that reads ``W/labels.npy`` and ``W/corpus/`` and
-writes ``W/experiment/`` (each finished run saved in ``W/experiment/runs/``,
-so a killed experiment resumes where it stopped).
+out, no files but an optional store of finished runs), in five steps:
+:func:`prepare_data` (tokens, subsample, held-out split), :func:`plan_budget`,
+:func:`run_keys` (the store's fingerprints), :func:`experiment_run` (one run,
+through :mod:`~clusterclip.experiment.runs`, which ``search`` shares) and
+:func:`experiment_results`. :func:`run_experiment` is the work-directory edge
+that reads ``W/labels.npy`` and ``W/corpus/`` and writes ``W/experiment/``
+(each finished run saved in ``W/experiment/runs/``, so a killed experiment
+resumes where it stopped).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,6 @@ from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS, ModelCon
 from clusterclip.experiment.data import (
     encode_documents,
     matched_train_sample,
-    pack_sequences,
     stratified_split,
     stratified_subsample,
 )
@@ -42,19 +43,29 @@ from clusterclip.experiment.metrics import (
     summarize,
 )
 from clusterclip.experiment.output import write_outputs
-from clusterclip.sampling.budget import (
-    BALANCE_BY,
-    schedule_length_for_tokens,
-    token_balanced_weights,
+from clusterclip.experiment.runs import (
+    RUN_FORMAT,
+    Budget,
+    RunStore,
+    ScheduleSpec,
+    busy_cpus,
+    check_device,
+    default_threads,
+    estimate_seconds,
+    format_seconds,
+    schedule_sampler,
+    torch_settings,
+    train_on_schedule,
+    usable_cpus,
 )
-from clusterclip.sampling.spec import (
-    CLIP_STRATEGIES,
-    DEFAULT_STRATEGIES,
-    LENGTH_DEPENDENT_STRATEGIES,
-    STRATEGIES,
-    strategy_options,
-)
+from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
+from clusterclip.sampling.mixture import Mixture, read_mixture
+from clusterclip.sampling.spec import DEFAULT_STRATEGIES, STRATEGIES
 
+#: The strategy name of a mixture file's schedule (its weights, timing and clip;
+#: ``W/search/mixture.json`` of ``clusterclip search`` unless ``--mixture FILE``).
+MIXTURE = "mixture"
+EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE)
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
 #: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
@@ -68,13 +79,6 @@ QUICK_EPOCHS = 1.5
 #: 12 x 1.0 M training tokens at the measured 14.8k tokens/s plus evaluation: about 15
 #: minutes on an idle 2-core machine (BENCHMARKS.md).
 DEFAULT_MAX_DOCS = 2500
-#: Torch CPU threads by default per model preset, from measurement on the 2-core
-#: machine (BENCHMARKS.md): the small models gain little from a second thread when
-#: idle and collapse when another process holds a core, so they use 1; ``base``
-#: uses every CPU this process may run on.
-PRESET_THREADS = {"tiny": 1, "small": 1, "base": None}
-
-
 @dataclass(frozen=True)
 class ExperimentConfig:
     """Everything that determines an experiment's numbers.
@@ -101,6 +105,7 @@ class ExperimentConfig:
     max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
     train: TrainConfig = field(default_factory=TrainConfig)
+    mixture: Mixture | None = None    # the schedule of strategy "mixture"
 
     @classmethod
     def quick(cls, **overrides: Any) -> ExperimentConfig:
@@ -112,6 +117,24 @@ class ExperimentConfig:
         clip binding) in about a minute on the demo corpus.
         """
         return replace(cls(epochs=QUICK_EPOCHS).with_model("tiny"), **overrides)
+
+    @classmethod
+    def from_options(cls, *, quick: bool = False, model: str | None = None,
+                     epochs: float | None = None, tokens: int | None = None,
+                     **overrides: Any) -> ExperimentConfig:
+        """The configuration of the command's options: :meth:`quick` or the default,
+        model preset ``model``, a budget of ``epochs`` or of ``tokens`` (not both) if given,
+        and the other fields from ``overrides``."""
+        base = cls.quick() if quick else cls()
+        if model is not None:
+            base = base.with_model(model)
+        if epochs is not None and tokens is not None:
+            raise InputError("--epochs and --tokens: give one budget, not both")
+        if epochs is not None:
+            overrides["epochs"] = epochs
+        if tokens is not None:
+            overrides["tokens"] = tokens
+        return replace(base, **overrides)
 
     def with_model(self, preset: str) -> ExperimentConfig:
         """This configuration with model size preset ``preset`` (see
@@ -143,9 +166,9 @@ class ExperimentConfig:
         if not self.strategies:
             raise InputError("--strategies: give at least one strategy")
         for s in self.strategies:
-            if s not in STRATEGIES:
+            if s not in EXPERIMENT_STRATEGIES:
                 raise InputError(f"--strategies: unknown strategy {s!r} "
-                                 f"(choose from {', '.join(STRATEGIES)})")
+                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})")
         if len(set(self.strategies)) != len(self.strategies):
             raise InputError("--strategies: a strategy is named twice")
         if int(self.clip) != self.clip or self.clip < 1:
@@ -170,139 +193,225 @@ class ExperimentConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strategies"] = list(self.strategies)
+        if self.mixture is None:
+            del d["mixture"]  # results without a mixture keep their bytes
+        else:
+            d["mixture"]["weights"] = list(self.mixture.weights)
         return d
 
 
-def _usable_cpus() -> int:
-    """CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
+# -- data split ------------------------------------------------------------------------
 
+@dataclass
+class ExperimentData:
+    """The documents of an experiment and their split, shared by every run.
 
-def _busy_cpus() -> float | None:
-    """The 1-minute load average (runnable processes), None where unknown."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def default_threads(model: ModelConfig) -> int:
-    """Torch threads for ``model`` when ``--threads`` is not given (see
-    :data:`PRESET_THREADS`); a model that is no preset counts as ``base``.
-
-    Deliberately not from the load average: the thread count changes the floats
-    (reduction order), and same inputs must give the same results.
+    ``labels``: int64[N] cluster ids after the exclusions (no text, subsampled out: -1);
+    ``train_labels``: the same with the held-out documents -1 too; ``docs`` and
+    ``doc_tokens``: every document's byte tokens (EOS included) and their count.
     """
-    name = next((n for n, (m, _) in MODEL_PRESETS.items() if m == model), "base")
-    return PRESET_THREADS[name] or _usable_cpus()
+
+    labels: np.ndarray
+    train_labels: np.ndarray
+    docs: list[np.ndarray]
+    doc_tokens: np.ndarray
+    truncated: np.ndarray
+    no_text: int
+    left_out: int
+    cluster_sizes: np.ndarray
+    valid_idx: np.ndarray
+    train_eval_idx: np.ndarray
+    train_tokens: int
+    valid_ids: np.ndarray
+    tail_clusters: list[int]
+    head_clusters: list[int]
+    groups: np.ndarray | None = None
+
+    @property
+    def num_clusters(self) -> int:
+        return int(self.cluster_sizes.size)
+
+    @property
+    def n_train_docs(self) -> int:
+        return int(np.count_nonzero(self.train_labels >= 0))
 
 
-@contextlib.contextmanager
-def _torch_settings(threads: int) -> Iterator[None]:
-    """Fixed thread count and deterministic kernels for the duration; restored after."""
+def _checked_labels(texts: Sequence[str | None], labels: np.ndarray,
+                    groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != len(texts):
+        raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
+    labels = labels.astype(np.int64)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
+            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
+                             f"{groups.shape}; rerun `clusterclip dedup`")
+        groups = groups.astype(np.int64)
+    return labels, groups
+
+
+def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: ExperimentConfig,
+                 groups: np.ndarray | None = None) -> ExperimentData:
+    """Tokenise, exclude documents without text, subsample (``config.max_docs``) and
+    split off the cluster-stratified held-out set and its matched training sample."""
+    labels, groups = _checked_labels(texts, labels, groups)
+    docs, truncated = encode_documents(texts, config.max_doc_tokens)
+    doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
+    no_text = (doc_tokens == 0) & (labels >= 0)
+    labels[no_text] = -1  # counted below, never drawn
+    if not np.any(labels >= 0):
+        raise InputError("labels: no document has a cluster (all -1)")
+    clustered = int(np.count_nonzero(labels >= 0))
+    if config.max_docs is not None:
+        labels[~stratified_subsample(labels, config.max_docs, config.split_seed)] = -1
+    left_out = clustered - int(np.count_nonzero(labels >= 0))
+
+    num_clusters = int(labels.max()) + 1
+    cluster_sizes = np.bincount(labels[labels >= 0], minlength=num_clusters)
+    held = stratified_split(labels, config.valid_fraction, config.min_cluster_docs,
+                            config.split_seed)
+    if not held.any():
+        raise InputError(f"labels: no cluster has {config.min_cluster_docs} documents, "
+                         "so nothing can be held out for validation")
+    train_labels = labels.copy()
+    train_labels[held] = -1
+    valid_idx = np.flatnonzero(held)
+    valid_ids = np.unique(labels[valid_idx])
+    tail, head = quartile_clusters(valid_ids, cluster_sizes[valid_ids])
+    return ExperimentData(
+        labels=labels, train_labels=train_labels, docs=docs, doc_tokens=doc_tokens,
+        truncated=truncated, no_text=int(np.count_nonzero(no_text)), left_out=left_out,
+        cluster_sizes=cluster_sizes, valid_idx=valid_idx,
+        train_eval_idx=matched_train_sample(labels, held, config.split_seed + 1),
+        train_tokens=int(doc_tokens[train_labels >= 0].sum()), valid_ids=valid_ids,
+        tail_clusters=tail.tolist(), head_clusters=head.tolist(), groups=groups)
+
+
+# -- budget ----------------------------------------------------------------------------
+
+def plan_budget(data: ExperimentData, config: ExperimentConfig,
+                specs: dict[str, ScheduleSpec]) -> Budget:
+    """Every run's token budget; refuses (before any training) a clipped strategy that
+    cannot supply it: with clip R it feeds at most R x the training tokens."""
+    shortest = int(data.doc_tokens[data.train_labels >= 0].min())
+    budget = Budget.plan(config.budget_tokens(data.train_tokens), config.batch_tokens, shortest)
+    for name, spec in specs.items():
+        budget.check_capacity(spec, data.train_labels, data.doc_tokens, name)
+    return budget
+
+
+def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, ScheduleSpec]:
+    """Each strategy's schedule (token-balanced weights with ``balance_by="tokens"``)."""
+    weights = None
+    if config.balance_by == "tokens":
+        weights = token_balanced_weights(data.train_labels, data.doc_tokens, config.alpha,
+                                         data.num_clusters)
+    specs = {}
+    for s in config.strategies:
+        if s != MIXTURE:
+            specs[s] = ScheduleSpec.for_strategy(s, config.clip, config.alpha, weights)
+        elif config.mixture is None:
+            raise InputError("--strategies mixture: no mixture given (run `clusterclip search` "
+                             "or pass --mixture FILE)")
+        else:
+            m = config.mixture
+            if len(m.weights) < data.num_clusters:
+                raise InputError(f"--mixture: {len(m.weights)} weights but the labels have "
+                                 f"{data.num_clusters} cluster ids: it was made for other "
+                                 "labels")
+            specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights)
+    return specs
+
+
+# -- run keys --------------------------------------------------------------------------
+
+def run_keys(data: ExperimentData, config: ExperimentConfig, device: str, threads: int
+             ) -> dict[tuple[str, int], str]:
+    """The store key of every (strategy, seed): a fingerprint of the documents, labels,
+    groups (if any), config (but the strategy list and seed count), strategy, seed,
+    device type, thread count and the clusterclip and torch versions."""
     import torch
 
-    old_threads = torch.get_num_threads()
-    old_det = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(max(1, threads))
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
+    from clusterclip import __version__
+    from clusterclip.io import array_fingerprint, fingerprint
+
+    run_inputs = {"docs": fingerprint([array_fingerprint(d) for d in data.docs]),
+                  "labels": array_fingerprint(data.labels),
+                  "config": {k: v for k, v in config.to_dict().items()
+                             if k not in ("strategies", "seeds", "mixture")},
+                  "device": device, "threads": threads,
+                  "versions": {"clusterclip": __version__, "torch": torch.__version__},
+                  "format": RUN_FORMAT}
+    if data.groups is not None:  # counted per group too: not the same run record as without
+        run_inputs["groups"] = array_fingerprint(data.groups)
+    mixture = config.to_dict().get("mixture")
+    return {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed,
+                                    **({"mixture": mixture} if s == MIXTURE else {})})
+            for seed in range(config.seeds) for s in config.strategies}
 
 
-def _schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],
-                     block: int = 256) -> Iterator[np.ndarray]:
-    """Documents in schedule order; appends each index to ``fed`` as it is handed out.
+# -- one run ---------------------------------------------------------------------------
 
-    Only documents actually pulled into packing are recorded (not the rest of
-    a sampler block), so ``fed`` is what the model's windows came from (the
-    last one possibly in part: a window ends mid-document).
-    """
-    for idx in sampler.blocks(block):
-        for i in idx.tolist():
-            fed.append(i)
-            yield docs[i]
-
-
-#: Version of a stored run's content and of how its schedule is built; part of its key.
-#: 2: paced sized to the budget, late tail share recorded.
-RUN_FORMAT = 2
-
-
-class RunStore:
-    """Finished runs as ``DIR/<key>.json``, each written atomically.
-
-    ``key`` is a fingerprint of everything that determines the run (see
-    :func:`compare_strategies`), so a stored run is reused only for identical
-    inputs; :meth:`prune` removes the runs of other inputs.
-    """
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.dir = Path(directory)
-
-    def _path(self, key: str) -> Path:
-        return self.dir / f"{key}.json"
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        try:
-            rec = json.loads(self._path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # missing or unreadable: train it again
-        return rec.get("run") if isinstance(rec, dict) and rec.get("key") == key else None
-
-    def put(self, key: str, run: dict[str, Any], seconds: float) -> None:
-        from clusterclip.io import write_json
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        write_json(self._path(key), {"key": key, "run": run, "seconds": seconds})
-
-    def prune(self, keep: set[str]) -> list[str]:
-        """Remove stored runs whose key is not in ``keep``; returns their keys."""
-        gone = []
-        for f in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
-            if f.stem not in keep and len(f.stem) == 16:
-                f.unlink()
-                gone.append(f.stem)
-        return gone
-
-
-def _estimate_seconds(config: ExperimentConfig, device: Any, eval_docs: Sequence[np.ndarray],
-                      runs: int, steps: int) -> float:
-    """Seconds that ``runs`` runs of ``steps`` steps will take, from a few timed steps
-    and one timed evaluation pass of ``eval_docs`` on a throwaway model."""
-    import torch
-    import torch.nn.functional as F
-
-    from clusterclip.experiment.config import VOCAB_SIZE
-    from clusterclip.experiment.model import ByteLM
+def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, seed: int,
+                   config: ExperimentConfig, device: Any,
+                   on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Train one (strategy, seed) run and measure it: held-out and training-sample loss
+    (micro, macro, tail, head, gap), per-cluster loss, gap and repetition, the curve and
+    what the schedule fed."""
     from clusterclip.experiment.train import evaluate_documents
 
-    gen = torch.Generator().manual_seed(0)
-    model = ByteLM(config.model).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.train.lr)
-    data = torch.randint(0, VOCAB_SIZE, (config.train.batch_size, config.model.seq_len + 1),
-                         generator=gen).to(device)
-    timed = 3
-    for i in range(timed + 1):
-        if i == 1:  # the first step warms up
-            t0 = time.perf_counter()
-        loss = F.cross_entropy(model(data[:, :-1]).reshape(-1, VOCAB_SIZE),
-                               data[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
-    per_step = (time.perf_counter() - t0) / timed
-    t0 = time.perf_counter()
-    evaluate_documents(model, eval_docs, config.train.eval_batch_size, device)
-    per_eval = time.perf_counter() - t0
-    return runs * (steps * per_step + max(2, config.train.eval_points) * per_eval)
+    valid_docs = [data.docs[i] for i in data.valid_idx]
+    train_eval_docs = [data.docs[i] for i in data.train_eval_idx]
+    eb = config.train.eval_batch_size
+    last: dict[str, Any] = {}
 
+    def evaluate(model: Any) -> dict[str, float]:
+        # held-out and training sample measured alike, at the same point
+        v = evaluate_documents(model, valid_docs, eb, device)
+        tr = evaluate_documents(model, train_eval_docs, eb, device)
+        last["valid"], last["train"] = v, tr
+        return {"val_loss": float(v[0].sum() / v[1].sum()),
+                "train_loss": float(tr[0].sum() / tr[1].sum())}
+
+    sampler = schedule_sampler(spec, data.train_labels, data.doc_tokens, budget, seed)
+    _, log, fed = train_on_schedule(config.model, config.train, data.docs, sampler,
+                                    budget.steps, seed, device, evaluate, on_step)
+    ls, nt = last["valid"]  # the evaluations at the last step
+    tls, tnt = last["train"]
+    val = summarize(ls, nt, data.labels[data.valid_idx], data.cluster_sizes)
+    train_micro = float(tls.sum() / tnt.sum())
+    tids, tloss, _ = per_cluster_loss(tls, tnt, data.labels[data.train_eval_idx])
+    train_by_id = dict(zip(tids.tolist(), tloss.tolist(), strict=True))
+    ids = [int(k) for k in val["per_cluster"]]
+    reps = cluster_repetition(fed, data.train_labels, ids)
+    per_cluster = {}
+    for k, rep in zip(ids, reps.tolist(), strict=True):
+        pc = dict(val["per_cluster"][str(k)])
+        pc["train_loss"] = train_by_id[k]
+        pc["gap"] = pc["loss"] - train_by_id[k]
+        pc["repetition"] = rep
+        per_cluster[str(k)] = pc
+    # The sampler's own clip events (a cluster's last allowed draw) inside the fed
+    # prefix (count-only, no documents gathered).
+    n_clipped = 0
+    if spec.clip is not None:
+        n_clipped = sum(1 for _, p in sampler.summary()["clip_events"] if p < fed.size)
+    return {
+        "seed": seed,
+        "val_micro": val["micro"], "val_macro": val["macro"],
+        "val_tail": val["tail"], "val_head": val["head"],
+        "train_micro": train_micro, "gap": val["micro"] - train_micro,
+        "per_cluster": per_cluster,
+        "curve": log["curve"],
+        "schedule": schedule_stats(fed, data.labels, data.doc_tokens, data.tail_clusters,
+                                   data.head_clusters,
+                                   config.clip if spec.clip is None else spec.clip, n_clipped,
+                                   data.groups),
+    }
+
+
+# -- results ---------------------------------------------------------------------------
 
 def _aggregate(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -319,6 +428,67 @@ def _aggregate(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                                   for m in METRICS}
         out[s] = entry
     return out
+
+
+def experiment_results(data: ExperimentData, budget: Budget, config: ExperimentConfig,
+                       device: str, specs: dict[str, ScheduleSpec],
+                       runs: dict[str, list[dict[str, Any]]], keys: Sequence[str],
+                       timing: dict[str, Any]) -> dict[str, Any]:
+    """The results dict of :func:`compare_strategies` from its finished runs."""
+    labels, valid_idx = data.labels, data.valid_idx
+    weights = next((s.weights for n, s in specs.items() if s.weights is not None
+                    and n != MIXTURE), None)
+    return {
+        "config": config.to_dict(),
+        "device": device,
+        "data": {
+            "documents": int(labels.size),
+            "no_text": data.no_text,
+            "subsampled_out": data.left_out,
+            "excluded": int(np.count_nonzero(labels < 0)),
+            "truncated": int(np.count_nonzero(data.truncated & (labels >= 0))),
+            "train_docs": data.n_train_docs,
+            "valid_docs": int(valid_idx.size),
+            "train_eval_docs": int(data.train_eval_idx.size),
+            "clusters": int(np.count_nonzero(data.cluster_sizes)),
+            "valid_clusters": int(data.valid_ids.size),
+            "tail_clusters": data.tail_clusters,
+            "head_clusters": data.head_clusters,
+            "train_tokens": data.train_tokens,
+            "valid_tokens": int(data.doc_tokens[valid_idx].sum()),
+            "budget_tokens": budget.tokens,
+            "steps": budget.steps,
+            "epochs_equivalent": budget.tokens / data.train_tokens,
+            "clusterclip_capacity_docs": config.clip * data.n_train_docs,
+            "cluster_weights": None if weights is None else list(weights),
+        },
+        "clusters": {str(k): {"size": int(data.cluster_sizes[k]),
+                              "valid_docs": int(np.count_nonzero(labels[valid_idx] == k))}
+                     for k in np.flatnonzero(data.cluster_sizes).tolist()},
+        "strategies": _aggregate(runs),
+        "run_keys": sorted(keys),
+        "timing": timing,
+    }
+
+
+# -- the experiment --------------------------------------------------------------------
+
+def _announce(log: Callable[[str], None], config: ExperimentConfig, data: ExperimentData,
+              dev: Any, threads: int, todo: int, reused: int, steps: int) -> float:
+    """Print the time estimate (and a warning on a busy machine); returns the estimate."""
+    eval_docs = [data.docs[i] for i in data.valid_idx] + [data.docs[i]
+                                                          for i in data.train_eval_idx]
+    with torch_settings(threads):
+        est = estimate_seconds(config.model, config.train, dev, eval_docs, todo, steps)
+    was = f", {reused} reused from an earlier run" if reused else ""
+    log(f"experiment: {todo} run(s) to train{was}, {steps} steps each, "
+        f"{threads} thread(s) on {dev.type}; estimated {format_seconds(est)} of training "
+        "(from a few timed steps)")
+    busy = busy_cpus()
+    if threads > 1 and busy is not None and busy > usable_cpus() - threads + 0.5:
+        log(f"experiment: the machine is busy (load {busy:.1f} on {usable_cpus()} CPUs); "
+            f"{threads} threads may run much slower than --threads 1")
+    return est
 
 
 def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
@@ -342,11 +512,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
     ``groups``: int[N] near-duplicate group per document (``W/groups.npy``):
     each run's schedule then also counts ``max_group_repetition``.
-    ``store``: finished runs are saved there under a fingerprint of the
-    documents, labels, groups (if any), config (but the strategy list and seed
-    count), strategy, seed, device type, thread count and the clusterclip and
-    torch versions, and reused when found.
-    ``on_run(strategy, seed, reused)`` is called after each run (an exception
+    ``store``: finished runs are saved there under :func:`run_keys` and reused when
+    found. ``on_run(strategy, seed, reused)`` is called after each run (an exception
     there stops the experiment; finished runs stay stored). ``log`` receives
     the time estimate printed before training (default: stderr when
     ``progress``).
@@ -354,228 +521,47 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     import torch
     from tqdm import tqdm
 
-    from clusterclip import ClusterClipSampler, __version__
-    from clusterclip.experiment.train import evaluate_documents, train_run
-    from clusterclip.io import array_fingerprint, fingerprint
-
     if log is None:
         def log(msg: str) -> None:
             if progress:
                 print(msg, file=sys.stderr, flush=True)
 
     config.validate()
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.shape[0] != len(texts):
-        raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
-    labels = labels.astype(np.int64)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
-            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
-                             f"{groups.shape}; rerun `clusterclip dedup`")
-        groups = groups.astype(np.int64)
-    docs, truncated = encode_documents(texts, config.max_doc_tokens)
-    doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
-    no_text = (doc_tokens == 0) & (labels >= 0)
-    labels[no_text] = -1  # counted below, never drawn
-    if not np.any(labels >= 0):
-        raise InputError("labels: no document has a cluster (all -1)")
-    clustered = int(np.count_nonzero(labels >= 0))
-    if config.max_docs is not None:
-        labels[~stratified_subsample(labels, config.max_docs, config.split_seed)] = -1
-    left_out = clustered - int(np.count_nonzero(labels >= 0))
-
-    num_clusters = int(labels.max()) + 1
-    cluster_sizes = np.bincount(labels[labels >= 0], minlength=num_clusters)
-    held = stratified_split(labels, config.valid_fraction, config.min_cluster_docs,
-                            config.split_seed)
-    if not held.any():
-        raise InputError(f"labels: no cluster has {config.min_cluster_docs} documents, "
-                         "so nothing can be held out for validation")
-    train_labels = labels.copy()
-    train_labels[held] = -1
-    valid_idx = np.flatnonzero(held)
-    train_eval_idx = matched_train_sample(labels, held, config.split_seed + 1)
-    train_tokens = int(doc_tokens[train_labels >= 0].sum())
-    valid_ids = np.unique(labels[valid_idx])
-    tail_clusters, head_clusters = (a.tolist() for a in
-                                    quartile_clusters(valid_ids, cluster_sizes[valid_ids]))
-
-    # With clip R, a clipped strategy can feed at most R x (training tokens): every
-    # document R times. Refuse a budget it cannot meet, before any training.
-    budget = config.budget_tokens(train_tokens)
-    steps = budget // config.batch_tokens
-    needed = budget + 1  # the stream's leading EOS plus every target
-    clipped = {s: s in CLIP_STRATEGIES for s in config.strategies}
-    for s in config.strategies:
-        if clipped[s] and needed > config.clip * train_tokens:
-            raise InputError(
-                f"--clip {config.clip}: {s} can supply at most {config.clip} x "
-                f"{train_tokens:,} = {config.clip * train_tokens:,} training tokens, but the "
-                f"budget needs {needed:,}; raise --clip or lower --epochs / --tokens")
-    n_train_docs = int(np.count_nonzero(train_labels >= 0))
-    capacity = config.clip * n_train_docs
-    # Enough draws for the budget even if every draw were the shortest document.
-    shortest = int(doc_tokens[train_labels >= 0].min())
-    num_samples = math.ceil(needed / shortest) + 1
-
-    weights = None
-    if config.balance_by == "tokens":
-        weights = token_balanced_weights(train_labels, doc_tokens, config.alpha, num_clusters)
-
+    data = prepare_data(texts, labels, config, groups)
+    specs = strategy_specs(data, config)
+    budget = plan_budget(data, config, specs)
     dev = torch.device(device)
-    if threads is None:
-        threads = default_threads(config.model)
-    valid_docs = [docs[i] for i in valid_idx]
-    train_eval_docs = [docs[i] for i in train_eval_idx]
-    eb = config.train.eval_batch_size
-
-    # Everything a run's numbers depend on besides (strategy, seed).
-    tokens_fp = fingerprint([array_fingerprint(d) for d in docs])
-    run_inputs = {"docs": tokens_fp, "labels": array_fingerprint(labels),
-                  "config": {k: v for k, v in config.to_dict().items()
-                             if k not in ("strategies", "seeds")},
-                  "device": dev.type, "threads": threads,
-                  "versions": {"clusterclip": __version__, "torch": torch.__version__},
-                  "format": RUN_FORMAT}
-    if groups is not None:  # counted per group too: not the same run record as without
-        run_inputs["groups"] = array_fingerprint(groups)
-    keys = {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed})
-            for seed in range(config.seeds) for s in config.strategies}
+    threads = default_threads(config.model) if threads is None else threads
+    keys = run_keys(data, config, dev.type, threads)
     cached = {k: store.get(v) for k, v in keys.items()} if store is not None else {}
     todo = [k for k in keys if cached.get(k) is None]
     timing: dict[str, Any] = {"reused_runs": len(keys) - len(todo), "threads": threads}
     if todo:
-        with _torch_settings(threads):
-            est = _estimate_seconds(config, dev, valid_docs + train_eval_docs, len(todo), steps)
+        est = _announce(log, config, data, dev, threads, len(todo), len(keys) - len(todo),
+                        budget.steps)
         timing["estimated_seconds"] = round(est, 1)
-        n_reused = len(keys) - len(todo)
-        reused = f", {n_reused} reused from an earlier run" if n_reused else ""
-        log(f"experiment: {len(todo)} run(s) to train{reused}, {steps} steps each, "
-            f"{threads} thread(s) on {dev.type}; estimated "
-            f"{f'{est:.0f} s' if est < 90 else f'{est / 60:.1f} min'} of training "
-            "(from a few timed steps)")
-
-        busy = _busy_cpus()
-        if threads > 1 and busy is not None and busy > _usable_cpus() - threads + 0.5:
-            log(f"experiment: the machine is busy (load {busy:.1f} on {_usable_cpus()} CPUs); "
-                f"{threads} threads may run much slower than --threads 1")
 
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
-    bar = tqdm(total=steps * len(todo), desc="experiment", unit="step", disable=not progress,
-               dynamic_ncols=True)
-    with _torch_settings(threads), bar:
+    bar = tqdm(total=budget.steps * len(todo), desc="experiment", unit="step",
+               disable=not progress, dynamic_ncols=True)
+    with torch_settings(threads), bar:
         for seed in range(config.seeds):
             for strategy in config.strategies:
-                got = cached.get((strategy, seed))
-                if got is not None:
-                    runs[strategy].append(got)
-                    if on_run is not None:
-                        on_run(strategy, seed, True)
-                    continue
-                bar.set_postfix_str(f"{strategy} seed {seed}")
-                # with token-balanced weights, alpha is already in them
-                kwargs: dict[str, Any] = {"seed": seed, **strategy_options(
-                    strategy, clip=config.clip, alpha=config.alpha, cluster_weights=weights)}
-                t = num_samples
-                if clipped[strategy]:
-                    t = min(t, capacity)
-                if strategy in LENGTH_DEPENDENT_STRATEGIES:
-                    # paced spreads its quotas over T: T must end where training ends
-                    t = schedule_length_for_tokens(
-                        lambda n, kw=kwargs: ClusterClipSampler(train_labels, n, **kw),
-                        np.where(train_labels >= 0, doc_tokens, 0), needed, t)
-                sampler = ClusterClipSampler(train_labels, num_samples=t, **kwargs)
-                fed: list[int] = []
-                windows = pack_sequences(_schedule_stream(sampler, docs, fed),
-                                         config.model.seq_len)
-                last: dict[str, Any] = {}
-
-                def evaluate(model: Any, _last: dict[str, Any] = last) -> dict[str, float]:
-                    # held-out and training sample measured alike, at the same point
-                    v = evaluate_documents(model, valid_docs, eb, dev)
-                    tr = evaluate_documents(model, train_eval_docs, eb, dev)
-                    _last["valid"], _last["train"] = v, tr
-                    return {"val_loss": float(v[0].sum() / v[1].sum()),
-                            "train_loss": float(tr[0].sum() / tr[1].sum())}
-
-                t0 = time.perf_counter()
-                _, log_ = train_run(config.model, config.train, windows, steps, seed, dev,
-                                    evaluate, on_step=bar.update)
-                ls, nt = last["valid"]  # the evaluations at the last step
-                tls, tnt = last["train"]
-                val = summarize(ls, nt, labels[valid_idx], cluster_sizes)
-                train_micro = float(tls.sum() / tnt.sum())
-                tids, tloss, _ = per_cluster_loss(tls, tnt, labels[train_eval_idx])
-                train_by_id = dict(zip(tids.tolist(), tloss.tolist(), strict=True))
-                fed_a = np.array(fed, dtype=np.int64)
-                ids = [int(k) for k in val["per_cluster"]]
-                reps = cluster_repetition(fed_a, train_labels, ids)
-                per_cluster = {}
-                for k, rep in zip(ids, reps.tolist(), strict=True):
-                    pc = dict(val["per_cluster"][str(k)])
-                    pc["train_loss"] = train_by_id[k]
-                    pc["gap"] = pc["loss"] - train_by_id[k]
-                    pc["repetition"] = rep
-                    per_cluster[str(k)] = pc
-                # The sampler's own clip events (a cluster's last allowed draw) inside
-                # the fed prefix (count-only, no documents gathered).
-                n_clipped = 0
-                if clipped[strategy]:
-                    n_clipped = sum(1 for _, p in sampler.summary()["clip_events"]
-                                    if p < len(fed))
-                run = {
-                    "seed": seed,
-                    "val_micro": val["micro"], "val_macro": val["macro"],
-                    "val_tail": val["tail"], "val_head": val["head"],
-                    "train_micro": train_micro, "gap": val["micro"] - train_micro,
-                    "per_cluster": per_cluster,
-                    "curve": log_["curve"],
-                    "schedule": schedule_stats(fed_a, labels, doc_tokens, tail_clusters,
-                                               head_clusters, config.clip, n_clipped,
-                                               groups),
-                }
-                seconds = round(time.perf_counter() - t0, 1)
-                timing[f"{strategy}/seed{seed}"] = seconds
-                if store is not None:
-                    # through JSON, so a fresh run and a reused one are the same object
-                    run = json.loads(json.dumps(run))
-                    store.put(keys[(strategy, seed)], run, seconds)
+                run = cached.get((strategy, seed))
+                if run is None:
+                    bar.set_postfix_str(f"{strategy} seed {seed}")
+                    t0 = time.perf_counter()
+                    run = experiment_run(data, budget, specs[strategy], seed, config, dev,
+                                         on_step=bar.update)
+                    seconds = round(time.perf_counter() - t0, 1)
+                    timing[f"{strategy}/seed{seed}"] = seconds
+                    if store is not None:
+                        run = store.put(keys[(strategy, seed)], run, seconds)
                 runs[strategy].append(run)
                 if on_run is not None:
-                    on_run(strategy, seed, False)
-
-    return {
-        "config": config.to_dict(),
-        "device": dev.type,
-        "data": {
-            "documents": int(labels.size),
-            "no_text": int(np.count_nonzero(no_text)),
-            "subsampled_out": left_out,
-            "excluded": int(np.count_nonzero(labels < 0)),
-            "truncated": int(np.count_nonzero(truncated & (labels >= 0))),
-            "train_docs": n_train_docs,
-            "valid_docs": int(valid_idx.size),
-            "train_eval_docs": int(train_eval_idx.size),
-            "clusters": int(np.count_nonzero(cluster_sizes)),
-            "valid_clusters": int(valid_ids.size),
-            "tail_clusters": tail_clusters,
-            "head_clusters": head_clusters,
-            "train_tokens": train_tokens,
-            "valid_tokens": int(doc_tokens[valid_idx].sum()),
-            "budget_tokens": budget,
-            "steps": steps,
-            "epochs_equivalent": budget / train_tokens,
-            "clusterclip_capacity_docs": capacity,
-            "cluster_weights": None if weights is None else weights.tolist(),
-        },
-        "clusters": {str(k): {"size": int(cluster_sizes[k]),
-                              "valid_docs": int(np.count_nonzero(labels[valid_idx] == k))}
-                     for k in np.flatnonzero(cluster_sizes).tolist()},
-        "strategies": _aggregate(runs),
-        "run_keys": sorted(keys.values()),
-        "timing": timing,
-    }
+                    on_run(strategy, seed, (strategy, seed) not in todo)
+    return experiment_results(data, budget, config, dev.type, specs, runs, list(keys.values()),
+                              timing)
 
 
 def _load_inputs(root: Path, texts: bool = True
@@ -601,6 +587,21 @@ def _load_inputs(root: Path, texts: bool = True
     return labels, out, corpus
 
 
+def mixture_path(root: Path, config: ExperimentConfig,
+                 mixture: str | os.PathLike[str] | None) -> Path | None:
+    """The mixture file of strategy ``mixture`` (``mixture`` or ``W/search/mixture.json``);
+    None when the strategy is not asked for (then giving a file is an error)."""
+    if MIXTURE not in config.strategies:
+        if mixture is not None:
+            raise InputError("--mixture: add mixture to --strategies to compare it")
+        return None
+    path = Path(mixture) if mixture is not None else root / "search" / "mixture.json"
+    if not path.is_file():
+        raise InputError(f"{path}: no such mixture file (run `clusterclip search` first, or "
+                         "pass --mixture FILE)")
+    return path
+
+
 def run_experiment(workdir: str | os.PathLike[str], *,
                    strategies: Sequence[str] = DEFAULT_STRATEGIES, seeds: int = 3,
                    clip: int = 4, alpha: float = 0.0, balance_by: str = "docs",
@@ -608,7 +609,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
                    epochs: float | None = None, tokens: int | None = None,
                    max_docs: int | None = DEFAULT_MAX_DOCS, threads: int | None = None,
                    progress: bool = True, config: ExperimentConfig | None = None,
-                   on_run: Callable[[str, int, bool], None] | None = None) -> dict[str, Any]:
+                   on_run: Callable[[str, int, bool], None] | None = None,
+                   mixture: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Run the experiment on work directory ``workdir`` and write ``W/experiment/``.
 
     Reads ``W/labels.npy`` and ``W/corpus/``; trains one model per strategy
@@ -616,13 +618,11 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     ``W/experiment/runs/`` and reused by a rerun with the same inputs (runs of
     other inputs are removed at the end); writes ``results.json``,
     ``results.md`` and the plots as one atomic replacement of ``W/experiment/``
-    (through the work directory's stage runner). ``quick`` selects :meth:`ExperimentConfig.quick`;
-    ``model`` a size preset (tiny, small, base; default small, tiny with
-    ``quick``); ``epochs`` replaces the default budget in epochs-equivalent,
-    ``tokens`` sets an explicit token budget instead (not both); ``max_docs``
-    caps the documents (a cluster-stratified subsample; None or 0 = all);
-    ``threads`` defaults to :func:`default_threads`; a full ``config``
-    overrides everything else. Returns the results dict, plus
+    (through the work directory's stage runner). The options are those of
+    :meth:`ExperimentConfig.from_options` (``max_docs`` None or 0: all documents);
+    ``threads`` defaults to :func:`default_threads`; a full ``config`` overrides them.
+    Strategy ``mixture`` draws the mixture file ``mixture`` (default
+    ``W/search/mixture.json``) with its timing and clip. Returns the results dict, plus
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """
@@ -630,31 +630,14 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     from clusterclip.workdir import Workdir
 
     if config is None:
-        base = ExperimentConfig.quick() if quick else ExperimentConfig()
-        if model is not None:
-            base = base.with_model(model)
-        over: dict[str, Any] = {"strategies": tuple(strategies), "seeds": seeds, "clip": clip,
-                                "alpha": alpha, "balance_by": balance_by,
-                                "max_docs": max_docs or None}
-        if epochs is not None and tokens is not None:
-            raise InputError("--epochs and --tokens: give one budget, not both")
-        if epochs is not None:
-            over["epochs"] = epochs
-        if tokens is not None:
-            over["tokens"] = tokens
-        config = replace(base, **over)
+        config = ExperimentConfig.from_options(
+            quick=quick, model=model, epochs=epochs, tokens=tokens,
+            strategies=tuple(strategies), seeds=seeds, clip=clip, alpha=alpha,
+            balance_by=balance_by, max_docs=max_docs or None)
     config.validate()  # before reading anything: bad options fail fast
     if threads is not None and threads < 1:
         raise InputError(f"--threads: must be >= 1, got {threads}")
-    if device != "cpu":
-        # deterministic cuBLAS (with use_deterministic_algorithms); must precede CUDA's start
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        import torch
-
-        try:
-            torch.empty(1, device=device)
-        except (RuntimeError, AssertionError) as e:
-            raise InputError(f"--device {device}: not usable ({str(e).splitlines()[0]})") from None
+    check_device(device)
     w = Workdir(workdir, create=False)
     t0 = time.perf_counter()
     out = w.path("experiment")
@@ -691,7 +674,10 @@ def run_experiment(workdir: str | os.PathLike[str], *,
 
     with w.locked():
         labels, _, _ = _load_inputs(w.root, texts=False)
-        w.run_stage("experiment", key=key,
+        path = mixture_path(w.root, config, mixture)
+        if path is not None:  # seen by work() and key() too
+            config = replace(config, mixture=read_mixture(path, int(labels.max()) + 1))
+        w.run_stage("experiment", key=key, inputs=[path] if path is not None else [],
                     reads=["labels.npy", "corpus"], outputs=["experiment"], work=work,
                     cache=False)
     return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

@@ -1,48 +1,113 @@
-"""The experiment's computed verdict: which strategy is best, and is it measurably so?
+"""The one statistics rule of every verdict, and the experiment's computed verdict.
 
-Pure: a results dict in (only ``config.strategies`` and each run's metric
-values and seed are read), plain data and sentences out. A strategy's
-difference to random is paired by seed (same initialisation, same held-out
-set); it counts as measurable when the mean of the per-seed differences is
-farther from 0 than twice their sample standard deviation. With one seed no
-spread exists, so no call is made.
+The rule (:func:`paired_difference`): differences between two arms are paired by
+seed (same initialisation, same held-out documents); their mean gets a paired-t
+95% confidence interval (scipy), and a difference is *measurable* only when that
+interval excludes 0. With one seed no interval exists, so no call is made. The
+half-width of the interval is the smallest mean difference these seeds can call
+measurable at the spread they showed (:attr:`Paired.detectable`). ``experiment``
+and ``search`` both use it.
+
+The experiment's verdict is pure: a results dict in (only ``config`` and each
+run's metric values and seed are read), plain data and sentences out.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 #: The held-out losses the verdict speaks about, in order, with their names.
 VERDICT_METRICS = {"val_micro": "micro", "val_macro": "macro", "val_tail": "tail"}
-#: A paired difference counts when |mean| > SIGMAS x std of the per-seed differences.
-SIGMAS = 2.0
+#: Confidence of the paired-t interval behind every "measurably".
+CONFIDENCE = 0.95
 
 BETTER = "measurably better than random"
 WORSE = "measurably worse than random"
-SAME = "no measurable difference to random"
-ONE_SEED = "one seed: no spread can be given"
+SAME = "not measurably different from random"
+ONE_SEED = "one seed: no interval can be given"
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Per-seed differences ``a - b`` (lower loss is better, so negative favours a):
+    their mean, sample std and paired-t 95% interval (None for one seed)."""
+
+    mean: float
+    n: int
+    std: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def detectable(self) -> float | None:
+        """Half-width of the interval: at the spread these seeds showed, a mean difference
+        smaller than this cannot be called measurable (None for one seed)."""
+        return None if self.low is None else (self.high - self.low) / 2
+
+    @property
+    def measurable(self) -> bool:
+        """True when the interval excludes 0."""
+        return self.low is not None and (self.low > 0 or self.high < 0)
+
+    def call(self, other: str = "random") -> str:
+        """``measurably better than <other>``, ``measurably worse than <other>``, ``not
+        measurably different from <other>`` or the one-seed note."""
+        if self.low is None:
+            return ONE_SEED
+        if not self.measurable:
+            return f"not measurably different from {other}"
+        return f"measurably {'better' if self.mean < 0 else 'worse'} than {other}"
+
+    def interval(self, digits: int = 4, inside: bool = False) -> str:
+        """``+0.0123 (95% CI -0.0040 to +0.0286)``, or ``+0.0123, one seed``; ``inside``
+        (for text already in parentheses): ``+0.0123, 95% CI -0.0040 to +0.0286``."""
+        if self.low is None:
+            return f"{self.mean:+.{digits}f}, one seed"
+        ci = f"{CONFIDENCE:.0%} CI {self.low:+.{digits}f} to {self.high:+.{digits}f}"
+        return f"{self.mean:+.{digits}f}" + (f", {ci}" if inside else f" ({ci})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "n": self.n, "std": self.std, "low": self.low,
+                "high": self.high, "detectable": self.detectable,
+                "measurable": self.measurable}
+
+
+def paired_difference(diffs: Sequence[float]) -> Paired:
+    """The rule: mean of the per-seed differences with its paired-t interval at
+    :data:`CONFIDENCE` (``mean ± t(0.975, n - 1) s / sqrt(n)``)."""
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size == 0:
+        raise ValueError("paired_difference needs at least one difference")
+    mean = float(d.mean())
+    if d.size < 2:
+        return Paired(mean=mean, n=1)
+    std = float(d.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, d.size - 1)) * std / math.sqrt(d.size)
+    return Paired(mean=mean, n=int(d.size), std=std, low=mean - half, high=mean + half)
+
+
+def describe_model(config: dict[str, Any]) -> str:
+    """The proxy model in words, from a results dict's ``config``: parameters, window and
+    how much of each document it reads (it limits what a verdict means)."""
+    from clusterclip.experiment.config import ModelConfig
+
+    m = ModelConfig(**config["model"])
+    n = m.num_parameters()
+    size = f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+    return (f"a {size}-parameter byte-level LM ({m.n_layers} layer"
+            f"{'s' if m.n_layers != 1 else ''}, d={m.d_model}, window {m.seq_len}, reading "
+            f"the first {config['max_doc_tokens'] - 1} bytes of each document)")
 
 
 def _values(results: dict[str, Any], name: str, metric: str) -> dict[int, float]:
     return {int(r["seed"]): float(r[metric]) for r in results["strategies"][name]["runs"]}
-
-
-def paired_call(diffs: np.ndarray) -> tuple[str, float, float | None]:
-    """``(call, mean, std)`` for per-seed differences strategy − random.
-
-    ``std`` is the sample std (None for one seed, where ``call`` is
-    :data:`ONE_SEED`). Negative differences are lower loss, i.e. better.
-    """
-    d = np.asarray(diffs, dtype=np.float64)
-    mean = float(d.mean())
-    if d.size < 2:
-        return ONE_SEED, mean, None
-    std = float(d.std(ddof=1))
-    if abs(mean) > SIGMAS * std:
-        return (BETTER if mean < 0 else WORSE), mean, std
-    return SAME, mean, std
 
 
 def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +115,9 @@ def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
     strategy but random, its paired difference to random and the call.
 
     Returns ``{"seeds": int, "has_random": bool, "metrics": {metric: {"best": name,
-    "means": {name: mean}, "vs_random": {name: {"call", "mean", "std", "n"}}}}}``.
-    Only seeds run by both a strategy and random are paired.
+    "means": {name: mean}, "vs_random": {name: {"call", "mean", "std", "low", "high",
+    "detectable", "measurable", "n"}}}}}``. Only seeds run by both a strategy and random
+    are paired.
     """
     names = list(results["config"]["strategies"])
     has_random = "random" in names
@@ -68,61 +134,64 @@ def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
                 if n == "random":
                     continue
                 common = sorted(set(vals[n]) & set(base))
-                diffs = np.array([vals[n][s] - base[s] for s in common])
-                call, mean, std = paired_call(diffs)
-                entry["vs_random"][n] = {"call": call, "mean": mean, "std": std,
-                                         "n": len(common)}
+                p = paired_difference([vals[n][s] - base[s] for s in common])
+                entry["vs_random"][n] = {"call": p.call(), **p.to_dict()}
         seeds = max(seeds, max(len(v) for v in vals.values()))
         out["metrics"][metric] = entry
     out["seeds"] = seeds
     return out
 
 
-def _diff(v: dict[str, Any]) -> str:
-    if v["std"] is None:
-        return f"{v['mean']:+.4f}, one seed"
-    return f"{v['mean']:+.4f} ± {v['std']:.4f}"
+def _ci(d: dict[str, Any], inside: bool = False) -> str:
+    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"],
+                  high=d["high"]).interval(inside=inside)
+
+
+def _headline(v: dict[str, Any], model: str) -> str:
+    """The one plain sentence a person can act on."""
+    lead = f"On this corpus, with {v['seeds']} seed{'s' if v['seeds'] != 1 else ''} of {model}: "
+    if not v["has_random"]:
+        best = ", ".join(f"{label} {v['metrics'][m]['best']}"
+                         for m, label in VERDICT_METRICS.items())
+        return (lead + "random sampling was not run, so no strategy is compared with it; "
+                f"lowest mean held-out loss: {best}.")
+    if not any(e["vs_random"] for e in v["metrics"].values()):
+        return lead + "only random sampling was run, so nothing is compared."
+    if v["seeds"] < 2:
+        return (lead + "with one seed no interval can be given, so no difference is called "
+                "measurable; rerun with --seeds 3 or more.")
+    found: dict[tuple[str, str], list[str]] = {}
+    total = 0
+    for metric, label in VERDICT_METRICS.items():
+        for name, d in v["metrics"][metric]["vs_random"].items():
+            total += 1
+            if d["measurable"]:
+                found.setdefault((name, d["call"]), []).append(
+                    f"on {label} loss ({_ci(d, inside=True)})")
+    if not found:
+        return (lead + "no strategy differs measurably from random on micro, macro or tail "
+                "held-out loss.")
+    parts = [f"{name} is {call} " + " and ".join(where) for (name, call), where in found.items()]
+    n_found = sum(len(w) for w in found.values())
+    tail = "; nothing else differs measurably." if n_found < total else "."
+    return lead + "; ".join(parts) + tail
 
 
 def verdict_lines(results: dict[str, Any]) -> list[str]:
-    """The verdict as plain lines (no markup): a header, one line per metric, a
-    one-line conclusion. Used by results.md, the CLI and the demo."""
+    """The verdict as plain lines (no markup): the one-sentence conclusion, one line per
+    metric, then the rule. Used by results.md, the CLI and the demo."""
     v = compute_verdict(results)
-    lines = []
-    if not v["has_random"]:
-        lines.append("Verdict: random sampling was not run, so no strategy can be compared "
-                     "with it; only the best mean is given.")
-    elif v["seeds"] < 2:
-        lines.append("Verdict (1 seed): no spread can be given, so no difference below is "
-                     "measurable; rerun with --seeds 3 or more for a verdict.")
-    else:
-        lines.append(f"Verdict ({v['seeds']} seeds, paired by seed; a difference to random "
-                     f"counts when it exceeds {SIGMAS:g} std of the per-seed differences):")
-    measurable: list[str] = []
+    lines = [_headline(v, describe_model(results["config"]))]
     for metric, label in VERDICT_METRICS.items():
         e = v["metrics"][metric]
-        best = e["best"]
-        qual = ""
-        if best in e["vs_random"] and e["vs_random"][best]["call"] != ONE_SEED:
-            qual = (", measurably better than random" if e["vs_random"][best]["call"] == BETTER
-                    else ", not measurably better than random")
-        text = f"- {label}: best {best} ({e['means'][best]:.4f}{qual})"
-        parts = []
-        for name, d in e["vs_random"].items():
-            call = d["call"]
-            parts.append(f"{name} {_diff(d)}: {call}" if call != ONE_SEED
-                         else f"{name} {_diff(d)}")
-            if call in (BETTER, WORSE):
-                measurable.append(f"{name} {'better' if call == BETTER else 'worse'} on {label}")
+        text = f"- {label}: lowest mean {e['best']} ({e['means'][e['best']]:.4f})"
+        parts = [f"{name} {_ci(d)}" + (f": {d['call']}" if d["call"] != ONE_SEED else "")
+                 for name, d in e["vs_random"].items()]
         if parts:
             text += "; vs random: " + "; ".join(parts)
         lines.append(text + ".")
-    compared = any(e["vs_random"] for e in v["metrics"].values())
-    if compared and v["seeds"] >= 2:
-        if measurable:
-            lines.append("Conclusion: measurable differences to random: "
-                         + ", ".join(measurable) + "; everything else is within noise.")
-        else:
-            lines.append("Conclusion: no strategy differs measurably from random on micro, "
-                         "macro or tail held-out loss at this budget and model size.")
+    if any(e["vs_random"] for e in v["metrics"].values()) and v["seeds"] >= 2:
+        lines.append("Differences to random are paired by seed (same initialisation, same "
+                     f"held-out documents); one is measurable when its paired-t "
+                     f"{CONFIDENCE:.0%} confidence interval excludes 0.")
     return lines

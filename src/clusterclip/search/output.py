@@ -1,0 +1,271 @@
+"""The search's files: ``mixture.json``, ``results.json``, ``results.md``, ``splits.npz``
+and three plots (predicted vs observed, objective by round, the chosen mixture per
+super-cluster).
+
+``results.md`` opens with the computed verdict (CONTRACTS.md section 3: the lines
+from the title to the first ``## `` heading). Every difference is paired by seed
+and called by the one rule of :func:`clusterclip.experiment.verdict.paired_difference`.
+The line on the searched mixture names it ``searched`` and says ``measurably better
+than random``, ``measurably worse than random`` or ``not measurably different from
+random``, so that scripts can read it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.experiment.verdict import CONFIDENCE, Paired, describe_model, paired_difference
+
+RESULTS_FORMAT = 1
+#: The comparisons of the verdict, (arm, baseline), in order.
+COMPARISONS = (("searched", "random"), ("prior", "random"), ("searched", "prior"))
+METRIC_NAMES = {"target": "target loss", "micro": "micro held-out loss",
+                "macro": "macro held-out loss"}
+
+
+def _proxy(p: Any, predicted: float | None, loo: float | None) -> dict[str, Any]:
+    return {"index": p.index, "round": p.round + 1, **p.candidate.to_dict(),
+            "seed": int(p.metrics["seed"]),
+            "val": {k: v for k, v in p.metrics.items() if k != "seed"},
+            "predicted": predicted, "loo_predicted": loo}
+
+
+def comparisons(test: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
+    """``{"searched - random": {metric: {mean, low, high, detectable, measurable, call, n,
+    std}}, ...}`` for the arms that ran, paired by seed."""
+    out: dict[str, dict[str, Any]] = {}
+    for a, b in COMPARISONS:
+        if a not in test or b not in test:
+            continue
+        out[f"{a} - {b}"] = {}
+        for m in METRIC_NAMES:
+            if m in test[a]:
+                p = paired_difference(np.subtract(test[a][m], test[b][m]))
+                out[f"{a} - {b}"][m] = {**p.to_dict(), "call": p.call(b)}
+    return out
+
+
+def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: Any,
+                 histogram: np.ndarray | None, result: Any, test: dict[str, Any],
+                 seeds: list[int], run_keys: list[str], timing: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """The search's results. ``timing`` and ``run_keys`` are the only parts that vary
+    between identical searches, and ``splits`` (arrays) goes to splits.npz: they stay out
+    of results.json."""
+    chosen = result.proxies[result.chosen]
+    objective = "target" if space.prior is not None else "macro"
+    return {
+        "format_version": RESULTS_FORMAT,
+        "objective": objective,
+        "config": config.to_dict(),
+        "data": {
+            "documents": int(data.labels.size),
+            "clusters": int(space.num_clusters),
+            "groups": int(space.num_groups),
+            **{k: int(v.size) for k, v in splits.items()},
+            "train_tokens": int(data.doc_tokens[splits["corpus_train"]].sum()),
+            "budget_tokens": data.budget.tokens, "steps": data.budget.steps,
+        },
+        "space": {"groups": space.groups.tolist(), "natural": space.natural.tolist(),
+                  "prior": None if space.prior is None else space.prior.tolist(),
+                  "target_val_histogram": None if histogram is None else histogram.tolist()},
+        "proxies": [_proxy(p, result.predicted[i], result.loo[i])
+                    for i, p in enumerate(result.proxies)],
+        "predictor": {**(result.predictor or {}), "loo_spearman": result.spearman,
+                      "proxies": len(result.proxies)},
+        "rounds": result.rounds,
+        "chosen": _proxy(chosen, result.predicted[result.chosen], result.loo[result.chosen]),
+        "test_seeds": seeds,
+        "test": {name: {k: v for k, v in arm.items() if k != "fed_share"}
+                 for name, arm in test.items()},
+        "test_fed_share": {name: arm["fed_share"] for name, arm in test.items()},
+        "comparisons": comparisons(test),
+        "run_keys": run_keys,
+        "timing": timing,
+        "splits": splits,
+    }
+
+
+# -- the verdict -----------------------------------------------------------------------
+
+def _paired(d: dict[str, Any]) -> Paired:
+    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"])
+
+
+def _arm(results: dict[str, Any]) -> str:
+    c = results["chosen"]
+    return f"{c['timing']} timing, clip {c['clip']}"
+
+
+def verdict_lines(results: dict[str, Any]) -> list[str]:
+    """The verdict as markdown lines: the plain sentence, one line per comparison, the
+    price on the other losses, the smallest detectable difference, the predictor."""
+    obj = results["objective"]
+    comp = results["comparisons"]
+    n = len(results["test_seeds"])
+    model = describe_model(results["config"]["experiment"])
+    sr = comp["searched - random"][obj]
+    ci = _paired(sr).interval(inside=True)
+    call = sr["call"]
+    lead = (f"On this corpus{' and target' if obj == 'target' else ''}, with {n} fresh "
+            f"seed{'s' if n != 1 else ''} of {model}: `searched` (the searched mixture, "
+            f"{_arm(results)}) is {call} on {METRIC_NAMES[obj]} ({ci})")
+    if call.startswith("measurably better"):
+        lead += "; train with `--mixture W/search/mixture.json`."
+    elif call.startswith("measurably worse"):
+        lead += "; keep random sampling."
+    elif sr["detectable"] is not None:
+        lead += (f"; these seeds cannot tell a difference smaller than ±{sr['detectable']:.4f} "
+                 "from noise, so nothing here beats random sampling measurably.")
+    else:
+        lead += "; with one seed no interval can be given: rerun with more test seeds."
+    lines = [lead, ""]
+    for key, by_metric in comp.items():
+        d = by_metric[obj]
+        name = "`searched`" if key.startswith("searched") else key.split(" - ")[0]
+        lines.append(f"- {name} vs {key.split(' - ')[1]}, {METRIC_NAMES[obj]} (the objective): "
+                     f"{_paired(d).interval()}: {d['call']}.")
+    lines += _price_lines(results) + [_detectable_line(results), _predictor_line(results)]
+    return lines
+
+
+def _price_lines(results: dict[str, Any]) -> list[str]:
+    """The other losses (the price of the trade), searched and prior against random."""
+    obj = results["objective"]
+    out = []
+    for key in ("searched - random", "prior - random"):
+        if key not in results["comparisons"]:
+            continue
+        parts = []
+        for m, d in results["comparisons"][key].items():
+            if m == obj:
+                continue
+            tag = "measurable" if d["measurable"] else "within noise"
+            parts.append(f"{m} {_paired(d).interval()}, {tag}")
+        if parts:
+            out.append(f"- {key.replace(' - ', ' − ')}, other held-out losses: "
+                       + "; ".join(parts) + ".")
+    return out
+
+
+def _detectable_line(results: dict[str, Any]) -> str:
+    d = results["comparisons"]["searched - random"]
+    parts = [f"{m} ±{v['detectable']:.4f}" for m, v in d.items() if v["detectable"] is not None]
+    if not parts:
+        return "- One test seed: no difference can be called measurable."
+    return (f"- Smallest difference these {len(results['test_seeds'])} seeds can detect "
+            f"(searched − random; the half-width of the paired-t {CONFIDENCE:.0%} interval at "
+            f"the spread the seeds showed: a mean difference inside it is never called "
+            f"measurable): " + ", ".join(parts) + ".")
+
+
+def _predictor_line(results: dict[str, Any]) -> str:
+    p = results["predictor"]
+    rho = p.get("loo_spearman")
+    if rho is None:
+        return (f"- Predictor: too few proxies ({p['proxies']}) for a leave-one-out rank "
+                "correlation; the chosen mixture is the best observed one.")
+    meaning = ("it ranks unseen mixtures well" if rho >= 0.7 else
+               "it ranks unseen mixtures somewhat" if rho >= 0.3 else
+               "it learned little that carries to an unseen mixture")
+    return (f"- Predictor: leave-one-out rank correlation {rho:.2f} over {p['proxies']} proxies "
+            f"(Spearman, predicted vs observed val objective; {meaning}).")
+
+
+# -- results.md ------------------------------------------------------------------------
+
+def _fmt(v: float | None, digits: int = 4) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def proxies_table(results: dict[str, Any]) -> list[str]:
+    obj = results["objective"]
+    metrics = [m for m in ("target", "micro", "macro") if m in results["proxies"][0]["val"]]
+    head = ["#", "round", "origin", "timing", "clip", *[f"val {m}" for m in metrics],
+            "predicted", "loo"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    best = results["chosen"]["index"]
+    for p in results["proxies"]:
+        cells = [f"**{p['index']}**" if p["index"] == best else str(p["index"]),
+                 str(p["round"]), p["origin"], p["timing"], str(p["clip"]),
+                 *[_fmt(p["val"][m]) for m in metrics], _fmt(p["predicted"]),
+                 _fmt(p["loo_predicted"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [f"Every proxy, its mixture's origin, timing and clip, its val losses (one seed, "
+            f"the search's; objective: {obj}), the final predictor's value at it and its "
+            "leave-one-out prediction. The chosen one is in bold; its weights are in "
+            "mixture.json, every proxy's in results.json.", "", *lines]
+
+
+def test_table(results: dict[str, Any]) -> list[str]:
+    t = results["test"]
+    metrics = list(next(iter(t.values())))
+    head = ["arm", *[f"test {m}" for m in metrics]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, arm in t.items():
+        cells = []
+        for m in metrics:
+            v = np.array(arm[m])
+            cells.append(f"{v.mean():.4f}" + (f" ± {v.std(ddof=1):.4f}" if v.size > 1 else ""))
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return lines
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    c, d = results["config"], results["data"]
+    obj = results["objective"]
+    title = ("# ClusterClip search: the mixture for the target" if obj == "target"
+             else "# ClusterClip search: the mixture for balanced (macro) held-out loss")
+    exp = c["experiment"]
+    parts = [title, "", *verdict_lines(results), "", "## Setup", "",
+             f"Objective: {METRIC_NAMES[obj]} on val"
+             + (" (the target's val documents)" if obj == "target" else
+                " (every cluster weighs the same)")
+             + f". Proxies: {len(results['proxies'])} in {len(results['rounds'])} rounds, each "
+             f"one seed ({c['seed']}) of {describe_model(exp)}, {d['budget_tokens']:,} training "
+             f"tokens ({d['steps']} steps). Corpus split by cluster: {d['corpus_train']:,} "
+             f"train, {d['corpus_val']:,} val, {d['corpus_test']:,} test documents"
+             + (f"; target split by file: {d['target_val']} val, {d['target_test']} test"
+                if obj == "target" else "")
+             + f" (W/search/splits.npz). Search space: weights over {d['groups']} "
+             + (f"super-clusters (k-means of the centroids; each split among its clusters by "
+                f"{'the prior' if obj == 'target' else 'their shares of the corpus'})"
+                if d["groups"] < d["clusters"] else "clusters")
+             + ", clip R and timing. Selection reads val only; the verdict trains random"
+             + (", the prior (paced, clip 4)" if obj == "target" else "")
+             + f" and the chosen mixture again with fresh seeds {results['test_seeds']} and "
+             "measures test.", "", *test_table(results), "",
+             "## Proxies", "", *proxies_table(results), "",
+             "## Plots", "",
+             "![predicted vs observed](predicted_vs_observed.png)", "",
+             "![objective by round](objective_by_round.png)", "",
+             "![chosen mixture per group](mixture.png)", ""]
+    return "\n".join(parts)
+
+
+def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
+    """Every output file into ``directory``, each atomically, results.json last."""
+    from clusterclip.io import atomic_path, write_text
+    from clusterclip.sampling.mixture import Mixture, write_mixture
+    from clusterclip.search import plots
+    from clusterclip.search.splits import save_splits
+
+    directory.mkdir(parents=True, exist_ok=True)
+    stable = {k: v for k, v in results.items() if k not in ("timing", "run_keys", "splits")}
+    ch = results["chosen"]
+    write_mixture(directory / "mixture.json",
+                  Mixture(tuple(ch["weights"]), ch["clip"], ch["timing"], results["objective"]),
+                  source="clusterclip search", val=ch["val"])
+    save_splits(directory / "splits.npz", results["splits"])
+    write_text(directory / "results.md", render_markdown(stable))
+    names = {"predicted_vs_observed.png": plots.predicted_vs_observed,
+             "objective_by_round.png": plots.objective_by_round, "mixture.png": plots.mixture}
+    for name, plot in names.items():
+        with atomic_path(directory / name) as tmp:
+            plot(stable, tmp)
+    write_text(directory / "results.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
+    return ["mixture.json", "splits.npz", "results.md", *names, "results.json"]

@@ -1,0 +1,181 @@
+"""Proxy runs: the experiment's trainer on a candidate mixture, measured on val or test.
+
+Every run trains a fresh byte-level LM (:func:`~clusterclip.experiment.runs.
+train_on_schedule`) on the corpus's training split, drawn by the candidate's
+schedule (:class:`~clusterclip.experiment.runs.ScheduleSpec`), then measures
+held-out loss on one evaluation set: micro and macro on the corpus documents of
+the set, and the target loss (token-weighted, on the target documents of the
+set). Each finished run is kept in the run store under a fingerprint of
+everything it depends on (a killed search resumes); the val runs' fingerprint
+never includes the test documents. Under ``torchrun`` each rank trains its
+share of a batch of runs (:func:`clusterclip.distributed.map_in_order`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clusterclip import distributed as D
+from clusterclip.experiment.metrics import per_cluster_loss
+from clusterclip.experiment.runner import ExperimentConfig
+from clusterclip.experiment.runs import (
+    RUN_FORMAT,
+    Budget,
+    RunStore,
+    ScheduleSpec,
+    schedule_sampler,
+    torch_settings,
+    train_on_schedule,
+)
+from clusterclip.search.space import Candidate
+
+#: Version of a stored proxy run's content; part of its key.
+PROXY_FORMAT = 1
+#: Digits kept of a run's fed token share per cluster.
+SHARE_DIGITS = 6
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """What a run is measured on: corpus documents (indices into the corpus) and target
+    documents (token arrays), with the fingerprint of both."""
+
+    name: str
+    corpus_idx: np.ndarray
+    target_docs: tuple[np.ndarray, ...]
+    fingerprint: str
+
+
+@dataclass
+class ProxyData:
+    """The corpus as every run of one search sees it."""
+
+    docs: list[np.ndarray]          # byte tokens of every corpus document (EOS included)
+    doc_tokens: np.ndarray          # int64[N]
+    labels: np.ndarray              # int64[N] cluster ids, -1 excluded or subsampled out
+    train_labels: np.ndarray        # the same, -1 outside the training split too
+    val: EvalSet
+    test: EvalSet
+    budget: Budget
+    config: ExperimentConfig
+    fingerprint: str                # of the documents, labels and training split
+
+    @property
+    def has_target(self) -> bool:
+        return len(self.val.target_docs) > 0
+
+
+def measure(model: Any, data: ProxyData, where: EvalSet, device: Any) -> dict[str, float]:
+    """Held-out loss of a trained model on one evaluation set: ``micro`` (all corpus
+    tokens of the set), ``macro`` (mean of its clusters' losses) and, with a target,
+    ``target`` (all target tokens of the set)."""
+    from clusterclip.experiment.train import evaluate_documents
+
+    eb = data.config.train.eval_batch_size
+    ls, nt = evaluate_documents(model, [data.docs[i] for i in where.corpus_idx], eb, device)
+    _, loss, _ = per_cluster_loss(ls, nt, data.labels[where.corpus_idx])
+    out = {"micro": float(ls.sum() / nt.sum()), "macro": float(loss.mean())}
+    if where.target_docs:
+        ts, tn = evaluate_documents(model, list(where.target_docs), eb, device)
+        out["target"] = float(ts.sum() / tn.sum())
+    return out
+
+
+def spec_of(c: Candidate) -> ScheduleSpec:
+    """The schedule of a candidate: its weights drawn with its timing and clip."""
+    return ScheduleSpec(strategy=c.timing, clip=c.clip, weights=c.weights)
+
+
+class ProxyTrainer:
+    """Trains and measures runs, each once (the store keeps them)."""
+
+    def __init__(self, data: ProxyData, device: str, threads: int, store: RunStore,
+                 progress: bool = True, log: Callable[[str], None] = lambda m: None) -> None:
+        self.data = data
+        self.device = device
+        self.threads = threads
+        self.store = store
+        self.progress = progress
+        self.log = log
+        self.trained = 0
+        self.reused = 0
+        self.seconds: list[float] = []
+        self.keys: set[str] = set()  # every run this search used (the rest is pruned)
+
+    def key(self, spec: ScheduleSpec, seed: int, where: EvalSet) -> str:
+        import torch
+
+        from clusterclip import __version__
+        from clusterclip.io import fingerprint
+
+        d = self.data
+        return fingerprint({
+            "kind": "search proxy", "format": [RUN_FORMAT, PROXY_FORMAT],
+            "data": d.fingerprint, "eval": where.fingerprint,
+            "model": d.config.model.to_dict(), "train": d.config.train.to_dict(),
+            "max_doc_tokens": d.config.max_doc_tokens, "budget": d.budget.tokens,
+            "spec": {"strategy": spec.strategy, "clip": spec.clip, "alpha": spec.alpha,
+                     "weights": None if spec.weights is None else list(spec.weights)},
+            "seed": seed, "device": self.device, "threads": self.threads,
+            "versions": {"clusterclip": __version__, "torch": torch.__version__}})
+
+    def run(self, spec: ScheduleSpec, seed: int, where: EvalSet) -> dict[str, Any]:
+        """One run's record (stored, or trained now): ``seed``, the metrics of
+        :func:`measure` and ``fed_share`` (each cluster's share of the fed tokens)."""
+        import torch
+
+        key = self.key(spec, seed, where)
+        self.keys.add(key)
+        got = self.store.get(key)
+        if got is not None:
+            self.reused += 1
+            return got
+        d = self.data
+        dev = torch.device(self.device)
+        t0 = time.perf_counter()
+        with torch_settings(self.threads):
+            sampler = schedule_sampler(spec, d.train_labels, d.doc_tokens, d.budget, seed)
+            model, _, fed = train_on_schedule(d.config.model, d.config.train, d.docs, sampler,
+                                              d.budget.steps, seed, dev, lambda m: {})
+            metrics = measure(model, d, where, dev)
+        lab = d.train_labels[fed]
+        share = np.bincount(lab, weights=d.doc_tokens[fed].astype(np.float64),
+                            minlength=int(d.labels.max()) + 1)
+        run = {"seed": seed, **metrics,
+               "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()]}
+        seconds = round(time.perf_counter() - t0, 2)
+        self.trained += 1
+        self.seconds.append(seconds)
+        return self.store.put(key, run, seconds)
+
+    def run_all(self, jobs: Sequence[tuple[ScheduleSpec, int, EvalSet]], what: str
+                ) -> list[dict[str, Any]]:
+        """Every job's record, in order; under torchrun each rank trains its share."""
+        from tqdm import tqdm
+
+        rank, world = D.rank_and_world()
+        mine = len(jobs) // world + (rank < len(jobs) % world)
+        bar = tqdm(total=mine, desc=what if world == 1 else f"{what} (rank 0)", unit="run",
+                   disable=not (self.progress and rank == 0), dynamic_ncols=True)
+
+        def one(i: int) -> dict[str, Any]:
+            rec = self.run(*jobs[i])
+            bar.update(1)
+            return rec
+
+        with bar:
+            return D.map_in_order(one, [1] * len(jobs))
+
+    def evaluate(self, cands: list[Candidate], round_index: int) -> list[dict[str, float]]:
+        """The search's objective on val for each candidate (one seed, the search's)."""
+        seed = self.data.config.split_seed
+        recs = self.run_all([(spec_of(c), seed, self.data.val) for c in cands],
+                            f"search round {round_index + 1}")
+        return [{"objective": r["target"] if self.data.has_target else r["macro"],
+                 **{k: r[k] for k in ("target", "micro", "macro") if k in r},
+                 "seed": r["seed"]} for r in recs]

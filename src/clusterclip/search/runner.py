@@ -1,0 +1,339 @@
+"""``clusterclip search`` on a work directory: the data, the target's prior, the proxy
+rounds, the test verdict and ``W/search/``.
+
+Data flow: ``W/labels.npy`` + ``W/corpus/`` (+ the target files) -> splits
+(``W/search/splits.npz``) -> the target's val documents embedded and assigned to
+``W/centroids.npy`` -> the search space -> proxy rounds on val
+(:mod:`~clusterclip.search.core`) -> the chosen mixture, random and the prior
+trained again with fresh seeds and measured on test -> ``W/search/``
+(``mixture.json``, ``results.json``, ``results.md``, ``splits.npz``, plots, and
+``runs/``: every finished run, so a killed search resumes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from clusterclip import distributed as D
+from clusterclip.errors import InputError
+from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, ExperimentConfig
+from clusterclip.experiment.runs import ScheduleSpec
+from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
+from clusterclip.search.proxies import EvalSet, ProxyData, ProxyTrainer, spec_of
+from clusterclip.search.space import (
+    DEFAULT_CLIP,
+    DEFAULT_TIMING,
+    SearchSpace,
+    prior_mixture,
+    super_clusters,
+)
+from clusterclip.search.splits import corpus_splits, target_splits
+from clusterclip.search.target import Target, read_target, target_histogram
+
+#: (runs, rounds, test seeds, model) of ``--quick`` and of the default.
+QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "tiny"}
+DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": 5, "model": "small"}
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything that determines a search's result (see ``clusterclip search --help``)."""
+
+    targets: tuple[str, ...] = ()
+    text_field: str = "text"
+    runs: int = DEFAULT["runs"]
+    rounds: int = DEFAULT["rounds"]
+    test_seeds: int = DEFAULT["test_seeds"]
+    model: str = DEFAULT["model"]
+    quick: bool = False
+    seed: int = 0
+    max_docs: int | None = DEFAULT_MAX_DOCS
+
+    @classmethod
+    def from_options(cls, *, quick: bool = False, **options: Any) -> SearchConfig:
+        """``--quick``'s or the default runs, rounds, test seeds and model, those given
+        (not None) replacing them."""
+        base = {**(QUICK if quick else DEFAULT), "quick": quick}
+        return cls(**{**base, **{k: v for k, v in options.items() if v is not None}})
+
+    def validate(self) -> None:
+        for name in ("runs", "rounds", "test_seeds"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"--{name.replace('_', '-')}: must be an integer >= 1, "
+                                 f"got {v}")
+        if self.rounds > self.runs:
+            raise InputError(f"--rounds {self.rounds}: more rounds than --runs {self.runs}")
+        if self.seed < 0:
+            raise InputError(f"--seed: must be >= 0, got {self.seed}")
+        self.experiment().validate()
+
+    def experiment(self) -> ExperimentConfig:
+        """The proxies' model, training and budget: the experiment's (``--quick``: its quick
+        configuration), at this model size, the split and proxy seed ``seed``."""
+        base = ExperimentConfig.quick() if self.quick else ExperimentConfig()
+        return replace(base.with_model(self.model), max_docs=self.max_docs,
+                       split_seed=self.seed, strategies=(DEFAULT_TIMING,), seeds=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["targets"] = list(self.targets)
+        d["experiment"] = self.experiment().to_dict()
+        return d
+
+
+# -- data ------------------------------------------------------------------------------
+
+def _eval_set(name: str, corpus_idx: np.ndarray, target_docs: list[np.ndarray]) -> EvalSet:
+    from clusterclip.io import array_fingerprint, fingerprint
+
+    return EvalSet(name, corpus_idx, tuple(target_docs), fingerprint(
+        {"corpus": array_fingerprint(corpus_idx),
+         "target": [array_fingerprint(d) for d in target_docs]}))
+
+
+def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
+            config: SearchConfig) -> tuple[ProxyData, dict[str, np.ndarray]]:
+    """The corpus's and the target's splits and the data every run sees."""
+    from clusterclip.experiment.data import encode_documents, stratified_subsample
+    from clusterclip.experiment.runner import _checked_labels
+    from clusterclip.experiment.runs import Budget
+    from clusterclip.io import array_fingerprint, fingerprint
+
+    exp = config.experiment()
+    labels, _ = _checked_labels(texts, labels, None)
+    docs, _ = encode_documents(texts, exp.max_doc_tokens)
+    doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
+    labels[doc_tokens == 0] = -1
+    if not np.any(labels >= 0):
+        raise InputError("labels: no document has a cluster (all -1)")
+    if exp.max_docs is not None:
+        labels[~stratified_subsample(labels, exp.max_docs, exp.split_seed)] = -1
+    train, val, test = corpus_splits(labels, config.seed)
+    if val.size == 0:
+        raise InputError("labels: no cluster has 10 documents, so nothing can be held out")
+    train_labels = np.full(labels.size, -1, dtype=np.int64)
+    train_labels[train] = labels[train]
+    tval = ttest = np.zeros(0, dtype=np.int64)
+    tdocs: list[np.ndarray] = []
+    if target is not None:
+        tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
+        tdocs, _ = encode_documents(list(target.texts), exp.max_doc_tokens)
+    train_tokens = int(doc_tokens[train].sum())
+    budget = Budget.plan(exp.budget_tokens(train_tokens), exp.batch_tokens,
+                         int(doc_tokens[train].min()))
+    data = ProxyData(
+        docs=docs, doc_tokens=doc_tokens, labels=labels, train_labels=train_labels,
+        val=_eval_set("val", val, [tdocs[i] for i in tval]),
+        test=_eval_set("test", test, [tdocs[i] for i in ttest]),
+        budget=budget, config=exp,
+        fingerprint=fingerprint({"docs": fingerprint([array_fingerprint(d) for d in docs]),
+                                 "labels": array_fingerprint(labels),
+                                 "train": array_fingerprint(train)}))
+    splits = {"corpus_train": train, "corpus_val": val, "corpus_test": test,
+              "target_val": tval, "target_test": ttest}
+    return data, splits
+
+
+def build_space(data: ProxyData, num_clusters: int, histogram: np.ndarray | None,
+                centroids: np.ndarray, metric: str, seed: int) -> SearchSpace:
+    """The search space of this corpus and target (see :class:`SearchSpace`); every rank
+    calls it (the super-clusters are a collective k-means under torchrun)."""
+    t = data.train_labels
+    use = t >= 0
+    counts = np.bincount(t[use], minlength=num_clusters).astype(np.float64)
+    natural = counts / counts.sum()
+    prior = None
+    if histogram is not None:
+        try:
+            prior = prior_mixture(histogram, natural)
+        except ValueError:
+            raise InputError("--target: its val documents fall only in clusters without "
+                             "training documents, so no prior can be drawn") from None
+    return SearchSpace(
+        natural=natural, prior=prior,
+        groups=super_clusters(centroids[:num_clusters], natural, metric, seed),
+        train_tokens=np.bincount(t[use], weights=data.doc_tokens[use],
+                                 minlength=num_clusters).astype(np.int64),
+        needed=data.budget.needed)
+
+
+# -- the verdict's runs ----------------------------------------------------------------
+
+def test_arms(space: SearchSpace, chosen: ScheduleSpec) -> dict[str, ScheduleSpec]:
+    """What the verdict compares on test: random sampling, the prior (with a target: its
+    weights, paced, clip :data:`DEFAULT_CLIP`) and the searched mixture."""
+    arms = {"random": ScheduleSpec("random")}
+    if space.prior is not None:
+        arms["prior"] = ScheduleSpec(DEFAULT_TIMING, clip=DEFAULT_CLIP,
+                                     weights=tuple(float(x) for x in space.prior))
+    arms["searched"] = chosen
+    return arms
+
+
+def test_seeds(config: SearchConfig) -> list[int]:
+    """Fresh seeds for the verdict: none of them is the proxies' seed."""
+    return [config.seed + 1 + i for i in range(config.test_seeds)]
+
+
+def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[int]
+              ) -> dict[str, dict[str, list[float]]]:
+    """``test[name][metric]``: per seed, in seed order (and ``fed_share``, the mean over
+    seeds of each cluster's share of the fed tokens)."""
+    jobs = [(spec, s, trainer.data.test) for spec in arms.values() for s in seeds]
+    recs = trainer.run_all(jobs, "search test runs")
+    out: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(arms):
+        part = recs[i * len(seeds):(i + 1) * len(seeds)]
+        out[name] = {m: [r[m] for r in part] for m in ("target", "micro", "macro")
+                     if m in part[0]}
+        out[name]["fed_share"] = np.round(np.mean([r["fed_share"] for r in part], axis=0),
+                                          6).tolist()
+    return out
+
+
+# -- the estimate ----------------------------------------------------------------------
+
+def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
+             log: Callable[[str], None]) -> float:
+    """Print (before any work) the number of runs and their estimated time."""
+    import torch
+
+    from clusterclip.experiment.runs import estimate_seconds, format_seconds, torch_settings
+
+    exp = data.config
+    n_test = config.test_seeds * (3 if config.targets else 2)
+    runs = config.runs + n_test
+    _, world = D.rank_and_world()
+    eval_docs = [data.docs[i] for i in data.val.corpus_idx] + list(data.val.target_docs)
+    with torch_settings(threads):
+        est = estimate_seconds(exp.model, exp.train, torch.device(device), eval_docs,
+                               runs, data.budget.steps, evals_per_run=1)
+    est /= world
+    sizes = "/".join(map(str, round_sizes(config.runs, config.rounds)))
+    log(f"search: {config.runs} proxies in {len(round_sizes(config.runs, config.rounds))} "
+        f"rounds ({sizes}) + {n_test} test runs ({config.test_seeds} fresh seeds), "
+        f"{data.budget.steps} steps each of a {exp.model.num_parameters() / 1e3:.0f}k-parameter "
+        f"model; estimated {format_seconds(est)} of training on {world} process(es) (from a "
+        "few timed steps; runs stored by an earlier search are reused)"
+        + (", plus embedding the target's val documents" if config.targets else ""))
+    return est
+
+
+def _histogram(w: Any, corpus: Any, texts: list[str], centroids: np.ndarray, device: str,
+               trainer: ProxyTrainer) -> np.ndarray:
+    """The target's val histogram over W's clusters, kept in the run store (a resumed
+    search does not embed again)."""
+    from clusterclip.io import fingerprint
+
+    key = fingerprint({"kind": "search target histogram", "texts": fingerprint(texts),
+                       "embed": w.stage("embed")["fingerprint"],
+                       "cluster": w.stage("cluster")["fingerprint"], "device": device})
+    trainer.keys.add(key)
+    got = trainer.store.get(key)
+    if got is not None:
+        return np.array(got["histogram"], dtype=np.int64)
+    t0 = time.perf_counter()
+    h = target_histogram(w, corpus, texts, centroids, device)
+    trainer.store.put(key, {"histogram": h.tolist()}, round(time.perf_counter() - t0, 2))
+    return h
+
+
+def _log(progress: bool) -> Callable[[str], None]:
+    def log(msg: str) -> None:
+        if progress and D.is_main():
+            print(msg, file=sys.stderr, flush=True)
+    return log
+
+
+def _search(w: Any, config: SearchConfig, target: Target | None, device: str, threads: int,
+            progress: bool, store: Any) -> dict[str, Any]:
+    """The search itself (every rank): data, prior, rounds, test runs; the results dict."""
+    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.io import load_npy
+    from clusterclip.search.output import results_dict
+
+    log = _log(progress)
+    labels, texts, corpus = _load_inputs(w.root)
+    data, splits = prepare(texts, labels, target, config)
+    trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log)
+    estimate(config, data, device, threads, log)
+    t0 = time.perf_counter()
+    num_clusters = int(labels.max()) + 1
+    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    histogram = None
+    if target is not None:
+        val_texts = [target.texts[i] for i in splits["target_val"]]
+        histogram = D.on_main(lambda: _histogram(w, corpus, val_texts, centroids[:num_clusters],
+                                                 device, trainer))
+    metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
+    space = build_space(data, num_clusters, histogram, centroids, metric, config.seed)
+    result: SearchResult = run_search(space, trainer.evaluate,
+                                      SearchOptions(config.runs, config.rounds, config.seed),
+                                      on_main=D.on_main, log=log)
+    chosen = result.proxies[result.chosen].candidate
+    arms = test_arms(space, spec_of(chosen))
+    tests = run_tests(trainer, arms, test_seeds(config))
+    seconds = time.perf_counter() - t0
+    keys = sorted(set().union(*D.gather_objects(trainer.keys)))
+    return results_dict(config, data, splits, space, histogram, result, tests,
+                        test_seeds(config), keys,
+                        {"seconds": round(seconds, 1), "trained_runs": trainer.trained,
+                         "reused_runs": trainer.reused, "run_seconds": trainer.seconds})
+
+
+def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
+                       device: str = "cpu", threads: int | None = None,
+                       progress: bool = True) -> dict[str, Any]:
+    """Search on work directory ``workdir`` and write ``W/search/`` (one atomic
+    replacement, through the work directory's stage runner; the finished runs move along
+    in ``W/search/runs/``). Every ``torchrun`` rank calls this. Returns the results dict
+    plus ``out_dir`` and ``wall_seconds``."""
+    from clusterclip.experiment.runs import RunStore, check_device, default_threads
+    from clusterclip.io import atomic_output_dir, write_marker
+    from clusterclip.search.output import write_outputs
+    from clusterclip.workdir import Workdir
+
+    config.validate()
+    check_device(device)
+    if threads is not None and threads < 1:
+        raise InputError(f"--threads: must be >= 1, got {threads}")
+    threads = default_threads(config.experiment().model) if threads is None else threads
+    t0 = time.perf_counter()
+    # the target is read (and refused) before anything in W is touched
+    target = read_target(list(config.targets), config.text_field) if config.targets else None
+    w = Workdir(workdir, create=False)
+    out = w.path("search")
+    store = RunStore(out / "runs")
+    done: dict[str, Any] = {}
+
+    def work(run: Any) -> dict[str, Any]:
+        def mark() -> None:  # ours (the stage runner checked): marked before the first run
+            out.mkdir(exist_ok=True)
+            write_marker(out, "search")
+        D.on_main(mark)
+        results = _search(w, config, target, device, threads, progress, store)
+
+        def write() -> None:
+            store.prune(set(results["run_keys"]))
+            with atomic_output_dir(out, "search") as tmp:
+                write_outputs(results, tmp)
+                if store.dir.is_dir():
+                    os.replace(store.dir, tmp / "runs")
+        D.on_main(write)
+        done.update(results)
+        return {"objective": results["objective"]}
+
+    with w.locked():
+        w.run_stage("search", key={"config": config.to_dict(), "device": device,
+                                   "threads": threads},
+                    reads=["labels.npy", "corpus", "centroids.npy"], inputs=list(config.targets),
+                    outputs=["search"], work=work, cache=False)
+    return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

@@ -1,0 +1,87 @@
+"""The target: the user's documents of what the model must be good at.
+
+Read like a corpus (JSONL or Parquet, :class:`~clusterclip.corpus.Corpus`),
+split into val and test by file (:func:`~clusterclip.search.splits.target_splits`),
+and, for the prior, the val documents are embedded with the work directory's
+own embedder (as its manifest records it) and labelled with its centroids by
+the function ``clusterclip assign`` uses
+(:func:`clusterclip.clustering.kmeans.assign`). Their cluster histogram is the
+prior; the test documents are never embedded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+
+
+@dataclass(frozen=True)
+class Target:
+    """The target's rows: ``texts[i]`` (None without text), rows per file in order."""
+
+    files: tuple[str, ...]
+    texts: tuple[str | None, ...]
+    rows_per_file: tuple[int, ...]
+
+    @property
+    def usable(self) -> np.ndarray:
+        return np.array([t is not None for t in self.texts], dtype=bool)
+
+
+def read_target(files: list[str], text_field: str) -> Target:
+    """Every row of the target files (InputError naming them when they cannot serve:
+    unreadable, no ``text_field``, fewer than 2 documents with text)."""
+    from clusterclip.corpus import Corpus
+
+    names = ", ".join(map(str, files))
+    try:
+        corpus = Corpus.scan(files, text_field=text_field, progress=False)
+    except InputError as e:
+        msg = str(e)
+        raise InputError(msg if any(str(f) in msg for f in files)
+                         else f"--target {names}: {msg}") from None
+    texts: list[str | None] = [None] * len(corpus)
+    for i, t in corpus.iter_texts():
+        texts[i] = t
+    usable = sum(t is not None for t in texts)
+    if usable < 2:
+        raise InputError(f"--target {names}: {usable} document(s) with text in field "
+                         f"{text_field!r}; the target needs at least 2 (half for val, half "
+                         "for test)")
+    return Target(tuple(map(str, files)), tuple(texts),
+                  tuple(int(f["documents"]) for f in corpus.files))
+
+
+def _embedder(workdir: Any, corpus: Any, device: str) -> Any:
+    """W's embedder, as its manifest's embed stage ran it (with the corpus statistics
+    of a fast embedder fitted on the same sample of W's corpus)."""
+    from clusterclip.embedding.base import Embedder
+    from clusterclip.embedding.pipeline import make_embedder, sample_indices
+
+    rec = workdir.stage("embed")
+    if rec is None:
+        raise InputError(f"{workdir.root}: stage `embed` has not run; run `clusterclip embed` "
+                         "first")
+    p = rec["params"]
+    emb = make_embedder(p["embedder"], model=p.get("model"), pooling=p.get("pooling", "mean"),
+                        max_length=p.get("max_length", 256), batch_size=p.get("batch_size", 64),
+                        device=device, dtype=p.get("dtype", "float32"), progress=False)
+    if type(emb).prepare is not Embedder.prepare:
+        sample = sample_indices(corpus.valid)
+        emb.prepare([t for t in corpus.texts(sample) if t is not None])
+    return emb
+
+
+def target_histogram(workdir: Any, corpus: Any, texts: list[str], centroids: np.ndarray,
+                     device: str) -> np.ndarray:
+    """int64[K]: how many of ``texts`` fall in each of W's clusters."""
+    from clusterclip.clustering.kmeans import assign
+
+    metric = (workdir.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
+    X = _embedder(workdir, corpus, device).encode(texts)
+    labels, _ = assign(X, centroids, metric=metric, device=device)
+    return np.bincount(labels[labels >= 0], minlength=centroids.shape[0]).astype(np.int64)

@@ -1,0 +1,370 @@
+"""`clusterclip search`: splits, the search loop on a known objective, and real (tiny)
+searches on a work directory: outputs, target test documents that do not steer the
+choice, resume after a kill, two gloo ranks equal to one process, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip.cli import main
+from clusterclip.search.splits import SPLIT_KEYS, corpus_splits, load_splits, target_splits
+
+# -- splits (pure) ---------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(labels=st.lists(st.integers(-1, 7), min_size=1, max_size=400),
+       seed=st.integers(0, 2**31))
+def test_corpus_splits_are_disjoint_stratified_and_deterministic(labels, seed):
+    labels = np.array(labels, dtype=np.int64)
+    train, val, test = corpus_splits(labels, seed)
+    parts = np.concatenate([train, val, test])
+    assert parts.size == np.unique(parts).size, "a document is in two splits"
+    np.testing.assert_array_equal(np.sort(parts), np.flatnonzero(labels >= 0))
+    for k in np.unique(labels[labels >= 0]):
+        n = int(np.sum(labels == k))
+        want = 0 if n < 10 else min((n - 1) // 2, max(1, round(0.1 * n)))
+        assert np.sum(labels[val] == k) == want == np.sum(labels[test] == k), (k, n)
+        assert np.sum(labels[train] == k) >= 1
+    for a, b in zip((train, val, test), corpus_splits(labels, seed), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.integers(0, 30), min_size=1, max_size=4), seed=st.integers(0, 99),
+       data=st.data())
+def test_target_splits_halve_each_file_and_read_no_text(rows, seed, data):
+    usable = np.array(data.draw(st.lists(st.booleans(), min_size=sum(rows),
+                                         max_size=sum(rows))), dtype=bool)
+    val, test = target_splits(rows, usable, seed)
+    assert not set(val) & set(test)
+    np.testing.assert_array_equal(np.sort(np.concatenate([val, test])), np.flatnonzero(usable))
+    first = 0
+    for n in rows:  # stratified by file: half of each file's usable rows (val the larger)
+        u = int(usable[first:first + n].sum())
+        in_file = (val >= first) & (val < first + n)
+        assert in_file.sum() == (u + 1) // 2
+        first += n
+
+
+def test_splits_file_has_the_contract_keys_and_stable_bytes(tmp_path):
+    from clusterclip.search.splits import save_splits
+
+    splits = {k: np.arange(i, i + 3, dtype=np.int64) for i, k in enumerate(SPLIT_KEYS)}
+    splits["target_val"] = splits["target_test"] = np.zeros(0, np.int64)
+    save_splits(tmp_path / "a.npz", splits)
+    save_splits(tmp_path / "b.npz", splits)
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    with np.load(tmp_path / "a.npz") as z:
+        assert sorted(z.files) == sorted(SPLIT_KEYS)
+        assert all(z[k].dtype == np.int64 for k in SPLIT_KEYS)
+    got = load_splits(tmp_path / "a.npz")
+    assert got["target_val"].size == 0 and got["corpus_test"].tolist() == [2, 3, 4]
+
+
+# -- the search loop on a known objective (pure) ---------------------------------------
+
+
+def test_search_finds_a_known_optimum_and_reports_its_rank_correlation():
+    """An objective injected in place of training: the search must come close to its
+    optimum (weights, clip and timing), far closer than any fixed candidate."""
+    from clusterclip.search.core import SearchOptions, run_search
+    from clusterclip.search.space import SearchSpace, fixed_candidates
+
+    k = 8
+    natural = np.array([30, 20, 15, 10, 10, 8, 5, 2], dtype=np.float64)
+    natural /= natural.sum()
+    space = SearchSpace(natural=natural, prior=None, groups=np.arange(k),
+                        train_tokens=np.full(k, 10_000), needed=100_000)
+    best = np.random.default_rng(7).dirichlet(np.ones(k))
+
+    def f(c):
+        w = np.array(c.weights)
+        return float(10 * np.sum((w - best) ** 2) + 0.1 * (math.log2(c.clip) - math.log2(6)) ** 2
+                     + 0.2 * (c.timing != "clusterclip"))
+
+    def evaluate(cands, round_index):
+        return [{"objective": f(c)} for c in cands]
+
+    res = run_search(space, evaluate, SearchOptions(runs=24, rounds=3, seed=0, pool=600))
+    chosen = res.proxies[res.chosen].candidate
+    dist = np.abs(np.array(chosen.weights) - best).sum()
+    fixed = min(np.abs(np.array(c.weights) - best).sum() for c in fixed_candidates(space))
+    assert dist < fixed / 2, (dist, fixed)
+    assert f(chosen) < min(f(c) for c in fixed_candidates(space)) / 3
+    assert chosen.timing == "clusterclip"
+    assert len(res.proxies) == 24 and [r["proxies"] for r in res.rounds] == [15, 6, 3]
+    assert res.spearman is not None and res.spearman > 0.8
+    # the choice is the proxy the final predictor rates best (pooled, not one proxy's luck)
+    assert res.chosen == int(np.argmin(res.predicted))
+
+
+def test_super_clusters_split_by_the_prior():
+    """Above MAX_DIRECT_CLUSTERS the search weighs k-means super-clusters of the centroids;
+    a draw in that space splits each super-cluster's weight among its clusters by the
+    prior (by the natural shares where the prior has no mass); the fixed candidates stay
+    exact per cluster."""
+    from clusterclip.search.space import (
+        MAX_DIRECT_CLUSTERS,
+        SUPER_CLUSTERS,
+        SearchSpace,
+        dirichlet_around,
+        fixed_candidates,
+        prior_mixture,
+        super_clusters,
+    )
+
+    rng = np.random.default_rng(0)
+    k = MAX_DIRECT_CLUSTERS + 8
+    centroids = rng.standard_normal((k, 16)).astype(np.float32)
+    natural = rng.integers(1, 50, k).astype(np.float64)
+    natural[3] = 0  # no training documents: no weight, group 0
+    natural /= natural.sum()
+    groups = super_clusters(centroids, natural, "cosine", seed=0)
+    assert groups.max() + 1 == SUPER_CLUSTERS and groups[3] == 0
+    first = [int(np.flatnonzero(groups == g)[0]) for g in range(SUPER_CLUSTERS)]
+    assert first == sorted(first)  # numbered by their smallest cluster id
+    assert super_clusters(np.zeros((5, 4)), np.ones(5) / 5, "cosine", 0).tolist() == \
+        [0, 1, 2, 3, 4]
+    hist = np.zeros(k)
+    hist[np.flatnonzero(groups == groups[0])[:1]] = 5  # the target in one cluster only
+    prior = prior_mixture(hist, natural)
+    space = SearchSpace(natural=natural, prior=prior, groups=groups,
+                        train_tokens=np.full(k, 1000), needed=1000)
+    for c in dirichlet_around(space, fixed_candidates(space)[0], 20, 4.0, rng, "test"):
+        w = np.array(c.weights)
+        assert w[3] == 0 and w.sum() == pytest.approx(1.0)
+        for g in range(SUPER_CLUSTERS):
+            m = groups == g
+            np.testing.assert_allclose(w[m], w[m].sum() * prior[m] / prior[m].sum(),
+                                       rtol=1e-9, atol=2e-12)  # weights keep 12 digits
+    nat = next(c for c in fixed_candidates(space) if c.origin == "natural")
+    np.testing.assert_allclose(nat.weights, natural, atol=1e-12)
+
+
+# -- real searches on a small work directory ------------------------------------------
+
+QUICK = ["--quick", "--runs", "5", "--rounds", "2", "--test-seeds", "2", "--no-progress"]
+
+
+def _corpus(root: Path, pydocs_path: Path) -> tuple[Path, Path]:
+    """A corpus of 7 pydocs folders (40 documents each) and a target of 24 `faq` documents
+    (held out of the corpus)."""
+    rows = [json.loads(line) for line in gzip.open(pydocs_path, "rt", encoding="utf-8")]
+    keep = ("library", "whatsnew", "howto", "c-api", "reference", "tutorial", "using")
+    corpus = [r for name in keep for r in [x for x in rows if x["label"] == name][:40]]
+    target = [r for r in rows if r["label"] == "faq"][:24]
+    c, t = root / "corpus.jsonl", root / "target.jsonl"
+    c.write_text("".join(json.dumps(r) + "\n" for r in corpus), encoding="utf-8")
+    t.write_text("".join(json.dumps(r) + "\n" for r in target), encoding="utf-8")
+    return c, t
+
+
+def _workdir(root: Path, corpus: Path) -> Path:
+    """The corpus embedded and clustered into 36 clusters: above MAX_DIRECT_CLUSTERS, so
+    the search weighs super-clusters."""
+    w = root / "W"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["run", str(corpus), "--workdir", str(w), "--clusters", "36", "--embedder",
+                     "fast", "--num-samples", "100"]) == 0
+    return w
+
+
+def _outputs(w: Path) -> dict[str, bytes]:
+    return {n: (w / "search" / n).read_bytes()
+            for n in ("results.json", "mixture.json", "splits.npz", "results.md")}
+
+
+def _search(w: Path, target: Path, *extra: str) -> int:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return main(["search", "--workdir", str(w), "--target", str(target), *QUICK, *extra])
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, pydocs_path):
+    root = tmp_path_factory.mktemp("search")
+    corpus, target = _corpus(root, pydocs_path)
+    w = _workdir(root, corpus)
+    assert _search(w, target) == 0
+    return {"root": root, "corpus": corpus, "target": target, "w": w, "bytes": _outputs(w)}
+
+
+def test_search_writes_the_contract_outputs(searched):
+    from clusterclip.sampling.mixture import read_mixture
+
+    w = searched["w"]
+    res = json.loads(searched["bytes"]["results.json"])
+    k = int(np.load(w / "labels.npy").max()) + 1
+    mix = read_mixture(w / "search" / "mixture.json", num_clusters=k)
+    assert mix.timing in ("paced", "clusterclip") and mix.objective == "target"
+    assert list(mix.weights) == res["chosen"]["weights"] and mix.clip == res["chosen"]["clip"]
+    # splits: the contract's keys, disjoint, target rows of the one target file
+    sp = load_splits(w / "search" / "splits.npz")
+    assert set(sp) == set(SPLIT_KEYS)
+    c = np.concatenate([sp["corpus_train"], sp["corpus_val"], sp["corpus_test"]])
+    assert c.size == np.unique(c).size
+    assert sorted(np.concatenate([sp["target_val"], sp["target_test"]]).tolist()) == \
+        list(range(24))
+    # every proxy with its mixture, val objective and seed; the predictor's fit
+    assert len(res["proxies"]) == 5
+    for p in res["proxies"]:
+        assert len(p["weights"]) == k and p["seed"] == 0
+        assert p["val"]["objective"] == p["val"]["target"] < math.log(256)
+    assert "loo_spearman" in res["predictor"] and res["predictor"]["proxies"] == 5
+    # 36 clusters: the search moved in 16 super-clusters, each split among its clusters by
+    # the prior (the floored target histogram)
+    groups = np.array(res["space"]["groups"])
+    assert res["data"]["groups"] == 16 == groups.max() + 1
+    prior = np.array(res["space"]["prior"])
+    hist = np.array(res["space"]["target_val_histogram"])
+    assert hist.sum() == 12 and prior.sum() == pytest.approx(1.0) and (prior > 0).all()
+    # test[name][metric] per fresh seed, for random, prior and searched
+    assert res["test_seeds"] == [1, 2] and set(res["test"]) == {"random", "prior", "searched"}
+    for arm in res["test"].values():
+        assert set(arm) == {"target", "micro", "macro"}
+        assert all(len(v) == 2 and all(math.isfinite(x) for x in v) for v in arm.values())
+    # the verdict: title, then the lines up to the first "## " (CONTRACTS.md 3)
+    md = searched["bytes"]["results.md"].decode().splitlines()
+    verdict = md[1:md.index("## Setup")]
+    assert md[0].startswith("# ") and verdict[1].startswith("On this corpus and target, with 2 "
+                                                           "fresh seeds of a 44k-parameter")
+    line = next(ln for ln in verdict if ln.startswith("- `searched` vs random"))
+    phrases = [p for p in ("measurably better than random", "measurably worse than random",
+                           "not measurably different from random") if p in line]
+    assert len(phrases) == 1
+    d = res["comparisons"]["searched - random"]["target"]
+    want = ("not measurably different from random" if not (d["low"] > 0 or d["high"] < 0)
+            else "measurably better than random" if d["mean"] < 0
+            else "measurably worse than random")
+    assert phrases == [want] and d["call"] == want
+    assert any(ln.startswith("- Smallest difference these 2 seeds can detect") for ln in verdict)
+    for png in ("predicted_vs_observed.png", "objective_by_round.png", "mixture.png"):
+        assert (w / "search" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_changing_the_target_test_documents_leaves_the_choice(searched):
+    """Other texts in the target's test rows (from another folder, so they would fall in
+    other clusters): the same splits and mixture, every proxy reused, only the test runs
+    trained again."""
+    from clusterclip.search import runner
+
+    w, target = searched["w"], searched["target"]
+    sp = load_splits(w / "search" / "splits.npz")
+    rows = [json.loads(line) for line in target.read_text().splitlines()]
+    others = [json.loads(line) for line in searched["corpus"].read_text().splitlines()][-24:]
+    for i in sp["target_test"].tolist():
+        rows[i] = {"text": others[i]["text"], "label": "changed"}
+    changed = searched["root"] / "changed.jsonl"
+    changed.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    got = {}
+    real = runner._search
+
+    def spy(*a, **kw):
+        got.update(real(*a, **kw))
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "_search", spy)
+        assert _search(w, changed) == 0
+    after = _outputs(w)
+    assert after["mixture.json"] == searched["bytes"]["mixture.json"]
+    assert after["splits.npz"] == searched["bytes"]["splits.npz"]
+    assert got["timing"]["trained_runs"] == 6 and got["timing"]["reused_runs"] == 5
+    before = json.loads(searched["bytes"]["results.json"])
+    assert got["proxies"] == before["proxies"] and got["test"] != before["test"]
+
+
+def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
+    from clusterclip.search.proxies import ProxyTrainer
+
+    w = _workdir(tmp_path, searched["corpus"])
+    real = ProxyTrainer.run
+    calls = []
+
+    def dies_after_three(self, *a, **kw):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as a user's Ctrl-C between runs
+        calls.append(1)
+        return real(self, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProxyTrainer, "run", dies_after_three)
+        assert _search(w, searched["target"]) == 130
+    assert len(list((w / "search" / "runs").glob("*.json"))) == 3 + 1  # + the histogram
+    assert not (w / "search" / "results.json").exists()
+    assert _search(w, searched["target"]) == 0
+    assert _outputs(w) == searched["bytes"]
+
+
+def test_two_gloo_ranks_give_the_one_process_result(searched, tmp_path):
+    from _helpers import torchrun_cli
+
+    w = _workdir(tmp_path, searched["corpus"])
+    res = torchrun_cli("search", "--workdir", w, "--target", searched["target"], *QUICK,
+                       timeout=280)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _outputs(w) == searched["bytes"]
+    assert "`searched`" in res.stdout
+
+
+def test_experiment_compares_the_searched_mixture(searched, tmp_path):
+    """`experiment --strategies random,mixture` draws W/search/mixture.json with its timing
+    and clip; a mixture for other labels or with bad weights is refused."""
+    w = searched["w"]
+    mix = json.loads((w / "search" / "mixture.json").read_text())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["experiment", "--workdir", str(w), "--quick", "--strategies",
+                   "random,mixture", "--seeds", "1", "--tokens", "4096", "--no-progress"])
+    assert rc == 0
+    res = json.loads((w / "experiment" / "results.json").read_text())
+    assert res["config"]["mixture"]["weights"] == mix["weights"]
+    sched = res["strategies"]["mixture"]["runs"][0]["schedule"]
+    assert sched["max_repetition"] <= mix["clip"] and "| mixture |" in \
+        (w / "experiment" / "results.md").read_text()
+
+
+@pytest.mark.parametrize("case", ["empty target", "no text field", "missing target", "runs 0",
+                                  "other labels", "nan weight", "negative weight",
+                                  "mixture without the strategy"])
+def test_bad_input_is_one_line_and_exit_2(searched, tmp_path, capsys, case):
+    w, target = searched["w"], searched["target"]
+    mix = json.loads((w / "search" / "mixture.json").read_text())
+    bad = tmp_path / "bad.json"
+    cmd = ["search", "--workdir", str(w), "--target", str(target), *QUICK]
+    exp = ["experiment", "--workdir", str(w), "--quick", "--strategies", "random,mixture",
+           "--mixture", str(bad), "--no-progress"]
+    if case == "empty target":
+        (tmp_path / "t.jsonl").write_text("")
+        cmd[4] = str(tmp_path / "t.jsonl")
+    elif case == "no text field":
+        (tmp_path / "t.jsonl").write_text('{"body": "a"}\n{"body": "b"}\n')
+        cmd[4] = str(tmp_path / "t.jsonl")
+    elif case == "missing target":
+        cmd[4] = str(tmp_path / "nope.jsonl")
+    elif case == "runs 0":
+        cmd += ["--runs", "0"]
+    elif case == "mixture without the strategy":
+        cmd = exp[:5] + ["random,paced"] + exp[6:]
+        bad.write_text(json.dumps(mix))
+    else:
+        weights = {"other labels": mix["weights"] + [0.1],
+                   "nan weight": [float("nan")] + mix["weights"][1:],
+                   "negative weight": [-0.1] + mix["weights"][1:]}[case]
+        bad.write_text(json.dumps({**mix, "weights": weights}))
+        cmd = exp
+    before = {p: p.read_bytes() for p in (w / "search").glob("*.json")}
+    rc = main(cmd)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert {p: p.read_bytes() for p in (w / "search").glob("*.json")} == before
