@@ -488,14 +488,25 @@ def test_a_refusal_in_a_folder_that_is_not_a_work_directory_leaves_no_lock(tmp_p
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(6)))
+    # run and embed make W a work directory: refused after the corpus scan (capacity,
+    # K), they leave neither their manifest nor a folder they made
+    run = ["run", str(docs), "--clusters", "2", "--embedder", "fast", "--num-samples", "99",
+           "--clip", "2", "--workdir"]
     for args in (["group", "--workdir", str(mine), "--out", str(tmp_path / "g")],
                  ["report", "--workdir", str(mine)],
                  ["export", "--workdir", str(mine), "--format", "parquet", "--out",
                   str(tmp_path / "e")],
                  ["dedup", "--workdir", str(mine)],
-                 ["experiment", "--workdir", str(mine), "--quick"]):
+                 ["experiment", "--workdir", str(mine), "--quick"],
+                 ["search", "--workdir", str(mine), "--quick"],
+                 [*run, str(mine)], [*run, str(tmp_path / "new")],
+                 ["run", str(docs), "--clusters", "7", "--embedder", "fast", "--workdir",
+                  str(mine)]):
         capsys.readouterr()
         assert main(args) == 2
-        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        err = capsys.readouterr().err.strip().split("\r")[-1]  # after run's scan bar
+        assert len(err.splitlines()) == 1 and "error:" in err, err
         assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"], args
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl", "mine"]

@@ -71,7 +71,7 @@ RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run -
 # A folder's identity when no stage record describes it: the hash of this file.
 _IDENTITY_FILE = {"corpus": "corpus/corpus.json"}
 # Processes of this interpreter holding a work directory's lock: root -> [fd, depth].
-_HELD: dict[str, list[int]] = {}
+_HELD: dict[str, list[Any]] = {}
 
 
 def library_versions() -> dict[str, str]:
@@ -231,9 +231,11 @@ class Workdir:
             raise InputError(f"{self.root / LOCK}: exists and was not written by clusterclip; "
                              f"move it away or use another work directory")
         info = json.dumps({"pid": os.getpid(), "command": command, "since": _now()})
+        # what was here before, when W was not yet a work directory (see _release)
+        before = None if self.manifest_path.exists() else set(os.listdir(self.root)) - {LOCK}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (info + "\n").encode(), 0)
-        _HELD[key] = [fd, 1]
+        _HELD[key] = [fd, 1, before]
         for d in (self.root, self.root / "embed"):
             remove_stale_temporaries(d)
 
@@ -270,15 +272,31 @@ class Workdir:
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
-            if not self.manifest_path.exists():
+            if self._nothing_made(held[2]):
                 # not a work directory (a refused command): leave no lock file, and no
                 # folder this object made; removed while locked, see _lock_fd
+                with contextlib.suppress(OSError):
+                    os.unlink(self.manifest_path)
                 with contextlib.suppress(OSError):
                     os.unlink(self.root / LOCK)
                 if self._made:
                     with contextlib.suppress(OSError):
                         self.root.rmdir()  # only when empty
             os.close(held[0])  # closing the descriptor releases the lock
+
+    def _nothing_made(self, before: set[str] | None) -> bool:
+        """True when W was not a work directory when locked (``before``: its entries then)
+        and holds nothing more now than a manifest of no finished stage (e.g. ``run``
+        refused after the corpus scan): nothing would resume from it."""
+        if before is None:
+            return False
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            if set(os.listdir(self.root)) - {LOCK, MANIFEST} == before:
+                if not self.manifest_path.exists():
+                    return True
+                stages = json.loads(self.manifest_path.read_text(encoding="utf-8"))["stages"]
+                return all(s.get("status") != "finished" for s in stages.values())
+        return False
 
     def _holder(self) -> str:
         try:
