@@ -210,8 +210,10 @@ def test_capacity_error_states_the_numbers(files, capsys):
     assert _sample(tmp, "--num-tokens", str(2 * total + 1), "--clip", "2") == 2
     err = capsys.readouterr().err
     assert f"2 x {total:,} tokens of the {(labels >= 0).sum():,} eligible documents = " \
-           f"{2 * total:,}" in err
+           f"{2 * total:,}; the smallest --clip that serves it is 3, the largest " \
+           f"--num-tokens that --clip 2 allows is {2 * total:,}" in err
     assert _sample(tmp, "--num-tokens", str(2 * total), "--clip", "2") == 0  # exactly fits
+    assert _sample(tmp, "--num-tokens", str(2 * total + 1), "--clip", "3") == 0
 
 
 def test_token_counts_outside_a_workdir_need_tokens_file(files, capsys):
