@@ -253,6 +253,8 @@ def test_choose_clip_measured_agrees_with_expected(full_report):
     else:
         assert "**No recommended R.**" in md
     assert choose["rule"] in md
+    # the advice names the strategy it is for, beside the commands' default (paced)
+    assert "This R is for `clusterclip`'s greedy course: `paced`, the commands' default" in md
     # Rows whose R cannot serve the budget are marked, and only those.
     for r in choose["rows"]:
         marked = f"| {r['clip']} | {r['capacity']:,} | **no: R x N < T** |" in md

@@ -8,6 +8,7 @@ from typing import Any
 from clusterclip.report.stats import repetition_bins
 from clusterclip.report.terms import sample_sentence
 from clusterclip.sampling.clip import LATE_TENTHS
+from clusterclip.sampling.spec import DEFAULT_CLIP
 
 # One line per sampler strategy, for the strategies a report shows.
 STRATEGY_TEXT = {
@@ -163,7 +164,9 @@ def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str],
                         "same budget and seed." if measured else "."),
         "",
         (f"**Recommended R = {best}.** " if best is not None else "**No recommended R.** ")
-        + choose["reason"],
+        + choose["reason"] + " This R is for `clusterclip`'s greedy course: `paced`, the "
+        "commands' default, spreads each cluster's draws over the whole schedule and takes "
+        f"R = {DEFAULT_CLIP} unless T needs more.",
         "",
         *at_clip,
         *_table(header, rows),
