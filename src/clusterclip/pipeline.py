@@ -7,20 +7,20 @@ with a changed downstream parameter only does the work that is missing.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import argparse
 from typing import Any
 
 import numpy as np
 
+from clusterclip.corpus.records import renamed_note
 from clusterclip.errors import InputError
-from clusterclip.grouping import renamed_note
 from clusterclip.io import load_npy
 from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
 
 
-def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "clusterclip",
-                   clip: int = 4, alpha: float = 0.0, seed: int = 0,
+def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "paced",
+                   clip: int | None = None, alpha: float = 0.0, seed: int = 0,
                    num_tokens: int | None = None, balance_by: str = "docs",
                    tokenizer: str | None = None, groups: bool = False,
                    mixture: str | None = None, progress: bool = False) -> dict[str, Any]:
@@ -30,7 +30,9 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
     weights replace n_k ** alpha (``strategy`` and ``clip`` as the caller resolved them).
 
     ``groups``: clip by the near-duplicate groups of ``W/groups.npy`` (the
-    ``dedup`` stage; see :mod:`clusterclip.sampling.groups`).
+    ``dedup`` stage; see :mod:`clusterclip.sampling.groups`). ``clip`` None: the
+    default of :func:`clusterclip.sampling.clip.default_clip` for these labels and
+    budget (the summary's ``clip_default`` says which and why).
 
     ``num_samples`` positions, or a budget of ``num_tokens`` tokens; clusters
     balanced by ``balance_by`` (docs or tokens). Token counts: the estimate from
@@ -39,10 +41,23 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
     recorded in the manifest. Under ``torchrun`` every rank calls this and rank 0
     writes.
     """
-    from clusterclip.distributed import is_main
+    from clusterclip.distributed import is_main, on_main
     from clusterclip.sampling import write_schedule
     from clusterclip.tokens import workdir_tokens
 
+    why = None
+    if clip is None:
+        def resolve() -> tuple[int, str]:
+            from clusterclip.sampling.clip import default_clip
+
+            w.upstream(["labels.npy"] + (["groups.npy"] if groups else []))
+            labels = load_labels(w.path("labels.npy"))
+            g = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1) if groups else None
+            return default_clip(labels, num_samples, strategy, alpha=alpha,
+                                groups=g if g is not None and g.size == labels.size else None)
+
+        with w.locked():
+            clip, why = on_main(resolve)
     params: dict[str, Any] = {"num_samples": num_samples, "strategy": strategy, "clip": clip,
                               "alpha": alpha, "seed": seed}
     needs = num_tokens is not None or balance_by == "tokens"
@@ -74,6 +89,8 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
                                  cluster_weights=weights)
         if mixture is not None:
             summary["mixture"] = params["mixture"]
+        if why and summary.get("clip") is not None:
+            summary["clip_default"] = why
         return summary
 
     reads = ["labels.npy"] + (["corpus"] if needs else []) + (
@@ -83,141 +100,89 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
                        work=work)
 
 
-@dataclass(frozen=True)
-class EmbedOptions:
-    """How ``run`` embeds: the keywords of :func:`clusterclip.embedding.embed_workdir`."""
-
-    text_field: str = "text"
-    id_field: str | None = None
-    skip_bad_lines: bool = False
-    embedder: str = "minilm"
-    model: str | None = None
-    pooling: str = "mean"
-    max_length: int = 256
-    batch_size: int = 64
-    device: str = "cpu"
-    dtype: str = "float32"
-    backend: str = "auto"
-    precision: str = "auto"
-    tune: int = 0
-    tune_seed: int = 0
-
-
-@dataclass(frozen=True)
-class KMeansOptions:
-    """How ``run`` clusters: the keywords of :func:`clusterclip.clustering.cluster_workdir`
-    (besides ``n_clusters``)."""
-
-    max_iter: int = 50
-    n_init: int = 1
-    tol: float = 1e-4
-    metric: str = "cosine"
-    backend: str = "torch"
-    seed: int = 0
-    device: str = "cpu"
-    chunk_rows: int = 65536
-
-
-@dataclass(frozen=True)
-class SampleOptions:
-    """How ``run`` samples: the keywords of :func:`sample_workdir` (besides ``groups``);
-    ``strategy`` and ``clip`` as resolved against the ``mixture``."""
-
-    num_samples: int | None = None
-    num_tokens: int | None = None
-    balance_by: str = "docs"
-    tokenizer: str | None = None
-    strategy: str = "clusterclip"
-    clip: int = 4
-    alpha: float = 0.0
-    seed: int = 0
-    mixture: str | None = None
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything :func:`run_pipeline` does, checked by :meth:`check` before any work.
-
-    ``sample``: None for no sampling stage; ``dedup_threshold``: None for no dedup stage
-    (with it, the schedule clips by the near-duplicate groups).
-    """
-
-    workdir: str
-    inputs: tuple[str, ...]
-    n_clusters: int
-    embed: EmbedOptions = field(default_factory=EmbedOptions)
-    kmeans: KMeansOptions = field(default_factory=KMeansOptions)
-    sample: SampleOptions | None = None
-    dedup_threshold: float | None = None
-
-    def check(self) -> None:
-        """Refuse (InputError, in the parameters' names) what would fail after the embedding."""
-        from clusterclip.clustering import KMeans
-        from clusterclip.sampling.budget import check_balance
-        from clusterclip.sampling.spec import MAX_SEED
-        from clusterclip.tokens import load_tokenizer, tokenizer_identity
-
-        if self.n_clusters is not None and self.n_clusters < 1:
-            raise InputError(f"n_clusters {self.n_clusters}: must be >= 1",
-                             params=("n_clusters",))
-        s = self.sample
-        if s is not None and s.num_samples is not None and s.num_samples <= 0:
-            raise InputError(f"num_samples {s.num_samples}: must be > 0", params=("num_samples",))
-        if s is not None:
-            check_balance(balance_by=s.balance_by, strategy=s.strategy, alpha=s.alpha,
-                          has_weights=False)
-        if self.dedup_threshold is not None:
-            from clusterclip.dedup import check_threshold
-
-            check_threshold(self.dedup_threshold, "dedup_threshold")
-            if s is not None and (s.num_tokens is not None or s.balance_by != "docs"):
-                raise InputError("dedup works with num_samples and balance_by docs only "
-                                 "(token budgets over groups are not supported yet)",
-                                 params=("dedup", "num_samples", "balance_by"))
-        if s is not None and s.tokenizer is not None:  # a bad path fails now
-            tokenizer_identity(load_tokenizer(s.tokenizer))
-        if s is not None and not 0 <= s.seed <= MAX_SEED:
-            raise InputError(f"seed {s.seed}: the sampler takes 0 .. 2**64 - 1",
-                             params=("seed",))
-        KMeans(n_clusters=self.n_clusters, **asdict(self.kmeans))._check_params()
-
-    def later_stages(self) -> list[str]:
-        """The stages after ``embed``, whose outputs this run may replace."""
-        s = self.sample
-        return ["cluster"] + (["dedup"] if self.dedup_threshold is not None else []) + (
-            ["sample"] if s is not None else []) + (
-            ["tokens"] if s is not None and s.tokenizer is not None else [])
-
-
-def run_pipeline(config: RunConfig) -> dict[str, Any]:
-    """``clusterclip run``: embed, cluster and optionally dedup and sample, printing where
-    the outputs are."""
-    from clusterclip.clustering import cluster_workdir
+def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
+    """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
+    from clusterclip.clustering import KMeans, cluster_workdir
     from clusterclip.distributed import on_main, process_group
     from clusterclip.embedding import embed_workdir
+    from clusterclip.sampling.budget import check_balance
+    from clusterclip.sampling.spec import MAX_SEED
+    from clusterclip.tokens import load_tokenizer, tokenizer_identity
 
-    config.check()  # k-means, sampling and dedup options: now, not after the (long) embedding
+    if args.clusters is not None and args.clusters < 1:
+        raise InputError(f"--clusters {args.clusters}: must be >= 1")
+    if args.num_samples is not None and args.num_samples <= 0:
+        raise InputError(f"--num-samples {args.num_samples}: must be > 0")
+    sampling = args.num_samples is not None or args.num_tokens is not None
+    check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
+                  has_weights=False)
+    if args.clip is not None and args.clip < 1:
+        raise InputError(f"--clip {args.clip}: must be >= 1")
+    if args.dedup:  # checked now, not after the embedding
+        from clusterclip.dedup import check_threshold
+
+        check_threshold(args.dedup_threshold, "--dedup-threshold")
+        if sampling and (args.num_tokens is not None or args.balance_by != "docs"):
+            raise InputError("--dedup works with --num-samples and --balance-by docs only "
+                             "(token budgets over groups are not supported yet)")
+    if args.tokenizer is not None:  # a bad path fails now, not after the embedding
+        tokenizer_identity(load_tokenizer(args.tokenizer))
+    if sampling and not 0 <= args.seed <= MAX_SEED:
+        raise InputError(f"--seed {args.seed}: the sampler takes 0 .. 2**64 - 1")
+    # k-means options are checked before the (long) embedding, not after it
+    KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+           metric=args.metric, seed=args.seed, backend=args.backend,
+           chunk_rows=args.chunk_rows)._check_params()
     # before the lock: rank 0 holds it for every rank
-    with process_group(config.embed.device) as main_rank:
-        w = Workdir(config.workdir)
+    with process_group(args.device) as main_rank:
+        w = Workdir(args.workdir)
         out: dict[str, Any] = {}
         with w.locked():
-            on_main(lambda: w.check_can_write(config.later_stages()))
-            out["embed"] = embed_workdir(w, list(config.inputs), n_clusters=config.n_clusters,
-                                         **asdict(config.embed))
-            out["cluster"] = cluster_workdir(w, n_clusters=config.n_clusters,
-                                             **asdict(config.kmeans))
-            if config.dedup_threshold is not None:
+            later = ["cluster"] + (["dedup"] if args.dedup else []) + (
+                ["sample"] if sampling else []) + (
+                ["tokens"] if args.tokenizer is not None else [])
+            on_main(lambda: w.check_can_write(later))
+            out["embed"] = embed_workdir(
+                w, args.inputs, text_field=args.text_field, id_field=args.id_field,
+                skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+                pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+                device=args.device, dtype=args.dtype, n_clusters=args.clusters,
+                backend=args.embed_backend, precision=args.precision, tune=args.tune,
+                tune_seed=args.tune_seed,
+                check_corpus=lambda stats: _check_capacity(args, stats["valid"]))
+            _check_capacity(args, out["embed"]["valid"])  # when the embedding was current
+            out["cluster"] = cluster_workdir(
+                w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+                metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
+                chunk_rows=args.chunk_rows)
+            if args.dedup:
                 from clusterclip.dedup import dedup_workdir
 
-                out["dedup"] = dedup_workdir(w, threshold=config.dedup_threshold,
+                out["dedup"] = dedup_workdir(w, threshold=args.dedup_threshold,
                                              progress=main_rank)
-            if config.sample is not None:
-                out["sample"] = sample_workdir(w, groups=config.dedup_threshold is not None,
-                                               progress=main_rank, **asdict(config.sample))
+            if sampling:
+                out["sample"] = sample_workdir(
+                    w, num_samples=args.num_samples, num_tokens=args.num_tokens,
+                    balance_by=args.balance_by, tokenizer=args.tokenizer,
+                    strategy=args.strategy, clip=args.clip, alpha=args.alpha, seed=args.seed,
+                    groups=args.dedup, mixture=args.mixture,
+                    progress=main_rank)
     if main_rank:
         _print_summary(w, out)
     return out
+
+
+def _check_capacity(args: argparse.Namespace, documents: int) -> None:
+    """Refuse ``--num-samples`` T above what an explicit ``--clip`` R can serve on the
+    ``documents`` with text (each gets a label; with ``--dedup`` groups, at most as many),
+    as soon as the corpus is scanned: before the embedding, not after the clustering."""
+    from clusterclip.sampling.spec import CLIP_STRATEGIES, capacity_error
+
+    t, r = args.num_samples, args.clip
+    if t is None or r is None or args.strategy not in CLIP_STRATEGIES or t <= r * documents:
+        return
+    e = capacity_error(t, r, documents, "documents with text")
+    raise InputError(f"{e} (--strategy {args.strategy}); nothing was embedded", params=e.params)
 
 
 def _reused(stage: dict[str, Any]) -> str:
@@ -243,9 +208,11 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
     if "sample" in out:
         s = out["sample"]
         print(f"schedule:   {w.path('schedule.npy')} ({s.get('num_samples')} samples, "
-              f"{s.get('strategy')}, capacity {s.get('capacity')}, "
+              f"{s.get('strategy')}, clip {s.get('clip')}, capacity {s.get('capacity')}, "
               f"{s.get('clusters_clipped')} clusters clipped, max repetition "
               f"{s.get('max_repetition')}){_reused(s)}")
+        if s.get("clip_default"):
+            print(f"            clip {s['clip']} by default: {s['clip_default']}")
         from clusterclip.tokens import token_summary_lines
 
         for line in token_summary_lines(s):
@@ -253,26 +220,7 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
     print(f"manifest:   {w.path('manifest.json')}")
 
 
-@dataclass(frozen=True)
-class DemoConfig:
-    """What ``clusterclip demo`` runs: ``input`` None for the bundled corpus, ``epochs``
-    the schedule's length in passes over the documents with text, ``experiment`` one of
-    quick, full, none."""
-
-    out: str = "demo-out"
-    input: str | None = None
-    label_field: str = "label"
-    n_clusters: int = 64
-    embedder: str = "minilm"
-    clip: int = 4
-    epochs: float = 3.0
-    seed: int = 0
-    device: str = "cpu"
-    overwrite: bool = False
-    experiment: str = "quick"
-
-
-def run_demo(config: DemoConfig) -> dict[str, Any]:
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip demo``: every stage on the bundled corpus, then a short summary table."""
     import time
     from pathlib import Path
@@ -283,9 +231,9 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     from clusterclip.grouping import group_workdir
     from clusterclip.report import build_report
 
-    out = Path(config.out)
+    out = Path(args.out)
     w = Workdir(out / "work")
-    corpus_path = Path(config.input) if config.input else pydocs_path()
+    corpus_path = Path(args.input) if args.input else pydocs_path()
     steps: list[tuple[str, float]] = []
     t0 = time.perf_counter()
 
@@ -301,38 +249,40 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     protected = w.protected() + ((corpus_path, "the input file", False),)
     for sub, command in (("grouped", "group"), ("report", "report")):
-        check_output_dir(out / sub, command, overwrite=config.overwrite, protected=protected)
+        check_output_dir(out / sub, command, overwrite=args.overwrite, protected=protected)
     w.check_can_write(["cluster", "sample"])
     print(f"[demo] corpus: {corpus_path}", flush=True)
     emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
-                        skip_bad_lines=False, embedder=config.embedder, model=None, pooling="mean",
-                        max_length=256, batch_size=64, device=config.device, dtype="float32",
-                        n_clusters=config.n_clusters)
+                        skip_bad_lines=False, embedder=args.embedder, model=None, pooling="mean",
+                        max_length=256, batch_size=64, device=args.device, dtype="float32",
+                        n_clusters=args.clusters)
     step("embed")
-    clu = cluster_workdir(w, n_clusters=config.n_clusters, max_iter=100, n_init=3, tol=1e-5,
-                          seed=config.seed, device=config.device)
+    clu = cluster_workdir(w, n_clusters=args.clusters, max_iter=100, n_init=3, tol=1e-5,
+                          seed=args.seed, device=args.device)
     step("cluster")
     eligible = int(np.count_nonzero(load_labels(w.path("labels.npy")) >= 0))
-    num_samples = max(1, int(round(config.epochs * eligible)))
-    smp = sample_workdir(w, num_samples=num_samples, clip=config.clip, seed=config.seed)
+    num_samples = max(1, int(round(args.epochs * eligible)))
+    smp = sample_workdir(w, num_samples=num_samples, strategy=args.strategy, clip=args.clip,
+                         seed=args.seed)
+    clip = smp["clip"]
     step("sample")
-    grp = group_workdir(w, out / "grouped", overwrite=config.overwrite)
+    grp = group_workdir(w, out / "grouped", overwrite=args.overwrite)
     step("group")
     exp = None
-    if config.experiment != "none":
+    if args.experiment != "none":
         from clusterclip.experiment import run_experiment
 
-        exp = run_experiment(w.root, quick=config.experiment == "quick", clip=config.clip,
-                             device=config.device)
+        exp = run_experiment(w.root, quick=args.experiment == "quick", clip=clip,
+                             device=args.device)
         step("experiment")
     # After the experiment, so that report.md links its results. The report regenerates the
-    # ClusterClip schedule (identical to W/schedule.npy: same labels, budget and seed) next to
-    # the baselines, so each curve carries its strategy name.
-    rep = build_report(w.root, label_field=config.label_field, num_samples=num_samples,
-                       strategies=("clusterclip", "paced", "uniform", "random"), clip=config.clip,
-                       seed=config.seed, out=out / "report", overwrite=config.overwrite)
+    # schedule of --strategy (identical to W/schedule.npy: same labels, budget, clip and seed)
+    # next to the other strategies, so each curve carries its strategy name.
+    rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
+                       strategies=("clusterclip", "paced", "uniform", "random"), clip=clip,
+                       seed=args.seed, out=out / "report", overwrite=args.overwrite)
     step("report")
-    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, config.experiment)
+    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,
             "experiment": exp}
 
@@ -350,6 +300,8 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
               f"purity {agree['purity']:.3f}")
     print(f"schedule         {smp.get('num_samples')} samples, {smp.get('strategy')}, "
           f"clip {smp.get('clip')}, max repetition {smp.get('max_repetition')}")
+    if smp.get("clip_default"):
+        print(f"                 clip {smp['clip']} by default: {smp['clip_default']}")
     print(f"grouped          {grp['documents']} documents in {grp['files']} files, "
           f"verified exactly once")
     note = renamed_note(grp["renamed_fields"])
@@ -357,7 +309,11 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         print(f"                 {note}")
     if exp:
         from clusterclip.experiment import verdict_lines
-        from clusterclip.experiment.output import format_schedule_table, format_table
+        from clusterclip.experiment.output import (
+            format_schedule_table,
+            format_table,
+            schedule_budget,
+        )
 
         print()
         print(f"LM experiment ({exp_size}): {exp['out_dir']}/results.md")
@@ -366,7 +322,8 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         print("Held-out loss, lower is better, mean +- std over seeds:")
         print(format_table(exp))
         print()
-        print("What each strategy fed the model (the clip binds where uniform repeats most):")
+        print("What each strategy fed the model (the clip binds where uniform repeats most), "
+              f"{schedule_budget(exp)}:")
         print(format_schedule_table(exp))
     print()
     print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))
