@@ -41,13 +41,17 @@ def run_cli(*args: Any, env: dict[str, str] | None = None, timeout: float = 240,
                           env=env or child_env(), timeout=timeout, **kw)
 
 
+def torchrun_command(*args: Any, nproc: int = 2) -> list[str]:
+    """``torchrun --standalone --nproc_per_node NPROC ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", str(nproc), *map(str, args)]
+
+
 def torchrun(*args: Any, nproc: int = 2, env: dict[str, str] | None = None,
              timeout: float = 300) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node NPROC ARGS`` (a script and its arguments)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(nproc), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env or child_env(),
-                          timeout=timeout)
+    return subprocess.run(torchrun_command(*args, nproc=nproc), capture_output=True, text=True,
+                          env=env or child_env(), timeout=timeout)
 
 
 def torchrun_cli(*args: Any, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:

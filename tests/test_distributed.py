@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import textwrap
 
 import numpy as np
 import pytest
-from _helpers import torchrun
+from _helpers import child_env, torchrun, torchrun_command
 
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
@@ -95,3 +98,61 @@ def test_two_gloo_ranks_share_rank_0_results_and_errors(tmp_path):
         assert r["error"] == "refused by rank 0"
     # rank 0 holds all rows in rank order (2 of rank 0, then 3 of rank 1); rank 1 none
     assert r0["rows"] == [[0, 0]] * 2 + [[1, 1]] * 3 and r1["rows"] is None
+
+
+# Each rank runs the real command line on its own arguments: rank 1 is given centroids
+# that do not exist (an InputError before any collective), rank 0 good ones (it goes on
+# into the collectives). Each rank's exit status and stderr land in files of its own.
+ONE_RANK_FAILS = textwrap.dedent("""
+    import os, sys
+    rank = int(os.environ["RANK"])
+    out = sys.argv[1]
+    with open(f"{out}/pid{rank}.txt", "w") as f:
+        f.write(str(os.getpid()))
+    err = open(f"{out}/stderr{rank}.txt", "w")
+    sys.stderr = err
+    from clusterclip.cli import main
+
+    centroids = f"{out}/centroids.npy" if rank == 0 else f"{out}/missing.npy"
+    code = main(["assign", "--centroids", centroids, "--embeddings", f"{out}/emb.npy",
+                 "--out", f"{out}/labelled"])
+    err.flush()
+    with open(f"{out}/rc{rank}.txt", "w") as f:
+        f.write(str(code))
+    sys.exit(code)
+""")
+
+
+def test_one_rank_failing_stops_the_command_without_a_hang(tmp_path):
+    # The error path of distributed.process_group meets no barrier: the failing rank
+    # destroys its group and exits 2 with one line, and the other rank, left inside a
+    # collective, is stopped (closed connection or torchrun) instead of waiting forever.
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "emb.npy", rng.standard_normal((40, 4)).astype(np.float32))
+    np.save(tmp_path / "centroids.npy", rng.standard_normal((3, 4)).astype(np.float32))
+    script = tmp_path / "worker.py"
+    script.write_text(ONE_RANK_FAILS)
+    # A hang (the failure this test looks for) must not outlive the test: torchrun's
+    # workers run in sessions of their own, so each writes its pid and is killed by it;
+    # torchrun's output goes to a file (an orphan would hold a pipe open).
+    with open(tmp_path / "torchrun.txt", "w") as log:
+        proc = subprocess.Popen(torchrun_command(script, tmp_path), env=child_env(),
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            for f in tmp_path.glob("pid*.txt"):
+                try:
+                    os.kill(int(f.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            pytest.fail("a rank hung after the other one failed")
+    assert proc.returncode != 0
+    assert (tmp_path / "rc1.txt").read_text() == "2"
+    lines = (tmp_path / "stderr1.txt").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("clusterclip assign: error: "), lines
+    assert "missing.npy" in lines[0]
+    assert not (tmp_path / "labelled" / "labels.npy").exists()  # no half-written output

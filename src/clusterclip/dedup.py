@@ -46,11 +46,12 @@ EXAMPLES_PER_GROUP = 3
 EXAMPLE_CHARS = 200
 
 
-def check_threshold(threshold: Any, option: str = "--threshold") -> float:
-    """``threshold`` as a float in (0, 1]; else InputError naming ``option``."""
+def check_threshold(threshold: Any, name: str = "threshold") -> float:
+    """``threshold`` as a float in (0, 1]; else InputError naming the parameter ``name``."""
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) \
             or not math.isfinite(threshold) or not 0.0 < float(threshold) <= 1.0:
-        raise InputError(f"{option} {threshold}: must be a cosine similarity in (0, 1]")
+        raise InputError(f"{name} {threshold}: must be a cosine similarity in (0, 1]",
+                         params=(name,))
     return float(threshold)
 
 

@@ -6,7 +6,8 @@ every function here acts as a world of one process, so callers never branch
 on whether they are distributed. torch is imported lazily: a world of one
 never needs it.
 
-- Process group: :func:`init_from_env` / :func:`shutdown`, :func:`rank_and_world`,
+- Process group: :func:`process_group` (the one lifecycle every command uses), or
+  :func:`init_from_env` / :func:`shutdown` by hand, :func:`rank_and_world`,
   :func:`is_main`, :func:`local_rank`, :func:`barrier`.
 - Tensors (K-means): :func:`all_reduce_sum`, :func:`all_gather_tensor`,
   :func:`broadcast`, :func:`all_sizes`, :func:`any_rank`, and :class:`Comm`,
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -80,6 +82,28 @@ def shutdown(created: bool, wait: bool = True) -> None:
         if wait:
             dist.barrier()
         dist.destroy_process_group()
+
+
+@contextmanager
+def process_group(device: str = "cpu") -> Iterator[bool]:
+    """The process group of one command: created on entry when launched by ``torchrun``
+    (:func:`init_from_env`), destroyed on exit; yields :func:`is_main`, decided while the
+    group exists (the caller prints after the block, on the main rank only).
+
+    The normal end meets the other ranks at a barrier; an exception does not: another
+    rank may be inside a different collective, or may never arrive, so this rank
+    destroys its group and lets the error propagate (the command exits, and the other
+    ranks fail on the closed connection or are stopped by ``torchrun``). The group is
+    always destroyed before the process exits: a gloo group left to interpreter
+    shutdown can abort (SIGABRT) a rank.
+    """
+    created = init_from_env(device)
+    try:
+        yield is_main()
+    except BaseException:
+        shutdown(created, wait=False)
+        raise
+    shutdown(created)
 
 
 def rank_and_world() -> tuple[int, int]:

@@ -103,7 +103,7 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
     from clusterclip.clustering import KMeans, cluster_workdir
-    from clusterclip.distributed import init_from_env, is_main, on_main, shutdown
+    from clusterclip.distributed import on_main, process_group
     from clusterclip.embedding import embed_workdir
     from clusterclip.sampling.budget import check_balance
     from clusterclip.sampling.spec import MAX_SEED
@@ -133,11 +133,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
            metric=args.metric, seed=args.seed, backend=args.backend,
            chunk_rows=args.chunk_rows)._check_params()
-    # before the lock: rank 0 holds it for every rank. The group is destroyed before the
-    # process exits: a gloo group left to interpreter shutdown can abort (SIGABRT) a rank.
-    created = init_from_env(args.device)
-    main_rank = is_main()
-    try:
+    # before the lock: rank 0 holds it for every rank
+    with process_group(args.device) as main_rank:
         w = Workdir(args.workdir)
         out: dict[str, Any] = {}
         with w.locked():
@@ -170,10 +167,6 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                     strategy=args.strategy, clip=args.clip, alpha=args.alpha, seed=args.seed,
                     groups=args.dedup, mixture=args.mixture,
                     progress=main_rank)
-    except BaseException:
-        shutdown(created, wait=False)
-        raise
-    shutdown(created)
     if main_rank:
         _print_summary(w, out)
     return out

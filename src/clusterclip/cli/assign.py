@@ -29,14 +29,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.chunk_rows < 1:
         raise InputError(f"--chunk-rows {args.chunk_rows}: must be >= 1")
-    created = D.init_from_env(args.kmeans_device)
-    main_rank = D.is_main()  # decided before the process group goes away
-    try:
+    with D.process_group(args.kmeans_device) as main_rank:
         result = assign_embeddings_file(args.centroids, args.embeddings, args.out,
                                         metric=args.metric, device=args.kmeans_device,
                                         chunk_rows=args.chunk_rows, valid_path=args.valid)
-    finally:
-        D.shutdown(created)
     if main_rank:
         print(f"assign: {result['n_valid']} rows labelled with {result['n_clusters']} centroids "
               f"({result['n_excluded']} excluded, {result['empty_clusters']} clusters unused)")

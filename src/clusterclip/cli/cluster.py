@@ -67,16 +67,12 @@ def run(args: argparse.Namespace) -> int:
     common = dict(n_clusters=args.clusters[0], max_iter=args.iters, n_init=args.n_init,
                   tol=args.tol, metric=args.metric, backend=args.backend, seed=args.seed,
                   device=args.kmeans_device, chunk_rows=args.chunk_rows)
-    created = D.init_from_env(args.kmeans_device)
-    main_rank = D.is_main()  # decided before the process group goes away
-    try:
+    with D.process_group(args.kmeans_device) as main_rank:
         if args.workdir:
             result = cluster_workdir(Workdir(args.workdir, create=False), **common)
         else:
             result = cluster_embeddings_file(args.embeddings, args.out, valid_path=args.valid,
                                              **common)
-    finally:
-        D.shutdown(created)
     if main_rank:
         print(summary(result))
     return 0

@@ -36,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
     from clusterclip.embedding.pipeline import embed_workdir
 
-    created = D.init_from_env(args.device)
-    main_rank = D.is_main()  # decided before the process group goes away
-    try:
+    with D.process_group(args.device) as main_rank:
         info = embed_workdir(
             args.workdir, args.inputs, text_field=args.text_field, id_field=args.id_field,
             skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
@@ -47,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
             keep_shards=args.keep_shards, trust_remote_code=args.trust_remote_code,
             progress=not args.no_progress, backend=args.embed_backend,
             precision=args.precision, tune=args.tune, tune_seed=args.tune_seed)
-    finally:
-        D.shutdown(created)
     if main_rank:
         print(summary_text(info), file=sys.stdout)
     return 0

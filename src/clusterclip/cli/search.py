@@ -59,15 +59,9 @@ def run(args: argparse.Namespace) -> int:
         runs=args.runs, rounds=args.rounds, test_seeds=args.test_seeds, model=args.model,
         seed=args.seed, max_docs=args.max_docs or None)
     config.validate()  # before a process group exists: bad options fail alike everywhere
-    created = D.init_from_env(args.device)
-    main_rank = D.is_main()
-    ok = False
-    try:
+    with D.process_group(args.device) as main_rank:
         results = run_search_workdir(args.workdir, config, device=args.device,
                                      threads=args.threads, progress=not args.no_progress)
-        ok = True
-    finally:
-        D.shutdown(created, wait=ok)  # no barrier on the error path
     if main_rank:
         from clusterclip.search.output import verdict_lines
 

@@ -271,7 +271,6 @@ def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = 
     Returns the stage info (``rows``, ``suggested_k``, ``reason``, ...) plus ``skipped``.
     """
     from clusterclip.clustering import sweep as S
-    from clusterclip.io import atomic_output_dir
 
     if D.rank_and_world()[1] > 1:
         raise InputError("the sweep runs in one process; start it without torchrun")
@@ -294,15 +293,7 @@ def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = 
         valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
         valid = np.ones(X.shape[0], dtype=bool) if valid is None else valid
         n_valid = int(valid.sum())
-        n_sample = min(sample_size, n_valid)
-        for k in ks:
-            if k < 2:
-                raise InputError(f"ks {k}: a sweep needs every K >= 2 (the silhouette "
-                                 "compares clusters)", params=("ks",))
-            if k >= n_sample:
-                raise InputError(f"ks {k}: not below the sample of {n_sample} rows "
-                                 f"(sample_size {sample_size}, {n_valid} valid rows in {emb})",
-                                 params=("ks", "sample_size"))
+        _check_ks(ks, sample_size, n_valid, emb)
         params = {"ks": ks, "sample_size": int(sample_size),
                   "silhouette_sample": int(silhouette_sample),
                   **_params(ks[0], max_iter, n_init, tol, metric, backend, seed)}
@@ -327,15 +318,36 @@ def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = 
                     "silhouette_rows": min(silhouette_sample, int(rows_idx.size)),
                     "seed": seed, "command": f"clusterclip cluster --workdir {workdir.root} "
                                              f"--clusters {k}"}
-            with atomic_output_dir(workdir.path(SWEEP), SWEEP) as tmp:
-                write_json(tmp / SWEEP_FILES["json"], info)
-                (tmp / SWEEP_FILES["csv"]).write_text(S.table_csv(rows), encoding="utf-8")
-                (tmp / SWEEP_FILES["md"]).write_text(S.render_markdown(info, SWEEP_FILES["png"]),
-                                                     encoding="utf-8")
-                S.plot_sweep(info, tmp / SWEEP_FILES["png"])
+            _write_sweep(workdir, info)
             return {**info, "fit_seconds": [round(s, 3) for s in seconds],
                     "seconds": round(time.perf_counter() - t0, 3)}
 
         result = workdir.run_stage(SWEEP, key=params, reads=["embeddings.npy"],
                                    maybe_reads=["valid.npy"], outputs=[SWEEP], work=work)
     return {**result, **{name: str(workdir.path(SWEEP, f)) for name, f in SWEEP_FILES.items()}}
+
+
+def _check_ks(ks: list[int], sample_size: int, n_valid: int, emb: Path) -> None:
+    """Refuse a K of the sweep below 2 or not below its sample of rows."""
+    n_sample = min(sample_size, n_valid)
+    for k in ks:
+        if k < 2:
+            raise InputError(f"ks {k}: a sweep needs every K >= 2 (the silhouette "
+                             "compares clusters)", params=("ks",))
+        if k >= n_sample:
+            raise InputError(f"ks {k}: not below the sample of {n_sample} rows "
+                             f"(sample_size {sample_size}, {n_valid} valid rows in {emb})",
+                             params=("ks", "sample_size"))
+
+
+def _write_sweep(workdir: Workdir, info: dict[str, Any]) -> None:
+    """``W/sweep/``: the sweep's json, csv table, markdown report and plot, replaced whole."""
+    from clusterclip.clustering import sweep as S
+    from clusterclip.io import atomic_output_dir
+
+    with atomic_output_dir(workdir.path(SWEEP), SWEEP) as tmp:
+        write_json(tmp / SWEEP_FILES["json"], info)
+        (tmp / SWEEP_FILES["csv"]).write_text(S.table_csv(info["rows"]), encoding="utf-8")
+        (tmp / SWEEP_FILES["md"]).write_text(S.render_markdown(info, SWEEP_FILES["png"]),
+                                             encoding="utf-8")
+        S.plot_sweep(info, tmp / SWEEP_FILES["png"])

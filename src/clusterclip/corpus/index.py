@@ -515,7 +515,6 @@ def scan_into(directory: str | os.PathLike[str],
     from tqdm import tqdm
 
     from clusterclip import distributed as D
-    from clusterclip.io import atomic_path
 
     out = Path(directory)
     files_in, ignored = D.on_main(lambda: _inputs(paths, text_field))
@@ -536,19 +535,8 @@ def scan_into(directory: str | os.PathLike[str],
     kept = _KeptTexts(texts, KEEP_TEXT_CHARS) if texts is not None and world == 1 else None
 
     def one(fid: int) -> _FileScan:
-        cols = _columns()
-        ids: list[Any] | None = [] if id_field else None
-        got = _scan_file(fid, files_in[fid], text_field, id_field, skip_bad_lines, cols, ids,
-                         bar, want_keys=True, texts=kept)
-        part = scratch / f"{fid:07d}"
-        part.mkdir()
-        for k, c in cols.items():
-            raw = np.frombuffer(c, dtype=np.int8 if k == "valid" else _DTYPES[k])
-            np.save(part / f"{k}.npy", raw.astype(_DTYPES[k], copy=False))
-        if ids is not None:
-            with open(part / "ids.jsonl", "w", encoding="utf-8") as fh:
-                fh.writelines(_id_line(i) for i in ids)
-        return got
+        return _scan_part(fid, files_in[fid], scratch / f"{fid:07d}", text_field, id_field,
+                          skip_bad_lines, bar, kept)
 
     try:
         try:
@@ -556,31 +544,57 @@ def scan_into(directory: str | os.PathLike[str],
         finally:
             bar.close()
 
-        def write() -> dict[str, Any]:
-            files, stats = _combine(scans, ignored, text_field, id_field)
-            parts = [scratch / f"{fid:07d}" for fid in range(len(files))]
-            if id_field:
-                stats.update(_id_stats(_read_ids(parts)))
-            if check is not None:
-                check(stats)
-            with atomic_path(out) as tmp:
-                tmp.mkdir()
-                for k in _ARRAYS:
-                    _concatenate([p / f"{k}.npy" for p in parts], tmp / f"{k}.npy",
-                                 np.dtype(_DTYPES[k]), stats["documents"])
-                if id_field:
-                    with open(tmp / "ids.jsonl", "wb") as fh:
-                        for p in parts:
-                            with open(p / "ids.jsonl", "rb") as src:
-                                shutil.copyfileobj(src, fh)
-                _write_meta(tmp, text_field, id_field, files, stats)
-            return stats
-
-        return D.on_main(write)
+        return D.on_main(lambda: _write_index(out, scratch, scans, ignored, text_field,
+                                              id_field, check))
     finally:
         D.barrier()  # every rank is done with the scratch folder
         if D.is_main():
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scan_part(fid: int, path: Path, part: Path, text_field: str, id_field: str | None,
+               skip_bad_lines: bool, bar: Any, kept: _KeptTexts | None) -> _FileScan:
+    """Scan one input file into its own folder ``part`` of :func:`scan_into`'s scratch
+    (a column ``.npy`` each, and ``ids.jsonl`` with ``id_field``)."""
+    cols = _columns()
+    ids: list[Any] | None = [] if id_field else None
+    got = _scan_file(fid, path, text_field, id_field, skip_bad_lines, cols, ids,
+                     bar, want_keys=True, texts=kept)
+    part.mkdir()
+    for k, c in cols.items():
+        raw = np.frombuffer(c, dtype=np.int8 if k == "valid" else _DTYPES[k])
+        np.save(part / f"{k}.npy", raw.astype(_DTYPES[k], copy=False))
+    if ids is not None:
+        with open(part / "ids.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(_id_line(i) for i in ids)
+    return got
+
+
+def _write_index(out: Path, scratch: Path, scans: list[_FileScan], ignored: list[str],
+                 text_field: str, id_field: str | None,
+                 check: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+    """On rank 0: the stats of every file's scan, ``check(stats)``, then the files' parts
+    in ``scratch`` concatenated into the index ``out`` (replaced atomically)."""
+    from clusterclip.io import atomic_path
+
+    files, stats = _combine(scans, ignored, text_field, id_field)
+    parts = [scratch / f"{fid:07d}" for fid in range(len(files))]
+    if id_field:
+        stats.update(_id_stats(_read_ids(parts)))
+    if check is not None:
+        check(stats)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for k in _ARRAYS:
+            _concatenate([p / f"{k}.npy" for p in parts], tmp / f"{k}.npy",
+                         np.dtype(_DTYPES[k]), stats["documents"])
+        if id_field:
+            with open(tmp / "ids.jsonl", "wb") as fh:
+                for p in parts:
+                    with open(p / "ids.jsonl", "rb") as src:
+                        shutil.copyfileobj(src, fh)
+        _write_meta(tmp, text_field, id_field, files, stats)
+    return stats
 
 
 def _read_ids(parts: list[Path]) -> Iterator[Any]:

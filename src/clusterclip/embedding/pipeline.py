@@ -405,51 +405,11 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
 
     def work(run: Any) -> dict[str, Any]:
         fp = run.fingerprint
-
-        def plan() -> bool:
-            """On rank 0: True when the corpus must be indexed (again)."""
-            old = _read_json(shard_dir / "plan.json")
-            # The fingerprint covers the inputs' hashes: an edited input never resumes.
-            if (old is not None and old.get("fingerprint") == fp
-                    and old.get("shard_size") == shard_size
-                    and (root / "corpus" / "corpus.json").exists()):
-                corpus = Corpus.load(root / "corpus")
-                _check_clusters(corpus.stats, n_clusters)
-                if check_corpus is not None:
-                    check_corpus(corpus.stats)
-                corpus.verify_files()
-                return False
-            shutil.rmtree(shard_dir, ignore_errors=True)  # ours: checked before `running`
-            return True
-
-        def check(stats: dict[str, Any]) -> None:
-            if stats["valid"] == 0:
-                raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
-                                 f"({stats['documents']} documents, {stats['empty']} empty)")
-            _check_clusters(stats, n_clusters)
-            if check_corpus is not None:
-                check_corpus(stats)
-
-        # The texts, when one process scans a corpus small enough to keep them (read
-        # once, not again for the sample and the shards).
-        kept: list[str | None] = []
-        if D.on_main(plan):
-            # Every rank scans a share of the files; rank 0 writes the index.
-            stats = scan_into(root / "corpus", inputs, text_field=text_field,
-                              id_field=id_field, skip_bad_lines=skip_bad_lines,
-                              progress=progress, check=check, texts=kept)
-
-            def start() -> None:
-                write_marker(root / "corpus", STAGE)
-                shard_dir.mkdir(parents=True, exist_ok=True)
-                write_marker(shard_dir, STAGE)
-                write_json(shard_dir / "plan.json", {"fingerprint": fp,
-                                                     "shard_size": shard_size,
-                                                     "documents": stats["documents"]})
-
-            D.on_main(start)
+        kept = _index_corpus(root, inputs, fp, shard_size=shard_size, n_clusters=n_clusters,
+                             corpus_opts=corpus_opts, progress=progress,
+                             check_corpus=check_corpus)
         return _embed_rows(root, fp, params, progress=progress,
-                                trust_remote_code=trust_remote_code, kept=kept)
+                           trust_remote_code=trust_remote_code, kept=kept)
 
     with wd.locked():
         info = wd.run_stage(STAGE, key=key, params=params,
@@ -462,6 +422,61 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     info = dict(info)
     info["seconds"] = round(time.time() - t0, 3)
     return info
+
+
+def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
+                  n_clusters: int | None, corpus_opts: dict[str, Any], progress: bool,
+                  check_corpus: Callable[[dict[str, Any]], None] | None = None
+                  ) -> list[str | None]:
+    """``W/corpus`` and the shard plan ``W/embed/plan.json`` for the inputs of fingerprint
+    ``fp``: reused when the plan is current (a resume), else the corpus is scanned again,
+    every rank a share of the files. Returns the texts when one process scanned a corpus
+    small enough to keep them (else an empty list)."""
+    shard_dir = root / "embed"
+
+
+    def plan() -> bool:
+        """On rank 0: True when the corpus must be indexed (again)."""
+        old = _read_json(shard_dir / "plan.json")
+        # The fingerprint covers the inputs' hashes: an edited input never resumes.
+        if (old is not None and old.get("fingerprint") == fp
+                and old.get("shard_size") == shard_size
+                and (root / "corpus" / "corpus.json").exists()):
+            corpus = Corpus.load(root / "corpus")
+            _check_clusters(corpus.stats, n_clusters)
+            if check_corpus is not None:
+                check_corpus(corpus.stats)
+            corpus.verify_files()
+            return False
+        shutil.rmtree(shard_dir, ignore_errors=True)  # ours: checked before `running`
+        return True
+
+    def check(stats: dict[str, Any]) -> None:
+        if stats["valid"] == 0:
+            raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
+                             f"({stats['documents']} documents, {stats['empty']} empty)")
+        _check_clusters(stats, n_clusters)
+        if check_corpus is not None:
+            check_corpus(stats)
+
+    # The texts, when one process scans a corpus small enough to keep them (read
+    # once, not again for the sample and the shards).
+    kept: list[str | None] = []
+    if D.on_main(plan):
+        # Every rank scans a share of the files; rank 0 writes the index.
+        stats = scan_into(root / "corpus", inputs, progress=progress, check=check,
+                          texts=kept, **corpus_opts)
+
+        def start() -> None:
+            write_marker(root / "corpus", STAGE)
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            write_marker(shard_dir, STAGE)
+            write_json(shard_dir / "plan.json", {"fingerprint": fp,
+                                                 "shard_size": shard_size,
+                                                 "documents": stats["documents"]})
+
+        D.on_main(start)
+    return kept
 
 
 def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,

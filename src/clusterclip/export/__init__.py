@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -56,10 +55,10 @@ import numpy as np
 from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
+from clusterclip.export.rows import COLUMNS, _int64, _RowsHash, _schema
 from clusterclip.sampling.spec import rank_share
 
 FORMATS = ("parquet", "hf", "mds", "megatron")
-COLUMNS = ("position", "doc_index", "label", "text", "fields")
 #: Extra needed by each format (named in the error when its library is missing).
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
           "mds": ("pyarrow", "mds"),
@@ -84,13 +83,6 @@ def _require(fmt: str) -> None:
                          f"(pip install 'clusterclip[{extra}]')") from None
 
 
-def _schema():
-    import pyarrow as pa
-
-    return pa.schema([("position", pa.int64()), ("doc_index", pa.int64()),
-                      ("label", pa.int32()), ("text", pa.string()), ("fields", pa.string())])
-
-
 def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
                    block: int = 1 << 20) -> None:
     """InputError naming the first position whose document is out of range or excluded."""
@@ -107,46 +99,6 @@ def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
             p = a + int(bad[0])
             raise InputError(f"{source}: position {p} holds document {int(schedule[p])}, "
                              f"which has no label (-1: excluded, no text)")
-
-
-class _RowsHash:
-    """Order-sensitive hash of Arrow rows, the same however they are split into batches:
-    one stream per column (integers as int64; strings as byte lengths + UTF-8 bytes),
-    read from the Arrow buffers (no Python object per row)."""
-
-    def __init__(self) -> None:
-        self.parts = {name: hashlib.blake2b(digest_size=16)
-                      for name in ("position", "doc_index", "label", "text_len", "text",
-                                   "fields_len", "fields")}
-
-    def update(self, table: Any) -> None:
-        """``table``: a pyarrow Table or RecordBatch with ``COLUMNS``."""
-        p = self.parts
-        for c in ("position", "doc_index", "label"):
-            p[c].update(_int64(table.column(c)).tobytes())
-        for c in ("text", "fields"):
-            col = table.column(c)
-            for arr in getattr(col, "chunks", [col]):
-                if arr.null_count:
-                    raise RuntimeError(f"column {c} holds nulls")
-                if len(arr) == 0:
-                    continue
-                wide = str(arr.type) == "large_string"
-                _, offsets, data = arr.buffers()
-                offs = np.frombuffer(offsets, dtype="<i8" if wide else "<i4")[
-                    arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
-                p[f"{c}_len"].update(np.diff(offs).tobytes())
-                p[c].update(memoryview(data)[int(offs[0]):int(offs[-1])])
-
-    def hexdigest(self) -> str:
-        h = hashlib.blake2b(digest_size=16)
-        for part in self.parts.values():
-            h.update(part.digest())
-        return h.hexdigest()
-
-
-def _int64(column: Any) -> np.ndarray:
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype="<i8")
 
 
 def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: int = 0,

@@ -67,12 +67,12 @@ def write_mds(batches: Iterator[dict[str, list[Any]]], directory: Path, rows_per
     """Write ``shard.NNNNN.mds`` files and ``index.json``; return (file names, rows, hash).
 
     ``batches``: column batches as from :func:`clusterclip.export.iter_batches`;
-    the hash is :class:`clusterclip.export._RowsHash` of the rows written.
+    the hash is :class:`clusterclip.export.rows._RowsHash` of the rows written.
     Memory holds one shard's rows (at most ``size_limit`` bytes, or one row).
     """
     import pyarrow as pa
 
-    from clusterclip.export import _RowsHash, _schema
+    from clusterclip.export.rows import _RowsHash, _schema
 
     config = json.dumps(shard_config(size_limit), sort_keys=True).encode("utf-8")
     empty = 4 + 4 + len(config)  # row count, first offset, settings: a shard's bytes before rows
@@ -134,7 +134,7 @@ def read_mds_batches(directory: str | Path, batch_size: int = 1 << 13) -> Iterat
     """
     import pyarrow as pa
 
-    from clusterclip.export import COLUMNS
+    from clusterclip.export.rows import COLUMNS
 
     d = Path(directory)
     index = json.loads((d / INDEX).read_text(encoding="utf-8"))

@@ -227,8 +227,23 @@ def _conclusion_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> str:
     """Markdown text of the report; ``figures`` maps figure keys to file names."""
+    sched = summary["schedules"]
+    lines = [*_head_lines(summary), *_cluster_lines(summary, figures),
+             *_agreement_lines(summary), *_example_lines(summary),
+             *_schedule_lines(summary, figures), *_clip_note_lines(sched)]
+    choose = summary.get("choose_clip")
+    if choose:
+        lines += _choose_lines(choose, figures, sched)
+    lines += _conclusion_lines(summary)
+    if summary.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def _head_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The title, the corpus and budget, the experiment's and the search's lines."""
     p = summary["clusters"]
-    lines = [
+    return [
         "# ClusterClip report",
         "",
         f"Corpus: {summary['documents']:,} documents, {summary['eligible_documents']:,} "
@@ -241,6 +256,13 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
         *([_search_line(summary), ""] if _search_line(summary) else []),
         *_page_lines(summary),
+    ]
+
+
+def _cluster_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> list[str]:
+    """``## Clusters``: the sizes, head and tail shares, and the sizes figure."""
+    p = summary["clusters"]
+    return [
         "## Clusters",
         "",
         f"Sizes range from {p['min_size']:,} to {p['max_size']:,} documents (median "
@@ -252,19 +274,30 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         f"![cluster sizes]({figures['sizes']})",
         "",
     ]
+
+
+def _agreement_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The clusters' agreement with the label field (none without one)."""
     agreement = summary.get("label_agreement")
-    if agreement:
-        lines += [
-            f"### Agreement with the `{agreement['field']}` field",
-            "",
-            f"Over {agreement['documents']:,} documents ({agreement['skipped_missing']:,} "
-            f"without a value skipped) and {agreement['classes']} distinct values:",
-            "",
-            *_table(["NMI", "ARI", "purity"],
-                    [[f"{agreement['nmi']:.3f}", f"{agreement['ari']:.3f}",
-                      f"{agreement['purity']:.3f}"]]),
-            "",
-        ]
+    if not agreement:
+        return []
+    return [
+        f"### Agreement with the `{agreement['field']}` field",
+        "",
+        f"Over {agreement['documents']:,} documents ({agreement['skipped_missing']:,} "
+        f"without a value skipped) and {agreement['classes']} distinct values:",
+        "",
+        *_table(["NMI", "ARI", "purity"],
+                [[f"{agreement['nmi']:.3f}", f"{agreement['ari']:.3f}",
+                  f"{agreement['purity']:.3f}"]]),
+        "",
+    ]
+
+
+def _example_lines(summary: Mapping[str, Any]) -> list[str]:
+    """``### What the clusters are``: the link to every cluster, the terms' sample and
+    the documents nearest the centroids of the clusters shown."""
+    lines: list[str] = []
     examples = summary.get("examples")
     browse = summary.get("clusters_md")
     if examples or browse:
@@ -292,9 +325,14 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
                 lines.append(f"- doc {d['index']} (score {d['score']:.3f}): "
                              f"{escape_inline(d['text'])}")
             lines.append("")
+    return lines
+
+
+def _schedule_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> list[str]:
+    """``## Schedules``: the table, groups, tokens, the share and repetition figures."""
     sched = summary["schedules"]
     bins = repetition_bins(max(len(s["repetition_histogram"]) for s in sched.values()) - 1)
-    lines += [
+    return [
         "## Schedules",
         "",
         f"Each schedule below has the same budget T = {summary['num_samples']:,} samples over "
@@ -331,6 +369,11 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
         "",
         *_tenths_lines(summary, figures),
     ]
+
+
+def _clip_note_lines(sched: Mapping[str, Any]) -> list[str]:
+    """Where each schedule's clusters leave the pool, or were clipped."""
+    lines: list[str] = []
     for name, s in sched.items():
         if "pool_clip" in s:
             lines.append(f"`{name}` ({s['source']}): its clusters leave the pool after "
@@ -341,13 +384,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
             lines.append(f"`{name}`: {ce['clusters_clipped']} clusters clipped; the first at "
                          f"position {ce['first']:,}, the last at {ce['last']:,}.")
             lines.append("")
-    choose = summary.get("choose_clip")
-    if choose:
-        lines += _choose_lines(choose, figures, sched)
-    lines += _conclusion_lines(summary)
-    if summary.get("notes"):
-        lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
-    return "\n".join(lines)
+    return lines
 
 
 def _group_lines(sched: dict[str, Any]) -> list[str]:

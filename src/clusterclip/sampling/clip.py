@@ -203,18 +203,8 @@ def choose_clip(
         raise ValueError(f"num_samples must be positive, got {num_samples}")
     if not (tail_floor >= 0 and math.isfinite(tail_floor)):
         raise ValueError(f"tail_floor must be a number >= 0, got {tail_floor}")
-    labels = np.asarray(labels)
-    eligible = labels[labels >= 0]
-    sizes = np.bincount(eligible) if eligible.size else np.zeros(0, np.int64)
+    sizes, cluster_weights = _sizes_and_weights(labels, cluster_weights)
     n_docs = int(sizes.sum())
-    if n_docs == 0:
-        raise ValueError("no eligible documents (every label is -1)")
-    if cluster_weights is not None:
-        cluster_weights = np.asarray(cluster_weights, dtype=np.float64)
-        if cluster_weights.ndim != 1 or cluster_weights.size < sizes.size \
-                or not (cluster_weights[:sizes.size][sizes > 0] > 0).all():
-            raise ValueError(f"cluster_weights must be a 1-D array of >= {sizes.size} values, "
-                             f"> 0 for every non-empty cluster")
     min_feasible = math.ceil(num_samples / n_docs)
     if clips is None:
         clips = default_clips(min_feasible)
@@ -230,10 +220,52 @@ def choose_clip(
         if measure is not None and row["feasible"]:
             row.update(measure(r))
         rows.append(row)
-    feasible = [row for row in rows if row["feasible"]]
-    ok = [row for row in feasible if row["tail_share_late"] >= threshold]
     inactive = [row["clip"] for row in rows if row["clusters_clipped"] == 0]
     clip_inactive_from = min(inactive) if inactive else None
+    rule, best, reason = _recommend(rows, clips, tail_floor, corpus_tail, min_feasible)
+    return {
+        "budget": int(num_samples),
+        "alpha": float(alpha),
+        "tail_floor": float(tail_floor),
+        "corpus_tail_share": corpus_tail,
+        "late_threshold": threshold,
+        "late_start": late_start(num_samples),
+        "eligible_documents": n_docs,
+        "clusters": int((sizes > 0).sum()),
+        "tail_clusters": int(tail.size),
+        "tail_documents": int(sizes[tail].sum()),
+        "min_feasible_clip": int(min_feasible),
+        "rows": rows,
+        "recommended_clip": best,
+        "clip_inactive_from": clip_inactive_from,
+        "rule": rule,
+        "reason": reason,
+    }
+
+
+def _sizes_and_weights(labels: np.ndarray, cluster_weights: np.ndarray | None
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The cluster sizes of the eligible documents, and the checked ``cluster_weights``."""
+    labels = np.asarray(labels)
+    eligible = labels[labels >= 0]
+    sizes = np.bincount(eligible) if eligible.size else np.zeros(0, np.int64)
+    if int(sizes.sum()) == 0:
+        raise ValueError("no eligible documents (every label is -1)")
+    if cluster_weights is not None:
+        cluster_weights = np.asarray(cluster_weights, dtype=np.float64)
+        if cluster_weights.ndim != 1 or cluster_weights.size < sizes.size \
+                or not (cluster_weights[:sizes.size][sizes > 0] > 0).all():
+            raise ValueError(f"cluster_weights must be a 1-D array of >= {sizes.size} values, "
+                             f"> 0 for every non-empty cluster")
+    return sizes, cluster_weights
+
+
+def _recommend(rows: list[dict[str, Any]], clips: list[int], tail_floor: float,
+               corpus_tail: float, min_feasible: int) -> tuple[str, int | None, str]:
+    """The rule, the recommended R (None when no R fits it) and the reason, as sentences."""
+    threshold = tail_floor * corpus_tail
+    feasible = [row for row in rows if row["feasible"]]
+    ok = [row for row in feasible if row["tail_share_late"] >= threshold]
     late_pct = 10 * LATE_TENTHS
     rule = (f"the smallest R with R x N >= T whose smallest quartile of clusters still gets at "
             f"least {tail_floor:g} x its corpus share ({tail_floor:g} x {100 * corpus_tail:.1f}% "
@@ -263,24 +295,7 @@ def choose_clip(
         best = None
         reason = (f"The budget needs R >= {min_feasible}, above every R considered "
                   f"({clips[0]}..{clips[-1]}).")
-    return {
-        "budget": int(num_samples),
-        "alpha": float(alpha),
-        "tail_floor": float(tail_floor),
-        "corpus_tail_share": corpus_tail,
-        "late_threshold": threshold,
-        "late_start": late_start(num_samples),
-        "eligible_documents": n_docs,
-        "clusters": int((sizes > 0).sum()),
-        "tail_clusters": int(tail.size),
-        "tail_documents": int(sizes[tail].sum()),
-        "min_feasible_clip": int(min_feasible),
-        "rows": rows,
-        "recommended_clip": best,
-        "clip_inactive_from": clip_inactive_from,
-        "rule": rule,
-        "reason": reason,
-    }
+    return rule, best, reason
 
 
 # -- the defaults of `sample`, `run` and the demo ------------------------------------------

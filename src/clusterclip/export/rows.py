@@ -1,0 +1,59 @@
+"""The rows every export format writes: their columns, their Arrow schema and the
+order-sensitive hash that checks an output re-read against what was written (used by
+:mod:`clusterclip.export` and :mod:`clusterclip.export.mds`)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+COLUMNS = ("position", "doc_index", "label", "text", "fields")
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([("position", pa.int64()), ("doc_index", pa.int64()),
+                      ("label", pa.int32()), ("text", pa.string()), ("fields", pa.string())])
+
+
+class _RowsHash:
+    """Order-sensitive hash of Arrow rows, the same however they are split into batches:
+    one stream per column (integers as int64; strings as byte lengths + UTF-8 bytes),
+    read from the Arrow buffers (no Python object per row)."""
+
+    def __init__(self) -> None:
+        self.parts = {name: hashlib.blake2b(digest_size=16)
+                      for name in ("position", "doc_index", "label", "text_len", "text",
+                                   "fields_len", "fields")}
+
+    def update(self, table: Any) -> None:
+        """``table``: a pyarrow Table or RecordBatch with ``COLUMNS``."""
+        p = self.parts
+        for c in ("position", "doc_index", "label"):
+            p[c].update(_int64(table.column(c)).tobytes())
+        for c in ("text", "fields"):
+            col = table.column(c)
+            for arr in getattr(col, "chunks", [col]):
+                if arr.null_count:
+                    raise RuntimeError(f"column {c} holds nulls")
+                if len(arr) == 0:
+                    continue
+                wide = str(arr.type) == "large_string"
+                _, offsets, data = arr.buffers()
+                offs = np.frombuffer(offsets, dtype="<i8" if wide else "<i4")[
+                    arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+                p[f"{c}_len"].update(np.diff(offs).tobytes())
+                p[c].update(memoryview(data)[int(offs[0]):int(offs[-1])])
+
+    def hexdigest(self) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        for part in self.parts.values():
+            h.update(part.digest())
+        return h.hexdigest()
+
+
+def _int64(column: Any) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype="<i8")
