@@ -12,8 +12,8 @@ thread) on the first :data:`PCA_DIMS` principal components of the
 L2-normalised embeddings, with the euclidean metric: on unit vectors it
 orders neighbours as cosine does. The PCA step keeps the neighbour search's cost
 independent of the model's dimension; at 10^5 documents the single-threaded layout
-dominates either way (BENCHMARKS.md, "Report page and map": about 5 CPU-minutes, over
-the 2-minute target).
+dominates either way (BENCHMARKS.md, "Report page and map": about 3.5 CPU-minutes with numba's
+first use, over the 2-minute target).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class MapParams:
     pca_dims: int = PCA_DIMS
     n_neighbors: int = 15
     min_dist: float = 0.1
-    init: str = "spectral"
+    init: str = "pca"
     n_epochs: int | None = None
 
 
