@@ -120,6 +120,8 @@ def test_stage_writes_groups_caches_and_refuses(workdir, capsys):
     s = json.loads((workdir / "dedup.json").read_text())
     assert s["redundant_documents"] == s["eligible_documents"] - s["groups"] >= 20
     assert s["largest_groups"][0]["size"] == s["largest_group_size"] >= 2
+    first_group = s["largest_groups"][0]  # the cluster id is `label`, as in every output
+    assert first_group["label"] == labels[first_group["group"]] and "cluster" not in first_group
     first = (workdir / "groups.npy").read_bytes()
     capsys.readouterr()
     assert main(args) == 0
@@ -193,3 +195,40 @@ def test_groups_of_older_labels_are_refused(workdir, tmp_path, capsys):
     assert main(sample) == 2  # the groups were made from the old clusters
     err = capsys.readouterr().err
     assert "`dedup` are stale" in err and "clusterclip dedup" in err
+
+
+# -- issue 16: exact copies join at every allowed threshold, 1 included ---------------------
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**16), st.sampled_from([8, 384]), st.sampled_from(["float32", "float16"]),
+       st.sampled_from([0.5, 0.95, 0.9999, 1.0]))
+def test_exact_copies_join_at_every_threshold(seed, d, dtype, t):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((6, d))
+    base = (base / np.linalg.norm(base, axis=1, keepdims=True)).astype(np.float32).astype(dtype)
+    source = rng.permutation(np.repeat(np.arange(6), rng.integers(1, 6, 6)))
+    X = base[source]  # exact copies of the stored rows, as a repeated text gives
+    labels = (source % 2).astype(np.int32)  # copies share their cluster
+    groups, _ = dedup.near_duplicate_groups(X, labels, t)
+    for s in range(6):
+        assert np.unique(groups[source == s]).size <= 1  # all copies in one group
+    if t == 1.0:  # at 1 exactly the copies: random directions are far apart
+        assert np.unique(groups).size == np.unique(source).size
+
+
+def test_threshold_1_joins_every_copy_and_the_schedule_clips_them_as_one(tmp_path, pydocs_path):
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"][:400] for _, line in zip(range(40), f, strict=False)]
+    docs = texts[:30] + [t for t in texts[30:35] for _ in range(10)]  # 5 texts, 10 copies each
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    W = tmp_path / "W"
+    assert main(["run", str(corpus), "--workdir", str(W), "--clusters", "2", "--embedder",
+                 "fast", "--dedup", "--dedup-threshold", "1", "--num-samples", "35",
+                 "--clip", "1", "--strategy", "clusterclip"]) == 0
+    g = np.load(W / "groups.npy")
+    for c in range(5):
+        copies = 30 + 10 * c + np.arange(10)
+        assert np.unique(g[copies]).size == 1, g[copies]
+    assert np.unique(g).size == 35
+    drawn = np.load(W / "schedule.npy")
+    assert np.bincount(g[drawn], minlength=len(docs)).max() == 1  # clip 1 per group

@@ -16,21 +16,25 @@ WORKER = textwrap.dedent("""
     import torch.distributed as dist
     from clusterclip.clustering import KMeans, gather_rows, load_shard
 
-    emb, valid_path, out, metric, init_kind = sys.argv[1:6]
+    # One process group runs every (metric, init) case: each writes to its own folder.
+    emb, valid_path, out = sys.argv[1:4]
     dist.init_process_group("gloo")
     X, start, stop = load_shard(emb)
     valid = np.load(valid_path)[start:stop]
-    init = "k-means++"
-    if init_kind == "far":
-        init = np.vstack([np.load(emb)[:1], 100 * np.eye(16, dtype=np.float32)[:5]])
-    km = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=97, init=init).fit(X, valid)
-    labels, scores = gather_rows(km.labels_), gather_rows(km.scores_)
-    if dist.get_rank() == 0:
-        np.save(out + "/labels.npy", labels)
-        np.save(out + "/scores.npy", scores)
-        np.save(out + "/centroids.npy", km.cluster_centers_)
-        np.save(out + "/history.npy", np.array(km.objective_history_))
-        np.save(out + "/reseeds.npy", np.array(km.reseeds_ + [0]))
+    for case in sys.argv[4:]:
+        metric, init_kind = case.split(":")
+        init = "k-means++"
+        if init_kind == "far":
+            init = np.vstack([np.load(emb)[:1], 100 * np.eye(16, dtype=np.float32)[:5]])
+        km = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=97, init=init).fit(X, valid)
+        labels, scores = gather_rows(km.labels_), gather_rows(km.scores_)
+        if dist.get_rank() == 0:
+            d = f"{out}/{metric}-{init_kind}"
+            np.save(d + "/labels.npy", labels)
+            np.save(d + "/scores.npy", scores)
+            np.save(d + "/centroids.npy", km.cluster_centers_)
+            np.save(d + "/history.npy", np.array(km.objective_history_))
+            np.save(d + "/reseeds.npy", np.array(km.reseeds_ + [0]))
     dist.destroy_process_group()
 """)
 
@@ -46,18 +50,28 @@ def make_inputs(tmp_path, n: int = 1001):
     return X, valid
 
 
-def run_two_ranks(tmp_path, metric: str, init_kind: str) -> None:
-    script = tmp_path / "worker.py"
+CASES = [("cosine", "kmeans++"), ("euclidean", "kmeans++"), ("euclidean", "far")]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every case of CASES fitted by two real gloo processes (one torchrun launch)."""
+    root = tmp_path_factory.mktemp("kmeans2")
+    X, valid = make_inputs(root)
+    for metric, init_kind in CASES:
+        (root / f"{metric}-{init_kind}").mkdir()
+    script = root / "worker.py"
     script.write_text(WORKER)
-    res = torchrun(script, tmp_path / "emb.npy", tmp_path / "valid.npy", tmp_path, metric,
-                   init_kind, timeout=120)
+    res = torchrun(script, root / "emb.npy", root / "valid.npy", root,
+                   *(f"{m}:{i}" for m, i in CASES), timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
+    return root, X, valid
 
 
-@pytest.mark.parametrize("metric, init_kind", [("cosine", "kmeans++"), ("euclidean", "kmeans++"),
-                                                ("euclidean", "far")])
-def test_two_gloo_processes_give_the_single_process_labels(tmp_path, metric, init_kind):
-    X, valid = make_inputs(tmp_path)
+@pytest.mark.parametrize("metric, init_kind", CASES)
+def test_two_gloo_processes_give_the_single_process_labels(two_ranks, metric, init_kind):
+    root, X, valid = two_ranks
+    got = root / f"{metric}-{init_kind}"
     # "far": five centroids no row is near, so five clusters are re-seeded at once.
     # (Not identical centroids: exact ties are broken by float rounding in the matrix
     # product, which depends on the block shape.)
@@ -65,15 +79,14 @@ def test_two_gloo_processes_give_the_single_process_labels(tmp_path, metric, ini
     if init_kind == "far":
         init = np.vstack([X[:1], 100 * np.eye(16, dtype=np.float32)[:5]])
     ref = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=1000, init=init).fit(X, valid)
-    run_two_ranks(tmp_path, metric, init_kind)
-    np.testing.assert_array_equal(np.load(tmp_path / "labels.npy"), ref.labels_)
-    np.testing.assert_allclose(np.load(tmp_path / "scores.npy"), ref.scores_, atol=1e-6)
-    np.testing.assert_allclose(np.load(tmp_path / "centroids.npy"), ref.cluster_centers_,
+    np.testing.assert_array_equal(np.load(got / "labels.npy"), ref.labels_)
+    np.testing.assert_allclose(np.load(got / "scores.npy"), ref.scores_, atol=1e-6)
+    np.testing.assert_allclose(np.load(got / "centroids.npy"), ref.cluster_centers_,
                                atol=1e-6)
-    np.testing.assert_allclose(np.load(tmp_path / "history.npy"), ref.objective_history_,
+    np.testing.assert_allclose(np.load(got / "history.npy"), ref.objective_history_,
                                rtol=1e-9)
     if init_kind == "far":  # re-seeding picked the same rows across shards
-        assert np.load(tmp_path / "reseeds.npy")[0] == 5 == ref.reseeds_[0]
+        assert np.load(got / "reseeds.npy")[0] == 5 == ref.reseeds_[0]
 
 
 def test_load_shard_splits_rows_contiguously(tmp_path):

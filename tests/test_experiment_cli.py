@@ -100,6 +100,11 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     assert any(ln.startswith("- macro: lowest mean") for ln in verdict)
     assert printed.startswith(verdict[0]) and "paired-t 95% confidence interval" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed
+    # the repetition counts say which budget they come from (not the report's)
+    budget = (f"counts over each run's training budget: {d['budget_tokens']:,} tokens "
+              f"({d['epochs_equivalent']:.2f} epochs) drawn from the {d['train_docs']:,} "
+              "training documents")
+    assert budget in printed and budget in md
 
 
 def test_quick_defaults_make_the_clip_bind(quick_run):

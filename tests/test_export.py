@@ -53,8 +53,10 @@ def _check(rows, corpus, labels, schedule, positions):
     assert rows["doc_index"] == docs.tolist()
     assert rows["label"] == labels[docs].tolist()
     assert rows["text"] == corpus.texts(docs)
-    want_fields = [{k: v for k, v in recs[d].items() if k != corpus.text_field}
-                   for d in docs.tolist()]
+    # the input's own `label` is kept as `orig_label` (`label` is the cluster id)
+    want_fields = [{("orig_label" if k == "label" else k): v for k, v in recs[d].items()
+                    if k != corpus.text_field} for d in docs.tolist()]
+    assert not any("orig_label" in recs[d] for d in docs.tolist())
     assert [json.loads(f) for f in rows["fields"]] == want_fields
 
 
@@ -100,7 +102,7 @@ def test_parquet_round_trip_in_schedule_order(data, request, tmp_path):
         [300] * (n // 300) + ([n % 300] if n % 300 else []))
     assert [f.name for f in files] == s["files"] == [f"part-{j:05d}.parquet"
                                                     for j in range(len(files))]
-    assert s["rows"] == n and json.loads((out / "export.json").read_text()) == s
+    assert s["rows"] == n and json.loads((out / "_export.json").read_text()) == s
 
 
 @pytest.mark.parametrize("data", ["bundled", "multi"])
@@ -322,3 +324,102 @@ def test_readme_training_recipes_consume_the_schedule_in_order(workdir, tmp_path
         seen: list[str] = []
         exec(code, {"train_step": seen.extend})
         assert seen == corpus.texts(schedule[0:500:2]), fmt
+
+
+# -- issue 16: typed Parquet values, folder readers, one vocabulary -------------------------
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory, pydocs_path):
+    """A Parquet corpus with binary, timestamp, date, time, decimal and list<binary> columns
+    and its own `label` field, embedded, clustered, deduplicated and sampled."""
+    import datetime as dt
+    from decimal import Decimal
+
+    d = tmp_path_factory.mktemp("typed")
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as src:
+        recs = [json.loads(line) for _, line in zip(range(80), src, strict=False)]
+    utc = dt.timezone.utc
+    table = pa.table({
+        "text": [r["text"][:300] for r in recs],
+        "label": [r["label"] for r in recs],
+        "blob": pa.array([bytes([i, 255 - i, 0]) * (i % 4) for i in range(80)], pa.binary()),
+        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=utc) + dt.timedelta(seconds=7 * i + 0.5)
+                        for i in range(80)], pa.timestamp("us", tz="UTC")),
+        "ns": pa.array([1_700_000_000_123_456_789 + i for i in range(80)], pa.timestamp("ns")),
+        "day": pa.array([dt.date(2020, 2, 1 + i % 28) for i in range(80)], pa.date32()),
+        "at": pa.array([dt.time(i % 24, 30, 15, 250000) for i in range(80)], pa.time64("us")),
+        "price": pa.array([Decimal(f"{i}.{i % 100:02d}") for i in range(80)],
+                          pa.decimal128(10, 2)),
+        "blobs": pa.array([[b"\x00", bytes([i])] for i in range(80)], pa.list_(pa.binary())),
+        "n": list(range(80)),
+    })
+    pq.write_table(table, d / "typed.parquet")
+    w = d / "W"
+    assert main(["run", str(d / "typed.parquet"), "--workdir", str(w), "--clusters", "3",
+                 "--embedder", "fast", "--num-samples", "120", "--dedup"]) == 0
+    return w, table.to_pylist()
+
+
+def test_fields_read_back_to_the_values_of_the_input(typed, tmp_path):
+    from clusterclip.corpus.records import decode_fields
+
+    w, recs = typed
+    out = tmp_path / "pq"
+    assert main(["export", "--workdir", str(w), "--format", "parquet", "--out", str(out)]) == 0
+    s = json.loads((out / "_export.json").read_text())
+    assert s["field_types"] == {"at": "time64[us]", "blob": "binary", "blobs": "list<binary>",
+                                "day": "date32[day]", "ns": "timestamp[ns]",
+                                "price": "decimal128(10, 2)", "ts": "timestamp[us, tz=UTC]"}
+    rows, _ = _read_parquet(out)
+    assert len(rows["doc_index"]) == 120
+    for d, fields in zip(rows["doc_index"], rows["fields"], strict=True):
+        want = {("orig_label" if k == "label" else k): v for k, v in recs[d].items()
+                if k != "text"}
+        assert decode_fields(fields, s["field_types"]) == want
+    one = json.loads(rows["fields"][0])  # the stated JSON forms
+    d0 = recs[rows["doc_index"][0]]
+    import base64
+
+    assert base64.b64decode(one["blob"]) == d0["blob"]
+    assert one["ts"] == d0["ts"].isoformat() and one["price"] == str(d0["price"])
+
+
+def test_a_parquet_export_reads_as_a_folder(typed, tmp_path):
+    import pandas as pd
+    import pyarrow.dataset as pds
+
+    w, _ = typed
+    out = tmp_path / "pq"
+    assert main(["export", "--workdir", str(w), "--format", "parquet", "--out", str(out),
+                 "--rows-per-shard", "50"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".clusterclip-output", "_export.json", "part-00000.parquet", "part-00001.parquet",
+        "part-00002.parquet"]
+    schedule = np.load(w / "schedule.npy")
+    frame = pd.read_parquet(out)
+    table = pds.dataset(out, format="parquet").to_table()
+    for got in (frame["doc_index"].tolist(), table.column("doc_index").to_pylist(),
+                pq.read_table(out).column("doc_index").to_pylist()):
+        assert sorted(got) == sorted(schedule.tolist())
+    assert table.sort_by("position").column("doc_index").to_pylist() == schedule.tolist()
+
+
+def test_keep_one_and_group_write_typed_values_in_the_same_json_form(typed, tmp_path):
+    from clusterclip.corpus.records import decode_fields
+    from clusterclip.grouping import original
+
+    w, recs = typed
+    keep = tmp_path / "keep"
+    assert main(["dedup", "--workdir", str(w), "--keep-one", str(keep), "--no-progress"]) == 0
+    kept = np.load(keep / "kept.npy")
+    types = json.loads((keep / "keep_one.json").read_text())["field_types"]
+    lines = (keep / "data.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [decode_fields(line, types) for line in lines] == [recs[k] for k in kept.tolist()]
+    g = tmp_path / "g"
+    assert main(["group", "--workdir", str(w), "--out", str(g)]) == 0
+    summary = json.loads((g / "group.json").read_text())
+    assert summary["renamed_fields"] == {"label": 80}
+    assert summary["field_types"] == types
+    for f in g.glob("cluster_*/data_*.jsonl"):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            i, rec = original(json.loads(line))
+            assert decode_fields(json.dumps(rec), types) == recs[i]

@@ -78,7 +78,7 @@ def test_mds_round_trip_in_schedule_order(data, request, tmp_path):
         f"shard.{j:05d}.mds" for j in range(len(s["files"]))]
     assert all((out / e["raw_data"]["basename"]).stat().st_size == e["raw_data"]["bytes"]
                for e in index["shards"])
-    assert s["rows"] == n and json.loads((out / "export.json").read_text()) == s
+    assert s["rows"] == n and json.loads((out / "_export.json").read_text()) == s
 
 
 def test_shards_close_before_the_size_limit(multi, tmp_path):

@@ -76,7 +76,7 @@ def _check(out, tok, corpus, labels, schedule, positions, summary):
         per_label[str(lab)] += len(seq)
     assert summary["tokens_by_label"] == dict(sorted(per_label.items()))
     assert summary["tokens"] == int(ds.sequence_lengths.sum())
-    assert json.loads((out / "export.json").read_text()) == summary
+    assert json.loads((out / "_export.json").read_text()) == summary
 
 
 @pytest.mark.parametrize("data", ["bundled", "multi"])
@@ -96,7 +96,7 @@ def test_token_cache_evicts_and_output_is_unchanged(multi, tmp_path, tok, monkey
     monkeypatch.setattr(mg, "CACHE_TOKENS", 3000)  # a few documents: evicted all the time
     export_schedule(corpus, labels, schedule, tmp_path / "small", fmt="megatron",
                     tokenizer=tok, block=50)
-    for name in ("text_document.bin", "text_document.idx", "documents.npy", "export.json"):
+    for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
         assert (tmp_path / "big" / name).read_bytes() == (tmp_path / "small" / name).read_bytes()
     c = mg._TokenCache(10)
     for d, n in ((1, 4), (2, 4), (3, 4), (4, 11)):
@@ -239,7 +239,7 @@ def test_cli_exports_the_workdir_schedule(workdir, tmp_path, tok_path, tok, caps
     printed = capsys.readouterr().out
     assert "exported 250 rows (rank 1 of 2" in printed
     assert f"--data-path {out}/text_document" in printed
-    s = json.loads((out / "export.json").read_text())
+    s = json.loads((out / "_export.json").read_text())
     _check(out, tok, Corpus.load(workdir / "corpus"), np.load(workdir / "labels.npy"),
            np.load(workdir / "schedule.npy"), np.arange(1, 500, 2), s)
     stage = json.loads((workdir / "manifest.json").read_text())["stages"]["export"]
@@ -250,11 +250,15 @@ def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_pa
                                                        capsys):
     out = tmp_path / "out"
     base = ["export", "--workdir", str(workdir), "--out", str(out)]
+    empty = tmp_path / "empty"  # a folder without a tokenizer (not one holding --out)
+    empty.mkdir()
     cases = {
         "--format megatron needs --tokenizer PATH": ["--format", "megatron"],
         "--tokenizer is only for --format megatron, not --format parquet":
             ["--format", "parquet", "--tokenizer", tok_path],
-        f"--tokenizer {tmp_path}: cannot load a tokenizer":
+        f"--tokenizer {empty}: cannot load a tokenizer":
+            ["--format", "megatron", "--tokenizer", str(empty)],
+        f"--out {out}: is inside the --tokenizer input {tmp_path}":
             ["--format", "megatron", "--tokenizer", str(tmp_path)],
         "--tokenizer nowhere: not a folder": ["--format", "megatron", "--tokenizer", "nowhere"],
         "--rows-per-shard does not apply to --format megatron":

@@ -23,11 +23,13 @@ from clusterclip.cli import main
 from clusterclip.errors import InputError
 
 
-def cli(*args: str, cwd: Path | None = None, mem_gib: int | None = None
-        ) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path | None = None, mem_gib: int | None = None,
+        file_bytes: int | None = None) -> subprocess.CompletedProcess:
     def limit() -> None:  # a regression then fails the test instead of exhausting the machine
         if mem_gib is not None:
             resource.setrlimit(resource.RLIMIT_AS, (mem_gib << 30, mem_gib << 30))
+        if file_bytes is not None:  # a full disk, as a writer sees it: EFBIG past this size
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
 
     proc = subprocess.run(cli_command(*args), capture_output=True, cwd=cwd, env=child_env(),
                           timeout=600, preexec_fn=limit)
@@ -290,6 +292,10 @@ def test_sample_seed_out_of_range(tmp_path, seed, expect):
      f"--seed {2**64}: the sampler takes 0 .. 2**64 - 1"),
     (["--clusters", "3", "--backend", "faiss", "--seed", str(2**31)],
      "seed=2147483648 must be < 2**31 with backend faiss"),
+    (["--clusters", "3", "--num-samples", "1000", "--clip", "4"],
+     "--num-samples 1000 exceeds capacity 96 = --clip 4 x 24 documents with text; the "
+     "smallest --clip that serves it is 42, the largest --num-samples that --clip 4 allows is "
+     "96 (--strategy paced); nothing was embedded"),
 ])
 def test_run_refuses_bad_options_before_embedding(tmp_path, extra, expect):
     corpus = small_corpus(tmp_path / "c.jsonl")
@@ -396,3 +402,111 @@ def test_a_manifest_json_of_the_users_is_one_clear_error_and_kept(tmp_path, caps
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "not a clusterclip manifest" in err[0], err
     assert (w / "manifest.json").read_text() == text
+
+
+# -- issue 16: OS errors on outputs are one line, exit 2, nothing half-written -------------
+@pytest.mark.parametrize("args", [  # Python's writes, and pyarrow's C++ writer (errno in text)
+    ["dedup", "--keep-one", "{out}", "--no-progress"],
+    ["export", "--format", "parquet", "--out", "{out}"]])
+def test_a_write_failing_midway_is_one_line_and_leaves_nothing(tmp_path, args):
+    rng = np.random.default_rng(0)  # texts that do not compress: outputs over the limit
+    w = _grouping_workdir(tmp_path, [{"text": rng.bytes(3000).hex()} for _ in range(40)])
+    X = rng.standard_normal((40, 8)).astype(np.float32)
+    np.save(w / "embeddings.npy", X / np.linalg.norm(X, axis=1, keepdims=True))
+    np.save(w / "schedule.npy", np.arange(40).repeat(20))
+    out = tmp_path / "out"
+    before = {p.name for p in tmp_path.iterdir()}
+    argv = [a.format(out=out) for a in args[:1] + ["--workdir", str(w)] + args[1:]]
+    line = one_error_line(cli(*argv, file_bytes=64 << 10))
+    assert "File too large (nothing half-written is left)" in line
+    assert ("--out" in line or "--keep-one" in line or str(out.name) in line), line
+    assert {p.name for p in tmp_path.iterdir()} == before  # no output, no temporary
+
+
+@pytest.mark.parametrize("command", ["group", "export", "report", "dedup", "sample",
+                                     "sample-summary", "cluster", "assign", "demo"])
+def test_an_output_below_a_regular_file_is_refused_before_any_work(tmp_path, capsys, command):
+    w = _grouping_workdir(tmp_path)
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    bad = str(mine / "x")
+    labels = str(w / "labels.npy")
+    argv = {"group": ["group", "--workdir", str(w), "--out", bad],
+            "export": ["export", "--workdir", str(w), "--format", "parquet", "--out", bad],
+            "report": ["report", "--workdir", str(w), "--out", bad],
+            "dedup": ["dedup", "--workdir", str(w), "--keep-one", bad],
+            "sample": ["sample", "--labels", labels, "--num-samples", "5", "--out", bad],
+            "sample-summary": ["sample", "--labels", labels, "--num-samples", "5", "--out",
+                               str(tmp_path / "s.npy"), "--summary-json", bad],
+            "cluster": ["cluster", "--embeddings", labels, "--clusters", "2", "--out", bad],
+            "assign": ["assign", "--embeddings", labels, "--centroids", labels, "--out", bad],
+            "demo": ["demo", "--out", bad, "--embedder", "fast"]}[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad}: {mine} is a file, not a folder" in err[0], err
+    assert mine.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_unwritable_place_is_refused_as_a_read_only_file_system(tmp_path):
+    """Tests run as root, for whom permissions do not bind (so no chmod case), and no
+    read-only mount can be made here without privileges: this runs only where one exists."""
+    ro = next((m for m in _mount_points() if os.statvfs(m).f_flag & os.ST_RDONLY
+               and not m.startswith("/mnt/sandboxing")), None)
+    if ro is None:
+        pytest.skip("no read-only file system mounted on this machine")
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.arange(20) % 2)
+    line = one_error_line(cli("sample", "--labels", str(labels), "--num-samples", "5",
+                              "--out", f"{ro}/s.npy"))
+    assert "(read-only file system)" in line
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/mounts", encoding="utf-8") as f:
+        return [line.split()[1] for line in f]
+
+
+def test_an_export_larger_than_the_free_space_is_refused_before_writing(tmp_path):
+    """The free space of tmp_path's file system, plus a margin, in MDS rows (uncompressed,
+    so the texts alone bound its size). The file size limit makes a regression fail on its
+    first shard instead of filling the disk."""
+    big = "x" * (8 << 20)
+    w = _grouping_workdir(tmp_path, [{"text": big}, {"text": "small"}])
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    n = free // len(big) + 1000
+    np.save(w / "schedule.npy", np.zeros(n, dtype=np.int64))
+    out = tmp_path / "out"
+    line = one_error_line(cli("export", "--workdir", str(w), "--format", "mds", "--out",
+                              str(out), "--rows-per-shard", "1", file_bytes=1 << 20))
+    assert f"--out {out}: the export needs at least {n * len(big):,} bytes" in line
+    assert not out.exists()
+
+
+def test_a_refusal_in_a_folder_that_is_not_a_work_directory_leaves_no_lock(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(6)))
+    # run and embed make W a work directory: refused after the corpus scan (capacity,
+    # K), they leave neither their manifest nor a folder they made
+    run = ["run", str(docs), "--clusters", "2", "--embedder", "fast", "--num-samples", "99",
+           "--clip", "2", "--workdir"]
+    for args in (["group", "--workdir", str(mine), "--out", str(tmp_path / "g")],
+                 ["report", "--workdir", str(mine)],
+                 ["export", "--workdir", str(mine), "--format", "parquet", "--out",
+                  str(tmp_path / "e")],
+                 ["dedup", "--workdir", str(mine)],
+                 ["experiment", "--workdir", str(mine), "--quick"],
+                 ["search", "--workdir", str(mine), "--quick"],
+                 [*run, str(mine)], [*run, str(tmp_path / "new")],
+                 ["run", str(docs), "--clusters", "7", "--embedder", "fast", "--workdir",
+                  str(mine)]):
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().split("\r")[-1]  # after run's scan bar
+        assert len(err.splitlines()) == 1 and "error:" in err, err
+        assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"], args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl", "mine"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from _helpers import torchrun_cli
 
+from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
 
 
@@ -42,7 +43,11 @@ def test_run_chains_every_stage_and_reuses_current_ones(small_corpus, tmp_path, 
     assert schedule.dtype == np.int64 and schedule.shape == (600,)
     assert (labels[schedule] >= 0).all()  # excluded documents are never scheduled
     assert np.bincount(schedule, minlength=240).max() <= 4  # the default clip
+    # the default strategy is paced at R = 4 (the setting of its evidence), and says why
+    assert schedule.tolist() == list(ClusterClipSampler(labels, 600, strategy="paced", clip=4))
+    assert "paced, clip 4, capacity 956" in out and "clip 4 by default: paced's default" in out
     manifest = json.loads((w / "manifest.json").read_text())
+    assert manifest["stages"]["sample"]["params"]["strategy"] == "paced"
     assert {s: manifest["stages"][s]["status"] for s in ("embed", "cluster", "sample")} == {
         "embed": "done", "cluster": "done", "sample": "done"}
 

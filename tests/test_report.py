@@ -14,9 +14,9 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from clusterclip.cli import main
 from clusterclip.report import build_report
-from clusterclip.report.clip import quartile_clusters
 from clusterclip.report.markdown import escape_inline
 from clusterclip.report.stats import window_edges
+from clusterclip.sampling.clip import quartile_clusters
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -77,6 +77,7 @@ def test_report_files_are_valid(full_report):
         assert pixels.std() > 0.01  # not a blank canvas
     # Per-cluster shares: every schedule distributes all of its samples.
     table = _clusters_csv(out)
+    assert table["label"].tolist() == [str(k) for k in range(len(table["label"]))]  # cluster id
     for name in summary["schedules"]:
         assert table[f"{name}_share"].astype(float).sum() == pytest.approx(1.0, abs=1e-4)
     assert table["corpus_share"].astype(float).sum() == pytest.approx(1.0, abs=1e-4)
@@ -165,6 +166,10 @@ def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):
     w.begin("sample", "fp", {"strategy": "clusterclip", "clip": clip, "num_samples": total})
     w.finish("sample", "fp", ["schedule.npy"])
     rc, stdout, _ = _report(["--workdir", wd, "--strategies", "none", "--windows", 25], capsys)
+    assert (f"budget T = {total:,} samples over {int(eligible.sum()):,} documents" in stdout
+            and "the repetition counts below are at this budget, over the whole corpus" in stdout)
+    assert (f"same budget T = {total:,} samples over the {int(eligible.sum()):,} eligible "
+            "documents of the whole corpus" in (wd / "report" / "report.md").read_text())
     assert rc == 0
     assert str(wd / "report" / "report.md") in stdout and "recommended R" in stdout
     summary = _summary(wd / "report")
@@ -210,7 +215,7 @@ def test_examples_are_the_documents_nearest_the_centroid(workdir, full_report):
     labels = np.load(workdir / "labels.npy")
     scores = np.load(workdir / "scores.npy")
     sizes = np.bincount(labels[labels >= 0])
-    shown = {ex["cluster"]: ex for ex in summary["examples"]}
+    shown = {ex["label"]: ex for ex in summary["examples"]}
     assert int(np.argmax(sizes)) in shown and int(np.argmin(sizes)) in shown
     for k, ex in shown.items():
         members = np.flatnonzero(labels == k)
@@ -248,6 +253,8 @@ def test_choose_clip_measured_agrees_with_expected(full_report):
     else:
         assert "**No recommended R.**" in md
     assert choose["rule"] in md
+    # the advice names the strategy it is for, beside the commands' default (paced)
+    assert "This R is for `clusterclip`'s greedy course: `paced`, the commands' default" in md
     # Rows whose R cannot serve the budget are marked, and only those.
     for r in choose["rows"]:
         marked = f"| {r['clip']} | {r['capacity']:,} | **no: R x N < T** |" in md

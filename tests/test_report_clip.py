@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.report.clip import choose_clip, expected_draws, quartile_clusters
+from clusterclip.sampling.clip import choose_clip, expected_draws, quartile_clusters
 
 sizes_st = st.lists(st.integers(0, 60), min_size=1, max_size=25).filter(lambda s: sum(s) > 0)
 

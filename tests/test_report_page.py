@@ -58,7 +58,7 @@ def _open(browser, w: Path):
 
 def _clusters(w: Path) -> dict[int, list[str]]:
     with open(w / "report" / "clusters.csv", newline="", encoding="utf-8") as f:
-        return {int(r["cluster"]): r["top_terms"].split() for r in csv.DictReader(f)
+        return {int(r["label"]): r["top_terms"].split() for r in csv.DictReader(f)
                 if int(r["size"]) > 0}
 
 
@@ -180,7 +180,7 @@ def test_searching_a_term_highlights_its_documents_and_clusters(reported, browse
 def test_cluster_table_sorts_by_size(reported, browser):
     sizes = {}
     with open(reported / "report" / "clusters.csv", newline="", encoding="utf-8") as f:
-        sizes = {int(r["cluster"]): int(r["size"]) for r in csv.DictReader(f)}
+        sizes = {int(r["label"]): int(r["size"]) for r in csv.DictReader(f)}
     _open(browser, reported)
 
     def order() -> list[int]:
@@ -257,7 +257,7 @@ def test_searched_mixture_is_shown_like_a_strategy(reported, tmp_path):
     summary = json.loads((tmp_path / "r" / "summary.json").read_text(encoding="utf-8"))
     mix = summary["schedules"]["mixture"]
     assert mix["parameters"]["timing"] == "paced" and mix["parameters"]["clip"] == 3
-    shares = {int(r["cluster"]): float(r["mixture_share"])
+    shares = {int(r["label"]): float(r["mixture_share"])
               for r in csv.DictReader(open(tmp_path / "r" / "clusters.csv", encoding="utf-8"))}
     assert shares[0] == 0.0 and abs(sum(shares.values()) - 1) < 1e-4
     page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.report.clip import quartile_clusters
 from clusterclip.report.stats import (
     ScheduleStats,
     cluster_sizes,
@@ -15,6 +14,7 @@ from clusterclip.report.stats import (
     size_profile,
     window_edges,
 )
+from clusterclip.sampling.clip import quartile_clusters
 
 
 @st.composite

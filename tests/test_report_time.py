@@ -12,7 +12,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.report.clip import quartile_clusters
 from clusterclip.report.stats import (
     LATE_TENTHS,
     STARVE_FRACTION,
@@ -20,6 +19,7 @@ from clusterclip.report.stats import (
     schedule_summary,
     tail_starvation,
 )
+from clusterclip.sampling.clip import quartile_clusters
 
 
 def _brute_tenths(labels: np.ndarray, sched: np.ndarray, ids: np.ndarray) -> list[float]:

@@ -129,3 +129,60 @@ def test_background_writer_keeps_the_order_and_raises_a_write_error_in_the_calle
         with _BackgroundWriter(f, depth=1) as out:
             for b in blocks:
                 out.write(b)
+
+
+# -- issue 16: the defaults follow the evidence, and say so ---------------------------------
+def test_the_default_is_paced_at_r4_raised_to_fit_and_says_why(labels_file, tmp_path, capsys):
+    path, labels = labels_file
+    n = int((labels >= 0).sum())
+    for t, want in ((5000, 4), (5 * n + 1, 6)):
+        out = tmp_path / f"s{t}.npy"
+        capsys.readouterr()
+        assert main(["sample", "--labels", str(path), "--num-samples", str(t), "--out",
+                     str(out), "--no-progress"]) == 0
+        text = capsys.readouterr().out
+        assert f"strategy:    paced (seed 0, clip {want}" in text
+        assert f"clip:        {want} by default: paced's default 4" in text
+        assert ("raised to" in text) == (want > 4)
+        ref = ClusterClipSampler(labels, t, strategy="paced", clip=want)
+        assert np.load(out).tolist() == list(ref)
+
+
+def test_clusterclip_without_clip_takes_the_reports_recommended_r(labels_file, tmp_path,
+                                                                  capsys):
+    from clusterclip.sampling.clip import choose_clip
+
+    path, labels = labels_file
+    sizes = np.bincount(labels[labels >= 0])
+    skewed = np.repeat(np.arange(sizes.size), np.geomspace(200, 20, sizes.size).astype(int))
+    np.save(path, skewed)  # a long tail: the recommendation is above the smallest fit
+    t = 3 * skewed.size
+    best = choose_clip(skewed, t)["recommended_clip"]
+    assert best is not None and best > 3
+    out = tmp_path / "s.npy"
+    assert main(["sample", "--labels", str(path), "--strategy", "clusterclip", "--num-samples",
+                 str(t), "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert f"clip:        {best} by default: the recommended R for this budget (R={best}:" in text
+    assert np.load(out).tolist() == list(ClusterClipSampler(skewed, t, clip=best))
+
+
+def test_with_groups_the_capacity_counts_groups(labels_file, tmp_path, capsys):
+    path, labels = labels_file
+    g = tmp_path / "g.npy"
+    np.save(g, _valid_groups(labels))
+    capsys.readouterr()
+    assert main(["sample", "--labels", str(path), "--groups", str(g), "--num-samples", "500",
+                 "--clip", "2", "--out", str(tmp_path / "s.npy"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    n_groups = np.unique(np.load(g)[np.load(g) >= 0]).size
+    assert f"capacity:    {2 * n_groups:,} = clip 2 x {n_groups:,} near-duplicate groups" in text
+
+
+def _valid_groups(labels: np.ndarray) -> np.ndarray:
+    """Near-duplicate groups inside clusters: consecutive members of a cluster, in pairs."""
+    groups = np.full(labels.size, -1, np.int64)
+    for k in np.unique(labels[labels >= 0]):
+        members = np.flatnonzero(labels == k)
+        groups[members] = members[(np.arange(members.size) // 2) * 2]
+    return groups

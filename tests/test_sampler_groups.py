@@ -190,7 +190,8 @@ def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, 
     assert "--dedup-threshold 2" in capsys.readouterr().err
     assert not W.exists() or not (W / "embeddings.npy").exists()  # refused before any work
     labels_n = len(texts)
-    assert main(base + ["--dedup", "--num-samples", "500", "--clip", "2"]) == 0
+    assert main(base + ["--dedup", "--num-samples", "500", "--clip", "2",
+                        "--strategy", "clusterclip"]) == 0
     assert "near-duplicates" in capsys.readouterr().out
     labels = np.load(W / "labels.npy")
     g = np.load(W / "groups.npy")
@@ -205,7 +206,7 @@ def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, 
     out = tmp_path / "s.npy"
     assert main(["sample", "--labels", str(W / "labels.npy"), "--groups", str(W / "groups.npy"),
                  "--num-samples", "500", "--clip", "2", "--out", str(out),
-                 "--no-progress"]) == 0
+                 "--strategy", "clusterclip", "--no-progress"]) == 0
     assert "groups:" in capsys.readouterr().out
     assert np.array_equal(np.load(out), sched)
     assert main(["sample", "--labels", str(W / "labels.npy"), "--groups", str(W / "groups.npy"),

@@ -188,7 +188,7 @@ def test_cli_budget_is_byte_deterministic_and_ranks_interleave(files, strategy, 
 @pytest.mark.parametrize("extra, pattern", [
     (["--num-tokens", "100", "--num-samples", "5"],
      "argument --num-samples: not allowed with argument --num-tokens"),
-    (["--num-tokens", "10000000", "--clip", "2"], "exceeds what clusterclip can supply with "
+    (["--num-tokens", "10000000", "--clip", "2"], "exceeds what paced can supply with "
      "--clip 2: 2 x "),
     (["--num-tokens", "0"], "--num-tokens 0: must be >= 1"),
     (["--num-samples", "50", "--balance-by", "tokens", "--strategy", "random"],
@@ -210,8 +210,10 @@ def test_capacity_error_states_the_numbers(files, capsys):
     assert _sample(tmp, "--num-tokens", str(2 * total + 1), "--clip", "2") == 2
     err = capsys.readouterr().err
     assert f"2 x {total:,} tokens of the {(labels >= 0).sum():,} eligible documents = " \
-           f"{2 * total:,}" in err
+           f"{2 * total:,}; the smallest --clip that serves it is 3, the largest " \
+           f"--num-tokens that --clip 2 allows is {2 * total:,}" in err
     assert _sample(tmp, "--num-tokens", str(2 * total), "--clip", "2") == 0  # exactly fits
+    assert _sample(tmp, "--num-tokens", str(2 * total + 1), "--clip", "3") == 0
 
 
 def test_token_counts_outside_a_workdir_need_tokens_file(files, capsys):
@@ -349,7 +351,7 @@ def test_report_token_shares_per_cluster(corpus, tmp_path):
     import csv
 
     from clusterclip.corpus import Corpus
-    from clusterclip.report.clip import quartile_clusters
+    from clusterclip.sampling.clip import quartile_clusters
 
     w = tmp_path / "W"
     assert _run(corpus, w, "--num-samples", "150") == 0

@@ -407,7 +407,7 @@ def test_sample_never_writes_over_its_input_a_workdir_part_or_a_users_file(corpu
     before_w, before_data = tree(w), tree(corpus.parent)
     mine = tmp_path / "notes.txt"
     mine.write_text("precious")
-    for out, what in [(w / "labels.npy", "is the input file"),
+    for out, what in [(w / "labels.npy", "is the --labels input"),
                       (w / "schedule.npy", "is part of the work directory"),
                       (corpus, "is the input file"),
                       (mine, "not a file clusterclip writes")]:

@@ -3,9 +3,13 @@
 Inside each cluster of ``W/labels.npy``, two documents whose embeddings
 (``W/embeddings.npy``, L2-normalised) have cosine similarity >= ``threshold``
 are near-duplicates; the connected components of that relation are the
-*groups*. ``groups[i]`` is the smallest document index of document ``i``'s
-group (so a document with no near-duplicate is its own group: ``groups[i] ==
-i``), -1 for excluded documents (label -1).
+*groups*. The cosine is a float32 dot product, compared with ``threshold``
+less :func:`rounding_slack` (the most by which the product of a stored unit
+vector with itself can fall below 1), so that exact copies join at every
+allowed threshold, 1 included: at ``threshold`` 1 the groups are the documents
+whose embeddings are equal up to rounding. ``groups[i]`` is the smallest
+document index of document ``i``'s group (so a document with no near-duplicate
+is its own group: ``groups[i] == i``), -1 for excluded documents (label -1).
 
 Each cluster is streamed in tiles of at most ``TILE_ROWS x TILE_COLS``
 similarities (the upper triangle only), never a cluster x cluster matrix:
@@ -50,6 +54,16 @@ def check_threshold(threshold: Any, option: str = "--threshold") -> float:
     return float(threshold)
 
 
+def rounding_slack(dtype: Any, dim: int) -> float:
+    """How far below 1 the float32 dot product of a unit vector stored as ``dtype`` (of
+    ``dim`` dimensions) with itself can fall: ``2u + 2 dim 2**-24`` (``u`` the unit
+    roundoff of the storage, 2**-11 for float16, else float32's 2**-24; the normalisation
+    and the dot product each add at most ``dim`` float32 roundings). 4.6e-5 for float32
+    and 1.0e-3 for float16 embeddings of 384 dimensions."""
+    u = 2.0**-11 if np.dtype(dtype).itemsize <= 2 else 2.0**-24
+    return 2 * u + 2 * int(dim) * 2.0**-24
+
+
 def _row_reader(X: np.ndarray, idx: np.ndarray):
     """``rows(lo, hi)``: float32 embeddings of ``idx[lo:hi]`` (the cluster's documents)."""
     if idx.size * X.shape[1] * 4 <= RESIDENT_BYTES:
@@ -63,18 +77,19 @@ def iter_pairs(X: np.ndarray, idx: np.ndarray, threshold: float
     """Near-duplicate pairs among the documents ``idx`` (ascending), per tile.
 
     Yields ``(a, b)``: int64 arrays of positions in ``idx`` with ``a < b`` and
-    cosine(X[idx[a]], X[idx[b]]) >= ``threshold`` (float32 products). Every pair
-    is yielded exactly once.
+    cosine(X[idx[a]], X[idx[b]]) >= ``threshold`` - :func:`rounding_slack` (float32
+    products). Every pair is yielded exactly once.
     """
     n = idx.size
     rows = _row_reader(X, idx)
+    lowest = threshold - rounding_slack(X.dtype, X.shape[1])
     for r0 in range(0, n, TILE_ROWS):
         r1 = min(n, r0 + TILE_ROWS)
         A = rows(r0, r1)
         for c0 in range(r0, n, TILE_COLS):
             c1 = min(n, c0 + TILE_COLS)
             S = A @ rows(c0, c1).T
-            ii, jj = np.nonzero(S >= threshold)
+            ii, jj = np.nonzero(S >= lowest)
             a = ii.astype(np.int64) + r0
             b = jj.astype(np.int64) + c0
             keep = b > a
@@ -171,7 +186,7 @@ def group_summary(groups: np.ndarray, labels: np.ndarray, threshold: float, pair
         members = np.flatnonzero(groups == ids[j])
         shown = members[:EXAMPLES_PER_GROUP]
         entry: dict[str, Any] = {"group": int(ids[j]), "size": int(counts[j]),
-                                 "cluster": int(lab[ids[j]]),
+                                 "label": int(lab[ids[j]]),
                                  "members": [int(m) for m in members[:50]]}
         if texts is not None:
             entry["examples"] = [
@@ -297,12 +312,12 @@ def representatives(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
 
 def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]:
     """Write the deduplicated corpus to folder ``out``: ``data.jsonl`` (the input records
-    of one document per group, the one nearest its cluster centroid, in corpus order),
+    of one document per group, the one nearest its cluster centroid, in corpus order;
+    Parquet values JSON lacks in the form of :mod:`clusterclip.corpus.records`),
     ``kept.npy`` (their int64 indices) and ``keep_one.json``; built aside, then moved
     into place. Needs a current ``dedup`` stage and the corpus index."""
-    import json
-
     from clusterclip.corpus import Corpus
+    from clusterclip.corpus.records import field_types, record_json
     from clusterclip.io import atomic_output_dir, check_output_dir, load_npy, write_json
 
     check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(), option="--keep-one")
@@ -320,7 +335,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
             n = 0
             with open(tmp / "data.jsonl", "w", encoding="utf-8") as f:
                 for _, rec in corpus.iter_records_at(kept):
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    f.write(record_json(rec) + "\n")
                     n += 1
             if n != kept.size:
                 raise RuntimeError(f"keep-one wrote {n} records for {kept.size} documents")
@@ -329,6 +344,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
                        "dropped": int((groups >= 0).sum() - kept.size),
                        "excluded": int((groups < 0).sum()),
                        "rule": "one document per near-duplicate group: the highest cosine to "
-                               "its cluster centroid (W/scores.npy), ties to the smallest index"}
+                               "its cluster centroid (W/scores.npy), ties to the smallest index",
+                       "field_types": field_types(corpus.files)}
             write_json(tmp / "keep_one.json", summary)
     return summary

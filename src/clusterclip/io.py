@@ -13,6 +13,7 @@ asks (:func:`check_output_dir`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -124,6 +125,23 @@ def marker_of(directory: str | os.PathLike[str]) -> str | None:
         return None
 
 
+# What the running command reads (see clusterclip.cli._paths): every output check also
+# refuses these. ``(path, what, inside_ok)`` as ``protected`` below.
+_DECLARED: contextvars.ContextVar[tuple[tuple[Path, str, bool], ...]] = contextvars.ContextVar(
+    "clusterclip_declared_inputs", default=())
+
+
+@contextlib.contextmanager
+def declared_inputs(protected: tuple[tuple[Path, str, bool], ...]) -> Iterator[None]:
+    """While the body runs, every :func:`check_output_dir` / :func:`check_output_file` /
+    :func:`atomic_output_dir` also refuses ``protected`` (what the command reads)."""
+    token = _DECLARED.set(_DECLARED.get() + tuple(protected))
+    try:
+        yield
+    finally:
+        _DECLARED.reset(token)
+
+
 def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False,
                      protected: tuple[tuple[Path, str, bool], ...] = (),
                      option: str = "--out") -> Path:
@@ -134,16 +152,15 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
     folder. Never allowed, even with ``overwrite``: the current directory or a
     parent of it, and ``out`` equal to or a parent of a ``protected`` path
     (``(path, what, inside_ok)``; with ``inside_ok`` false, ``out`` inside it is
-    refused too). Also removes the temporaries a
+    refused too), or of what the running command declared it reads
+    (:func:`declared_inputs`); a place that cannot hold it (below a file, in a
+    read-only or unwritable folder). Also removes the temporaries a
     killed earlier run left beside ``out``. Returns ``out`` as a Path.
     """
     out = Path(out)
     real = out.resolve()
-    here = Path.cwd().resolve()
-    if real == here or real in here.parents:
-        raise InputError(f"{option} {out}: is the current directory or one of its parents; "
-                         f"give a new folder")
-    _refuse_protected(out, protected, option)
+    refuse_cwd(out, option)
+    refuse_protected(out, protected, option)
     if out.is_symlink() or out.exists():
         if out.is_symlink():
             raise InputError(f"{option} {out}: is a symbolic link; give the folder itself")
@@ -155,18 +172,62 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
             raise InputError(f"{option} {out}: exists, is not empty and was not written by "
                              f"`clusterclip {command}` (no {MARKER} file); choose a new "
                              f"folder{hint}")
+    check_writable(out, option)
     remove_stale_temporaries(real.parent, real.name)
     return out
 
 
-def _refuse_protected(out: Path, protected: tuple[tuple[Path, str, bool], ...],
-                      option: str) -> None:
+def refuse_cwd(out: str | os.PathLike[str], option: str) -> None:
+    """InputError when the folder ``out`` is the current directory or one of its parents."""
+    real = Path(out).resolve()
+    here = Path.cwd().resolve()
+    if real == here or real in here.parents:
+        raise InputError(f"{option} {out}: is the current directory or one of its parents; "
+                         f"give a new folder")
+
+
+def refuse_protected(out: str | os.PathLike[str],
+                     protected: tuple[tuple[Path, str, bool], ...], option: str) -> None:
+    """InputError when ``out`` is, contains or (for ``inside_ok`` false) lies inside a
+    ``protected`` path or one the running command declared (:func:`declared_inputs`)."""
+    out = Path(out)
     real = out.resolve()
-    for path, what, inside_ok in protected:
+    for path, what, inside_ok in (*protected, *_DECLARED.get()):
         p = Path(path).resolve()
         if real == p or real in p.parents or (not inside_ok and p in real.parents):
             where = "is" if real == p else ("contains" if real in p.parents else "is inside")
             raise InputError(f"{option} {out}: {where} {what} {path}; choose another path")
+
+
+def check_writable(out: str | os.PathLike[str], option: str) -> None:
+    """InputError when ``out`` cannot be created where it is: below a file, or in a folder
+    this process may not write (read-only file system, permissions)."""
+    out = Path(out)
+    ancestor = Path(os.path.abspath(out)).parent
+    while not ancestor.exists() and not ancestor.is_symlink():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"{option} {out}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        try:
+            readonly = bool(os.statvfs(ancestor).f_flag & os.ST_RDONLY)
+        except OSError:
+            readonly = False
+        why = "read-only file system" if readonly else "permission denied"
+        raise InputError(f"{option} {out}: cannot write in {ancestor} ({why})")
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes free to this process on the file system where ``path`` is or would be created
+    (None when it cannot be told)."""
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def check_output_file(out: str | os.PathLike[str], *,
@@ -175,16 +236,18 @@ def check_output_file(out: str | os.PathLike[str], *,
     """Refuse (InputError) an output file whose replacement would lose a user's file:
     a directory, a ``protected`` path (see :func:`check_output_dir`) or a folder holding
     one, or (with ``magic``) an existing file that does not start with ``magic`` (so
-    not one we wrote). Returns ``out`` as a Path."""
+    not one we wrote), or a place that cannot hold it (:func:`check_writable`). Returns
+    ``out`` as a Path."""
     out = Path(out)
+    refuse_protected(out, protected, option)
     if out.is_dir():
         raise InputError(f"{option} {out}: is a directory")
-    _refuse_protected(out, protected, option)
     if magic is not None and out.is_file():
         with open(out, "rb") as f:
             if f.read(len(magic)) != magic:
                 raise InputError(f"{option} {out}: exists and is not a file clusterclip "
                                  f"writes; choose a new name or move it away")
+    check_writable(out, option)
     return out
 
 
@@ -193,6 +256,7 @@ def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: b
                       ) -> Iterator[Path]:
     """Build an output folder in a temporary directory (marked as ``command``'s), then
     move it onto ``out`` if :func:`check_output_dir` still allows it."""
+    check_output_dir(out, command, overwrite=overwrite)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         write_marker(tmp, command)

@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.corpus.records import renamed_note
 from clusterclip.errors import InputError
-from clusterclip.grouping import renamed_note
 from clusterclip.io import load_npy
 from clusterclip.labels import load_labels
 from clusterclip.workdir import Workdir
 
 
-def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "clusterclip",
-                   clip: int = 4, alpha: float = 0.0, seed: int = 0,
+def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "paced",
+                   clip: int | None = None, alpha: float = 0.0, seed: int = 0,
                    num_tokens: int | None = None, balance_by: str = "docs",
                    tokenizer: str | None = None, groups: bool = False,
                    mixture: str | None = None, progress: bool = False) -> dict[str, Any]:
@@ -30,7 +30,9 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
     weights replace n_k ** alpha (``strategy`` and ``clip`` as the caller resolved them).
 
     ``groups``: clip by the near-duplicate groups of ``W/groups.npy`` (the
-    ``dedup`` stage; see :mod:`clusterclip.sampling.groups`).
+    ``dedup`` stage; see :mod:`clusterclip.sampling.groups`). ``clip`` None: the
+    default of :func:`clusterclip.sampling.clip.default_clip` for these labels and
+    budget (the summary's ``clip_default`` says which and why).
 
     ``num_samples`` positions, or a budget of ``num_tokens`` tokens; clusters
     balanced by ``balance_by`` (docs or tokens). Token counts: the estimate from
@@ -39,10 +41,23 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
     recorded in the manifest. Under ``torchrun`` every rank calls this and rank 0
     writes.
     """
-    from clusterclip.distributed import is_main
+    from clusterclip.distributed import is_main, on_main
     from clusterclip.sampling import write_schedule
     from clusterclip.tokens import workdir_tokens
 
+    why = None
+    if clip is None:
+        def resolve() -> tuple[int, str]:
+            from clusterclip.sampling.clip import default_clip
+
+            w.upstream(["labels.npy"] + (["groups.npy"] if groups else []))
+            labels = load_labels(w.path("labels.npy"))
+            g = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1) if groups else None
+            return default_clip(labels, num_samples, strategy, alpha=alpha,
+                                groups=g if g is not None and g.size == labels.size else None)
+
+        with w.locked():
+            clip, why = on_main(resolve)
     params: dict[str, Any] = {"num_samples": num_samples, "strategy": strategy, "clip": clip,
                               "alpha": alpha, "seed": seed}
     needs = num_tokens is not None or balance_by == "tokens"
@@ -74,6 +89,8 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
                                  cluster_weights=weights)
         if mixture is not None:
             summary["mixture"] = params["mixture"]
+        if why and summary.get("clip") is not None:
+            summary["clip_default"] = why
         return summary
 
     reads = ["labels.npy"] + (["corpus"] if needs else []) + (
@@ -99,6 +116,8 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     sampling = args.num_samples is not None or args.num_tokens is not None
     check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
                   has_weights=False)
+    if args.clip is not None and args.clip < 1:
+        raise InputError(f"--clip {args.clip}: must be >= 1")
     if args.dedup:  # checked now, not after the embedding
         from clusterclip.dedup import check_threshold
 
@@ -132,7 +151,9 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
                 device=args.device, dtype=args.dtype, n_clusters=args.clusters,
                 backend=args.embed_backend, precision=args.precision, tune=args.tune,
-                tune_seed=args.tune_seed)
+                tune_seed=args.tune_seed,
+                check_corpus=lambda stats: _check_capacity(args, stats["valid"]))
+            _check_capacity(args, out["embed"]["valid"])  # when the embedding was current
             out["cluster"] = cluster_workdir(
                 w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                 metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
@@ -158,6 +179,19 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _check_capacity(args: argparse.Namespace, documents: int) -> None:
+    """Refuse ``--num-samples`` T above what an explicit ``--clip`` R can serve on the
+    ``documents`` with text (each gets a label; with ``--dedup`` groups, at most as many),
+    as soon as the corpus is scanned: before the embedding, not after the clustering."""
+    from clusterclip.sampling.spec import CLIP_STRATEGIES, capacity_error
+
+    t, r = args.num_samples, args.clip
+    if t is None or r is None or args.strategy not in CLIP_STRATEGIES or t <= r * documents:
+        return
+    e = capacity_error(t, r, documents, "documents with text")
+    raise InputError(f"{e} (--strategy {args.strategy}); nothing was embedded", params=e.params)
+
+
 def _reused(stage: dict[str, Any]) -> str:
     return "  (reused: inputs and parameters unchanged)" if stage.get("skipped") else ""
 
@@ -181,9 +215,11 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
     if "sample" in out:
         s = out["sample"]
         print(f"schedule:   {w.path('schedule.npy')} ({s.get('num_samples')} samples, "
-              f"{s.get('strategy')}, capacity {s.get('capacity')}, "
+              f"{s.get('strategy')}, clip {s.get('clip')}, capacity {s.get('capacity')}, "
               f"{s.get('clusters_clipped')} clusters clipped, max repetition "
               f"{s.get('max_repetition')}){_reused(s)}")
+        if s.get("clip_default"):
+            print(f"            clip {s['clip']} by default: {s['clip_default']}")
         from clusterclip.tokens import token_summary_lines
 
         for line in token_summary_lines(s):
@@ -233,7 +269,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     step("cluster")
     eligible = int(np.count_nonzero(load_labels(w.path("labels.npy")) >= 0))
     num_samples = max(1, int(round(args.epochs * eligible)))
-    smp = sample_workdir(w, num_samples=num_samples, clip=args.clip, seed=args.seed)
+    smp = sample_workdir(w, num_samples=num_samples, strategy=args.strategy, clip=args.clip,
+                         seed=args.seed)
+    clip = smp["clip"]
     step("sample")
     grp = group_workdir(w, out / "grouped", overwrite=args.overwrite)
     step("group")
@@ -241,14 +279,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     if args.experiment != "none":
         from clusterclip.experiment import run_experiment
 
-        exp = run_experiment(w.root, quick=args.experiment == "quick", clip=args.clip,
+        exp = run_experiment(w.root, quick=args.experiment == "quick", clip=clip,
                              device=args.device)
         step("experiment")
     # After the experiment, so that report.md links its results. The report regenerates the
-    # ClusterClip schedule (identical to W/schedule.npy: same labels, budget and seed) next to
-    # the baselines, so each curve carries its strategy name.
+    # schedule of --strategy (identical to W/schedule.npy: same labels, budget, clip and seed)
+    # next to the other strategies, so each curve carries its strategy name.
     rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
-                       strategies=("clusterclip", "paced", "uniform", "random"), clip=args.clip,
+                       strategies=("clusterclip", "paced", "uniform", "random"), clip=clip,
                        seed=args.seed, out=out / "report", overwrite=args.overwrite)
     step("report")
     _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)
@@ -269,6 +307,8 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
               f"purity {agree['purity']:.3f}")
     print(f"schedule         {smp.get('num_samples')} samples, {smp.get('strategy')}, "
           f"clip {smp.get('clip')}, max repetition {smp.get('max_repetition')}")
+    if smp.get("clip_default"):
+        print(f"                 clip {smp['clip']} by default: {smp['clip_default']}")
     print(f"grouped          {grp['documents']} documents in {grp['files']} files, "
           f"verified exactly once")
     note = renamed_note(grp["renamed_fields"])
@@ -276,7 +316,11 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         print(f"                 {note}")
     if exp:
         from clusterclip.experiment import verdict_lines
-        from clusterclip.experiment.output import format_schedule_table, format_table
+        from clusterclip.experiment.output import (
+            format_schedule_table,
+            format_table,
+            schedule_budget,
+        )
 
         print()
         print(f"LM experiment ({exp_size}): {exp['out_dir']}/results.md")
@@ -285,7 +329,8 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
         print("Held-out loss, lower is better, mean +- std over seeds:")
         print(format_table(exp))
         print()
-        print("What each strategy fed the model (the clip binds where uniform repeats most):")
+        print("What each strategy fed the model (the clip binds where uniform repeats most), "
+              f"{schedule_budget(exp)}:")
         print(format_schedule_table(exp))
     print()
     print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))

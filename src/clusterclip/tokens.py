@@ -196,7 +196,15 @@ def _load_counts(path: str | os.PathLike[str], n: int | None) -> np.ndarray:
     if a.size and int(a.min()) < 0:
         raise InputError(f"{path}: token counts must be >= 0, got {int(a.min())} at index "
                          f"{int(np.argmin(a))}")
-    return a.astype(np.int64, copy=False)
+    a = a.astype(np.int64, copy=False)
+    # the exact total (32-bit halves summed apart): counts whose sum int64 cannot hold are
+    # no real corpus, and every total, cumulative sum and message below would wrap
+    total = (int((a >> 32).sum(dtype=np.uint64)) << 32) + int((a & 0xFFFFFFFF).sum(
+        dtype=np.uint64))
+    if total > np.iinfo(np.int64).max:
+        raise InputError(f"{path}: token counts sum to {total:,}, more than int64 holds "
+                         f"({np.iinfo(np.int64).max:,}); not a corpus's token counts")
+    return a
 
 
 def load_token_counts(path: str | os.PathLike[str], num_documents: int) -> np.ndarray:

@@ -71,7 +71,7 @@ RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run -
 # A folder's identity when no stage record describes it: the hash of this file.
 _IDENTITY_FILE = {"corpus": "corpus/corpus.json"}
 # Processes of this interpreter holding a work directory's lock: root -> [fd, depth].
-_HELD: dict[str, list[int]] = {}
+_HELD: dict[str, list[Any]] = {}
 
 
 def library_versions() -> dict[str, str]:
@@ -162,8 +162,12 @@ class Workdir:
 
     def __init__(self, path: str | os.PathLike[str], create: bool = True) -> None:
         self.root = Path(path)
+        if str(path) == "":
+            raise InputError("work directory '': an empty path; give a folder name")
         if self.root.exists() and not self.root.is_dir():
             raise InputError(f"work directory {self.root} exists and is not a directory")
+        # made here: removed again when it is still empty on release (a refused command)
+        self._made = create and not self.root.exists()
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
@@ -176,11 +180,13 @@ class Workdir:
         """Path of an artifact inside the work directory (an absolute part stays absolute)."""
         return self.root.joinpath(*parts)
 
-    def protected(self, own: Sequence[str] = ()) -> tuple[tuple[Path, str, bool], ...]:
+    def protected(self, own: Sequence[str] = (), parts: bool = True
+                  ) -> tuple[tuple[Path, str, bool], ...]:
         """What an ``--out`` folder must never replace: this directory, what the stages
-        write inside it (except ``own``), and every input file the manifest knows."""
+        write inside it (except ``own``; none without ``parts``), and every input file the
+        manifest knows."""
         out: list[tuple[Path, str, bool]] = [(self.root, "the work directory", True)]
-        for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}):
+        for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}) if parts else []:
             if name not in own:
                 out.append((self.path(name), "part of the work directory:", False))
         inputs = set(self.manifest.get("inputs", {}))
@@ -219,29 +225,46 @@ class Workdir:
         if held is not None:
             held[1] += 1
             return
-        try:
-            fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise InputError(f"work directory {self.root}: cannot create its lock file "
-                             f"{LOCK} ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
-                             f"wait for it to finish (or stop it) and try again") from None
+        fd = self._lock_fd()
         if not _is_lock_record(os.pread(fd, 1 << 16, 0)):
             os.close(fd)
             raise InputError(f"{self.root / LOCK}: exists and was not written by clusterclip; "
                              f"move it away or use another work directory")
         info = json.dumps({"pid": os.getpid(), "command": command, "since": _now()})
+        # what was here before, when W was not yet a work directory (see _release)
+        before = None if self.manifest_path.exists() else set(os.listdir(self.root)) - {LOCK}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (info + "\n").encode(), 0)
-        _HELD[key] = [fd, 1]
+        _HELD[key] = [fd, 1, before]
         for d in (self.root, self.root / "embed"):
             remove_stale_temporaries(d)
+
+    def _lock_fd(self) -> int:
+        """A descriptor of W/.lock holding its exclusive lock (InputError when another
+        process holds it). Retried when the file was removed and made again meanwhile (a
+        lock taken on a removed file would lock nothing)."""
+        path = self.root / LOCK
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise InputError(f"work directory {self.root}: cannot create its lock file "
+                                 f"{LOCK} ({e.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
+                                 f"wait for it to finish (or stop it) and try again") from None
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)
 
     def _release(self) -> None:
         key = str(self.root.resolve())
@@ -249,7 +272,31 @@ class Workdir:
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
+            if self._nothing_made(held[2]):
+                # not a work directory (a refused command): leave no lock file, and no
+                # folder this object made; removed while locked, see _lock_fd
+                with contextlib.suppress(OSError):
+                    os.unlink(self.manifest_path)
+                with contextlib.suppress(OSError):
+                    os.unlink(self.root / LOCK)
+                if self._made:
+                    with contextlib.suppress(OSError):
+                        self.root.rmdir()  # only when empty
             os.close(held[0])  # closing the descriptor releases the lock
+
+    def _nothing_made(self, before: set[str] | None) -> bool:
+        """True when W was not a work directory when locked (``before``: its entries then)
+        and holds nothing more now than a manifest of no finished stage (e.g. ``run``
+        refused after the corpus scan): nothing would resume from it."""
+        if before is None:
+            return False
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            if set(os.listdir(self.root)) - {LOCK, MANIFEST} == before:
+                if not self.manifest_path.exists():
+                    return True
+                stages = json.loads(self.manifest_path.read_text(encoding="utf-8"))["stages"]
+                return all(s.get("status") != "finished" for s in stages.values())
+        return False
 
     def _holder(self) -> str:
         try:

@@ -13,7 +13,10 @@ the options that set them (``--world-size``).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import re
 import sys
 
 from clusterclip import __version__
@@ -22,6 +25,37 @@ from clusterclip.errors import InputError, flag_message
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
 COMMANDS = ("embed", "cluster", "assign", "dedup", "group", "sample", "run", "export", "report",
             "experiment", "search", "demo")
+
+
+# OS errors that are the machine's or the user's (a full disk, a read-only folder, a file
+# where a folder should be), not a bug: one line naming the path and the cause, exit 2.
+USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EEXIST, errno.ENOTDIR, errno.EISDIR,
+                         errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG,
+                         errno.ENAMETOOLONG, errno.ENOENT})
+
+
+def os_error_message(e: OSError, written: list[str]) -> str | None:
+    """One line for an OS error of :data:`USER_ERRNOS`, else None: the file (a temporary
+    named by what it becomes), or else ``written`` (what the command writes, e.g.
+    ``"--out E"``), then the cause. Errors of pyarrow's C++ writers carry their errno
+    only in the message."""
+    code = e.errno
+    if code is None:
+        found = re.search(r"\[errno (\d+)\]", str(e), re.I)
+        code = int(found[1]) if found else None
+    if code not in USER_ERRNOS:
+        return None
+    cause = os.strerror(code)
+    if e.filename is not None:
+        names = [e.filename] + ([] if e.filename2 is None else [e.filename2])
+        where = " -> ".join(_TMP_NAME.sub(r"\1", os.fsdecode(n)) for n in names)
+    else:
+        where = ", ".join(written) or "output"
+    return f"{where}: {cause} (nothing half-written is left)"
+
+
+# a temporary of clusterclip.io.atomic_path, in a message: the name it was to take
+_TMP_NAME = re.compile(r"\.([^/]+)\.clusterclip-\d+-[A-Za-z0-9_]+\.tmp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +89,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or name == only:
             module.add_arguments(p)
             _show_defaults(p)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=module, _parser=p)
     return parser
 
 
@@ -78,10 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     only = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only)
     args = parser.parse_args(argv)
+    from clusterclip.cli._paths import guard, written
+
     try:
-        return int(args._module.run(args) or 0)
+        with guard(args._parser, args):
+            return int(args._module.run(args) or 0)
     except InputError as e:
         message = flag_message(e, _flags(parser, args.command))
+        print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        message = os_error_message(e, written(args._parser, args))
+        if message is None:
+            raise
         print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

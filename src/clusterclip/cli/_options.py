@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._paths import add_path
+
 
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
     """Options that say how to read a corpus (``embed``, ``run``)."""
@@ -25,9 +27,9 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
                    help="minilm: bundled all-MiniLM-L6-v2 (default); hf: any local "
                         "Hugging Face AutoModel (--model); fast: CPU embedder, no neural "
                         "model; model2vec: a local Model2Vec model (--model)")
-    g.add_argument("--model", default=None,
-                   help="local model path (for minilm, hf, model2vec, or the MiniLM that fast "
-                        "is distilled from)")
+    add_path(g, "--model", role="input", default=None,
+             help="local model path (for minilm, hf, model2vec, or the MiniLM that fast "
+                  "is distilled from)")
     g.add_argument(backend_flag, dest="embed_backend", choices=("auto", "torch", "onnx"),
                    default="auto",
                    help="what runs minilm/hf (and the teacher of --tune): onnx (ONNX Runtime, "
@@ -81,7 +83,7 @@ def add_token_options(p: argparse.ArgumentParser) -> None:
                    help="docs: cluster weight n_k ** alpha; tokens: n_k ** alpha / mean tokens "
                         "per document, so clusters get equal tokens (alpha 0) rather than "
                         "equal documents")
-    p.add_argument("--tokenizer", default=None, metavar="PATH",
+    add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
                    help="local Hugging Face fast tokenizer folder: count tokens exactly "
                         "(once per corpus and tokenizer, cached as W/tokens.npy) instead of "
                         "the estimate ceil(characters / 4) from the corpus index")

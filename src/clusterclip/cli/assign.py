@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._paths import add_path
+
 HELP = "label embeddings with existing K-means centroids (writes labels.npy, scores.npy)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--centroids", required=True, help="K x d centroids.npy (from cluster)")
-    p.add_argument("--embeddings", required=True, help="N x d .npy embeddings to label")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--valid", help="optional bool .npy mask; False rows get label -1")
+    add_path(p, "--centroids", role="input", required=True,
+             help="K x d centroids.npy (from cluster)")
+    add_path(p, "--embeddings", role="input", required=True,
+             help="N x d .npy embeddings to label")
+    add_path(p, "--out", role="output_dir", required=True, help="output directory")
+    add_path(p, "--valid", role="input", help="optional bool .npy mask; False rows get label -1")
     p.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
     p.add_argument("--kmeans-device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--chunk-rows", type=int, default=65536,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_kmeans_options
+from clusterclip.cli._paths import add_path
 from clusterclip.errors import InputError
 
 HELP = "cluster embeddings with K-means (work directory or a bare embeddings file)"
@@ -14,12 +15,15 @@ PARAM_FLAGS = {"n_clusters": "--clusters", "ks": "--clusters", "sample_size": "-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workdir", help="work directory holding embeddings.npy (from embed)")
-    src.add_argument("--embeddings", help="a bare N x d .npy embeddings file (needs --out)")
+    add_path(src, "--workdir", role="workdir",
+             help="work directory holding embeddings.npy (from embed)")
+    add_path(src, "--embeddings", role="input",
+             help="a bare N x d .npy embeddings file (needs --out)")
     p.add_argument("--clusters", type=_cluster_list, required=True,
                    help="number of clusters K; with --sweep a comma-separated list (50,200,1000)")
-    p.add_argument("--out", help="output directory for --embeddings")
-    p.add_argument("--valid", help="with --embeddings: bool .npy mask of rows to cluster")
+    add_path(p, "--out", role="output_dir", help="output directory for --embeddings")
+    add_path(p, "--valid", role="input",
+             help="with --embeddings: bool .npy mask of rows to cluster")
     g = p.add_argument_group("choosing K (--sweep)")
     g.add_argument("--sweep", action="store_true",
                    help="fit each K of --clusters on a seeded sample of the embeddings, write "

@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = ("group near-duplicate documents inside each cluster (cosine >= --threshold) into "
         "W/groups.npy, for `sample --groups` / `run --dedup`")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory of embed + cluster")
     p.add_argument("--threshold", type=float, default=0.95,
                    help="cosine similarity at or above which two documents of a cluster are "
                         "near-duplicates, in (0, 1] (default: 0.95)")
-    p.add_argument("--keep-one", default=None, metavar="OUT",
+    add_path(p, "--keep-one", role="output_dir", default=None, metavar="OUT",
                    help="also write the deduplicated corpus to folder OUT: one document per "
                         "group, the one nearest its cluster centroid (OUT/data.jsonl, "
                         "OUT/kept.npy)")

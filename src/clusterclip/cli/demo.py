@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
         "group, report and a quick LM experiment")
@@ -13,14 +14,22 @@ PARAM_FLAGS = {"n_clusters": "--clusters"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="demo-out", help="output directory (default: demo-out)")
-    p.add_argument("--input", default=None,
+    add_path(p, "--out", role="container", default="demo-out",
+             help="output directory (default: demo-out)")
+    add_path(p, "--input", role="input", default=None,
                    help="corpus to use instead of the bundled one (.jsonl/.jsonl.gz/.parquet)")
     p.add_argument("--label-field", default="label",
                    help="field compared with the clusters in the report (default: label)")
     p.add_argument("--clusters", type=int, default=64, help="K (default: 64)")
     p.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm")
-    p.add_argument("--clip", type=int, default=4, help="repetition clip R (default: 4)")
+    from clusterclip.sampling.sampler import STRATEGIES
+
+    p.add_argument("--strategy", choices=STRATEGIES, default="paced",
+                   help="strategy of the schedule (default: paced; clusterclip is the paper's "
+                        "method)")
+    p.add_argument("--clip", type=int, default=None,
+                   help="repetition clip R (default: paced 4; clusterclip: the recommended R "
+                        "for the budget)")
     p.add_argument("--epochs", type=float, default=3.0,
                    help="schedule length in epochs of the corpus (default: 3)")
     p.add_argument("--seed", type=int, default=0)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from clusterclip.cli._options import add_corpus_options, add_embed_options
+from clusterclip.cli._paths import add_path
 
 HELP = "embed a corpus (.jsonl, .jsonl.gz, .parquet or folders) into W/embeddings.npy"
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
@@ -13,9 +14,10 @@ PARAM_FLAGS = {"n_clusters": "--clusters"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="corpus files (.jsonl, .jsonl.gz, .parquet) or folders of them")
-    p.add_argument("--workdir", "-w", required=True, help="work directory (created if missing)")
+    add_path(p, "inputs", role="input", nargs="+", metavar="INPUT",
+             help="corpus files (.jsonl, .jsonl.gz, .parquet) or folders of them")
+    add_path(p, "--workdir", "-w", role="workdir", required=True,
+             help="work directory (created if missing)")
     add_corpus_options(p)
     add_embed_options(p)
     g = p.add_argument_group("embedding shards")

@@ -4,6 +4,9 @@ compare held-out loss (micro, macro, tail, head, train gap) over seeds."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from clusterclip.cli._paths import add_path
 
 HELP = "train a small LM once per sampling strategy and compare held-out loss (W/experiment/)"
 
@@ -12,8 +15,16 @@ def _strategies(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
+def _default_mixture(args: argparse.Namespace) -> str | None:
+    """The mixture file strategy ``mixture`` reads when --mixture is not given."""
+    if "mixture" not in (args.strategies or ()):
+        return None
+    return str(Path(args.workdir) / "search" / "mixture.json")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/)")
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory (labels.npy, corpus/)")
     from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
     from clusterclip.experiment.runner import (
         DEFAULT_MAX_DOCS,
@@ -25,9 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "
                         f"(default: {','.join(DEFAULT_STRATEGIES)}); mixture: the schedule of "
                         "W/search/mixture.json (or --mixture FILE) with its timing and clip")
-    p.add_argument("--mixture", default=None, metavar="FILE",
-                   help="the mixture file of strategy mixture (default: W/search/mixture.json "
-                        "of `clusterclip search`)")
+    add_path(p, "--mixture", role="input", default=None, metavar="FILE",
+             default_from=_default_mixture,
+             help="the mixture file of strategy mixture (default: W/search/mixture.json "
+                  "of `clusterclip search`)")
     p.add_argument("--clip", type=int, default=4,
                    help="ClusterClip's repetition clip R (default 4)")
     p.add_argument("--alpha", type=float, default=0.0,
@@ -66,7 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
     from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment, verdict_lines
-    from clusterclip.experiment.output import format_schedule_table, format_table
+    from clusterclip.experiment.output import (
+        format_schedule_table,
+        format_table,
+        schedule_budget,
+    )
 
     if args.max_docs < 0:
         raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
@@ -85,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
           f"in {d['valid_clusters']} clusters")
     print(format_table(results))
     print()
+    print(f"what each strategy fed the models, {schedule_budget(results)}:")
     print(format_schedule_table(results))
     reused = results["timing"].get("reused_runs", 0)
     print(f"wrote {results['out_dir']}/results.md, results.json and plots "

@@ -4,8 +4,10 @@ MosaicML Streaming (MDS) shards or a Megatron-LM indexed dataset."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
         "dataset, MDS shards or a Megatron-LM indexed dataset (one rank's share with "
@@ -15,7 +17,8 @@ HELP = ("write the schedule's documents in schedule order as Parquet shards, a H
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.export import FORMATS
 
-    p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory of embed + cluster")
     p.add_argument("--format", required=True, choices=FORMATS,
                    help="parquet: part-NNNNN.parquet shards (pyarrow); hf: a Hugging Face "
                         "dataset for datasets.load_from_disk (the `hf` extra); mds: "
@@ -24,10 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "OUT/text_document.bin/.idx for Megatron-LM's --data-path, one "
                         "document per position, tokenized with --tokenizer (the `megatron` "
                         "extra)")
-    p.add_argument("--out", required=True,
+    add_path(p, "--out", role="output_dir", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip export`")
-    p.add_argument("--schedule", default=None,
+    add_path(p, "--schedule", role="input", default=None,
+             default_from=lambda a: str(Path(a.workdir) / "schedule.npy"),
                    help="int64 .npy of document indices (default: WORKDIR/schedule.npy)")
     p.add_argument("--rank", type=int, default=0,
                    help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "
@@ -37,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rows per output file (default: 1000000; mds shards also close "
                         "before 64 MiB, as streaming.MDSWriter's; not for megatron, which "
                         "writes one .bin/.idx pair)")
-    p.add_argument("--tokenizer", default=None, metavar="PATH",
+    add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
                    help="--format megatron only (required there): a folder holding a Hugging "
                         "Face tokenizer, loaded offline; each document becomes its token ids "
                         "(no special tokens) + the tokenizer's eos (else sep) token")

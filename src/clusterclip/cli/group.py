@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = "write the corpus grouped by cluster (cluster_{k}/data_{j}.jsonl, verified exactly-once)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory of embed + cluster")
-    p.add_argument("--out", required=True,
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory of embed + cluster")
+    add_path(p, "--out", role="output_dir", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip group`")
     add_overwrite_option(p)
@@ -20,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.grouping import group_workdir, renamed_note
+    from clusterclip.corpus.records import renamed_note
+    from clusterclip.grouping import group_workdir
 
     summary = group_workdir(args.workdir, args.out, docs_per_file=args.docs_per_file,
                             overwrite=args.overwrite)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._paths import add_path
 
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
 
@@ -33,20 +34,22 @@ def _recorded_clip(root: Path, schedule) -> int | None:
     """The clip that ``clusterclip sample``/``run`` recorded for W/schedule.npy, if any."""
     if schedule is None or Path(schedule).resolve() != (root / "schedule.npy").resolve():
         return None
+    from clusterclip.sampling.spec import CLIP_STRATEGIES
     from clusterclip.workdir import Workdir
 
     rec = Workdir(root, create=False).stage("sample") or {}
     params = rec.get("params") or {}
     clip = params.get("clip")
-    if rec.get("status") == "done" and params.get("strategy") == "clusterclip" \
+    if rec.get("status") == "done" and params.get("strategy") in CLIP_STRATEGIES \
             and isinstance(clip, int) and clip >= 1:
         return clip
     return None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", required=True, help="work directory (labels.npy, corpus/, ...)")
-    p.add_argument("--schedule", default=None,
+    add_path(p, "--workdir", role="workdir", owns=("report",), required=True,
+             help="work directory (labels.npy, corpus/, ...)")
+    add_path(p, "--schedule", role="input", default=None,
                    help="schedule .npy to analyse (default: W/schedule.npy if it exists); "
                         "its length sets the budget")
     p.add_argument("--no-schedule", action="store_true",
@@ -78,7 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-sample", type=int, default=None, metavar="N",
                    help="documents on the map of index.html: a seeded sample of at most N "
                         "(default: 100,000; 0: no map); projected once (UMAP), kept in W/map/")
-    p.add_argument("--out", default=None,
+    add_path(p, "--out", role="output_dir", default=None,
+             default_from=lambda a: str(Path(a.workdir) / "report"),
                    help="report directory (default: W/report); replaced only when new, empty "
                         "or an earlier report")
     add_overwrite_option(p)
@@ -109,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"page:   {out / summary['page']}")
     print(f"budget T = {summary['num_samples']:,} samples over "
           f"{summary['eligible_documents']:,} documents in {summary['clusters']['clusters']} "
-          f"clusters")
+          f"clusters (the repetition counts below are at this budget, over the whole corpus; "
+          f"`clusterclip experiment` counts over its training split at its token budget)")
     print(f"{'schedule':<14}{'max rep':>8}{'seen':>8}{'tail 25%':>10}{'head 25%':>10}")
     for name, s in summary["schedules"].items():
         print(f"{name:<14}{s['max_repetition']:>8}{s['coverage']:>8.1%}"

@@ -12,6 +12,7 @@ from clusterclip.cli._options import (
     check_token_options,
     resolve_mixture,
 )
+from clusterclip.cli._paths import add_path
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
@@ -20,11 +21,13 @@ PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGY, STRATEGIES
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
+    from clusterclip.sampling.spec import STRATEGIES
 
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help=".jsonl / .jsonl.gz / .parquet files or folders of them")
-    p.add_argument("--workdir", required=True, help="work directory for all artifacts")
+    add_path(p, "inputs", role="input", nargs="+", metavar="INPUT",
+             help=".jsonl / .jsonl.gz / .parquet files or folders of them")
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory for all artifacts")
     p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
     add_corpus_options(p)
     add_embed_options(p, backend_flag="--embed-backend")
@@ -37,14 +40,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="token budget instead: the schedule ends at the first position "
                              "whose cumulative tokens reach B")
     g.add_argument("--strategy", default=None, choices=STRATEGIES,
-                   help=f"default: {DEFAULT_STRATEGY}, or the --mixture's timing")
+                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
+                        f"our runs), or the --mixture's timing; clusterclip is the paper's "
+                        f"method")
     g.add_argument("--clip", type=int, default=None,
-                   help=f"repetition clip R (clusterclip, paced; default: {DEFAULT_CLIP}, or "
-                        f"the --mixture's clip)")
-    g.add_argument("--mixture", default=None, metavar="FILE",
-                   help="mixture.json (`clusterclip search`): its cluster weights (one per "
-                        "cluster of --clusters), and its timing and clip unless --strategy / "
-                        "--clip are given")
+                   help="repetition clip R (clusterclip, paced; default: the --mixture's clip, "
+                        "else paced 4, raised to fit T; clusterclip: the recommended R for T, "
+                        "the rule of `clusterclip report`)")
+    add_path(g, "--mixture", role="input", default=None, metavar="FILE",
+             help="mixture.json (`clusterclip search`): its cluster weights (one per "
+                  "cluster of --clusters), and its timing and clip unless --strategy / "
+                  "--clip are given")
     g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
     add_token_options(g)
     g.add_argument("--dedup", action="store_true",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.cli._options import add_token_options, check_token_options, resolve_mixture
+from clusterclip.cli._paths import add_path
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
 
@@ -17,15 +18,19 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGY, STRATEGIES
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
+    from clusterclip.sampling.spec import STRATEGIES
 
-    p.add_argument("--labels", required=True,
+    add_path(p, "--labels", role="input", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
     p.add_argument("--strategy", choices=STRATEGIES, default=None,
-                   help=f"default: {DEFAULT_STRATEGY}, or the --mixture's timing")
+                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
+                        f"our runs), or the --mixture's timing; clusterclip is the paper's "
+                        f"method")
     p.add_argument("--clip", type=int, default=None,
-                   help=f"clusterclip, paced: max times any document is drawn (default: "
-                        f"{DEFAULT_CLIP}, or the --mixture's clip)")
+                   help="clusterclip, paced: max times any document is drawn (default: the "
+                        "--mixture's clip, else paced 4, raised to fit T; clusterclip: the "
+                        "recommended R for T, the rule of `clusterclip report`)")
     p.add_argument("--alpha", type=float, default=0.0,
                    help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
                         "(default: 0)")
@@ -37,29 +42,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                              "cumulative tokens reach B")
     add_token_options(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output .npy (int64 indices of this rank)")
+    add_path(p, "--out", role="output_file", required=True,
+             help="output .npy (int64 indices of this rank)")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1,
                    help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
     p.add_argument("--consumed-samples", type=int, default=0,
                    help="start at this global position (resume)")
     weights = p.add_mutually_exclusive_group()
-    weights.add_argument("--cluster-weights", default=None,
-                         help="optional 1-D float .npy replacing n_k ** alpha as cluster "
-                              "weight (>= 0; a cluster of weight 0 is never drawn)")
-    weights.add_argument("--mixture", default=None, metavar="FILE",
-                         help="mixture.json (e.g. W/search/mixture.json of `clusterclip "
-                              "search`): its cluster weights, and its timing and clip unless "
-                              "--strategy / --clip are given")
-    p.add_argument("--tokens", default=None, metavar="T.npy",
+    add_path(weights, "--cluster-weights", role="input", default=None,
+             help="optional 1-D float .npy replacing n_k ** alpha as cluster weight (>= 0; "
+                  "a cluster of weight 0 is never drawn)")
+    add_path(weights, "--mixture", role="input", default=None, metavar="FILE",
+             help="mixture.json (e.g. W/search/mixture.json of `clusterclip search`): its "
+                  "cluster weights, and its timing and clip unless --strategy / --clip are "
+                  "given")
+    add_path(p, "--tokens", role="input", default=None, metavar="T.npy",
                    help="1-D integer .npy: tokens per document, for --num-tokens / "
                         "--balance-by tokens when --labels is not a work directory's (a work "
                         "directory's labels use its corpus: the estimate or --tokenizer)")
-    p.add_argument("--groups", default=None, metavar="G.npy",
+    add_path(p, "--groups", role="input", default=None, metavar="G.npy",
                    help="near-duplicate groups (W/groups.npy of `clusterclip dedup`): each "
                         "group is one unit of the passes and of the clip (members used in "
                         "rotation)")
-    p.add_argument("--summary-json", default=None,
+    add_path(p, "--summary-json", role="output_file", default=None,
                    help="also write the full summary (all clip events) as JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -88,9 +94,13 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
              + f"), in {s['clusters']:,} clusters "
              f"(sizes {s['cluster_size_min']:,} .. {s['cluster_size_max']:,}, "
              f"median {s['cluster_size_median']:g})"]
+    if s.get("clip_default"):
+        lines.append(f"clip:        {s['clip']} by default: {s['clip_default']}")
     if s.get("capacity") is not None:
-        lines.append(f"capacity:    {s['capacity']:,} = clip {s['clip']} x "
-                     f"{s['eligible_documents']:,} eligible documents")
+        units = (f"{s['eligible_groups']:,} near-duplicate groups"
+                 if s.get("eligible_groups") is not None
+                 else f"{s['eligible_documents']:,} eligible documents")
+        lines.append(f"capacity:    {s['capacity']:,} = clip {s['clip']} x {units}")
     if s["strategy"] in CLIP_STRATEGIES:
         ev = s["clip_events"]
         if ev:
@@ -132,16 +142,12 @@ def run(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
-        inputs = [labels] + [Path(p) for p in (args.cluster_weights, args.tokens, args.groups,
-                                               args.mixture) if p is not None]
-        protected = tuple((p, "the input file", False) for p in inputs)
-        for where in {labels.parent, Path(args.out).resolve().parent}:
-            if (where / MANIFEST).is_file():
-                protected += Workdir(where, create=False).protected()
+        # the inputs, and the work directories they and the outputs lie in, are refused by
+        # the command line's guard (clusterclip.cli._paths), here and in check_output_file
         for option in ("--out", "--summary-json"):
             path = getattr(args, option[2:].replace("-", "_"))
             if path is not None:
-                check_output_file(path, protected=protected, option=option,
+                check_output_file(path, option=option,
                                   magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
         resolve_mixture(args)
         needs = check_token_options(args, args.tokens)
@@ -199,15 +205,25 @@ def _run(args: argparse.Namespace, tokens: Any = None,
         from clusterclip.sampling.mixture import mixture_record, read_mixture
 
         weights = read_mixture(args.mixture, int(labels.max()) + 1).cluster_weights()
+    clip, why = args.clip, None
+    if clip is None:
+        from clusterclip.sampling.clip import default_clip
+
+        clip, why = default_clip(labels, args.num_samples, args.strategy, alpha=args.alpha,
+                                 cluster_weights=weights,
+                                 groups=groups if groups is not None and groups.size ==
+                                 labels.size else None)
     out = Path(args.out).resolve()
     remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
     summary = write_schedule(
         labels, args.out, num_samples=args.num_samples, num_tokens=args.num_tokens,
         doc_tokens=tokens, balance_by=args.balance_by, token_source=source,
         strategy=args.strategy,
-        clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
+        clip=clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
         world_size=args.world_size, consumed_samples=args.consumed_samples,
         cluster_weights=weights, groups=groups, progress=not args.no_progress)
+    if why is not None and summary.get("clip") is not None:
+        summary["clip_default"] = why
     if args.mixture is not None:
         summary["mixture"] = mixture_record(args.mixture)
     if args.summary_json:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._paths import add_path
+
 HELP = ("search cluster weights, clip and timing with small proxy LMs for a target (or "
         "balanced loss) and test the result against random (W/search/)")
 
@@ -14,11 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
     from clusterclip.search.runner import DEFAULT, QUICK
 
-    p.add_argument("--workdir", required=True,
-                   help="work directory (labels.npy, corpus/, centroids.npy)")
-    p.add_argument("--target", nargs="+", default=None, metavar="FILE",
-                   help="JSONL/Parquet documents of what the model must be good at: the "
-                        "objective is their held-out loss (default: macro held-out loss)")
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory (labels.npy, corpus/, centroids.npy)")
+    add_path(p, "--target", role="input", nargs="+", default=None, metavar="FILE",
+             help="JSONL/Parquet documents of what the model must be good at: the "
+                  "objective is their held-out loss (default: macro held-out loss)")
     p.add_argument("--text-field", default="text", help="field of the target's text")
     p.add_argument("--runs", type=int, default=None,
                    help=f"proxy runs in all (default {DEFAULT['runs']}; --quick {QUICK['runs']})")

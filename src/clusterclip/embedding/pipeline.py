@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -362,7 +362,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                   shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
                   trust_remote_code: bool = False, progress: bool = True,
                   n_clusters: int | None = None, backend: str = "auto",
-                  precision: str = "auto", tune: int = 0, tune_seed: int = 0
+                  precision: str = "auto", tune: int = 0, tune_seed: int = 0,
+                  check_corpus: Callable[[dict[str, Any]], None] | None = None
                   ) -> dict[str, Any]:
     """Run the embedding stage into ``workdir``; skip it when its outputs are current.
 
@@ -371,7 +372,9 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     in the manifest. Under ``torchrun`` every process must call this with the
     same arguments. ``backend``, ``precision``, ``tune``, ``tune_seed``: see
     :func:`make_embedder`. ``n_clusters``: the K a following cluster stage will ask
-    for, checked against the documents with text before anything is embedded.
+    for, checked against the documents with text before anything is embedded;
+    ``check_corpus(stats)``, likewise, for what later stages need of the corpus
+    (``run``'s capacity R x documents with text).
     Returns a summary (counts, dim, paths, ``skipped``,
     ``shards_reused``, ``shards_computed``), the same on every process.
     """
@@ -412,6 +415,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                     and (root / "corpus" / "corpus.json").exists()):
                 corpus = Corpus.load(root / "corpus")
                 _check_clusters(corpus.stats, n_clusters)
+                if check_corpus is not None:
+                    check_corpus(corpus.stats)
                 corpus.verify_files()
                 return False
             shutil.rmtree(shard_dir, ignore_errors=True)  # ours: checked before `running`
@@ -422,6 +427,8 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                 raise InputError(f"no document has text in {', '.join(map(str, inputs))} "
                                  f"({stats['documents']} documents, {stats['empty']} empty)")
             _check_clusters(stats, n_clusters)
+            if check_corpus is not None:
+                check_corpus(stats)
 
         # The texts, when one process scans a corpus small enough to keep them (read
         # once, not again for the sample and the shards).

@@ -81,6 +81,16 @@ def format_schedule_table(results: dict[str, Any], markdown: bool = False) -> st
     return _table(head, rows, markdown)
 
 
+def schedule_budget(results: dict[str, Any]) -> str:
+    """Which budget the repetition counts of :func:`format_schedule_table` come from (not
+    the report's: it draws T samples over the whole corpus)."""
+    d = results["data"]
+    return (f"counts over each run's training budget: {d['budget_tokens']:,} tokens "
+            f"({d['epochs_equivalent']:.2f} epochs) drawn from the {d['train_docs']:,} training "
+            f"documents of the experiment's split, not over the whole corpus at the report's "
+            f"budget T, so its repetition counts differ from the report's")
+
+
 def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -192,7 +202,8 @@ def _schedule_section(results: dict[str, Any]) -> list[str]:
         return []
     c = results["config"]
     groups = "max_group_repetition" in _ordered(results)[0][1]["schedule"]
-    return ["", "What each strategy's schedules fed the models (counts: the value, or "
+    return ["", "What each strategy's schedules fed the models, "
+            f"{schedule_budget(results)} (counts: the value, or "
             "min–max over seeds; shares: mean ± std). *max repetition*: most times one "
             "document was fed; *clusters clipped*: clusters that completed their "
             f"{c['clip']}-th pass and left ClusterClip's pool (the sampler's summary); "

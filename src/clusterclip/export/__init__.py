@@ -12,7 +12,15 @@ the sampler serves them) with the columns
 - ``text`` (string): its text,
 - ``fields`` (string): the input record's other fields (all but the text
   field) as one JSON object, keys sorted (``json.loads`` gives them back);
-  one column because JSON records need not share fields or types.
+  one column because JSON records need not share fields or types. An input
+  field named ``label`` (or ``doc_index``, ``position``, ``score``) is kept as
+  ``orig_label``, ...; Parquet's binary, timestamp and decimal values take the
+  JSON form of :mod:`clusterclip.corpus.records` (base64, ISO 8601, strings),
+  and ``_export.json`` lists those fields' types (``field_types``), with which
+  :func:`clusterclip.corpus.records.decode_fields` reads them back.
+
+``_export.json`` (the summary; its ``_`` makes folder readers such as
+``pyarrow.dataset`` and ``pd.read_parquet(OUT)`` skip it, as Spark's ``_SUCCESS``).
 
 Streamed: the schedule is read in blocks from a memory map, each block's
 documents are fetched through the corpus index (one pass per input file per
@@ -45,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
 from clusterclip.sampling.spec import rank_share
@@ -55,7 +64,7 @@ COLUMNS = ("position", "doc_index", "label", "text", "fields")
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
           "mds": ("pyarrow", "mds"),
           "megatron": ("megatron.core.datasets.indexed_dataset", "megatron")}
-SUMMARY = "export.json"
+SUMMARY = "_export.json"
 #: Parquet writer settings, pinned so that the same inputs give byte-identical files.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": False,
                    "write_statistics": True, "version": "2.6",
@@ -161,8 +170,8 @@ def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: in
             if text is None:
                 raise InputError(f"document {i} has no text; its label says it has one "
                                  f"(labels do not belong to this corpus?)")
-            other = {k: v for k, v in rec.items() if k != text_field}
-            got[i] = (text, json.dumps(other, sort_keys=True, ensure_ascii=False, default=str))
+            other = rename_reserved({k: v for k, v in rec.items() if k != text_field})
+            got[i] = (text, record_json(other, sort_keys=True))
         rows = [got[d] for d in docs.tolist()]
         yield {"position": pos.tolist(), "doc_index": docs.tolist(),
                "label": labels[docs].astype(np.int32).tolist(),
@@ -265,7 +274,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     unknown format, a missing library, bad rank or sizes, an ``out`` that is
     not ours (see :func:`clusterclip.io.check_output_dir`) and a schedule
     position outside the corpus or on an excluded document. Returns the summary
-    also written to ``out/export.json``; RuntimeError if the re-read output
+    also written to ``out/_export.json``; RuntimeError if the re-read output
     does not match (nothing is moved into place).
     """
     from clusterclip.io import atomic_output_dir, check_output_dir, write_json
@@ -284,8 +293,10 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
         raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
     check_schedule(schedule, labels, source)
     out = check_output_dir(out, "export", overwrite=overwrite)
+    blocks = -(-count // block)
+    check_free_space(out, space_needed(corpus, schedule, fmt, rank, world_size, blocks))
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
-            _seekable(corpus, tmp / ".plain", blocks=-(-count // block)) as source_corpus:
+            _seekable(corpus, tmp / ".plain", blocks=blocks) as source_corpus:
         batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block)
         if fmt == "megatron":
             summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
@@ -316,9 +327,45 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                    "rank": rank, "world_size": world_size, "first_position": first,
                    "position_step": world_size, "files": names, "columns": list(COLUMNS),
                    "text_field": corpus.text_field,
+                   "field_types": rename_reserved(field_types(corpus.files,
+                                                              skip=[corpus.text_field])),
                    "verified": {"every_position_once_in_order": True, "rows_hash": digest}}
         write_json(tmp / SUMMARY, summary)
     return summary
+
+
+def space_needed(corpus: Any, schedule: np.ndarray, fmt: str, rank: int, world_size: int,
+                 blocks: int, block: int = 1 << 20) -> int:
+    """A lower bound of the bytes an export writes, where its size is known before writing:
+    the texts' characters (each at least a byte) of this rank's positions for the formats
+    that store them uncompressed (``mds``, ``hf``); for ``megatron`` its sidecar and an EOD
+    token per position; plus, with more than one block, the decompressed lines of the gzip
+    inputs (their scratch copies). Parquet compresses (zstd): its size is not known."""
+    first, count = rank_share(len(schedule), rank, world_size)
+    need = 0
+    if fmt in ("mds", "hf"):
+        lengths = np.asarray(corpus.text_lengths, dtype=np.int64)
+        for a in range(0, count, block):
+            pos = np.arange(first + a * world_size, first + min(count, a + block) * world_size,
+                            world_size)
+            need += int(lengths[np.asarray(schedule[pos], dtype=np.int64)].sum())
+    elif fmt == "megatron":
+        need += count * (3 * 8 + 2)  # documents.npy rows + at least one 2-byte token
+    gz = [i for i, f in enumerate(corpus.files) if f["kind"] == "jsonl.gz"]
+    if blocks > 1 and gz:
+        need += int(np.asarray(corpus.nbytes)[np.isin(corpus.file_id, gz)].sum())
+    return need
+
+
+def check_free_space(out: Path, need: int) -> None:
+    """InputError (before writing) when the file system of ``out`` has less than ``need``
+    bytes free."""
+    from clusterclip.io import free_bytes
+
+    free = free_bytes(out)
+    if free is not None and need > free:
+        raise InputError(f"--out {out}: the export needs at least {need:,} bytes, and its file "
+                         f"system has {free:,} free; free space or choose another place")
 
 
 @contextlib.contextmanager
@@ -412,16 +459,19 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
 
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    _require(fmt)
-    _require("parquet")
     tok_path = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else None
-    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     sched = Path(schedule).resolve() if schedule is not None else None
+    protected = w.protected()
+    if sched is not None:
+        protected += ((sched, "the schedule", False),)
+    if tok_path is not None:
+        protected += ((Path(tok_path), "the tokenizer", False),)
+    check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    _require(fmt)
+    _require("parquet")
+    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     with w.locked():
-        protected = w.protected()
-        if sched is not None:
-            protected += ((sched, "the schedule", False),)
         check_output_dir(out, "export", overwrite=overwrite, protected=protected)
         reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
 

@@ -19,7 +19,7 @@ Layout of the output folder ``OUT``:
 - ``OUT/documents.npy``: int64 ``[rows, 3]``, row ``i`` = Megatron document
   ``i``: its global ``position`` in the schedule, its ``doc_index`` (corpus
   order) and its cluster ``label``, so the labels stay with the tokens.
-- ``OUT/export.json``: the summary (tokenizer, dtype, EOD id, token totals per
+- ``OUT/_export.json``: the summary (tokenizer, dtype, EOD id, token totals per
   cluster, the hash of all tokens written).
 
 Streamed like the other formats (one block of positions at a time); each

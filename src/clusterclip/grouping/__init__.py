@@ -4,9 +4,10 @@
 corpus order, each the original record with ``label`` (cluster id), ``score``
 (cosine similarity to the centroid) and ``doc_index`` (position in the
 corpus) added; documents without text go to ``OUT/excluded/``. A field of the
-input that has one of those names is kept as ``orig_<name>`` (and a field
-already named ``orig_<name>`` as ``orig_orig_<name>``, and so on: the renaming
-is one-to-one, so every input record is recovered exactly).
+input named like a field clusterclip adds is kept as ``orig_<name>``, and values
+JSON has no type for (Parquet's binary, timestamp, decimal) take their stated JSON
+form: see :mod:`clusterclip.corpus.records` (one-to-one, so every input record is
+recovered exactly).
 
 The output is built in a temporary directory, re-read and checked, and only
 then moved into place: every input document must appear exactly once (a
@@ -25,6 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.corpus.records import (
+    field_types,
+    is_renamed,
+    record_json,
+    rename_reserved,
+    restore_reserved,
+)
 from clusterclip.errors import InputError
 from clusterclip.io import atomic_output_dir, check_output_dir, write_json
 from clusterclip.labels import check_labels
@@ -34,7 +42,7 @@ EXCLUDED_DIR = "excluded"
 
 
 def _canonical(rec: dict[str, Any]) -> bytes:
-    return json.dumps(rec, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return record_json(rec, sort_keys=True).encode()
 
 
 def record_hash(index: int, rec: dict[str, Any]) -> int:
@@ -43,39 +51,18 @@ def record_hash(index: int, rec: dict[str, Any]) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def _is_renamed(key: str) -> bool:
-    """True for the keys that :func:`annotate` prefixes: ``(orig_)*`` + an added name."""
-    while key.startswith("orig_"):
-        key = key[len("orig_"):]
-    return key in ADDED
-
-
 def annotate(index: int, rec: dict[str, Any], label: int, score: float | None
              ) -> dict[str, Any]:
-    """The output record: ``rec`` with the cluster fields added (clashing keys renamed).
-
-    A key ``label`` of the input becomes ``orig_label``, ``orig_label`` becomes
-    ``orig_orig_label``, ...: one-to-one, undone by :func:`original`.
-    """
-    out = {f"orig_{k}" if _is_renamed(k) else k: v for k, v in rec.items()}
+    """The output record: ``rec`` with the cluster fields added (clashing keys renamed by
+    :func:`clusterclip.corpus.records.rename_reserved`: ``label`` -> ``orig_label``, ...)."""
+    out = rename_reserved(rec)
     out.update(label=label, score=score, doc_index=index)
     return out
 
 
 def original(rec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """Invert :func:`annotate`: (doc_index, original record)."""
-    index = int(rec["doc_index"])
-    orig = {k[len("orig_"):] if _is_renamed(k) else k: v
-            for k, v in rec.items() if k not in ADDED}
-    return index, orig
-
-
-def renamed_note(renamed: dict[str, int]) -> str | None:
-    """One line saying which input fields :func:`annotate` renamed, and in how many records."""
-    if not renamed:
-        return None
-    return ("input fields kept under a new name (the cluster fields took theirs): "
-            + ", ".join(f"{k} -> orig_{k} in {n} documents" for k, n in renamed.items()))
+    return int(rec["doc_index"]), restore_reserved(rec, drop=ADDED)
 
 
 class _Writer:
@@ -177,12 +164,12 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
                            disable=not progress, leave=False):
             in_hash = (in_hash + record_hash(i, rec)) % (1 << 128)
             for key in rec:
-                if _is_renamed(key):
+                if is_renamed(key):
                     renamed[key] += 1
             k = labels_l[i]
             group = f"cluster_{k}" if k >= 0 else EXCLUDED_DIR
             line = annotate(i, rec, int(k), float(scores_l[i]) if k >= 0 else None)
-            writer.add(group, json.dumps(line, ensure_ascii=False, default=str).encode() + b"\n")
+            writer.add(group, record_json(line).encode() + b"\n")
         writer.flush()
         check = verify_groups(tmp, n)
         if check["hash"] != in_hash:
@@ -193,6 +180,7 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
             "groups": dict(sorted(writer.written.items(), key=lambda kv: _group_key(kv[0]))),
             "files": check["files"],
             "renamed_fields": {k: renamed[k] for k in sorted(renamed)},
+            "field_types": rename_reserved(field_types(corpus.files)),
             "verified": {"exactly_once": True, "content_hash": f"{in_hash:032x}"},
         }
         write_json(tmp / "group.json", summary)

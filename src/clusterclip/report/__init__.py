@@ -2,15 +2,15 @@
 
 Pure cores (arrays in, numbers out) live in :mod:`~clusterclip.report.stats`
 (cluster sizes, streaming schedule statistics), :mod:`~clusterclip.report.metrics`
-(NMI, ARI, purity) and :mod:`~clusterclip.report.clip` (choosing the clip R for
-a budget). :mod:`~clusterclip.report.plots` draws the figures and
-:func:`build_report` reads a work directory and writes ``W/report/``.
+(NMI, ARI, purity); choosing the clip R for a budget is the sampler's rule
+(:mod:`~clusterclip.sampling.clip`, also the default R of ``sample`` and ``run``).
+:mod:`~clusterclip.report.plots` draws the figures and :func:`build_report` reads a
+work directory and writes ``W/report/``.
 """
 
 from __future__ import annotations
 
 from clusterclip.report.build import ReportOptions, build_report
-from clusterclip.report.clip import choose_clip, expected_draws, quartile_clusters
 from clusterclip.report.metrics import (
     adjusted_rand_index,
     cluster_label_agreement,
@@ -18,6 +18,7 @@ from clusterclip.report.metrics import (
     purity,
 )
 from clusterclip.report.stats import ScheduleStats, cluster_sizes, schedule_summary, size_profile
+from clusterclip.sampling.clip import choose_clip, expected_draws, quartile_clusters
 
 __all__ = [
     "ReportOptions",

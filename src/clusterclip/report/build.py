@@ -19,8 +19,6 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.io import load_npy
 from clusterclip.labels import check_labels
-from clusterclip.report.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
-from clusterclip.report.clip import quartile_clusters as _quartiles
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
 from clusterclip.report.readable import FILE as CLUSTERS_MD
@@ -41,6 +39,8 @@ from clusterclip.report.stats import (
     tail_starvation,
     token_shares,
 )
+from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_clips
+from clusterclip.sampling.clip import quartile_clusters as _quartiles
 from clusterclip.sampling.spec import (
     CLIP_STRATEGIES,
     DEFAULT_STRATEGIES,
@@ -226,7 +226,7 @@ def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.nda
         docs = [{"index": int(i), "score": float(scores[i]),
                  "text": readable["snippets"].get(int(i), "")[:EXAMPLE_CHARS]}
                 for i in readable["nearest"][k][:EXAMPLE_DOCS]]
-        ex = {"cluster": k, "group": group, "size": int(sizes[k]), "documents": docs,
+        ex = {"label": k, "group": group, "size": int(sizes[k]), "documents": docs,
               "terms": readable["terms"][k]}
         if majority is not None:
             ex["majority_label"] = majority.get(k)
@@ -308,7 +308,7 @@ class ReportOptions:
     starves the tail when the smallest quartile of clusters gets less than
     ``tail_floor`` x its corpus share of the last 20% of the schedule (the
     late-training sentence and the recommended R); ``clips``: the values of R
-    to tabulate (None: :func:`~clusterclip.report.clip.default_clips`);
+    to tabulate (None: :func:`~clusterclip.sampling.clip.default_clips`);
     ``out``: the report directory (None: ``W/report``); ``progress``: progress
     bars on stderr; ``overwrite``: replace an ``out`` that is not an earlier report;
     ``map_sample``: documents on the page's map (at most; 0: no map), a sample drawn
@@ -380,7 +380,7 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
     """
     import json
 
-    from clusterclip.io import check_output_dir
+    from clusterclip.io import check_output_dir, refuse_protected
     from clusterclip.workdir import Workdir
 
     opts = replace(options or ReportOptions(), **fields)
@@ -414,9 +414,12 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
         return {"out": str(target)}
 
     with w.locked():
-        if not own:
+        given = () if schedule is None else ((Path(schedule), "the schedule", False),)
+        if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
+            refuse_protected(target, given, "--out")
+        else:
             check_output_dir(target, "report", overwrite=opts.overwrite,
-                             protected=w.protected(own=("report",)))
+                             protected=w.protected(own=("report",)) + given)
         w.run_stage("report", key=with_tokens, work=work,
                     reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
                     maybe_reads=["centroids.npy", "corpus"],
@@ -845,7 +848,7 @@ def clusters_csv(sizes: np.ndarray, shares: dict[str, np.ndarray],
     names = list(shares)
     corpus_share = sizes / max(1, int(sizes.sum()))
     header, text_rows = csv_columns(readable)  # top terms and nearest documents, last
-    lines = [",".join(["cluster", "size", "corpus_share", *(f"{s}_share" for s in names),
+    lines = [",".join(["label", "size", "corpus_share", *(f"{s}_share" for s in names),
                        *(f"{s}_token_share" for s in token_parts), *header])]
     for c in range(sizes.size):
         lines.append(",".join([str(c), str(int(sizes[c])), f"{corpus_share[c]:.6g}",

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.report.clip import LATE_TENTHS
 from clusterclip.report.stats import repetition_bins
 from clusterclip.report.terms import sample_sentence
+from clusterclip.sampling.clip import LATE_TENTHS
+from clusterclip.sampling.spec import DEFAULT_CLIP
 
 # One line per sampler strategy, for the strategies a report shows.
 STRATEGY_TEXT = {
@@ -163,7 +164,9 @@ def _choose_lines(choose: Mapping[str, Any], figures: Mapping[str, str],
                         "same budget and seed." if measured else "."),
         "",
         (f"**Recommended R = {best}.** " if best is not None else "**No recommended R.** ")
-        + choose["reason"],
+        + choose["reason"] + " This R is for `clusterclip`'s greedy course: `paced`, the "
+        "commands' default, spreads each cluster's draws over the whole schedule and takes "
+        f"R = {DEFAULT_CLIP} unless T needs more.",
         "",
         *at_clip,
         *_table(header, rows),
@@ -280,7 +283,7 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
                   ""]
         for ex in examples:
             label = f", mostly `{ex['majority_label']}`" if ex.get("majority_label") else ""
-            lines.append(f"**Cluster {ex['cluster']}** ({ex['group']}, {ex['size']:,} "
+            lines.append(f"**Cluster {ex['label']}** ({ex['group']}, {ex['size']:,} "
                          f"document{'s' if ex['size'] != 1 else ''}{label})")
             lines.append("")
             if ex.get("terms"):
@@ -294,7 +297,10 @@ def render_markdown(summary: Mapping[str, Any], figures: Mapping[str, str]) -> s
     lines += [
         "## Schedules",
         "",
-        "Each schedule below has the same budget T. " + " ".join(
+        f"Each schedule below has the same budget T = {summary['num_samples']:,} samples over "
+        f"the {summary['eligible_documents']:,} eligible documents of the whole corpus: its "
+        "repetition counts are at this budget (the experiment's are at its own, over its "
+        "training split). " + " ".join(
             f"`{name}` {STRATEGY_TEXT[name]}." for name in sched if name in STRATEGY_TEXT),
         "",
         *_table(

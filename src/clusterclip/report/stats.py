@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.report.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
-from clusterclip.report.clip import LATE_TENTHS, late_start, quartile_clusters
+from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
+from clusterclip.sampling.clip import LATE_TENTHS, late_start, quartile_clusters
 
 TENTHS = 10  # the quartile-share table splits training time into tenths
 CHUNK = 1 << 20  # documents per pass where a per-document temporary would otherwise be N long

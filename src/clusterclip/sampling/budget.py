@@ -154,8 +154,10 @@ def budget_length(labels: np.ndarray, doc_tokens: np.ndarray, num_tokens: int,
         if num_tokens > clip * total:
             raise InputError(f"num_tokens {num_tokens:,} exceeds what {strategy} can supply "
                              f"with clip {clip}: {clip} x {total:,} tokens of the "
-                             f"{n_eligible:,} eligible documents = {clip * total:,}; raise "
-                             f"clip or lower num_tokens", params=("num_tokens", "clip"))
+                             f"{n_eligible:,} eligible documents = {clip * total:,}; the "
+                             f"smallest clip that serves it is {-(-num_tokens // total):,}, "
+                             f"the largest num_tokens that clip {clip} allows is "
+                             f"{clip * total:,}", params=("num_tokens", "clip"))
         t_max = clip * n_eligible
     else:
         t_max = 2**62  # never reached: every draw of a document with tokens adds some

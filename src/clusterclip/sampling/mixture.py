@@ -29,7 +29,6 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.io import sha256_file, write_json
-from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGY
 
 MIXTURE_FORMAT_VERSION = 1
 #: How a mixture's draws are placed: the sampler strategies that take a mixture.
@@ -142,13 +141,16 @@ def mixture_record(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def resolve_strategy(strategy: str | None, clip: int | None, mixture: Mixture | None = None
-                     ) -> tuple[str, int]:
-    """``(strategy, clip)`` of a sampler: those given, else the mixture's timing and clip,
-    else the sampler's defaults. A mixture cannot be drawn by ``random`` (it draws no
-    cluster): InputError."""
+                     ) -> tuple[str, int | None]:
+    """``(strategy, clip)`` of a command's sampler: those given, else the mixture's timing
+    and clip, else the commands' strategy (``DEFAULT_COMMAND_STRATEGY``) and clip None (the
+    caller takes :func:`clusterclip.sampling.clip.default_clip`'s, which needs the labels and
+    the budget). A mixture cannot be drawn by ``random`` (it draws no cluster):
+    InputError."""
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
+
     if mixture is None:
-        return (DEFAULT_STRATEGY if strategy is None else strategy,
-                DEFAULT_CLIP if clip is None else clip)
+        return DEFAULT_COMMAND_STRATEGY if strategy is None else strategy, clip
     strategy = mixture.timing if strategy is None else strategy
     if strategy == "random":
         raise InputError("strategy random draws documents, not clusters, so it takes no "

@@ -210,6 +210,15 @@ class Clusters:
         return int(self.labels.size - self.num_eligible)
 
 
+def capacity_error(num_samples: int, clip: int, units: int, unit: str) -> InputError:
+    """The refusal of ``num_samples`` T above the capacity ``clip`` R x ``units``: it names
+    the smallest R that serves T and the largest T that R allows."""
+    return InputError(f"num_samples {num_samples} exceeds capacity {clip * units} = clip "
+                      f"{clip} x {units} {unit}; the smallest clip that serves it is "
+                      f"{-(-num_samples // max(1, units))}, the largest num_samples that clip "
+                      f"{clip} allows is {clip * units}", params=("num_samples", "clip"))
+
+
 def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible documents"
                      ) -> Clusters:
     """The :class:`Clusters` of ``spec`` over ``labels``, checked (InputError): labels
@@ -238,8 +247,7 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
         n = int(sizes.sum())
         capacity = spec.clip * n
         if spec.num_samples > capacity:
-            raise InputError(f"num_samples {spec.num_samples} exceeds capacity {capacity} = "
-                             f"clip {spec.clip} x {n} {unit}", params=("num_samples", "clip"))
+            raise capacity_error(spec.num_samples, spec.clip, n, unit)
     return Clusters(lab, drawable, sizes, weights, capacity, zero_weight)
 
 
