@@ -49,7 +49,7 @@ demo: $(VENV)/.all
 
 test: $(VENV)/.test $(MDS_VENV)/.ok
 	$(VENV)/bin/ruff check src tests benchmarks
-	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest
+	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_sampler.py
