@@ -16,7 +16,7 @@ MDS_VENV ?= .venv-mds
 MDS_PIN ?= mosaicml-streaming==0.13.0
 MDS_CONSTRAINTS := tests/mds-venv-constraints.txt
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -49,12 +49,16 @@ demo: $(VENV)/.all
 
 test: $(VENV)/.test $(MDS_VENV)/.ok
 	$(VENV)/bin/ruff check src tests benchmarks
-	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest
+	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_sampler.py
 	$(PY) benchmarks/bench_kmeans.py
 	$(PY) benchmarks/bench_embed.py
 
+# The documentation site, offline, warnings as errors: open site/index.html.
+docs: $(VENV)/.test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(MDS_VENV) demo-out
+	rm -rf $(VENV) $(MDS_VENV) demo-out site

@@ -106,6 +106,74 @@ def bench_peer(root: Path) -> dict:
             "cpu_s": _cpu(before, after)}
 
 
+# -- the projection's quality per method ------------------------------------------------
+METHODS = {  # name -> MapParams fields (umap) or None (a baseline: the first two PCs)
+    "umap-default": {"init": "spectral", "n_epochs": None},
+    "umap-pca-init": {"init": "pca", "n_epochs": None},
+    "umap-pca-init-100ep": {"init": "pca", "n_epochs": 100},
+    "pca-2d": None,
+}
+QUALITY_SUBSAMPLE = 5_000
+
+
+def quality(X: np.ndarray, labels: np.ndarray, Y: np.ndarray, seed: int = 0) -> dict:
+    """kNN preservation @10 (queries: a subsample; neighbours among all rows, cosine in
+    the embedding vs euclidean on the map), trustworthiness @10 and the 2D silhouette by
+    cluster, both on the subsample."""
+    from sklearn.manifold import trustworthiness
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(seed)
+    q = np.sort(rng.choice(X.shape[0], min(QUALITY_SUBSAMPLE, X.shape[0]), replace=False))
+    hits = 0
+    for start in range(0, q.size, 250):
+        rows = q[start:start + 250]
+        hi = X[rows] @ X.T
+        hi[np.arange(rows.size), rows] = -np.inf
+        lo = -((Y[rows, None, :] - Y[None, :, :]) ** 2).sum(-1)
+        lo[np.arange(rows.size), rows] = -np.inf
+        a = np.argpartition(-hi, 10, axis=1)[:, :10]
+        b = np.argpartition(-lo, 10, axis=1)[:, :10]
+        hits += sum(len(set(x) & set(y)) for x, y in zip(a, b, strict=True))
+    return {"knn10": hits / (10 * q.size),
+            "trust10": float(trustworthiness(X[q], Y[q], n_neighbors=10)),
+            "silhouette": float(silhouette_score(Y[q], labels[q]))}
+
+
+def _one_method(name: str, X: np.ndarray) -> dict:
+    """Time one projection (numba already compiled by the caller)."""
+    from clusterclip.report.projection import MapParams, principal_components, project
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    if METHODS[name] is None:
+        Y = principal_components(X, 2)
+    else:
+        Y = project(X, seed=0, params=MapParams(**METHODS[name]))
+    return {"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "Y": Y}
+
+
+def bench_quality(sizes: list[int], methods: list[str]) -> None:
+    """One process, methods in turn (numba forbids fork once its threads run): the peak
+    RSS column is the process's peak so far."""
+    from clusterclip.report.projection import project
+
+    c0 = time.process_time()
+    project(synthetic(2_000)[0], seed=0)  # numba's first use, paid once here
+    print(f"numba first use (umap on 2,000 points, compile + fit): "
+          f"{time.process_time() - c0:.0f} CPU s", flush=True)
+    print(f"{'docs':>8} {'method':<22}{'CPU s':>7}{'wall s':>8}{'RSS GB':>8}"
+          f"{'knn@10':>8}{'trust@10':>9}{'silh.':>7}  load", flush=True)
+    for n in sizes:
+        X, labels = synthetic(n)
+        for name in methods:
+            r = _one_method(name, X)
+            qual = quality(X, labels, r["Y"])
+            print(f"{n:>8} {name:<22}{r['cpu_s']:>7.0f}{r['wall_s']:>8.0f}"
+                  f"{r['peak_rss_gb']:>8.2f}{qual['knn10']:>8.3f}{qual['trust10']:>9.3f}"
+                  f"{qual['silhouette']:>7.3f}  {_load()}", flush=True)
+
+
 # -- the page ---------------------------------------------------------------------------
 def _texts(n: int) -> list[str]:
     words = ("data model cluster token train sample corpus python socket thread file value "
@@ -219,7 +287,8 @@ def measure_page(path: Path, kind: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=("page", "stage"), required=True)
+    ap.add_argument("--part", choices=("page", "stage", "quality"), required=True)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--docs", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--points", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--peer", action="store_true", help="also time plain umap-learn (stage)")
@@ -227,7 +296,9 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench_map_"))
     print(f"load average at start: {_load()}", flush=True)
-    if args.part == "stage":
+    if args.part == "quality":
+        bench_quality(args.docs, args.methods)
+    elif args.part == "stage":
         for n in args.docs:
             print(json.dumps(bench_stage(n, root)), flush=True)
         if args.peer:

@@ -1,5 +1,5 @@
 """Helpers for tests that start real processes (the command line and ``torchrun``) and
-for tests that run the README's recipes as written (``readme_recipe``).
+for tests that run the docs' recipes as written (``docs_recipe``).
 
 ``torchrun`` runs with ``--standalone``: its rendezvous store binds port 0
 itself and the workers join that store, so no test picks a port and releases
@@ -59,13 +59,25 @@ def torchrun_cli(*args: Any, nproc: int = 2, timeout: float = 300) -> subprocess
     return torchrun("-m", "clusterclip.cli", *args, nproc=nproc, timeout=timeout)
 
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+# The recipes users copy: each marked block of this page is run as written by a test.
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                       "integrations.md")
 
 
-def readme_recipe(name: str) -> str:
-    """The README's Python block right after ``<!-- recipe: NAME -->``, to run as written."""
-    with open(README, encoding="utf-8") as f:
+def _recipe_block(name: str, lang: str) -> str:
+    with open(RECIPES, encoding="utf-8") as f:
         text = f.read()
-    found = re.findall(rf"<!-- recipe: {re.escape(name)} -->\n```python\n(.*?)```", text, re.S)
-    assert len(found) == 1, f"README: {len(found)} blocks marked recipe {name!r}"
+    found = re.findall(rf"<!-- recipe: {re.escape(name)} -->\n```{lang}\n(.*?)```", text, re.S)
+    assert len(found) == 1, f"docs/integrations.md: {len(found)} blocks marked recipe {name!r}"
     return found[0]
+
+
+def docs_recipe(name: str) -> str:
+    """The Python block right after ``<!-- recipe: NAME -->`` in docs/integrations.md, to
+    run as written."""
+    return _recipe_block(name, "python")
+
+
+def docs_recipe_command(name: str) -> str:
+    """The shell block right after ``<!-- recipe: NAME -->`` in docs/integrations.md."""
+    return _recipe_block(name, "")

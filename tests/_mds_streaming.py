@@ -76,7 +76,7 @@ def write(streaming: types.ModuleType, job: dict) -> None:
 def recipe(job: dict) -> None:
     seen: list[str] = []
     os.chdir(job["cwd"])
-    exec(job["code"], {"train_step": seen.extend})  # noqa: S102 - the README's recipe
+    exec(job["code"], {"train_step": seen.extend})  # noqa: S102 - the docs' recipe
     with open(job["out"], "w", encoding="utf-8") as f:
         json.dump(seen, f)
 

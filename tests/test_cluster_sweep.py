@@ -39,7 +39,7 @@ def _table(W) -> list[dict]:
 
 
 def _reference_rule(rows):
-    """The README's rule, written out plainly."""
+    """The rule of docs/choosing-k.md, written out plainly."""
     rows = sorted(rows, key=lambda r: r["k"])
     sil = {r["k"]: r["silhouette"] for r in rows if r["silhouette"] is not None}
     if not sil:

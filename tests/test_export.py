@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _helpers import child_env, readme_recipe, run_cli
+from _helpers import child_env, docs_recipe, run_cli
 
 from clusterclip.cli import main
 from clusterclip.corpus import Corpus
@@ -310,10 +310,10 @@ def test_missing_extra_is_one_line_naming_it(workdir, tmp_path):
                                 "the `hf` extra (pip install 'clusterclip[hf]')")
 
 
-# -- the README's "Train with it" recipes, run as written ----------------------------------
+# -- the recipes of docs/integrations.md, run as written ----------------------------------
 
-def test_readme_training_recipes_consume_the_schedule_in_order(workdir, tmp_path, monkeypatch):
-    recipes = [readme_recipe("export-parquet"), readme_recipe("export-hf")]
+def test_docs_training_recipes_consume_the_schedule_in_order(workdir, tmp_path, monkeypatch):
+    recipes = [docs_recipe("export-parquet"), docs_recipe("export-hf")]
     monkeypatch.chdir(tmp_path)
     schedule = np.load(workdir / "schedule.npy")
     corpus = Corpus.load(workdir / "corpus")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_export as shared
-from _helpers import child_env, readme_recipe, run_cli
+from _helpers import child_env, docs_recipe, run_cli
 
 from clusterclip.cli import main
 from clusterclip.corpus import Corpus
@@ -190,7 +190,7 @@ def test_missing_extra_is_one_line_naming_it(workdir, tmp_path):
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory, bundled, multi, workdir):
     """Exports of every kind, then one run in the separate environment that reads them all
-    with StreamingDataset, writes the multi-file rows with MDSWriter and runs the README's
+    with StreamingDataset, writes the multi-file rows with MDSWriter and runs the docs'
     recipe. Returns (folder, what streaming read or wrote, inputs)."""
     d = tmp_path_factory.mktemp("mds")
     reads, inputs = [], {}
@@ -213,10 +213,10 @@ def streamed(tmp_path_factory, bundled, multi, workdir):
               size_limit=1 << 16)
     (d / "rows.json").write_text(json.dumps(_rows(d / "ours")), encoding="utf-8")
     write = [{"rows": str(d / "rows.json"), "out": str(d / "theirs"), "size_limit": 1 << 16}]
-    # the README recipe, run as written in a folder holding export/mds
+    # the docs' recipe, run as written in a folder holding export/mds
     assert main(["export", "--workdir", str(workdir), "--format", "mds", "--out",
                  str(d / "recipe" / "export" / "mds"), "--rows-per-shard", "60"]) == 0
-    recipe = {"code": readme_recipe("mds-streaming"), "cwd": str(d / "recipe"),
+    recipe = {"code": docs_recipe("mds-streaming"), "cwd": str(d / "recipe"),
               "out": str(d / "recipe.json")}
     _run_streaming({"read": reads, "write": write, "recipe": recipe}, d)
     return d, inputs
@@ -257,7 +257,7 @@ def test_our_files_are_byte_identical_to_mds_writers(streamed):
         assert (d / "ours" / name).read_bytes() == (d / "theirs" / name).read_bytes(), name
 
 
-def test_readme_recipe_feeds_the_schedule_in_order(streamed, workdir):
+def test_docs_recipe_feeds_the_schedule_in_order(streamed, workdir):
     d, _ = streamed
     seen = json.loads((d / "recipe.json").read_text(encoding="utf-8"))
     schedule = np.load(workdir / "schedule.npy")

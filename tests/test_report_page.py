@@ -270,3 +270,31 @@ def test_searched_mixture_is_shown_like_a_strategy(reported, tmp_path):
     assert any(n.startswith("mixture not shown:") and "2 weights" in n for n in notes)
     assert main(["report", "--workdir", str(w), "--map-sample", "0", "--num-samples", "900",
                  "--strategies", "random,mixture", "--out", str(tmp_path / "r3")]) == 2
+
+
+def test_changing_the_projection_recomputes_the_map_with_moving_progress(reported, tmp_path,
+                                                                          capsys):
+    import shutil
+
+    from clusterclip.report.projection import MapParams, map_key, map_stage
+    from clusterclip.workdir import Workdir
+
+    variants = [MapParams(), MapParams(method="other"), MapParams(init="pca"),
+                MapParams(n_epochs=30), MapParams(min_dist=0.2), MapParams(n_neighbors=10),
+                MapParams(pca_dims=20)]
+    keys = {json.dumps(map_key(MAP_SAMPLE, 0, p), sort_keys=True) for p in variants}
+    assert len(keys) == len(variants)
+    assert map_key(MAP_SAMPLE, 0) != map_key(MAP_SAMPLE + 1, 0) != map_key(MAP_SAMPLE, 1)
+    w = tmp_path / "w"
+    shutil.copytree(reported, w)
+    coords = (w / "map" / "coords.npy").read_bytes()
+    wd = Workdir(w, create=False)
+    before = wd.stage("map")["finished"]
+    capsys.readouterr()
+    assert map_stage(wd, sample=MAP_SAMPLE, seed=0, progress=True,
+                     params=MapParams(n_epochs=30)) is None
+    err = capsys.readouterr().err
+    assert "map: UMAP of 400 of 600 documents" in err and "map: layout" in err
+    assert re.search(r"\b[1-9]\d*/30\b", err)  # the bar over the layout's epochs moved
+    assert Workdir(w, create=False).stage("map")["finished"] != before
+    assert (w / "map" / "coords.npy").read_bytes() != coords

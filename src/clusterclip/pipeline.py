@@ -421,6 +421,7 @@ def _print_demo_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: d
     print()
     print("time: " + ", ".join(f"{n} {s:.0f}s" for n, s in steps))
     print(f"report:     {out}/report/report.md")
+    print(f"page:       {out}/report/{rep['page']}")
     print(f"grouped:    {out}/grouped/")
     if exp:
         print(f"experiment: {out}/work/experiment/results.md  (full size: clusterclip "

@@ -12,8 +12,8 @@ thread) on the first :data:`PCA_DIMS` principal components of the
 L2-normalised embeddings, with the euclidean metric: on unit vectors it
 orders neighbours as cosine does. The PCA step keeps the neighbour search's cost
 independent of the model's dimension; at 10^5 documents the single-threaded layout
-dominates either way (BENCHMARKS.md, "Report page and map": about 5 CPU-minutes, over
-the 2-minute target).
+dominates either way (BENCHMARKS.md, "Report page and map": about 3.5 CPU-minutes with numba's
+first use, over the 2-minute target).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import importlib.metadata
 import sys
 import time
 import warnings
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,6 @@ STAGE = "map"
 DIR = "map"
 DEFAULT_MAP_SAMPLE = 100_000
 PCA_DIMS = 50
-UMAP_PARAMS = {"n_neighbors": 15, "min_dist": 0.1, "metric": "euclidean"}
 _ROWS_PER_BLOCK = 65_536  # embeddings read (and PCA accumulated) this many rows at a time
 
 
@@ -72,26 +72,52 @@ def principal_components(X: np.ndarray, dims: int) -> np.ndarray:
     return ((np.asarray(X, dtype=np.float64) - mean) @ top).astype(np.float32)
 
 
-def project(X: np.ndarray, seed: int) -> np.ndarray:
-    """float32[n, 2] UMAP coordinates of the rows of ``X`` (see the module docstring)."""
+@dataclass(frozen=True)
+class MapParams:
+    """The projection's parameters (all part of the stage's key).
+
+    ``n_epochs``: UMAP's layout epochs; None is umap-learn's own default (500 below
+    10,000 points, 200 above). ``init``: the layout's start, ``"pca"`` (the first two
+    principal components: a linear scan) or ``"spectral"`` (umap-learn's default: an
+    eigensolve on the neighbour graph). One thread (``n_jobs=1``): umap-learn is
+    deterministic only then.
+    """
+
+    method: str = "umap"
+    pca_dims: int = PCA_DIMS
+    n_neighbors: int = 15
+    min_dist: float = 0.1
+    init: str = "pca"
+    n_epochs: int | None = None
+
+
+def project(X: np.ndarray, seed: int, params: MapParams = MapParams(),
+            progress: bool = False) -> np.ndarray:
+    """float32[n, 2] UMAP coordinates of the rows of ``X`` (see the module docstring);
+    ``progress``: a bar over the layout's epochs on stderr."""
+    if params.method != "umap":
+        raise InputError(f"map method must be 'umap', got {params.method!r}")
     n = X.shape[0]
     if n < 4:  # too few points for a neighbour graph: a line, in order
         return np.stack([np.arange(n, dtype=np.float32), np.zeros(n, np.float32)], axis=1)
     import umap
 
-    Z = principal_components(X, PCA_DIMS)
-    params = dict(UMAP_PARAMS, n_neighbors=min(UMAP_PARAMS["n_neighbors"], n - 1))
+    Z = principal_components(X, params.pca_dims)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # umap's and numba's notes on threads and sparsity
-        reducer = umap.UMAP(n_components=2, random_state=seed, n_jobs=1,
-                            init="spectral" if n > 16 else "random", **params)
+        reducer = umap.UMAP(
+            n_components=2, random_state=seed, n_jobs=1, metric="euclidean",
+            n_neighbors=min(params.n_neighbors, n - 1), min_dist=params.min_dist,
+            init=params.init if n > 16 else "random", n_epochs=params.n_epochs,
+            tqdm_kwds={"disable": not progress, "desc": "map: layout", "unit": "epoch",
+                       "leave": False, "file": sys.stderr})
         return np.asarray(reducer.fit_transform(Z), dtype=np.float32)
 
 
-def map_key(sample: int, seed: int) -> dict[str, Any]:
+def map_key(sample: int, seed: int, params: MapParams = MapParams()) -> dict[str, Any]:
     """What determines ``W/map/`` besides the embeddings (and valid.npy)."""
-    return {"sample": int(sample), "seed": int(seed), "method": "umap", "pca": PCA_DIMS,
-            "umap": dict(UMAP_PARAMS), "umap_version": _umap_version()}
+    return {"sample": int(sample), "seed": int(seed), "params": asdict(params),
+            "umap_version": _umap_version()}
 
 
 def _umap_version() -> str | None:
@@ -101,7 +127,8 @@ def _umap_version() -> str | None:
         return None
 
 
-def map_stage(w: Any, *, sample: int, seed: int, progress: bool = False) -> str | None:
+def map_stage(w: Any, *, sample: int, seed: int, progress: bool = False,
+              params: MapParams = MapParams()) -> str | None:
     """Run (or reuse) the ``map`` stage of work directory ``w``; return None when
     ``W/map/`` is current afterwards, else why there is no map (a note for the report):
     no embeddings, ``sample`` 0, or umap-learn not installed."""
@@ -125,10 +152,11 @@ def map_stage(w: Any, *, sample: int, seed: int, progress: bool = False) -> str 
                              f"embeddings.npy has {X.shape[0]}")
         rows = sample_rows(valid, X.shape[0], sample, seed)
         if progress:
-            print(f"map: UMAP of {rows.size:,} of {X.shape[0]:,} documents (first use "
-                  "compiles numba code) ...", file=sys.stderr, flush=True)
+            print(f"map: UMAP of {rows.size:,} of {X.shape[0]:,} documents (neighbours, "
+                  "then the layout; first use compiles numba code) ...", file=sys.stderr,
+                  flush=True)
         t0 = time.perf_counter()
-        coords = project(np.asarray(X[rows], dtype=np.float32), seed)
+        coords = project(np.asarray(X[rows], dtype=np.float32), seed, params, progress)
         with atomic_output_dir(w.path(DIR), STAGE, overwrite=True) as tmp:
             save_npy(Path(tmp) / "sample.npy", rows)
             save_npy(Path(tmp) / "coords.npy", coords)
@@ -137,7 +165,7 @@ def map_stage(w: Any, *, sample: int, seed: int, progress: bool = False) -> str 
             print(f"map: done in {seconds:.0f} s", file=sys.stderr, flush=True)
         return {"documents": int(rows.size), "of": int(X.shape[0]), "seconds": seconds}
 
-    w.run_stage(STAGE, key=map_key(sample, seed), work=work, reads=["embeddings.npy"],
+    w.run_stage(STAGE, key=map_key(sample, seed, params), work=work, reads=["embeddings.npy"],
                 maybe_reads=["valid.npy"], outputs=[DIR])
     return None
 
