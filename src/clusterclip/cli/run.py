@@ -92,6 +92,11 @@ def config(args: argparse.Namespace, sampling: bool) -> RunConfig:
     kmeans = KMeansOptions(max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                            metric=args.metric, backend=args.backend, seed=args.seed,
                            device=args.kmeans_device, chunk_rows=args.chunk_rows)
+    if not sampling and args.clip is not None and args.clip < 1:
+        from clusterclip.errors import InputError
+
+        # refused as with a sampling stage (the value is wrong whatever runs)
+        raise InputError(f"clip {args.clip}: must be >= 1", params=("clip",))
     sample = SampleOptions(
         num_samples=args.num_samples, num_tokens=args.num_tokens, balance_by=args.balance_by,
         tokenizer=args.tokenizer, strategy=args.strategy, clip=args.clip, alpha=args.alpha,
