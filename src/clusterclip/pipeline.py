@@ -7,7 +7,7 @@ with a changed downstream parameter only does the work that is missing.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -100,89 +100,162 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
                        work=work)
 
 
-def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
-    """``clusterclip run``: embed, cluster and optionally sample, printing where outputs are."""
-    from clusterclip.clustering import KMeans, cluster_workdir
+@dataclass(frozen=True)
+class EmbedOptions:
+    """How ``run`` embeds: the keywords of :func:`clusterclip.embedding.embed_workdir`
+    (besides ``n_clusters``)."""
+
+    text_field: str = "text"
+    id_field: str | None = None
+    skip_bad_lines: bool = False
+    embedder: str = "minilm"
+    model: str | None = None
+    pooling: str = "mean"
+    max_length: int = 256
+    batch_size: int = 64
+    device: str = "cpu"
+    dtype: str = "float32"
+    backend: str = "auto"
+    precision: str = "auto"
+    tune: int = 0
+    tune_seed: int = 0
+
+
+@dataclass(frozen=True)
+class KMeansOptions:
+    """How ``run`` clusters: the keywords of :func:`clusterclip.clustering.cluster_workdir`
+    (besides ``n_clusters``)."""
+
+    max_iter: int = 50
+    n_init: int = 1
+    tol: float = 1e-4
+    metric: str = "cosine"
+    backend: str = "torch"
+    seed: int = 0
+    device: str = "cpu"
+    chunk_rows: int = 65536
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """How ``run`` samples: the keywords of :func:`sample_workdir` (besides ``groups``);
+    one of ``num_samples`` and ``num_tokens``. ``strategy`` and ``clip`` as resolved
+    against the ``mixture`` (``clip`` None: the default for the labels and budget)."""
+
+    num_samples: int | None = None
+    num_tokens: int | None = None
+    balance_by: str = "docs"
+    tokenizer: str | None = None
+    strategy: str = "paced"
+    clip: int | None = None
+    alpha: float = 0.0
+    seed: int = 0
+    mixture: str | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything :func:`run_pipeline` does, checked by :meth:`check` before any work.
+
+    ``sample``: None for no sampling stage; ``dedup_threshold``: None for no dedup stage
+    (with it, the schedule clips by the near-duplicate groups).
+    """
+
+    workdir: str
+    inputs: tuple[str, ...]
+    n_clusters: int
+    embed: EmbedOptions = field(default_factory=EmbedOptions)
+    kmeans: KMeansOptions = field(default_factory=KMeansOptions)
+    sample: SampleOptions | None = None
+    dedup_threshold: float | None = None
+
+    def check(self) -> None:
+        """Refuse (InputError, in the parameters' names) what would fail after the embedding."""
+        from clusterclip.clustering import KMeans
+        from clusterclip.sampling.budget import check_balance
+        from clusterclip.sampling.spec import MAX_SEED
+        from clusterclip.tokens import load_tokenizer, tokenizer_identity
+
+        if self.n_clusters is not None and self.n_clusters < 1:
+            raise InputError(f"n_clusters {self.n_clusters}: must be >= 1",
+                             params=("n_clusters",))
+        s = self.sample
+        if s is not None:
+            if s.num_samples is not None and s.num_samples <= 0:
+                raise InputError(f"num_samples {s.num_samples}: must be > 0",
+                                 params=("num_samples",))
+            check_balance(balance_by=s.balance_by, strategy=s.strategy, alpha=s.alpha,
+                          has_weights=False)
+            if s.clip is not None and s.clip < 1:
+                raise InputError(f"clip {s.clip}: must be >= 1", params=("clip",))
+        if self.dedup_threshold is not None:
+            from clusterclip.dedup import check_threshold
+
+            check_threshold(self.dedup_threshold, "dedup_threshold")
+            if s is not None and (s.num_tokens is not None or s.balance_by != "docs"):
+                raise InputError("dedup works with num_samples and balance_by docs only "
+                                 "(token budgets over groups are not supported yet)",
+                                 params=("dedup", "num_samples", "balance_by"))
+        if s is not None and s.tokenizer is not None:  # a bad path fails now
+            tokenizer_identity(load_tokenizer(s.tokenizer))
+        if s is not None and not 0 <= s.seed <= MAX_SEED:
+            raise InputError(f"seed {s.seed}: the sampler takes 0 .. 2**64 - 1",
+                             params=("seed",))
+        KMeans(n_clusters=self.n_clusters, **asdict(self.kmeans))._check_params()
+
+    def check_capacity(self, documents: int) -> None:
+        """Refuse ``num_samples`` T above what an explicit ``clip`` R can serve on the
+        ``documents`` with text (each gets a label; with dedup groups, at most as many),
+        as soon as the corpus is scanned: before the embedding, not after the clustering."""
+        from clusterclip.sampling.spec import CLIP_STRATEGIES, capacity_error
+
+        s = self.sample
+        if s is None or s.num_samples is None or s.clip is None \
+                or s.strategy not in CLIP_STRATEGIES or s.num_samples <= s.clip * documents:
+            return
+        e = capacity_error(s.num_samples, s.clip, documents, "documents with text")
+        raise InputError(f"{e} (strategy {s.strategy}); nothing was embedded",
+                         params=e.params + ("strategy",))
+
+    def later_stages(self) -> list[str]:
+        """The stages after ``embed``, whose outputs this run may replace."""
+        s = self.sample
+        return ["cluster"] + (["dedup"] if self.dedup_threshold is not None else []) + (
+            ["sample"] if s is not None else []) + (
+            ["tokens"] if s is not None and s.tokenizer is not None else [])
+
+
+def run_pipeline(config: RunConfig) -> dict[str, Any]:
+    """``clusterclip run``: embed, cluster and optionally dedup and sample, printing where
+    the outputs are."""
+    from clusterclip.clustering import cluster_workdir
     from clusterclip.distributed import on_main, process_group
     from clusterclip.embedding import embed_workdir
-    from clusterclip.sampling.budget import check_balance
-    from clusterclip.sampling.spec import MAX_SEED
-    from clusterclip.tokens import load_tokenizer, tokenizer_identity
 
-    if args.clusters is not None and args.clusters < 1:
-        raise InputError(f"--clusters {args.clusters}: must be >= 1")
-    if args.num_samples is not None and args.num_samples <= 0:
-        raise InputError(f"--num-samples {args.num_samples}: must be > 0")
-    sampling = args.num_samples is not None or args.num_tokens is not None
-    check_balance(balance_by=args.balance_by, strategy=args.strategy, alpha=args.alpha,
-                  has_weights=False)
-    if args.clip is not None and args.clip < 1:
-        raise InputError(f"--clip {args.clip}: must be >= 1")
-    if args.dedup:  # checked now, not after the embedding
-        from clusterclip.dedup import check_threshold
-
-        check_threshold(args.dedup_threshold, "--dedup-threshold")
-        if sampling and (args.num_tokens is not None or args.balance_by != "docs"):
-            raise InputError("--dedup works with --num-samples and --balance-by docs only "
-                             "(token budgets over groups are not supported yet)")
-    if args.tokenizer is not None:  # a bad path fails now, not after the embedding
-        tokenizer_identity(load_tokenizer(args.tokenizer))
-    if sampling and not 0 <= args.seed <= MAX_SEED:
-        raise InputError(f"--seed {args.seed}: the sampler takes 0 .. 2**64 - 1")
-    # k-means options are checked before the (long) embedding, not after it
-    KMeans(n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
-           metric=args.metric, seed=args.seed, backend=args.backend,
-           chunk_rows=args.chunk_rows)._check_params()
+    config.check()  # k-means, sampling and dedup options: now, not after the (long) embedding
     # before the lock: rank 0 holds it for every rank
-    with process_group(args.device) as main_rank:
-        w = Workdir(args.workdir)
+    with process_group(config.embed.device) as main_rank:
+        w = Workdir(config.workdir)
         out: dict[str, Any] = {}
         with w.locked():
-            later = ["cluster"] + (["dedup"] if args.dedup else []) + (
-                ["sample"] if sampling else []) + (
-                ["tokens"] if args.tokenizer is not None else [])
-            on_main(lambda: w.check_can_write(later))
+            on_main(lambda: w.check_can_write(config.later_stages()))
             out["embed"] = embed_workdir(
-                w, args.inputs, text_field=args.text_field, id_field=args.id_field,
-                skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
-                pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-                device=args.device, dtype=args.dtype, n_clusters=args.clusters,
-                backend=args.embed_backend, precision=args.precision, tune=args.tune,
-                tune_seed=args.tune_seed,
-                check_corpus=lambda stats: _check_capacity(args, stats["valid"]))
-            _check_capacity(args, out["embed"]["valid"])  # when the embedding was current
-            out["cluster"] = cluster_workdir(
-                w, n_clusters=args.clusters, max_iter=args.iters, n_init=args.n_init, tol=args.tol,
-                metric=args.metric, backend=args.backend, seed=args.seed, device=args.kmeans_device,
-                chunk_rows=args.chunk_rows)
-            if args.dedup:
+                w, list(config.inputs), n_clusters=config.n_clusters, **asdict(config.embed),
+                check_corpus=lambda stats: config.check_capacity(stats["valid"]))
+            config.check_capacity(out["embed"]["valid"])  # when the embedding was current
+            out["cluster"] = cluster_workdir(w, n_clusters=config.n_clusters,
+                                             **asdict(config.kmeans))
+            if config.dedup_threshold is not None:
                 from clusterclip.dedup import dedup_workdir
 
-                out["dedup"] = dedup_workdir(w, threshold=args.dedup_threshold,
+                out["dedup"] = dedup_workdir(w, threshold=config.dedup_threshold,
                                              progress=main_rank)
-            if sampling:
-                out["sample"] = sample_workdir(
-                    w, num_samples=args.num_samples, num_tokens=args.num_tokens,
-                    balance_by=args.balance_by, tokenizer=args.tokenizer,
-                    strategy=args.strategy, clip=args.clip, alpha=args.alpha, seed=args.seed,
-                    groups=args.dedup, mixture=args.mixture,
-                    progress=main_rank)
+            if config.sample is not None:
+                out["sample"] = sample_workdir(w, groups=config.dedup_threshold is not None,
+                                               progress=main_rank, **asdict(config.sample))
     if main_rank:
         _print_summary(w, out)
     return out
-
-
-def _check_capacity(args: argparse.Namespace, documents: int) -> None:
-    """Refuse ``--num-samples`` T above what an explicit ``--clip`` R can serve on the
-    ``documents`` with text (each gets a label; with ``--dedup`` groups, at most as many),
-    as soon as the corpus is scanned: before the embedding, not after the clustering."""
-    from clusterclip.sampling.spec import CLIP_STRATEGIES, capacity_error
-
-    t, r = args.num_samples, args.clip
-    if t is None or r is None or args.strategy not in CLIP_STRATEGIES or t <= r * documents:
-        return
-    e = capacity_error(t, r, documents, "documents with text")
-    raise InputError(f"{e} (--strategy {args.strategy}); nothing was embedded", params=e.params)
 
 
 def _reused(stage: dict[str, Any]) -> str:
@@ -220,7 +293,27 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
     print(f"manifest:   {w.path('manifest.json')}")
 
 
-def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DemoConfig:
+    """What ``clusterclip demo`` runs: ``input`` None for the bundled corpus, ``epochs``
+    the schedule's length in passes over the documents with text, ``clip`` None for the
+    ``strategy``'s default, ``experiment`` one of quick, full, none."""
+
+    out: str = "demo-out"
+    input: str | None = None
+    label_field: str = "label"
+    n_clusters: int = 64
+    embedder: str = "minilm"
+    strategy: str = "paced"
+    clip: int | None = None
+    epochs: float = 3.0
+    seed: int = 0
+    device: str = "cpu"
+    overwrite: bool = False
+    experiment: str = "quick"
+
+
+def run_demo(config: DemoConfig) -> dict[str, Any]:
     """``clusterclip demo``: every stage on the bundled corpus, then a short summary table."""
     import time
     from pathlib import Path
@@ -231,9 +324,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     from clusterclip.grouping import group_workdir
     from clusterclip.report import build_report
 
-    out = Path(args.out)
+    out = Path(config.out)
     w = Workdir(out / "work")
-    corpus_path = Path(args.input) if args.input else pydocs_path()
+    corpus_path = Path(config.input) if config.input else pydocs_path()
     steps: list[tuple[str, float]] = []
     t0 = time.perf_counter()
 
@@ -249,40 +342,40 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
     protected = w.protected() + ((corpus_path, "the input file", False),)
     for sub, command in (("grouped", "group"), ("report", "report")):
-        check_output_dir(out / sub, command, overwrite=args.overwrite, protected=protected)
+        check_output_dir(out / sub, command, overwrite=config.overwrite, protected=protected)
     w.check_can_write(["cluster", "sample"])
     print(f"[demo] corpus: {corpus_path}", flush=True)
     emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
-                        skip_bad_lines=False, embedder=args.embedder, model=None, pooling="mean",
-                        max_length=256, batch_size=64, device=args.device, dtype="float32",
-                        n_clusters=args.clusters)
+                        skip_bad_lines=False, embedder=config.embedder, model=None, pooling="mean",
+                        max_length=256, batch_size=64, device=config.device, dtype="float32",
+                        n_clusters=config.n_clusters)
     step("embed")
-    clu = cluster_workdir(w, n_clusters=args.clusters, max_iter=100, n_init=3, tol=1e-5,
-                          seed=args.seed, device=args.device)
+    clu = cluster_workdir(w, n_clusters=config.n_clusters, max_iter=100, n_init=3, tol=1e-5,
+                          seed=config.seed, device=config.device)
     step("cluster")
     eligible = int(np.count_nonzero(load_labels(w.path("labels.npy")) >= 0))
-    num_samples = max(1, int(round(args.epochs * eligible)))
-    smp = sample_workdir(w, num_samples=num_samples, strategy=args.strategy, clip=args.clip,
-                         seed=args.seed)
+    num_samples = max(1, int(round(config.epochs * eligible)))
+    smp = sample_workdir(w, num_samples=num_samples, strategy=config.strategy, clip=config.clip,
+                         seed=config.seed)
     clip = smp["clip"]
     step("sample")
-    grp = group_workdir(w, out / "grouped", overwrite=args.overwrite)
+    grp = group_workdir(w, out / "grouped", overwrite=config.overwrite)
     step("group")
     exp = None
-    if args.experiment != "none":
+    if config.experiment != "none":
         from clusterclip.experiment import run_experiment
 
-        exp = run_experiment(w.root, quick=args.experiment == "quick", clip=clip,
-                             device=args.device)
+        exp = run_experiment(w.root, quick=config.experiment == "quick", clip=clip,
+                             device=config.device)
         step("experiment")
     # After the experiment, so that report.md links its results. The report regenerates the
     # schedule of --strategy (identical to W/schedule.npy: same labels, budget, clip and seed)
     # next to the other strategies, so each curve carries its strategy name.
-    rep = build_report(w.root, label_field=args.label_field, num_samples=num_samples,
+    rep = build_report(w.root, label_field=config.label_field, num_samples=num_samples,
                        strategies=("clusterclip", "paced", "uniform", "random"), clip=clip,
-                       seed=args.seed, out=out / "report", overwrite=args.overwrite)
+                       seed=config.seed, out=out / "report", overwrite=config.overwrite)
     step("report")
-    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, args.experiment)
+    _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, config.experiment)
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,
             "experiment": exp}
 

@@ -41,7 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.pipeline import run_demo
+    from clusterclip.pipeline import DemoConfig, run_demo
 
-    run_demo(args)
+    run_demo(DemoConfig(out=args.out, input=args.input, label_field=args.label_field,
+                        n_clusters=args.clusters, embedder=args.embedder,
+                        strategy=args.strategy, clip=args.clip, epochs=args.epochs,
+                        seed=args.seed, device=args.device, overwrite=args.overwrite,
+                        experiment=args.experiment))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from clusterclip.cli._options import (
     add_corpus_options,
@@ -13,6 +14,9 @@ from clusterclip.cli._options import (
     resolve_mixture,
 )
 from clusterclip.cli._paths import add_path
+
+if TYPE_CHECKING:
+    from clusterclip.pipeline import RunConfig
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
@@ -70,5 +74,33 @@ def run(args: argparse.Namespace) -> int:
     if check_token_options(args) and not sampling:
         raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
                          "--num-tokens")
-    run_pipeline(args)
+    run_pipeline(config(args, sampling))
     return 0
+
+
+def config(args: argparse.Namespace, sampling: bool) -> RunConfig:
+    """The pipeline's typed configuration from the parsed options (``sampling``: a
+    ``--num-samples`` or ``--num-tokens`` was given)."""
+    from clusterclip.pipeline import EmbedOptions, KMeansOptions, RunConfig, SampleOptions
+
+    embed = EmbedOptions(
+        text_field=args.text_field, id_field=args.id_field, skip_bad_lines=args.skip_bad_lines,
+        embedder=args.embedder, model=args.model, pooling=args.pooling,
+        max_length=args.max_length, batch_size=args.batch_size, device=args.device,
+        dtype=args.dtype, backend=args.embed_backend, precision=args.precision,
+        tune=args.tune, tune_seed=args.tune_seed)
+    kmeans = KMeansOptions(max_iter=args.iters, n_init=args.n_init, tol=args.tol,
+                           metric=args.metric, backend=args.backend, seed=args.seed,
+                           device=args.kmeans_device, chunk_rows=args.chunk_rows)
+    if not sampling and args.clip is not None and args.clip < 1:
+        from clusterclip.errors import InputError
+
+        # refused as with a sampling stage (the value is wrong whatever runs)
+        raise InputError(f"clip {args.clip}: must be >= 1", params=("clip",))
+    sample = SampleOptions(
+        num_samples=args.num_samples, num_tokens=args.num_tokens, balance_by=args.balance_by,
+        tokenizer=args.tokenizer, strategy=args.strategy, clip=args.clip, alpha=args.alpha,
+        seed=args.seed, mixture=args.mixture) if sampling else None
+    return RunConfig(workdir=args.workdir, inputs=tuple(args.inputs), n_clusters=args.clusters,
+                     embed=embed, kmeans=kmeans, sample=sample,
+                     dedup_threshold=args.dedup_threshold if args.dedup else None)
