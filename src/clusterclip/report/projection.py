@@ -110,7 +110,8 @@ def project(X: np.ndarray, seed: int, params: MapParams = MapParams(),
             n_neighbors=min(params.n_neighbors, n - 1), min_dist=params.min_dist,
             init=params.init if n > 16 else "random", n_epochs=params.n_epochs,
             tqdm_kwds={"disable": not progress, "desc": "map: layout", "unit": "epoch",
-                       "leave": False, "file": sys.stderr})
+                       "leave": False, "file": sys.stderr,
+                       "mininterval": 0})  # every epoch: a small map's layout is quick
         return np.asarray(reducer.fit_transform(Z), dtype=np.float32)
 
 
