@@ -45,7 +45,7 @@
     var t = fmt(D.documents) + " documents (" + fmt(D.eligible) + " eligible) in " +
       fmt(D.clusters) + " clusters · budget T = " + fmt(D.budget) + " samples (" +
       epochs.toFixed(2) + " epochs)";
-    if (D.recommended !== null && D.recommended !== undefined) t += " · recommended clip R = " + D.recommended;
+    if (D.recommended !== null && D.recommended !== undefined) t += " · recommended clip R = " + D.recommended + " (for clusterclip's greedy course)";
     $("facts").textContent = t;
   })();
 
