@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from make_wordnet_corpus import LEXNAMES
+from make_wordnet_corpus import read_synsets
 
 DATA = Path(__file__).parent / "data"
 OUT = DATA / "wordnet_examples.jsonl.gz"
@@ -35,18 +35,9 @@ _QUOTED = re.compile(r'"([^"]+)"')
 
 def read_examples(path: Path, pos: str) -> list[tuple[str, str, str]]:
     """(synset id, lexname, sentence) of every example sentence in one data.* file."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("  "):  # licence header
-                continue
-            head, _, gloss = line.partition(" | ")
-            fields = head.split()
-            for s in _QUOTED.findall(gloss):
-                s = s.strip()
-                if len(s.split()) >= 3:  # a sentence, not a lone phrase
-                    out.append((f"{pos}{fields[0]}", LEXNAMES[int(fields[1])], s))
-    return out
+    return [(f"{pos}{off}", lex, s) for off, lex, gloss in read_synsets(path)
+            for s in (q.strip() for q in _QUOTED.findall(gloss))
+            if len(s.split()) >= 3]  # a sentence, not a lone phrase
 
 
 def main() -> None:

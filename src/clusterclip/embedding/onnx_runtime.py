@@ -42,6 +42,7 @@ from clusterclip.embedding.base import Embedder, l2_normalize
 from clusterclip.embedding.transformer import (
     _local_model,
     bundled_minilm_path,
+    model_files,
     model_identity,
     transformer_folder,
 )
@@ -90,13 +91,8 @@ def model_hash(path: Path) -> str:
     """sha256 over the relative names and bytes of every file of a model folder (dot files
     and folders left out)."""
     h = hashlib.sha256()
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for n in sorted(names):
-            if n.startswith("."):
-                continue
-            p = Path(root) / n
-            h.update(f"{p.relative_to(path).as_posix()}\0{sha256_file(p)}\0".encode())
+    for p in model_files(path):
+        h.update(f"{p.relative_to(path).as_posix()}\0{sha256_file(p)}\0".encode())
     return h.hexdigest()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +32,20 @@ def model_identity(path: Path) -> dict[str, Any]:
     not re-hashed on every run.
     """
     files = []
+    for p in model_files(path):
+        st = p.stat()
+        files.append([p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
+    return {"path": str(path), "files": files}
+
+
+def model_files(path: Path) -> Iterator[Path]:
+    """Every file of a model folder in a fixed order (sorted, folder by folder), dot files
+    and dot folders left out."""
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for n in sorted(names):
-            if n.startswith("."):
-                continue
-            p = Path(root) / n
-            st = p.stat()
-            files.append([p.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
-    return {"path": str(path), "files": files}
+            if not n.startswith("."):
+                yield Path(root) / n
 
 
 def transformer_folder(model_path: Path) -> Path:
