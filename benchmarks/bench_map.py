@@ -19,10 +19,17 @@ its first draw; Plotly: its ``post_script``, run once ``newPlot`` has drawn), co
 errors, then the median time of 5 zoom, 5 pan and 20 hover steps (ours: the page's own
 redraw; Plotly: ``Plotly.relayout`` and ``Plotly.Fx.hover``). datamapplot is not
 measured: its offline mode needs its JavaScript and fonts cached from a CDN once, which
-this machine cannot reach (see BENCHMARKS.md).
+this machine cannot reach (see docs/benchmarks.md).
+
+``--workdir W`` (stage, quality): instead of synthetic documents, a copy of the real work
+directory W (embedded and clustered; its cluster labels are the quality's labels), with
+``--docs`` rows of it for the quality part. ``--cold-numba``: the first report runs with an
+empty numba cache (``NUMBA_CACHE_DIR`` a new folder), as the first run after install does.
 
     python benchmarks/bench_map.py --part page
     python benchmarks/bench_map.py --part stage --docs 100000 1000000
+    python benchmarks/bench_map.py --part stage --workdir W --cold-numba
+    python benchmarks/bench_map.py --part quality --workdir W --docs 100000
 """
 
 from __future__ import annotations
@@ -66,20 +73,32 @@ def _cpu(before, after) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def bench_stage(n: int, root: Path) -> dict:
+def bench_stage(n: int, root: Path, real: Path | None = None, cold_numba: bool = False) -> dict:
+    """One work directory of ``n`` synthetic documents (or a copy of ``real``), reported
+    twice; ``cold_numba``: the first report with an empty numba cache."""
+    import shutil
+
     w = root / f"w{n}"
-    w.mkdir()
-    X, labels = synthetic(n)
-    np.save(w / "embeddings.npy", X)
-    np.save(w / "labels.npy", labels)
-    del X
+    if real is not None:
+        shutil.copytree(real, w, ignore=shutil.ignore_patterns("map", "report", ".lock"))
+        n = int(np.load(w / "labels.npy", mmap_mode="r").shape[0])
+    else:
+        w.mkdir()
+        X, labels = synthetic(n)
+        np.save(w / "embeddings.npy", X)
+        np.save(w / "labels.npy", labels)
+        del X
     cmd = [sys.executable, "-m", "clusterclip.cli", "report", "--workdir", str(w),
            "--strategies", "random", "--num-samples", str(n), "--map-sample", "100000"]
-    out = {"docs": n, "load_before": _load()}
+    out = {"docs": n, "real": str(real) if real else None, "cold_numba": cold_numba,
+           "load_before": _load()}
     for run in ("first", "rerun"):
+        env = dict(os.environ)
+        if run == "first" and cold_numba:
+            env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba_cache_", dir=root)
         t0 = time.perf_counter()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out[run] = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu(before, after),
                     "peak_rss_gb": after.ru_maxrss / 1e6}
@@ -111,6 +130,7 @@ METHODS = {  # name -> MapParams fields (umap) or None (a baseline: the first tw
     "umap-default": {"init": "spectral", "n_epochs": None},
     "umap-pca-init": {"init": "pca", "n_epochs": None},
     "umap-pca-init-100ep": {"init": "pca", "n_epochs": 100},
+    "umap-pca-init-nndescent": {"init": "pca", "n_epochs": None, "exact_neighbours_up_to": 0},
     "pca-2d": None,
 }
 QUALITY_SUBSAMPLE = 5_000
@@ -153,7 +173,16 @@ def _one_method(name: str, X: np.ndarray) -> dict:
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "Y": Y}
 
 
-def bench_quality(sizes: list[int], methods: list[str]) -> None:
+def _real(w: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The map's own sample of ``n`` rows of work directory ``w``: embeddings and labels."""
+    from clusterclip.report.projection import sample_rows
+
+    X = np.load(w / "embeddings.npy", mmap_mode="r")
+    rows = sample_rows(None, X.shape[0], n, 0)
+    return np.asarray(X[rows], dtype=np.float32), np.load(w / "labels.npy")[rows]
+
+
+def bench_quality(sizes: list[int], methods: list[str], real: Path | None = None) -> None:
     """One process, methods in turn (numba forbids fork once its threads run): the peak
     RSS column is the process's peak so far."""
     from clusterclip.report.projection import project
@@ -165,7 +194,7 @@ def bench_quality(sizes: list[int], methods: list[str]) -> None:
     print(f"{'docs':>8} {'method':<22}{'CPU s':>7}{'wall s':>8}{'RSS GB':>8}"
           f"{'knn@10':>8}{'trust@10':>9}{'silh.':>7}  load", flush=True)
     for n in sizes:
-        X, labels = synthetic(n)
+        X, labels = synthetic(n) if real is None else _real(real, n)
         for name in methods:
             r = _one_method(name, X)
             qual = quality(X, labels, r["Y"])
@@ -293,14 +322,18 @@ def main() -> None:
     ap.add_argument("--points", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--peer", action="store_true", help="also time plain umap-learn (stage)")
     ap.add_argument("--pages", nargs="+", default=["ours", "plotly-webgl", "plotly-svg"])
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="a real work directory (embedded, clustered) for stage and quality")
+    ap.add_argument("--cold-numba", action="store_true",
+                    help="stage: the first report with an empty numba cache")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench_map_"))
     print(f"load average at start: {_load()}", flush=True)
     if args.part == "quality":
-        bench_quality(args.docs, args.methods)
+        bench_quality(args.docs, args.methods, args.workdir)
     elif args.part == "stage":
-        for n in args.docs:
-            print(json.dumps(bench_stage(n, root)), flush=True)
+        for n in ([0] if args.workdir else args.docs):
+            print(json.dumps(bench_stage(n, root, args.workdir, args.cold_numba)), flush=True)
         if args.peer:
             print(json.dumps({"peer": bench_peer(root)}), flush=True)
     else:

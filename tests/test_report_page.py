@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from _browser import chromium, wait_for
 from _report_workdir import make_report_workdir
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterclip.cli import main
 from clusterclip.report.projection import sample_rows
@@ -247,6 +249,74 @@ def test_projection_is_deterministic(reported):
     assert a.tobytes() == b.tobytes()
 
 
+def _neighbours_reference(Z: np.ndarray, k: int) -> np.ndarray:
+    """Every pairwise float64 distance, sorted: itself first, then nearest, ties by index."""
+    Z = Z.astype(np.float64)
+    n = Z.shape[0]
+    d = np.sqrt(((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1))
+    d[np.arange(n), np.arange(n)] = -1.0
+    return np.lexsort((np.broadcast_to(np.arange(n), (n, n)), d), axis=1)[:, :k]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 120), d=st.integers(1, 12), k=st.integers(1, 20),
+       copies=st.integers(0, 5), grid=st.booleans(), seed=st.integers(0, 2**16))
+def test_exact_neighbours_equal_a_brute_force_reference(n, d, k, copies, grid, seed):
+    """Against all pairwise distances: the same neighbours in the same order, itself in
+    column 0 even among exact copies, ties (a small integer grid makes many) by index."""
+    from clusterclip.report.projection import nearest_neighbours
+
+    rng = np.random.default_rng(seed)
+    Z = (rng.integers(-2, 3, (n, d)) if grid else rng.standard_normal((n, d))).astype(np.float32)
+    for _ in range(copies):
+        Z[rng.integers(n)] = Z[rng.integers(n)]
+    indices, dists = nearest_neighbours(Z, k)
+    k = min(k, n)
+    assert indices.shape == dists.shape == (n, k)
+    assert np.array_equal(indices, _neighbours_reference(Z, k))
+    assert np.array_equal(indices[:, 0], np.arange(n)) and not dists[:, 0].any()
+    ref = np.linalg.norm(Z[indices].astype(np.float64) - Z[:, None, :].astype(np.float64), axis=2)
+    assert np.allclose(dists, ref, rtol=1e-6, atol=1e-6)
+    assert np.all(np.diff(dists, axis=1) >= 0)
+
+
+def test_exact_neighbours_do_not_depend_on_the_block_or_the_threads(monkeypatch):
+    import torch
+
+    from clusterclip.report import projection
+
+    Z = np.random.default_rng(0).standard_normal((700, 20)).astype(np.float32)
+    a = projection.nearest_neighbours(Z, 15)
+    monkeypatch.setattr(projection, "_KNN_BLOCK_BYTES", 4 * 700 * 3)  # 3 rows a block
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        b = projection.nearest_neighbours(Z, 15)
+    finally:
+        torch.set_num_threads(threads)
+    assert a[0].tobytes() == b[0].tobytes() and a[1].tobytes() == b[1].tobytes()
+
+
+def test_above_the_exact_limit_nn_descent_finds_most_of_the_exact_graph():
+    """Above ``exact_neighbours_up_to`` the graph comes from umap-learn's NN-descent:
+    seeded (the same graph twice), itself first, and most of the exact neighbours."""
+    from clusterclip.report.projection import MapParams, nearest_neighbours, neighbour_graph
+
+    rng = np.random.default_rng(0)
+    Z = (rng.standard_normal((30, 10))[rng.integers(0, 30, 1500)]
+         + rng.standard_normal((1500, 10)) * 0.3).astype(np.float32)
+    params = MapParams(exact_neighbours_up_to=1499)
+    indices, dists = neighbour_graph(Z, 15, seed=3, params=params)
+    again = neighbour_graph(Z, 15, seed=3, params=params)
+    assert indices.tobytes() == again[0].tobytes() and dists.tobytes() == again[1].tobytes()
+    assert indices.shape == (1500, 15) and np.array_equal(indices[:, 0], np.arange(1500))
+    exact, _ = nearest_neighbours(Z, 15)
+    recall = np.mean([len(set(a) & set(b)) / 15 for a, b in zip(indices, exact, strict=True)])
+    assert recall > 0.9
+    same = neighbour_graph(Z, 15, seed=3, params=MapParams(exact_neighbours_up_to=1500))
+    assert np.array_equal(same[0], exact)
+
+
 def test_searched_mixture_is_shown_like_a_strategy(reported, tmp_path):
     import shutil
 
@@ -301,6 +371,7 @@ def test_changing_the_projection_recomputes_the_map_with_moving_progress(reporte
                      params=MapParams(n_epochs=30)) is None
     err = capsys.readouterr().err
     assert "map: UMAP of 400 of 600 documents" in err and "map: layout" in err
+    assert re.search(r"map: neighbours: +100%.*\b400/400\b", err)  # the neighbour search's bar
     assert re.search(r"\b[1-9]\d*/30\b", err)  # the bar over the layout's epochs moved
     assert Workdir(w, create=False).stage("map")["finished"] != before
     assert (w / "map" / "coords.npy").read_bytes() != coords

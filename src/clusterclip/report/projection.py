@@ -11,9 +11,14 @@ The projection is umap-learn's UMAP (deterministic: ``random_state`` set, one
 thread) on the first :data:`PCA_DIMS` principal components of the
 L2-normalised embeddings, with the euclidean metric: on unit vectors it
 orders neighbours as cosine does. The PCA step keeps the neighbour search's cost
-independent of the model's dimension; at 10^5 documents the single-threaded layout
-dominates either way (BENCHMARKS.md, "Report page and map": about 3.5 CPU-minutes with numba's
-first use, over the 2-minute target).
+independent of the model's dimension. Up to
+:attr:`MapParams.exact_neighbours_up_to` points the neighbour graph is exact
+(:func:`nearest_neighbours`: blocked matrix products on every core, candidates
+re-ranked in float64) and handed to UMAP; above it UMAP's own NN-descent,
+whose cost grows as n log n rather than n^2, finds it. The exact search is
+both faster at the default sample (10^5 glosses: 19 s on 2 cores; NN-descent
+on one thread took about 40 s there) and needs no numba compilation of its own
+(docs/benchmarks.md, "Report page and map").
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ DIR = "map"
 DEFAULT_MAP_SAMPLE = 100_000
 PCA_DIMS = 50
 _ROWS_PER_BLOCK = 65_536  # embeddings read (and PCA accumulated) this many rows at a time
+_KNN_BLOCK_BYTES = 1 << 28  # the exact neighbour search's distance block (256 MiB)
+_KNN_MARGIN = 16  # candidates beyond k kept from the float32 block, re-ranked in float64
+# A candidate list is trusted when its worst squared distance exceeds the k-th by more
+# than this share of |x|^2 + max |y|^2: far above float32's rounding of the scores.
+_KNN_TIE_TOLERANCE = 1e-4
 
 
 def sample_rows(valid: np.ndarray | None, num_docs: int, size: int, seed: int) -> np.ndarray:
@@ -80,7 +90,9 @@ class MapParams:
     10,000 points, 200 above). ``init``: the layout's start, ``"pca"`` (the first two
     principal components: a linear scan) or ``"spectral"`` (umap-learn's default: an
     eigensolve on the neighbour graph). One thread (``n_jobs=1``): umap-learn is
-    deterministic only then.
+    deterministic only then. ``exact_neighbours_up_to``: the most points whose
+    neighbour graph is searched exactly (:func:`nearest_neighbours`, n^2 cost);
+    above it umap-learn's NN-descent.
     """
 
     method: str = "umap"
@@ -89,6 +101,90 @@ class MapParams:
     min_dist: float = 0.1
     init: str = "pca"
     n_epochs: int | None = None
+    exact_neighbours_up_to: int = 200_000
+
+
+def nearest_neighbours(Z: np.ndarray, k: int,
+                       progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The exact ``k`` nearest rows of ``Z`` (float[n, d]) to each row, euclidean:
+    ``(indices int64[n, k], distances float32[n, k])``, nearest first, the row itself
+    in column 0 (UMAP's convention), ties in index order.
+
+    Blocks of rows are scored against all rows with one float32 matrix product
+    (every core); each row's ``k + 16`` best candidates are then re-ranked by their
+    float64 distance. A row whose worst candidate is not clearly farther than its
+    k-th (ties, e.g. many copies of one document, or near-ties within float32's
+    rounding) is ranked again against every row in float64, so the result does not
+    depend on the product's rounding, the thread count or the BLAS. Cost: n^2 d
+    multiply-adds, plus n d per such row; memory: a 256 MiB block. ``progress``:
+    a bar over the rows on stderr.
+    """
+    import torch
+    from tqdm import tqdm
+
+    n = Z.shape[0]
+    k = min(k, n)
+    m = min(k + _KNN_MARGIN, n)
+    Z64 = np.asarray(Z, dtype=np.float64)
+    sq64 = np.einsum("ij,ij->i", Z64, Z64)
+    Zt = torch.from_numpy(np.ascontiguousarray(Z, dtype=np.float32))
+    ZT = Zt.T.contiguous()
+    half_sq = (Zt * Zt).sum(dim=1) / 2
+    rows = max(1, min(n, _KNN_BLOCK_BYTES // (4 * n)))
+    score = torch.empty((rows, n), dtype=torch.float32)  # reused: no page faults per block
+    indices = np.empty((n, k), dtype=np.int64)
+    dists = np.empty((n, k), dtype=np.float32)
+    bar = tqdm(total=n, desc="map: neighbours", unit="row", unit_scale=True, leave=False,
+               file=sys.stderr, disable=not progress, mininterval=0)
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        block = score[:stop - start]
+        torch.mm(Zt[start:stop], ZT, out=block)  # x.y; the nearest have the largest x.y - |y|^2/2
+        block.sub_(half_sq)
+        block.view(-1)[torch.arange(stop - start) * (n + 1) + start] = float("inf")  # itself
+        cand = torch.topk(block, m, dim=1, sorted=False).indices.numpy()
+        diff = Z64[start:stop, None, :] - Z64[cand]
+        d = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+        d[cand == np.arange(start, stop)[:, None]] = -1.0  # itself first, even among copies
+        order = np.lexsort((cand, d), axis=1)[:, :k]
+        indices[start:stop] = np.take_along_axis(cand, order, axis=1)
+        dists[start:stop] = np.maximum(np.take_along_axis(d, order, axis=1), 0.0)
+        if m < n:  # rows whose margin is too thin to trust: ties or near-ties past it
+            kth = np.take_along_axis(d, order[:, -1:], axis=1)[:, 0]
+            thin = d.max(axis=1) ** 2 - np.maximum(kth, 0.0) ** 2 <= (
+                _KNN_TIE_TOLERANCE * (sq64[start:stop] + sq64.max()))
+            for i in start + np.flatnonzero(thin):
+                indices[i], dists[i] = _row_neighbours(Z64, int(i), k)
+        bar.update(stop - start)
+    bar.close()
+    return indices, dists
+
+
+def _row_neighbours(Z64: np.ndarray, i: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row ``i``'s exact ``k`` nearest rows of ``Z64`` from all float64 distances:
+    itself first, then nearest, ties by index."""
+    d = np.sqrt(np.einsum("ij,ij->i", Z64 - Z64[i], Z64 - Z64[i]))
+    d[i] = -1.0
+    order = np.lexsort((np.arange(d.size), d))[:k]
+    return order, np.maximum(d[order], 0.0).astype(np.float32)
+
+
+def neighbour_graph(Z: np.ndarray, k: int, seed: int, params: MapParams = MapParams(),
+                    progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest neighbours of each row of ``Z`` (itself first) that the layout
+    starts from: exact (:func:`nearest_neighbours`) up to
+    ``params.exact_neighbours_up_to`` rows, else umap-learn's NN-descent as UMAP runs
+    it itself (seeded, one thread: deterministic)."""
+    if Z.shape[0] <= params.exact_neighbours_up_to:
+        return nearest_neighbours(Z, k, progress)
+    from umap.umap_ import nearest_neighbors
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's and pynndescent's notes on threads
+        indices, dists, _ = nearest_neighbors(
+            Z, k, "euclidean", {}, False, np.random.RandomState(seed), low_memory=True,
+            use_pynndescent=True, n_jobs=1)
+    return indices, dists
 
 
 def project(X: np.ndarray, seed: int, params: MapParams = MapParams(),
@@ -103,15 +199,18 @@ def project(X: np.ndarray, seed: int, params: MapParams = MapParams(),
     import umap
 
     Z = principal_components(X, params.pca_dims)
+    k = min(params.n_neighbors, n - 1)
+    indices, dists = neighbour_graph(Z, k, seed, params, progress)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # umap's and numba's notes on threads and sparsity
         reducer = umap.UMAP(
             n_components=2, random_state=seed, n_jobs=1, metric="euclidean",
-            n_neighbors=min(params.n_neighbors, n - 1), min_dist=params.min_dist,
+            n_neighbors=k, min_dist=params.min_dist,
             init=params.init if n > 16 else "random", n_epochs=params.n_epochs,
             tqdm_kwds={"disable": not progress, "desc": "map: layout", "unit": "epoch",
                        "leave": False, "file": sys.stderr,
-                       "mininterval": 0})  # every epoch: a small map's layout is quick
+                       "mininterval": 0},  # every epoch: a small map's layout is quick
+            precomputed_knn=(indices, dists, None))
         return np.asarray(reducer.fit_transform(Z), dtype=np.float32)
 
 
