@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{QUICK['model']})")
     p.add_argument("--quick", action="store_true",
                    help="the tiny model, 1.5 epochs, 24 proxies, 3 test seeds: at most 10 "
-                        "minutes on 2 CPU cores for 2,500 documents (BENCHMARKS.md)")
+                        "minutes on 2 CPU cores for 2,500 documents (docs/benchmarks.md, "
+                        "\"Search\")")
     p.add_argument("--max-docs", type=int, default=DEFAULT_MAX_DOCS,
                    help="cluster-stratified subsample of at most this many documents "
                         "(0 = all)")

@@ -18,7 +18,7 @@ pieces ``p`` of its first words (the MiniLM tokenizer's vocabulary). Two tables:
 
 The distilled table can be tuned to a corpus (``--tune N``, :meth:`StaticEmbedder.tune`,
 :mod:`clusterclip.embedding.tune`). ``bench_embed.py`` measures it against MiniLM and a
-Model2Vec model on three labelled corpora (BENCHMARKS.md, "Embedding").
+Model2Vec model on three labelled corpora (docs/benchmarks.md, "Embedding").
 
 Speed comes from splitting text on whitespace and caching each distinct
 word's word pieces, so only new words are cut and tokenized (once per batch

@@ -69,7 +69,8 @@ EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE)
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
 #: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
-#: of the clusters; below the clip, so ClusterClip can always meet it (BENCHMARKS.md).
+#: of the clusters; below the clip, so ClusterClip can always meet it
+#: (docs/benchmarks.md, "Experiment").
 DEFAULT_EPOCHS = 3.0
 #: ``--quick``: still over one epoch, so the clip binds on the smallest clusters.
 QUICK_EPOCHS = 1.5
@@ -77,7 +78,7 @@ QUICK_EPOCHS = 1.5
 #: subsample above it): the budget is in epochs, so time grows with the documents. At this
 #: cap the default run (small model, 3 epochs, 3 seeds x 4 strategies, 1 thread) is about
 #: 12 x 1.0 M training tokens at the measured 14.8k tokens/s plus evaluation: about 15
-#: minutes on an idle 2-core machine (BENCHMARKS.md).
+#: minutes on an idle 2-core machine (docs/benchmarks.md, "Experiment").
 DEFAULT_MAX_DOCS = 2500
 @dataclass(frozen=True)
 class ExperimentConfig:

@@ -27,8 +27,8 @@ from clusterclip.experiment.data import pack_sequences
 from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
 
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
-#: machine (BENCHMARKS.md): the small models gain little from a second thread when
-#: idle and collapse when another process holds a core, so they use 1; ``base``
+#: machine (docs/benchmarks.md, "Experiment"): the small models gain little from a
+#: second thread when idle and collapse when another process holds a core, so they use 1; ``base``
 #: uses every CPU this process may run on.
 PRESET_THREADS = {"tiny": 1, "small": 1, "base": None}
 #: Version of a stored run's content and of how its schedule is built; part of its key.

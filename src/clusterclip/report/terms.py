@@ -44,15 +44,15 @@ MIN_DF = 2
 MAX_FEATURES = 50_000
 TOP_TERMS = 10
 NEAREST_DOCS = 3
-# Documents per cluster read for the top terms (see BENCHMARKS.md, "Scale": the top-10
+# Documents per cluster read for the top terms (docs/benchmarks.md, "Scale": the top-10
 # terms' agreement with the full count at this size).
 TERMS_PER_CLUSTER = 2000
-# What the measurement in BENCHMARKS.md found, for the sentence the report prints when it
+# What the measurement in docs/benchmarks.md found, for the sentence the report prints when it
 # samples (keep the two in step).
 SAMPLE_AGREEMENT = ("on a generated corpus of 10^6 documents in 2,000 clusters, a sampled "
                     "cluster kept 8 of its 10 top terms on average (4 in the worst case), and "
                     "94% of the sample's top 10 were among the full count's top 20 "
-                    "(BENCHMARKS.md, \"Scale\")")
+                    "(docs/benchmarks.md, \"Scale\")")
 CHUNK = 1 << 20  # documents per pass over the per-document arrays
 FOLD_PAIRS = 1 << 21  # (cluster, term) pairs of counted blocks held before folding them
 
