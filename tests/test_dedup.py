@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -80,6 +81,15 @@ def test_threshold_outside_range_is_refused():
         with pytest.raises(dedup.InputError, match="threshold"):
             dedup.check_threshold(bad)
     assert dedup.check_threshold(1) == 1.0
+
+
+@pytest.mark.parametrize("t", [0.9, 0.95, 0.9999999, 0.99999999, 1.0])
+def test_summary_says_the_threshold_that_was_used(t):
+    """The printed threshold reads back as the one used (0.9999999 is not "1")."""
+    line = dedup.format_summary({"threshold": t, "eligible_documents": 10, "groups": 9,
+                                 "duplicate_groups": 1, "documents_in_duplicate_groups": 2,
+                                 "redundant_documents": 1, "largest_group_size": 2})
+    assert float(re.search(r"cosine >= ([\d.e+-]+),", line).group(1)) == t
 
 
 def _blobs(n: int = 300, d: int = 12, k: int = 3, seed: int = 0) -> np.ndarray:

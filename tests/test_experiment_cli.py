@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -181,7 +182,11 @@ def test_budget_over_clip_capacity_is_refused(workdir, capsys, budget):
     rc = main(["experiment", "--workdir", str(workdir), "--quick", "--clip", "1", *budget,
                "--strategies", "clusterclip", "--no-progress"])
     err = capsys.readouterr().err
-    assert rc == 2 and "raise --clip" in err
+    m = re.search(r"at most 1 x ([\d,]+) = [\d,]+ training tokens, but the budget needs "
+                  r"([\d,]+); the smallest --clip that serves it is ([\d,]+)", err)
+    assert rc == 2 and m and len(err.strip().splitlines()) == 1
+    have, needed, smallest = (int(g.replace(",", "")) for g in m.groups())
+    assert smallest * have >= needed > (smallest - 1) * have  # the smallest R with R x have >= need
 
 
 def test_epochs_and_tokens_are_one_budget(workdir):

@@ -251,7 +251,7 @@ def dedup_workdir(w: Workdir, *, threshold: float = 0.95, progress: bool = True
 
 def format_summary(s: dict[str, Any]) -> str:
     """Human-readable lines of the stage's summary."""
-    return (f"near-duplicates (cosine >= {s['threshold']:g}, inside each cluster): "
+    return (f"near-duplicates (cosine >= {s['threshold']:.12g}, inside each cluster): "
             f"{s['eligible_documents']:,} documents in {s['groups']:,} groups; "
             f"{s['duplicate_groups']:,} groups of 2+ hold "
             f"{s['documents_in_duplicate_groups']:,} documents "

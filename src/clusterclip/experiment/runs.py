@@ -160,10 +160,12 @@ class Budget:
         use[use] = drawn[train_labels[use]]
         have = int(doc_tokens[use].sum())
         if self.needed > spec.clip * have:
+            smallest = -(-self.needed // max(1, have))
             raise InputError(
                 f"--clip {spec.clip}: {name} can supply at most {spec.clip} x {have:,} = "
                 f"{spec.clip * have:,} training tokens, but the budget needs {self.needed:,}; "
-                "raise --clip or lower --epochs / --tokens")
+                f"the smallest --clip that serves it is {smallest:,} (or lower --epochs / "
+                "--tokens)")
 
 
 def schedule_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: np.ndarray,
