@@ -375,3 +375,63 @@ def test_changing_the_projection_recomputes_the_map_with_moving_progress(reporte
     assert re.search(r"\b[1-9]\d*/30\b", err)  # the bar over the layout's epochs moved
     assert Workdir(w, create=False).stage("map")["finished"] != before
     assert (w / "map" / "coords.npy").read_bytes() != coords
+
+
+# -- export --format atlas: the map for Embedding Atlas ---------------------------------
+def test_atlas_export_holds_the_pages_map_with_terms_and_texts(reported, tmp_path, capsys):
+    """One Parquet, read back with pyarrow and pandas: the map's documents in order, their
+    places, clusters, the report's top terms of each cluster and the whole texts."""
+    import shutil
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from clusterclip.corpus import Corpus
+    from clusterclip.report.projection import load_map
+
+    w = tmp_path / "w"
+    shutil.copytree(reported, w)
+    out = tmp_path / "atlas"
+    assert main(["export", "--workdir", str(w), "--format", "atlas", "--out", str(out)]) == 0
+    assert "embedding-atlas" in capsys.readouterr().out
+    table = pq.read_table(out / "atlas.parquet")
+    assert table.column_names == ["doc_index", "x", "y", "cluster", "terms", "text"]
+    rows, coords = load_map(w)
+    labels = np.load(w / "labels.npy")
+    assert table.num_rows == rows.size == MAP_SAMPLE
+    assert np.array_equal(table.column("doc_index").to_numpy(), rows)
+    assert np.array_equal(table.column("x").to_numpy(), coords[:, 0])
+    assert np.array_equal(table.column("y").to_numpy(), coords[:, 1])
+    assert np.array_equal(table.column("cluster").to_numpy(), labels[rows])
+    terms = _clusters(w)  # the report's clusters.csv
+    for c, t in zip(table.column("cluster").to_pylist(), table.column("terms").to_pylist(),
+                    strict=True):
+        assert t.replace(", ", " ") == " ".join(terms.get(c, []))
+    corpus = Corpus.load(w / "corpus")
+    assert table.column("text").to_pylist() == [t for _, t in corpus.iter_texts_at(rows)]
+    assert pd.read_parquet(out / "atlas.parquet").shape == (MAP_SAMPLE, 6)
+    summary = json.loads((out / "_export.json").read_text(encoding="utf-8"))
+    assert summary["rows"] == MAP_SAMPLE and summary["format"] == "atlas"
+    first = (out / "atlas.parquet").read_bytes()
+    assert main(["export", "--workdir", str(w), "--format", "atlas", "--out", str(out)]) == 0
+    assert (out / "atlas.parquet").read_bytes() == first  # deterministic, replaced as ours
+
+
+def test_atlas_export_is_refused_without_a_map_or_with_a_schedules_options(reported, tmp_path,
+                                                                           capsys):
+    import shutil
+
+    w = tmp_path / "w"
+    shutil.copytree(reported, w)
+    base = ["export", "--workdir", str(w), "--format", "atlas", "--out", str(tmp_path / "a")]
+    for extra in (["--rank", "1", "--world-size", "2"], ["--schedule", str(w / "x.npy")],
+                  ["--rows-per-shard", "10"]):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert "does not apply to --format atlas" in err and err.count("\n") == 1
+        assert extra[0] in err
+    shutil.rmtree(w / "map")
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "no map yet" in err and "clusterclip report" in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()

@@ -1,5 +1,6 @@
 """clusterclip export: a schedule + the corpus -> Parquet shards, a Hugging Face dataset,
-MosaicML Streaming (MDS) shards or a Megatron-LM indexed dataset."""
+MosaicML Streaming (MDS) shards or a Megatron-LM indexed dataset; or the report's map ->
+one Parquet file for Embedding Atlas (``--format atlas``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from clusterclip.cli._paths import add_path
 
 HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
         "dataset, MDS shards or a Megatron-LM indexed dataset (one rank's share with "
-        "--rank/--world-size; verified after writing)")
+        "--rank/--world-size), or the report's map for Embedding Atlas; verified after "
+        "writing")
+ATLAS = "atlas"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,14 +22,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
-    p.add_argument("--format", required=True, choices=FORMATS,
+    p.add_argument("--format", required=True, choices=(*FORMATS, ATLAS),
                    help="parquet: part-NNNNN.parquet shards (pyarrow); hf: a Hugging Face "
                         "dataset for datasets.load_from_disk (the `hf` extra); mds: "
                         "shard.NNNNN.mds + index.json for streaming.StreamingDataset (the `mds` "
                         "extra; written without mosaicml-streaming); megatron: "
                         "OUT/text_document.bin/.idx for Megatron-LM's --data-path, one "
                         "document per position, tokenized with --tokenizer (the `megatron` "
-                        "extra)")
+                        "extra); atlas: OUT/atlas.parquet, the documents of the report's map "
+                        "(run `clusterclip report` first) with x, y, cluster, its top terms "
+                        "and the text, for `embedding-atlas OUT/atlas.parquet --x x --y y "
+                        "--text text`")
     add_path(p, "--out", role="output_dir", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip export`")
@@ -52,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
     from clusterclip.export import export_workdir
 
+    if args.format == ATLAS:
+        return _run_atlas(args)
     if args.format == "megatron" and args.rows_per_shard is not None:
         raise InputError("--rows-per-shard does not apply to --format megatron "
                          "(it writes one .bin/.idx pair)")
@@ -70,4 +78,25 @@ def run(args: argparse.Namespace) -> int:
     if s["format"] == "megatron":
         print(f"{s['tokens']:,} tokens; Megatron-LM: --data-path "
               f"{args.out.rstrip('/')}/{s['data_prefix']}")
+    return 0
+
+
+def _run_atlas(args: argparse.Namespace) -> int:
+    """``--format atlas``: the map, not a schedule; the schedule's options are refused."""
+    from clusterclip.errors import InputError
+    from clusterclip.report.atlas import FILE, export_atlas
+
+    given = [o for o, v, default in (
+        ("--schedule", args.schedule, None),
+        ("--rank", args.rank, 0), ("--world-size", args.world_size, 1),
+        ("--rows-per-shard", args.rows_per_shard, None),
+        ("--tokenizer", args.tokenizer, None)) if v != default]
+    if given:
+        raise InputError(f"{', '.join(given)} does not apply to --format atlas (it writes the "
+                         "documents of the report's map, not a schedule)")
+    s = export_atlas(args.workdir, args.out, overwrite=args.overwrite)
+    print(f"exported the map's {s['rows']:,} documents (x, y, cluster, terms, text) as "
+          f"{FILE}; verified every row")
+    print(f"output: {args.out}")
+    print(f"open it: embedding-atlas {Path(args.out) / FILE} --x x --y y --text text")
     return 0
