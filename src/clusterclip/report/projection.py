@@ -17,8 +17,8 @@ independent of the model's dimension. Up to
 re-ranked in float64) and handed to UMAP; above it UMAP's own NN-descent,
 whose cost grows as n log n rather than n^2, finds it. The exact search is
 both faster at the default sample (10^5 glosses: 19 s on 2 cores; NN-descent
-on one thread took about 40 s there) and needs no numba compilation of its own
-(docs/benchmarks.md, "Report page and map").
+on one thread took about 45 s there, its compilation included) and needs no numba
+compilation of its own (docs/benchmarks.md, "Report page and map").
 """
 
 from __future__ import annotations
