@@ -272,8 +272,9 @@
         var px = sx(X[i]), py = sy(Y[i]);
         if (px < -rr || py < -rr || px > w + rr || py > h + rr) continue;
         var rgb = rgbOf(CL[i]), cr = a * rgb[0], cg = a * rgb[1], cb = a * rgb[2];
-        var x0 = Math.max(0, Math.round((px - hh) * dpr)), x1 = Math.min(W, Math.round((px - hh) * dpr) + side);
-        var y0 = Math.max(0, Math.round((py - hh) * dpr)), y1 = Math.min(H, Math.round((py - hh) * dpr) + side);
+        var bx = Math.round((px - hh) * dpr), by = Math.round((py - hh) * dpr);  // device pixels
+        var x0 = Math.max(0, bx), x1 = Math.min(W, bx + side);
+        var y0 = Math.max(0, by), y1 = Math.min(H, by + side);
         for (var yy = y0; yy < y1; yy++) {
           for (var o = (yy * W + x0) * 4, end = (yy * W + x1) * 4; o < end; o += 4) {
             px8[o] = cr + b * px8[o]; px8[o + 1] = cg + b * px8[o + 1]; px8[o + 2] = cb + b * px8[o + 2];
