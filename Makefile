@@ -16,7 +16,7 @@ MDS_VENV ?= .venv-mds
 MDS_PIN ?= mosaicml-streaming==0.13.0
 MDS_CONSTRAINTS := tests/mds-venv-constraints.txt
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test lint bench docs clean browser
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,21 @@ $(MDS_VENV)/.ok: $(MDS_CONSTRAINTS)
 demo: $(VENV)/.all
 	$(VENV)/bin/clusterclip demo --out demo-out
 
-test: $(VENV)/.test $(MDS_VENV)/.ok
+# The report page is tested in headless Chromium with the system chromedriver (Debian's
+# chromium and chromium-driver). As root with apt-get they are installed when missing; else
+# the page tests skip, and `-rs` prints why at the end of the run.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	  else \
+	    echo "make test: no chromium/chromedriver and not root: the page tests will skip (apt-get install chromium chromium-driver)"; \
+	  fi; \
+	fi
+
+test: $(VENV)/.test $(MDS_VENV)/.ok browser
 	$(VENV)/bin/ruff check src tests benchmarks
-	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest -n 2 --dist loadfile
+	CLUSTERCLIP_MDS_PYTHON=$(abspath $(MDS_VENV))/bin/python $(PY) -m pytest -n 2 --dist loadfile -rs
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_sampler.py

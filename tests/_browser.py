@@ -1,5 +1,5 @@
 """Headless Chromium for the tests of pages, driven by Selenium with the system chromedriver
-(Debian's ``chromium`` and ``chromium-driver``; ``.ci/run`` installs them when missing).
+(Debian's ``chromium`` and ``chromium-driver``; ``make test`` installs them when missing, as root).
 
 Without them (or without selenium) a local run skips the page tests and says why; under
 ``CI=true`` a missing browser is a failure, so CI always proves the page in a real browser.
