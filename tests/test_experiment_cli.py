@@ -96,8 +96,9 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     # (CONTRACTS.md 3: the lines from the title up to the first "## " are the verdict)
     lines = md.splitlines()
     verdict = lines[2:lines.index("## Setup")]
-    assert lines[0].startswith("# ") and verdict[0].startswith("On this corpus, with 2 seeds "
+    assert lines[0].startswith("# ") and verdict[2].startswith("On this corpus, with 2 seeds "
                                                                "of a 44k-parameter")
+    assert verdict[0].startswith(("Use `", "Keep random sampling: nothing here beats it"))
     assert any(ln.startswith("- macro: lowest mean") for ln in verdict)
     assert printed.startswith(verdict[0]) and "paired-t 95% confidence interval" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed

@@ -196,7 +196,8 @@ def searched(tmp_path_factory, pydocs_path):
     corpus, target = _corpus(root, pydocs_path)
     w = _workdir(root, corpus)
     assert _search(w, target) == 0
-    return {"root": root, "corpus": corpus, "target": target, "w": w, "bytes": _outputs(w)}
+    return {"root": root, "corpus": corpus, "target": target, "w": w, "bytes": _outputs(w),
+            "pydocs": pydocs_path}
 
 
 def test_search_writes_the_contract_outputs(searched):
@@ -236,8 +237,12 @@ def test_search_writes_the_contract_outputs(searched):
     # the verdict: title, then the lines up to the first "## " (CONTRACTS.md 3)
     md = searched["bytes"]["results.md"].decode().splitlines()
     verdict = md[1:md.index("## Setup")]
-    assert md[0].startswith("# ") and verdict[1].startswith("On this corpus and target, with 2 "
+    assert md[0].startswith("# ") and verdict[3].startswith("On this corpus and target, with 2 "
                                                            "fresh seeds of a 44k-parameter")
+    assert res["target_overlap"] == {"exact": 0, "near": 0, "target_docs": 24,
+                                     "corpus_docs_excluded": 0, "threshold": 0.95,
+                                     "val_copies_trained": False}
+    assert "None of the target's 24 documents is in the corpus" in "\n".join(md)
     line = next(ln for ln in verdict if ln.startswith("- `searched` vs random"))
     phrases = [p for p in ("measurably better than random", "measurably worse than random",
                            "not measurably different from random") if p in line]
@@ -252,6 +257,132 @@ def test_search_writes_the_contract_outputs(searched):
         assert (w / "search" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _ci3(d) -> str:
+    return f"{d.mean:+.3f} (95% CI {d.low:+.3f} to {d.high:+.3f})"
+
+
+def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
+    """The decision recomputed from results.json's per-seed test losses by the one rule:
+    the arm measurably better than random on the objective (lowest mean), its gain and its
+    micro cost with their paired intervals, its coverage; else keep random sampling."""
+    from clusterclip.experiment.verdict import paired_difference
+
+    res = json.loads(searched["bytes"]["results.json"])
+    first = searched["bytes"]["results.md"].decode().splitlines()[2]
+    t = res["test"]
+    gain = {a: paired_difference(np.subtract(t[a]["target"], t["random"]["target"]))
+            for a in ("searched", "prior")}
+    better = [a for a, d in gain.items() if d.low is not None and d.high < 0]
+    if not better:
+        assert first.startswith("Keep random sampling: nothing here beats it measurably")
+        return
+    arm = min(better, key=lambda a: gain[a].mean)
+    cost = paired_difference(np.subtract(t[arm]["micro"], t["random"]["micro"]))
+    assert first.startswith(f"Use `{arm}`") and " if target loss is what matters: " in first
+    assert f"{_ci3(gain[arm])} against random sampling, at {_ci3(cost)} on the corpus's own " \
+        "mix (micro held-out loss)" in first
+    share = res["coverage"][arm]["docs_never_drawn"]
+    assert f"it never draws {share:.0%} of the corpus's training documents" in first
+
+
+def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
+    """Each arm's never-drawn shares at the budget, per test seed, equal a count over its
+    schedule packed into the budget's windows, rebuilt here from the splits."""
+    from clusterclip.experiment.data import pack_sequences
+    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runs import ScheduleSpec, schedule_sampler, schedule_stream
+    from clusterclip.search.runner import SearchConfig, prepare
+    from clusterclip.search.target import read_target
+
+    w = searched["w"]
+    res = json.loads(searched["bytes"]["results.json"])
+    labels, texts, _ = _load_inputs(w)
+    config = SearchConfig.from_options(quick=True, runs=5, rounds=2, test_seeds=2)
+    data, splits = prepare(texts, labels, read_target([str(searched["target"])], "text"),
+                           config)
+    train = splits["corpus_train"]
+    assert (data.train_labels >= 0).sum() == train.size == res["data"]["corpus_train"]
+    c = res["chosen"]
+    arms = {"random": ScheduleSpec("random"),
+            "searched": ScheduleSpec(c["timing"], clip=c["clip"], weights=tuple(c["weights"]))}
+    exp = data.config
+    for name, spec in arms.items():
+        for i, seed in enumerate(res["test_seeds"]):
+            fed: list[int] = []
+            sampler = schedule_sampler(spec, data.train_labels, data.doc_tokens, data.budget,
+                                       seed)
+            windows = pack_sequences(schedule_stream(sampler, data.docs, fed),
+                                     exp.model.seq_len)
+            for _ in range(data.budget.steps * exp.train.batch_size):
+                next(windows)
+            never = np.setdiff1d(train, fed)
+            tok = data.doc_tokens
+            got = res["coverage"][name]["per_seed"]
+            assert got["docs_never_drawn"][i] == pytest.approx(never.size / train.size,
+                                                               abs=1e-6)
+            assert got["tokens_never_drawn"][i] == pytest.approx(
+                tok[never].sum() / tok[train].sum(), abs=1e-6)
+
+
+def test_a_target_from_the_corpus_is_counted_and_kept_out_of_training(searched, tmp_path):
+    """A target of 12 corpus documents (6 with their whitespace changed), 4 edited corpus
+    documents (near copies) and 8 documents of its own: the overlap is counted, no corpus
+    copy is in any split, and the first paragraph says so."""
+    rows = [json.loads(line) for line in searched["corpus"].read_text().splitlines()]
+    own = [json.loads(line) for line in searched["target"].read_text().splitlines()][:8]
+    exact = [rows[i]["text"] for i in range(0, 240, 20)]
+    exact[:6] = ["  " + t.replace(" ", "\n ", 3) + "\n" for t in exact[:6]]
+    near = [rows[i]["text"] + " Also see the index." for i in range(5, 205, 50)]
+    target = tmp_path / "overlap.jsonl"
+    target.write_text("".join(json.dumps({"text": t}) + "\n" for t in
+                              exact + near + [r["text"] for r in own]), encoding="utf-8")
+    w = _workdir(tmp_path, searched["corpus"])
+    assert _search(w, target) == 0
+    res = json.loads((w / "search" / "results.json").read_text())
+    o = res["target_overlap"]
+    assert (o["exact"], o["near"], o["target_docs"]) == (12, 4, 24)
+    assert o["corpus_docs_excluded"] >= 16 and not o["val_copies_trained"]
+    sp = load_splits(w / "search" / "splits.npz")
+    copies = set(range(0, 240, 20)) | set(range(5, 205, 50))
+    for k in ("corpus_train", "corpus_val", "corpus_test"):
+        assert not copies & set(sp[k].tolist()), k
+    total = sum(res["data"][k] for k in ("corpus_train", "corpus_val", "corpus_test"))
+    assert total <= 280 - o["corpus_docs_excluded"]
+    md = (w / "search" / "results.md").read_text().split("\n\n")
+    assert md[1].splitlines()[1] == (
+        "The target is mostly inside the corpus: 16 of the target's 24 documents (67%) are in "
+        "the corpus (12 exact, 4 near copies at "
+        f"cosine >= 0.95); their {o['corpus_docs_excluded']} corpus copies were kept out of "
+        "training, so no target document was trained on.")
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(4, 60), share=st.floats(0.0, 1.0), seed=st.integers(0, 99))
+def test_the_copies_of_every_target_document_are_kept_out_unless_that_is_most(n, share, seed):
+    """Every corpus copy of a target document is out of training; when that is more than
+    half the clustered corpus (the target is the corpus), the copies of the target's test
+    documents still are, and the report says the val copies were trained on."""
+    from clusterclip.search.overlap import MOST, Overlap, excluded_documents, overlap_sentence
+    from clusterclip.search.overlap import summary as overlap_summary
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(-1, 3, n)
+    rows = np.arange(n)  # target row i is corpus document i, for a share of them
+    hit = rows[rng.random(n) < share]
+    ov = Overlap(np.isin(rows, hit), np.zeros(n, bool), np.stack([hit, hit], 1), n, 0.95)
+    val, test = target_splits([n], np.ones(n, bool), seed)
+    exclude, val_kept = excluded_documents(ov, labels, val, test)
+    assert exclude[np.intersect1d(test, hit)].all()  # no test document's copy is trained on
+    both = np.isin(rows, hit)
+    assert val_kept == (np.count_nonzero(both & (labels >= 0))
+                        > MOST * np.count_nonzero(labels >= 0))
+    assert (exclude == both).all() if not val_kept else not exclude[np.setdiff1d(hit, test)].any()
+    text = overlap_sentence(overlap_summary(ov, exclude, val_kept))
+    if hit.size == n:
+        assert text.startswith("The target is the corpus itself: ")
+    assert ("val selection favoured" in text) == val_kept
+
+
 def test_changing_the_target_test_documents_leaves_the_choice(searched):
     """Other texts in the target's test rows (from another folder, so they would fall in
     other clusters): the same splits and mixture, every proxy reused, only the test runs
@@ -261,7 +392,8 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     w, target = searched["w"], searched["target"]
     sp = load_splits(w / "search" / "splits.npz")
     rows = [json.loads(line) for line in target.read_text().splitlines()]
-    others = [json.loads(line) for line in searched["corpus"].read_text().splitlines()][-24:]
+    others = [r for r in map(json.loads, gzip.open(searched["pydocs"], "rt"))
+              if r["label"] == "extending"][:24]  # a folder apart from the corpus
     for i in sp["target_test"].tolist():
         rows[i] = {"text": others[i]["text"], "label": "changed"}
     changed = searched["root"] / "changed.jsonl"
@@ -282,6 +414,7 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     assert got["timing"]["trained_runs"] == 6 and got["timing"]["reused_runs"] == 5
     before = json.loads(searched["bytes"]["results.json"])
     assert got["proxies"] == before["proxies"] and got["test"] != before["test"]
+    assert got["target_overlap"]["exact"] + got["target_overlap"]["near"] == 0
 
 
 def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
@@ -300,7 +433,7 @@ def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProxyTrainer, "run", dies_after_three)
         assert _search(w, searched["target"]) == 130
-    assert len(list((w / "search" / "runs").glob("*.json"))) == 3 + 1  # + the histogram
+    assert len(list((w / "search" / "runs").glob("*.json"))) == 3 + 1  # + the target's facts
     assert not (w / "search" / "results.json").exists()
     assert _search(w, searched["target"]) == 0
     assert _outputs(w) == searched["bytes"]

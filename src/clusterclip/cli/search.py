@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if main_rank:
         from clusterclip.search.output import verdict_lines
 
-        print("\n".join(ln for ln in verdict_lines(results) if ln))
         print(f"wrote {results['out_dir']}/mixture.json, results.md, results.json, "
               f"splits.npz and plots in {results['wall_seconds']:.0f} s")
+        print("\n".join(ln for ln in verdict_lines(results) if ln))
     return 0

@@ -117,10 +117,12 @@ def format_deltas(results: dict[str, Any]) -> str:
 
 
 def markdown_verdict(lines: list[str]) -> list[str]:
-    """Verdict lines as markdown: the opening sentence, the list, the rest, as paragraphs."""
-    out = [lines[0], ""]
-    out += [ln for ln in lines[1:] if ln.startswith("- ")]
-    rest = [ln for ln in lines[1:] if not ln.startswith("- ")]
+    """Verdict lines as markdown: the opening sentences (the decision first) as
+    paragraphs, the list, the rest."""
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("- ")), len(lines))
+    out = [x for ln in lines[:first] for x in (ln, "")]
+    out += [ln for ln in lines[first:] if ln.startswith("- ")]
+    rest = [ln for ln in lines[first:] if not ln.startswith("- ")]
     return out + (["", *rest] if rest else [])
 
 

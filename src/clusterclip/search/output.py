@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.verdict import CONFIDENCE, Paired, describe_model, paired_difference
+from clusterclip.experiment.verdict import (
+    CONFIDENCE,
+    Paired,
+    best_arm,
+    decision,
+    describe_model,
+    paired_difference,
+)
 
 RESULTS_FORMAT = 1
 #: The comparisons of the verdict, (arm, baseline), in order.
@@ -49,13 +56,21 @@ def comparisons(test: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, 
     return out
 
 
+def coverage(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per arm, the shares of the training documents and tokens its schedule never drew
+    at the budget: the mean over the test seeds, and ``per_seed``."""
+    return {name: {**{k: round(float(np.mean(v)), 6) for k, v in arm["coverage"].items()},
+                   "per_seed": arm["coverage"]} for name, arm in test.items()}
+
+
 def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: Any,
                  histogram: np.ndarray | None, result: Any, test: dict[str, Any],
-                 seeds: list[int], run_keys: list[str], timing: dict[str, Any]
-                 ) -> dict[str, Any]:
+                 seeds: list[int], run_keys: list[str], timing: dict[str, Any],
+                 overlap: dict[str, Any] | None = None) -> dict[str, Any]:
     """The search's results. ``timing`` and ``run_keys`` are the only parts that vary
     between identical searches, and ``splits`` (arrays) goes to splits.npz: they stay out
-    of results.json."""
+    of results.json. ``overlap``: the target's copies in the corpus
+    (:func:`clusterclip.search.overlap.summary`)."""
     chosen = result.proxies[result.chosen]
     objective = "target" if space.prior is not None else "macro"
     return {
@@ -80,9 +95,11 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
         "rounds": result.rounds,
         "chosen": _proxy(chosen, result.predicted[result.chosen], result.loo[result.chosen]),
         "test_seeds": seeds,
-        "test": {name: {k: v for k, v in arm.items() if k != "fed_share"}
+        "test": {name: {k: v for k, v in arm.items() if k not in ("fed_share", "coverage")}
                  for name, arm in test.items()},
         "test_fed_share": {name: arm["fed_share"] for name, arm in test.items()},
+        "coverage": coverage(test),
+        "target_overlap": overlap,
         "comparisons": comparisons(test),
         "run_keys": run_keys,
         "timing": timing,
@@ -101,36 +118,89 @@ def _arm(results: dict[str, Any]) -> str:
     return f"{c['timing']} timing, clip {c['clip']}"
 
 
+#: What each arm is and how to train with it (the decision's words).
+PRIOR = ("`prior` (the target's cluster histogram: the share of the target's val documents "
+         "in each cluster, as weights; paced timing, clip 4)")
+HOW = {"searched": " (`--mixture W/search/mixture.json`)",
+       "prior": " (`--mixture W/search/prior.json`)"}
+
+
+def _coverage_words(results: dict[str, Any], arm: str) -> str:
+    c = results["coverage"][arm]
+    return (f"at the budget of {results['data']['budget_tokens']:,} tokens it never draws "
+            f"{c['docs_never_drawn']:.0%} of the corpus's training documents "
+            f"({c['tokens_never_drawn']:.0%} of their tokens)")
+
+
+def decision_line(results: dict[str, Any]) -> str:
+    """The first line: the arm to use if the objective is what matters, its gain over
+    random and its cost on the corpus's own mix (micro), each with its paired 95% interval,
+    and how much of the corpus it never draws; or keep random sampling."""
+    obj = results["objective"]
+    comp = results["comparisons"]
+    if len(results["test_seeds"]) < 2:
+        return ("No decision yet: with one test seed no interval can be given; rerun with "
+                "--test-seeds 3 or more.")
+    vs = {k.split(" - ")[0]: d[obj] for k, d in comp.items() if k.endswith(" - random")}
+    arm = best_arm(vs)
+    if arm is None:
+        parts = [f"`{a}` {_paired(d).interval(3)}" for a, d in vs.items()]
+        return decision(None, obj, None, None, then=f" on {METRIC_NAMES[obj]} (against "
+                        "random: " + "; ".join(parts) + ")")
+    then = f"; {_coverage_words(results, arm)}"
+    if "searched - prior" in comp and not comp["searched - prior"][obj]["measurable"]:
+        then += ("; `searched` and `prior` do not differ measurably "
+                 f"({_paired(comp['searched - prior'][obj]).interval(3)})")
+    return decision(arm, obj, vs[arm], ("micro", comp[f"{arm} - random"]["micro"]),
+                    how=HOW[arm], then=then)
+
+
+def _first_line(results: dict[str, Any]) -> str:
+    """:func:`decision_line`, with `prior` defined where it first appears."""
+    return decision_line(results).replace("`prior`", PRIOR, 1)
+
+
 def verdict_lines(results: dict[str, Any]) -> list[str]:
-    """The verdict as markdown lines: the plain sentence, one line per comparison, the
-    price on the other losses, the smallest detectable difference, the predictor."""
+    """The verdict as markdown lines: the decision (:func:`decision_line`), the target's
+    overlap with the corpus when notable, the plain sentence, one line per comparison, the
+    price on the other losses, coverage, the smallest detectable difference, the
+    predictor."""
+    from clusterclip.search.overlap import NOTABLE, overlap_sentence
+
     obj = results["objective"]
     comp = results["comparisons"]
     n = len(results["test_seeds"])
     model = describe_model(results["config"]["experiment"])
     sr = comp["searched - random"][obj]
-    ci = _paired(sr).interval(inside=True)
-    call = sr["call"]
+    lines = [_first_line(results)]
+    o = results.get("target_overlap")
+    if o and o["exact"] + o["near"] > NOTABLE * max(1, o["target_docs"]):
+        lines.append(overlap_sentence(o))  # the first paragraph
+    lines.append("")
     lead = (f"On this corpus{' and target' if obj == 'target' else ''}, with {n} fresh "
             f"seed{'s' if n != 1 else ''} of {model}: `searched` (the searched mixture, "
-            f"{_arm(results)}) is {call} on {METRIC_NAMES[obj]} ({ci})")
-    if call.startswith("measurably better"):
-        lead += "; train with `--mixture W/search/mixture.json`."
-    elif call.startswith("measurably worse"):
-        lead += "; keep random sampling."
-    elif sr["detectable"] is not None:
+            f"{_arm(results)}) is {sr['call']} on {METRIC_NAMES[obj]} "
+            f"({_paired(sr).interval(inside=True)})")
+    if sr["detectable"] is not None and not sr["measurable"]:
         lead += (f"; these seeds cannot tell a difference smaller than ±{sr['detectable']:.4f} "
-                 "from noise, so nothing here beats random sampling measurably.")
-    else:
-        lead += "; with one seed no interval can be given: rerun with more test seeds."
-    lines = [lead, ""]
+                 "from noise")
+    lead += "." + (f" {PRIOR[0].upper()}{PRIOR[1:]} is the other arm." if "prior" in
+                   results["test"] and PRIOR not in lines[0] else "")
+    lines += [lead, ""]
     for key, by_metric in comp.items():
         d = by_metric[obj]
         name = "`searched`" if key.startswith("searched") else key.split(" - ")[0]
         lines.append(f"- {name} vs {key.split(' - ')[1]}, {METRIC_NAMES[obj]} (the objective): "
                      f"{_paired(d).interval()}: {d['call']}.")
-    lines += _price_lines(results) + [_detectable_line(results), _predictor_line(results)]
-    return lines
+    return lines + _price_lines(results) + [_coverage_line(results), _detectable_line(results),
+                                            _predictor_line(results)]
+
+
+def _coverage_line(results: dict[str, Any]) -> str:
+    parts = [f"{a} {c['docs_never_drawn']:.1%} of the documents ({c['tokens_never_drawn']:.1%} "
+             "of the tokens)" for a, c in results["coverage"].items()]
+    return (f"- Never drawn at the budget ({results['data']['budget_tokens']:,} tokens; mean "
+            "over the test seeds, of the corpus's training split): " + "; ".join(parts) + ".")
 
 
 def _price_lines(results: dict[str, Any]) -> list[str]:
@@ -215,6 +285,13 @@ def test_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _overlap_setup(results: dict[str, Any]) -> str:
+    from clusterclip.search.overlap import overlap_sentence
+
+    o = results.get("target_overlap")
+    return "" if not o else " Target and corpus: " + overlap_sentence(o)
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     c, d = results["config"], results["data"]
     obj = results["objective"]
@@ -238,7 +315,7 @@ def render_markdown(results: dict[str, Any]) -> str:
              + ", clip R and timing. Selection reads val only; the verdict trains random"
              + (", the prior (paced, clip 4)" if obj == "target" else "")
              + f" and the chosen mixture again with fresh seeds {results['test_seeds']} and "
-             "measures test.", "", *test_table(results), "",
+             "measures test." + _overlap_setup(results), "", *test_table(results), "",
              "## Proxies", "", *proxies_table(results), "",
              "## Plots", "",
              "![predicted vs observed](predicted_vs_observed.png)", "",
@@ -260,6 +337,12 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     write_mixture(directory / "mixture.json",
                   Mixture(tuple(ch["weights"]), ch["clip"], ch["timing"], results["objective"]),
                   source="clusterclip search", val=ch["val"])
+    if results["space"]["prior"] is not None:
+        from clusterclip.search.space import DEFAULT_CLIP, DEFAULT_TIMING
+
+        write_mixture(directory / "prior.json",
+                      Mixture(tuple(results["space"]["prior"]), DEFAULT_CLIP, DEFAULT_TIMING,
+                              "target"), source="clusterclip search (the target's prior)")
     save_splits(directory / "splits.npz", results["splits"])
     write_text(directory / "results.md", render_markdown(stable))
     names = {"predicted_vs_observed.png": plots.predicted_vs_observed,
@@ -268,4 +351,5 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
         with atomic_path(directory / name) as tmp:
             plot(stable, tmp)
     write_text(directory / "results.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
-    return ["mixture.json", "splits.npz", "results.md", *names, "results.json"]
+    prior = ["prior.json"] if results["space"]["prior"] is not None else []
+    return ["mixture.json", *prior, "splits.npz", "results.md", *names, "results.json"]

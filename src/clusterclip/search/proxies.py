@@ -35,7 +35,7 @@ from clusterclip.experiment.runs import (
 from clusterclip.search.space import Candidate
 
 #: Version of a stored proxy run's content; part of its key.
-PROXY_FORMAT = 1
+PROXY_FORMAT = 2
 #: Digits kept of a run's fed token share per cluster.
 SHARE_DIGITS = 6
 
@@ -86,6 +86,19 @@ def measure(model: Any, data: ProxyData, where: EvalSet, device: Any) -> dict[st
     return out
 
 
+def never_drawn(fed: np.ndarray, train_labels: np.ndarray, doc_tokens: np.ndarray
+                ) -> dict[str, float]:
+    """The training documents a schedule never drew (``fed``: the documents packed), as a
+    share of the training documents and of their tokens."""
+    train = np.asarray(train_labels) >= 0
+    never = train.copy()
+    never[np.asarray(fed, dtype=np.int64)] = False
+    tok = np.asarray(doc_tokens, dtype=np.float64)
+    return {"docs_never_drawn": round(float(never.sum() / max(1, train.sum())), SHARE_DIGITS),
+            "tokens_never_drawn": round(float(tok[never].sum() / max(1.0, tok[train].sum())),
+                                        SHARE_DIGITS)}
+
+
 def spec_of(c: Candidate) -> ScheduleSpec:
     """The schedule of a candidate: its weights drawn with its timing and clip."""
     return ScheduleSpec(strategy=c.timing, clip=c.clip, weights=c.weights)
@@ -126,7 +139,8 @@ class ProxyTrainer:
 
     def run(self, spec: ScheduleSpec, seed: int, where: EvalSet) -> dict[str, Any]:
         """One run's record (stored, or trained now): ``seed``, the metrics of
-        :func:`measure` and ``fed_share`` (each cluster's share of the fed tokens)."""
+        :func:`measure`, ``fed_share`` (each cluster's share of the fed tokens) and
+        :func:`never_drawn`'s shares."""
         import torch
 
         key = self.key(spec, seed, where)
@@ -147,7 +161,8 @@ class ProxyTrainer:
         share = np.bincount(lab, weights=d.doc_tokens[fed].astype(np.float64),
                             minlength=int(d.labels.max()) + 1)
         run = {"seed": seed, **metrics,
-               "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()]}
+               "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()],
+               **never_drawn(fed, d.train_labels, d.doc_tokens)}
         seconds = round(time.perf_counter() - t0, 2)
         self.trained += 1
         self.seconds.append(seconds)

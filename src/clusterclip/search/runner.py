@@ -26,6 +26,8 @@ from clusterclip.errors import InputError
 from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, ExperimentConfig
 from clusterclip.experiment.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
+from clusterclip.search.overlap import Overlap, excluded_documents
+from clusterclip.search.overlap import summary as overlap_summary
 from clusterclip.search.proxies import EvalSet, ProxyData, ProxyTrainer, spec_of
 from clusterclip.search.space import (
     DEFAULT_CLIP,
@@ -35,7 +37,7 @@ from clusterclip.search.space import (
     super_clusters,
 )
 from clusterclip.search.splits import corpus_splits, target_splits
-from clusterclip.search.target import Target, read_target, target_histogram
+from clusterclip.search.target import Target, read_target
 
 #: (runs, rounds, test seeds, model) of ``--quick`` and of the default.
 QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "tiny"}
@@ -100,8 +102,10 @@ def _eval_set(name: str, corpus_idx: np.ndarray, target_docs: list[np.ndarray]) 
 
 
 def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
-            config: SearchConfig) -> tuple[ProxyData, dict[str, np.ndarray]]:
-    """The corpus's and the target's splits and the data every run sees."""
+            config: SearchConfig, exclude: np.ndarray | None = None
+            ) -> tuple[ProxyData, dict[str, np.ndarray]]:
+    """The corpus's and the target's splits and the data every run sees; the corpus
+    documents ``exclude`` (bool[N]: the target's copies) are in no split."""
     from clusterclip.experiment.data import encode_documents, stratified_subsample
     from clusterclip.experiment.runner import _checked_labels
     from clusterclip.experiment.runs import Budget
@@ -109,11 +113,15 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
 
     exp = config.experiment()
     labels, _ = _checked_labels(texts, labels, None)
+    if exclude is not None:
+        labels[exclude] = -1
     docs, _ = encode_documents(texts, exp.max_doc_tokens)
     doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
     labels[doc_tokens == 0] = -1
     if not np.any(labels >= 0):
-        raise InputError("labels: no document has a cluster (all -1)")
+        raise InputError("labels: no document has a cluster (all -1)"
+                         + (" once the target's copies are kept out" if exclude is not None
+                            and exclude.any() else ""))
     if exp.max_docs is not None:
         labels[~stratified_subsample(labels, exp.max_docs, exp.split_seed)] = -1
     train, val, test = corpus_splits(labels, config.seed)
@@ -186,7 +194,8 @@ def test_seeds(config: SearchConfig) -> list[int]:
 def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[int]
               ) -> dict[str, dict[str, list[float]]]:
     """``test[name][metric]``: per seed, in seed order (and ``fed_share``, the mean over
-    seeds of each cluster's share of the fed tokens)."""
+    seeds of each cluster's share of the fed tokens; ``coverage``, per seed, the shares
+    of the training documents and tokens never drawn)."""
     jobs = [(spec, s, trainer.data.test) for spec in arms.values() for s in seeds]
     recs = trainer.run_all(jobs, "search test runs")
     out: dict[str, dict[str, Any]] = {}
@@ -196,6 +205,8 @@ def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[
                      if m in part[0]}
         out[name]["fed_share"] = np.round(np.mean([r["fed_share"] for r in part], axis=0),
                                           6).tolist()
+        out[name]["coverage"] = {k: [r[k] for r in part]
+                                 for k in ("docs_never_drawn", "tokens_never_drawn")}
     return out
 
 
@@ -222,28 +233,46 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
         f"rounds ({sizes}) + {n_test} test runs ({config.test_seeds} fresh seeds), "
         f"{data.budget.steps} steps each of a {exp.model.num_parameters() / 1e3:.0f}k-parameter "
         f"model; estimated {format_seconds(est)} of training on {world} process(es) (from a "
-        "few timed steps; runs stored by an earlier search are reused)"
-        + (", plus embedding the target's val documents" if config.targets else ""))
+        "few timed steps; runs stored by an earlier search are reused)")
     return est
 
 
-def _histogram(w: Any, corpus: Any, texts: list[str], centroids: np.ndarray, device: str,
-               trainer: ProxyTrainer) -> np.ndarray:
-    """The target's val histogram over W's clusters, kept in the run store (a resumed
-    search does not embed again)."""
-    from clusterclip.io import fingerprint
+def _target_facts(w: Any, corpus: Any, texts: list[str | None], target: Target,
+                  tval: np.ndarray, ttest: np.ndarray, centroids: np.ndarray, device: str,
+                  store: Any) -> tuple[np.ndarray, Overlap, str]:
+    """``(histogram, overlap, key)``: the target's val histogram over W's clusters and its
+    copies in the corpus, kept in the run store under ``key`` (a resumed search does not
+    embed again). The val documents are embedded apart from the test documents, so the
+    histogram reads the val texts alone."""
+    from clusterclip.dedup import workdir_threshold
+    from clusterclip.io import array_fingerprint, fingerprint, load_npy
+    from clusterclip.search.overlap import find_overlap
+    from clusterclip.search.target import embed_texts, target_histogram
 
-    key = fingerprint({"kind": "search target histogram", "texts": fingerprint(texts),
-                       "embed": w.stage("embed")["fingerprint"],
-                       "cluster": w.stage("cluster")["fingerprint"], "device": device})
-    trainer.keys.add(key)
-    got = trainer.store.get(key)
-    if got is not None:
-        return np.array(got["histogram"], dtype=np.int64)
-    t0 = time.perf_counter()
-    h = target_histogram(w, corpus, texts, centroids, device)
-    trainer.store.put(key, {"histogram": h.tolist()}, round(time.perf_counter() - t0, 2))
-    return h
+    threshold = workdir_threshold(w)
+    key = fingerprint({"kind": "search target", "format": 2, "texts": fingerprint(
+        list(target.texts)), "val": array_fingerprint(tval), "threshold": threshold,
+        "embed": w.stage("embed")["fingerprint"], "cluster": w.stage("cluster")["fingerprint"],
+        "device": device})
+
+    def compute() -> tuple[np.ndarray, Overlap]:
+        got = store.get(key)
+        if got is not None:
+            return np.array(got["histogram"], dtype=np.int64), Overlap.from_dict(got["overlap"])
+        t0 = time.perf_counter()
+        Xv = embed_texts(w, corpus, [target.texts[i] for i in tval], device)
+        Xt = embed_texts(w, corpus, [target.texts[i] for i in ttest], device)
+        h = target_histogram(w, Xv, centroids, device)
+        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
+        rows = np.concatenate([tval, ttest])
+        ov = find_overlap(target.texts, texts, np.concatenate([Xv, Xt.reshape(-1, Xv.shape[1])]),
+                          X, rows, threshold)
+        store.put(key, {"histogram": h.tolist(), "overlap": ov.to_dict()},
+                  round(time.perf_counter() - t0, 2))
+        return h, ov
+
+    h, ov = D.on_main(compute)
+    return h, ov, key
 
 
 def _log(progress: bool) -> Callable[[str], None]:
@@ -262,17 +291,22 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
 
     log = _log(progress)
     labels, texts, corpus = _load_inputs(w.root)
-    data, splits = prepare(texts, labels, target, config)
-    trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log)
-    estimate(config, data, device, threads, log)
-    t0 = time.perf_counter()
     num_clusters = int(labels.max()) + 1
     centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
-    histogram = None
+    histogram = exclude = overlap = None
+    keys: list[str] = []
     if target is not None:
-        val_texts = [target.texts[i] for i in splits["target_val"]]
-        histogram = D.on_main(lambda: _histogram(w, corpus, val_texts, centroids[:num_clusters],
-                                                 device, trainer))
+        tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
+        histogram, ov, key = _target_facts(w, corpus, texts, target, tval, ttest,
+                                           centroids[:num_clusters], device, store)
+        exclude, val_kept = excluded_documents(ov, labels, tval, ttest)
+        overlap = overlap_summary(ov, exclude, val_kept)
+        keys.append(key)
+    data, splits = prepare(texts, labels, target, config, exclude)
+    trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log)
+    trainer.keys.update(keys)
+    estimate(config, data, device, threads, log)
+    t0 = time.perf_counter()
     metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
     space = build_space(data, num_clusters, histogram, centroids, metric, config.seed)
     result: SearchResult = run_search(space, trainer.evaluate,
@@ -286,7 +320,8 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
     return results_dict(config, data, splits, space, histogram, result, tests,
                         test_seeds(config), keys,
                         {"seconds": round(seconds, 1), "trained_runs": trainer.trained,
-                         "reused_runs": trainer.reused, "run_seconds": trainer.seconds})
+                         "reused_runs": trainer.reused, "run_seconds": trainer.seconds},
+                        overlap)
 
 
 def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
