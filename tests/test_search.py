@@ -501,3 +501,57 @@ def test_bad_input_is_one_line_and_exit_2(searched, tmp_path, capsys, case):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert {p: p.read_bytes() for p in (w / "search").glob("*.json")} == before
+
+
+def _word_tokenizer(texts: list[str], folder: Path) -> Path:
+    """A real Hugging Face fast tokenizer folder (a 300-token BPE trained on ``texts``),
+    small so that its proxies train in seconds."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300,
+                                                       special_tokens=["[UNK]"]))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+def test_a_tokenizer_proxy_reads_its_tokens_and_reports_bits_per_byte(searched, tmp_path):
+    """--tokenizer DIR: the proxies' vocabulary is the tokenizer's + 1, the documents its
+    tokens, and every test loss has its bits per byte beside it; with bytes (the default)
+    bits per byte are the nats per token / ln 2."""
+    from transformers import AutoTokenizer
+
+    rows = [json.loads(line) for line in searched["corpus"].read_text().splitlines()]
+    folder = _word_tokenizer([r["text"] for r in rows], tmp_path / "tok")
+    w = _workdir(tmp_path, searched["corpus"])
+    assert _search(w, searched["target"], "--runs", "2", "--rounds", "1",
+                   "--tokenizer", str(folder)) == 0
+    res = json.loads((w / "search" / "results.json").read_text())
+    exp = res["config"]["experiment"]
+    assert exp["tokenizer"] == str(folder)
+    assert exp["model"]["vocab_size"] == len(AutoTokenizer.from_pretrained(folder)) + 1
+    for arm, by in res["bits_per_byte"].items():
+        assert set(by) == {"target", "micro"} and all(0 < x < 8 for x in by["target"])
+        # more than one byte per token: a token's loss is spread over its bytes
+        assert np.mean(by["micro"]) < np.mean(res["test"][arm]["micro"]) / math.log(2)
+    md = (w / "search" / "results.md").read_text()
+    assert "target bits/byte" in md and f"tokens of {folder}" in md
+    byte_level = json.loads(searched["bytes"]["results.json"])
+    for arm, by in byte_level["bits_per_byte"].items():
+        np.testing.assert_allclose(by["target"],
+                                   np.array(byte_level["test"][arm]["target"]) / math.log(2))
+
+
+@pytest.mark.parametrize("command", ["search", "experiment"])
+def test_a_folder_that_is_not_a_tokenizer_is_one_line_and_exit_2(searched, tmp_path, capsys,
+                                                                command):
+    (tmp_path / "vocab.json").write_text("{}")
+    cmd = {"search": ["search", "--workdir", str(searched["w"]), "--target",
+                      str(searched["target"]), *QUICK],
+           "experiment": ["experiment", "--workdir", str(searched["w"]), "--quick",
+                          "--no-progress"]}[command]
+    assert main([*cmd, "--tokenizer", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--tokenizer {tmp_path}" in err, err

@@ -12,7 +12,7 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.cli._options import add_proxy_options
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
     from clusterclip.search.runner import DEFAULT, QUICK
 
@@ -30,9 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-seeds", type=int, default=None,
                    help=f"fresh seeds of the test verdict (default {DEFAULT['test_seeds']}; "
                         f"--quick {QUICK['test_seeds']})")
-    p.add_argument("--model", choices=tuple(MODEL_PRESETS), default=None,
-                   help=f"proxy model size (default {DEFAULT['model']}; --quick "
-                        f"{QUICK['model']})")
+    add_proxy_options(p, f"{DEFAULT['model']}; --quick {QUICK['model']}")
     p.add_argument("--quick", action="store_true",
                    help="the tiny model, 1.5 epochs, 24 proxies, 3 test seeds: at most 10 "
                         "minutes on 2 CPU cores for 2,500 documents (docs/benchmarks.md, "
@@ -58,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     config = SearchConfig.from_options(
         quick=args.quick, targets=tuple(args.target or ()), text_field=args.text_field,
         runs=args.runs, rounds=args.rounds, test_seeds=args.test_seeds, model=args.model,
-        seed=args.seed, max_docs=args.max_docs or None)
+        seed=args.seed, max_docs=args.max_docs or None,
+        tokenizer=None if args.tokenizer is None else str(args.tokenizer))
     config.validate()  # before a process group exists: bad options fail alike everywhere
     with D.process_group(args.device) as main_rank:
         results = run_search_workdir(args.workdir, config, device=args.device,

@@ -128,14 +128,16 @@ def decision(arm: str | None, goal: str, gain: dict[str, Any] | None,
 def describe_model(config: dict[str, Any]) -> str:
     """The proxy model in words, from a results dict's ``config``: parameters, window and
     how much of each document it reads (it limits what a verdict means)."""
-    from clusterclip.experiment.config import ModelConfig
+    from clusterclip.experiment.config import ModelConfig, format_parameters
 
     m = ModelConfig(**config["model"])
-    n = m.num_parameters()
-    size = f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
-    return (f"a {size}-parameter byte-level LM ({m.n_layers} layer"
+    size = format_parameters(m.num_parameters())
+    tok = config.get("tokenizer")
+    kind, unit = ("byte-level LM", "bytes") if tok is None else (
+        f"LM over the tokens of {tok} ({m.vocab_size:,}-token vocabulary)", "tokens")
+    return (f"a {size}-parameter {kind} ({m.n_layers} layer"
             f"{'s' if m.n_layers != 1 else ''}, d={m.d_model}, window {m.seq_len}, reading "
-            f"the first {config['max_doc_tokens'] - 1} bytes of each document)")
+            f"the first {config['max_doc_tokens'] - 1} {unit} of each document)")
 
 
 def _values(results: dict[str, Any], name: str, metric: str) -> dict[int, float]:

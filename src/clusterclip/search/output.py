@@ -76,7 +76,8 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
     return {
         "format_version": RESULTS_FORMAT,
         "objective": objective,
-        "config": config.to_dict(),
+        # the proxies' own configuration: with --tokenizer, its vocabulary
+        "config": {**config.to_dict(), "experiment": data.config.to_dict()},
         "data": {
             "documents": int(data.labels.size),
             "clusters": int(space.num_clusters),
@@ -95,8 +96,10 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
         "rounds": result.rounds,
         "chosen": _proxy(chosen, result.predicted[result.chosen], result.loo[result.chosen]),
         "test_seeds": seeds,
-        "test": {name: {k: v for k, v in arm.items() if k not in ("fed_share", "coverage")}
+        "test": {name: {k: v for k, v in arm.items()
+                        if k not in ("fed_share", "coverage", "bits_per_byte")}
                  for name, arm in test.items()},
+        "bits_per_byte": {name: arm["bits_per_byte"] for name, arm in test.items()},
         "test_fed_share": {name: arm["fed_share"] for name, arm in test.items()},
         "coverage": coverage(test),
         "target_overlap": overlap,
@@ -272,17 +275,21 @@ def proxies_table(results: dict[str, Any]) -> list[str]:
 
 
 def test_table(results: dict[str, Any]) -> list[str]:
-    t = results["test"]
+    """Each arm's test losses (nats per token) and, beside them, bits per byte (comparable
+    across tokenizers): mean ± std over the test seeds."""
+    t, bpb = results["test"], results.get("bits_per_byte", {})
     metrics = list(next(iter(t.values())))
-    head = ["arm", *[f"test {m}" for m in metrics]]
+    per_byte = list(next(iter(bpb.values()), {}))
+    head = ["arm", *[f"test {m}" for m in metrics], *[f"{m} bits/byte" for m in per_byte]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, arm in t.items():
         cells = []
-        for m in metrics:
-            v = np.array(arm[m])
+        for v in [arm[m] for m in metrics] + [bpb[name][m] for m in per_byte]:
+            v = np.array(v)
             cells.append(f"{v.mean():.4f}" + (f" ± {v.std(ddof=1):.4f}" if v.size > 1 else ""))
         lines.append("| " + " | ".join([name, *cells]) + " |")
-    return lines
+    return ["Test losses in nats per token, and in bits per byte (comparable across "
+            "tokenizers), mean ± std over the test seeds:", "", *lines]
 
 
 def _overlap_setup(results: dict[str, Any]) -> str:

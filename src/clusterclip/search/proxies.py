@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
-from clusterclip.experiment.metrics import per_cluster_loss
+from clusterclip.experiment.metrics import bits_per_byte, per_cluster_loss
 from clusterclip.experiment.runner import ExperimentConfig
 from clusterclip.experiment.runs import (
     RUN_FORMAT,
@@ -49,6 +49,7 @@ class EvalSet:
     corpus_idx: np.ndarray
     target_docs: tuple[np.ndarray, ...]
     fingerprint: str
+    target_bytes: np.ndarray | None = None  # bytes each target document's tokens cover
 
 
 @dataclass
@@ -64,6 +65,7 @@ class ProxyData:
     budget: Budget
     config: ExperimentConfig
     fingerprint: str                # of the documents, labels and training split
+    doc_bytes: np.ndarray | None = None  # bytes each document's tokens cover (+1, its end)
 
     @property
     def has_target(self) -> bool:
@@ -79,10 +81,14 @@ def measure(model: Any, data: ProxyData, where: EvalSet, device: Any) -> dict[st
     eb = data.config.train.eval_batch_size
     ls, nt = evaluate_documents(model, [data.docs[i] for i in where.corpus_idx], eb, device)
     _, loss, _ = per_cluster_loss(ls, nt, data.labels[where.corpus_idx])
-    out = {"micro": float(ls.sum() / nt.sum()), "macro": float(loss.mean())}
+    nbytes = data.doc_tokens if data.doc_bytes is None else data.doc_bytes
+    out = {"micro": float(ls.sum() / nt.sum()), "macro": float(loss.mean()),
+           "micro_bits_per_byte": bits_per_byte(ls, nbytes[where.corpus_idx])}
     if where.target_docs:
         ts, tn = evaluate_documents(model, list(where.target_docs), eb, device)
         out["target"] = float(ts.sum() / tn.sum())
+        out["target_bits_per_byte"] = bits_per_byte(
+            ts, tn if where.target_bytes is None else where.target_bytes)
     return out
 
 

@@ -57,6 +57,7 @@ class SearchConfig:
     quick: bool = False
     seed: int = 0
     max_docs: int | None = DEFAULT_MAX_DOCS
+    tokenizer: str | None = None
 
     @classmethod
     def from_options(cls, *, quick: bool = False, **options: Any) -> SearchConfig:
@@ -82,23 +83,28 @@ class SearchConfig:
         configuration), at this model size, the split and proxy seed ``seed``."""
         base = ExperimentConfig.quick() if self.quick else ExperimentConfig()
         return replace(base.with_model(self.model), max_docs=self.max_docs,
-                       split_seed=self.seed, strategies=(DEFAULT_TIMING,), seeds=1)
+                       split_seed=self.seed, strategies=(DEFAULT_TIMING,), seeds=1,
+                       tokenizer=self.tokenizer)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["targets"] = list(self.targets)
+        if self.tokenizer is None:
+            del d["tokenizer"]  # byte-level results keep their bytes
         d["experiment"] = self.experiment().to_dict()
         return d
 
 
 # -- data ------------------------------------------------------------------------------
 
-def _eval_set(name: str, corpus_idx: np.ndarray, target_docs: list[np.ndarray]) -> EvalSet:
+def _eval_set(name: str, corpus_idx: np.ndarray, target_docs: list[np.ndarray],
+              target_bytes: np.ndarray) -> EvalSet:
     from clusterclip.io import array_fingerprint, fingerprint
 
     return EvalSet(name, corpus_idx, tuple(target_docs), fingerprint(
         {"corpus": array_fingerprint(corpus_idx),
-         "target": [array_fingerprint(d) for d in target_docs]}))
+         "target": [array_fingerprint(d) for d in target_docs]}),
+        np.asarray(target_bytes, dtype=np.int64))
 
 
 def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
@@ -106,16 +112,15 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
             ) -> tuple[ProxyData, dict[str, np.ndarray]]:
     """The corpus's and the target's splits and the data every run sees; the corpus
     documents ``exclude`` (bool[N]: the target's copies) are in no split."""
-    from clusterclip.experiment.data import encode_documents, stratified_subsample
-    from clusterclip.experiment.runner import _checked_labels
+    from clusterclip.experiment.data import stratified_subsample
+    from clusterclip.experiment.runner import _checked_labels, encode_texts
     from clusterclip.experiment.runs import Budget
     from clusterclip.io import array_fingerprint, fingerprint
 
-    exp = config.experiment()
     labels, _ = _checked_labels(texts, labels, None)
     if exclude is not None:
         labels[exclude] = -1
-    docs, _ = encode_documents(texts, exp.max_doc_tokens)
+    docs, _, doc_bytes, exp = encode_texts(texts, config.experiment())
     doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
     labels[doc_tokens == 0] = -1
     if not np.any(labels >= 0):
@@ -131,17 +136,18 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
     train_labels[train] = labels[train]
     tval = ttest = np.zeros(0, dtype=np.int64)
     tdocs: list[np.ndarray] = []
+    tbytes = np.zeros(0, dtype=np.int64)
     if target is not None:
         tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
-        tdocs, _ = encode_documents(list(target.texts), exp.max_doc_tokens)
+        tdocs, _, tbytes, _ = encode_texts(list(target.texts), exp)
     train_tokens = int(doc_tokens[train].sum())
     budget = Budget.plan(exp.budget_tokens(train_tokens), exp.batch_tokens,
                          int(doc_tokens[train].min()))
     data = ProxyData(
         docs=docs, doc_tokens=doc_tokens, labels=labels, train_labels=train_labels,
-        val=_eval_set("val", val, [tdocs[i] for i in tval]),
-        test=_eval_set("test", test, [tdocs[i] for i in ttest]),
-        budget=budget, config=exp,
+        val=_eval_set("val", val, [tdocs[i] for i in tval], tbytes[tval]),
+        test=_eval_set("test", test, [tdocs[i] for i in ttest], tbytes[ttest]),
+        budget=budget, config=exp, doc_bytes=doc_bytes,
         fingerprint=fingerprint({"docs": fingerprint([array_fingerprint(d) for d in docs]),
                                  "labels": array_fingerprint(labels),
                                  "train": array_fingerprint(train)}))
@@ -207,6 +213,8 @@ def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[
                                           6).tolist()
         out[name]["coverage"] = {k: [r[k] for r in part]
                                  for k in ("docs_never_drawn", "tokens_never_drawn")}
+        out[name]["bits_per_byte"] = {m: [r[f"{m}_bits_per_byte"] for r in part]
+                                      for m in ("target", "micro") if m in part[0]}
     return out
 
 
