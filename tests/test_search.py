@@ -356,6 +356,61 @@ def test_a_target_from_the_corpus_is_counted_and_kept_out_of_training(searched, 
         "training, so no target document was trained on.")
 
 
+def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searched):
+    """--verify-model small after a tiny search: the proxies and their test runs are
+    reused, the three arms are trained again at small (its parameter count in results.json)
+    on the same seeds, a kill after two of them resumes with the rest, and the order of the
+    arms is compared by Spearman over their mean test target loss."""
+    from scipy import stats
+
+    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.search import runner
+    from clusterclip.search.proxies import ProxyTrainer
+
+    w, target = searched["w"], searched["target"]
+    before = json.loads(searched["bytes"]["results.json"])
+    small = MODEL_PRESETS["small"][0]
+    real, trained = ProxyTrainer.run, []
+
+    def dies_after_two(self, spec, seed, where):
+        if self.data.config.model == small and self.store.get(self.key(spec, seed, where)) \
+                is None:
+            if len(trained) == 2:
+                raise KeyboardInterrupt
+            trained.append(seed)
+        return real(self, spec, seed, where)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProxyTrainer, "run", dies_after_two)
+        assert _search(w, target, "--verify-model", "small") == 130
+    got, real_search = {}, runner._search
+
+    def spy(*a, **kw):
+        got.update(real_search(*a, **kw))
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "_search", spy)
+        assert _search(w, target, "--verify-model", "small") == 0
+    t = got["timing"]
+    assert (t["trained_runs"], t["verify_trained_runs"], t["verify_reused_runs"]) == (0, 4, 2)
+    res = json.loads((w / "search" / "results.json").read_text())
+    v = res["verify"]
+    assert v["model"] == "small" and v["parameters"] == small.num_parameters() \
+        == res["parameters"]["verify"] == 446_080
+    assert v["experiment"]["model"]["d_model"] == small.d_model
+    assert res["parameters"]["proxy"] == MODEL_PRESETS["tiny"][0].num_parameters()
+    assert res["test"] == before["test"] and res["chosen"] == before["chosen"]
+    arms = list(res["test"])
+    assert set(v["test"]) == set(arms) and all(len(x["target"]) == 2 for x in v["test"].values())
+    proxy = [np.mean(res["test"][a]["target"]) for a in arms]
+    there = [np.mean(v["test"][a]["target"]) for a in arms]
+    assert v["spearman"] == pytest.approx(stats.spearmanr(proxy, there).statistic)
+    first = (w / "search" / "results.md").read_text().split("\n\n")[1]
+    assert "Checked one size up: trained again at `small` (446k parameters; the proxies have " \
+        "44k)" in first and "## Verification at small" in (w / "search" / "results.md").read_text()
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(4, 60), share=st.floats(0.0, 1.0), seed=st.integers(0, 99))
 def test_the_copies_of_every_target_document_are_kept_out_unless_that_is_most(n, share, seed):

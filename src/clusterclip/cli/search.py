@@ -13,8 +13,9 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options
+    from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
-    from clusterclip.search.runner import DEFAULT, QUICK
+    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/, centroids.npy)")
@@ -31,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"fresh seeds of the test verdict (default {DEFAULT['test_seeds']}; "
                         f"--quick {QUICK['test_seeds']})")
     add_proxy_options(p, f"{DEFAULT['model']}; --quick {QUICK['model']}")
+    p.add_argument("--verify-model", choices=(*MODEL_PRESETS, NO_VERIFY), default=None,
+                   help=f"train the final comparison (random, prior, searched; fresh seeds; "
+                        f"test) again at this larger preset and report whether the arms keep "
+                        f"their order (Spearman) and the verdict there (default "
+                        f"one size up from --model; --quick: {NO_VERIFY} unless "
+                        f"asked)")
     p.add_argument("--quick", action="store_true",
                    help="the tiny model, 1.5 epochs, 24 proxies, 3 test seeds: at most 10 "
                         "minutes on 2 CPU cores for 2,500 documents (docs/benchmarks.md, "
@@ -57,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick, targets=tuple(args.target or ()), text_field=args.text_field,
         runs=args.runs, rounds=args.rounds, test_seeds=args.test_seeds, model=args.model,
         seed=args.seed, max_docs=args.max_docs or None,
-        tokenizer=None if args.tokenizer is None else str(args.tokenizer))
+        tokenizer=None if args.tokenizer is None else str(args.tokenizer),
+        verify_model=args.verify_model)
     config.validate()  # before a process group exists: bad options fail alike everywhere
     with D.process_group(args.device) as main_rank:
         results = run_search_workdir(args.workdir, config, device=args.device,

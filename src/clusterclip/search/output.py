@@ -63,14 +63,44 @@ def coverage(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
                    "per_seed": arm["coverage"]} for name, arm in test.items()}
 
 
+def _spearman(a: list[float], b: list[float]) -> float | None:
+    from scipy import stats
+
+    if len(a) < 2 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return float(stats.spearmanr(a, b).statistic)
+
+
+def verify_dict(model: str, vdata: Any, vtest: dict[str, Any], test: dict[str, Any],
+                objective: str) -> dict[str, Any]:
+    """The final comparison trained again at preset ``model`` (the verification): its
+    per-seed test losses, comparisons and coverage, and whether the arms keep their order
+    (Spearman over the arms' mean test objective, proxy size vs this size)."""
+    arms = list(test)
+    proxy = [float(np.mean(test[a][objective])) for a in arms]
+    there = [float(np.mean(vtest[a][objective])) for a in arms]
+    return {"model": model, "parameters": vdata.config.model.num_parameters(),
+            "experiment": vdata.config.to_dict(), "budget_tokens": vdata.budget.tokens,
+            "steps": vdata.budget.steps,
+            "test": {name: {k: v for k, v in arm.items()
+                            if k not in ("fed_share", "coverage", "bits_per_byte")}
+                     for name, arm in vtest.items()},
+            "bits_per_byte": {name: arm["bits_per_byte"] for name, arm in vtest.items()},
+            "coverage": coverage(vtest), "comparisons": comparisons(vtest),
+            "order": {"proxy": sorted(arms, key=lambda a: proxy[arms.index(a)]),
+                      "verify": sorted(arms, key=lambda a: there[arms.index(a)])},
+            "spearman": _spearman(proxy, there)}
+
+
 def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: Any,
                  histogram: np.ndarray | None, result: Any, test: dict[str, Any],
                  seeds: list[int], run_keys: list[str], timing: dict[str, Any],
-                 overlap: dict[str, Any] | None = None) -> dict[str, Any]:
+                 overlap: dict[str, Any] | None = None,
+                 verify: dict[str, Any] | None = None) -> dict[str, Any]:
     """The search's results. ``timing`` and ``run_keys`` are the only parts that vary
     between identical searches, and ``splits`` (arrays) goes to splits.npz: they stay out
     of results.json. ``overlap``: the target's copies in the corpus
-    (:func:`clusterclip.search.overlap.summary`)."""
+    (:func:`clusterclip.search.overlap.summary`); ``verify``: :func:`verify_dict`."""
     chosen = result.proxies[result.chosen]
     objective = "target" if space.prior is not None else "macro"
     return {
@@ -103,6 +133,9 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
         "test_fed_share": {name: arm["fed_share"] for name, arm in test.items()},
         "coverage": coverage(test),
         "target_overlap": overlap,
+        "parameters": {"proxy": data.config.model.num_parameters(),
+                       "verify": None if verify is None else verify["parameters"]},
+        "verify": verify,
         "comparisons": comparisons(test),
         "run_keys": run_keys,
         "timing": timing,
@@ -158,9 +191,21 @@ def decision_line(results: dict[str, Any]) -> str:
                     how=HOW[arm], then=then)
 
 
+def _decided(results: dict[str, Any]) -> str | None:
+    obj = results["objective"]
+    return best_arm({k.split(" - ")[0]: d[obj] for k, d in results["comparisons"].items()
+                     if k.endswith(" - random")})
+
+
 def _first_line(results: dict[str, Any]) -> str:
-    """:func:`decision_line`, with `prior` defined where it first appears."""
-    return decision_line(results).replace("`prior`", PRIOR, 1)
+    """:func:`decision_line`, with `prior` defined where it first appears, and a warning
+    when the verification one size up decides otherwise."""
+    line = decision_line(results).replace("`prior`", PRIOR, 1)
+    v = results.get("verify")
+    if v and len(results["test_seeds"]) > 1 and _decided(_at_verify(results)) != \
+            _decided(results):
+        line += f" Not confirmed one size up, at `{v['model']}`: see the next line."
+    return line
 
 
 def verdict_lines(results: dict[str, Any]) -> list[str]:
@@ -179,6 +224,8 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
     o = results.get("target_overlap")
     if o and o["exact"] + o["near"] > NOTABLE * max(1, o["target_docs"]):
         lines.append(overlap_sentence(o))  # the first paragraph
+    if results.get("verify"):
+        lines.append(verify_sentence(results))
     lines.append("")
     lead = (f"On this corpus{' and target' if obj == 'target' else ''}, with {n} fresh "
             f"seed{'s' if n != 1 else ''} of {model}: `searched` (the searched mixture, "
@@ -197,6 +244,32 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
                      f"{_paired(d).interval()}: {d['call']}.")
     return lines + _price_lines(results) + [_coverage_line(results), _detectable_line(results),
                                             _predictor_line(results)]
+
+
+def _at_verify(results: dict[str, Any]) -> dict[str, Any]:
+    """The results as the verification saw them (its tests, comparisons, coverage)."""
+    v = results["verify"]
+    return {**results, **{k: v[k] for k in ("test", "bits_per_byte", "coverage",
+                                            "comparisons")},
+            "data": {**results["data"], "budget_tokens": v["budget_tokens"]}}
+
+
+def verify_sentence(results: dict[str, Any]) -> str:
+    """Whether the arms keep their order one size up, and the decision there."""
+    from clusterclip.experiment.config import format_parameters
+
+    v, obj = results["verify"], results["objective"]
+    rho = v["spearman"]
+    same = v["order"]["proxy"] == v["order"]["verify"]
+    there = decision_line(_at_verify(results))
+    return (f"Checked one size up: trained again at `{v['model']}` "
+            f"({format_parameters(v['parameters'])} parameters; the proxies have "
+            f"{format_parameters(results['parameters']['proxy'])}), the arms "
+            f"{'keep' if same else 'do not keep'} their order by mean test {METRIC_NAMES[obj]} "
+            f"(Spearman {'undefined (ties)' if rho is None else f'{rho:+.2f}'}; "
+            f"{' < '.join(v['order']['proxy'])} at the proxy size, "
+            f"{' < '.join(v['order']['verify'])} at {v['model']}). At {v['model']}: "
+            f"{there[0].lower()}{there[1:]}")
 
 
 def _coverage_line(results: dict[str, Any]) -> str:
@@ -292,6 +365,21 @@ def test_table(results: dict[str, Any]) -> list[str]:
             "tokenizers), mean ± std over the test seeds:", "", *lines]
 
 
+def _verify_section(results: dict[str, Any]) -> list[str]:
+    v = results.get("verify")
+    if not v:
+        return []
+    at = _at_verify(results)
+    return [f"## Verification at {v['model']}", "",
+            f"The same arms, seeds and test documents, trained at {v['model']} "
+            f"({describe_model(v['experiment'])}, {v['budget_tokens']:,} training tokens, "
+            f"{v['steps']} steps).", "", *test_table(at), "",
+            *[f"- {k}, {METRIC_NAMES[results['objective']]}: "
+              f"{_paired(d[results['objective']]).interval()}: "
+              f"{d[results['objective']]['call']}." for k, d in v["comparisons"].items()],
+            ""]
+
+
 def _overlap_setup(results: dict[str, Any]) -> str:
     from clusterclip.search.overlap import overlap_sentence
 
@@ -323,6 +411,7 @@ def render_markdown(results: dict[str, Any]) -> str:
              + (", the prior (paced, clip 4)" if obj == "target" else "")
              + f" and the chosen mixture again with fresh seeds {results['test_seeds']} and "
              "measures test." + _overlap_setup(results), "", *test_table(results), "",
+             *_verify_section(results),
              "## Proxies", "", *proxies_table(results), "",
              "## Plots", "",
              "![predicted vs observed](predicted_vs_observed.png)", "",

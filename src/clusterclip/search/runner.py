@@ -40,8 +40,21 @@ from clusterclip.search.splits import corpus_splits, target_splits
 from clusterclip.search.target import Target, read_target
 
 #: (runs, rounds, test seeds, model) of ``--quick`` and of the default.
-QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "tiny"}
-DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": 5, "model": "small"}
+#: (runs, rounds, test seeds, model, the verification's model) of ``--quick`` and of the
+#: default: the default verifies one size up, ``--quick`` only when asked.
+QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "tiny", "verify_model": None}
+DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": 5, "model": "small", "verify_model": "base"}
+#: ``--verify-model none``: no verification.
+NO_VERIFY = "none"
+
+
+def one_size_up(model: str) -> str | None:
+    """The next larger preset after ``model`` (None for the largest)."""
+    from clusterclip.experiment.config import MODEL_PRESETS
+
+    names = list(MODEL_PRESETS)
+    i = names.index(model) if model in names else len(names)
+    return names[i + 1] if i + 1 < len(names) else None
 
 
 @dataclass(frozen=True)
@@ -58,13 +71,17 @@ class SearchConfig:
     seed: int = 0
     max_docs: int | None = DEFAULT_MAX_DOCS
     tokenizer: str | None = None
+    verify_model: str | None = DEFAULT["verify_model"]
 
     @classmethod
     def from_options(cls, *, quick: bool = False, **options: Any) -> SearchConfig:
         """``--quick``'s or the default runs, rounds, test seeds and model, those given
         (not None) replacing them."""
         base = {**(QUICK if quick else DEFAULT), "quick": quick}
-        return cls(**{**base, **{k: v for k, v in options.items() if v is not None}})
+        got = cls(**{**base, **{k: v for k, v in options.items() if v is not None}})
+        if options.get("verify_model") is None and not quick:  # one size up, if there is one
+            got = replace(got, verify_model=one_size_up(got.model))
+        return replace(got, verify_model=None) if got.verify_model == NO_VERIFY else got
 
     def validate(self) -> None:
         for name in ("runs", "rounds", "test_seeds"):
@@ -77,6 +94,16 @@ class SearchConfig:
         if self.seed < 0:
             raise InputError(f"--seed: must be >= 0, got {self.seed}")
         self.experiment().validate()
+        if self.verify_model is not None:
+            from clusterclip.experiment.config import MODEL_PRESETS
+
+            if self.verify_model not in MODEL_PRESETS:
+                raise InputError(f"--verify-model: unknown preset {self.verify_model!r}")
+            if (MODEL_PRESETS[self.verify_model][0].num_parameters()
+                    <= MODEL_PRESETS[self.model][0].num_parameters()):
+                raise InputError(f"--verify-model {self.verify_model}: not larger than the "
+                                 f"proxies' {self.model}")
+            self.verification().validate()
 
     def experiment(self) -> ExperimentConfig:
         """The proxies' model, training and budget: the experiment's (``--quick``: its quick
@@ -86,9 +113,15 @@ class SearchConfig:
                        split_seed=self.seed, strategies=(DEFAULT_TIMING,), seeds=1,
                        tokenizer=self.tokenizer)
 
+    def verification(self) -> ExperimentConfig:
+        """The verification's model and training: :meth:`experiment` at ``verify_model``."""
+        return replace(self, model=self.verify_model).experiment()
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["targets"] = list(self.targets)
+        if self.verify_model is None:
+            del d["verify_model"]  # unverified results keep their bytes
         if self.tokenizer is None:
             del d["tokenizer"]  # byte-level results keep their bytes
         d["experiment"] = self.experiment().to_dict()
@@ -221,27 +254,37 @@ def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[
 # -- the estimate ----------------------------------------------------------------------
 
 def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
-             log: Callable[[str], None]) -> float:
-    """Print (before any work) the number of runs and their estimated time."""
+             log: Callable[[str], None], vdata: ProxyData | None = None) -> float:
+    """Print (before any work) the number of runs and their estimated time (with
+    ``vdata``, the verification's runs at the larger model too)."""
     import torch
 
+    from clusterclip.experiment.config import format_parameters as size
     from clusterclip.experiment.runs import estimate_seconds, format_seconds, torch_settings
 
     exp = data.config
     n_test = config.test_seeds * (3 if config.targets else 2)
     runs = config.runs + n_test
     _, world = D.rank_and_world()
-    eval_docs = [data.docs[i] for i in data.val.corpus_idx] + list(data.val.target_docs)
-    with torch_settings(threads):
-        est = estimate_seconds(exp.model, exp.train, torch.device(device), eval_docs,
-                               runs, data.budget.steps, evals_per_run=1)
+    def timed(d: ProxyData, n: int) -> float:
+        docs = [d.docs[i] for i in d.val.corpus_idx] + list(d.val.target_docs)
+        with torch_settings(threads):
+            return estimate_seconds(d.config.model, d.config.train, torch.device(device), docs,
+                                    n, d.budget.steps, evals_per_run=1)
+
+    est = timed(data, runs)
+    vest = 0.0 if vdata is None else timed(vdata, n_test)
+    est += vest
     est /= world
     sizes = "/".join(map(str, round_sizes(config.runs, config.rounds)))
     log(f"search: {config.runs} proxies in {len(round_sizes(config.runs, config.rounds))} "
         f"rounds ({sizes}) + {n_test} test runs ({config.test_seeds} fresh seeds), "
-        f"{data.budget.steps} steps each of a {exp.model.num_parameters() / 1e3:.0f}k-parameter "
+        f"{data.budget.steps} steps each of a {size(exp.model.num_parameters())}-parameter "
         f"model; estimated {format_seconds(est)} of training on {world} process(es) (from a "
-        "few timed steps; runs stored by an earlier search are reused)")
+        "few timed steps; runs stored by an earlier search are reused)"
+        + ("" if vdata is None else f"; that includes {n_test} verification runs at "
+           f"{config.verify_model} ({size(vdata.config.model.num_parameters())} parameters, "
+           f"{vdata.budget.steps} steps each), {format_seconds(vest / world)}"))
     return est
 
 
@@ -295,7 +338,7 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
     """The search itself (every rank): data, prior, rounds, test runs; the results dict."""
     from clusterclip.experiment.runner import _load_inputs
     from clusterclip.io import load_npy
-    from clusterclip.search.output import results_dict
+    from clusterclip.search.output import results_dict, verify_dict
 
     log = _log(progress)
     labels, texts, corpus = _load_inputs(w.root)
@@ -311,9 +354,13 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
         overlap = overlap_summary(ov, exclude, val_kept)
         keys.append(key)
     data, splits = prepare(texts, labels, target, config, exclude)
+    vdata = None
+    if config.verify_model is not None:  # the same splits, read at the larger model's window
+        vdata, _ = prepare(texts, labels, target, replace(config, model=config.verify_model),
+                           exclude)
     trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log)
     trainer.keys.update(keys)
-    estimate(config, data, device, threads, log)
+    estimate(config, data, device, threads, log, vdata)
     t0 = time.perf_counter()
     metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
     space = build_space(data, num_clusters, histogram, centroids, metric, config.seed)
@@ -323,13 +370,22 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
     chosen = result.proxies[result.chosen].candidate
     arms = test_arms(space, spec_of(chosen))
     tests = run_tests(trainer, arms, test_seeds(config))
+    verify, vtiming = None, {}
+    if vdata is not None:
+        vtrainer = ProxyTrainer(vdata, device, threads, store, progress=progress, log=log)
+        verify = verify_dict(config.verify_model, vdata, run_tests(vtrainer, arms,
+                                                                   test_seeds(config)),
+                             tests, "target" if space.prior is not None else "macro")
+        trainer.keys |= vtrainer.keys
+        vtiming = {"verify_trained_runs": vtrainer.trained,
+                   "verify_reused_runs": vtrainer.reused}
     seconds = time.perf_counter() - t0
     keys = sorted(set().union(*D.gather_objects(trainer.keys)))
     return results_dict(config, data, splits, space, histogram, result, tests,
                         test_seeds(config), keys,
                         {"seconds": round(seconds, 1), "trained_runs": trainer.trained,
-                         "reused_runs": trainer.reused, "run_seconds": trainer.seconds},
-                        overlap)
+                         "reused_runs": trainer.reused, "run_seconds": trainer.seconds,
+                         **vtiming}, overlap, verify)
 
 
 def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
