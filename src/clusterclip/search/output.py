@@ -3,11 +3,12 @@ and three plots (predicted vs observed, objective by round, the chosen mixture p
 super-cluster).
 
 ``results.md`` opens with the computed verdict (CONTRACTS.md section 3: the lines
-from the title to the first ``## `` heading). Every difference is paired by seed
-and called by the one rule of :func:`clusterclip.experiment.verdict.paired_difference`.
-The line on the searched mixture names it ``searched`` and says ``measurably better
-than random``, ``measurably worse than random`` or ``not measurably different from
-random``, so that scripts can read it.
+from the title to the first ``## `` heading), its first line the decision
+(:func:`decision_line`). Every difference is paired by seed and called by the one rule
+of :func:`clusterclip.experiment.verdict.paired_difference`. The line on the searched
+mixture names it ``searched`` and says ``measurably better than random``, ``measurably
+worse than random`` or ``not measurably different from random``, so that scripts can
+read it.
 """
 
 from __future__ import annotations
