@@ -215,7 +215,9 @@ def test_parameter_count_without_building_the_model():
     from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig
     from clusterclip.experiment.model import ByteLM
 
-    for cfg in [m for m, _ in MODEL_PRESETS.values()] + [ModelConfig(32, 16, 3, 2)]:
+    # (the GPU presets' counts follow from the same formula; not built here: 60M floats)
+    for cfg in [MODEL_PRESETS[n][0] for n in ("tiny", "small", "base")] + [
+            ModelConfig(32, 16, 3, 2), ModelConfig(32, 16, 1, 2, vocab_size=1001)]:
         assert cfg.num_parameters() == ByteLM(cfg).num_parameters()
 
 
@@ -225,8 +227,12 @@ def test_model_presets_grow_and_set_the_window():
     from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.model import ByteLM
 
-    sizes = [ByteLM(MODEL_PRESETS[n][0]).num_parameters() for n in ("tiny", "small", "base")]
-    assert sizes[0] < sizes[1] < sizes[2]
+    sizes = [m.num_parameters() for m, _ in MODEL_PRESETS.values()]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)  # one size up is larger
+    assert ByteLM(MODEL_PRESETS["small"][0]).num_parameters() == sizes[1]
+    # the GPU presets: about 15M and 60M parameters
+    assert 13e6 < MODEL_PRESETS["medium"][0].num_parameters() < 17e6
+    assert 55e6 < MODEL_PRESETS["large"][0].num_parameters() < 65e6
     assert ExperimentConfig.quick().model == MODEL_PRESETS["tiny"][0]
     assert ExperimentConfig().model == MODEL_PRESETS["small"][0]
     base = ExperimentConfig().with_model("base")

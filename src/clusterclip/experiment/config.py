@@ -64,11 +64,15 @@ class TrainConfig:
 #: Model size presets for ``--model``: (shape, peak learning rate). ``tiny`` is the
 #: ``--quick`` model (44 k parameters, window 64), ``small`` the default (0.45 M,
 #: window 128), ``base`` a model large enough to memorise repeated documents
-#: (3.2 M, window 128; meant for a GPU, slow on 2 CPU cores).
+#: (3.26 M, window 128; meant for a GPU, slow on 2 CPU cores); ``medium`` (14.4 M,
+#: window 256) and ``large`` (59.4 M, window 256) are for ``--device cuda`` only (with
+#: bytes; a tokenizer's vocabulary adds vocabulary x d parameters).
 MODEL_PRESETS: dict[str, tuple[ModelConfig, float]] = {
     "tiny": (ModelConfig(seq_len=64, d_model=48, n_layers=1, n_heads=2), 3e-3),
     "small": (ModelConfig(seq_len=128, d_model=128, n_layers=2, n_heads=4), 2e-3),
     "base": (ModelConfig(seq_len=128, d_model=256, n_layers=4, n_heads=8), 1e-3),
+    "medium": (ModelConfig(seq_len=256, d_model=384, n_layers=8, n_heads=6), 6e-4),
+    "large": (ModelConfig(seq_len=256, d_model=640, n_layers=12, n_heads=10), 3e-4),
 }
 DEFAULT_MODEL = "small"
 

@@ -30,7 +30,7 @@ from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_opti
 #: machine (docs/benchmarks.md, "Experiment"): the small models gain little from a
 #: second thread when idle and collapse when another process holds a core, so they use 1; ``base``
 #: uses every CPU this process may run on.
-PRESET_THREADS = {"tiny": 1, "small": 1, "base": None}
+PRESET_THREADS = {"tiny": 1, "small": 1, "base": None, "medium": None, "large": None}
 #: Version of a stored run's content and of how its schedule is built; part of its key.
 #: 2: paced sized to the budget, late tail share recorded.
 RUN_FORMAT = 2
