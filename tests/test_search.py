@@ -411,6 +411,24 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
         "44k)" in first and "## Verification at small" in (w / "search" / "results.md").read_text()
 
 
+def test_exact_copies_ignore_whitespace_and_near_copies_follow_the_dedup_rule():
+    """Exact: the same text once whitespace runs are one space; near: cosine >= the
+    threshold less dedup's rounding slack (a float16 copy of the same vector joins at 1);
+    a target row with both counts as exact, every pair is listed once."""
+    from clusterclip.search.overlap import find_overlap
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4, 8)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    corpus = ["alpha beta", "gamma", "delta", None]
+    target = [" alpha\n\tbeta ", "gamma!", "unrelated", None, "delta"]
+    T = np.stack([X[0], X[1], -X[2], X[2]])  # rows 0, 1, 2, 4 (row 3 has no text)
+    ov = find_overlap(target, corpus, T, X.astype(np.float16), np.array([0, 1, 2, 4]), 1.0)
+    assert ov.exact.tolist() == [True, False, False, False, True]
+    assert ov.near.tolist() == [False, True, False, False, False]
+    assert ov.pairs.tolist() == [[0, 0], [1, 1], [4, 2]] and ov.target_docs == 4
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(4, 60), share=st.floats(0.0, 1.0), seed=st.integers(0, 99))
 def test_the_copies_of_every_target_document_are_kept_out_unless_that_is_most(n, share, seed):

@@ -34,6 +34,12 @@ def normalise(text: str) -> str:
     return " ".join(text.split())
 
 
+def _digest(text: str) -> bytes:
+    import hashlib
+
+    return hashlib.sha256(normalise(text).encode("utf-8", errors="surrogatepass")).digest()
+
+
 @dataclass(frozen=True)
 class Overlap:
     """Which target rows have corpus copies, and the (target row, corpus doc) pairs."""
@@ -71,14 +77,14 @@ def find_overlap(target_texts: Sequence[str | None], corpus_texts: Sequence[str 
     from clusterclip.dedup import iter_cross_pairs
 
     m = len(target_texts)
-    by_text: dict[str, list[int]] = {}
+    by_text: dict[bytes, list[int]] = {}  # by digest: a corpus's texts are not held twice
     for i, t in enumerate(corpus_texts):
         if t is not None:
-            by_text.setdefault(normalise(t), []).append(i)
+            by_text.setdefault(_digest(t), []).append(i)
     pairs: list[tuple[int, int]] = []
     exact = np.zeros(m, dtype=bool)
     for r, t in enumerate(target_texts):
-        hits = by_text.get(normalise(t), []) if t is not None else []
+        hits = by_text.get(_digest(t), []) if t is not None else []
         exact[r] = bool(hits)
         pairs += [(r, c) for c in hits]
     near = np.zeros(m, dtype=bool)
