@@ -348,6 +348,9 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
     keys: list[str] = []
     if target is not None:
         tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
+        log(f"search: embedding the target's {tval.size + ttest.size} documents with W's "
+            "embedder (its prior and its copies in the corpus; an earlier search's are reused); "
+            "the estimate follows")
         histogram, ov, key = _target_facts(w, corpus, texts, target, tval, ttest,
                                            centroids[:num_clusters], device, store)
         exclude, val_kept = excluded_documents(ov, labels, tval, ttest)
