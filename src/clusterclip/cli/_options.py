@@ -89,6 +89,21 @@ def add_token_options(p: argparse.ArgumentParser) -> None:
                         "the estimate ceil(characters / 4) from the corpus index")
 
 
+def add_proxy_options(p: argparse.ArgumentParser, default_model: str) -> None:
+    """``--model`` (each preset's parameter count) and ``--tokenizer`` of the proxy LMs
+    (``experiment``, ``search``)."""
+    from clusterclip.experiment.config import MODEL_PRESETS, describe_presets
+
+    p.add_argument("--model", choices=tuple(MODEL_PRESETS), default=None,
+                   help=f"model size preset (default {default_model}): {describe_presets()}")
+    add_path(p, "--tokenizer", role="input", default=None, metavar="DIR",
+             help="local Hugging Face fast tokenizer folder (offline): the proxy LM reads its "
+                  "tokens, as the real model will, instead of bytes (its vocabulary is the "
+                  "tokenizer's + 1, so the presets grow); losses are reported in bits per "
+                  "byte beside nats per token, so runs with different tokenizers compare "
+                  "(default: bytes)")
+
+
 def check_token_options(args: argparse.Namespace, tokens_file: str | None = None) -> bool:
     """Check ``--num-tokens``, ``--balance-by``, ``--tokenizer`` (and ``sample``'s
     ``--tokens``); True when they need token counts. ``--tokenizer`` and ``--tokens``

@@ -12,11 +12,13 @@ HELP = ("group near-duplicate documents inside each cluster (cosine >= --thresho
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.dedup import DEFAULT_THRESHOLD
+
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
-    p.add_argument("--threshold", type=float, default=0.95,
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help="cosine similarity at or above which two documents of a cluster are "
-                        "near-duplicates, in (0, 1] (default: 0.95)")
+                        f"near-duplicates, in (0, 1] (default: {DEFAULT_THRESHOLD})")
     add_path(p, "--keep-one", role="output_dir", default=None, metavar="OUT",
                    help="also write the deduplicated corpus to folder OUT: one document per "
                         "group, the one nearest its cluster centroid (OUT/data.jsonl, "

@@ -25,7 +25,8 @@ def _default_mixture(args: argparse.Namespace) -> str | None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
-    from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS
+    from clusterclip.cli._options import add_proxy_options
+    from clusterclip.experiment.config import DEFAULT_MODEL
     from clusterclip.experiment.runner import (
         DEFAULT_MAX_DOCS,
         DEFAULT_STRATEGIES,
@@ -59,10 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the tiny model on the first 63 bytes of each document, 1.5 epochs "
                         "(about a minute on the demo corpus), for tests and the demo")
-    p.add_argument("--model", choices=tuple(MODEL_PRESETS), default=None,
-                   help=f"model size preset (default {DEFAULT_MODEL}; tiny with --quick): "
-                        "tiny 44k parameters window 64, small 0.45M window 128, base 3.2M "
-                        "window 128 (for --device cuda; slow on CPU)")
+    add_proxy_options(p, f"{DEFAULT_MODEL}; tiny with --quick; base is for --device cuda, "
+                         "slow on CPU")
     p.add_argument("--max-docs", type=int, default=DEFAULT_MAX_DOCS,
                    help="use a cluster-stratified subsample of at most this many documents, "
                         "each cluster keeping its share (default %(default)s, which keeps the "
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
         model=args.model, device=args.device, epochs=args.epochs, tokens=args.tokens,
         max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress,
-        mixture=args.mixture)
+        mixture=args.mixture, tokenizer=args.tokenizer)
     d = results["data"]
     print("\n".join(verdict_lines(results)))
     print()

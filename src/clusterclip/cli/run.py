@@ -25,6 +25,7 @@ PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.dedup import DEFAULT_THRESHOLD
     from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
     from clusterclip.sampling.spec import STRATEGIES
 
@@ -61,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="group near-duplicates inside each cluster (the dedup stage, "
                         "W/groups.npy) and clip by group: each group is one unit of the passes "
                         "and of the clip")
-    g.add_argument("--dedup-threshold", type=float, default=0.95,
-                   help="cosine similarity for --dedup, in (0, 1] (default: 0.95)")
+    g.add_argument("--dedup-threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"cosine similarity for --dedup, in (0, 1] (default: {DEFAULT_THRESHOLD})")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,9 +12,10 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.cli._options import add_proxy_options
     from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
-    from clusterclip.search.runner import DEFAULT, QUICK
+    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/, centroids.npy)")
@@ -30,9 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-seeds", type=int, default=None,
                    help=f"fresh seeds of the test verdict (default {DEFAULT['test_seeds']}; "
                         f"--quick {QUICK['test_seeds']})")
-    p.add_argument("--model", choices=tuple(MODEL_PRESETS), default=None,
-                   help=f"proxy model size (default {DEFAULT['model']}; --quick "
-                        f"{QUICK['model']})")
+    add_proxy_options(p, f"{DEFAULT['model']}; --quick {QUICK['model']}")
+    p.add_argument("--verify-model", choices=(*MODEL_PRESETS, NO_VERIFY), default=None,
+                   help=f"train the final comparison (random, prior, searched; fresh seeds; "
+                        f"test) again at this larger preset and report whether the arms keep "
+                        f"their order (Spearman) and the verdict there (default "
+                        f"one size up from --model; --quick: {NO_VERIFY} unless "
+                        f"asked)")
     p.add_argument("--quick", action="store_true",
                    help="the tiny model, 1.5 epochs, 24 proxies, 3 test seeds: at most 10 "
                         "minutes on 2 CPU cores for 2,500 documents (docs/benchmarks.md, "
@@ -58,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     config = SearchConfig.from_options(
         quick=args.quick, targets=tuple(args.target or ()), text_field=args.text_field,
         runs=args.runs, rounds=args.rounds, test_seeds=args.test_seeds, model=args.model,
-        seed=args.seed, max_docs=args.max_docs or None)
+        seed=args.seed, max_docs=args.max_docs or None,
+        tokenizer=None if args.tokenizer is None else str(args.tokenizer),
+        verify_model=args.verify_model)
     config.validate()  # before a process group exists: bad options fail alike everywhere
     with D.process_group(args.device) as main_rank:
         results = run_search_workdir(args.workdir, config, device=args.device,
@@ -66,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if main_rank:
         from clusterclip.search.output import verdict_lines
 
-        print("\n".join(ln for ln in verdict_lines(results) if ln))
         print(f"wrote {results['out_dir']}/mixture.json, results.md, results.json, "
               f"splits.npz and plots in {results['wall_seconds']:.0f} s")
+        print("\n".join(ln for ln in verdict_lines(results) if ln))
     return 0

@@ -19,9 +19,20 @@ class ModelConfig:
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
+    #: Tokens of the vocabulary, the end-of-document separator (the last id) included:
+    #: :data:`VOCAB_SIZE` for bytes, a tokenizer's vocabulary + 1 with ``--tokenizer``.
+    vocab_size: int = VOCAB_SIZE
+
+    @property
+    def eos(self) -> int:
+        """The end-of-document token: the last id of the vocabulary."""
+        return self.vocab_size - 1
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.vocab_size == VOCAB_SIZE:
+            del d["vocab_size"]  # byte-level results keep their bytes
+        return d
 
     def num_parameters(self) -> int:
         """Parameters of :class:`~clusterclip.experiment.model.ByteLM` of this shape,
@@ -30,7 +41,7 @@ class ModelConfig:
         projection and the 4x MLP, and the final layer norm."""
         d = self.d_model
         per_layer = 12 * d * d + 13 * d
-        return VOCAB_SIZE * d + self.seq_len * d + self.n_layers * per_layer + 2 * d
+        return self.vocab_size * d + self.seq_len * d + self.n_layers * per_layer + 2 * d
 
 
 @dataclass(frozen=True)
@@ -53,10 +64,25 @@ class TrainConfig:
 #: Model size presets for ``--model``: (shape, peak learning rate). ``tiny`` is the
 #: ``--quick`` model (44 k parameters, window 64), ``small`` the default (0.45 M,
 #: window 128), ``base`` a model large enough to memorise repeated documents
-#: (3.2 M, window 128; meant for a GPU, slow on 2 CPU cores).
+#: (3.26 M, window 128; meant for a GPU, slow on 2 CPU cores); ``medium`` (14.4 M,
+#: window 256) and ``large`` (59.4 M, window 256) are for ``--device cuda`` only (with
+#: bytes; a tokenizer's vocabulary adds vocabulary x d parameters).
 MODEL_PRESETS: dict[str, tuple[ModelConfig, float]] = {
     "tiny": (ModelConfig(seq_len=64, d_model=48, n_layers=1, n_heads=2), 3e-3),
     "small": (ModelConfig(seq_len=128, d_model=128, n_layers=2, n_heads=4), 2e-3),
     "base": (ModelConfig(seq_len=128, d_model=256, n_layers=4, n_heads=8), 1e-3),
+    "medium": (ModelConfig(seq_len=256, d_model=384, n_layers=8, n_heads=6), 6e-4),
+    "large": (ModelConfig(seq_len=256, d_model=640, n_layers=12, n_heads=10), 3e-4),
 }
 DEFAULT_MODEL = "small"
+
+
+def format_parameters(n: int) -> str:
+    """``44k``, ``0.45M``: a parameter count in words."""
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
+def describe_presets() -> str:
+    """Each preset's parameter count (byte vocabulary) and window, for ``--help``."""
+    return ", ".join(f"{name} {format_parameters(m.num_parameters())} parameters window "
+                     f"{m.seq_len}" for name, (m, _) in MODEL_PRESETS.items())

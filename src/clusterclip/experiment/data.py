@@ -6,6 +6,7 @@ Everything here takes and returns numpy arrays; nothing touches files or torch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,36 @@ def encode_documents(texts: Sequence[str | None], max_doc_tokens: int
     return docs, truncated
 
 
+def tokenize_documents(texts: Sequence[str | None], max_doc_tokens: int, tokenizer: Any,
+                       eos: int, batch_size: int = 256
+                       ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """:func:`encode_documents` with a Hugging Face fast tokenizer instead of bytes: each
+    text's first ``max_doc_tokens - 1`` tokens (no special tokens), then ``eos``.
+
+    Returns ``(docs, truncated, doc_bytes)``: ``docs[i]`` int32 token ids (empty for
+    missing text), ``truncated`` bool[N], ``doc_bytes`` int64[N]: the UTF-8 bytes of the
+    text the kept tokens cover, plus one for the end of the document (so that for bytes
+    ``doc_bytes`` is the token count and bits per byte compare across tokenizers).
+    """
+    keep = max_doc_tokens - 1
+    n = len(texts)
+    docs: list[np.ndarray] = [np.zeros(0, dtype=np.int32)] * n
+    truncated = np.zeros(n, dtype=bool)
+    doc_bytes = np.zeros(n, dtype=np.int64)
+    idx = [i for i, t in enumerate(texts) if t is not None]
+    for start in range(0, len(idx), batch_size):
+        part = idx[start:start + batch_size]
+        enc = tokenizer([texts[i] for i in part], add_special_tokens=False, truncation=True,
+                        max_length=keep + 1, return_offsets_mapping=True, verbose=False)
+        for i, ids, offs in zip(part, enc["input_ids"], enc["offset_mapping"], strict=True):
+            truncated[i] = len(ids) > keep
+            ids, offs = ids[:keep], offs[:keep]
+            end = int(offs[-1][1]) if offs else 0
+            docs[i] = np.array([*ids, eos], dtype=np.int32)
+            doc_bytes[i] = len(texts[i][:end].encode("utf-8", errors="surrogatepass")) + 1
+    return docs, truncated, doc_bytes
+
+
 def stratified_split(labels: np.ndarray, valid_fraction: float = 0.1,
                      min_cluster_docs: int = 10, seed: int = 0) -> np.ndarray:
     """Choose held-out (validation) documents, stratified by cluster.
@@ -76,7 +107,8 @@ def stratified_split(labels: np.ndarray, valid_fraction: float = 0.1,
     return held
 
 
-def pack_sequences(docs: Iterable[np.ndarray], seq_len: int) -> Iterator[np.ndarray]:
+def pack_sequences(docs: Iterable[np.ndarray], seq_len: int, eos: int = EOS
+                   ) -> Iterator[np.ndarray]:
     """Pack a stream of documents into fixed-length training windows.
 
     The token stream is one EOS followed by each document in order (each
@@ -88,7 +120,7 @@ def pack_sequences(docs: Iterable[np.ndarray], seq_len: int) -> Iterator[np.ndar
     """
     if seq_len < 1:
         raise ValueError("seq_len must be positive")
-    buf = np.array([EOS], dtype=np.int64)
+    buf = np.array([eos], dtype=np.int64)
     pending: list[np.ndarray] = [buf]
     have = 1
     for doc in docs:

@@ -78,6 +78,12 @@ def summarize(loss_sum: np.ndarray, n_tokens: np.ndarray, clusters: np.ndarray,
     }
 
 
+def bits_per_byte(loss_sum: np.ndarray, n_bytes: np.ndarray) -> float:
+    """Summed loss (nats) over the UTF-8 bytes the tokens cover, in bits: the loss that
+    compares across tokenizers (for the byte-level model, nats per token / ln 2)."""
+    return float(np.sum(loss_sum) / (math.log(2) * max(1, int(np.sum(n_bytes)))))
+
+
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
     """``{mean, std, values}``; std is the sample standard deviation (0 for one value)."""
     v = np.asarray(values, dtype=np.float64)

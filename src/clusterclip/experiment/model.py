@@ -40,18 +40,19 @@ class _Block(nn.Module):
 
 
 class ByteLM(nn.Module):
-    """Causal LM: ``forward(tokens int64[B, T]) -> logits float32[B, T, VOCAB_SIZE]``."""
+    """Causal LM: ``forward(tokens int64[B, T]) -> logits float32[B, T, vocab_size]``
+    (bytes, :data:`VOCAB_SIZE`, unless the config has a tokenizer's vocabulary)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         if cfg.d_model % cfg.n_heads:
             raise ValueError("d_model must be a multiple of n_heads")
         self.cfg = cfg
-        self.tok = nn.Embedding(VOCAB_SIZE, cfg.d_model)
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.seq_len, cfg.d_model)
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, VOCAB_SIZE, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied input/output embedding
         self.apply(self._init)
         # GPT-2 style: scale the residual projections by depth so the stream stays O(1).

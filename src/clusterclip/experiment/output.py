@@ -117,11 +117,25 @@ def format_deltas(results: dict[str, Any]) -> str:
 
 
 def markdown_verdict(lines: list[str]) -> list[str]:
-    """Verdict lines as markdown: the opening sentence, the list, the rest, as paragraphs."""
-    out = [lines[0], ""]
-    out += [ln for ln in lines[1:] if ln.startswith("- ")]
-    rest = [ln for ln in lines[1:] if not ln.startswith("- ")]
+    """Verdict lines as markdown: the opening sentences (the decision first) as
+    paragraphs, the list, the rest."""
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("- ")), len(lines))
+    out = [x for ln in lines[:first] for x in (ln, "")]
+    out += [ln for ln in lines[first:] if ln.startswith("- ")]
+    rest = [ln for ln in lines[first:] if not ln.startswith("- ")]
     return out + (["", *rest] if rest else [])
+
+
+def bits_per_byte_lines(results: dict[str, Any]) -> list[str]:
+    """The held-out micro loss of each strategy in bits per byte (comparable across
+    tokenizers), when its runs have it."""
+    parts = [f"{name} {e['bits_per_byte']['mean']:.4f}"
+             for name, e in results["strategies"].items() if "bits_per_byte" in e]
+    if not parts:
+        return []
+    return ["", "Held-out micro loss in bits per byte (its nats over the UTF-8 bytes the "
+            "tokens cover, / ln 2: comparable across tokenizers; mean over seeds): "
+            + ", ".join(parts) + "."]
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -136,7 +150,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         *_setup(results),
         "",
         format_table(results, markdown=True),
-    ]
+    ] + bits_per_byte_lines(results)
     deltas = format_deltas(results)
     if deltas:
         parts += ["", "Paired by seed (same initialisation), difference to random "
@@ -166,8 +180,10 @@ def _setup(results: dict[str, Any]) -> list[str]:
                   "in whole batches")
     else:
         budget = f"an explicit budget, {d['epochs_equivalent']:.2f} epochs of the training text"
+    tok = c.get("tokenizer")
     return [
-        f"A byte-level decoder-only transformer ({m['n_layers']} "
+        f"A {'byte-level' if tok is None else f'tokenizer-level ({tok})'} decoder-only "
+        f"transformer ({m['n_layers']} "
         f"layer{'s' if m['n_layers'] != 1 else ''}, d={m['d_model']}, "
         f"{m['n_heads']} heads, window {m['seq_len']}) is trained once per strategy and seed "
         f"on {d['budget_tokens']:,} tokens ({steps} steps of {c['train']['batch_size']} "
@@ -184,7 +200,8 @@ def _setup(results: dict[str, Any]) -> list[str]:
         f"{d['valid_clusters']} clusters with at least {c['min_cluster_docs']} documents, "
         f"{c['valid_fraction']:.0%} of each; training uses the other {d['train_docs']:,} "
         f"({d['train_tokens']:,} tokens). Documents are truncated to their first "
-        f"{c['max_doc_tokens'] - 1} bytes ({d['truncated']:,} were longer), each followed by "
+        f"{c['max_doc_tokens'] - 1} {'bytes' if tok is None else 'tokens'} "
+        f"({d['truncated']:,} were longer), each followed by "
         f"an end-of-document token, and packed in schedule order into windows.",
         "",
         "Loss in nats per token, mean ± std over seeds. *micro*: all held-out tokens; "

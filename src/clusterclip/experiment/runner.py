@@ -31,9 +31,11 @@ from clusterclip.experiment.data import (
     matched_train_sample,
     stratified_split,
     stratified_subsample,
+    tokenize_documents,
 )
 from clusterclip.experiment.metrics import (
     METRICS,
+    bits_per_byte,
     cluster_repetition,
     mean_std,
     per_cluster_loss,
@@ -107,6 +109,7 @@ class ExperimentConfig:
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
     train: TrainConfig = field(default_factory=TrainConfig)
     mixture: Mixture | None = None    # the schedule of strategy "mixture"
+    tokenizer: str | None = None      # a local Hugging Face tokenizer folder; None: bytes
 
     @classmethod
     def quick(cls, **overrides: Any) -> ExperimentConfig:
@@ -190,6 +193,8 @@ class ExperimentConfig:
                              f"(0 = no cap), got {self.max_docs}")
         if self.max_doc_tokens > self.model.seq_len:
             raise InputError("max_doc_tokens must not exceed the model's seq_len")
+        if self.tokenizer is not None:
+            proxy_tokenizer(self.tokenizer)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -198,7 +203,13 @@ class ExperimentConfig:
             del d["mixture"]  # results without a mixture keep their bytes
         else:
             d["mixture"]["weights"] = list(self.mixture.weights)
+        if self.tokenizer is None:
+            del d["tokenizer"]  # nor do byte-level results
         return d
+
+
+#: A run's held-out micro loss in bits per byte (comparable across tokenizers).
+BPB = "val_micro_bits_per_byte"
 
 
 # -- data split ------------------------------------------------------------------------
@@ -227,6 +238,8 @@ class ExperimentData:
     tail_clusters: list[int]
     head_clusters: list[int]
     groups: np.ndarray | None = None
+    doc_bytes: np.ndarray | None = None   # bytes each document's tokens cover (+1, its end)
+    config: ExperimentConfig | None = None  # the experiment's, the model's vocabulary set
 
     @property
     def num_clusters(self) -> int:
@@ -252,12 +265,40 @@ def _checked_labels(texts: Sequence[str | None], labels: np.ndarray,
     return labels, groups
 
 
+def proxy_tokenizer(path: str) -> Any:
+    """The fast tokenizer at ``path`` (:func:`clusterclip.tokens.load_tokenizer`; InputError
+    naming the folder when it is not one, or not a fast one: the proxy needs offsets)."""
+    from clusterclip.tokens import load_tokenizer
+
+    tok = load_tokenizer(path)
+    if not getattr(tok, "is_fast", False):
+        raise InputError(f"--tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
+                         "the bytes each token covers are unknown")
+    return tok
+
+
+def encode_texts(texts: Sequence[str | None], config: ExperimentConfig
+                 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, ExperimentConfig]:
+    """The documents as the proxies read them: ``(docs, truncated, doc_bytes, config)``,
+    bytes (:func:`encode_documents`) or, with ``config.tokenizer``, its tokens
+    (:func:`tokenize_documents`); ``config`` with the model's vocabulary set to match."""
+    if config.tokenizer is None:
+        docs, truncated = encode_documents(texts, config.max_doc_tokens)
+        return docs, truncated, np.array([d.size for d in docs], dtype=np.int64), config
+    tok = proxy_tokenizer(config.tokenizer)
+    vocab = len(tok) + 1  # the end-of-document token is the last id
+    docs, truncated, nbytes = tokenize_documents(texts, config.max_doc_tokens, tok, vocab - 1)
+    return docs, truncated, nbytes, replace(config, model=replace(config.model,
+                                                                  vocab_size=vocab))
+
+
 def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: ExperimentConfig,
                  groups: np.ndarray | None = None) -> ExperimentData:
     """Tokenise, exclude documents without text, subsample (``config.max_docs``) and
-    split off the cluster-stratified held-out set and its matched training sample."""
+    split off the cluster-stratified held-out set and its matched training sample
+    (``data.config``: ``config`` with the model's vocabulary, :func:`encode_texts`)."""
     labels, groups = _checked_labels(texts, labels, groups)
-    docs, truncated = encode_documents(texts, config.max_doc_tokens)
+    docs, truncated, doc_bytes, config = encode_texts(texts, config)
     doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
     no_text = (doc_tokens == 0) & (labels >= 0)
     labels[no_text] = -1  # counted below, never drawn
@@ -286,7 +327,8 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
         cluster_sizes=cluster_sizes, valid_idx=valid_idx,
         train_eval_idx=matched_train_sample(labels, held, config.split_seed + 1),
         train_tokens=int(doc_tokens[train_labels >= 0].sum()), valid_ids=valid_ids,
-        tail_clusters=tail.tolist(), head_clusters=head.tolist(), groups=groups)
+        tail_clusters=tail.tolist(), head_clusters=head.tolist(), groups=groups,
+        doc_bytes=doc_bytes, config=config)
 
 
 # -- budget ----------------------------------------------------------------------------
@@ -401,6 +443,7 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
     return {
         "seed": seed,
         "val_micro": val["micro"], "val_macro": val["macro"],
+        BPB: bits_per_byte(ls, data.doc_bytes[data.valid_idx]),
         "val_tail": val["tail"], "val_head": val["head"],
         "train_micro": train_micro, "gap": val["micro"] - train_micro,
         "per_cluster": per_cluster,
@@ -422,6 +465,8 @@ def _aggregate(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "schedule": {k: mean_std([r["schedule"][k] for r in rs])
                          for k in schedule_keys(rs[0]["schedule"])},
             "runs": rs}
+        if all(BPB in r for r in rs):  # runs stored before bits per byte lack it
+            entry["bits_per_byte"] = mean_std([r[BPB] for r in rs])
         if s != "random" and "random" in runs:
             base = runs["random"]
             entry["vs_random"] = {m: mean_std([r[m] - b[m] for r, b in zip(rs, base,
@@ -529,6 +574,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
     config.validate()
     data = prepare_data(texts, labels, config, groups)
+    config = data.config
     specs = strategy_specs(data, config)
     budget = plan_budget(data, config, specs)
     dev = torch.device(device)
@@ -611,7 +657,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
                    max_docs: int | None = DEFAULT_MAX_DOCS, threads: int | None = None,
                    progress: bool = True, config: ExperimentConfig | None = None,
                    on_run: Callable[[str, int, bool], None] | None = None,
-                   mixture: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                   mixture: str | os.PathLike[str] | None = None,
+                   tokenizer: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Run the experiment on work directory ``workdir`` and write ``W/experiment/``.
 
     Reads ``W/labels.npy`` and ``W/corpus/``; trains one model per strategy
@@ -623,18 +670,18 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     :meth:`ExperimentConfig.from_options` (``max_docs`` None or 0: all documents);
     ``threads`` defaults to :func:`default_threads`; a full ``config`` overrides them.
     Strategy ``mixture`` draws the mixture file ``mixture`` (default
-    ``W/search/mixture.json``) with its timing and clip. Returns the results dict, plus
-    ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
-    stays byte-identical across identical runs).
+    ``W/search/mixture.json``) with its timing and clip; the model reads ``tokenizer``'s
+    tokens (default: bytes). Returns the results dict, plus ``"wall_seconds"`` and
+    ``"out_dir"`` (not in results.json, byte-identical across identical runs).
     """
     from clusterclip.io import atomic_output_dir, write_marker
     from clusterclip.workdir import Workdir
 
     if config is None:
         config = ExperimentConfig.from_options(
-            quick=quick, model=model, epochs=epochs, tokens=tokens,
-            strategies=tuple(strategies), seeds=seeds, clip=clip, alpha=alpha,
-            balance_by=balance_by, max_docs=max_docs or None)
+            quick=quick, model=model, epochs=epochs, tokens=tokens, strategies=tuple(strategies),
+            seeds=seeds, clip=clip, alpha=alpha, balance_by=balance_by,
+            max_docs=max_docs or None, tokenizer=tokenizer and str(tokenizer))
     config.validate()  # before reading anything: bad options fail fast
     if threads is not None and threads < 1:
         raise InputError(f"--threads: must be >= 1, got {threads}")

@@ -30,7 +30,7 @@ from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_opti
 #: machine (docs/benchmarks.md, "Experiment"): the small models gain little from a
 #: second thread when idle and collapse when another process holds a core, so they use 1; ``base``
 #: uses every CPU this process may run on.
-PRESET_THREADS = {"tiny": 1, "small": 1, "base": None}
+PRESET_THREADS = {"tiny": 1, "small": 1, "base": None, "medium": None, "large": None}
 #: Version of a stored run's content and of how its schedule is built; part of its key.
 #: 2: paced sized to the budget, late tail share recorded.
 RUN_FORMAT = 2
@@ -219,7 +219,8 @@ def train_on_schedule(model_cfg: ModelConfig, train_cfg: TrainConfig, docs: Sequ
     from clusterclip.experiment.train import train_run
 
     fed: list[int] = []
-    windows = pack_sequences(schedule_stream(sampler, docs, fed), model_cfg.seq_len)
+    windows = pack_sequences(schedule_stream(sampler, docs, fed), model_cfg.seq_len,
+                             model_cfg.eos)
     model, log = train_run(model_cfg, train_cfg, windows, steps, seed, device, evaluate,
                            on_step=on_step)
     return model, log, np.array(fed, dtype=np.int64)
@@ -234,20 +235,19 @@ def estimate_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, device: Any
     import torch
     import torch.nn.functional as F
 
-    from clusterclip.experiment.config import VOCAB_SIZE
     from clusterclip.experiment.model import ByteLM
     from clusterclip.experiment.train import evaluate_documents
 
     gen = torch.Generator().manual_seed(0)
     model = ByteLM(model_cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr)
-    data = torch.randint(0, VOCAB_SIZE, (train_cfg.batch_size, model_cfg.seq_len + 1),
+    data = torch.randint(0, model_cfg.vocab_size, (train_cfg.batch_size, model_cfg.seq_len + 1),
                          generator=gen).to(device)
     timed = 3
     for i in range(timed + 1):
         if i == 1:  # the first step warms up
             t0 = time.perf_counter()
-        loss = F.cross_entropy(model(data[:, :-1]).reshape(-1, VOCAB_SIZE),
+        loss = F.cross_entropy(model(data[:, :-1]).reshape(-1, model_cfg.vocab_size),
                                data[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

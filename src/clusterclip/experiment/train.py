@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from clusterclip.experiment.config import EOS, VOCAB_SIZE, ModelConfig, TrainConfig
+from clusterclip.experiment.config import ModelConfig, TrainConfig
 from clusterclip.experiment.model import ByteLM
 
 
@@ -44,14 +44,15 @@ def evaluate_documents(model: ByteLM, docs: Sequence[np.ndarray], batch_size: in
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         width = int(lengths[idx].max())
-        inputs = torch.full((idx.size, width), EOS, dtype=torch.long)
+        inputs = torch.full((idx.size, width), model.cfg.eos, dtype=torch.long)
         targets = torch.full((idx.size, width), -100, dtype=torch.long)  # -100: ignored
         for row, i in enumerate(idx.tolist()):
             d = torch.from_numpy(docs[i].astype(np.int64))
             inputs[row, 1:d.numel()] = d[:-1]
             targets[row, :d.numel()] = d
         logits = model(inputs.to(device)).float()
-        losses = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), targets.to(device).reshape(-1),
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                 targets.to(device).reshape(-1),
                                  ignore_index=-100, reduction="none").view(idx.size, width)
         loss_sum[idx] = losses.sum(dim=1).double().cpu().numpy()
     model.train(was_training)
@@ -109,7 +110,8 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, train_cfg)
         logits = model(data[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE).float(), data[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, model_cfg.vocab_size).float(),
+                               data[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)

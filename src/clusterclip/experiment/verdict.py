@@ -30,6 +30,12 @@ BETTER = "measurably better than random"
 WORSE = "measurably worse than random"
 SAME = "not measurably different from random"
 ONE_SEED = "one seed: no interval can be given"
+#: The decision when no arm beats random sampling measurably.
+KEEP_RANDOM = "Keep random sampling: nothing here beats it measurably"
+#: The decision's words for each loss: what matters when it is the goal.
+GOALS = {"micro": "the corpus's own mix (micro held-out loss)",
+         "macro": "balanced loss over the clusters (macro held-out loss)",
+         "tail": "the smallest clusters (tail held-out loss)", "target": "target loss"}
 
 
 @dataclass(frozen=True)
@@ -93,17 +99,45 @@ def paired_difference(diffs: Sequence[float]) -> Paired:
     return Paired(mean=mean, n=int(d.size), std=std, low=mean - half, high=mean + half)
 
 
+def _paired_of(d: dict[str, Any]) -> Paired:
+    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"])
+
+
+def best_arm(vs_random: dict[str, dict[str, Any]]) -> str | None:
+    """Of the arms' differences to random on one loss (``{arm: Paired.to_dict()}``), the
+    arm measurably better (interval below 0) with the lowest mean; None when none is."""
+    better = [a for a, d in vs_random.items() if d["measurable"] and d["mean"] < 0]
+    return min(better, key=lambda a: (vs_random[a]["mean"], a)) if better else None
+
+
+def decision(arm: str | None, goal: str, gain: dict[str, Any] | None,
+             cost: tuple[str, dict[str, Any]] | None, how: str = "", then: str = "") -> str:
+    """The first line a person acts on: ``Use `arm`<how> if <goal> is what matters: <gain>
+    against random sampling, at <cost> on <cost loss><then>.`` (the gain and the cost each
+    with its paired 95% interval), or :data:`KEEP_RANDOM` plus ``then``."""
+    if arm is None or gain is None:
+        return f"{KEEP_RANDOM}{then}."
+    text = (f"Use `{arm}`{how} if {GOALS[goal]} is what matters: "
+            f"{_paired_of(gain).interval(3)} against random sampling")
+    if cost is not None:
+        name, d = cost
+        text += f", at {_paired_of(d).interval(3)} on {GOALS[name]}"
+    return text + f"{then}."
+
+
 def describe_model(config: dict[str, Any]) -> str:
     """The proxy model in words, from a results dict's ``config``: parameters, window and
     how much of each document it reads (it limits what a verdict means)."""
-    from clusterclip.experiment.config import ModelConfig
+    from clusterclip.experiment.config import ModelConfig, format_parameters
 
     m = ModelConfig(**config["model"])
-    n = m.num_parameters()
-    size = f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
-    return (f"a {size}-parameter byte-level LM ({m.n_layers} layer"
+    size = format_parameters(m.num_parameters())
+    tok = config.get("tokenizer")
+    kind, unit = ("byte-level LM", "bytes") if tok is None else (
+        f"LM over the tokens of {tok} ({m.vocab_size:,}-token vocabulary)", "tokens")
+    return (f"a {size}-parameter {kind} ({m.n_layers} layer"
             f"{'s' if m.n_layers != 1 else ''}, d={m.d_model}, window {m.seq_len}, reading "
-            f"the first {config['max_doc_tokens'] - 1} bytes of each document)")
+            f"the first {config['max_doc_tokens'] - 1} {unit} of each document)")
 
 
 def _values(results: dict[str, Any], name: str, metric: str) -> dict[int, float]:
@@ -143,8 +177,7 @@ def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ci(d: dict[str, Any], inside: bool = False) -> str:
-    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"],
-                  high=d["high"]).interval(inside=inside)
+    return _paired_of(d).interval(inside=inside)
 
 
 def _headline(v: dict[str, Any], model: str) -> str:
@@ -177,11 +210,34 @@ def _headline(v: dict[str, Any], model: str) -> str:
     return lead + "; ".join(parts) + tail
 
 
+def experiment_decision(v: dict[str, Any]) -> str:
+    """The experiment's first line (:func:`decision`): the strategy to use for the first
+    loss of micro, macro, tail on which one beats random measurably, at its difference on
+    micro (on macro when the goal is micro); else keep random sampling."""
+    if not v["has_random"]:
+        return ("No decision: random sampling was not run, so nothing is compared with it; "
+                "rerun with random among --strategies.")
+    if not any(e["vs_random"] for e in v["metrics"].values()):
+        return "No decision: only random sampling was run, so nothing is compared."
+    if v["seeds"] < 2:
+        return ("No decision yet: with one seed no interval can be given; rerun with --seeds "
+                "3 or more.")
+    for metric, label in VERDICT_METRICS.items():
+        vs = v["metrics"][metric]["vs_random"]
+        arm = best_arm(vs)
+        if arm is not None:
+            other = "val_macro" if label == "micro" else "val_micro"
+            cost = (VERDICT_METRICS[other], v["metrics"][other]["vs_random"][arm])
+            return decision(arm, label, vs[arm], cost, how=" sampling")
+    return decision(None, "", None, None, then=" on micro, macro or tail held-out loss")
+
+
 def verdict_lines(results: dict[str, Any]) -> list[str]:
-    """The verdict as plain lines (no markup): the one-sentence conclusion, one line per
-    metric, then the rule. Used by results.md, the CLI and the demo."""
+    """The verdict as plain lines (no markup): the decision (:func:`experiment_decision`),
+    the one-sentence conclusion, one line per metric, then the rule. Used by results.md,
+    the CLI and the demo."""
     v = compute_verdict(results)
-    lines = [_headline(v, describe_model(results["config"]))]
+    lines = [experiment_decision(v), _headline(v, describe_model(results["config"]))]
     for metric, label in VERDICT_METRICS.items():
         e = v["metrics"][metric]
         text = f"- {label}: lowest mean {e['best']} ({e['means'][e['best']]:.4f})"

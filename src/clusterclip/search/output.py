@@ -3,11 +3,12 @@ and three plots (predicted vs observed, objective by round, the chosen mixture p
 super-cluster).
 
 ``results.md`` opens with the computed verdict (CONTRACTS.md section 3: the lines
-from the title to the first ``## `` heading). Every difference is paired by seed
-and called by the one rule of :func:`clusterclip.experiment.verdict.paired_difference`.
-The line on the searched mixture names it ``searched`` and says ``measurably better
-than random``, ``measurably worse than random`` or ``not measurably different from
-random``, so that scripts can read it.
+from the title to the first ``## `` heading), its first line the decision
+(:func:`decision_line`). Every difference is paired by seed and called by the one rule
+of :func:`clusterclip.experiment.verdict.paired_difference`. The line on the searched
+mixture names it ``searched`` and says ``measurably better than random``, ``measurably
+worse than random`` or ``not measurably different from random``, so that scripts can
+read it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.verdict import CONFIDENCE, Paired, describe_model, paired_difference
+from clusterclip.experiment.verdict import (
+    CONFIDENCE,
+    Paired,
+    best_arm,
+    decision,
+    describe_model,
+    paired_difference,
+)
 
 RESULTS_FORMAT = 1
 #: The comparisons of the verdict, (arm, baseline), in order.
@@ -49,19 +57,58 @@ def comparisons(test: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, 
     return out
 
 
+def coverage(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per arm, the shares of the training documents and tokens its schedule never drew
+    at the budget: the mean over the test seeds, and ``per_seed``."""
+    return {name: {**{k: round(float(np.mean(v)), 6) for k, v in arm["coverage"].items()},
+                   "per_seed": arm["coverage"]} for name, arm in test.items()}
+
+
+def _spearman(a: list[float], b: list[float]) -> float | None:
+    from scipy import stats
+
+    if len(a) < 2 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return float(stats.spearmanr(a, b).statistic)
+
+
+def verify_dict(model: str, vdata: Any, vtest: dict[str, Any], test: dict[str, Any],
+                objective: str) -> dict[str, Any]:
+    """The final comparison trained again at preset ``model`` (the verification): its
+    per-seed test losses, comparisons and coverage, and whether the arms keep their order
+    (Spearman over the arms' mean test objective, proxy size vs this size)."""
+    arms = list(test)
+    proxy = [float(np.mean(test[a][objective])) for a in arms]
+    there = [float(np.mean(vtest[a][objective])) for a in arms]
+    return {"model": model, "parameters": vdata.config.model.num_parameters(),
+            "experiment": vdata.config.to_dict(), "budget_tokens": vdata.budget.tokens,
+            "steps": vdata.budget.steps,
+            "test": {name: {k: v for k, v in arm.items()
+                            if k not in ("fed_share", "coverage", "bits_per_byte")}
+                     for name, arm in vtest.items()},
+            "bits_per_byte": {name: arm["bits_per_byte"] for name, arm in vtest.items()},
+            "coverage": coverage(vtest), "comparisons": comparisons(vtest),
+            "order": {"proxy": sorted(arms, key=lambda a: proxy[arms.index(a)]),
+                      "verify": sorted(arms, key=lambda a: there[arms.index(a)])},
+            "spearman": _spearman(proxy, there)}
+
+
 def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: Any,
                  histogram: np.ndarray | None, result: Any, test: dict[str, Any],
-                 seeds: list[int], run_keys: list[str], timing: dict[str, Any]
-                 ) -> dict[str, Any]:
+                 seeds: list[int], run_keys: list[str], timing: dict[str, Any],
+                 overlap: dict[str, Any] | None = None,
+                 verify: dict[str, Any] | None = None) -> dict[str, Any]:
     """The search's results. ``timing`` and ``run_keys`` are the only parts that vary
     between identical searches, and ``splits`` (arrays) goes to splits.npz: they stay out
-    of results.json."""
+    of results.json. ``overlap``: the target's copies in the corpus
+    (:func:`clusterclip.search.overlap.summary`); ``verify``: :func:`verify_dict`."""
     chosen = result.proxies[result.chosen]
     objective = "target" if space.prior is not None else "macro"
     return {
         "format_version": RESULTS_FORMAT,
         "objective": objective,
-        "config": config.to_dict(),
+        # the proxies' own configuration: with --tokenizer, its vocabulary
+        "config": {**config.to_dict(), "experiment": data.config.to_dict()},
         "data": {
             "documents": int(data.labels.size),
             "clusters": int(space.num_clusters),
@@ -80,9 +127,16 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
         "rounds": result.rounds,
         "chosen": _proxy(chosen, result.predicted[result.chosen], result.loo[result.chosen]),
         "test_seeds": seeds,
-        "test": {name: {k: v for k, v in arm.items() if k != "fed_share"}
+        "test": {name: {k: v for k, v in arm.items()
+                        if k not in ("fed_share", "coverage", "bits_per_byte")}
                  for name, arm in test.items()},
+        "bits_per_byte": {name: arm["bits_per_byte"] for name, arm in test.items()},
         "test_fed_share": {name: arm["fed_share"] for name, arm in test.items()},
+        "coverage": coverage(test),
+        "target_overlap": overlap,
+        "parameters": {"proxy": data.config.model.num_parameters(),
+                       "verify": None if verify is None else verify["parameters"]},
+        "verify": verify,
         "comparisons": comparisons(test),
         "run_keys": run_keys,
         "timing": timing,
@@ -101,36 +155,129 @@ def _arm(results: dict[str, Any]) -> str:
     return f"{c['timing']} timing, clip {c['clip']}"
 
 
+#: What each arm is and how to train with it (the decision's words).
+PRIOR = ("`prior` (the target's cluster histogram: the share of the target's val documents "
+         "in each cluster, as weights; paced timing, clip 4)")
+HOW = {"searched": " (`--mixture W/search/mixture.json`)",
+       "prior": " (`--mixture W/search/prior.json`)"}
+
+
+def _coverage_words(results: dict[str, Any], arm: str) -> str:
+    c = results["coverage"][arm]
+    return (f"at the budget of {results['data']['budget_tokens']:,} tokens it never draws "
+            f"{c['docs_never_drawn']:.0%} of the corpus's training documents "
+            f"({c['tokens_never_drawn']:.0%} of their tokens)")
+
+
+def decision_line(results: dict[str, Any]) -> str:
+    """The first line: the arm to use if the objective is what matters, its gain over
+    random and its cost on the corpus's own mix (micro), each with its paired 95% interval,
+    and how much of the corpus it never draws; or keep random sampling."""
+    obj = results["objective"]
+    comp = results["comparisons"]
+    if len(results["test_seeds"]) < 2:
+        return ("No decision yet: with one test seed no interval can be given; rerun with "
+                "--test-seeds 3 or more.")
+    vs = {k.split(" - ")[0]: d[obj] for k, d in comp.items() if k.endswith(" - random")}
+    arm = best_arm(vs)
+    if arm is None:
+        parts = [f"`{a}` {_paired(d).interval(3)}" for a, d in vs.items()]
+        return decision(None, obj, None, None, then=f" on {METRIC_NAMES[obj]} (against "
+                        "random: " + "; ".join(parts) + ")")
+    then = f"; {_coverage_words(results, arm)}"
+    if "searched - prior" in comp and not comp["searched - prior"][obj]["measurable"]:
+        then += ("; `searched` and `prior` do not differ measurably "
+                 f"({_paired(comp['searched - prior'][obj]).interval(3)})")
+    return decision(arm, obj, vs[arm], ("micro", comp[f"{arm} - random"]["micro"]),
+                    how=HOW[arm], then=then)
+
+
+def _decided(results: dict[str, Any]) -> str | None:
+    obj = results["objective"]
+    return best_arm({k.split(" - ")[0]: d[obj] for k, d in results["comparisons"].items()
+                     if k.endswith(" - random")})
+
+
+def _first_line(results: dict[str, Any]) -> str:
+    """:func:`decision_line`, with `prior` defined where it first appears, and a warning
+    when the verification one size up decides otherwise."""
+    line = decision_line(results).replace("`prior`", PRIOR, 1)
+    v = results.get("verify")
+    if v and len(results["test_seeds"]) > 1 and _decided(_at_verify(results)) != \
+            _decided(results):
+        line += f" Not confirmed one size up, at `{v['model']}`: see the next line."
+    return line
+
+
 def verdict_lines(results: dict[str, Any]) -> list[str]:
-    """The verdict as markdown lines: the plain sentence, one line per comparison, the
-    price on the other losses, the smallest detectable difference, the predictor."""
+    """The verdict as markdown lines: the decision (:func:`decision_line`), the target's
+    overlap with the corpus when notable, the plain sentence, one line per comparison, the
+    price on the other losses, coverage, the smallest detectable difference, the
+    predictor."""
+    from clusterclip.search.overlap import NOTABLE, overlap_sentence
+
     obj = results["objective"]
     comp = results["comparisons"]
     n = len(results["test_seeds"])
     model = describe_model(results["config"]["experiment"])
     sr = comp["searched - random"][obj]
-    ci = _paired(sr).interval(inside=True)
-    call = sr["call"]
+    lines = [_first_line(results)]
+    o = results.get("target_overlap")
+    if o and o["exact"] + o["near"] > NOTABLE * max(1, o["target_docs"]):
+        lines.append(overlap_sentence(o))  # the first paragraph
+    if results.get("verify"):
+        lines.append(verify_sentence(results))
+    lines.append("")
     lead = (f"On this corpus{' and target' if obj == 'target' else ''}, with {n} fresh "
             f"seed{'s' if n != 1 else ''} of {model}: `searched` (the searched mixture, "
-            f"{_arm(results)}) is {call} on {METRIC_NAMES[obj]} ({ci})")
-    if call.startswith("measurably better"):
-        lead += "; train with `--mixture W/search/mixture.json`."
-    elif call.startswith("measurably worse"):
-        lead += "; keep random sampling."
-    elif sr["detectable"] is not None:
+            f"{_arm(results)}) is {sr['call']} on {METRIC_NAMES[obj]} "
+            f"({_paired(sr).interval(inside=True)})")
+    if sr["detectable"] is not None and not sr["measurable"]:
         lead += (f"; these seeds cannot tell a difference smaller than ±{sr['detectable']:.4f} "
-                 "from noise, so nothing here beats random sampling measurably.")
-    else:
-        lead += "; with one seed no interval can be given: rerun with more test seeds."
-    lines = [lead, ""]
+                 "from noise")
+    lead += "." + (f" {PRIOR[0].upper()}{PRIOR[1:]} is the other arm." if "prior" in
+                   results["test"] and PRIOR not in lines[0] else "")
+    lines += [lead, ""]
     for key, by_metric in comp.items():
         d = by_metric[obj]
         name = "`searched`" if key.startswith("searched") else key.split(" - ")[0]
         lines.append(f"- {name} vs {key.split(' - ')[1]}, {METRIC_NAMES[obj]} (the objective): "
                      f"{_paired(d).interval()}: {d['call']}.")
-    lines += _price_lines(results) + [_detectable_line(results), _predictor_line(results)]
-    return lines
+    return lines + _price_lines(results) + [_coverage_line(results), _detectable_line(results),
+                                            _predictor_line(results)]
+
+
+def _at_verify(results: dict[str, Any]) -> dict[str, Any]:
+    """The results as the verification saw them (its tests, comparisons, coverage)."""
+    v = results["verify"]
+    return {**results, **{k: v[k] for k in ("test", "bits_per_byte", "coverage",
+                                            "comparisons")},
+            "data": {**results["data"], "budget_tokens": v["budget_tokens"]}}
+
+
+def verify_sentence(results: dict[str, Any]) -> str:
+    """Whether the arms keep their order one size up, and the decision there."""
+    from clusterclip.experiment.config import format_parameters
+
+    v, obj = results["verify"], results["objective"]
+    rho = v["spearman"]
+    same = v["order"]["proxy"] == v["order"]["verify"]
+    there = decision_line(_at_verify(results))
+    return (f"Checked one size up: trained again at `{v['model']}` "
+            f"({format_parameters(v['parameters'])} parameters; the proxies have "
+            f"{format_parameters(results['parameters']['proxy'])}), the arms "
+            f"{'keep' if same else 'do not keep'} their order by mean test {METRIC_NAMES[obj]} "
+            f"(Spearman {'undefined (ties)' if rho is None else f'{rho:+.2f}'}; "
+            f"{' < '.join(v['order']['proxy'])} at the proxy size, "
+            f"{' < '.join(v['order']['verify'])} at {v['model']}). At {v['model']}: "
+            f"{there[0].lower()}{there[1:]}")
+
+
+def _coverage_line(results: dict[str, Any]) -> str:
+    parts = [f"{a} {c['docs_never_drawn']:.1%} of the documents ({c['tokens_never_drawn']:.1%} "
+             "of the tokens)" for a, c in results["coverage"].items()]
+    return (f"- Never drawn at the budget ({results['data']['budget_tokens']:,} tokens; mean "
+            "over the test seeds, of the corpus's training split): " + "; ".join(parts) + ".")
 
 
 def _price_lines(results: dict[str, Any]) -> list[str]:
@@ -202,17 +349,43 @@ def proxies_table(results: dict[str, Any]) -> list[str]:
 
 
 def test_table(results: dict[str, Any]) -> list[str]:
-    t = results["test"]
+    """Each arm's test losses (nats per token) and, beside them, bits per byte (comparable
+    across tokenizers): mean ± std over the test seeds."""
+    t, bpb = results["test"], results.get("bits_per_byte", {})
     metrics = list(next(iter(t.values())))
-    head = ["arm", *[f"test {m}" for m in metrics]]
+    per_byte = list(next(iter(bpb.values()), {}))
+    head = ["arm", *[f"test {m}" for m in metrics], *[f"{m} bits/byte" for m in per_byte]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, arm in t.items():
         cells = []
-        for m in metrics:
-            v = np.array(arm[m])
+        for v in [arm[m] for m in metrics] + [bpb[name][m] for m in per_byte]:
+            v = np.array(v)
             cells.append(f"{v.mean():.4f}" + (f" ± {v.std(ddof=1):.4f}" if v.size > 1 else ""))
         lines.append("| " + " | ".join([name, *cells]) + " |")
-    return lines
+    return ["Test losses in nats per token, and in bits per byte (comparable across "
+            "tokenizers), mean ± std over the test seeds:", "", *lines]
+
+
+def _verify_section(results: dict[str, Any]) -> list[str]:
+    v = results.get("verify")
+    if not v:
+        return []
+    at = _at_verify(results)
+    return [f"## Verification at {v['model']}", "",
+            f"The same arms, seeds and test documents, trained at {v['model']} "
+            f"({describe_model(v['experiment'])}, {v['budget_tokens']:,} training tokens, "
+            f"{v['steps']} steps).", "", *test_table(at), "",
+            *[f"- {k}, {METRIC_NAMES[results['objective']]}: "
+              f"{_paired(d[results['objective']]).interval()}: "
+              f"{d[results['objective']]['call']}." for k, d in v["comparisons"].items()],
+            ""]
+
+
+def _overlap_setup(results: dict[str, Any]) -> str:
+    from clusterclip.search.overlap import overlap_sentence
+
+    o = results.get("target_overlap")
+    return "" if not o else " Target and corpus: " + overlap_sentence(o)
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -238,7 +411,8 @@ def render_markdown(results: dict[str, Any]) -> str:
              + ", clip R and timing. Selection reads val only; the verdict trains random"
              + (", the prior (paced, clip 4)" if obj == "target" else "")
              + f" and the chosen mixture again with fresh seeds {results['test_seeds']} and "
-             "measures test.", "", *test_table(results), "",
+             "measures test." + _overlap_setup(results), "", *test_table(results), "",
+             *_verify_section(results),
              "## Proxies", "", *proxies_table(results), "",
              "## Plots", "",
              "![predicted vs observed](predicted_vs_observed.png)", "",
@@ -260,6 +434,12 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     write_mixture(directory / "mixture.json",
                   Mixture(tuple(ch["weights"]), ch["clip"], ch["timing"], results["objective"]),
                   source="clusterclip search", val=ch["val"])
+    if results["space"]["prior"] is not None:
+        from clusterclip.search.space import DEFAULT_CLIP, DEFAULT_TIMING
+
+        write_mixture(directory / "prior.json",
+                      Mixture(tuple(results["space"]["prior"]), DEFAULT_CLIP, DEFAULT_TIMING,
+                              "target"), source="clusterclip search (the target's prior)")
     save_splits(directory / "splits.npz", results["splits"])
     write_text(directory / "results.md", render_markdown(stable))
     names = {"predicted_vs_observed.png": plots.predicted_vs_observed,
@@ -268,4 +448,5 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
         with atomic_path(directory / name) as tmp:
             plot(stable, tmp)
     write_text(directory / "results.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
-    return ["mixture.json", "splits.npz", "results.md", *names, "results.json"]
+    prior = ["prior.json"] if results["space"]["prior"] is not None else []
+    return ["mixture.json", *prior, "splits.npz", "results.md", *names, "results.json"]

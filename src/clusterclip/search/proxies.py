@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
-from clusterclip.experiment.metrics import per_cluster_loss
+from clusterclip.experiment.metrics import bits_per_byte, per_cluster_loss
 from clusterclip.experiment.runner import ExperimentConfig
 from clusterclip.experiment.runs import (
     RUN_FORMAT,
@@ -35,7 +35,7 @@ from clusterclip.experiment.runs import (
 from clusterclip.search.space import Candidate
 
 #: Version of a stored proxy run's content; part of its key.
-PROXY_FORMAT = 1
+PROXY_FORMAT = 2
 #: Digits kept of a run's fed token share per cluster.
 SHARE_DIGITS = 6
 
@@ -49,6 +49,7 @@ class EvalSet:
     corpus_idx: np.ndarray
     target_docs: tuple[np.ndarray, ...]
     fingerprint: str
+    target_bytes: np.ndarray | None = None  # bytes each target document's tokens cover
 
 
 @dataclass
@@ -64,6 +65,7 @@ class ProxyData:
     budget: Budget
     config: ExperimentConfig
     fingerprint: str                # of the documents, labels and training split
+    doc_bytes: np.ndarray | None = None  # bytes each document's tokens cover (+1, its end)
 
     @property
     def has_target(self) -> bool:
@@ -79,11 +81,28 @@ def measure(model: Any, data: ProxyData, where: EvalSet, device: Any) -> dict[st
     eb = data.config.train.eval_batch_size
     ls, nt = evaluate_documents(model, [data.docs[i] for i in where.corpus_idx], eb, device)
     _, loss, _ = per_cluster_loss(ls, nt, data.labels[where.corpus_idx])
-    out = {"micro": float(ls.sum() / nt.sum()), "macro": float(loss.mean())}
+    nbytes = data.doc_tokens if data.doc_bytes is None else data.doc_bytes
+    out = {"micro": float(ls.sum() / nt.sum()), "macro": float(loss.mean()),
+           "micro_bits_per_byte": bits_per_byte(ls, nbytes[where.corpus_idx])}
     if where.target_docs:
         ts, tn = evaluate_documents(model, list(where.target_docs), eb, device)
         out["target"] = float(ts.sum() / tn.sum())
+        out["target_bits_per_byte"] = bits_per_byte(
+            ts, tn if where.target_bytes is None else where.target_bytes)
     return out
+
+
+def never_drawn(fed: np.ndarray, train_labels: np.ndarray, doc_tokens: np.ndarray
+                ) -> dict[str, float]:
+    """The training documents a schedule never drew (``fed``: the documents packed), as a
+    share of the training documents and of their tokens."""
+    train = np.asarray(train_labels) >= 0
+    never = train.copy()
+    never[np.asarray(fed, dtype=np.int64)] = False
+    tok = np.asarray(doc_tokens, dtype=np.float64)
+    return {"docs_never_drawn": round(float(never.sum() / max(1, train.sum())), SHARE_DIGITS),
+            "tokens_never_drawn": round(float(tok[never].sum() / max(1.0, tok[train].sum())),
+                                        SHARE_DIGITS)}
 
 
 def spec_of(c: Candidate) -> ScheduleSpec:
@@ -126,7 +145,8 @@ class ProxyTrainer:
 
     def run(self, spec: ScheduleSpec, seed: int, where: EvalSet) -> dict[str, Any]:
         """One run's record (stored, or trained now): ``seed``, the metrics of
-        :func:`measure` and ``fed_share`` (each cluster's share of the fed tokens)."""
+        :func:`measure`, ``fed_share`` (each cluster's share of the fed tokens) and
+        :func:`never_drawn`'s shares."""
         import torch
 
         key = self.key(spec, seed, where)
@@ -147,7 +167,8 @@ class ProxyTrainer:
         share = np.bincount(lab, weights=d.doc_tokens[fed].astype(np.float64),
                             minlength=int(d.labels.max()) + 1)
         run = {"seed": seed, **metrics,
-               "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()]}
+               "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()],
+               **never_drawn(fed, d.train_labels, d.doc_tokens)}
         seconds = round(time.perf_counter() - t0, 2)
         self.trained += 1
         self.seconds.append(seconds)

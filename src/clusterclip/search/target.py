@@ -6,7 +6,8 @@ and, for the prior, the val documents are embedded with the work directory's
 own embedder (as its manifest records it) and labelled with its centroids by
 the function ``clusterclip assign`` uses
 (:func:`clusterclip.clustering.kmeans.assign`). Their cluster histogram is the
-prior; the test documents are never embedded.
+prior. The test documents are embedded too, only to find their copies in the
+corpus (:mod:`clusterclip.search.overlap`); nothing the search chooses reads them.
 """
 
 from __future__ import annotations
@@ -76,12 +77,21 @@ def _embedder(workdir: Any, corpus: Any, device: str) -> Any:
     return emb
 
 
-def target_histogram(workdir: Any, corpus: Any, texts: list[str], centroids: np.ndarray,
-                     device: str) -> np.ndarray:
-    """int64[K]: how many of ``texts`` fall in each of W's clusters."""
+def embed_texts(workdir: Any, corpus: Any, texts: list[str], device: str) -> np.ndarray:
+    """float32 unit rows: ``texts`` embedded by W's embedder (see :func:`_embedder`)."""
+    from clusterclip.embedding.base import l2_normalize
+
+    if not texts:
+        return np.zeros((0, 1), dtype=np.float32)
+    return l2_normalize(np.asarray(_embedder(workdir, corpus, device).encode(texts),
+                                   dtype=np.float32))
+
+
+def target_histogram(workdir: Any, X: np.ndarray, centroids: np.ndarray, device: str
+                     ) -> np.ndarray:
+    """int64[K]: how many of the embedded documents ``X`` fall in each of W's clusters."""
     from clusterclip.clustering.kmeans import assign
 
     metric = (workdir.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
-    X = _embedder(workdir, corpus, device).encode(texts)
     labels, _ = assign(X, centroids, metric=metric, device=device)
     return np.bincount(labels[labels >= 0], minlength=centroids.shape[0]).astype(np.int64)
