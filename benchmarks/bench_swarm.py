@@ -85,8 +85,10 @@ def loglinear(X: np.ndarray, y: np.ndarray, Xt: np.ndarray, own: int) -> np.ndar
 
 
 def score(pred: np.ndarray, yt: np.ndarray) -> tuple[float, float]:
-    return (float(stats.spearmanr(pred, yt).statistic),
-            float(yt[int(np.argmin(pred))] - yt.min()))
+    """Spearman (0 for a constant prediction: it ranks nothing) and the regret of the
+    predicted best (the first row among equal predictions)."""
+    rho = 0.0 if np.ptp(pred) == 0 else float(stats.spearmanr(pred, yt).statistic)
+    return rho, float(yt[int(np.argmin(pred))] - yt.min())
 
 
 def main() -> None:
