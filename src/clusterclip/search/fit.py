@@ -243,7 +243,7 @@ def _write_proposals(tmp: Path, r: Ratios, space: SearchSpace, new: list[Candida
     write_csv(tmp / "proposals.csv", ratios_rows(
         r.table.id_column, ids, list(r.columns), g,
         [c.clip for c in new] if r.clip is not None else None,
-        [c.timing for c in new] if r.timing is not None else None))
+        [c.timing for c in new] if r.timing is not None else None, meta=bool(r.table.meta)))
 
 
 def _write_choice(tmp: Path, req: FitRequest, swarm: Swarm, cands: list[Candidate],

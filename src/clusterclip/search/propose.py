@@ -30,7 +30,13 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.search.space import Candidate, SearchSpace, normalise, super_clusters
+from clusterclip.search.space import (
+    DEFAULT_CLIP,
+    Candidate,
+    SearchSpace,
+    normalise,
+    super_clusters,
+)
 
 #: The super-clusters of a swarm are drawn with this seed, so that ``propose`` and ``fit``
 #: on the same work directory name the same groups.
@@ -236,9 +242,9 @@ def propose_workdir(req: ProposeRequest, log: Any = print) -> dict[str, Any]:
                            num_samples=req.num_samples,
                            tokenizer=req.tokenizer if req.num_tokens else None,
                            histogram=histogram)
-        cands = first_round(ws.space, req.runs, req.seed)
-        if not cands:
+        if DEFAULT_CLIP * int(ws.space.train_tokens.sum()) < ws.space.needed:
             raise InputError(_capacity_message(ws, req))
+        cands = first_round(ws.space, req.runs, req.seed)
         objective = "target" if target is not None else "the user's"
         with atomic_output_dir(req.out, "search propose") as tmp:
             ids = write_candidates(tmp, ws, cands, objective)
@@ -249,13 +255,11 @@ def propose_workdir(req: ProposeRequest, log: Any = print) -> dict[str, Any]:
 
 
 def _capacity_message(ws: WorkdirSpace, req: ProposeRequest) -> str:
-    from clusterclip.search.space import CLIPS
-
     total = int(ws.space.train_tokens.sum())
     flag = "--num-tokens" if req.num_tokens is not None else "--num-samples"
-    return (f"{flag} {ws.space.needed}: more than the largest clip the search tries "
-            f"({max(CLIPS)}) can supply from this corpus ({max(CLIPS)} x {total:,} "
-            f"{ws.unit}); give a smaller budget")
+    return (f"{flag} {ws.space.needed:,}: more than the clip of round 1's fixed candidates "
+            f"({DEFAULT_CLIP}) can supply from this corpus ({DEFAULT_CLIP} x {total:,} "
+            f"{ws.unit}); give a budget of at most {DEFAULT_CLIP * total:,}")
 
 
 def _histogram(w: Any, target: Any, device: str) -> np.ndarray:

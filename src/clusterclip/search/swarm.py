@@ -221,8 +221,8 @@ def check_same_columns(a: Ratios, b: Ratios, what: str) -> Ratios:
     if set(a.columns) != set(b.columns):
         only_a = sorted(set(a.columns) - set(b.columns))
         only_b = sorted(set(b.columns) - set(a.columns))
-        diff = (f"{only_a[0]!r} only in {a.table.path}" if only_a
-                else f"{only_b[0]!r} only in {b.table.path}")
+        diff = "; ".join([f"{only_b[0]!r} only in {b.table.path}"] * bool(only_b)
+                         + [f"{only_a[0]!r} only in {a.table.path}"] * bool(only_a))
         raise InputError(f"{what} {b.table.path}: its weight columns are not those of "
                          f"{a.table.path} ({diff})")
     order = [b.columns.index(c) for c in a.columns]
@@ -236,11 +236,11 @@ def format_weight(v: float) -> str:
 
 
 def ratios_rows(id_column: str, ids: list[str], columns: list[str], weights: np.ndarray,
-                clip: list[int] | None = None, timing: list[str] | None = None
-                ) -> list[list[str]]:
-    """The rows (header first) of a ratios table in the layout of ``id_column`` (Olmix's
-    ``run``/``run_id`` also get ``name`` (the id) and ``index`` (the row number))."""
-    olmix = id_column in OLMIX_IDS
+                clip: list[int] | None = None, timing: list[str] | None = None,
+                meta: bool = False) -> list[list[str]]:
+    """The rows (header first) of a ratios table: ``id_column``, with ``meta`` Olmix's
+    ``name`` (the id) and ``index`` (the row number), the weights, clip and timing."""
+    olmix = meta
     head = [id_column, *(OLMIX_META if olmix else ()), *columns,
             *(["clip"] if clip is not None else []), *(["timing"] if timing is not None else [])]
     rows = [head]
