@@ -324,3 +324,46 @@ def test_propose_refusals_are_one_line_exit_2_and_write_nothing(world, tmp_path,
     rc, out, err = run_main(capsys, *args)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "P").exists()
+
+
+# -- one search: the offline search's proxies are a swarm that `search fit` reads ----------
+
+
+def test_the_offline_search_proxies_refit_by_search_fit_give_the_same_predictor(tmp_path,
+                                                                                 capsys):
+    """The in-tool search's proxies written in the swarm layout (W/search/ratios.csv,
+    metrics.csv) and fitted by ``search fit``: the same features, the same predictor,
+    so the same leave-one-out rank correlation and the same chosen proxy."""
+    import math
+
+    from clusterclip.search.core import SearchOptions, run_search
+    from clusterclip.search.runner import write_swarm
+    from clusterclip.search.space import SearchSpace
+
+    k = 5
+    space = SearchSpace(natural=np.full(k, 0.2), prior=None, groups=np.arange(k),
+                        train_tokens=np.full(k, 10_000), needed=20_000)
+    best = np.array([0.4, 0.3, 0.1, 0.1, 0.1])
+
+    def evaluate(cands, round_index):
+        return [{"objective": float(np.sum((np.array(c.weights) - best) ** 2)
+                                    + 0.05 * math.log2(c.clip)), "macro": 1.0}
+                for c in cands]
+
+    res = run_search(space, evaluate, SearchOptions(runs=14, rounds=2, seed=1, pool=200))
+    results = {"space": {"groups": list(range(k))},
+               "proxies": [{"weights": list(p.candidate.weights), "clip": p.candidate.clip,
+                            "timing": p.candidate.timing, "val": p.metrics}
+                           for p in res.proxies]}
+    write_swarm(results, tmp_path)
+    rat = rows_of(tmp_path / "ratios.csv")
+    assert rat[0] == ["run", *[f"cluster_{i}" for i in range(k)], "clip", "timing"]
+    assert rows_of(tmp_path / "metrics.csv")[0] == ["run", "objective", "macro"]
+    rc, out, err = run_main(capsys, "search", "fit", "--ratios", tmp_path / "ratios.csv",
+                            "--metrics", tmp_path / "metrics.csv", "--objective", "objective",
+                            "--choose", "--out", tmp_path / "F")
+    assert rc == 0, err
+    fit = json.loads((tmp_path / "F" / "fit.json").read_text())
+    assert fit["runs"] == 14
+    assert fit["loo_spearman"] == pytest.approx(res.spearman, abs=1e-9)
+    assert fit["chosen"]["run"] == rat[1 + res.chosen][0]

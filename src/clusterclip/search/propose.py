@@ -37,6 +37,7 @@ from clusterclip.search.space import (
     normalise,
     super_clusters,
 )
+from clusterclip.search.swarm import group_names
 
 #: The super-clusters of a swarm are drawn with this seed, so that ``propose`` and ``fit``
 #: on the same work directory name the same groups.
@@ -152,8 +153,7 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
     space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
                         needed=needed)
     direct = int(groups.max()) + 1 == k
-    names = [f"cluster_{g}" if direct else f"super_cluster_{g}"
-             for g in range(space.num_groups)]
+    names = group_names(groups)
     return WorkdirSpace(space, names, "cluster" if direct else "super-cluster", unit, labels,
                         tokens)
 
@@ -213,8 +213,15 @@ class ProposeRequest:
             raise InputError("--tokenizer applies with --format megatron or --num-tokens")
 
 
-def propose_workdir(req: ProposeRequest, log: Any = print) -> dict[str, Any]:
-    """Run ``search propose`` (see the module); returns a summary."""
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
+def propose_workdir(req: ProposeRequest, log: Any = _stderr) -> dict[str, Any]:
+    """Run ``search propose`` (see the module); returns a summary; ``log``: the progress
+    lines of the exports."""
     from clusterclip.io import atomic_output_dir, check_output_dir
     from clusterclip.search.core import first_round
     from clusterclip.workdir import Workdir

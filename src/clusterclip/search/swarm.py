@@ -270,3 +270,30 @@ def run_id(weights: np.ndarray, clip: int | None, timing: str | None) -> str:
 
     return "mix-" + fingerprint({"w": [format_weight(float(v)) for v in weights],
                                  "clip": clip, "timing": timing})[:10]
+
+
+def group_names(groups: np.ndarray) -> list[str]:
+    """The swarm's column names of the groups ``groups`` (int[K], group of each cluster):
+    ``cluster_K`` when every cluster is its own group, else ``super_cluster_G``."""
+    g = int(np.max(groups)) + 1
+    direct = g == len(groups)
+    return [f"cluster_{i}" if direct else f"super_cluster_{i}" for i in range(g)]
+
+
+def search_tables(results: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """The proxies of a ``clusterclip search`` (its results dict) as a swarm: the ratios
+    rows (``run``, the group weights, clip, timing) and the metrics rows (``run``, then the
+    val metrics: ``objective`` and the losses), so that ``search fit`` reads the offline
+    search's proxies as it reads a trainer's."""
+    groups = np.asarray(results["space"]["groups"], dtype=np.int64)
+    names = group_names(groups)
+    proxies = results["proxies"]
+    g = np.stack([np.bincount(groups, weights=np.asarray(p["weights"], dtype=np.float64),
+                              minlength=len(names)) for p in proxies])
+    ids = [run_id(g[i], p["clip"], p["timing"]) for i, p in enumerate(proxies)]
+    ratios = ratios_rows("run", ids, names, g, [p["clip"] for p in proxies],
+                         [p["timing"] for p in proxies])
+    keys = list(proxies[0]["val"])
+    metrics = [["run", *keys]] + [[rid, *(repr(float(p["val"][k])) for k in keys)]
+                                  for rid, p in zip(ids, proxies, strict=True)]
+    return ratios, metrics
