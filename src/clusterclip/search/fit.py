@@ -121,11 +121,11 @@ def _features(space: SearchSpace, cands: list[Candidate]) -> np.ndarray:
 
 
 def next_round(space: SearchSpace, proxies: list[Proxy], n: int, seed: int,
-               settings: bool) -> list[Candidate]:
+               settings: bool, model: Predictor | None = None) -> list[Candidate]:
     """``n`` new mixtures from the search's proposal code, none a repeat of a run or of
     another; without ``settings`` (the table has no clip and timing) every proposal keeps
     the default clip and timing."""
-    pool = propose(space, proxies, n * OVERDRAW, 1, seed)
+    pool = propose(space, proxies, n * OVERDRAW, 1, seed, model=model)
     out: list[Candidate] = []
     taken = [p.candidate for p in proxies]
     for c in pool:
@@ -159,7 +159,7 @@ def fit_swarm(req: FitRequest) -> dict[str, Any]:
     X = _features(space, cands)
     y = sign * swarm.y
     model = Predictor().fit(X, y)
-    rho, _ = loo_rank_correlation(X, y)
+    rho, _ = loo_rank_correlation(X, y, model)
     fitted = sign * model.predict(X)[0]
     report = _report(req, swarm, columns, model, rho)
     with atomic_output_dir(req.out, "search fit") as tmp:
@@ -169,7 +169,8 @@ def fit_swarm(req: FitRequest) -> dict[str, Any]:
             proxies = [Proxy(i, 0, c, {"objective": float(v)})
                        for i, (c, v) in enumerate(zip(cands, y, strict=True))]
             new = next_round(space, proxies, req.propose, req.seed,
-                             swarm.ratios.clip is not None and swarm.ratios.timing is not None)
+                             swarm.ratios.clip is not None and swarm.ratios.timing is not None,
+                             model)
             report["proposals"] = len(new)
             _write_proposals(tmp, swarm.ratios, space, new)
         if req.choose:

@@ -102,14 +102,15 @@ class Predictor:
                 "noise_share": noise / (signal + noise)}
 
 
-def loo_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+def loo_predictions(X: np.ndarray, y: np.ndarray, fitted: Predictor | None = None
+                    ) -> np.ndarray:
     """Each proxy's objective as predicted by a predictor fitted on all the others, with
     the kernel's hyperparameters of the fit on all of them (the usual GP leave-one-out:
     Rasmussen and Williams, section 5.4.2); above :data:`HYPER_ROWS` proxies in closed
     form (:meth:`Predictor.loo_closed_form`), the standardisation of all kept."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    full = Predictor().fit(X, y)
+    full = Predictor().fit(X, y) if fitted is None else fitted  # ``fitted``: on X, y
     if y.size > HYPER_ROWS:
         return full.loo_closed_form()
     kernel = full._gp.kernel_
@@ -120,7 +121,8 @@ def loo_predictions(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def loo_rank_correlation(X: np.ndarray, y: np.ndarray) -> tuple[float | None, np.ndarray]:
+def loo_rank_correlation(X: np.ndarray, y: np.ndarray, fitted: Predictor | None = None
+                         ) -> tuple[float | None, np.ndarray]:
     """``(spearman, predictions)``: the leave-one-out predictions and their rank
     correlation with ``y`` (None with fewer than ``MIN_FIT + 1`` proxies or constant
     values)."""
@@ -129,7 +131,7 @@ def loo_rank_correlation(X: np.ndarray, y: np.ndarray) -> tuple[float | None, np
     y = np.asarray(y, dtype=np.float64)
     if y.size < MIN_FIT + 1:
         return None, np.full(y.size, np.nan)
-    pred = loo_predictions(X, y)
+    pred = loo_predictions(X, y, fitted)
     if np.ptp(y) == 0 or np.ptp(pred) == 0:
         return None, pred
     return float(stats.spearmanr(pred, y).statistic), pred
