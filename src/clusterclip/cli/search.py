@@ -84,9 +84,15 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", dest="fmt", choices=FORMATS, default=None,
                    help="export each candidate's schedule for your trainer into "
                         "OUT/runs/<run>/ as `clusterclip export --format` writes it")
+    p.add_argument("--blend", choices=("megatron",), default=None,
+                   help="for trainers that mix: each cluster's documents once as a Megatron "
+                        "dataset (OUT/clusters/cluster_K/) and per candidate "
+                        "OUT/blends/<run>.txt, its --data-path blend (its token shares; a "
+                        "blend keeps neither the clip nor the pacing); needs --tokenizer")
     add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
-             help="local Hugging Face tokenizer folder: --format megatron's token ids, and "
-                  "exact token counts for --num-tokens (default: the estimate)")
+             help="local Hugging Face tokenizer folder: --format megatron's and --blend's "
+                  "token ids, and exact token counts for --num-tokens (default: the "
+                  "estimate)")
     p.add_argument("--seed", type=int, default=0,
                    help="the candidates' draws and the schedules (default: 0)")
     p.add_argument("--device", default="cpu", help="torch device embedding the --target")
@@ -126,11 +132,12 @@ def run_propose(args: argparse.Namespace) -> int:
                          targets=tuple(args.target or ()), text_field=args.text_field,
                          num_tokens=args.num_tokens, num_samples=args.num_samples,
                          fmt=args.fmt, seed=args.seed, tokenizer=args.tokenizer,
-                         device=args.device)
+                         device=args.device, blend=args.blend == "megatron")
     s = propose_workdir(req)
     what = f"{s['groups']} {s['kind']}s"
     print(f"proposed {s['runs']} mixtures over {what}: {args.out}/ratios.csv, "
-          f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else ""))
+          f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else "")
+          + (", clusters/ + blends/<run>.txt (Megatron blends)" if args.blend else ""))
     print(f"next: train one proxy per row, write metrics.csv (first column `run`), then "
           f"`clusterclip search fit --ratios {args.out}/ratios.csv --metrics metrics.csv "
           f"--objective COLUMN --workdir {args.workdir} --propose N --out FIT`")

@@ -196,6 +196,7 @@ class ProposeRequest:
     seed: int = 0
     tokenizer: str | None = None
     device: str = "cpu"
+    blend: bool = False
 
     def check(self) -> None:
         """The options alone, before any file is read."""
@@ -209,8 +210,13 @@ class ProposeRequest:
         if self.fmt is not None and self.num_tokens is None and self.num_samples is None:
             raise InputError(f"--format {self.fmt}: give the budget each candidate's schedule "
                              "is exported for (--num-tokens or --num-samples)")
-        if self.tokenizer is not None and self.fmt != "megatron" and self.num_tokens is None:
-            raise InputError("--tokenizer applies with --format megatron or --num-tokens")
+        if self.blend and self.tokenizer is None:
+            raise InputError("--blend megatron needs --tokenizer PATH (each cluster's "
+                             "documents are tokenized once)")
+        if (self.tokenizer is not None and self.fmt != "megatron" and self.num_tokens is None
+                and not self.blend):
+            raise InputError("--tokenizer applies with --format megatron, --blend megatron or "
+                             "--num-tokens")
 
 
 def _stderr(msg: str) -> None:
@@ -233,17 +239,20 @@ def propose_workdir(req: ProposeRequest, log: Any = _stderr) -> dict[str, Any]:
 
         target = read_target(list(req.targets), req.text_field)
     tokenizer = None
-    if req.fmt is not None:
+    if req.fmt is not None or req.blend:
         from clusterclip.export import _require
         from clusterclip.export import megatron as _megatron
 
-        _require(req.fmt)
-        tokenizer = _megatron.check_tokenizer_option(req.fmt, req.tokenizer)
+        fmt = "megatron" if req.blend else str(req.fmt)
+        _require(fmt)
+        if req.fmt is not None:
+            _require(req.fmt)
+        tokenizer = _megatron.check_tokenizer_option(fmt, req.tokenizer)
     check_output_dir(req.out, "search propose")
     w = Workdir(req.workdir, create=False)
     with w.locked():
         w.upstream(["labels.npy", "centroids.npy"]
-                   + (["corpus"] if req.fmt or req.num_tokens or target else []))
+                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else []))
         histogram = None if target is None else _histogram(w, target, req.device)
         ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
                            num_samples=req.num_samples,
@@ -257,6 +266,8 @@ def propose_workdir(req: ProposeRequest, log: Any = _stderr) -> dict[str, Any]:
             ids = write_candidates(tmp, ws, cands, objective)
             if req.fmt is not None:
                 _export_all(w, tmp, ws, cands, ids, req, tokenizer, log)
+            if req.blend:
+                write_blends(w, tmp, Path(req.out).resolve(), ws, cands, ids, tokenizer, log)
     return {"runs": len(ids), "ids": ids, "groups": len(ws.names), "kind": ws.kind,
             "unit": ws.unit}
 
@@ -303,3 +314,55 @@ def _export_all(w: Any, tmp: Path, ws: WorkdirSpace, cands: list[Candidate], ids
                         source=str(path), tokenizer=tokenizer)
         log(f"search propose: {i + 1}/{len(ids)} {rid}: {len(schedule):,} positions "
             f"exported as {req.fmt}")
+
+
+BLEND_NOTE = ("a Megatron blend draws each cluster's share of samples at random, so it keeps "
+              "the mixture's token shares but not its clip (a small cluster repeats as often "
+              "as its weight asks) nor its pacing (the order is Megatron's shuffle)")
+
+
+def blend_weights(weights: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray
+                  ) -> np.ndarray:
+    """The token share of each cluster in a mixture: ``w_k`` (a share of the documents
+    drawn) x the cluster's mean tokens per document, normalised (Megatron's blend weighs
+    its datasets by samples of ``--seq-length`` tokens)."""
+    use = labels >= 0
+    k = len(weights)
+    n = np.bincount(labels[use], minlength=k).astype(np.float64)
+    t = np.bincount(labels[use], weights=doc_tokens[use], minlength=k)
+    mean = np.divide(t, n, out=np.zeros(k), where=n > 0)
+    share = np.asarray(weights, dtype=np.float64) * mean
+    return share / share.sum()
+
+
+def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[Candidate],
+                 ids: list[str], tokenizer: Any, log: Any) -> None:
+    """Each cluster's documents once as a Megatron dataset (``clusters/cluster_K/``, the
+    export code's ``--format megatron``, read back and verified), and per candidate
+    ``blends/<run>.txt``: Megatron-LM's ``--data-path`` blend (``weight prefix`` pairs,
+    the candidate's token shares over the clusters it draws)."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from clusterclip.corpus import Corpus
+    from clusterclip.export import export_schedule
+    from clusterclip.export.megatron import PREFIX
+    from clusterclip.io import write_text
+
+    corpus = Corpus.load(w.path("corpus"))
+    corpus.verify_files()
+    labels = ws.labels
+    tokens = np.zeros(labels.size)
+    for k in np.flatnonzero(np.bincount(labels[labels >= 0], minlength=ws.space.num_clusters)):
+        s = export_schedule(corpus, labels, np.flatnonzero(labels == k),
+                            tmp / "clusters" / f"cluster_{k}", fmt="megatron",
+                            source=f"cluster {k}", tokenizer=tokenizer)
+        docs = np.load(tmp / "clusters" / f"cluster_{k}" / "documents.npy")
+        ds = IndexedDataset(str(tmp / "clusters" / f"cluster_{k}" / PREFIX))
+        tokens[docs[:, 1]] = np.asarray(ds.sequence_lengths, dtype=np.float64)
+        log(f"search propose: cluster {k}: {s['rows']:,} documents as a Megatron dataset")
+    (tmp / "blends").mkdir()
+    for rid, c in zip(ids, cands, strict=True):
+        share = blend_weights(np.asarray(c.weights), labels, tokens)
+        parts = [f"{share[k]:.12g} {final / 'clusters' / f'cluster_{k}' / PREFIX}"
+                 for k in np.flatnonzero(share > 0)]
+        write_text(tmp / "blends" / f"{rid}.txt", " ".join(parts) + "\n")
