@@ -17,7 +17,8 @@ deviation over the subsets. Side by side, in the same run and on the same subset
   small, negative on the objective's own domain), each by L-BFGS.
 
 The held-out 256 are only ever predicted, never fitted on. Needs the ``search`` extra and
-``lightgbm`` (an optional benchmark dependency: ``pip install lightgbm``).
+``lightgbm`` (an optional benchmark dependency: the ``bench`` extra, or ``pip install
+lightgbm``).
 
     python benchmarks/bench_swarm.py [--data tests/data/regmix] [--sizes 24,48,96,512]
 """

@@ -341,11 +341,9 @@ def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[C
     export code's ``--format megatron``, read back and verified), and per candidate
     ``blends/<run>.txt``: Megatron-LM's ``--data-path`` blend (``weight prefix`` pairs,
     the candidate's token shares over the clusters it draws)."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
     from clusterclip.corpus import Corpus
     from clusterclip.export import export_schedule
-    from clusterclip.export.megatron import PREFIX
+    from clusterclip.export.megatron import PREFIX, indexed_dataset
     from clusterclip.io import write_text
 
     corpus = Corpus.load(w.path("corpus"))
@@ -357,7 +355,7 @@ def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[C
                             tmp / "clusters" / f"cluster_{k}", fmt="megatron",
                             source=f"cluster {k}", tokenizer=tokenizer)
         docs = np.load(tmp / "clusters" / f"cluster_{k}" / "documents.npy")
-        ds = IndexedDataset(str(tmp / "clusters" / f"cluster_{k}" / PREFIX))
+        ds = indexed_dataset().IndexedDataset(str(tmp / "clusters" / f"cluster_{k}" / PREFIX))
         tokens[docs[:, 1]] = np.asarray(ds.sequence_lengths, dtype=np.float64)
         log(f"search propose: cluster {k}: {s['rows']:,} documents as a Megatron dataset")
     (tmp / "blends").mkdir()
