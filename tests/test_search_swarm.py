@@ -306,6 +306,13 @@ def test_propose_exports_each_candidate_with_its_quotas(world, tmp_path, capsys)
         assert np.all(labels[doc] == np.array(t.column("label")))
         np.testing.assert_array_equal(np.load(tmp_path / "P" / "schedules" / f"{row[0]}.npy"),
                                       doc)
+        # the exact schedule `sample --mixture` draws from the candidate's mixture file
+        rc, _, err = run_main(capsys, "sample", "--labels", w / "labels.npy", "--num-samples",
+                              T, "--seed", 3, "--mixture",
+                              tmp_path / "P" / "mixtures" / f"{row[0]}.json",
+                              "--out", tmp_path / "s.npy", "--no-progress")
+        assert rc == 0, err
+        np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), doc)
 
 
 @pytest.mark.parametrize("case", ["format without budget", "runs 0", "budget over capacity",
