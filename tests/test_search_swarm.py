@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterclip.cli import main
 
@@ -302,6 +304,8 @@ def test_propose_exports_each_candidate_with_its_quotas(world, tmp_path, capsys)
         assert np.all(got <= mix["clip"] * sizes) and np.all(got[weights == 0] == 0)
         if mix["timing"] == "paced":
             np.testing.assert_array_equal(got, paced_quotas(sizes, weights, mix["clip"], T))
+            # no quota was clipped: each cluster gets its weight's share, to rounding
+            assert np.all(np.abs(got - T * weights) < 1 + 1e-9), (got, T * weights)
         doc = np.array(t.column("doc_index"))
         assert np.all(labels[doc] == np.array(t.column("label")))
         np.testing.assert_array_equal(np.load(tmp_path / "P" / "schedules" / f"{row[0]}.npy"),
@@ -415,3 +419,27 @@ def test_propose_blends_weigh_each_cluster_dataset_by_the_candidates_token_share
         assert sorted(got) == np.flatnonzero(want > 0).tolist()
         np.testing.assert_allclose([got[k] for k in sorted(got)], want[want > 0], rtol=1e-9)
         assert all(Path(p).parent.parent == out.resolve() / "clusters" for p in parts[1::2])
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), k=st.integers(1, 12))
+def test_capping_keeps_a_mixture_within_its_limits_and_its_free_shares_in_proportion(data, k):
+    from clusterclip.search.propose import cap_weights
+
+    share = st.one_of(st.just(0.0), st.floats(1e-9, 1))
+    w = np.array(data.draw(st.lists(share, min_size=k, max_size=k)))
+    limit = np.array(data.draw(st.lists(st.floats(0.01, 1.5), min_size=k, max_size=k)))
+    if not w.sum() > 0:
+        return
+    live = w > 0
+    try:
+        got = cap_weights(w, limit)
+    except ValueError:  # only when the clusters drawn cannot hold the whole
+        assert limit[live].sum() < 1 + 1e-9
+        return
+    assert got.sum() == pytest.approx(1.0) and np.all(got <= limit + 1e-12)
+    assert np.all(got[~live] == 0)
+    free = live & (got < limit - 1e-12)  # below their limit: the input's proportions
+    if free.sum() > 1:
+        ratio = got[free] / w[free]
+        np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)

@@ -50,6 +50,8 @@ def cap_weights(w: np.ndarray, limit: np.ndarray) -> np.ndarray:
     clusters it draws from cannot hold the whole (sum of their limits < 1)."""
     w = np.asarray(w, dtype=np.float64)
     w = w / w.sum()
+    w[w < 1e-15] = 0.0  # far below the 12 digits a candidate keeps (normalise)
+    w = w / w.sum()
     fixed = np.zeros(w.size, dtype=bool)
     for _ in range(w.size + 1):
         over = ~fixed & (w > limit)
@@ -69,26 +71,42 @@ def cap_weights(w: np.ndarray, limit: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CappedSpace(SearchSpace):
-    """A search space whose candidates respect the clip cluster by cluster: a weight
-    ``w_k`` asks for ``w_k x needed`` units (tokens or documents) of cluster k, at most
-    ``clip x train_tokens[k]`` (its units; ``train_tokens`` holds documents for a
-    document budget)."""
+    """A search space whose candidates respect the clip cluster by cluster. A mixture's
+    weights are shares of the documents drawn: a run of ``needed`` units (tokens or
+    documents) draws ``D = needed / sum_j w_j u_j`` documents (``u_j``: cluster j's mean
+    units per document, :attr:`mean_units`; 1 for a document budget), ``w_k D`` of them
+    from cluster k, at most ``clip x n_k`` (its documents, :attr:`sizes`).
+    ``train_tokens`` holds each cluster's units (``n_k u_k``)."""
 
-    def limits(self, clip: int) -> np.ndarray:
-        return clip * self.train_tokens.astype(np.float64) / max(self.needed, 1)
+    sizes: np.ndarray | None = None
+
+    @property
+    def mean_units(self) -> np.ndarray:
+        n = np.asarray(self.sizes, dtype=np.float64)
+        return np.divide(self.train_tokens, n, out=np.zeros(n.size), where=n > 0)
+
+    def limits(self, clip: int, w: np.ndarray) -> np.ndarray:
+        """The largest weight each cluster can have in a mixture near ``w`` (normalised)."""
+        draws = self.needed / max(float(np.dot(w, self.mean_units)), 1e-300)
+        return clip * np.asarray(self.sizes, dtype=np.float64) / draws
 
     def feasible(self, c: Candidate) -> bool:
         if self.needed <= 0:
             return True
         w = np.asarray(c.weights)
-        return bool(np.all(w <= self.limits(c.clip) * (1 + 1e-9) + 1e-12))
+        return bool(np.all(w <= self.limits(c.clip, w) * (1 + 1e-9) + 1e-12))
 
     def make(self, weights: np.ndarray, clip: int, timing: str, origin: str) -> Candidate:
         w = np.where(self.support, np.clip(np.asarray(weights, dtype=np.float64), 0, None), 0)
         if not w.sum() > 0:
             raise ValueError("a mixture needs a positive weight on a non-empty cluster")
-        if self.needed > 0:
-            w = cap_weights(w, self.limits(clip))
+        w = w / w.sum()
+        if self.needed > 0:  # the limits move with the mixture's mean document length
+            for _ in range(100):
+                capped = cap_weights(w, self.limits(clip, w))
+                if np.allclose(capped, w, rtol=0, atol=1e-13):
+                    break
+                w = capped
         return Candidate(normalise(w, self.support), int(clip), timing, origin)
 
 
@@ -151,7 +169,7 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
             raise InputError("--target: its documents fall only in clusters without "
                              "documents, so no prior can be drawn") from None
     space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
-                        needed=needed)
+                        needed=needed, sizes=counts.astype(np.int64))
     direct = int(groups.max()) + 1 == k
     names = group_names(groups)
     return WorkdirSpace(space, names, "cluster" if direct else "super-cluster", unit, labels,
