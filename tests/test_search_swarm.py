@@ -419,6 +419,9 @@ def test_propose_blends_weigh_each_cluster_dataset_by_the_candidates_token_share
         assert sorted(got) == np.flatnonzero(want > 0).tolist()
         np.testing.assert_allclose([got[k] for k in sorted(got)], want[want > 0], rtol=1e-9)
         assert all(Path(p).parent.parent == out.resolve() / "clusters" for p in parts[1::2])
+        rec = json.loads((out / "blends" / f"{row[0]}.json").read_text())
+        assert rec["mixture_weights"] == mix["weights"] and "clip" in rec["loses"]
+        np.testing.assert_allclose(rec["token_shares"], want, rtol=1e-12)
 
 
 @settings(max_examples=80, deadline=None)

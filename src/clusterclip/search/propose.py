@@ -357,12 +357,13 @@ def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[C
                  ids: list[str], tokenizer: Any, log: Any) -> None:
     """Each cluster's documents once as a Megatron dataset (``clusters/cluster_K/``, the
     export code's ``--format megatron``, read back and verified), and per candidate
-    ``blends/<run>.txt``: Megatron-LM's ``--data-path`` blend (``weight prefix`` pairs,
+    ``blends/<run>.txt``: Megatron-LM's ``--data-path`` blend (and ``blends/<run>.json``: it,
+    the mixture's weights, its token shares and what a blend loses) (``weight prefix`` pairs,
     the candidate's token shares over the clusters it draws)."""
     from clusterclip.corpus import Corpus
     from clusterclip.export import export_schedule
     from clusterclip.export.megatron import PREFIX, indexed_dataset
-    from clusterclip.io import write_text
+    from clusterclip.io import write_json, write_text
 
     corpus = Corpus.load(w.path("corpus"))
     corpus.verify_files()
@@ -382,3 +383,7 @@ def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[C
         parts = [f"{share[k]:.12g} {final / 'clusters' / f'cluster_{k}' / PREFIX}"
                  for k in np.flatnonzero(share > 0)]
         write_text(tmp / "blends" / f"{rid}.txt", " ".join(parts) + "\n")
+        write_json(tmp / "blends" / f"{rid}.json", {
+            "run": rid, "data_path": " ".join(parts),
+            "mixture_weights": list(c.weights), "token_shares": share.tolist(),
+            "loses": BLEND_NOTE})
