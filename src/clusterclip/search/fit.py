@@ -28,7 +28,13 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.search.core import Proxy, propose
 from clusterclip.search.predictor import MIN_FIT, Predictor, loo_rank_correlation
-from clusterclip.search.space import DEFAULT_CLIP, DEFAULT_TIMING, Candidate, SearchSpace
+from clusterclip.search.space import (
+    DEFAULT_CLIP,
+    DEFAULT_TIMING,
+    Candidate,
+    SearchSpace,
+    normalise,
+)
 from clusterclip.search.swarm import (
     Ratios,
     check_same_columns,
@@ -110,7 +116,7 @@ def candidates(space: SearchSpace, r: Ratios, rows: list[int] | None = None
     out = []
     for i in range(len(r.ids)) if rows is None else rows:
         w = space.expand(r.weights[i]) if space.num_groups < space.num_clusters else r.weights[i]
-        out.append(Candidate(tuple(float(x) for x in np.asarray(w) / np.sum(w)),
+        out.append(Candidate(normalise(np.asarray(w), space.support),
                              r.clip[i] if r.clip else DEFAULT_CLIP,
                              r.timing[i] if r.timing else DEFAULT_TIMING, r.ids[i]))
     return out
@@ -120,18 +126,28 @@ def _features(space: SearchSpace, cands: list[Candidate]) -> np.ndarray:
     return np.stack([space.features(c) for c in cands])
 
 
+def row_id(space: SearchSpace, c: Candidate, settings: bool) -> str:
+    """The run id of ``c`` as a row of a ratios table (its group weights, and its clip and
+    timing where the table has them): equal ids, equal rows."""
+    return run_id(space.group_sums(c.weights), c.clip if settings else None,
+                  c.timing if settings else None)
+
+
 def next_round(space: SearchSpace, proxies: list[Proxy], n: int, seed: int,
-               settings: bool, model: Predictor | None = None) -> list[Candidate]:
-    """``n`` new mixtures from the search's proposal code, none a repeat of a run or of
-    another; without ``settings`` (the table has no clip and timing) every proposal keeps
-    the default clip and timing."""
+               settings: bool, model: Predictor | None = None,
+               ids: tuple[str, ...] = ()) -> list[Candidate]:
+    """``n`` new mixtures from the search's proposal code, none a repeat (as a row of the
+    table) of a run, of a run id in ``ids`` or of another proposal; without ``settings``
+    (the table has no clip and timing) every proposal keeps the default clip and timing."""
     pool = propose(space, proxies, n * OVERDRAW, 1, seed, model=model)
     out: list[Candidate] = []
-    taken = [p.candidate for p in proxies]
+    taken = set(ids) | {row_id(space, p.candidate, settings) for p in proxies}
     for c in pool:
         if not settings:
             c = replace(c, clip=DEFAULT_CLIP, timing=DEFAULT_TIMING)
-        if not any(c.same_as(t) for t in taken + out):
+        key = row_id(space, c, settings)
+        if key not in taken:
+            taken.add(key)
             out.append(c)
         if len(out) == n:
             break
@@ -170,7 +186,7 @@ def fit_swarm(req: FitRequest) -> dict[str, Any]:
                        for i, (c, v) in enumerate(zip(cands, y, strict=True))]
             new = next_round(space, proxies, req.propose, req.seed,
                              swarm.ratios.clip is not None and swarm.ratios.timing is not None,
-                             model)
+                             model, swarm.ratios.ids)
             report["proposals"] = len(new)
             _write_proposals(tmp, swarm.ratios, space, new)
         if req.choose:
@@ -239,8 +255,7 @@ def _write_predictions(tmp: Path, space: SearchSpace, c: Ratios, model: Predicto
 def _write_proposals(tmp: Path, r: Ratios, space: SearchSpace, new: list[Candidate]) -> None:
     g = _group_rows(space, new) if new else np.zeros((0, len(r.columns)))
     settings = r.clip is not None and r.timing is not None
-    ids = [run_id(g[i], c.clip if settings else None, c.timing if settings else None)
-           for i, c in enumerate(new)]
+    ids = [row_id(space, c, settings) for c in new]
     write_csv(tmp / "proposals.csv", ratios_rows(
         r.table.id_column, ids, list(r.columns), g,
         [c.clip for c in new] if r.clip is not None else None,
