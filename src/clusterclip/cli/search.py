@@ -1,9 +1,11 @@
 """``clusterclip search``: choose the mixture of clusters for a goal with small proxy
-models, and prove it on held-out data (W/search/)."""
+models, and prove it on held-out data (W/search/); ``search propose`` and ``search fit``:
+the same search with the user's own trainer running the proxies (the swarm layout)."""
 
 from __future__ import annotations
 
 import argparse
+import types
 
 from clusterclip.cli._paths import add_path
 
@@ -17,8 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
     from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
 
-    add_path(p, "--workdir", role="workdir", required=True,
-             help="work directory (labels.npy, corpus/, centroids.npy)")
+    add_path(p, "--workdir", role="workdir", default=None,
+             help="work directory (labels.npy, corpus/, centroids.npy); required without "
+                  "a subcommand")
     add_path(p, "--target", role="input", nargs="+", default=None, metavar="FILE",
              help="JSONL/Parquet documents of what the model must be good at: the "
                   "objective is their held-out loss (default: macro held-out loss)")
@@ -51,6 +54,130 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch CPU threads per process (default: 1 for tiny and small)")
     p.add_argument("--seed", type=int, default=0, help="splits, proxies and candidates")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
+    sub = p.add_subparsers(dest="search_command", metavar="{propose,fit}",
+                           parser_class=type(p),
+                           title="with your own trainer (see docs/search-own-trainer.md)")
+    for name, (helptext, adder, runner) in SUBCOMMANDS.items():
+        q = sub.add_parser(name, help=helptext, description=helptext)
+        adder(q)
+        q.set_defaults(_module=types.SimpleNamespace(run=runner), _parser=q)
+
+
+def _budget(p: argparse.ArgumentParser, what: str) -> None:
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--num-tokens", type=int, default=None, metavar="T",
+                        help=f"token budget of one proxy run ({what})")
+    length.add_argument("--num-samples", type=int, default=None, metavar="T",
+                        help=f"documents of one proxy run ({what})")
+
+
+def _propose_arguments(p: argparse.ArgumentParser) -> None:
+    from clusterclip.export import FORMATS
+
+    add_path(p, "--workdir", role="workdir", required=True,
+             help="work directory of embed + cluster (labels.npy, centroids.npy, corpus/)")
+    add_path(p, "--target", role="input", nargs="+", default=None, metavar="FILE",
+             help="JSONL/Parquet documents of what the model must be good at: the prior "
+                  "(their share per cluster) joins the candidates")
+    p.add_argument("--text-field", default="text", help="field of the target's text")
+    p.add_argument("--runs", type=int, required=True, help="candidates (proxy runs) to propose")
+    add_path(p, "--out", role="output_dir", required=True,
+             help="output folder: ratios.csv, mixtures/<run>.json, with --format runs/<run>/ "
+                  "(created, or replaced when written by an earlier `search propose`)")
+    _budget(p, "with it, no candidate asks a cluster for more than its clip allows, and "
+               "--format exports each candidate's schedule")
+    p.add_argument("--format", dest="fmt", choices=FORMATS, default=None,
+                   help="export each candidate's schedule for your trainer into "
+                        "OUT/runs/<run>/ as `clusterclip export --format` writes it")
+    p.add_argument("--blend", choices=("megatron",), default=None,
+                   help="for trainers that mix: each cluster's documents once as a Megatron "
+                        "dataset (OUT/clusters/cluster_K/) and per candidate "
+                        "OUT/blends/<run>.txt, its --data-path blend (its token shares; a "
+                        "blend keeps neither the clip nor the pacing); needs --tokenizer")
+    add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
+             help="local Hugging Face tokenizer folder: --format megatron's and --blend's "
+                  "token ids, and exact token counts for --num-tokens (default: the "
+                  "estimate)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the candidates' draws and the schedules (default: 0)")
+    p.add_argument("--device", default="cpu", help="torch device embedding the --target")
+
+
+def _fit_arguments(p: argparse.ArgumentParser) -> None:
+    add_path(p, "--ratios", role="input", required=True, metavar="R.csv",
+             help="the runs' mixtures: first column the run id (RegMix `index`, Olmix "
+                  "`run`/`run_id` + `name`, `index`), then one weight column per domain "
+                  "(optional `clip`, `timing`)")
+    add_path(p, "--metrics", role="input", required=True, metavar="M.csv",
+             help="the runs' metrics, same first column(s) as R.csv")
+    p.add_argument("--objective", nargs="+", required=True, metavar="COLUMN",
+                   help="metric column(s) of M.csv to optimise (several: their mean)")
+    p.add_argument("--maximize", action="store_true",
+                   help="higher is better (accuracies); default: lower (losses)")
+    add_path(p, "--workdir", role="workdir", default=None,
+             help="work directory whose clusters (or super-clusters) the columns are: then "
+                  "mixture.json is per cluster, for `sample --mixture`")
+    add_path(p, "--predict", role="input", default=None, metavar="C.csv",
+             help="candidates in R.csv's layout: OUT/predictions.csv ranks them")
+    p.add_argument("--propose", type=int, default=0, metavar="N",
+                   help="N new mixtures for the next round: OUT/proposals.csv (default: 0)")
+    p.add_argument("--choose", action="store_true",
+                   help="OUT/mixture.json: the run with the best predicted objective")
+    _budget(p, "with --workdir: proposals respect the clip's capacity")
+    p.add_argument("--seed", type=int, default=0, help="the proposals' draws (default: 0)")
+    add_path(p, "--out", role="output_dir", required=True,
+             help="output folder: fit.json, and predictions.csv, proposals.csv, mixture.json "
+                  "as asked (created, or replaced when written by an earlier `search fit`)")
+
+
+def run_propose(args: argparse.Namespace) -> int:
+    from clusterclip.search.propose import ProposeRequest, propose_workdir
+
+    req = ProposeRequest(workdir=args.workdir, runs=args.runs, out=args.out,
+                         targets=tuple(args.target or ()), text_field=args.text_field,
+                         num_tokens=args.num_tokens, num_samples=args.num_samples,
+                         fmt=args.fmt, seed=args.seed, tokenizer=args.tokenizer,
+                         device=args.device, blend=args.blend == "megatron")
+    s = propose_workdir(req)
+    what = f"{s['groups']} {s['kind']}s"
+    print(f"proposed {s['runs']} mixtures over {what}: {args.out}/ratios.csv, "
+          f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else "")
+          + (", clusters/ + blends/<run>.txt (Megatron blends)" if args.blend else ""))
+    print(f"next: train one proxy per row, write metrics.csv (first column `run`), then "
+          f"`clusterclip search fit --ratios {args.out}/ratios.csv --metrics metrics.csv "
+          f"--objective COLUMN --workdir {args.workdir} --propose N --out FIT`")
+    return 0
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from clusterclip.search.fit import FitRequest, fit_swarm
+
+    req = FitRequest(ratios=args.ratios, metrics=args.metrics,
+                     objective=tuple(args.objective), out=args.out, maximize=args.maximize,
+                     workdir=args.workdir, predict=args.predict, propose=args.propose,
+                     choose=args.choose, seed=args.seed, num_tokens=args.num_tokens,
+                     num_samples=args.num_samples)
+    r = fit_swarm(req)
+    rho = r["loo_spearman"]
+    skipped = r["skipped"]["without_objective"]
+    print(f"fitted on {r['runs']} runs" + (f" ({skipped} without the objective skipped)"
+                                           if skipped else "")
+          + "; leave-one-out rank correlation "
+          + ("n/a" if rho is None else f"{rho:.3f}"))
+    made = ["fit.json"] + (["predictions.csv"] if args.predict else []) \
+        + ([f"proposals.csv ({r.get('proposals', 0)} mixtures)"] if args.propose else []) \
+        + ([f"mixture.json (run {r['chosen']['run']})"] if args.choose else [])
+    print(f"wrote {', '.join(made)} in {args.out}")
+    return 0
+
+
+SUBCOMMANDS = {
+    "propose": ("propose candidate mixtures for your own trainer: ratios.csv, a mixture file "
+                "per run, and with --format each run's schedule exported", _propose_arguments,
+                run_propose),
+    "fit": ("fit the predictor to your proxies' metrics (RegMix / Olmix swarm layout); "
+            "predict, propose the next round, choose", _fit_arguments, run_fit),
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
     from clusterclip.search.runner import SearchConfig, run_search_workdir
 
+    if args.workdir is None:
+        raise InputError("--workdir: required (or give a subcommand: propose, fit)")
     if args.max_docs < 0:
         raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
     config = SearchConfig.from_options(

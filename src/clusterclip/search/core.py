@@ -133,10 +133,10 @@ def _variants(space: SearchSpace, proxy: Proxy, origin: str) -> list[Candidate]:
 
 
 def propose(space: SearchSpace, done: list[Proxy], n: int, round_index: int, seed: int,
-            pool: int = POOL) -> list[Candidate]:
+            pool: int = POOL, model: Predictor | None = None) -> list[Candidate]:
     """``n`` new candidates: the pool's predicted best around the predicted-best proxies
     (the observed best while fewer than the predictor's minimum are done)."""
-    model = _fit(space, done)
+    model = _fit(space, done) if model is None else model  # ``model``: fitted on ``done``
     order = np.lexsort((np.arange(len(done)), _scores(space, done, model)))
     centers = [done[i] for i in order[:CENTERS]]
     rng = np.random.default_rng([seed, 1000 + round_index])

@@ -391,6 +391,17 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
                          **vtiming}, overlap, verify)
 
 
+def write_swarm(results: dict[str, Any], directory: Any) -> None:
+    """The proxies as a swarm (``ratios.csv``, ``metrics.csv``: the layout ``search
+    propose`` writes and ``search fit`` reads), so the offline search's proxies and a
+    trainer's share one format and one predictor."""
+    from clusterclip.search.swarm import search_tables, write_csv
+
+    ratios, metrics = search_tables(results)
+    write_csv(directory / "ratios.csv", ratios)
+    write_csv(directory / "metrics.csv", metrics)
+
+
 def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
                        device: str = "cpu", threads: int | None = None,
                        progress: bool = True) -> dict[str, Any]:
@@ -427,6 +438,7 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
             store.prune(set(results["run_keys"]))
             with atomic_output_dir(out, "search") as tmp:
                 write_outputs(results, tmp)
+                write_swarm(results, tmp)
                 if store.dir.is_dir():
                     os.replace(store.dir, tmp / "runs")
         D.on_main(write)

@@ -1,0 +1,389 @@
+"""``clusterclip search propose``: candidate mixtures for the user's own trainer.
+
+Round 1 is the search's own design (:func:`clusterclip.search.core.first_round`:
+natural, uniform, the prior and interpolations, then space-filling Dirichlet
+draws that visit every clip and both timings), in the space of a work
+directory's clusters or super-clusters (:func:`workdir_space`). Written into one
+folder, atomically:
+
+- ``ratios.csv``: the swarm layout (:mod:`~clusterclip.search.swarm`): ``run``
+  (a stable id from the mixture's content), one column per group
+  (``cluster_K`` up to :data:`~clusterclip.search.space.MAX_DIRECT_CLUSTERS`
+  clusters, else ``super_cluster_G``), ``clip`` and ``timing``;
+- ``mixtures/<run>.json``: each candidate as a mixture file (per cluster) that
+  ``sample``, ``run``, ``export`` and ``experiment`` read;
+- with a format and a budget, ``runs/<run>/``: each candidate's exact schedule
+  exported as ``export --format`` writes it (read back and verified).
+
+With a budget (``--num-tokens`` or ``--num-samples``) every candidate respects the
+clip: no cluster is asked for more than R times its tokens (or documents)
+(:class:`CappedSpace`), so the mixture trained is the mixture proposed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import InputError
+from clusterclip.search.space import (
+    DEFAULT_CLIP,
+    Candidate,
+    SearchSpace,
+    normalise,
+    super_clusters,
+)
+from clusterclip.search.swarm import group_names
+
+#: The super-clusters of a swarm are drawn with this seed, so that ``propose`` and ``fit``
+#: on the same work directory name the same groups.
+GROUP_SEED = 0
+
+
+def cap_weights(w: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """``w`` (>= 0) normalised, then every share above its ``limit`` lowered to it and the
+    excess spread over the others in proportion (water-filling); ValueError when the
+    clusters it draws from cannot hold the whole (sum of their limits < 1)."""
+    w = np.asarray(w, dtype=np.float64)
+    w = w / w.sum()
+    w[w < 1e-15] = 0.0  # far below the 12 digits a candidate keeps (normalise)
+    w = w / w.sum()
+    fixed = np.zeros(w.size, dtype=bool)
+    for _ in range(w.size + 1):
+        over = ~fixed & (w > limit)
+        if not over.any():
+            return w
+        fixed |= over
+        w = np.where(fixed, limit, w)
+        free = ~fixed & (w > 0)
+        rest = 1.0 - float(w[fixed].sum())
+        if not free.any() or rest <= 0:
+            if abs(rest) <= 1e-12 and not free.any():
+                return w
+            raise ValueError("the clip cannot supply this mixture")
+        w[free] *= rest / float(w[free].sum())
+    return w
+
+
+@dataclass(frozen=True)
+class CappedSpace(SearchSpace):
+    """A search space whose candidates respect the clip cluster by cluster. A mixture's
+    weights are shares of the documents drawn: a run of ``needed`` units (tokens or
+    documents) draws ``D = needed / sum_j w_j u_j`` documents (``u_j``: cluster j's mean
+    units per document, :attr:`mean_units`; 1 for a document budget), ``w_k D`` of them
+    from cluster k, at most ``clip x n_k`` (its documents, :attr:`sizes`).
+    ``train_tokens`` holds each cluster's units (``n_k u_k``)."""
+
+    sizes: np.ndarray | None = None
+
+    @property
+    def mean_units(self) -> np.ndarray:
+        n = np.asarray(self.sizes, dtype=np.float64)
+        return np.divide(self.train_tokens, n, out=np.zeros(n.size), where=n > 0)
+
+    def limits(self, clip: int, w: np.ndarray) -> np.ndarray:
+        """The largest weight each cluster can have in a mixture near ``w`` (normalised)."""
+        draws = self.needed / max(float(np.dot(w, self.mean_units)), 1e-300)
+        return clip * np.asarray(self.sizes, dtype=np.float64) / draws
+
+    def feasible(self, c: Candidate) -> bool:
+        if self.needed <= 0:
+            return True
+        w = np.asarray(c.weights)
+        return bool(np.all(w <= self.limits(c.clip, w) * (1 + 1e-9) + 1e-12))
+
+    def make(self, weights: np.ndarray, clip: int, timing: str, origin: str) -> Candidate:
+        w = np.where(self.support, np.clip(np.asarray(weights, dtype=np.float64), 0, None), 0)
+        if not w.sum() > 0:
+            raise ValueError("a mixture needs a positive weight on a non-empty cluster")
+        w = w / w.sum()
+        if self.needed > 0:  # the limits move with the mixture's mean document length
+            for _ in range(100):
+                capped = cap_weights(w, self.limits(clip, w))
+                if np.allclose(capped, w, rtol=0, atol=1e-13):
+                    break
+                w = capped
+        return Candidate(normalise(w, self.support), int(clip), timing, origin)
+
+
+@dataclass(frozen=True)
+class WorkdirSpace:
+    """A work directory's search space, its group names and what the budget counts."""
+
+    space: CappedSpace
+    names: list[str]
+    kind: str            # "cluster" or "super-cluster"
+    unit: str | None     # "tokens", "documents" or None without a budget
+    labels: np.ndarray
+    doc_tokens: np.ndarray | None
+
+
+def _budget_units(w: Any, labels: np.ndarray, num_tokens: int | None,
+                  num_samples: int | None, tokenizer: str | None
+                  ) -> tuple[np.ndarray, int, str | None, np.ndarray | None]:
+    k = int(labels.max()) + 1
+    use = labels >= 0
+    if num_tokens is not None:
+        from clusterclip.tokens import workdir_tokens
+
+        tokens, _ = workdir_tokens(w, tokenizer)
+        units = np.bincount(labels[use], weights=tokens[use], minlength=k)
+        return units.astype(np.int64), int(num_tokens), "tokens", tokens
+    counts = np.bincount(labels[use], minlength=k).astype(np.int64)
+    if num_samples is not None:
+        return counts, int(num_samples), "documents", None
+    return counts, 0, None, None
+
+
+def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = None,
+                  num_samples: int | None = None, tokenizer: str | None = None,
+                  histogram: np.ndarray | None = None) -> WorkdirSpace:
+    """The search space of work directory ``workdir``: its clusters' shares of the
+    documents (natural), the prior of ``histogram`` (a target's documents per cluster),
+    its clusters or super-clusters, and with a budget each cluster's capacity."""
+    from clusterclip.io import load_npy
+    from clusterclip.labels import load_labels
+    from clusterclip.search.space import prior_mixture
+    from clusterclip.workdir import Workdir
+
+    w = Workdir(workdir, create=False)
+    labels = load_labels(w.path("labels.npy"))
+    if not np.any(labels >= 0):
+        raise InputError(f"{w.path('labels.npy')}: no document has a cluster (all -1)")
+    k = int(labels.max()) + 1
+    counts = np.bincount(labels[labels >= 0], minlength=k).astype(np.float64)
+    natural = counts / counts.sum()
+    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
+    groups = super_clusters(centroids[:k], natural, metric, GROUP_SEED)
+    units, needed, unit, tokens = _budget_units(w, labels, num_tokens, num_samples, tokenizer)
+    prior = None
+    if histogram is not None:
+        try:
+            prior = prior_mixture(histogram, natural)
+        except ValueError:
+            raise InputError("--target: its documents fall only in clusters without "
+                             "documents, so no prior can be drawn") from None
+    space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
+                        needed=needed, sizes=counts.astype(np.int64))
+    direct = int(groups.max()) + 1 == k
+    names = group_names(groups)
+    return WorkdirSpace(space, names, "cluster" if direct else "super-cluster", unit, labels,
+                        tokens)
+
+
+def group_weights(space: SearchSpace, c: Candidate) -> np.ndarray:
+    return space.group_sums(c.weights)
+
+
+def write_candidates(tmp: Path, ws: WorkdirSpace, cands: list[Candidate],
+                     objective: str) -> list[str]:
+    """``ratios.csv`` and ``mixtures/<run>.json`` into ``tmp``; returns the run ids."""
+    from clusterclip.sampling.mixture import Mixture, write_mixture
+    from clusterclip.search.swarm import ratios_rows, run_id, write_csv
+
+    g = np.stack([group_weights(ws.space, c) for c in cands])
+    ids = [run_id(g[i], c.clip, c.timing) for i, c in enumerate(cands)]
+    write_csv(tmp / "ratios.csv", ratios_rows("run", ids, ws.names, g,
+                                              [c.clip for c in cands],
+                                              [c.timing for c in cands]))
+    (tmp / "mixtures").mkdir()
+    for rid, c in zip(ids, cands, strict=True):
+        write_mixture(tmp / "mixtures" / f"{rid}.json",
+                      Mixture(c.weights, c.clip, c.timing, objective),
+                      source="clusterclip search propose", run=rid, origin=c.origin)
+    return ids
+
+
+@dataclass(frozen=True)
+class ProposeRequest:
+    """What ``clusterclip search propose`` was asked (see its ``--help``)."""
+
+    workdir: str
+    runs: int
+    out: str
+    targets: tuple[str, ...] = ()
+    text_field: str = "text"
+    num_tokens: int | None = None
+    num_samples: int | None = None
+    fmt: str | None = None
+    seed: int = 0
+    tokenizer: str | None = None
+    device: str = "cpu"
+    blend: bool = False
+
+    def check(self) -> None:
+        """The options alone, before any file is read."""
+        if self.runs < 1:
+            raise InputError(f"--runs: must be >= 1, got {self.runs}")
+        if self.seed < 0:
+            raise InputError(f"--seed: must be >= 0, got {self.seed}")
+        for name, v in (("--num-tokens", self.num_tokens), ("--num-samples", self.num_samples)):
+            if v is not None and v < 1:
+                raise InputError(f"{name}: must be >= 1, got {v}")
+        if self.fmt is not None and self.num_tokens is None and self.num_samples is None:
+            raise InputError(f"--format {self.fmt}: give the budget each candidate's schedule "
+                             "is exported for (--num-tokens or --num-samples)")
+        if self.blend and self.tokenizer is None:
+            raise InputError("--blend megatron needs --tokenizer PATH (each cluster's "
+                             "documents are tokenized once)")
+        if (self.tokenizer is not None and self.fmt != "megatron" and self.num_tokens is None
+                and not self.blend):
+            raise InputError("--tokenizer applies with --format megatron, --blend megatron or "
+                             "--num-tokens")
+
+
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
+def propose_workdir(req: ProposeRequest, log: Any = _stderr) -> dict[str, Any]:
+    """Run ``search propose`` (see the module); returns a summary; ``log``: the progress
+    lines of the exports."""
+    from clusterclip.io import atomic_output_dir, check_output_dir
+    from clusterclip.search.core import first_round
+    from clusterclip.workdir import Workdir
+
+    req.check()
+    target = None
+    if req.targets:
+        from clusterclip.search.target import read_target
+
+        target = read_target(list(req.targets), req.text_field)
+    tokenizer = None
+    if req.fmt is not None or req.blend:
+        from clusterclip.export import _require
+        from clusterclip.export import megatron as _megatron
+
+        fmt = "megatron" if req.blend else str(req.fmt)
+        _require(fmt)
+        if req.fmt is not None:
+            _require(req.fmt)
+        tokenizer = _megatron.check_tokenizer_option(fmt, req.tokenizer)
+    check_output_dir(req.out, "search propose")
+    w = Workdir(req.workdir, create=False)
+    with w.locked():
+        w.upstream(["labels.npy", "centroids.npy"]
+                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else []))
+        histogram = None if target is None else _histogram(w, target, req.device)
+        ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
+                           num_samples=req.num_samples,
+                           tokenizer=req.tokenizer if req.num_tokens else None,
+                           histogram=histogram)
+        if DEFAULT_CLIP * int(ws.space.train_tokens.sum()) < ws.space.needed:
+            raise InputError(_capacity_message(ws, req))
+        cands = first_round(ws.space, req.runs, req.seed)
+        objective = "target" if target is not None else "the user's"
+        with atomic_output_dir(req.out, "search propose") as tmp:
+            ids = write_candidates(tmp, ws, cands, objective)
+            if req.fmt is not None:
+                _export_all(w, tmp, ws, cands, ids, req, tokenizer, log)
+            if req.blend:
+                write_blends(w, tmp, Path(req.out).resolve(), ws, cands, ids, tokenizer, log)
+    return {"runs": len(ids), "ids": ids, "groups": len(ws.names), "kind": ws.kind,
+            "unit": ws.unit}
+
+
+def _capacity_message(ws: WorkdirSpace, req: ProposeRequest) -> str:
+    total = int(ws.space.train_tokens.sum())
+    flag = "--num-tokens" if req.num_tokens is not None else "--num-samples"
+    return (f"{flag} {ws.space.needed:,}: more than the clip of round 1's fixed candidates "
+            f"({DEFAULT_CLIP}) can supply from this corpus ({DEFAULT_CLIP} x {total:,} "
+            f"{ws.unit}); give a budget of at most {DEFAULT_CLIP * total:,}")
+
+
+def _histogram(w: Any, target: Any, device: str) -> np.ndarray:
+    from clusterclip.corpus import Corpus
+    from clusterclip.io import load_npy
+    from clusterclip.search.target import target_histogram
+
+    corpus = Corpus.load(w.path("corpus"))
+    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    texts = [t for t in target.texts if t]
+    k = int(load_npy(w.path("labels.npy"), "labels").max()) + 1
+    return target_histogram(w, corpus, texts, centroids[:k], device)
+
+
+def _export_all(w: Any, tmp: Path, ws: WorkdirSpace, cands: list[Candidate], ids: list[str],
+                req: ProposeRequest, tokenizer: Any, log: Any) -> None:
+    """Each candidate's schedule (``schedules/<run>.npy``) and its export
+    (``runs/<run>/``, verified on read-back by the export code)."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.export import export_schedule
+    from clusterclip.io import load_npy
+    from clusterclip.sampling import write_schedule
+
+    corpus = Corpus.load(w.path("corpus"))
+    corpus.verify_files()
+    (tmp / "schedules").mkdir()
+    for i, (rid, c) in enumerate(zip(ids, cands, strict=True)):
+        path = tmp / "schedules" / f"{rid}.npy"
+        write_schedule(ws.labels, path, num_samples=req.num_samples, num_tokens=req.num_tokens,
+                       doc_tokens=ws.doc_tokens, strategy=c.timing, clip=c.clip,
+                       cluster_weights=np.asarray(c.weights), seed=req.seed)
+        schedule = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
+        export_schedule(corpus, ws.labels, schedule, tmp / "runs" / rid, fmt=req.fmt,
+                        source=str(path), tokenizer=tokenizer)
+        log(f"search propose: {i + 1}/{len(ids)} {rid}: {len(schedule):,} positions "
+            f"exported as {req.fmt}")
+
+
+BLEND_NOTE = ("a Megatron blend draws each cluster's share of samples at random, so it keeps "
+              "the mixture's token shares but not its clip (a small cluster repeats as often "
+              "as its weight asks) nor its pacing (the order is Megatron's shuffle)")
+
+
+def blend_weights(weights: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray
+                  ) -> np.ndarray:
+    """The token share of each cluster in a mixture: ``w_k`` (a share of the documents
+    drawn) x the cluster's mean tokens per document, normalised (Megatron's blend weighs
+    its datasets by samples of ``--seq-length`` tokens)."""
+    use = labels >= 0
+    k = len(weights)
+    n = np.bincount(labels[use], minlength=k).astype(np.float64)
+    t = np.bincount(labels[use], weights=doc_tokens[use], minlength=k)
+    mean = np.divide(t, n, out=np.zeros(k), where=n > 0)
+    share = np.asarray(weights, dtype=np.float64) * mean
+    return share / share.sum()
+
+
+def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[Candidate],
+                 ids: list[str], tokenizer: Any, log: Any) -> None:
+    """Each cluster's documents once as a Megatron dataset (``clusters/cluster_K/``, the
+    export code's ``--format megatron``, read back and verified), and per candidate
+    ``blends/<run>.txt``: Megatron-LM's ``--data-path`` blend (and ``blends/<run>.json``: it,
+    the mixture's weights, its token shares and what a blend loses) (``weight prefix`` pairs,
+    the candidate's token shares over the clusters it draws)."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.export import export_schedule
+    from clusterclip.export.megatron import PREFIX, indexed_dataset
+    from clusterclip.io import write_json, write_text
+
+    corpus = Corpus.load(w.path("corpus"))
+    corpus.verify_files()
+    labels = ws.labels
+    tokens = np.zeros(labels.size)
+    for k in np.flatnonzero(np.bincount(labels[labels >= 0], minlength=ws.space.num_clusters)):
+        s = export_schedule(corpus, labels, np.flatnonzero(labels == k),
+                            tmp / "clusters" / f"cluster_{k}", fmt="megatron",
+                            source=f"cluster {k}", tokenizer=tokenizer)
+        docs = np.load(tmp / "clusters" / f"cluster_{k}" / "documents.npy")
+        ds = indexed_dataset().IndexedDataset(str(tmp / "clusters" / f"cluster_{k}" / PREFIX))
+        tokens[docs[:, 1]] = np.asarray(ds.sequence_lengths, dtype=np.float64)
+        log(f"search propose: cluster {k}: {s['rows']:,} documents as a Megatron dataset")
+    (tmp / "blends").mkdir()
+    for rid, c in zip(ids, cands, strict=True):
+        share = blend_weights(np.asarray(c.weights), labels, tokens)
+        parts = [f"{share[k]:.12g} {final / 'clusters' / f'cluster_{k}' / PREFIX}"
+                 for k in np.flatnonzero(share > 0)]
+        write_text(tmp / "blends" / f"{rid}.txt", " ".join(parts) + "\n")
+        write_json(tmp / "blends" / f"{rid}.json", {
+            "run": rid, "data_path": " ".join(parts),
+            "mixture_weights": list(c.weights), "token_shares": share.tolist(),
+            "loses": BLEND_NOTE})
