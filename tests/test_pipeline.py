@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from _helpers import torchrun_cli
+from _helpers import check_same_code, code_fingerprint, torchrun_cli
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
@@ -133,6 +133,25 @@ def test_clusters_of_the_real_corpus_agree_with_its_doc_folders(pydocs_path, tmp
 
 
 @pytest.mark.slow
+def test_a_child_process_never_runs_other_code_than_the_test(tmp_path):
+    """The schedule is a pure function of the labels and the parameters, so equal labels and
+    a different schedule.npy (torchrun vs one process, seen once in a 24-minute serial run)
+    meant that the two sides ran different code: the child read the package from disk after
+    it was edited, the test process kept what it had imported. A child is launched only
+    while the code on disk is still the code the test process imported."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sampling").mkdir(parents=True)
+    (pkg / "sampling" / "clip.py").write_text('DEFAULT_COMMAND_STRATEGY = "paced"\n')
+    (pkg / "notes.txt").write_text("not code\n")
+    at_import = code_fingerprint(pkg)
+    check_same_code(pkg, at_import)
+    (pkg / "notes.txt").write_text("still not code\n")
+    check_same_code(pkg, at_import)
+    (pkg / "sampling" / "clip.py").write_text('DEFAULT_COMMAND_STRATEGY = "clusterclip"\n')
+    with pytest.raises(pytest.fail.Exception, match="changed after this test process"):
+        check_same_code(pkg, at_import)
+
+
 def test_run_under_torchrun_equals_one_process(small_corpus, tmp_path):
     """Two real gloo processes chain every stage and write what one process writes."""
     good = tmp_path / "good.jsonl"
