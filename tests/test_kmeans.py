@@ -308,3 +308,18 @@ def test_fit_sample_names_a_bad_row_of_the_data_not_of_the_sample():
         KMeans(3, fit_sample=1990, seed=0).fit(X)
     with pytest.raises(InputError, match="fit_sample"):
         KMeans(3, fit_sample=2).fit(X)
+
+
+def test_the_default_fits_every_row_up_to_the_bound_and_a_sample_above():
+    from clusterclip.clustering.kmeans import (
+        FULL_FIT_MAX_ROWS,
+        SAMPLE_MIN_ROWS,
+        SAMPLE_ROWS_PER_CLUSTER,
+        default_fit_sample,
+    )
+
+    assert default_fit_sample(FULL_FIT_MAX_ROWS, 10) == 0  # every row
+    assert default_fit_sample(FULL_FIT_MAX_ROWS + 1, 10) == SAMPLE_MIN_ROWS
+    big_k = 4096
+    assert default_fit_sample(10**7, big_k) == SAMPLE_ROWS_PER_CLUSTER * big_k
+    assert default_fit_sample(SAMPLE_ROWS_PER_CLUSTER * big_k, big_k) == 0  # not fewer

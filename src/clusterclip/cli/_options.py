@@ -71,7 +71,7 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
                         "label every row in one streamed pass (the objective printed is "
                         "every row's); 0: fit on every row. Default: every row up to "
                         "2,000,000 valid rows, above that a sample of max(1,000,000, "
-                        "256 x K) rows (docs/benchmarks.md, K-means on a sample)")
+                        "1024 x K) rows (docs/benchmarks.md, K-means on a sample)")
 
 
 def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> None:

@@ -37,7 +37,7 @@ BACKENDS = ("torch", "faiss")
 FULL_FIT_MAX_ROWS = 2_000_000
 #: Rows of that sample: at least this many, and at least SAMPLE_ROWS_PER_CLUSTER per cluster.
 SAMPLE_MIN_ROWS = 1_000_000
-SAMPLE_ROWS_PER_CLUSTER = 256
+SAMPLE_ROWS_PER_CLUSTER = 1024
 
 
 def default_fit_sample(n_valid: int, n_clusters: int) -> int:
