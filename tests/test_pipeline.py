@@ -81,6 +81,20 @@ def test_run_is_byte_deterministic(small_corpus, tmp_path):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
 
 
+def test_run_fits_k_means_on_a_sample_with_fit_sample(small_corpus, tmp_path, capsys):
+    w = tmp_path / "w"
+    assert _run(small_corpus, w, "--fit-sample", "3") == 2  # below K: before the embedding
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(err) == 1 and "--fit-sample 3" in err[0], err
+    assert not (w / "embeddings.npy").exists()
+    assert _run(small_corpus, w, "--fit-sample", "100") == 0
+    assert "fitted on a seeded sample of 100 rows" in capsys.readouterr().out
+    stage = json.loads((w / "manifest.json").read_text())["stages"]["cluster"]
+    assert stage["params"]["fit_sample"] == 100 and stage["info"]["fit_sample_rows"] == 100
+    labels = np.load(w / "labels.npy")
+    assert (labels[np.load(w / "valid.npy")] >= 0).all() and (w / "schedule.npy").exists()
+
+
 def test_run_bad_input_exits_2_with_one_line_and_no_outputs(small_corpus, tmp_path, capsys):
     w = tmp_path / "w"
     assert main(["run", str(small_corpus), "--workdir", str(w), "--clusters", "6",
