@@ -209,3 +209,20 @@ def test_fit_sample_below_k_exits_2(workdir, capsys):
                  "--fit-sample", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--fit-sample 3" in err[0] and not (workdir / "labels.npy").exists()
+
+
+def test_fit_sample_resolves_to_the_default_above_the_bound():
+    from clusterclip.clustering.kmeans import FULL_FIT_MAX_ROWS, default_fit_sample
+    from clusterclip.clustering.stage import resolve_fit_sample
+    from clusterclip.errors import InputError
+
+    n = FULL_FIT_MAX_ROWS + 1
+    assert resolve_fit_sample(None, n, 10) == default_fit_sample(n, 10) < n
+    assert resolve_fit_sample(None, FULL_FIT_MAX_ROWS, 10) is None  # every row
+    assert resolve_fit_sample(0, n, 10) is None and resolve_fit_sample(n, n, 10) is None
+    assert resolve_fit_sample(None, n, 10, backend="faiss") is None  # faiss: every row
+    for bad in (5, -1, True, 2.5):
+        with pytest.raises(InputError, match="fit_sample"):
+            resolve_fit_sample(bad, n, 10)
+    with pytest.raises(InputError, match="backend torch only"):
+        resolve_fit_sample(1000, n, 10, backend="faiss")

@@ -697,10 +697,13 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
 
 def _choose_section(c: _Corpus, opts: ReportOptions) -> dict[str, Any]:
     """The choose-R analysis; its measured columns while T x (values of R) stays cheap."""
-    tail_docs = np.isin(c.labels, c.tail)
     block = _block_size(c.n)
+    tail: list[np.ndarray] = []  # the tail quartile's documents, only when measured
 
     def measure(r: int) -> dict[str, Any]:
+        if not tail:
+            tail.append(np.isin(c.labels, c.tail))
+        tail_docs = tail[0]
         st = c.stats(1)
         st.consume(_sampler(c.labels, "clusterclip", c.total, r, opts.alpha,
                             opts.seed).blocks(block))
