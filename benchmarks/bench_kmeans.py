@@ -43,9 +43,11 @@ from _worker import run_worker
 GIB = 1 << 30
 
 
-def make_data(path: Path, n: int, d: int, n_blobs: int, seed: int) -> Path:
-    """Write an (n, d) float32 .npy of unit rows drawn around ``n_blobs`` random directions."""
-    if path.exists():
+def make_data(path: Path, n: int, d: int, n_blobs: int, seed: int,
+              labels: Path | None = None) -> Path:
+    """Write an (n, d) float32 .npy of unit rows drawn around ``n_blobs`` random directions
+    (and, with ``labels``, each row's blob as an int32 .npy there)."""
+    if path.exists() and (labels is None or labels.exists()):
         return path
     rng = np.random.default_rng(seed)
     mus = rng.standard_normal((n_blobs, d)).astype(np.float32)
@@ -56,6 +58,7 @@ def make_data(path: Path, n: int, d: int, n_blobs: int, seed: int) -> Path:
     sigma = rng.uniform(0.035, 0.07, n_blobs).astype(np.float32)
     tmp = path.with_suffix(".tmp.npy")
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, d))
+    truth = np.empty(n, np.int32)
     step = 65536
     for s in range(0, n, step):
         m = min(step, n - s)
@@ -63,9 +66,12 @@ def make_data(path: Path, n: int, d: int, n_blobs: int, seed: int) -> Path:
         x = rng.standard_normal((m, d), dtype=np.float32) * sigma[comp, None] + mus[comp]
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         out[s:s + m] = x
+        truth[s:s + m] = comp
     out.flush()
     del out
     os.replace(tmp, path)
+    if labels is not None:
+        np.save(labels, truth)
     return path
 
 

@@ -8,19 +8,56 @@ it for another process to take before torchrun binds it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+import clusterclip
+
+# The code a child process runs is read from disk when it starts; this process's was read
+# when the suite imported it. Tests compare the two sides' outputs byte for byte, so the
+# package must not change in between (see check_same_code).
+PACKAGE = Path(clusterclip.__file__).resolve().parent
+CODE_SUFFIXES = (".py", ".c", ".so", ".js", ".css", ".html")
 
 # What torchrun sets for its workers; a child must not inherit them from the test runner.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT")
 
 
+def code_fingerprint(package: Path = PACKAGE) -> str:
+    """SHA-256 over the package's code files (path and bytes), in path order."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in package.rglob("*")
+                    if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+#: The package's code when this test process imported it.
+CODE_AT_IMPORT = code_fingerprint()
+
+
+def check_same_code(package: Path = PACKAGE, at_import: str = CODE_AT_IMPORT) -> None:
+    """Fail (pytest.fail) when the package's code on disk is no longer what this process
+    imported: a child process would run other code than the in-process side it is
+    compared with, and a difference of outputs would be no determinism bug."""
+    if code_fingerprint(package) != at_import:
+        import pytest
+
+        pytest.fail(f"the code under {package} changed after this test process imported it "
+                    f"(edited, checked out or rebuilt during the run): a child process would "
+                    f"run other code than this process; rerun the tests", pytrace=False)
+
+
 def child_env(**extra: str) -> dict[str, str]:
-    """Environment of a child process: one thread each, offline models, no torchrun leftovers."""
+    """Environment of a child process: one thread each, offline models, no torchrun leftovers.
+    Fails first when the package's code changed since this process imported it."""
+    check_same_code()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     for k in TORCHRUN_VARS:
@@ -37,8 +74,10 @@ def cli_command(*args: Any) -> list[str]:
 def run_cli(*args: Any, env: dict[str, str] | None = None, timeout: float = 240,
             **kw: Any) -> subprocess.CompletedProcess:
     """Run the command line in a child process; captures text stdout and stderr."""
-    return subprocess.run(cli_command(*args), capture_output=True, text=True,
+    proc = subprocess.run(cli_command(*args), capture_output=True, text=True,
                           env=env or child_env(), timeout=timeout, **kw)
+    check_same_code()
+    return proc
 
 
 def torchrun_command(*args: Any, nproc: int = 2) -> list[str]:
@@ -50,8 +89,10 @@ def torchrun_command(*args: Any, nproc: int = 2) -> list[str]:
 def torchrun(*args: Any, nproc: int = 2, env: dict[str, str] | None = None,
              timeout: float = 300) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node NPROC ARGS`` (a script and its arguments)."""
-    return subprocess.run(torchrun_command(*args, nproc=nproc), capture_output=True, text=True,
+    proc = subprocess.run(torchrun_command(*args, nproc=nproc), capture_output=True, text=True,
                           env=env or child_env(), timeout=timeout)
+    check_same_code()
+    return proc
 
 
 def torchrun_cli(*args: Any, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:

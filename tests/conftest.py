@@ -20,6 +20,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("CLUSTERCLIP_CACHE",
                       str(Path(__file__).resolve().parents[1] / ".cache" / "clusterclip"))
 
+# Before the tests import the package's modules: the fingerprint of the code this process
+# runs, which every child process the tests launch is checked against
+# (_helpers.check_same_code).
+import _helpers  # noqa: E402, F401
+
 
 def pytest_configure(config):
     """Under pytest-xdist (``make test``), the controller fills the checkout's cache before

@@ -177,3 +177,52 @@ def test_assign_bad_input_exits_2(tmp_path, capsys, bad):
                  "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_fit_sample_is_in_the_key_only_when_it_samples(workdir, capsys):
+    def stage():
+        return json.loads((workdir / "manifest.json").read_text())["stages"]["cluster"]
+
+    args = ["cluster", "--workdir", str(workdir), "--clusters", "4"]
+    assert main(args) == 0  # 360 valid rows: the default fits on every row, as before
+    full = stage()
+    assert "fit_sample" not in full["params"] and "fit_sample_rows" not in full["info"]
+    assert main(args + ["--fit-sample", "0"]) == 0  # every row, said explicitly: the same
+    assert stage()["fingerprint"] == full["fingerprint"]
+    assert main(args + ["--fit-sample", "360"]) == 0  # as many as there are: the same
+    assert stage()["fingerprint"] == full["fingerprint"]
+    capsys.readouterr()
+    assert main(args + ["--fit-sample", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "fitted on a seeded sample of 120 rows" in out
+    s = stage()
+    assert s["params"]["fit_sample"] == 120 and s["fingerprint"] != full["fingerprint"]
+    info = s["info"]
+    assert info["fit_sample_rows"] == 120 and info["n_valid"] == 360
+    scores, valid = np.load(workdir / "scores.npy"), np.load(workdir / "valid.npy")
+    assert info["objective"] == pytest.approx(float(scores[valid].astype(np.float64).mean()))
+    assert info["sample_objective"] == info["objective_history"][-1]
+
+
+def test_fit_sample_below_k_exits_2(workdir, capsys):
+    assert main(["cluster", "--workdir", str(workdir), "--clusters", "4",
+                 "--fit-sample", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fit-sample 3" in err[0] and not (workdir / "labels.npy").exists()
+
+
+def test_fit_sample_resolves_to_the_default_above_the_bound():
+    from clusterclip.clustering.kmeans import FULL_FIT_MAX_ROWS, default_fit_sample
+    from clusterclip.clustering.stage import resolve_fit_sample
+    from clusterclip.errors import InputError
+
+    n = FULL_FIT_MAX_ROWS + 1
+    assert resolve_fit_sample(None, n, 10) == default_fit_sample(n, 10) < n
+    assert resolve_fit_sample(None, FULL_FIT_MAX_ROWS, 10) is None  # every row
+    assert resolve_fit_sample(0, n, 10) is None and resolve_fit_sample(n, n, 10) is None
+    assert resolve_fit_sample(None, n, 10, backend="faiss") is None  # faiss: every row
+    for bad in (5, -1, True, 2.5):
+        with pytest.raises(InputError, match="fit_sample"):
+            resolve_fit_sample(bad, n, 10)
+    with pytest.raises(InputError, match="backend torch only"):
+        resolve_fit_sample(1000, n, 10, backend="faiss")

@@ -26,7 +26,9 @@ WORKER = textwrap.dedent("""
         init = "k-means++"
         if init_kind == "far":
             init = np.vstack([np.load(emb)[:1], 100 * np.eye(16, dtype=np.float32)[:5]])
-        km = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=97, init=init).fit(X, valid)
+        fit_sample = 300 if init_kind == "sample" else None
+        km = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=97, init=init,
+                    fit_sample=fit_sample).fit(X, valid)
         labels, scores = gather_rows(km.labels_), gather_rows(km.scores_)
         if dist.get_rank() == 0:
             d = f"{out}/{metric}-{init_kind}"
@@ -35,6 +37,7 @@ WORKER = textwrap.dedent("""
             np.save(d + "/centroids.npy", km.cluster_centers_)
             np.save(d + "/history.npy", np.array(km.objective_history_))
             np.save(d + "/reseeds.npy", np.array(km.reseeds_ + [0]))
+            np.save(d + "/objective.npy", np.array([km.objective_, km.sample_objective_ or 0]))
     dist.destroy_process_group()
 """)
 
@@ -50,27 +53,41 @@ def make_inputs(tmp_path, n: int = 1001):
     return X, valid
 
 
-CASES = [("cosine", "kmeans++"), ("euclidean", "kmeans++"), ("euclidean", "far")]
+# "sample": fitted on a seeded sample of 300 of the ~800 valid rows (fit_sample), then every
+# row labelled; two ranks run every case, four ranks (one more launch) the sampled ones.
+CASES = [("cosine", "kmeans++"), ("euclidean", "kmeans++"), ("euclidean", "far"),
+         ("cosine", "sample"), ("euclidean", "sample")]
+RANKS = {2: CASES, 4: [c for c in CASES if c[1] == "sample"]}
+
+
+def _launch(root, nproc: int):
+    X, valid = make_inputs(root)
+    for metric, init_kind in RANKS[nproc]:
+        (root / f"{metric}-{init_kind}").mkdir()
+    script = root / "worker.py"
+    script.write_text(WORKER)
+    res = torchrun(script, root / "emb.npy", root / "valid.npy", root,
+                   *(f"{m}:{i}" for m, i in RANKS[nproc]), nproc=nproc, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return root, X, valid
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Every case of CASES fitted by two real gloo processes (one torchrun launch)."""
-    root = tmp_path_factory.mktemp("kmeans2")
-    X, valid = make_inputs(root)
-    for metric, init_kind in CASES:
-        (root / f"{metric}-{init_kind}").mkdir()
-    script = root / "worker.py"
-    script.write_text(WORKER)
-    res = torchrun(script, root / "emb.npy", root / "valid.npy", root,
-                   *(f"{m}:{i}" for m, i in CASES), timeout=180)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return root, X, valid
+    return _launch(tmp_path_factory.mktemp("kmeans2"), 2)
 
 
-@pytest.mark.parametrize("metric, init_kind", CASES)
-def test_two_gloo_processes_give_the_single_process_labels(two_ranks, metric, init_kind):
-    root, X, valid = two_ranks
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """The sampled cases fitted by four real gloo processes (one torchrun launch)."""
+    return _launch(tmp_path_factory.mktemp("kmeans4"), 4)
+
+
+@pytest.mark.parametrize("nproc, metric, init_kind",
+                         [(n, m, i) for n, cases in RANKS.items() for m, i in cases])
+def test_gloo_processes_give_the_single_process_labels(request, nproc, metric, init_kind):
+    root, X, valid = request.getfixturevalue({2: "two_ranks", 4: "four_ranks"}[nproc])
     got = root / f"{metric}-{init_kind}"
     # "far": five centroids no row is near, so five clusters are re-seeded at once.
     # (Not identical centroids: exact ties are broken by float rounding in the matrix
@@ -78,7 +95,12 @@ def test_two_gloo_processes_give_the_single_process_labels(two_ranks, metric, in
     init = "k-means++"
     if init_kind == "far":
         init = np.vstack([X[:1], 100 * np.eye(16, dtype=np.float32)[:5]])
-    ref = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=1000, init=init).fit(X, valid)
+    fit_sample = 300 if init_kind == "sample" else None
+    ref = KMeans(6, max_iter=15, metric=metric, seed=5, chunk_rows=1000, init=init,
+                 fit_sample=fit_sample).fit(X, valid)
+    assert ref.fit_sample_rows_ == fit_sample
+    np.testing.assert_allclose(np.load(got / "objective.npy"),
+                               [ref.objective_, ref.sample_objective_ or 0], rtol=1e-9)
     np.testing.assert_array_equal(np.load(got / "labels.npy"), ref.labels_)
     np.testing.assert_allclose(np.load(got / "scores.npy"), ref.scores_, atol=1e-6)
     np.testing.assert_allclose(np.load(got / "centroids.npy"), ref.cluster_centers_,

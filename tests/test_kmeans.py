@@ -268,3 +268,58 @@ def test_nan_rows_are_named():
         KMeans(3, chunk_rows=50).fit(X)
     with pytest.raises(InputError, match="row 123 holds NaN"):
         KMeans(3, chunk_rows=50, init=X[:3]).fit(X)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_fit_sample_fits_the_sample_then_labels_every_row(metric):
+    from clusterclip.clustering._lloyd import sample_rows
+
+    X, _ = blobs(3000, 16, 6, seed=3, spread=0.3)
+    valid = np.random.default_rng(1).random(3000) > 0.1
+    km = KMeans(6, max_iter=20, metric=metric, seed=2, chunk_rows=256,
+                fit_sample=700).fit(X, valid)
+    rows = sample_rows(valid, [int(valid.sum())], 700, 2)
+    assert rows.size == 700 and valid[rows].all() and (np.diff(rows) > 0).all()
+    on_sample = KMeans(6, max_iter=20, metric=metric, seed=2).fit(X[rows])
+    np.testing.assert_array_equal(km.cluster_centers_, on_sample.cluster_centers_)
+    assert km.sample_objective_ == on_sample.objective_ and km.fit_sample_rows_ == 700
+    labels, scores = assign(X, km.cluster_centers_, metric=metric, valid=valid)
+    np.testing.assert_array_equal(km.labels_, labels)
+    np.testing.assert_array_equal(km.scores_, scores)
+    s = scores[valid].astype(np.float64)
+    want = s.mean() if metric == "cosine" else (s * s).mean()  # every valid row's objective
+    assert km.objective_ == pytest.approx(want, rel=1e-6)
+
+
+def test_fit_sample_of_every_row_is_the_full_fit():
+    X, _ = blobs(500, 8, 4, seed=5, spread=0.3)
+    full = KMeans(4, seed=1).fit(X)
+    for m in (500, 10_000):
+        km = KMeans(4, seed=1, fit_sample=m).fit(X)
+        np.testing.assert_array_equal(km.labels_, full.labels_)
+        np.testing.assert_array_equal(km.cluster_centers_, full.cluster_centers_)
+        assert km.fit_sample_rows_ is None and km.objective_history_ == full.objective_history_
+
+
+def test_fit_sample_names_a_bad_row_of_the_data_not_of_the_sample():
+    X, _ = blobs(2000, 8, 3, seed=0)
+    X[1500, 2] = np.nan
+    with pytest.raises(InputError, match="row 1500 holds NaN"):  # in the sample or not
+        KMeans(3, fit_sample=1990, seed=0).fit(X)
+    with pytest.raises(InputError, match="fit_sample"):
+        KMeans(3, fit_sample=2).fit(X)
+
+
+def test_the_default_fits_every_row_up_to_the_bound_and_a_sample_above():
+    from clusterclip.clustering.kmeans import (
+        FULL_FIT_MAX_ROWS,
+        SAMPLE_MIN_ROWS,
+        SAMPLE_ROWS_PER_CLUSTER,
+        default_fit_sample,
+    )
+
+    assert default_fit_sample(FULL_FIT_MAX_ROWS, 10) == 0  # every row
+    assert default_fit_sample(FULL_FIT_MAX_ROWS + 1, 10) == SAMPLE_MIN_ROWS
+    big_k = 4096
+    assert default_fit_sample(10**7, big_k) == SAMPLE_ROWS_PER_CLUSTER * big_k
+    assert default_fit_sample(SAMPLE_ROWS_PER_CLUSTER * big_k, big_k) == 0  # not fewer

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from _helpers import torchrun_cli
+from _helpers import check_same_code, code_fingerprint, torchrun_cli
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
@@ -81,6 +81,20 @@ def test_run_is_byte_deterministic(small_corpus, tmp_path):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
 
 
+def test_run_fits_k_means_on_a_sample_with_fit_sample(small_corpus, tmp_path, capsys):
+    w = tmp_path / "w"
+    assert _run(small_corpus, w, "--fit-sample", "3") == 2  # below K: before the embedding
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(err) == 1 and "--fit-sample 3" in err[0], err
+    assert not (w / "embeddings.npy").exists()
+    assert _run(small_corpus, w, "--fit-sample", "100") == 0
+    assert "fitted on a seeded sample of 100 rows" in capsys.readouterr().out
+    stage = json.loads((w / "manifest.json").read_text())["stages"]["cluster"]
+    assert stage["params"]["fit_sample"] == 100 and stage["info"]["fit_sample_rows"] == 100
+    labels = np.load(w / "labels.npy")
+    assert (labels[np.load(w / "valid.npy")] >= 0).all() and (w / "schedule.npy").exists()
+
+
 def test_run_bad_input_exits_2_with_one_line_and_no_outputs(small_corpus, tmp_path, capsys):
     w = tmp_path / "w"
     assert main(["run", str(small_corpus), "--workdir", str(w), "--clusters", "6",
@@ -133,6 +147,25 @@ def test_clusters_of_the_real_corpus_agree_with_its_doc_folders(pydocs_path, tmp
 
 
 @pytest.mark.slow
+def test_a_child_process_never_runs_other_code_than_the_test(tmp_path):
+    """The schedule is a pure function of the labels and the parameters, so equal labels and
+    a different schedule.npy (torchrun vs one process, seen once in a 24-minute serial run)
+    meant that the two sides ran different code: the child read the package from disk after
+    it was edited, the test process kept what it had imported. A child is launched only
+    while the code on disk is still the code the test process imported."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sampling").mkdir(parents=True)
+    (pkg / "sampling" / "clip.py").write_text('DEFAULT_COMMAND_STRATEGY = "paced"\n')
+    (pkg / "notes.txt").write_text("not code\n")
+    at_import = code_fingerprint(pkg)
+    check_same_code(pkg, at_import)
+    (pkg / "notes.txt").write_text("still not code\n")
+    check_same_code(pkg, at_import)
+    (pkg / "sampling" / "clip.py").write_text('DEFAULT_COMMAND_STRATEGY = "clusterclip"\n')
+    with pytest.raises(pytest.fail.Exception, match="changed after this test process"):
+        check_same_code(pkg, at_import)
+
+
 def test_run_under_torchrun_equals_one_process(small_corpus, tmp_path):
     """Two real gloo processes chain every stage and write what one process writes."""
     good = tmp_path / "good.jsonl"

@@ -345,3 +345,30 @@ def test_report_links_the_experiment_iff_its_results_exist(workdir, tmp_path):
     # The conclusion closes the report with the computed late-training sentence.
     conclusion = md.split("## Conclusion", 1)[1]
     assert _summary(out)["tail_starvation"]["sentence"] in conclusion
+
+
+def test_above_the_document_bound_repetition_says_it_is_a_sample(workdir, tmp_path,
+                                                                 monkeypatch, capsys):
+    """Above DOC_SAMPLE documents (here 200 of 600) the per-document counts are every s-th
+    document's: the summary, report.md and a note say so; the cluster shares, which never
+    needed per-document counts, are the exact ones."""
+    from clusterclip.report import build, stats
+
+    exact = tmp_path / "exact"
+    args = ["--workdir", workdir, "--map-sample", "0", "--strategies", "paced,random"]
+    assert _report([*args, "--out", exact], capsys)[0] == 0
+    monkeypatch.setattr(stats, "DOC_SAMPLE", 200)
+    monkeypatch.setattr(build, "DOC_SAMPLE", 200)
+    sampled = tmp_path / "sampled"
+    assert _report([*args, "--out", sampled], capsys)[0] == 0
+    a, b = _summary(exact), _summary(sampled)
+    for name in ("paced", "random"):
+        sa, sb = a["schedules"][name], b["schedules"][name]
+        assert "repetition_sample" not in sa and 0 < sb["repetition_sample"] <= 200
+        assert sb["max_repetition"] <= sa["max_repetition"]
+        assert sum(sb["repetition_histogram"]) == sb["repetition_sample"]
+        assert sa["tail_quartile_share_per_window"] == sb["tail_quartile_share_per_window"]
+    md = (sampled / "report.md").read_text(encoding="utf-8")
+    assert "Counted on a systematic sample of" in md and "systematic sample" not in (
+        exact / "report.md").read_text(encoding="utf-8")
+    assert any("on one document in 3 (200 of the 600" in n for n in b["notes"])

@@ -122,3 +122,30 @@ def test_quartiles_are_disjoint_for_four_or_more_clusters():
     tail, head = quartile_clusters(sizes)
     assert set(tail) == {1, 6} and set(head) == {2, 5}  # ties broken by id: 6 before 7
     assert not set(tail) & set(head)
+
+
+@given(labelled_schedules(), st.integers(1, 60))
+@settings(max_examples=40, deadline=None)
+def test_every_stride_th_document_is_counted_exactly(case, limit):
+    """Above DOC_SAMPLE documents the report keeps per-document counts for every s-th
+    document only (bounded memory): those counts are the exact ones of those documents."""
+    from clusterclip.report.stats import doc_stride
+
+    labels, k, schedule, _ = case[:4]
+    n = labels.size
+    stride = doc_stride(n, limit)
+    assert (stride == 1) == (n <= limit) and -(-n // stride) <= limit
+    exact = ScheduleStats(labels, k, schedule.size, 5).consume([schedule])
+    part = ScheduleStats(labels, k, schedule.size, 5, stride=stride).consume(
+        [schedule[:7], schedule[7:]])
+    np.testing.assert_array_equal(part.doc_counts, exact.doc_counts[::stride])
+    np.testing.assert_array_equal(part.window_counts, exact.window_counts)
+    eligible = labels >= 0
+    sizes = cluster_sizes(labels, k)
+    s = schedule_summary(part, sizes, eligible, clip=3.0)
+    want = np.bincount(exact.doc_counts[::stride][eligible[::stride]], minlength=1)
+    assert s["repetition_histogram"] == [int(x) for x in want]
+    if stride == 1:
+        assert s == schedule_summary(exact, sizes, eligible, clip=3.0)
+    else:
+        assert s["repetition_sample"] == int(eligible[::stride].sum())

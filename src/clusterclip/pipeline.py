@@ -134,6 +134,7 @@ class KMeansOptions:
     seed: int = 0
     device: str = "cpu"
     chunk_rows: int = 65536
+    fit_sample: int | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,11 @@ class RunConfig:
         if s is not None and not 0 <= s.seed <= MAX_SEED:
             raise InputError(f"seed {s.seed}: the sampler takes 0 .. 2**64 - 1",
                              params=("seed",))
-        KMeans(n_clusters=self.n_clusters, **asdict(self.kmeans))._check_params()
+        from clusterclip.clustering.stage import check_fit_sample
+
+        KMeans(n_clusters=self.n_clusters, **{**asdict(self.kmeans), "fit_sample": None}
+               )._check_params()
+        check_fit_sample(self.kmeans.fit_sample, self.n_clusters)
 
     def check_capacity(self, documents: int) -> None:
         """Refuse ``num_samples`` T above what an explicit ``clip`` R can serve on the
@@ -273,6 +278,10 @@ def _print_summary(w: Workdir, out: dict[str, Any]) -> None:
     print(f"k-means:    {c.get('n_clusters')} clusters (sizes {c.get('cluster_size_min')}.."
           f"{c.get('cluster_size_max')}), objective {c.get('objective', float('nan')):.4f} "
           f"after {c.get('n_iter')} iterations")
+    if c.get("fit_sample_rows"):
+        from clusterclip.clustering.stage import sample_note
+
+        print(sample_note(c))
     if "dedup" in out:
         from clusterclip.dedup import format_summary
 

@@ -66,6 +66,12 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
     g.add_argument("--chunk-rows", type=int, default=65536,
                    help="rows streamed from embeddings.npy at a time (bounds memory)")
+    g.add_argument("--fit-sample", type=int, default=None, metavar="N",
+                   help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
+                        "label every row in one streamed pass (the objective printed is "
+                        "every row's); 0: fit on every row. Default: every row up to "
+                        "2,000,000 valid rows, above that a sample of max(1,000,000, "
+                        "1024 x K) rows (docs/benchmarks.md, K-means on a sample)")
 
 
 def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> None:

@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                          "--sweep")
     common = dict(n_clusters=args.clusters[0], max_iter=args.iters, n_init=args.n_init,
                   tol=args.tol, metric=args.metric, backend=args.backend, seed=args.seed,
-                  device=args.kmeans_device, chunk_rows=args.chunk_rows)
+                  device=args.kmeans_device, chunk_rows=args.chunk_rows,
+                  fit_sample=args.fit_sample)
     with D.process_group(args.kmeans_device) as main_rank:
         if args.workdir:
             result = cluster_workdir(Workdir(args.workdir, create=False), **common)
@@ -109,7 +110,8 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.sweep_only:
         print(f"full fit: {result['command']}")
         return 0
-    print(summary(cluster_workdir(w, n_clusters=k, progress=sys.stderr.isatty(), **kmeans)))
+    print(summary(cluster_workdir(w, n_clusters=k, progress=sys.stderr.isatty(),
+                                  fit_sample=args.fit_sample, **kmeans)))
     return 0
 
 
@@ -122,5 +124,10 @@ def summary(result: dict) -> str:
         head = (f"k-means: {result['n_valid']} rows ({result['n_excluded']} excluded) -> "
                 f"{result['n_clusters']} clusters after {result['n_iter']} iterations, "
                 f"objective {result['objective']:.6f}, {reseeds} empty clusters re-seeded")
+        if result.get("fit_sample_rows"):
+            from clusterclip.clustering.stage import sample_note
+
+            head += "\n" + sample_note(result)
     return "\n".join([head, f"labels:    {result['labels']}", f"scores:    {result['scores']}",
                       f"centroids: {result['centroids']}"])
+

@@ -92,7 +92,8 @@ def config(args: argparse.Namespace, sampling: bool) -> RunConfig:
         tune=args.tune, tune_seed=args.tune_seed)
     kmeans = KMeansOptions(max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                            metric=args.metric, backend=args.backend, seed=args.seed,
-                           device=args.kmeans_device, chunk_rows=args.chunk_rows)
+                           device=args.kmeans_device, chunk_rows=args.chunk_rows,
+                           fit_sample=args.fit_sample)
     if not sampling and args.clip is not None and args.clip < 1:
         from clusterclip.errors import InputError
 

@@ -63,6 +63,10 @@ class Fit:
     init_seconds: float = 0.0
     init_cpu_seconds: float = 0.0
     train_seconds: float | None = None  # FAISS only: time in faiss.Kmeans.train
+    # Fitted on a sample (fit_sample): its rows, its own objective, its fit's seconds
+    sample_rows: int | None = None
+    sample_objective: float | None = None
+    sample_seconds: float | None = None
 
 
 def torch_device(device: str) -> Any:

@@ -29,9 +29,25 @@ from clusterclip.clustering._passes import METRICS, assign
 from clusterclip.clustering._rows import check_matrix
 from clusterclip.errors import InputError
 
-__all__ = ["BACKENDS", "METRICS", "KMeans", "assign"]
+__all__ = ["BACKENDS", "METRICS", "KMeans", "assign", "default_fit_sample"]
 
 BACKENDS = ("torch", "faiss")
+#: The commands fit on every valid row up to this many rows, on a sample above it
+#: (measured in docs/benchmarks.md, "K-means on a sample").
+FULL_FIT_MAX_ROWS = 2_000_000
+#: Rows of that sample: at least this many, and at least SAMPLE_ROWS_PER_CLUSTER per cluster.
+SAMPLE_MIN_ROWS = 1_000_000
+SAMPLE_ROWS_PER_CLUSTER = 1024
+
+
+def default_fit_sample(n_valid: int, n_clusters: int) -> int:
+    """Rows the commands fit k-means on when not told (0: every row): every valid row up
+    to :data:`FULL_FIT_MAX_ROWS`, else a seeded sample of ``max(SAMPLE_MIN_ROWS,
+    SAMPLE_ROWS_PER_CLUSTER x K)`` rows (every row when that is not fewer)."""
+    if n_valid <= FULL_FIT_MAX_ROWS:
+        return 0
+    m = max(SAMPLE_MIN_ROWS, SAMPLE_ROWS_PER_CLUSTER * int(n_clusters))
+    return 0 if m >= n_valid else m
 
 
 class KMeans:
@@ -53,6 +69,10 @@ class KMeans:
     init: ``"k-means++"`` (on a seeded sample of rows) or a (K, d) array of
         initial centroids.
     progress: show a progress bar (stderr) per iteration.
+    fit_sample: None (fit on every valid row) or a number of rows m >= K: below the
+        number of valid rows, k-means++ and Lloyd run on a seeded sample of m valid
+        rows (the same sample under any number of ranks), then one streamed
+        assignment pass labels every row (torch backend only).
 
     Attributes after :meth:`fit`
     ----------------------------
@@ -68,12 +88,16 @@ class KMeans:
         re-seeded at each update of the kept run; empty_clusters_: clusters
         still empty at the end (only when there are fewer distinct rows than K).
     init_seconds_, init_cpu_seconds_: wall and CPU time spent initialising (torch).
+    fit_sample_rows_: rows of the sample the centroids were fitted on (None: every valid
+        row); sample_objective_: the objective on that sample (None without one).
+        ``objective_``, ``inertia_``, labels and scores are always the full data's;
+        ``objective_history_`` is then the sample's.
     """
 
     def __init__(self, n_clusters: int, max_iter: int = 50, n_init: int = 1, tol: float = 1e-4,
                  metric: str = "cosine", seed: int = 0, device: str = "cpu",
                  chunk_rows: int = 65536, backend: str = "torch", init: Any = "k-means++",
-                 progress: bool = False) -> None:
+                 progress: bool = False, fit_sample: int | None = None) -> None:
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.n_init = n_init
@@ -85,6 +109,7 @@ class KMeans:
         self.backend = backend
         self.init = init
         self.progress = progress
+        self.fit_sample = fit_sample
 
     # -- validation ------------------------------------------------------------
     def _check_params(self) -> None:
@@ -109,6 +134,13 @@ class KMeans:
             raise bad("seed", "must be an integer >= 0")
         if self.backend == "faiss" and self.seed > 2**31 - 1:  # a C int inside faiss
             raise bad("seed", "must be < 2**31 with backend faiss")
+        if self.fit_sample is not None:
+            if not isinstance(self.fit_sample, (int, np.integer)) or isinstance(
+                    self.fit_sample, bool) or self.fit_sample < self.n_clusters:
+                raise bad("fit_sample", f"must be an integer >= n_clusters "
+                                        f"({self.n_clusters}), or None for every row")
+            if self.backend == "faiss":
+                raise bad("fit_sample", "works with backend torch only")
 
     # -- public API --------------------------------------------------------------
     def fit(self, X: np.ndarray, valid: np.ndarray | None = None) -> KMeans:
@@ -149,7 +181,8 @@ class KMeans:
             fit = fit_faiss(X, valid, **kwargs)
         else:
             fit = fit_torch(X, valid, valid_sizes, tol=self.tol, progress=self.progress,
-                            **kwargs)
+                            fit_sample=None if self.fit_sample is None
+                            else int(self.fit_sample), **kwargs)
         # The only place that sets fitted attributes.
         self.cluster_centers_ = fit.centroids
         self.labels_ = fit.labels
@@ -164,6 +197,9 @@ class KMeans:
         self.init_cpu_seconds_ = fit.init_cpu_seconds
         if fit.train_seconds is not None:
             self.train_seconds_ = fit.train_seconds
+        self.fit_sample_rows_ = fit.sample_rows
+        self.sample_objective_ = fit.sample_objective
+        self.sample_seconds_ = fit.sample_seconds
         return self
 
     def predict(self, X: np.ndarray, valid: np.ndarray | None = None

@@ -18,7 +18,7 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.clustering._rows import check_matrix
-from clusterclip.clustering.kmeans import KMeans, assign
+from clusterclip.clustering.kmeans import KMeans, assign, default_fit_sample
 from clusterclip.errors import InputError
 from clusterclip.io import check_output_dir, load_npy, save_npy, write_json, write_marker
 from clusterclip.workdir import Workdir
@@ -61,7 +61,8 @@ def _fit_shard(X: np.ndarray, valid: np.ndarray | None, params: dict[str, Any],
     shard_valid = None if valid is None else valid[start:stop]
     km = KMeans(params["n_clusters"], max_iter=params["max_iter"], n_init=params["n_init"],
                 tol=params["tol"], metric=params["metric"], seed=params["seed"], device=device,
-                chunk_rows=chunk_rows, backend=params["backend"], progress=progress)
+                chunk_rows=chunk_rows, backend=params["backend"], progress=progress,
+                fit_sample=params.get("fit_sample"))
     t0 = time.perf_counter()
     km.fit(X[start:stop], shard_valid)
     seconds = time.perf_counter() - t0
@@ -88,6 +89,10 @@ def _fit_shard(X: np.ndarray, valid: np.ndarray | None, params: dict[str, Any],
             "processes": world,
             "seconds": round(seconds, 3),
         }
+        if km.fit_sample_rows_ is not None:  # the objective above is every valid row's
+            info.update(fit_sample_rows=int(km.fit_sample_rows_),
+                        sample_objective=float(km.sample_objective_),
+                        sample_seconds=round(float(km.sample_seconds_), 3))
     info["_labels"], info["_scores"] = labels, scores
     return km, info
 
@@ -98,6 +103,41 @@ def _write_outputs(root: Path, km: KMeans, info: dict[str, Any]) -> None:
     save_npy(root / "centroids.npy", km.cluster_centers_.astype(np.float32))
 
 
+def check_fit_sample(fit_sample: int | None, n_clusters: int) -> None:
+    """Refuse a ``fit_sample`` that is not None, 0 or a number of rows >= ``n_clusters``."""
+    if fit_sample is None:
+        return
+    if isinstance(fit_sample, bool) or not isinstance(fit_sample, (int, np.integer)) \
+            or fit_sample < 0 or 0 < fit_sample < n_clusters:
+        raise InputError(f"fit_sample {fit_sample}: must be 0 (every row) or a number of "
+                         f"rows >= n_clusters ({n_clusters})", params=("fit_sample",))
+
+
+def resolve_fit_sample(fit_sample: int | None, n_valid: int, n_clusters: int,
+                       backend: str = "torch") -> int | None:
+    """The rows k-means is fitted on, or None for every valid row.
+
+    ``fit_sample``: None for the automatic choice (:func:`default_fit_sample`), 0 for
+    every row, else a number of rows >= K (every row when it is not below ``n_valid``).
+    """
+    check_fit_sample(fit_sample, n_clusters)
+    if fit_sample is None:
+        fit_sample = default_fit_sample(n_valid, n_clusters) if backend == "torch" else 0
+    if fit_sample == 0 or fit_sample >= n_valid:
+        return None
+    if backend != "torch":
+        raise InputError(f"fit_sample {fit_sample}: works with backend torch only",
+                         params=("fit_sample", "backend"))
+    return int(fit_sample)
+
+
+def sample_note(info: dict[str, Any]) -> str:
+    """The line of ``cluster`` and ``run`` that says the centroids were fitted on a sample."""
+    return (f"           fitted on a seeded sample of {info['fit_sample_rows']:,} rows "
+            f"(objective there {info['sample_objective']:.6f}), then every row labelled "
+            f"in one pass: the objective above is every valid row's")
+
+
 def _check_k(n_clusters: int) -> None:
     if not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
         raise InputError(f"n_clusters {n_clusters}: must be an integer >= 1",
@@ -106,28 +146,34 @@ def _check_k(n_clusters: int) -> None:
 
 def _checked_params(X: np.ndarray, valid: np.ndarray | None, emb: Path, n_clusters: int,
                     max_iter: int, n_init: int, tol: float, metric: str, backend: str, seed: int,
-                    device: str, chunk_rows: int) -> dict[str, Any]:
-    """The k-means parameters, checked (also K against the valid rows of ``emb``)."""
+                    device: str, chunk_rows: int, fit_sample: int | None = 0
+                    ) -> dict[str, Any]:
+    """The k-means parameters, checked (also K against the valid rows of ``emb``), with
+    ``fit_sample`` resolved (:func:`resolve_fit_sample`; in them only when it samples)."""
     params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
     KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
     n_valid = X.shape[0] if valid is None else int(valid.sum())
     if n_clusters > n_valid:
         raise InputError(f"n_clusters {n_clusters}: more than the {n_valid} valid rows of {emb}",
                          params=("n_clusters",))
+    rows = resolve_fit_sample(fit_sample, n_valid, n_clusters, backend)
+    if rows is not None:
+        params["fit_sample"] = rows
     return params
 
 
 def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_init: int = 1,
                     tol: float = 1e-4, metric: str = "cosine", backend: str = "torch",
                     seed: int = 0, device: str = "cpu", chunk_rows: int = 65536,
-                    progress: bool = True) -> dict[str, Any]:
+                    progress: bool = True, fit_sample: int | None = None) -> dict[str, Any]:
     """Cluster ``W/embeddings.npy`` (rows where ``W/valid.npy`` is True; all if absent).
 
     Writes ``W/labels.npy`` (int32, -1 for excluded rows), ``W/scores.npy``
     (float32), ``W/centroids.npy`` (float32, K x d) and the stage ``cluster`` in
     the manifest (objective per iteration in its info). Skips the work when the
     stage is current (same ``embed`` stage or embeddings bytes, same parameters).
-    Returns the stage info plus ``skipped`` and the output paths.
+    Returns the stage info plus ``skipped`` and the output paths. ``fit_sample``: see
+    :func:`resolve_fit_sample` (None: the automatic choice).
     """
     _check_k(n_clusters)
     with workdir.locked():  # before reading: no other command replaces the inputs meanwhile
@@ -136,7 +182,7 @@ def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_
         valid_file = workdir.path("valid.npy")
         valid = _open_valid(valid_file if valid_file.exists() else None, X.shape[0])
         params = _checked_params(X, valid, emb, n_clusters, max_iter, n_init, tol, metric,
-                                 backend, seed, device, chunk_rows)
+                                 backend, seed, device, chunk_rows, fit_sample)
         result = workdir.run_stage(
             STAGE, key=params, params={**params, "device": device, "chunk_rows": chunk_rows},
             reads=["embeddings.npy"], maybe_reads=["valid.npy"], outputs=OUTPUTS,
@@ -161,7 +207,8 @@ def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.Path
                             tol: float = 1e-4, metric: str = "cosine", backend: str = "torch",
                             seed: int = 0, device: str = "cpu", chunk_rows: int = 65536,
                             valid_path: str | os.PathLike[str] | None = None,
-                            progress: bool = True) -> dict[str, Any]:
+                            progress: bool = True, fit_sample: int | None = None
+                            ) -> dict[str, Any]:
     """Cluster a bare ``.npy`` embeddings file; outputs and a manifest go to ``out_dir``.
 
     Same outputs and caching as :func:`cluster_workdir` (fingerprint: the
@@ -174,7 +221,7 @@ def cluster_embeddings_file(path: str | os.PathLike[str], out_dir: str | os.Path
     X = _open_embeddings(emb)
     valid = _open_valid(valid_path, X.shape[0])
     params = _checked_params(X, valid, emb, n_clusters, max_iter, n_init, tol, metric,
-                             backend, seed, device, chunk_rows)
+                             backend, seed, device, chunk_rows, fit_sample)
     out = check_output_dir(out_dir, STAGE, protected=((emb, "the input file", False),)
                            + (() if valid_path is None
                               else ((Path(valid_path), "the input file", False),)))

@@ -30,9 +30,11 @@ from clusterclip.report.readable import (
 )
 from clusterclip.report.stats import (
     CHUNK,
+    DOC_SAMPLE,
     ScheduleStats,
     cluster_sizes,
     cluster_tokens,
+    doc_stride,
     quartile_shares_per_tenth,
     schedule_summary,
     size_profile,
@@ -111,9 +113,9 @@ def _blocks_of(array: np.ndarray, block: int) -> Iterator[np.ndarray]:
 
 
 def _block_size(num_docs: int) -> int:
-    # Each block costs one bincount of length N, so blocks of at least N samples keep that
-    # amortised to O(1) per sample.
-    return max(1 << 20, num_docs)
+    # Each block costs one bincount of length N (of the tracked documents above DOC_SAMPLE),
+    # so blocks of at least that many samples keep it amortised to O(1) per sample.
+    return max(1 << 20, min(num_docs, DOC_SAMPLE))
 
 
 # -- generated schedules ---------------------------------------------------------------
@@ -511,6 +513,12 @@ class _Corpus:
     notes: list[str]
     counted: _Counted
     schedule: np.ndarray | None = None
+    #: per-document counts are kept for every stride-th document (doc_stride)
+    stride: int = 1
+
+    def stats(self, windows: int) -> ScheduleStats:
+        """Empty statistics of one schedule of this corpus at its budget."""
+        return ScheduleStats(self.labels, self.k, self.total, windows, stride=self.stride)
 
     @property
     def n(self) -> int:
@@ -562,8 +570,16 @@ def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
                          f"has {n}")
     sizes = cluster_sizes(labels, k)
     tail, head = _quartiles(sizes)
+    stride = doc_stride(n)
+    if stride > 1:
+        notes.append(f"repetition and documents seen are counted on one document in "
+                     f"{stride:,} ({-(-n // stride):,} of the {n:,}: above {DOC_SAMPLE:,} "
+                     f"documents their counts are sampled); token shares per cluster are "
+                     f"estimated from them, repetition per near-duplicate group is not "
+                     f"computed")
     return _Corpus(labels=labels, k=k, eligible=eligible, sizes=sizes, tail=tail, head=head,
-                   total=total, corpus=corpus, notes=notes, counted=counted, schedule=sched)
+                   total=total, corpus=corpus, notes=notes, counted=counted, schedule=sched,
+                   stride=stride)
 
 
 @dataclass
@@ -581,12 +597,12 @@ class _Schedules:
     def add(self, name: str, summary: dict[str, Any], st: ScheduleStats, c: _Corpus) -> None:
         """Record schedule ``name`` from its statistics (group repetition and token
         shares too, when counted)."""
-        if c.counted.groups is not None:
+        if c.counted.groups is not None and not st.sampled:
             from clusterclip.dedup import group_repetition
 
             summary.update(group_repetition(st.doc_counts, c.counted.groups))
         if c.counted.tokens is not None:
-            per_cluster = cluster_tokens(st.doc_counts, c.labels, c.counted.tokens, c.k)
+            per_cluster = _cluster_tokens(st, c)
             summary.update(token_shares(per_cluster, c.sizes, _groups(c)))
             self.token_parts[name] = per_cluster / max(1.0, float(per_cluster.sum()))
         self.summaries[name] = summary
@@ -595,13 +611,30 @@ class _Schedules:
         self.tenth_end = (st.tenth_edges[1:] / c.total).tolist()
 
 
+def _cluster_tokens(st: ScheduleStats, c: _Corpus) -> np.ndarray:
+    """float64[K]: tokens each cluster gets in the schedule of ``st``; from the tracked
+    documents, scaled by cluster size over tracked size, when ``st`` tracks a sample."""
+    if not st.sampled:
+        return cluster_tokens(st.doc_counts, c.labels, c.counted.tokens, c.k)
+    lab = st.tracked(c.labels)
+    part = cluster_tokens(st.doc_counts, lab, st.tracked(c.counted.tokens), c.k)
+    seen = cluster_sizes(lab, c.k)
+    return np.divide(part * c.sizes, seen, out=np.zeros(c.k), where=seen > 0)
+
+
+def _repetition_sample(schedules: dict[str, dict[str, Any]]) -> int | None:
+    """Documents the schedules' repetition histograms count when they count a sample."""
+    return next((s["repetition_sample"] for s in schedules.values()
+                 if "repetition_sample" in s), None)
+
+
 def _groups(c: _Corpus) -> dict[str, np.ndarray]:
     return {"tail_quartile": c.tail, "head_quartile": c.head}
 
 
 def _given_schedule(c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
     """Statistics of the schedule the user gave (``opts.schedule``), as ``schedule``."""
-    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    st = c.stats(opts.windows)
     blocks = _blocks_of(c.schedule, _block_size(c.n))
     try:
         st.consume(_progress(blocks, c.total, "schedule", opts.progress))
@@ -621,7 +654,7 @@ def _generated_schedule(c: _Corpus, opts: ReportOptions, strategy: str,
                         out: _Schedules) -> None:
     """Statistics of the sampler's schedule for ``strategy`` at the same budget."""
     sampler = _sampler(c.labels, strategy, c.total, opts.clip, opts.alpha, opts.seed)
-    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    st = c.stats(opts.windows)
     st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, strategy, opts.progress))
     clipped = strategy in CLIP_STRATEGIES
     summary = schedule_summary(st, c.sizes, c.eligible, opts.clip if clipped else np.inf)
@@ -651,7 +684,7 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
             raise
         c.notes.append(f"mixture not shown: {e}")
         return
-    st = ScheduleStats(c.labels, c.k, c.total, opts.windows)
+    st = c.stats(opts.windows)
     st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, MIXTURE, opts.progress))
     summary = schedule_summary(st, c.sizes, c.eligible, mixture.clip)
     summary["parameters"] = {"strategy": MIXTURE, "timing": mixture.timing,
@@ -664,15 +697,19 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
 
 def _choose_section(c: _Corpus, opts: ReportOptions) -> dict[str, Any]:
     """The choose-R analysis; its measured columns while T x (values of R) stays cheap."""
-    tail_docs = np.isin(c.labels, c.tail)
     block = _block_size(c.n)
+    tail: list[np.ndarray] = []  # the tail quartile's documents, only when measured
 
     def measure(r: int) -> dict[str, Any]:
-        st = ScheduleStats(c.labels, c.k, c.total, 1)
+        if not tail:
+            tail.append(np.isin(c.labels, c.tail))
+        tail_docs = tail[0]
+        st = c.stats(1)
         st.consume(_sampler(c.labels, "clusterclip", c.total, r, opts.alpha,
                             opts.seed).blocks(block))
         q = quartile_shares_per_tenth(st.tenth_counts, st.tenth_edges, c.tail, c.head)
-        return {"measured_tail_max_repetition": int(st.doc_counts[tail_docs].max()),
+        return {"measured_tail_max_repetition": int(st.doc_counts[st.tracked(tail_docs)].max(
+                    initial=0)),
                 "measured_tail_share": float(st.cluster_counts[c.tail].sum() / c.total),
                 "measured_tail_share_late": q["tail_quartile_share_late"]}
 
@@ -825,7 +862,8 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
     plots.plot_schedule_share(sizes, shares, directory / FIGURES["share"])
     plots.plot_repetition({name: s["repetition_histogram"]
                            for name, s in summary["schedules"].items()},
-                          directory / FIGURES["repetition"])
+                          directory / FIGURES["repetition"],
+                          sample=_repetition_sample(summary["schedules"]))
     plots.plot_mixture(summary["schedules"], summary["corpus_tail_share"],
                        summary["corpus_head_share"], summary["tail_starvation"]["threshold"],
                        directory / FIGURES["mixture"])

@@ -328,6 +328,17 @@ def _example_lines(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _sample_lines(sched: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The sentence saying the repetition counts come from a sample (none when exact)."""
+    n = next((s["repetition_sample"] for s in sched.values() if "repetition_sample" in s),
+             None)
+    if n is None:
+        return []
+    return [f"Counted on a systematic sample of {n:,} eligible documents (the corpus is too large "
+            f"to count every document in bounded memory); documents seen and max repetition "
+            f"above are the sample's.", ""]
+
+
 def _schedule_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> list[str]:
     """``## Schedules``: the table, groups, tokens, the share and repetition figures."""
     sched = summary["schedules"]
@@ -360,6 +371,7 @@ def _schedule_lines(summary: Mapping[str, Any], figures: Mapping[str, str]) -> l
         "",
         "### Repetition",
         "",
+        *_sample_lines(sched),
         *_table(["schedule"] + [f"seen {lo}x" if lo == hi else f"seen {lo}-{hi}x"
                                 for lo, hi in bins],
                 [[name] + [f"{sum(s['repetition_histogram'][lo:hi + 1]):,}" for lo, hi in bins]

@@ -19,6 +19,19 @@ from clusterclip.sampling.clip import LATE_TENTHS, late_start, quartile_clusters
 
 TENTHS = 10  # the quartile-share table splits training time into tenths
 CHUNK = 1 << 20  # documents per pass where a per-document temporary would otherwise be N long
+#: Per-document counts of a schedule (repetition, coverage, tokens) are exact up to this
+#: many documents; above, they are kept for a systematic sample of at most this many
+#: (every s-th document), so they cost bounded memory whatever N (the figures and tables
+#: then say so).
+DOC_SAMPLE = 1 << 22
+
+
+def doc_stride(num_docs: int, limit: int | None = None) -> int:
+    """1 (every document counted) when ``num_docs`` <= ``limit`` (default
+    :data:`DOC_SAMPLE`), else the stride s of the systematic sample of documents 0, s, 2s,
+    ... (at most ``limit`` of them) whose per-document counts a schedule keeps."""
+    limit = DOC_SAMPLE if limit is None else int(limit)
+    return 1 if num_docs <= limit else -(-int(num_docs) // limit)
 
 
 def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
@@ -105,8 +118,12 @@ class ScheduleStats:
     Feed blocks of int64 document indices in order with :meth:`update`; each
     block must stay inside 0..N-1 (checked, see ``source``).
 
-    Accumulated (memory O(N + K * W), independent of T):
-      - ``doc_counts`` int32[N] (int64 when T >= 2^31): times each document appears;
+    ``stride`` s: per-document counts are kept for documents 0, s, 2s, ... only (1: every
+    document; see :func:`doc_stride`); labels are read per block, never copied.
+
+    Accumulated (memory O(N / s + K * W), independent of T):
+      - ``doc_counts`` int32[ceil(N / s)] (int64 when T >= 2^31): times each document
+        (each s-th document) appears;
       - ``window_counts`` int64[W, K]: samples of each cluster per window;
       - ``tenth_counts`` int64[10, K]: samples of each cluster per tenth of the
         schedule (edges ``tenth_edges``; fewer rows when T < 10);
@@ -114,18 +131,16 @@ class ScheduleStats:
     """
 
     def __init__(self, labels: np.ndarray, num_clusters: int, total: int,
-                 windows: int = 50) -> None:
-        labels = np.asarray(labels)
+                 windows: int = 50, stride: int = 1) -> None:
+        self._labels = labels  # read per block (a memory map stays one)
         self.num_docs = int(labels.shape[0])
         self.num_clusters = int(num_clusters)
-        # Excluded documents (-1) map to an extra bin K, so one bincount per window counts
-        # them too; int32 halves the bytes gathered per sample.
-        self._bins = np.where(labels < 0, self.num_clusters, labels).astype(np.int32)
         self.total = int(total)
         self.edges = window_edges(self.total, windows)
+        self.stride = int(stride)
         # int32 while no document can be drawn 2^31 times (4 bytes per document, not 8).
-        self.doc_counts = np.zeros(self.num_docs, dtype=np.int32 if self.total < 2**31
-                                   else np.int64)
+        self.doc_counts = np.zeros(-(-self.num_docs // self.stride),
+                                   dtype=np.int32 if self.total < 2**31 else np.int64)
         self.window_counts = np.zeros((self.edges.size - 1, self.num_clusters), dtype=np.int64)
         self.tenth_edges = window_edges(self.total, TENTHS)
         self.tenth_counts = np.zeros((self.tenth_edges.size - 1, self.num_clusters),
@@ -153,8 +168,15 @@ class ScheduleStats:
             i = int(np.argmax(bad))
             raise ValueError(f"position {start + i}: document index {int(block[i])} is outside "
                              f"0..{self.num_docs - 1}")
-        self.doc_counts += np.bincount(block, minlength=self.num_docs)
-        lab = self._bins[block]
+        if self.stride == 1:
+            self.doc_counts += np.bincount(block, minlength=self.num_docs)
+        else:
+            hit = block[block % self.stride == 0] // self.stride
+            self.doc_counts += np.bincount(hit, minlength=self.doc_counts.size)
+        # Excluded documents (-1) map to an extra bin K, so one bincount per window counts
+        # them too.
+        lab = np.asarray(self._labels[block])
+        lab = np.where(lab < 0, self.num_clusters, lab)
         self.excluded += self._add_windowed(self.window_counts, self.edges, lab, start)
         self._add_windowed(self.tenth_counts, self.tenth_edges, lab, start)
         self.position += block.size
@@ -192,9 +214,20 @@ class ScheduleStats:
         """int64[K]: samples of each cluster over the whole schedule."""
         return self.window_counts.sum(axis=0)
 
+    @property
+    def sampled(self) -> bool:
+        """Whether ``doc_counts`` counts every ``stride``-th document only."""
+        return self.stride > 1
+
+    def tracked(self, values: np.ndarray) -> np.ndarray:
+        """A per-document array (bool mask, labels, tokens) restricted to the documents
+        ``doc_counts`` counts."""
+        return values if self.stride == 1 else np.asarray(values[::self.stride])
+
     def repetition_histogram(self, eligible: np.ndarray | None = None) -> np.ndarray:
-        """int64[M+1]: entry r = number of (eligible) documents seen exactly r times."""
-        counts = self.doc_counts if eligible is None else self.doc_counts[eligible]
+        """int64[M+1]: entry r = number of (eligible, tracked) documents seen exactly r
+        times."""
+        counts = self.doc_counts if eligible is None else self.doc_counts[self.tracked(eligible)]
         return np.bincount(counts) if counts.size else np.zeros(1, np.int64)
 
     def clusters_in_pool(self, sizes: np.ndarray, clip: float) -> np.ndarray:
@@ -231,20 +264,30 @@ def schedule_summary(stats: ScheduleStats, sizes: np.ndarray, eligible: np.ndarr
     smallest / largest 25% of clusters), cluster_share_min/max, and the
     per-window series window_end, clusters_in_pool, tail_quartile_share_per_window,
     head_quartile_share_per_window.
+
+    When ``stats`` counts every s-th document only (``stats.stride`` > 1), the repetition
+    histogram, max_repetition and coverage are the sample's eligible documents',
+    unique_documents is coverage x eligible documents, and ``repetition_sample`` says
+    how many documents the histogram counts (the key is absent when it counts all).
     """
     stats.check_complete()
     hist = stats.repetition_histogram(eligible)
     n_eligible = int(eligible.sum())
+    counted = int(stats.tracked(eligible).sum()) if stats.sampled else n_eligible
     tail, head = quartile_clusters(sizes)
     counts = stats.cluster_counts
     total = stats.total
     live = sizes > 0
     share = counts / total if total else np.zeros(counts.size)
+    coverage = float((counted - hist[0]) / counted) if counted else 0.0
+    sampled = {"repetition_sample": counted} if stats.sampled else {}
     return {
+        **sampled,
         "samples": total,
         "excluded_samples": int(stats.excluded),
-        "unique_documents": int(n_eligible - hist[0]),
-        "coverage": float((n_eligible - hist[0]) / n_eligible) if n_eligible else 0.0,
+        "unique_documents": int(round(coverage * n_eligible)) if stats.sampled
+        else int(n_eligible - hist[0]),
+        "coverage": coverage,
         "max_repetition": int(hist.size - 1),
         "epochs_equivalent": float(total / n_eligible) if n_eligible else 0.0,
         "repetition_histogram": [int(x) for x in hist],
