@@ -76,7 +76,8 @@ class SegmentedEngine:
     ``fresh``, ``limit``), one engine per segment underneath, sharing their passes."""
 
     def __init__(self, docs: np.ndarray, sizes: np.ndarray, seed: int, clip: int,
-                 segments: list[Segment], bases: list[np.ndarray] | None = None) -> None:
+                 segments: list[Segment], bases: list[np.ndarray] | None = None,
+                 holder: ClusterEngine | None = None) -> None:
         self.docs, self.seed, self.clip = docs, int(seed), int(clip)
         self.sizes = np.asarray(sizes, np.int64)
         self.K = int(self.sizes.size)
@@ -85,18 +86,20 @@ class SegmentedEngine:
         self.num_samples = self.segments[-1].stop
         self._starts = [s.start for s in self.segments]
         # the engine that owns the pass buffers every segment's engine shares
-        self._holder = ClusterEngine(docs, self.sizes, seed, None, clip)
+        self._holder = ClusterEngine(docs, self.sizes, seed, None, clip) if holder is None \
+            else holder
         self._subs: dict[int, ClusterEngine] = {}
         self.bases = [np.zeros(self.K, np.int64)] if bases is None else list(bases)
         while len(self.bases) < len(self.segments):
             self.bases.append(self._end_counts(len(self.bases) - 1))
+        self._sub(len(self.segments) - 1)  # every segment checked before any draw
         self.clip_events: list[tuple[int, int]] = []
         self.events_from = 0
         self.reset(0, None)
 
     def fresh(self) -> SegmentedEngine:
         return SegmentedEngine(self.docs, self.sizes, self.seed, self.clip, self.segments,
-                               self.bases)
+                               self.bases, self._holder)
 
     # -------------------------------------------------------------- segments
     def _available(self, i: int) -> np.ndarray:
