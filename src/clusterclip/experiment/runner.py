@@ -198,6 +198,8 @@ class ExperimentConfig:
             del d["mixture"]  # results without a mixture keep their bytes
         else:
             d["mixture"]["weights"] = list(self.mixture.weights)
+            if not self.mixture.staged:
+                del d["mixture"]["stages"]  # a one-stage mixture keeps its bytes
         return d
 
 
@@ -321,7 +323,8 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
                 raise InputError(f"--mixture: {len(m.weights)} weights but the labels have "
                                  f"{data.num_clusters} cluster ids: it was made for other "
                                  "labels")
-            specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights)
+            specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights,
+                                    stages=m.stages or None)
     return specs
 
 
