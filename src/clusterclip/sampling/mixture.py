@@ -175,7 +175,7 @@ def _read_staged(path: str | os.PathLike[str], data: dict[str, Any],
     objective = data.get("objective", "")
     first = stages[0]["weights"] if isinstance(stages, list) and stages \
         and isinstance(stages[0], dict) and "weights" in stages[0] else None
-    problem = _problem([1.0] if first is None else first, clip, timing, objective)
+    problem = _problem([1.0], clip, timing, objective)  # the fields beside the stages
     if not problem:
         problem = _stages_problem(stages, clip, timing, objective, num_clusters)
     if problem:
