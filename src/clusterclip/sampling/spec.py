@@ -196,9 +196,7 @@ def _check_mixture(mixture: Any, strategy: str, cluster_weights: Any) -> None:
     staged only under the clip strategies (InputError)."""
     if mixture is None:
         return
-    from clusterclip.sampling.mixture import Mixture
-
-    if not isinstance(mixture, Mixture):
+    if not all(hasattr(mixture, a) for a in ("staged", "stages", "cluster_weights")):
         raise InputError(f"mixture must be a Mixture (clusterclip.sampling.read_mixture), "
                          f"got {type(mixture).__name__}", params=("mixture",))
     if cluster_weights is not None:
