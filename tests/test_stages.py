@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -328,3 +329,48 @@ def test_a_bad_staged_file_is_one_line_naming_the_file_and_field_exit_2(tmp_path
     err = capsys.readouterr().err.strip()
     assert needle in err and str(m) in err and "\n" not in err, err
     assert not out.exists()
+
+
+def test_docs_adaptive_loop_recipe_reweighs_and_resumes_after_a_crash(tmp_path, monkeypatch):
+    """The recipe of docs/integrations.md, run as written: it re-weighs every 5 steps, the
+    schedule follows its calls, and a crash mid-run resumes with exactly the rest."""
+    torch = pytest.importorskip("torch")
+    from _helpers import docs_recipe
+
+    labels = np.random.default_rng(5).integers(0, 5, 120)
+    (tmp_path / "W").mkdir()
+    np.save(tmp_path / "W" / "labels.npy", labels)
+    monkeypatch.chdir(tmp_path)
+    dataset = [{"doc": i} for i in range(labels.size)]
+
+    class Crash(Exception):
+        pass
+
+    def run(stop_at=None):
+        trained = []
+
+        def train_step(batch):  # a per-document loss that differs by cluster and document
+            if len(trained) == stop_at:
+                raise Crash
+            trained.append(batch["doc"].tolist())
+            d = batch["doc"].double()
+            return (1 + torch.tensor(labels)[batch["doc"]]) * (1 + (d * 0.618) % 1)
+
+        code = docs_recipe("adaptive-loop")
+        try:
+            exec(code, {"dataset": dataset, "train_step": train_step})
+        except Crash:
+            pass
+        return [d for b in trained for d in b]
+
+    whole = run()
+    state = json.loads(Path("adaptive.json").read_text())["sampler"]
+    calls = state["weights_calls"]
+    assert [at for at, _ in calls] == list(range(40, 401, 40))  # every 5 steps of 8
+    ref = make_sampler(labels, 400, strategy="paced", clip=4, seed=0)
+    assert np.array_equal(_drive(ref, [(at, np.array(w)) for at, w in calls])[0], whole)
+    assert len(whole) == 400 and np.bincount(whole).max() <= 4
+    Path("adaptive.json").unlink()
+    head = run(stop_at=13)
+    rest = run()
+    assert head + rest == whole
