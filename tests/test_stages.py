@@ -81,12 +81,12 @@ def test_each_stage_draws_the_quotas_of_its_weights_and_what_the_clip_left(
     m = _staged(rng, K, clip, timing, stages)
     sizes = np.bincount(labels[labels >= 0], minlength=K)
     T = max(2, int(frac * clip * sizes.sum()))
-    try:
+    try:  # a stage after a greedy one is checked when the schedule reaches it
         s = make_sampler(labels, T, mixture=m, seed=case[0] % 97, cache_dir=False)
+        sched = _all(s)
     except InputError as e:  # a stage asks for more than its clusters have left
         assert "left under clip" in str(e) or "exceeds capacity" in str(e)
         assume(False)
-    sched = _all(s)
     assert sched.size == T
     assert np.bincount(sched, minlength=labels.size).max() <= clip  # one clip over all
     used = np.zeros(K, np.int64)
@@ -374,3 +374,30 @@ def test_docs_adaptive_loop_recipe_reweighs_and_resumes_after_a_crash(tmp_path, 
     head = run(stop_at=13)
     rest = run()
     assert head + rest == whole
+
+
+def test_a_stage_asking_more_than_its_clusters_have_left_is_refused_with_one_line(tmp_path,
+                                                                                   capsys):
+    labels = np.repeat(np.arange(3), [10, 10, 80])
+    late = Stage(1.0, (1.0, 1.0, 0.0))  # 20 documents x clip 2 = 40 repetitions at most
+    for timing in ("paced", "clusterclip"):
+        m = Mixture((), 2, timing, "", (Stage(0.5, (1.0, 1.0, 1.0)), late))
+        # paced: refused when made; after a greedy stage: by summary() or on reaching it
+        if timing == "paced":
+            with pytest.raises(InputError, match=r"stage 2 \(until 1.0\) \(positions 40 to "
+                                                 r"80\) needs 40 draws but .* left under clip 2"):
+                make_sampler(labels, 80, mixture=m)
+        else:
+            s = make_sampler(labels, 80, mixture=m)
+            with pytest.raises(InputError, match="stage 2 .* left under clip 2"):
+                s.summary()
+            with pytest.raises(InputError, match="stage 2 .* left under clip 2"):
+                _all(make_sampler(labels, 80, mixture=m))
+        np.save(tmp_path / "l.npy", labels)
+        write_mixture(tmp_path / "m.json", m)
+        out = tmp_path / "s.npy"
+        assert main(["sample", "--labels", str(tmp_path / "l.npy"), "--out", str(out),
+                     "--num-samples", "80", "--no-progress", "--mixture",
+                     str(tmp_path / "m.json")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "stage 2" in err and "\n" not in err and not out.exists()

@@ -76,8 +76,9 @@ class SegmentedEngine:
     ``fresh``, ``limit``), one engine per segment underneath, sharing their passes."""
 
     def __init__(self, docs: np.ndarray, sizes: np.ndarray, seed: int, clip: int,
-                 segments: list[Segment], bases: list[np.ndarray] | None = None,
-                 holder: ClusterEngine | None = None) -> None:
+                 segments: list[Segment], bases: list[np.ndarray | None] | None = None,
+                 holder: ClusterEngine | None = None,
+                 events: dict[int, list[tuple[int, int]]] | None = None) -> None:
         self.docs, self.seed, self.clip = docs, int(seed), int(clip)
         self.sizes = np.asarray(sizes, np.int64)
         self.K = int(self.sizes.size)
@@ -89,23 +90,44 @@ class SegmentedEngine:
         self._holder = ClusterEngine(docs, self.sizes, seed, None, clip) if holder is None \
             else holder
         self._subs: dict[int, ClusterEngine] = {}
-        self.bases = [np.zeros(self.K, np.int64)] if bases is None else list(bases)
-        while len(self.bases) < len(self.segments):
-            self.bases.append(self._end_counts(len(self.bases) - 1))
-        self._sub(len(self.segments) - 1)  # every segment checked before any draw
+        # draws per cluster at each segment's start (None: not known yet) and the clip
+        # events of each greedy segment, once drawn (or replayed) from its start to its stop
+        S = len(self.segments)  # bases[S]: the draws per cluster at the end
+        self.bases: list[np.ndarray | None] = [np.zeros(self.K, np.int64)] + [None] * S \
+            if bases is None else list(bases) + [None] * (S + 1 - len(bases))
+        self._events = {} if events is None else dict(events)
+        # every segment is checked now while the bases are cheap (after paced segments);
+        # one after a greedy segment when the schedule (or a seek) first reaches it
+        i = 0
+        while i < S and self.bases[i] is not None:
+            self._sub(i)
+            if self.bases[i + 1] is None and self.segments[i].timing == "paced":
+                self.bases[i + 1] = self._end_counts(i)
+            i += 1
         self.clip_events: list[tuple[int, int]] = []
         self.events_from = 0
         self.reset(0, None)
 
     def fresh(self) -> SegmentedEngine:
         return SegmentedEngine(self.docs, self.sizes, self.seed, self.clip, self.segments,
-                               self.bases, self._holder)
+                               self.bases, self._holder, self._events)
 
     # -------------------------------------------------------------- segments
+    def _base(self, i: int) -> np.ndarray:
+        """(K,) draws per cluster at segment ``i``'s start (a greedy segment before it:
+        a count-only replay of it, once)."""
+        j = i
+        while self.bases[j] is None:
+            j -= 1
+        while j < i:
+            self.bases[j + 1] = self._end_counts(j)
+            j += 1
+        return self.bases[i]
+
     def _available(self, i: int) -> np.ndarray:
         """(K,) repetitions segment ``i``'s clusters of weight > 0 have left."""
         w = self.segments[i].weights
-        left = self.limit - self.bases[i]
+        left = self.limit - self._base(i)
         return left if w is None else np.where(w > 0, left, 0)
 
     def _sub(self, i: int) -> ClusterEngine:
@@ -113,7 +135,7 @@ class SegmentedEngine:
         sub = self._subs.get(i)
         if sub is not None:
             return sub
-        seg, base = self.segments[i], self.bases[i]
+        seg, base = self.segments[i], self._base(i)
         avail = self._available(i)
         need = seg.length if seg.timing == "paced" else seg.stop - seg.start
         if need > int(avail.sum()):
@@ -124,26 +146,32 @@ class SegmentedEngine:
             sub: ClusterEngine = PacedEngine(self.docs, self.sizes, self.seed, seg.weights,
                                              self.clip, seg.length, (i, avail, base))
         else:
-            sub = ClusterEngine(self.docs, self.sizes, self.seed, seg.weights, self.clip)
-        sub._cur, sub._cur_group = self._holder._ensure_cur(), self._holder._cur_group
-        if sub._use_kernel:
-            sub._kc = self._holder._kctx()
+            sub = self._greedy(i)
         self._subs[i] = sub
         return sub
 
+    def _greedy(self, i: int) -> ClusterEngine:
+        """A new greedy engine of segment ``i``, sharing the pass buffers."""
+        sub = ClusterEngine(self.docs, self.sizes, self.seed, self.segments[i].weights,
+                            self.clip)
+        sub._cur, sub._cur_group = self._holder._ensure_cur(), self._holder._cur_group
+        if sub._use_kernel:
+            sub._kc = self._holder._kctx()
+        return sub
+
     def _end_counts(self, i: int) -> np.ndarray:
-        """(K,) draws per cluster at segment ``i``'s stop."""
-        seg, base = self.segments[i], self.bases[i]
-        n = seg.stop - seg.start
-        if n == 0:
+        """(K,) draws per cluster at segment ``i``'s stop (a greedy one: replayed by an
+        engine of its own, its clip events kept)."""
+        seg, base = self.segments[i], self._base(i)
+        if seg.stop == seg.start:
             return base.copy()
+        if self.bases[i + 1] is not None:
+            return self.bases[i + 1]
         sub = self._sub(i)
         if isinstance(sub, PacedEngine):
-            return base + sub.counts_at(n)
-        if sub.pos != seg.stop:
-            sub.reset(seg.start, base)
-            sub.seek(seg.stop)
-        return sub.counts.copy()
+            return base + sub.counts_at(seg.stop - seg.start)
+        self._end_counts_replay(i)
+        return self.bases[i + 1]
 
     def _index(self, position: int) -> int:
         """The segment drawing ``position`` (the last one at T)."""
@@ -165,7 +193,7 @@ class SegmentedEngine:
                       None if counts is None else np.asarray(counts, np.int64) - self.bases[i])
         elif counts is None:
             sub.reset(seg.start, self.bases[i])
-            sub.seek(position)
+            sub.seek(position)  # its clip events are recorded from the segment's start
         else:
             sub.reset(position, counts)
         self._i, self._cur_sub, self.pos = i, sub, int(position)
@@ -202,6 +230,7 @@ class SegmentedEngine:
         done = 0
         while done < n:
             if self.pos >= self.segments[self._i].stop:
+                self._leave()
                 self.reset(self.pos, None)  # the next segment, at its start
                 continue
             m = min(n - done, self.segments[self._i].stop - self.pos)
@@ -212,24 +241,35 @@ class SegmentedEngine:
             self.pos += m
         return out
 
+    def _leave(self) -> None:
+        """At the stop of the current segment: keep what drawing it told (the counts at
+        the next segment's start; a greedy segment's clip events, if from its start)."""
+        i, sub = self._i, self._cur_sub
+        if self.bases[i + 1] is None:
+            self.bases[i + 1] = self.counts.copy()
+        if not isinstance(sub, PacedEngine) and sub.events_from == self.segments[i].start:
+            self._events.setdefault(i, list(sub.clip_events))
+
     # --------------------------------------------------------------- summary
     def segment_report(self) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
         """Per segment: its positions, timing, draws and the clusters whose remaining
         repetitions it used up (they asked for more than they had left, or took the
         last of them); and every (cluster, position of its last draw) of a cluster
-        that reached its clip, in order of position."""
+        that reached its clip, in order of position. Free for greedy segments this
+        engine drew from their start; the others are replayed (count only)."""
+        if self.pos == self.num_samples:
+            self._leave()
         out, events = [], []
         for i, seg in enumerate(self.segments):
             n = seg.stop - seg.start
-            end = self.bases[i + 1] if i + 1 < len(self.bases) else self._end_counts(i)
-            drawn = end - self.bases[i]
+            end = self._end_counts(i)
+            drawn = end - self._base(i)
             if n and isinstance(sub := self._sub(i), PacedEngine):
                 ev = [(k, seg.start + p) for k, p in sub.capped_events() if p < n]
             elif n:
-                sub = self._sub(i)
-                sub.reset(seg.start, self.bases[i])
-                sub.seek(seg.stop)
-                ev = list(sub.clip_events)
+                if i not in self._events:
+                    self._end_counts_replay(i)
+                ev = self._events[i]
             else:
                 ev = []
             events.extend(ev)
@@ -240,5 +280,13 @@ class SegmentedEngine:
                         "clusters_weighted": int((self.sizes > 0).sum() if w is None
                                                  else ((w > 0) & (self.sizes > 0)).sum()),
                         "clusters_used_up": sorted(k for k, _ in ev)})
-        self.reset(self.pos, None)
         return out, events
+
+    def _end_counts_replay(self, i: int) -> None:
+        """Replay greedy segment ``i`` (count only) for its clip events."""
+        seg = self.segments[i]
+        replay = self._greedy(i)
+        replay.reset(seg.start, self._base(i))
+        replay.seek(seg.stop)
+        self._events[i] = list(replay.clip_events)
+        self.bases[i + 1] = replay.counts.copy()

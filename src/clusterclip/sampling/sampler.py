@@ -405,7 +405,9 @@ class ClusterClipSampler(BaseSampler):
             s.update(clusters_clipped=0, clip_events=[], max_repetition=-(-T // ne),
                      min_repetition=T // ne, documents_seen=min(T, ne))
         else:
-            eng = self._engine_at(T)
+            eng = self._engine
+            if not (isinstance(eng, SegmentedEngine) and eng.pos == T):
+                eng = self._engine_at(T)  # a segmented engine at T has counted it all
             c = eng.counts
             reps_hi = -(-c[nonempty] // sizes[nonempty])
             seen = np.minimum(c[nonempty], sizes[nonempty]).sum()
