@@ -869,13 +869,15 @@ class PacedEngine(ClusterEngine):
         return out
 
     # --------------------------------------------------------------- summary
-    def capped_events(self, tail: int | None = None) -> list[tuple[int, int]]:
-        """(cluster, position of its last draw) for clusters whose quota is clip * n_k.
+    def capped_events(self, tail: int | None = None, floor: int = 1 << 21
+                      ) -> list[tuple[int, int]]:
+        """(cluster, position of its last draw) for clusters whose quota is their cap
+        (clip * n_k; in a stage, what the earlier stages left).
 
         In order of position. A cluster's last draw lies within T / q_k + 2 K
         of the end: those in the last ``tail`` positions are read off the
         generated cluster order there; each earlier one costs O(K). The
-        default ``tail`` minimises that cost (at least 2**21 positions).
+        default ``tail`` minimises that cost (at least ``floor`` positions).
         """
         T, L = self.num_samples, self._live.size
         capped = self._q == self._cap_live
@@ -885,8 +887,8 @@ class PacedEngine(ClusterEngine):
             # tail reach of each capped cluster's last draw, ascending; covering
             # the first i + 1 of them leaves the others at O(L) each
             reach = np.sort(-(-T // self._q[capped]) + 2 * L + 2)
-            cost = np.maximum(reach, 1 << 21) + (reach.size - 1 - np.arange(reach.size)) * L
-            tail = int(max(reach[int(np.argmin(cost))], 1 << 21))
+            cost = np.maximum(reach, floor) + (reach.size - 1 - np.arange(reach.size)) * L
+            tail = int(max(reach[int(np.argmin(cost))], floor))
         start = max(0, T - tail)
         c, front = self._locate(start)
         early = np.flatnonzero(capped & (c == self._q))  # last draw before `start`

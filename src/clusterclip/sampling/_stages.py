@@ -226,6 +226,11 @@ class SegmentedEngine:
         """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
         if self.pos + n > self.num_samples:
             raise RuntimeError("staged schedule: past its end")
+        if self.pos < self.segments[self._i].stop and self.pos + n <= \
+                self.segments[self._i].stop:  # inside one segment: no copy
+            got = self._cur_sub.advance(n, gather)
+            self.pos += n
+            return got
         out = np.empty(n, np.int64) if gather else None
         done = 0
         while done < n:
@@ -265,7 +270,8 @@ class SegmentedEngine:
             end = self._end_counts(i)
             drawn = end - self._base(i)
             if n and isinstance(sub := self._sub(i), PacedEngine):
-                ev = [(k, seg.start + p) for k, p in sub.capped_events() if p < n]
+                ev = [(k, seg.start + p) for k, p in sub.capped_events(floor=1 << 18)
+                      if p < n]
             elif n:
                 if i not in self._events:
                     self._end_counts_replay(i)
