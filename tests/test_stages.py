@@ -401,3 +401,21 @@ def test_a_stage_asking_more_than_its_clusters_have_left_is_refused_with_one_lin
                      str(tmp_path / "m.json")]) == 2
         err = capsys.readouterr().err.strip()
         assert "stage 2" in err and "\n" not in err and not out.exists()
+
+
+def test_experiment_anneal_is_natural_then_the_mixture_for_the_last_fifth():
+    from clusterclip.experiment.runner import ANNEAL_FROM, _anneal_spec
+
+    labels = np.repeat(np.arange(4), [50, 100, 150, 200])
+    spec = _anneal_spec(Mixture((0.0, 0.0, 1.0, 3.0), 2, "paced", ""),
+                        np.bincount(labels, minlength=4))
+    sched = _all(make_sampler(labels, 500, seed=0, **spec.sampler_kwargs()))
+    cut = round(ANNEAL_FROM * 500)
+    first = np.bincount(labels[sched[:cut]], minlength=4)
+    assert np.abs(first - cut * np.array([50, 100, 150, 200]) / 500).max() <= 1  # natural
+    assert set(labels[sched[cut:]].tolist()) == {2, 3}  # then the mixture's clusters
+    assert np.bincount(sched).max() <= 2
+    assert spec.drawn_clusters(4).all()
+    with pytest.raises(InputError, match="staged already"):
+        _anneal_spec(Mixture((), 2, "paced", "", (Stage(0.5, (1.0,) * 4), Stage(1.0, (1.0,) * 4))),
+                     np.ones(4))
