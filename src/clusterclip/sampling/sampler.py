@@ -28,6 +28,7 @@ from clusterclip.sampling.spec import (  # noqa: F401 - the names this module al
     STRATEGIES,
     Clusters,
     SamplerSpec,
+    _checked_weights,
     as_int,
     mixture_defaults,
     resolve_clusters,
@@ -299,8 +300,6 @@ class ClusterClipSampler(BaseSampler):
 
     def _new_weights(self, weights: Any, what: str) -> np.ndarray:
         """``weights`` checked against this sampler's clusters (InputError)."""
-        from clusterclip.sampling.spec import _checked_weights
-
         sizes = self.cluster_sizes
         try:
             w = _checked_weights(weights, sizes.size, sizes > 0)
