@@ -419,3 +419,30 @@ def test_experiment_anneal_is_natural_then_the_mixture_for_the_last_fifth():
     with pytest.raises(InputError, match="staged already"):
         _anneal_spec(Mixture((), 2, "paced", "", (Stage(0.5, (1.0,) * 4), Stage(1.0, (1.0,) * 4))),
                      np.ones(4))
+
+
+@pytest.mark.parametrize("timing", ["paced", "clusterclip"])
+@pytest.mark.parametrize("at", [150, 300, 301])  # inside stage 2, at its end, just after
+def test_set_weights_on_a_staged_mixture_cuts_its_stage_and_replaces_the_later_ones(timing,
+                                                                                   at):
+    labels = np.random.default_rng(4).integers(0, 5, 300)
+    m = Mixture((), 3, timing, "", (Stage(0.2, (1.0,) * 5),
+                                    Stage(0.6, (1.0, 2.0, 0.0, 1.0, 1.0)),
+                                    Stage(1.0, (0.0, 0.0, 1.0, 1.0, 0.0))))
+    plain = _all(make_sampler(labels, 500, mixture=m, seed=2))
+    new = np.array([0.0, 1.0, 1.0, 1.0, 1.0])
+    got, states = _drive(make_sampler(labels, 500, mixture=m, seed=2), [(at, new)])
+    assert np.array_equal(got[:at], plain[:at])
+    assert not (labels[got[at:]] == 0).any()  # the call's weights from `at` to the end
+    assert np.bincount(got, minlength=labels.size).max() <= 3
+    summary = make_sampler(labels, 500, mixture=m, seed=2)
+    summary.load_state_dict(states[0])
+    names = [st["stage"] for st in summary.summary()["stages"]]
+    assert names[-1] == f"set_weights at {at}"
+    assert ("stage 3 (until 1.0)" in names) == (at > 300)  # cut, or dropped before it
+    for W in (2, 3):
+        for r in range(W):
+            s = make_sampler(labels, 500, mixture=m, seed=2, rank=r, world_size=W)
+            s.load_state_dict(states[0])
+            n = (500 - at) // W
+            assert np.array_equal(_all(s), got[at + r:at + r + n * W:W])
