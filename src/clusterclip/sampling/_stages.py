@@ -219,6 +219,9 @@ class SegmentedEngine:
             return self.bases[i] + sub.counts_at(position - self.segments[i].start)
         if i != self._i:
             raise LookupError(position)
+        if position > self.pos:  # forward in this greedy segment: count the draws there
+            self.seek(position)
+            return self.counts.copy()
         return sub.counts_at(position)
 
     # --------------------------------------------------------------- drawing
