@@ -5,6 +5,8 @@
     python benchmarks/bench_sampler.py --shape issue --sections cli,resume
                                                   # issue 10: N=2e6, K=5000, T=3e7, clip 20
     python benchmarks/bench_sampler.py --sections many   # 10^5 vs 10^4 clusters
+    python benchmarks/bench_sampler.py --shape issue --sections stages
+                                                  # a 3-stage mixture vs one stage
 
 Same power-law labels everywhere (cluster k has about N / (k H_K) documents,
 shuffled over the corpus). Rows:
@@ -36,7 +38,12 @@ Sections (``--sections``, default all):
 * ``many``: 10^4 vs 10^5 clusters of near-equal size (N = 2e6): construction
   plus the first 4e6 samples, then the rest of T = 2e7 (CPU s, the least of
   ``--many-repeat`` fresh samplers in one process: the noise of a shared machine
-  is of the order of the difference measured).
+  is of the order of the difference measured);
+* ``stages``: ``clusterclip sample --mixture`` whole processes, a 3-stage mixture
+  (uniform to 0.1, n_k ** 0.5 to 0.8, then n_k ** 0.5 on half the clusters) against
+  the one-stage mixture of n_k ** 0.5 and 3 stages all of n_k ** 0.5 (the cost of
+  the stages alone), paced and clusterclip, alternated ``--stages-repeat`` rounds
+  (min and median).
 """
 
 from __future__ import annotations
@@ -359,6 +366,54 @@ def _subprocess(mode: str, argv: list[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def stages_section(args: argparse.Namespace, tmp: Path, labels_file: Path) -> None:
+    """A staged mixture against the one-stage mixture of its main weights: whole
+    ``clusterclip sample --mixture`` processes, alternated, ``--stages-repeat`` rounds."""
+    lab = np.load(labels_file)
+    K = int(lab.max()) + 1
+    main_w = np.bincount(lab, minlength=K) ** 0.5
+    anneal = main_w * (np.random.default_rng(1).random(K) < 0.5)  # half the clusters
+    anneal[0] = main_w[0]
+    env = {**os.environ, "CLUSTERCLIP_CACHE": "off"}
+    files = {}
+    for timing in ("paced", "clusterclip"):
+        one = {"format_version": 1, "weights": main_w.tolist(), "clip": args.clip,
+               "timing": timing}
+        staged = {"format_version": 2, "clip": args.clip, "timing": timing, "stages": [
+            {"until": 0.1, "weights": [1.0] * K}, {"until": 0.8, "weights": main_w.tolist()},
+            {"until": 1.0, "weights": anneal.tolist()}]}
+        same = {**staged, "stages": [{**st, "weights": main_w.tolist()}
+                                     for st in staged["stages"]]}
+        for name, data in ((f"{timing}, one stage", one),
+                           (f"{timing}, 3 stages (0.1 / 0.8 / 1)", staged),
+                           (f"{timing}, 3 stages of the one stage's weights", same)):
+            files[name] = tmp / f"{len(files)}.json"
+            files[name].write_text(json.dumps(data))
+    print(f"\n## staged mixtures: clusterclip sample --mixture, T={args.samples:,}, "
+          f"{args.stages_repeat} alternated rounds (wall s, CPU s)", flush=True)
+    times: dict[str, list[tuple[float, float]]] = {n: [] for n in files}
+    for _ in range(args.stages_repeat):
+        for name, path in files.items():
+            cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels",
+                   str(labels_file), "--mixture", str(path), "--num-samples",
+                   str(args.samples), "--out", str(tmp / "schedule.npy"), "--no-progress"]
+            wall, cpu, _ = _timed(cmd, env)
+            times[name].append((wall, cpu))
+    print("| mixture | min wall s | median wall s | min CPU s | median CPU s | load |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, t in times.items():
+        w, c = np.array(t).T
+        print(f"| {name} | {w.min():.2f} | {np.median(w):.2f} | {c.min():.2f} | "
+              f"{np.median(c):.2f} | {os.getloadavg()[0]:.1f} |")
+    for timing in ("paced", "clusterclip"):
+        one, *staged = (np.array(t) for n, t in times.items() if n.startswith(timing))
+        for what, st_ in zip(("3 stages", "3 stages, same weights"), staged, strict=True):
+            print(f"{timing}: {what} / one stage = {st_[:, 0].min() / one[:, 0].min():.3f} "
+                  f"(min wall), {np.median(st_[:, 1]) / np.median(one[:, 1]):.3f} (median "
+                  f"CPU), {st_[:, 1].min() / one[:, 1].min():.3f} (min CPU); target <= 1.10",
+                  flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="N=1e6, K=1e3, T=1e7, seek 1e8")
@@ -376,7 +431,9 @@ def main() -> None:
     p.add_argument("--shape", choices=("default", "issue"), default="default",
                    help="issue: N=2e6, K=5000, T=3e7, clip 20 (issue 10's measurement)")
     p.add_argument("--sections", default="inproc,cli,resume,many",
-                   help="comma-separated: inproc, cli, resume, many")
+                   help="comma-separated: inproc, cli, resume, many, stages")
+    p.add_argument("--stages-repeat", type=int, default=5,
+                   help="stages: alternated rounds of the four processes")
     p.add_argument("--worker", choices=("ours", "paced", "seek", "resume", "many", "gen"),
                    default=None, help=argparse.SUPPRESS)
     for hidden in ("--labels-file", "--resume-strategy", "--cache", "--state-in",
@@ -413,7 +470,7 @@ def main() -> None:
           f"samples, clip {args.clip}; {os.cpu_count()} CPUs; load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     sections = set(args.sections.split(","))
-    if sections & {"cli", "resume"}:
+    if sections & {"cli", "resume", "stages"}:
         with tempfile.TemporaryDirectory(prefix="bench-sampler-") as d:
             tmp = Path(d)
             labels_file = tmp / "labels.npy"
@@ -422,6 +479,8 @@ def main() -> None:
                 cli_section(args, tmp, labels_file, argv)
             if "resume" in sections:
                 resume_section(args, tmp, labels_file, argv)
+            if "stages" in sections:
+                stages_section(args, tmp, labels_file)
     if "many" in sections:
         many_section(argv)
     if "inproc" in sections:

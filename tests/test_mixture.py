@@ -242,7 +242,7 @@ def test_sample_with_a_mixture_takes_its_timing_clip_and_weights(labels_file, tm
               '"timing": "paced"}'}, "weights[1] is nan"),
     ({"weights": [1.0, -0.5, 1.0, 1.0, 1.0, 1.0]}, "weights[1] is -0.5"),
     ({"weights": [0.0] * 6}, "every weight is 0"),
-    ({"format_version": 2}, "format_version 2 is not supported"),
+    ({"format_version": 3}, "format_version 3 is not supported"),
     ({"_raw": "weights: [1, 2]"}, "not JSON"),
     ({"clip": 0}, "clip must be an integer >= 1"),
     ({"timing": "uniform"}, "timing must be one of paced, clusterclip"),

@@ -346,6 +346,16 @@ def test_searched_mixture_is_shown_like_a_strategy(reported, tmp_path):
     assert any(n.startswith("mixture not shown:") and "2 weights" in n for n in notes)
     assert main(["report", "--workdir", str(w), "--map-sample", "0", "--num-samples", "900",
                  "--strategies", "random,mixture", "--out", str(tmp_path / "r3")]) == 2
+    # A staged mixture: the mixture-over-training panel gets its stage boundaries.
+    from clusterclip.sampling.mixture import Stage
+
+    staged = Mixture((), 3, "paced", "target", (Stage(0.5, (1.0,) * k),
+                                                Stage(1.0, tuple(weights))))
+    write_mixture(w / "search" / "mixture.json", staged)
+    assert main(["report", "--workdir", str(w), "--map-sample", "0", "--num-samples", "900",
+                 "--out", str(tmp_path / "r4")]) == 0
+    mix = json.loads((tmp_path / "r4" / "summary.json").read_text())["schedules"]["mixture"]
+    assert mix["stage_ends"] == [0.5, 1.0]
 
 
 def test_changing_the_projection_recomputes_the_map_with_moving_progress(reported, tmp_path,

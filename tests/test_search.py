@@ -531,13 +531,15 @@ def test_experiment_compares_the_searched_mixture(searched, tmp_path):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = main(["experiment", "--workdir", str(w), "--quick", "--strategies",
-                   "random,mixture", "--seeds", "1", "--tokens", "4096", "--no-progress"])
+                   "random,mixture,anneal", "--seeds", "1", "--tokens", "4096",
+                   "--no-progress"])
     assert rc == 0
     res = json.loads((w / "experiment" / "results.json").read_text())
     assert res["config"]["mixture"]["weights"] == mix["weights"]
-    sched = res["strategies"]["mixture"]["runs"][0]["schedule"]
-    assert sched["max_repetition"] <= mix["clip"] and "| mixture |" in \
-        (w / "experiment" / "results.md").read_text()
+    for name in ("mixture", "anneal"):  # anneal: natural, then the mixture from 80% on
+        sched = res["strategies"][name]["runs"][0]["schedule"]
+        assert sched["max_repetition"] <= mix["clip"] and f"| {name} |" in \
+            (w / "experiment" / "results.md").read_text()
 
 
 @pytest.mark.parametrize("case", ["empty target", "no text field", "missing target", "runs 0",

@@ -70,12 +70,13 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
         params["token_counts"] = source
     if groups:
         params["groups"] = True
-    weights = None
+    weights, staged = None, {}
     if mixture is not None:
         from clusterclip.sampling.mixture import mixture_record, read_mixture
 
         params["mixture"] = mixture_record(mixture)
-        weights = read_mixture(mixture).cluster_weights()
+        staged = read_mixture(mixture).sampler_options()
+        weights = staged.pop("cluster_weights", None)
 
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
@@ -86,7 +87,7 @@ def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str 
                                  num_tokens=num_tokens, doc_tokens=tokens,
                                  balance_by=balance_by, token_source=source, strategy=strategy,
                                  clip=clip, alpha=alpha, seed=seed, groups=g,
-                                 cluster_weights=weights)
+                                 cluster_weights=weights, **staged)
         if mixture is not None:
             summary["mixture"] = params["mixture"]
         if why and summary.get("clip") is not None:

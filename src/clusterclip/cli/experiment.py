@@ -17,7 +17,7 @@ def _strategies(text: str) -> tuple[str, ...]:
 
 def _default_mixture(args: argparse.Namespace) -> str | None:
     """The mixture file strategy ``mixture`` reads when --mixture is not given."""
-    if "mixture" not in (args.strategies or ()):
+    if not {"mixture", "anneal"} & set(args.strategies or ()):
         return None
     return str(Path(args.workdir) / "search" / "mixture.json")
 
@@ -36,10 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategies", type=_strategies, default=None,
                    help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "
                         f"(default: {','.join(DEFAULT_STRATEGIES)}); mixture: the schedule of "
-                        "W/search/mixture.json (or --mixture FILE) with its timing and clip")
+                        "W/search/mixture.json (or --mixture FILE) with its timing and clip; "
+                        "anneal: natural (each document alike) for the first 80%% of "
+                        "training, then that mixture (one clip over both)")
     add_path(p, "--mixture", role="input", default=None, metavar="FILE",
              default_from=_default_mixture,
-             help="the mixture file of strategy mixture (default: W/search/mixture.json "
+             help="the mixture file of strategies mixture and anneal (default: "
+                  "W/search/mixture.json "
                   "of `clusterclip search`)")
     p.add_argument("--clip", type=int, default=4,
                    help="ClusterClip's repetition clip R (default 4)")

@@ -70,6 +70,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _stage_lines(s: dict[str, Any]) -> list[str]:
+    """A staged schedule's stages, one line each: positions, timing, clusters drawn and
+    those whose repetitions the stage used up (it took what they had left)."""
+    lines = []
+    for st in s.get("stages") or ():
+        up = st["clusters_used_up"]
+        lines.append(f"stage:       {st['stage']}: positions {st['start']:,} to {st['stop']:,} "
+                     f"({st['timing']}), {st['clusters_drawn']:,} of "
+                     f"{st['clusters_weighted']:,} weighted clusters drawn"
+                     + (f"; {len(up):,} took what the clip left them ("
+                        + ", ".join(map(str, up[:8])) + (", ..." if len(up) > 8 else "")
+                        + ")" if up else ""))
+    return lines
+
+
 def format_summary(s: dict[str, Any], out: str | None = None) -> str:
     """Human-readable lines of a sampler summary."""
     from clusterclip.sampling.spec import CLIP_STRATEGIES
@@ -117,6 +132,7 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
                              f"(cluster@position: {shown}{more})")
         else:
             lines.append(f"clipped:     none of {s['clusters']:,} clusters")
+    lines += _stage_lines(s)
     lines.append(f"repetition:  max {s['max_repetition']} per document, min "
                  f"{s['min_repetition']}; {s['documents_seen']:,} of "
                  f"{s['eligible_documents']:,} documents drawn at least once")
@@ -198,13 +214,14 @@ def _run(args: argparse.Namespace, tokens: Any = None,
     groups = None
     if args.groups is not None:
         groups = load_npy(args.groups, "groups", kinds="iu", ndim=1)
-    weights = None
+    weights, mixture = None, {}
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
     if args.mixture is not None:
         from clusterclip.sampling.mixture import mixture_record, read_mixture
 
-        weights = read_mixture(args.mixture, int(labels.max()) + 1).cluster_weights()
+        mixture = read_mixture(args.mixture, int(labels.max()) + 1).sampler_options()
+        weights = mixture.pop("cluster_weights", None)
     clip, why = args.clip, None
     if clip is None:
         from clusterclip.sampling.clip import default_clip
@@ -221,7 +238,7 @@ def _run(args: argparse.Namespace, tokens: Any = None,
         strategy=args.strategy,
         clip=clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
         world_size=args.world_size, consumed_samples=args.consumed_samples,
-        cluster_weights=weights, groups=groups, progress=not args.no_progress)
+        cluster_weights=weights, groups=groups, progress=not args.no_progress, **mixture)
     if why is not None and summary.get("clip") is not None:
         summary["clip_default"] = why
     if args.mixture is not None:

@@ -61,13 +61,20 @@ from clusterclip.experiment.runs import (
     usable_cpus,
 )
 from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
-from clusterclip.sampling.mixture import Mixture, read_mixture
+from clusterclip.sampling.mixture import Mixture, Stage, read_mixture
 from clusterclip.sampling.spec import DEFAULT_STRATEGIES, STRATEGIES
 
 #: The strategy name of a mixture file's schedule (its weights, timing and clip;
 #: ``W/search/mixture.json`` of ``clusterclip search`` unless ``--mixture FILE``).
 MIXTURE = "mixture"
-EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE)
+#: The strategy name of natural-then-anneal: the natural mixture (weight n_k: each
+#: training document alike) until ``ANNEAL_FROM`` of training, then the mixture file's
+#: weights (a two-stage mixture with the file's timing and one clip over both stages).
+ANNEAL = "anneal"
+ANNEAL_FROM = 0.8
+#: The strategies that read the mixture file.
+MIXTURE_STRATEGIES = (MIXTURE, ANNEAL)
+EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE, ANNEAL)
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
 #: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
@@ -203,6 +210,8 @@ class ExperimentConfig:
             del d["mixture"]  # results without a mixture keep their bytes
         else:
             d["mixture"]["weights"] = list(self.mixture.weights)
+            if not self.mixture.staged:
+                del d["mixture"]["stages"]  # a one-stage mixture keeps its bytes
         if self.tokenizer is None:
             del d["tokenizer"]  # nor do byte-level results
         return d
@@ -352,10 +361,10 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
                                          data.num_clusters)
     specs = {}
     for s in config.strategies:
-        if s != MIXTURE:
+        if s not in MIXTURE_STRATEGIES:
             specs[s] = ScheduleSpec.for_strategy(s, config.clip, config.alpha, weights)
         elif config.mixture is None:
-            raise InputError("--strategies mixture: no mixture given (run `clusterclip search` "
+            raise InputError(f"--strategies {s}: no mixture given (run `clusterclip search` "
                              "or pass --mixture FILE)")
         else:
             m = config.mixture
@@ -363,8 +372,25 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
                 raise InputError(f"--mixture: {len(m.weights)} weights but the labels have "
                                  f"{data.num_clusters} cluster ids: it was made for other "
                                  "labels")
-            specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights)
+            if s == MIXTURE:
+                specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights,
+                                        stages=m.stages or None)
+            else:
+                tl = data.train_labels
+                specs[s] = _anneal_spec(m, np.bincount(tl[tl >= 0],
+                                                       minlength=data.num_clusters))
     return specs
+
+
+def _anneal_spec(m: Mixture, sizes: np.ndarray) -> ScheduleSpec:
+    """Natural (weight n_k) until :data:`ANNEAL_FROM`, then the last stage of ``m``."""
+    if m.staged:
+        raise InputError(f"--strategies {ANNEAL}: the mixture is staged already; "
+                         f"compare it as strategy {MIXTURE}")
+    natural = tuple(float(n) for n in np.asarray(sizes, np.float64))
+    target = tuple(m.weights) + (0.0,) * max(0, len(natural) - len(m.weights))
+    stages = (Stage(ANNEAL_FROM, natural), Stage(1.0, target[:len(natural)]))
+    return ScheduleSpec(strategy=m.timing, clip=m.clip, weights=natural, stages=stages)
 
 
 # -- run keys --------------------------------------------------------------------------
@@ -390,7 +416,8 @@ def run_keys(data: ExperimentData, config: ExperimentConfig, device: str, thread
         run_inputs["groups"] = array_fingerprint(data.groups)
     mixture = config.to_dict().get("mixture")
     return {(s, seed): fingerprint({**run_inputs, "strategy": s, "seed": seed,
-                                    **({"mixture": mixture} if s == MIXTURE else {})})
+                                    **({"mixture": mixture} if s in MIXTURE_STRATEGIES
+                                       else {})})
             for seed in range(config.seeds) for s in config.strategies}
 
 
@@ -483,7 +510,7 @@ def experiment_results(data: ExperimentData, budget: Budget, config: ExperimentC
     """The results dict of :func:`compare_strategies` from its finished runs."""
     labels, valid_idx = data.labels, data.valid_idx
     weights = next((s.weights for n, s in specs.items() if s.weights is not None
-                    and n != MIXTURE), None)
+                    and n not in MIXTURE_STRATEGIES), None)
     return {
         "config": config.to_dict(),
         "device": device,
@@ -638,9 +665,10 @@ def mixture_path(root: Path, config: ExperimentConfig,
                  mixture: str | os.PathLike[str] | None) -> Path | None:
     """The mixture file of strategy ``mixture`` (``mixture`` or ``W/search/mixture.json``);
     None when the strategy is not asked for (then giving a file is an error)."""
-    if MIXTURE not in config.strategies:
+    if not set(MIXTURE_STRATEGIES) & set(config.strategies):
         if mixture is not None:
-            raise InputError("--mixture: add mixture to --strategies to compare it")
+            raise InputError("--mixture: add mixture (or anneal) to --strategies to compare "
+                             "it")
         return None
     path = Path(mixture) if mixture is not None else root / "search" / "mixture.json"
     if not path.is_file():

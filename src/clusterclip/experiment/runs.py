@@ -104,6 +104,8 @@ class ScheduleSpec:
     clip: int | None = None
     alpha: float = 0.0
     weights: tuple[float, ...] | None = None
+    #: a staged mixture's stages (``Stage``: until, weights, timing), or None
+    stages: tuple[Any, ...] | None = None
 
     @classmethod
     def for_strategy(cls, strategy: str, clip: int, alpha: float,
@@ -119,18 +121,25 @@ class ScheduleSpec:
     def sampler_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`~clusterclip.sampling.make_sampler` (but labels,
         num_samples and seed)."""
+        if self.stages:
+            from clusterclip.sampling.mixture import Mixture
+
+            return {"strategy": self.strategy, "clip": self.clip,
+                    "mixture": Mixture((), self.clip, self.strategy, "", self.stages)}
         w = None if self.weights is None else np.asarray(self.weights, dtype=np.float64)
         return strategy_options(self.strategy, clip=self.clip, alpha=self.alpha,
                                 cluster_weights=w)
 
     def drawn_clusters(self, num_clusters: int) -> np.ndarray:
-        """bool[num_clusters]: the clusters this schedule may draw from (weight > 0)."""
-        if self.weights is None:
+        """bool[num_clusters]: the clusters this schedule may draw from (weight > 0 in
+        its weights, or in any of its stages)."""
+        if self.weights is None and not self.stages:
             return np.ones(num_clusters, dtype=bool)
-        w = np.zeros(num_clusters)
-        k = min(num_clusters, len(self.weights))
-        w[:k] = self.weights[:k]
-        return w > 0
+        out = np.zeros(num_clusters, dtype=bool)
+        for weights in [st.weights for st in self.stages or ()] or [self.weights]:
+            k = min(num_clusters, len(weights))
+            out[:k] |= np.asarray(weights[:k], dtype=np.float64) > 0
+        return out
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ def schedule_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: n
         eligible = train_labels >= 0
         eligible[eligible] = drawn[train_labels[eligible]]
         t = min(t, spec.clip * int(np.count_nonzero(eligible)))
-    if spec.strategy in LENGTH_DEPENDENT_STRATEGIES:
+    if spec.strategy in LENGTH_DEPENDENT_STRATEGIES or spec.stages:  # stages: shares of T
         t = schedule_length_for_tokens(
             lambda n: make_sampler(train_labels, n, **kwargs),
             np.where(train_labels >= 0, doc_tokens, 0), budget.needed, t)

@@ -677,8 +677,10 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
     path = root.joinpath(*MIXTURE_FILE)
     try:
         mixture = read_mixture(path, num_clusters=c.k)
+        staged = mixture.sampler_options()
         sampler = make_sampler(c.labels, c.total, seed=opts.seed, **strategy_options(
-            mixture.timing, clip=mixture.clip, cluster_weights=mixture.cluster_weights()))
+            mixture.timing, clip=mixture.clip,
+            cluster_weights=staged.pop("cluster_weights", None)), **staged)
     except InputError as e:
         if opts.strategies is not None:
             raise
@@ -690,8 +692,11 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
     summary["parameters"] = {"strategy": MIXTURE, "timing": mixture.timing,
                              "clip": mixture.clip, "seed": opts.seed,
                              "mixture": mixture_record(path)}
-    summary["clip_events"] = (_sampler_clip_events(sampler.summary())
+    drawn = sampler.summary()
+    summary["clip_events"] = (_sampler_clip_events(drawn)
                               or _clip_events(st, c.sizes, mixture.clip))
+    if drawn.get("stages"):  # a staged mixture: where each stage ends (share of training)
+        summary["stage_ends"] = [st_["stop"] / c.total for st_ in drawn["stages"]]
     out.add(MIXTURE, summary, st, c)
 
 

@@ -181,6 +181,9 @@ def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: flo
                    label=f"corpus share, smallest 25% ({corpus_tail_share:.1%})")
         ax.axhline(corpus_head_share, color="darkred", lw=1, ls=":",
                    label=f"corpus share, largest 25% ({corpus_head_share:.1%})")
+        for i, x in enumerate(s.get("stage_ends", [])[:-1]):  # a staged mixture's stages
+            ax.axvline(x, color="0.35", lw=1.2, ls="-.",
+                       label="stage boundary" if i == 0 else None)
         late = s["tail_quartile_share_late"]
         verdict = "STARVES the tail" if late < threshold else "tail fed"
         ax.set_title(f"{name}: smallest 25% gets {late:.1%} of the last 20% ({verdict})",
@@ -197,6 +200,11 @@ def plot_mixture(series: Mapping[str, Mapping[str, Any]], corpus_tail_share: flo
     for ax in axes[:, 0]:
         ax.set_ylabel("share of the tenth's samples")
     handles, labels = axes.flat[0].get_legend_handles_labels()
+    for ax in axes.flat[1:len(names)]:  # the stage boundary's entry, from a later panel
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.suptitle("Samples per tenth of training from the smallest / largest quartile of clusters",
                  fontsize=10)

@@ -9,11 +9,12 @@ live in :mod:`clusterclip.sampling.mixture`, the torch adapter in
 
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.groups import GroupClipSampler
-from clusterclip.sampling.mixture import Mixture, read_mixture, write_mixture
+from clusterclip.sampling.mixture import Mixture, Stage, read_mixture, write_mixture
 from clusterclip.sampling.sampler import ClusterClipSampler
 from clusterclip.sampling.schedule import write_schedule
 from clusterclip.sampling.spec import STRATEGIES, SamplerSpec
 from clusterclip.sampling.stream import BaseSampler
 
 __all__ = ["STRATEGIES", "BaseSampler", "ClusterClipSampler", "GroupClipSampler", "Mixture",
-           "SamplerSpec", "make_sampler", "read_mixture", "write_mixture", "write_schedule"]
+           "SamplerSpec", "Stage", "make_sampler", "read_mixture", "write_mixture",
+           "write_schedule"]

@@ -38,7 +38,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 8  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 9  # the _kernel.c this code calls (its VERSION)
 # the optional compiled kernel (setup.py); the numpy path below is the reference
 _kernel = load_kernel("clusterclip.sampling._kernel", KERNEL_VERSION)
 
@@ -149,6 +149,8 @@ class ClusterEngine:
 
     def _rebuild_pool(self) -> None:
         alive = self.sizes > 0
+        if self.weights is not None:  # a stage's clusters of weight 0 are not drawn
+            alive &= self.weights > 0
         if self.limit is not None:
             alive &= self.counts < self.limit
         self.pool = np.flatnonzero(alive)
@@ -678,20 +680,31 @@ class PacedEngine(ClusterEngine):
     """
 
     def __init__(self, docs_by_cluster: np.ndarray, sizes: np.ndarray, seed: int,
-                 weights: np.ndarray | None, clip: int, num_samples: int) -> None:
+                 weights: np.ndarray | None, clip: int, num_samples: int,
+                 stage: tuple[int, np.ndarray, np.ndarray] | None = None) -> None:
         self.num_samples = T = int(num_samples)
-        self.quotas = paced_quotas(sizes, weights, clip, T)
+        self._paced_weights, self._stage = weights, stage
+        if stage is None:  # the whole schedule: quotas of the clip R over n_k
+            self.quotas = paced_quotas(sizes, weights, clip, T)
+            caps, off, index = int(clip) * np.asarray(sizes, np.int64), None, 0
+        else:  # one stage of a staged schedule (sampling._stages)
+            index, caps, off = stage
+            self.quotas = paced_quotas(caps, weights, 1, T)
         self._live = np.flatnonzero(self.quotas > 0)
         self._q = self.quotas[self._live]
+        self._cap_live = caps[self._live]
+        # draws of each live cluster before this stage: its documents continue its passes
+        self._off = (np.zeros(self._live.size, np.int64) if off is None
+                     else np.ascontiguousarray(off[self._live], np.int64))
         self._scale = T / self._q.astype(np.float64)  # key units per draw of each cluster
         self._inv = self._q.astype(np.float64) / T
-        self._u = CounterUniforms(seed, TAG_PACED, int(np.asarray(sizes).size))
-        self._paced_weights = weights
+        # stage i > 0 draws its offsets u from a stream of its own
+        self._u = CounterUniforms(seed, TAG_PACED + (index << 32), int(np.asarray(sizes).size))
         super().__init__(docs_by_cluster, sizes, seed, None, clip)
 
     def fresh(self) -> PacedEngine:
         return PacedEngine(self.docs, self.sizes, self.seed, self._paced_weights, self.clip,
-                           self.num_samples)
+                           self.num_samples, self._stage)
 
     # ------------------------------------------------------------------ keys
     def _keys(self, li: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -803,7 +816,8 @@ class PacedEngine(ClusterEngine):
             if out is not None:
                 taken = np.empty(act.size, np.int64)
                 M, last = _kernel.paced_window(
-                    self._kctx(), self._live[act], ma, j0, self._u._base, self._scale[act],
+                    self._kctx(), self._live[act], ma, j0, self._off[act], self._u._base,
+                    self._scale[act],
                     front, need, out[done:done + min(need, int(ma.sum()))], taken)
                 if M <= need:
                     c[:] = hi
@@ -845,7 +859,7 @@ class PacedEngine(ClusterEngine):
         for window in self._windows(c, self._front, n, out if self._use_kernel else None):
             act, ma, j0, order, front = window
             if order is not None:
-                vals = self._docs_grouped(self._live[act], ma, j0)
+                vals = self._docs_grouped(self._live[act], ma, j0 + self._off[act])
                 out[done:done + order.size] = vals[order]
                 done += order.size
         self.counts[self._live] = c
@@ -855,24 +869,26 @@ class PacedEngine(ClusterEngine):
         return out
 
     # --------------------------------------------------------------- summary
-    def capped_events(self, tail: int | None = None) -> list[tuple[int, int]]:
-        """(cluster, position of its last draw) for clusters whose quota is clip * n_k.
+    def capped_events(self, tail: int | None = None, floor: int = 1 << 21
+                      ) -> list[tuple[int, int]]:
+        """(cluster, position of its last draw) for clusters whose quota is their cap
+        (clip * n_k; in a stage, what the earlier stages left).
 
         In order of position. A cluster's last draw lies within T / q_k + 2 K
         of the end: those in the last ``tail`` positions are read off the
         generated cluster order there; each earlier one costs O(K). The
-        default ``tail`` minimises that cost (at least 2**21 positions).
+        default ``tail`` minimises that cost (at least ``floor`` positions).
         """
         T, L = self.num_samples, self._live.size
-        capped = self._q == self.clip * self.sizes[self._live]
+        capped = self._q == self._cap_live
         if not capped.any():
             return []
         if tail is None:
             # tail reach of each capped cluster's last draw, ascending; covering
             # the first i + 1 of them leaves the others at O(L) each
             reach = np.sort(-(-T // self._q[capped]) + 2 * L + 2)
-            cost = np.maximum(reach, 1 << 21) + (reach.size - 1 - np.arange(reach.size)) * L
-            tail = int(max(reach[int(np.argmin(cost))], 1 << 21))
+            cost = np.maximum(reach, floor) + (reach.size - 1 - np.arange(reach.size)) * L
+            tail = int(max(reach[int(np.argmin(cost))], floor))
         start = max(0, T - tail)
         c, front = self._locate(start)
         early = np.flatnonzero(capped & (c == self._q))  # last draw before `start`

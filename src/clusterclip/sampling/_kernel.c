@@ -847,41 +847,43 @@ static PyObject *k_paced_count(PyObject *self, PyObject *args) {
     return res;
 }
 
-/* paced_window(ctx, k, ma, j0, base uint64, scale float64, front, need, out, taken)
+/* paced_window(ctx, k, ma, j0, off, base uint64, scale float64, front, need, out, taken)
  *
  * One window of PacedEngine._windows: draws j0[i] .. j0[i] + ma[i] - 1 of clusters
  * k[i], each at key trunc((j + u(k, j)) * scale[i]) (u: _rng.CounterUniforms with
  * streams `base`), in [front, front + 2**16). The schedule takes them by (key,
- * cluster order, j): a counting sort. The first `need` go to out (documents), their
- * number per cluster to taken. Returns (draws in the window, key - front of the
+ * cluster order, j): a counting sort. The first `need` go to out (documents: draw j
+ * of cluster k[i] takes the document of its passes at j + off[i], off[i] the draws
+ * of k[i] in earlier stages), their number per cluster to taken. Returns (draws in the window, key - front of the
  * last one taken, or -1). */
 static PyObject *k_paced_window(PyObject *self, PyObject *args) {
-    PyObject *t, *o[7];
+    PyObject *t, *o[8];
     long long front, need;
-    if (!PyArg_ParseTuple(args, "OOOOOOLLOO", &t, &o[0], &o[1], &o[2], &o[3], &o[4], &front,
-                          &need, &o[5], &o[6]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLOO", &t, &o[0], &o[1], &o[2], &o[7], &o[3], &o[4],
+                          &front, &need, &o[5], &o[6]))
         return NULL;
     ctx_t c;
     if (ctx_get(t, &c) < 0) return NULL;
-    Py_buffer b[7];
+    Py_buffer b[8];
     int got = 0;
-    static const int wr[7] = {0, 0, 0, 0, 0, 1, 1};
-    for (; got < 7; got++)
+    static const int wr[8] = {0, 0, 0, 0, 0, 1, 1, 0};
+    for (; got < 8; got++)
         if (get_buf(o[got], &b[got], wr[got], 8, "paced_window argument") < 0) break;
     PyObject *res = NULL;
     uint16_t *keys = NULL;
     uint32_t *start = NULL;
-    if (got == 7) {
-        const int64_t *ks = b[0].buf, *ma = b[1].buf, *j0 = b[2].buf;
+    if (got == 8) {
+        const int64_t *ks = b[0].buf, *ma = b[1].buf, *j0 = b[2].buf, *off = b[7].buf;
         const uint64_t *base = b[3].buf;
         const double *scale = b[4].buf;
         int64_t *out = b[5].buf, *taken = b[6].buf;
         const Py_ssize_t A = b[0].len / 8, nbase = b[3].len / 8;
         int64_t M = 0;
         int bad = b[1].len / 8 != A || b[2].len / 8 != A || b[4].len / 8 != A ||
-                  b[6].len / 8 != A || need < 0;
+                  b[6].len / 8 != A || b[7].len / 8 != A || need < 0;
         for (Py_ssize_t i = 0; i < A && !bad; i++) {
-            bad = check_cluster(&c, ks[i]) < 0 || ks[i] >= nbase || ma[i] < 0 || j0[i] < 0;
+            bad = check_cluster(&c, ks[i]) < 0 || ks[i] >= nbase || ma[i] < 0 || j0[i] < 0 ||
+                  off[i] < 0;
             M += ma[i];
         }
         if (!bad && b[5].len / 8 < (M < need ? M : need)) bad = 1; /* out too short */
@@ -921,7 +923,7 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
                     int64_t got_i = 0;
                     if (i + 4 < A) { /* the next documents of a cluster further on */
                         const int64_t k4 = ks[i + 4], gl4 = c.group_len[k4];
-                        const int64_t d4 = j0[i + 4] - c.cur_group[k4] * gl4;
+                        const int64_t d4 = j0[i + 4] + off[i + 4] - c.cur_group[k4] * gl4;
                         if ((uint64_t)d4 < (uint64_t)gl4) {
                             const int64_t at4 = c.seg_off[k4] + d4;
                             PREFETCH(c.cur32 ? (void *)((int32_t *)c.cur + at4)
@@ -932,7 +934,7 @@ static PyObject *k_paced_window(PyObject *self, PyObject *args) {
                         const uint32_t key = keys[w];
                         const int64_t pos = start[key]++;
                         if (pos < need) {
-                            out[pos] = doc_of(&c, ks[i], j);
+                            out[pos] = doc_of(&c, ks[i], j + off[i]);
                             got_i++;
                             if (pos == need - 1) last = key;
                         }
@@ -1075,7 +1077,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 8
+#define KERNEL_VERSION 9
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();

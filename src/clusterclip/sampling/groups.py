@@ -31,7 +31,12 @@ from clusterclip.errors import InputError
 from clusterclip.io import array_fingerprint
 from clusterclip.labels import check_labels
 from clusterclip.sampling.sampler import ClusterClipSampler
-from clusterclip.sampling.spec import SamplerSpec, resolve_clusters, with_spec_signature
+from clusterclip.sampling.spec import (
+    SamplerSpec,
+    mixture_defaults,
+    resolve_clusters,
+    with_spec_signature,
+)
 from clusterclip.sampling.stream import BaseSampler
 
 GEN_BLOCK = 1 << 18  # global positions generated (and mapped) at a time
@@ -159,7 +164,7 @@ class GroupClipSampler(BaseSampler):
     """
 
     def __init__(self, labels: Any, num_samples: int, **options: Any) -> None:
-        spec = SamplerSpec(num_samples, **options)
+        spec = SamplerSpec(num_samples, **mixture_defaults(options))
         if spec.groups is None:
             raise TypeError("GroupClipSampler needs groups (one group id per document)")
         lab = check_labels(labels)

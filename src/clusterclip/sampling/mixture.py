@@ -14,6 +14,20 @@ The file is JSON::
      "objective": "target", ...}
 
 with any further keys kept as they are (``write_mixture(..., **extra)``).
+
+Version 2 adds ``stages``: the weights change over training, under one clip::
+
+    {"format_version": 2, "clip": 4, "timing": "paced",
+     "stages": [{"until": 0.8, "weights": [...]},
+                {"until": 1.0, "weights": [...], "timing": "clusterclip"}]}
+
+Stage i draws the positions from the previous stage's end to ``round(until x T)``
+of a schedule of T positions (``until`` in (0, 1], strictly increasing, the last
+1) with its weights (one per cluster id) and its timing (default: the file's). No
+document is drawn more than R times over all stages together: a stage's clusters
+have what earlier stages left of their R passes (see
+:mod:`clusterclip.sampling._stages`). A version-1 file is one stage, and a
+one-stage version-2 file is the same mixture as the version-1 file of its weights.
 """
 
 from __future__ import annotations
@@ -31,6 +45,8 @@ from clusterclip.errors import InputError
 from clusterclip.io import sha256_file, write_json
 
 MIXTURE_FORMAT_VERSION = 1
+#: The version of a mixture file with ``stages``.
+STAGED_FORMAT_VERSION = 2
 #: How a mixture's draws are placed: the sampler strategies that take a mixture.
 MIXTURE_TIMINGS = ("paced", "clusterclip")
 
@@ -48,13 +64,31 @@ class Mixture:
     clip: int
     timing: str
     objective: str
+    #: more than one :class:`Stage` (a staged mixture; ``weights`` are then the first
+    #: stage's), or empty: one stage of ``weights`` over the whole schedule
+    stages: tuple[Stage, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.weights, np.ndarray):
             object.__setattr__(self, "weights", tuple(self.weights.tolist()))
+        if self.stages and not self.weights and isinstance(self.stages, (list, tuple)):
+            object.__setattr__(self, "weights", tuple(self.stages[0].weights))
+        object.__setattr__(self, "stages", tuple(self.stages))
         problem = _problem(self.weights, self.clip, self.timing, self.objective)
+        if not problem and self.stages:
+            problem = _stages_problem(self.stages, self.clip, self.timing, self.objective)
         if problem:
             raise InputError(f"mixture: {problem}")
+        if len(self.stages) == 1:  # one stage is the plain mixture of its weights
+            st = self.stages[0]
+            object.__setattr__(self, "timing", st.timing or self.timing)
+            object.__setattr__(self, "weights", tuple(st.weights))
+            object.__setattr__(self, "stages", ())
+        elif self.stages:
+            object.__setattr__(self, "stages", tuple(
+                Stage(float(st.until), tuple(float(w) for w in st.weights), st.timing)
+                for st in self.stages))
+            object.__setattr__(self, "weights", self.stages[0].weights)
         object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
         object.__setattr__(self, "clip", int(self.clip))
 
@@ -63,8 +97,94 @@ class Mixture:
         return len(self.weights)
 
     def cluster_weights(self) -> np.ndarray:
-        """float64 (K,): the weights, as the samplers' ``cluster_weights`` takes them."""
+        """float64 (K,): the weights, as the samplers' ``cluster_weights`` takes them
+        (a staged mixture's first stage: pass a staged mixture as ``mixture=``)."""
         return np.array(self.weights, dtype=np.float64)
+
+    @property
+    def staged(self) -> bool:
+        """Whether the weights change over the schedule (more than one stage)."""
+        return len(self.stages) > 1
+
+    def stage_list(self) -> tuple[Stage, ...]:
+        """The stages, the one of a plain mixture included."""
+        return self.stages or (Stage(1.0, self.weights, self.timing),)
+
+    def sampler_options(self) -> dict[str, Any]:
+        """What a sampler takes of this mixture: ``mixture=self`` when staged, else its
+        ``cluster_weights`` (the same schedule either way)."""
+        if self.staged:
+            return {"mixture": self}
+        return {"cluster_weights": self.cluster_weights()}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a staged mixture: up to ``until`` (a fraction of the schedule, in
+    (0, 1]) it draws with ``weights`` and ``timing`` (None: the mixture's)."""
+
+    until: float
+    weights: tuple[float, ...]
+    timing: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weights, np.ndarray):
+            object.__setattr__(self, "weights", tuple(self.weights.tolist()))
+
+
+def _stages_problem(stages: Any, clip: Any, timing: Any, objective: Any,
+                    num_clusters: int | None = None) -> str | None:
+    """What is wrong with a mixture's ``stages`` (one phrase naming the field), or None."""
+    if not isinstance(stages, (list, tuple)) or not stages:
+        return "stages must be a non-empty list of {\"until\": ..., \"weights\": [...]}"
+    prev, K = 0.0, num_clusters
+    for i, st in enumerate(stages):
+        if isinstance(st, Stage):
+            until, weights, own = st.until, st.weights, st.timing
+        elif not isinstance(st, dict) or "until" not in st or "weights" not in st:
+            return f"stages[{i}] must be an object with until and weights"
+        else:
+            until, weights, own = st["until"], st["weights"], st.get("timing")
+        if isinstance(until, bool) or not isinstance(until, numbers.Real) \
+                or not math.isfinite(until) or not 0 < until <= 1:
+            return f"stages[{i}].until is {until!r:.40}; it must be in (0, 1]"
+        if until <= prev:
+            return (f"stages[{i}].until is {until}, not above stages[{i - 1}].until "
+                    f"{prev}: the stages must be strictly increasing")
+        problem = _problem(weights, clip, timing if own is None else own, objective)
+        if problem:
+            return f"stages[{i}].{problem}" if problem.startswith("weights[") \
+                else f"stages[{i}]: {problem}"
+        K = len(weights) if K is None else K
+        if len(weights) != K:
+            return (f"stages[{i}].weights has {len(weights)} weights, not {K} (one per "
+                    f"cluster id{'' if num_clusters is not None else ', as stages[0]'})")
+        prev = until
+    if prev != 1:
+        return f"stages[{len(stages) - 1}].until is {prev}; the last stage must end at 1"
+    return None
+
+
+def _read_staged(path: str | os.PathLike[str], data: dict[str, Any],
+                 num_clusters: int | None) -> Mixture:
+    """The version-2 mixture ``data`` of file ``path``, checked (InputError naming both)."""
+    missing = [k for k in ("stages", "clip", "timing") if k not in data]
+    if missing:
+        raise InputError(f"{path}: the mixture has no {', '.join(missing)}")
+    stages, clip, timing = data["stages"], data["clip"], data["timing"]
+    objective = data.get("objective", "")
+    first = stages[0]["weights"] if isinstance(stages, list) and stages \
+        and isinstance(stages[0], dict) and "weights" in stages[0] else None
+    problem = _problem([1.0], clip, timing, objective)  # the fields beside the stages
+    if not problem:
+        problem = _stages_problem(stages, clip, timing, objective, num_clusters)
+    if problem:
+        if num_clusters is not None and "one per cluster id" in problem:
+            problem += f": the labels have {num_clusters} cluster ids"
+        raise InputError(f"{path}: {problem}")
+    return Mixture(tuple(first), clip, timing, objective,
+                   tuple(Stage(float(st["until"]), tuple(st["weights"]), st.get("timing"))
+                         for st in stages))
 
 
 def _problem(weights: Any, clip: Any, timing: Any, objective: Any) -> str | None:
@@ -106,9 +226,12 @@ def read_mixture(path: str | os.PathLike[str], num_clusters: int | None = None) 
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a mixture file (a JSON object is expected)")
     version = data.get("format_version")
+    if version == STAGED_FORMAT_VERSION and not isinstance(version, bool):
+        return _read_staged(path, data, num_clusters)
     if version != MIXTURE_FORMAT_VERSION or isinstance(version, bool):
         raise InputError(f"{path}: mixture format_version {version!r:.40} is not supported "
-                         f"(this clusterclip reads version {MIXTURE_FORMAT_VERSION})")
+                         f"(this clusterclip reads versions {MIXTURE_FORMAT_VERSION} and "
+                         f"{STAGED_FORMAT_VERSION})")
     missing = [k for k in ("weights", "clip", "timing") if k not in data]
     if missing:
         raise InputError(f"{path}: the mixture has no {', '.join(missing)}")
@@ -128,6 +251,12 @@ def write_mixture(path: str | os.PathLike[str], mixture: Mixture, **extra: Any) 
     (they must be JSON-serialisable and must not reuse the mixture's own keys)."""
     own = {"format_version": MIXTURE_FORMAT_VERSION, "weights": list(mixture.weights),
            "clip": mixture.clip, "timing": mixture.timing, "objective": mixture.objective}
+    if mixture.staged:
+        del own["weights"]
+        own["format_version"] = STAGED_FORMAT_VERSION
+        own["stages"] = [{"until": st.until, "weights": list(st.weights),
+                          **({"timing": st.timing} if st.timing else {})}
+                         for st in mixture.stages]
     clash = sorted(set(own) & set(extra))
     if clash:
         raise ValueError(f"write_mixture: extra keys {clash} are the mixture's own")

@@ -17,6 +17,7 @@ from clusterclip.io import array_fingerprint
 from clusterclip.io import cache_dir as cache_dir_default
 from clusterclip.sampling import _seek
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine, stable_order
+from clusterclip.sampling._stages import SegmentedEngine, plan_segments
 from clusterclip.sampling.spec import (  # noqa: F401 - the names this module always exported
     ALPHA_STRATEGIES,
     CLIP_STRATEGIES,
@@ -27,6 +28,9 @@ from clusterclip.sampling.spec import (  # noqa: F401 - the names this module al
     STRATEGIES,
     Clusters,
     SamplerSpec,
+    _checked_weights,
+    as_int,
+    mixture_defaults,
     resolve_clusters,
     with_spec_signature,
 )
@@ -104,7 +108,8 @@ class ClusterClipSampler(BaseSampler):
             raise TypeError("ClusterClipSampler takes no groups: make_sampler(labels, "
                             "num_samples, groups=groups, ...) returns the sampler over "
                             "near-duplicate groups (a GroupClipSampler)")
-        spec = SamplerSpec(num_samples, **options)  # every parameter checked, before any work
+        # every parameter checked, before any work
+        spec = SamplerSpec(num_samples, **mixture_defaults(options))
         self._setup(spec, resolve_clusters(spec, labels))
 
     @classmethod
@@ -125,8 +130,20 @@ class ClusterClipSampler(BaseSampler):
         self.cluster_sizes = sizes
         self._zero_weight = clusters.zero_weight
         self._labels_fp = array_fingerprint(lab.astype(np.int64, copy=False))
-        self._weights_fp = None if spec.cluster_weights is None else array_fingerprint(weights)
+        self._weights_fp = None if weights is None or spec.alpha_in_use is not None \
+            else array_fingerprint(weights)
+        if clusters.stages is not None:  # every stage's end, weights and timing
+            self._weights_fp = array_fingerprint(np.concatenate(
+                [np.array([e, t == "paced"], np.float64) for e, _, t, _ in
+                 clusters.stages] + [w for _, w, _, _ in clusters.stages]))
         self._state_has_counts = spec.strategy != "random"
+        # the stages the schedule is planned from, and set_weights' calls (position,
+        # weights) in force: a segmented engine draws them
+        self._stages = clusters.stages or (
+            (spec.num_samples, weights, spec.strategy, "the schedule"),)
+        self._calls: list[tuple[int, np.ndarray]] = []
+        self._unweighted = (np.zeros(K, bool) if clusters.unweighted is None
+                            else clusters.unweighted)
 
         cache_dir = spec.cache_dir
         if cache_dir is None or cache_dir is True:
@@ -146,16 +163,20 @@ class ClusterClipSampler(BaseSampler):
             # radix sort of 16-bit keys, in linear time).
             docs = stable_order(np.where(clusters.drawable, lab, K), K)[:n_eligible].astype(
                 idx_dtype)
-            if spec.strategy == "paced":
+            if clusters.stages is not None:
+                self._engine = SegmentedEngine(docs, sizes, seed, clip,
+                                               plan_segments(list(clusters.stages), []))
+            elif spec.strategy == "paced":
                 self._engine = PacedEngine(docs, sizes, seed, weights, clip, T)
             else:
                 self._engine = ClusterEngine(docs, sizes, seed, weights, clip)
+        self._engine0 = self._engine  # the engine without set_weights calls
         self._set_start(spec.consumed_samples, None)
 
     # ------------------------------------------------------------- positions
     def _set_start(self, position: int, counts: np.ndarray | None = None) -> None:
         eng = self._engine
-        if isinstance(eng, ClusterEngine):
+        if isinstance(eng, (ClusterEngine, SegmentedEngine)):
             if counts is None:
                 if self._indexed(position):
                     at = self._index().engine_at(position)
@@ -181,7 +202,7 @@ class ClusterClipSampler(BaseSampler):
         from 0 (count-only). Paced needs no replay: its seek is a key search.
         """
         eng = self._engine
-        if isinstance(eng, PacedEngine):
+        if isinstance(eng, (PacedEngine, SegmentedEngine)):
             out = eng.fresh()
             out.seek(position)
             return out
@@ -246,6 +267,115 @@ class ClusterClipSampler(BaseSampler):
                 raise InputError(f"state_dict (version 1) counts are not those of this "
                                  f"schedule at position {position}")
 
+    # ----------------------------------------------------------- set_weights
+    def set_weights(self, weights: Any, at: int | None = None) -> None:
+        """From global position ``at`` on, draw with cluster ``weights`` (under the same
+        clip R): a live hook for adaptive mixing (paced and clusterclip).
+
+        ``at`` (default: this rank's :attr:`position`) must not be before
+        :attr:`position` (those draws were handed out) nor after ``num_samples``.
+        The new weights hold to the end of the schedule (a staged mixture's later
+        stages included) or to the next call's ``at``; a call at or before an earlier
+        call's ``at`` replaces it. ``weights``: one per cluster id, finite, >= 0, > 0
+        on at least one cluster with documents left; a cluster excluded when the
+        sampler was made (weight 0 everywhere) stays excluded. Draws per cluster
+        from ``at`` follow from the weights and what the clip leaves (see
+        :mod:`clusterclip.sampling._stages`); with timing paced they are spread
+        evenly from ``at`` to the end. The calls are part of the state
+        (``state_dict`` records them; ``load_state_dict`` restores them), and every
+        rank that makes the same calls draws the same global schedule. Costs O(K)
+        (paced; clusterclip: plus a count-only replay from the stage's start when
+        ``at`` is not where the sampler's engine stands).
+        """
+        if self.clip is None:
+            raise InputError(f"set_weights needs strategy paced or clusterclip (a clip "
+                             f"over the stages), not {self.strategy}", params=("strategy",))
+        pos = self.position
+        at = pos if at is None else as_int("at", at, 0, self.num_samples)
+        if at < pos:
+            raise InputError(f"set_weights: at {at} is before this sampler's position {pos} "
+                             f"(the draws before it were handed out)", params=("at",))
+        w = self._new_weights(weights, "set_weights")
+        self._replan([c for c in self._calls if c[0] < at] + [(at, w)])
+
+    def _new_weights(self, weights: Any, what: str) -> np.ndarray:
+        """``weights`` checked against this sampler's clusters (InputError)."""
+        sizes = self.cluster_sizes
+        try:
+            w = _checked_weights(weights, sizes.size, sizes > 0)
+        except InputError as e:
+            raise InputError(f"{what}: {e}", params=("weights",)) from None
+        out = np.flatnonzero((np.asarray(weights, np.float64)[:sizes.size] > 0)
+                             & self._unweighted)
+        if out.size:
+            raise InputError(f"{what}: cluster {int(out[0])} was excluded when this sampler "
+                             f"was made (weight 0 in every stage); it cannot be drawn",
+                             params=("weights",))
+        return w
+
+    def _replan(self, calls: list[tuple[int, np.ndarray]], incremental: bool = True) -> None:
+        """Draw the stages after ``calls``. ``incremental``: the calls are those in
+        force plus one at or after this rank's position, so the schedule before that
+        position and the counts at each kept stage's start stay as they are (O(K)
+        work); else (a loaded state) everything is planned again."""
+        old = self._engine
+        counts = None
+        if not calls and not isinstance(self._engine0, SegmentedEngine):
+            eng = self._engine0.fresh()
+        else:
+            segs = plan_segments(list(self._stages), calls)
+            bases = None
+            if incremental:
+                counts = _counts_or_none(old, self.position)
+                bases = list(old.bases[:len(segs) - 1]) if isinstance(old, SegmentedEngine) \
+                    else [np.zeros(self.cluster_sizes.size, np.int64)][:len(segs) - 1]
+                at_counts = _counts_or_none(old, calls[-1][0])
+                if at_counts is not None:  # else a greedy stage's replay, in the new engine
+                    bases.append(at_counts)
+            eng = SegmentedEngine(old.docs, self.cluster_sizes, self.seed, self.clip, segs,
+                                  bases, holder=getattr(old, "_holder", old))
+        if incremental:
+            eng.reset(self.position, counts)
+        self._engine, self._calls = eng, calls
+        self._buf, self._buf_i, self._buf_list = np.empty(0, np.int64), 0, None
+
+    def _state_extra(self) -> dict[str, Any]:
+        if not self._calls:
+            return {}  # a state without calls keeps its fields
+        return {"weights_calls": [[at, w.tolist()] for at, w in self._calls]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """:meth:`BaseSampler.load_state_dict`, with the state's ``set_weights`` calls
+        (``weights_calls``) in force again."""
+        raw = state.get("weights_calls", []) if isinstance(state, dict) else []
+        if not isinstance(raw, list) or not all(
+                isinstance(c, list) and len(c) == 2 for c in raw):
+            raise InputError("state_dict weights_calls must be a list of [position, "
+                             "weights] pairs")
+        calls, last = [], -1
+        for at, w in raw:
+            at = as_int("state_dict weights_calls position", at, 0, self.num_samples)
+            if at <= last:
+                raise InputError("state_dict weights_calls positions must increase")
+            calls.append((at, self._new_weights(w, "state_dict weights_calls")))
+            last = at
+        if calls and self.clip is None:
+            raise InputError(f"state_dict weights_calls do not apply to strategy "
+                             f"{self.strategy}")
+        same = len(calls) == len(self._calls) and all(
+            a == b and np.array_equal(w, v)
+            for (a, w), (b, v) in zip(calls, self._calls, strict=True))
+        if same:
+            super().load_state_dict(state)
+            return
+        engine, before = self._engine, self._calls
+        self._replan(calls, incremental=False)
+        try:
+            super().load_state_dict(state)
+        except Exception:
+            self._engine, self._calls = engine, before
+            raise
+
     # --------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
         """JSON-able description of the whole global schedule and of this rank's share.
@@ -274,13 +404,20 @@ class ClusterClipSampler(BaseSampler):
             s.update(clusters_clipped=0, clip_events=[], max_repetition=-(-T // ne),
                      min_repetition=T // ne, documents_seen=min(T, ne))
         else:
-            eng = self._engine_at(T)
+            eng = self._engine
+            if not (isinstance(eng, SegmentedEngine) and eng.pos == T):
+                eng = self._engine_at(T)  # a segmented engine at T has counted it all
             c = eng.counts
             reps_hi = -(-c[nonempty] // sizes[nonempty])
             seen = np.minimum(c[nonempty], sizes[nonempty]).sum()
             # paced: the clusters whose quota is clip x n_k, at their last draw
-            events = [[k, p] for k, p in (eng.capped_events() if isinstance(eng, PacedEngine)
-                                           else eng.clip_events)]
+            if isinstance(eng, SegmentedEngine):
+                stages, ev = eng.segment_report()
+                s.update(stages=stages, stages_short=[st["stage"] for st in stages
+                                                      if st["clusters_used_up"]])
+            else:
+                ev = eng.capped_events() if isinstance(eng, PacedEngine) else eng.clip_events
+            events = [[k, p] for k, p in ev]
             s.update(clusters_clipped=len(events), clip_events=events,
                      first_clip_position=events[0][1] if events else None,
                      last_clip_position=events[-1][1] if events else None,
@@ -293,6 +430,14 @@ class ClusterClipSampler(BaseSampler):
 
     def _repr_fields(self) -> dict[str, Any]:
         return {"alpha": self.alpha}
+
+
+def _counts_or_none(engine: Any, position: int) -> np.ndarray | None:
+    """``engine``'s draws per cluster at ``position``, or None where only a replay tells."""
+    try:
+        return engine.counts_at(position)
+    except LookupError:
+        return None
 
 
 with_spec_signature(ClusterClipSampler.__init__, skip=("groups",))

@@ -11,7 +11,7 @@ from clusterclip.errors import InputError
 from clusterclip.io import atomic_path
 from clusterclip.sampling.budget import plan_schedule
 from clusterclip.sampling.factory import make_sampler
-from clusterclip.sampling.spec import SamplerSpec, rank_share
+from clusterclip.sampling.spec import SamplerSpec, mixture_defaults, rank_share
 from clusterclip.sampling.stream import BaseSampler
 
 
@@ -36,11 +36,16 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     :mod:`clusterclip.sampling.groups`).
     """
     # checked before any work (a budget's length is not known yet: no bound on it here)
+    options = mixture_defaults(options)
     spec = SamplerSpec(2**62 if num_samples is None else num_samples, **options)
     if spec.groups is not None and (num_tokens is not None or balance_by != "docs"):
         raise InputError("groups works with num_samples and balance_by docs only "
                          "(token budgets over groups are not supported yet)",
                          params=("groups", "num_samples", "balance_by"))
+    if spec.mixture is not None and spec.mixture.staged and num_tokens is not None:
+        raise InputError("a staged mixture takes num_samples, not num_tokens (its stages "
+                         "are fractions of the schedule's positions)",
+                         params=("mixture", "num_tokens"))
     plan = plan_schedule(labels, num_samples=num_samples, num_tokens=num_tokens,
                          doc_tokens=doc_tokens, balance_by=balance_by, **options)
     stop = plan["stop"]

@@ -130,6 +130,11 @@ class SamplerSpec:
     cache_dir : folder of the seek index, False for none, None for the default.
     groups : optional (N,) integer array of near-duplicate groups (a
         :class:`~clusterclip.sampling.groups.GroupClipSampler`).
+    mixture : optional :class:`~clusterclip.sampling.mixture.Mixture` (not with
+        ``cluster_weights``): its weights, or its stages (weights that change over
+        the schedule under one clip; paced and clusterclip only). The samplers
+        (:func:`~clusterclip.sampling.make_sampler`) take ``strategy`` and ``clip``
+        from it unless given (:func:`mixture_defaults`).
     """
 
     num_samples: int
@@ -143,6 +148,7 @@ class SamplerSpec:
     cluster_weights: Any = None
     cache_dir: str | os.PathLike[str] | bool | None = None
     groups: Any = None
+    mixture: Any = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -156,10 +162,12 @@ class SamplerSpec:
             raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}",
                              params=("consumed_samples", "num_samples"))
         clip = as_int("clip", self.clip, 1) if self.strategy in CLIP_STRATEGIES else None
-        alpha = check_alpha(self.strategy, self.alpha, self.cluster_weights is not None)
+        weighted = self.cluster_weights is not None or self.mixture is not None
+        alpha = check_alpha(self.strategy, self.alpha, weighted)
         if self.cluster_weights is not None and self.strategy == "random":
             raise InputError("cluster_weights does not apply to strategy random",
                              params=("cluster_weights",))
+        _check_mixture(self.mixture, self.strategy, self.cluster_weights)
         for name, value in (("num_samples", T), ("seed", seed), ("rank", rank),
                             ("world_size", world_size),
                             ("consumed_samples", consumed), ("clip", clip), ("alpha", alpha)):
@@ -177,9 +185,39 @@ class SamplerSpec:
     def alpha_in_use(self) -> float | None:
         """The alpha the schedule depends on: None outside the alpha strategies and when
         ``cluster_weights`` replace n_k ** alpha (what samplers report and states hold)."""
-        if self.strategy in ALPHA_STRATEGIES and self.cluster_weights is None:
+        if self.strategy in ALPHA_STRATEGIES and self.cluster_weights is None \
+                and self.mixture is None:
             return self.alpha
         return None
+
+
+def _check_mixture(mixture: Any, strategy: str, cluster_weights: Any) -> None:
+    """A spec's ``mixture``: a Mixture, not with cluster_weights nor strategy random, and
+    staged only under the clip strategies (InputError)."""
+    if mixture is None:
+        return
+    if not all(hasattr(mixture, a) for a in ("staged", "stages", "cluster_weights")):
+        raise InputError(f"mixture must be a Mixture (clusterclip.sampling.read_mixture), "
+                         f"got {type(mixture).__name__}", params=("mixture",))
+    if cluster_weights is not None:
+        raise InputError("give mixture or cluster_weights, not both",
+                         params=("mixture", "cluster_weights"))
+    if strategy == "random":
+        raise InputError("strategy random draws documents, not clusters, so it takes no "
+                         "mixture", params=("mixture", "strategy"))
+    if mixture.staged and strategy not in CLIP_STRATEGIES:
+        raise InputError(f"a staged mixture needs strategy {' or '.join(CLIP_STRATEGIES)} "
+                         f"(one clip over its stages), got {strategy}",
+                         params=("mixture", "strategy"))
+
+
+def mixture_defaults(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``strategy`` and ``clip`` from ``options["mixture"]`` (its
+    timing and clip) where they are not given."""
+    mixture = options.get("mixture")
+    if mixture is None or not hasattr(mixture, "timing"):
+        return options
+    return {"strategy": mixture.timing, "clip": mixture.clip, **options}
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,6 +238,10 @@ class Clusters:
     weights: np.ndarray | None
     capacity: int | None
     zero_weight: tuple[int, int] | None
+    #: a staged mixture's stages: (end position, (K,) weights, timing, name) each
+    stages: tuple[tuple[int, np.ndarray, str, str], ...] | None = None
+    #: (K,) bool: the clusters with documents excluded for weight 0 (None: none)
+    unweighted: np.ndarray | None = None
 
     @property
     def num_eligible(self) -> int:
@@ -230,10 +272,16 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
     drawable = lab >= 0
     sizes = np.bincount(lab[drawable], minlength=K).astype(np.int64)
     nonempty = sizes > 0
-    weights, zero_weight = None, None
-    if spec.cluster_weights is not None:
-        weights = _checked_weights(spec.cluster_weights, K, nonempty)
-        unweighted = nonempty & (weights == 0)
+    weights, zero_weight, stages = None, None, None
+    given = spec.cluster_weights
+    if spec.mixture is not None:
+        given = spec.mixture.cluster_weights()
+        if spec.mixture.staged:
+            stages = _stages(spec, K, nonempty)
+    if given is not None:
+        weights = _checked_weights(given, K, nonempty)
+        anywhere = weights if stages is None else np.max([w for _, w, _, _ in stages], axis=0)
+        unweighted = nonempty & (anywhere == 0)
         if unweighted.any():
             # A cluster of weight 0 is never drawn: its documents are excluded as if
             # labelled -1 (capacity, passes and summary count only the others).
@@ -248,7 +296,23 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
         capacity = spec.clip * n
         if spec.num_samples > capacity:
             raise capacity_error(spec.num_samples, spec.clip, n, unit)
-    return Clusters(lab, drawable, sizes, weights, capacity, zero_weight)
+    return Clusters(lab, drawable, sizes, weights, capacity, zero_weight, stages,
+                    unweighted if zero_weight is not None else None)
+
+
+def _stages(spec: SamplerSpec, K: int, nonempty: np.ndarray
+            ) -> tuple[tuple[int, np.ndarray, str, str], ...]:
+    """The staged mixture's stages over ``spec.num_samples`` T positions: stage i ends at
+    round(until x T) (T for the last), its weights checked as cluster_weights."""
+    T, out = spec.num_samples, []
+    for i, st in enumerate(spec.mixture.stages):
+        end = T if st.until >= 1 else min(T, math.floor(st.until * T + 0.5))
+        try:
+            w = _checked_weights(st.weights, K, nonempty)
+        except InputError as e:
+            raise InputError(f"mixture stages[{i}]: {e}", params=("mixture",)) from None
+        out.append((end, w, st.timing or spec.strategy, f"stage {i + 1} (until {st.until})"))
+    return tuple(out)
 
 
 def _checked_weights(cluster_weights: Any, K: int, nonempty: np.ndarray) -> np.ndarray:

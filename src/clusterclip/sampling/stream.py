@@ -180,6 +180,11 @@ class BaseSampler:
     def _check_state_counts(self, counts: np.ndarray, position: int, version: int) -> None:
         raise NotImplementedError
 
+    def _state_extra(self) -> dict[str, Any]:
+        """Fields a state carries beyond the configuration, position and counts (a
+        sampler's ``set_weights`` calls)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Small JSON-serialisable resume state (O(K)); independent of rank and world size.
 
@@ -189,7 +194,8 @@ class BaseSampler:
         detects accidents and careless edits, not a forger who recomputes it.
         """
         pos = self.position
-        d: dict[str, Any] = {"version": STATE_VERSION, **self._config(), "position": pos}
+        d: dict[str, Any] = {"version": STATE_VERSION, **self._config(), "position": pos,
+                             **self._state_extra()}
         if self._state_has_counts:
             d["counts"] = self._state_counts(pos).tolist()
         d["checksum"] = state_checksum(d)

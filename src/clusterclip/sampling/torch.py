@@ -27,9 +27,10 @@ class ClusterClipTorchSampler(Sampler[int]):
     ``world_size`` default to the initialised ``torch.distributed`` process
     group (else 0 and 1). ``groups`` (``W/groups.npy``) clips by near-duplicate
     group (a :class:`~clusterclip.sampling.groups.GroupClipSampler` inside).
-    ``cluster_weights`` takes a mixture's weights
-    (:meth:`~clusterclip.sampling.mixture.Mixture.cluster_weights`; zeros allowed:
-    those clusters are never drawn), with ``strategy=mixture.timing, clip=mixture.clip``.
+    ``mixture`` takes a :class:`~clusterclip.sampling.mixture.Mixture` (staged or
+    not: its strategy and clip too, unless given); ``cluster_weights`` its weights
+    (zeros allowed: those clusters are never drawn). ``set_weights`` changes the
+    weights from a position on (adaptive mixing).
     Picklable; ``state_dict`` is plain JSON.
     """
 
@@ -55,6 +56,22 @@ class ClusterClipTorchSampler(Sampler[int]):
 
     def summary(self) -> dict[str, Any]:
         return self.sampler.summary()
+
+    @property
+    def position(self) -> int:
+        """The global position this rank has consumed up to (the ``at`` of a
+        ``set_weights`` call that changes the draws from the next one on)."""
+        return self.sampler.position
+
+    def set_weights(self, weights: Any, at: int | None = None) -> None:
+        """From global position ``at`` (default :attr:`position`) on, draw with cluster
+        ``weights`` under the same clip (:meth:`~clusterclip.sampling.
+        ClusterClipSampler.set_weights`); ``state_dict`` records the call."""
+        set_weights = getattr(self.sampler, "set_weights", None)
+        if set_weights is None:
+            raise TypeError(f"{type(self.sampler).__name__} has no set_weights (a sampler "
+                            f"over near-duplicate groups)")
+        set_weights(weights, at)
 
 
 with_spec_signature(ClusterClipTorchSampler.__init__)
