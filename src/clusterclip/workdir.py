@@ -486,20 +486,28 @@ class Workdir:
                 if f.resolve() == p.resolve() or p.resolve() in f.resolve().parents:
                     raise InputError(f"input {f} is inside {p}, which `{name}` replaces; "
                                      f"move the input or use another work directory")
-            if overwrite or not (p.exists() or p.is_symlink()):
+            if not (p.exists() or p.is_symlink()):
+                continue
+            folder = p.is_dir() and not p.is_symlink()
+            if overwrite and not folder:
                 continue
             producer = PRODUCERS.get(p.relative_to(self.root).parts[0])
             ours = (producer is not None and self.stage(producer) is not None) or any(
                 rel in (rec.get("outputs") or []) for rec in self.manifest["stages"].values())
-            if p.is_dir() and not p.is_symlink():
-                # A folder we write carries our marker once its stage is done; a folder
-                # without it is the user's (e.g. made after we removed ours), unless the
-                # stage that writes it was killed before it could mark it.
+            if folder:
+                # A folder we write carries our marker (and the list of the files we wrote
+                # there, the only ones a rerun replaces); a folder without it is the
+                # user's (e.g. made after we removed ours), unless the stage that writes
+                # it was killed before it could mark it. --overwrite: any clusterclip
+                # marker, never a folder without one.
                 killed = producer is not None and (self.stage(producer) or {}).get(
                     "status", "done") != "done"
-                ours = marker_of(p) == name or not any(p.iterdir()) or (ours and killed)
+                mark = marker_of(p)
+                ours = (mark == name or (overwrite and mark is not None)
+                        or not any(p.iterdir()) or (ours and killed))
             if not ours:
-                hint = " (or pass --overwrite)" if name in OVERWRITE_COMMANDS else ""
+                hint = (" (or pass --overwrite)" if name in OVERWRITE_COMMANDS
+                        and (not folder or marker_of(p) is not None) else "")
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
                                  f"move it away or use another work directory{hint}")
 

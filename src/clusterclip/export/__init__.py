@@ -405,7 +405,7 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
     (e.g. the schedule is older than the labels). Recorded as stage ``export``.
     """
     from clusterclip.corpus import Corpus
-    from clusterclip.io import check_output_dir, load_npy
+    from clusterclip.io import check_output_dir, load_npy, made_from
     from clusterclip.labels import load_labels
     from clusterclip.workdir import Workdir
 
@@ -419,11 +419,12 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
         protected += ((sched, "the schedule", False),)
     if tok_path is not None:
         protected += ((Path(tok_path), "the tokenizer", False),)
-    check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    with made_from(w.root):
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
     _require(fmt)
     _require("parquet")
     tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
-    with w.locked():
+    with w.locked(), made_from(w.root):
         check_output_dir(out, "export", overwrite=overwrite, protected=protected)
         reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
 

@@ -34,7 +34,7 @@ from clusterclip.corpus.records import (
     restore_reserved,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_output_dir, check_output_dir, write_json
+from clusterclip.io import atomic_output_dir, check_output_dir, made_from, write_json
 from clusterclip.labels import check_labels
 
 ADDED = ("label", "score", "doc_index")
@@ -116,7 +116,7 @@ def group_workdir(workdir: Any, out: str | os.PathLike[str], *, docs_per_file: i
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     if docs_per_file < 1:
         raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
-    with w.locked():
+    with w.locked(), made_from(w.root):
         check_output_dir(out, "group", overwrite=overwrite, protected=w.protected())
 
         def work(run: Any) -> dict[str, Any]:

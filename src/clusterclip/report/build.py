@@ -380,7 +380,7 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
     """
     import json
 
-    from clusterclip.io import check_output_dir, refuse_protected
+    from clusterclip.io import check_output_dir, made_from, refuse_protected
     from clusterclip.workdir import Workdir
 
     opts = replace(options or ReportOptions(), **fields)
@@ -413,7 +413,7 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
             groups=counted.get("groups")), w))
         return {"out": str(target)}
 
-    with w.locked():
+    with w.locked(), made_from(root):
         given = () if schedule is None else ((Path(schedule), "the schedule", False),)
         if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
             refuse_protected(target, given, "--out")
