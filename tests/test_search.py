@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from _user_files import assert_kept, plant, plants, unplant
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterclip.cli import main
@@ -250,6 +251,22 @@ def test_search_writes_the_contract_outputs(searched):
     assert any(ln.startswith("- Smallest difference these 2 seeds can detect") for ln in verdict)
     for png in ("predicted_vs_observed.png", "objective_by_round.png", "mixture.png"):
         assert (w / "search" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=plants)
+def test_a_rerun_keeps_every_file_of_the_users_in_w_search(searched, spec):
+    """Files planted in W/search and in its runs/ survive a rerun byte for byte (issue 25);
+    the rerun reuses every stored run and writes the same outputs."""
+    w, target = searched["w"], searched["target"]
+    planted = plant(w / "search", spec)
+    try:
+        assert _search(w, target) == 0
+        assert_kept(w / "search", planted)
+        assert _outputs(w) == searched["bytes"]
+    finally:
+        unplant(planted)
 
 
 def test_changing_the_target_test_documents_leaves_the_choice(searched):

@@ -153,6 +153,17 @@ def mark_output(directory: str | os.PathLike[str], command: str) -> Path:
     return d
 
 
+def unmark_unused(directory: str | os.PathLike[str]) -> None:
+    """Remove ``directory`` when it holds nothing but a marker of ours that lists no file
+    (what :func:`mark_output` made for a command that then failed before writing)."""
+    d = Path(directory)
+    rec = read_marker(d)
+    with contextlib.suppress(OSError):
+        if rec is not None and rec["entries"] == [] and os.listdir(d) == [MARKER]:
+            (d / MARKER).unlink()
+            d.rmdir()
+
+
 def marker_of(directory: str | os.PathLike[str]) -> str | None:
     """The command whose marker ``directory`` carries, or None."""
     rec = read_marker(directory)
@@ -359,12 +370,14 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
 
 def check_output_file(out: str | os.PathLike[str], *,
                       protected: tuple[tuple[Path, str, bool], ...] = (),
-                      option: str = "--out", magic: bytes | None = None) -> Path:
+                      option: str = "--out", magic: bytes | None = None,
+                      owner: str | None = None) -> Path:
     """Refuse (InputError) an output file whose replacement would lose a user's file:
     a directory, a ``protected`` path (see :func:`check_output_dir`) or a folder holding
-    one, or (with ``magic``) an existing file that does not start with ``magic`` (so
-    not one we wrote), or a place that cannot hold it (:func:`check_writable`). Returns
-    ``out`` as a Path."""
+    one, (with ``magic``) an existing file that does not start with ``magic``, (with
+    ``owner``, a command) an existing file that its record (:func:`owned_file`) does not
+    say ``clusterclip OWNER`` wrote as it is, so not one we wrote, or a place that cannot
+    hold it (:func:`check_writable`). Returns ``out`` as a Path."""
     out = Path(out)
     refuse_protected(out, protected, option)
     if out.is_dir():
@@ -374,8 +387,57 @@ def check_output_file(out: str | os.PathLike[str], *,
             if f.read(len(magic)) != magic:
                 raise InputError(f"{option} {out}: exists and is not a file clusterclip "
                                  f"writes; choose a new name or move it away")
+    if owner is not None and os.path.lexists(out) and not _written_by(out, owner):
+        raise InputError(f"{option} {out}: exists and was not written by `clusterclip "
+                         f"{owner}` (no matching {record_of(out).name} beside it); choose a "
+                         f"new name or move it away")
     check_writable(out, option)
     return out
+
+
+def record_of(path: str | os.PathLike[str]) -> Path:
+    """The record beside a single output file that says clusterclip wrote it."""
+    p = Path(path)
+    return p.with_name(f".{p.name}{MARKER}")
+
+
+def _written_by(path: Path, command: str) -> bool:
+    """True when ``path``'s record says ``clusterclip COMMAND`` wrote it as it is now (its
+    size and SHA-256), or that a process of ours that no longer runs was replacing it."""
+    try:
+        rec = json.loads(record_of(path).read_text(encoding="utf-8"))
+        if rec["written_by"] != f"clusterclip {command}" or path.is_symlink():
+            return False
+        if "writing_pid" in rec:
+            return not pid_alive(int(rec["writing_pid"]))
+        return bool(path.stat().st_size == rec["size"] and sha256_file(path) == rec["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
+    """Write the single output file ``path`` in the body (atomically), recorded as
+    ``clusterclip COMMAND``'s in a hidden file beside it (:func:`record_of`): first as being
+    written by this process (a kill leaves the name ours), then with the new file's size
+    and SHA-256. :func:`check_output_file` with ``owner`` replaces only such a file. On an
+    error the record is put back as it was."""
+    p = Path(path)
+    rec = record_of(p)
+    before = rec.read_bytes() if rec.is_file() else None
+    tag = f"clusterclip {command}"
+    write_json(rec, {"written_by": tag, "writing_pid": os.getpid()})
+    try:
+        yield p
+    except BaseException:
+        if before is None:
+            with contextlib.suppress(OSError):
+                rec.unlink()
+        else:
+            with atomic_path(rec) as tmp:
+                tmp.write_bytes(before)
+        raise
+    write_json(rec, {"written_by": tag, "size": p.stat().st_size, "sha256": sha256_file(p)})
 
 
 @contextlib.contextmanager

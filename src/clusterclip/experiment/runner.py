@@ -627,7 +627,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     ``"wall_seconds"`` and ``"out_dir"`` (not written to results.json, which
     stays byte-identical across identical runs).
     """
-    from clusterclip.io import atomic_output_dir, mark_output
+    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.workdir import Workdir
 
     if config is None:
@@ -649,9 +649,13 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         # W/experiment is ours here (the stage runner checked it before any work): mark it
         # before the first stored run, so a killed experiment's folder stays replaceable
         mark_output(out, "experiment")
-        results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                     progress=progress, store=store, on_run=on_run,
-                                     groups=counted["groups"])
+        try:
+            results = compare_strategies(texts, labels, config, device=device, threads=threads,
+                                         progress=progress, store=store, on_run=on_run,
+                                         groups=counted["groups"])
+        except BaseException:
+            unmark_unused(out)  # a failure before the first run leaves no folder behind
+            raise
         store.prune(set(results["run_keys"]))
         # the finished runs stay where they are, listed as ours
         with atomic_output_dir(out, "experiment", adopt=store.listed(out)) as tmp:

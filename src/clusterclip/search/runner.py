@@ -297,7 +297,7 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
     in ``W/search/runs/``). Every ``torchrun`` rank calls this. Returns the results dict
     plus ``out_dir`` and ``wall_seconds``."""
     from clusterclip.experiment.runs import RunStore, check_device, default_threads
-    from clusterclip.io import atomic_output_dir, mark_output
+    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.search.output import write_outputs
     from clusterclip.workdir import Workdir
 
@@ -317,7 +317,12 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
     def work(run: Any) -> dict[str, Any]:
         # ours (the stage runner checked): marked before the first run
         D.on_main(lambda: mark_output(out, "search"))
-        results = _search(w, config, target, device, threads, progress, store)
+        try:
+            results = _search(w, config, target, device, threads, progress, store)
+        except BaseException:
+            if D.is_main():  # a failure before the first run leaves no folder behind
+                unmark_unused(out)
+            raise
 
         def write() -> None:
             store.prune(set(results["run_keys"]))
