@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 from _report_workdir import make_report_workdir
 from _user_files import assert_kept, plant, plants, unplant
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from clusterclip.cli import main
 
@@ -106,3 +108,81 @@ def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):
     ours.write_bytes(before)  # the user's bytes under our name: theirs now
     rc, err = quiet([*base, ours])
     assert rc == 2 and "was not written by" in err and ours.read_bytes() == before
+
+
+def test_an_export_of_another_workdir_is_replaced_only_when_asked(workdir, tmp_path):
+    """Two work directories exporting to one folder: the second is refused (naming the
+    first) unless --overwrite; two hf exports of the same schedule are the same bytes; a
+    refused schedule leaves the stage as it was (never `running`)."""
+    import hashlib
+    import json
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(workdir, other, ignore=shutil.ignore_patterns(".lock"))
+    d = tmp_path / "d"
+    hf = ["--format", "hf", "--out", d]
+    assert quiet(["export", "--workdir", workdir, *hf]) == (0, "")
+    rc, err = quiet(["export", "--workdir", other, *hf])
+    assert rc == 2 and f"was written by `clusterclip export` from {workdir.resolve()}" in err
+    first = {p.name: p.read_bytes() for p in d.iterdir()}
+    assert quiet(["export", "--workdir", other, *hf, "--overwrite"]) == (0, "")
+    again = {p.name: p.read_bytes() for p in d.iterdir()}
+    same = {"state.json", "dataset_info.json", "data-00000-of-00001.arrow"}  # same schedule
+    assert same < set(again) and all(again[k] == first[k] for k in same)
+    assert json.loads(again["_export.json"])["schedule"] == {
+        "path": str((other / "schedule.npy").resolve()),
+        "sha256": hashlib.sha256((other / "schedule.npy").read_bytes()).hexdigest()}
+    before = json.loads((other / "manifest.json").read_text())["stages"]["export"]
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.array([0, 10**6], dtype=np.int64))
+    rc, err = quiet(["export", "--workdir", other, "--schedule", bad, *hf])
+    assert rc == 2 and "outside the corpus" in err, err
+    after = json.loads((other / "manifest.json").read_text())["stages"]["export"]
+    assert after == before and after["status"] == "done"
+
+
+@settings(max_examples=50, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
+def test_report_text_never_carries_control_characters(text):
+    """A document's NUL (or any control character) never reaches clusters.md or the page."""
+    from clusterclip.report.markdown import escape_inline
+    from clusterclip.report.terms import one_line
+
+    for out in (escape_inline(text), one_line(text, 20)):
+        assert not any(unicodedata.category(c) == "Cc" for c in out), repr(out)
+
+
+def test_a_read_only_workdir_can_be_exported_and_reported_elsewhere(workdir, tmp_path):
+    """On a read-only file system (a read-only bind mount in a private mount namespace,
+    where ``unshare`` may make one) ``export`` and ``report --out`` elsewhere only read W;
+    a command that writes in W is refused naming it."""
+    import shutil
+    import subprocess
+
+    from _helpers import child_env, cli_command
+
+    ro = tmp_path / "ro"
+    shutil.copytree(workdir, ro, ignore=shutil.ignore_patterns(".lock"))
+    mount = f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"{mount} && ! touch {ro}/x"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no read-only bind mount can be made here (unshare -m)")
+    before = (ro / "manifest.json").read_bytes()
+    steps = [cli_command("export", "--workdir", ro, "--format", "parquet", "--out",
+                         tmp_path / "e"),
+             cli_command("report", "--workdir", ro, "--out", tmp_path / "r", *REPORT),
+             cli_command("cluster", "--workdir", ro, "--clusters", "3")]
+    script = " && ".join([mount, *(" ".join(map(str, c)) + f" 2>{tmp_path}/err{i}"
+                                   for i, c in enumerate(steps[:2])),
+                          " ".join(map(str, steps[2])) + f" 2>{tmp_path}/err2; echo $?"])
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                       env=child_env(), timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("2"), (r.stdout, r.stderr)
+    assert (tmp_path / "e" / "_export.json").is_file()
+    assert (tmp_path / "r" / "report.md").is_file()
+    err = (tmp_path / "err2").read_text().strip().splitlines()
+    assert err[-1].endswith(f"work directory {ro}: on a read-only file system, and "
+                            f"`cluster` writes {ro}/labels.npy in it"), err
+    assert (ro / "manifest.json").read_bytes() == before

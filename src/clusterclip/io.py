@@ -6,8 +6,10 @@ output under the final name. Temporaries are named
 ``.NAME.clusterclip-PID-XXXXXXXX.tmp`` (PID: the writing process), so that a
 later run can recognise and remove those of a killed process, and nothing
 else. An output *folder* carries a marker file (:data:`MARKER`) naming the
-command that wrote it; a folder without it is never replaced unless the user
-asks (:func:`check_output_dir`).
+command that wrote it and every file it wrote there: a rerun replaces or removes
+only those, and a non-empty folder without the marker is never written
+(:func:`check_output_dir`, :func:`atomic_output_dir`). A single output file is
+replaced only when the record beside it says we wrote it (:func:`owned_file`).
 """
 
 from __future__ import annotations
