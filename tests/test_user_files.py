@@ -186,3 +186,18 @@ def test_a_read_only_workdir_can_be_exported_and_reported_elsewhere(workdir, tmp
     assert err[-1].endswith(f"work directory {ro}: on a read-only file system, and "
                             f"`cluster` writes {ro}/labels.npy in it"), err
     assert (ro / "manifest.json").read_bytes() == before
+
+
+def test_a_users_file_where_an_export_writes_is_refused_before_any_work(workdir, tmp_path):
+    """A file of the user's named like a file the export would add (its second shard) is
+    refused before any work, naming it; nothing in the folder changes."""
+    d = tmp_path / "d"
+    base = ["export", "--workdir", workdir, "--format", "parquet", "--out", d]
+    assert quiet(base) == (0, "")
+    (d / "part-00001.parquet").write_bytes(b"mine")
+    (d / "notes.txt").write_bytes(b"also mine")
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    rc, err = quiet([*base, "--rows-per-shard", "100"])
+    assert rc == 2 and err.endswith(f"where it would write its own; move them away or "
+                                    f"choose another folder: {d / 'part-00001.parquet'}")
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before

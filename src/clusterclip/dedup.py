@@ -311,6 +311,10 @@ def representatives(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return np.sort(elig[order][first])
 
 
+#: What ``dedup --keep-one`` writes in its folder.
+KEEP_ONE_WRITES = ("data.jsonl", "kept.npy", "keep_one.json")
+
+
 def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]:
     """Write the deduplicated corpus to folder ``out``: ``data.jsonl`` (the input records
     of one document per group, the one nearest its cluster centroid, in corpus order;
@@ -323,7 +327,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
 
     with made_from(w.root):
         check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(),
-                         option="--keep-one")
+                         option="--keep-one", writes=KEEP_ONE_WRITES)
     with w.locked(), made_from(w.root):
         w.reload()
         w.upstream(["groups.npy", "scores.npy", "corpus"])

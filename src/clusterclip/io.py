@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
+import fnmatch
 import hashlib
 import json
 import os
@@ -187,12 +188,17 @@ def files_under(directory: str | os.PathLike[str]) -> list[str]:
     return sorted(out)
 
 
-def _clashes(paths: Iterable[str], foreign: Iterable[str]) -> list[str]:
-    """The ``foreign`` paths that writing ``paths`` would replace or remove: the same path,
-    one below a path written (a file where the user has a folder), or one that a path
-    written lies below (a folder where the user has a file)."""
+def _clashes(paths: Iterable[str], foreign: Iterable[str], glob: bool = False) -> list[str]:
+    """The ``foreign`` paths that writing ``paths`` (with ``glob``: shell patterns of the
+    paths a command may write) would replace or remove: the same path, one below a path
+    written (a file where the user has a folder), or one that a path written lies below
+    (a folder where the user has a file)."""
     want = set(paths)
     dirs = {p.rsplit("/", i)[0] for p in want for i in range(1, p.count("/") + 1)}
+    if glob:
+        return sorted(f for f in foreign if any(
+            fnmatch.fnmatchcase(f, p) or fnmatch.fnmatchcase(f, p + "/*") for p in want)
+            or any(fnmatch.fnmatchcase(f, d) for d in dirs))
     return sorted(f for f in foreign if f in want or f in dirs
                   or any(f.startswith(p + "/") for p in want))
 
@@ -255,14 +261,14 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
     name one); ``overwrite`` also allows a folder another clusterclip command (or
     source) wrote. Either way only the files its marker lists are replaced or
     removed (:func:`atomic_output_dir`); every other file stays as it is, and one in
-    the way of ``writes`` (paths the command will write) is refused. Never allowed,
-    even with ``overwrite``: a non-empty folder without our marker, the current
-    directory or a parent of it, and ``out`` equal to or a parent of a ``protected``
-    path (``(path, what, inside_ok)``; with ``inside_ok`` false, ``out`` inside it is
-    refused too), or of what the running command declared it reads
-    (:func:`declared_inputs`); a place that cannot hold it (below a file, in a
-    read-only or unwritable folder). Also removes the temporaries a killed earlier
-    run left beside and in ``out``. Returns ``out`` as a Path.
+    the way of ``writes`` (shell patterns of the paths the command may write) is
+    refused. Never allowed, even with ``overwrite``: a non-empty folder without our
+    marker, the current directory or a parent of it, and ``out`` equal to or a
+    parent of a ``protected`` path (``(path, what, inside_ok)``; with ``inside_ok``
+    false, ``out`` inside it is refused too), or of what the running command
+    declared it reads (:func:`declared_inputs`); a place that cannot hold it (below
+    a file, in a read-only or unwritable folder). Also removes the temporaries a
+    killed earlier run left beside and in ``out``. Returns ``out`` as a Path.
     """
     out = Path(out)
     real = out.resolve()
@@ -279,7 +285,8 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
             remove_stale_temporaries(out)
         _check_ours(out, command, rec, overwrite, option, source)
         if rec is not None and rec["entries"] is not None:
-            clash = _clashes(writes, sorted(set(files_under(out)) - set(rec["entries"])))
+            clash = _clashes(writes, sorted(set(files_under(out)) - set(rec["entries"])),
+                             glob=True)
             if clash:
                 raise InputError(_foreign_message(option, out, clash, (
                     "holds files clusterclip did not write where it would write its own; "

@@ -60,6 +60,11 @@ from clusterclip.io import fingerprint
 from clusterclip.sampling.spec import rank_share
 
 FORMATS = ("parquet", "hf", "mds", "megatron")
+#: What each format may write in its folder (shell patterns; a file of the user's there is
+#: refused before any work), besides SUMMARY.
+WRITES = {"parquet": ("part-*.parquet",), "hf": ("data-*.arrow", "state.json",
+                                                 "dataset_info.json"),
+          "mds": ("shard.*.mds", "index.json"), "megatron": ("text_document.*", "documents.npy")}
 #: Extra needed by each format (named in the error when its library is missing).
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
           "mds": ("pyarrow", "mds"),
@@ -431,13 +436,16 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
         protected += ((sched, "the schedule", False),)
     if tok_path is not None:
         protected += ((Path(tok_path), "the tokenizer", False),)
+    writes = (SUMMARY, *WRITES[fmt])
     with made_from(w.root):
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=writes)
     _require(fmt)
     _require("parquet")
     tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
     with w.locked(), made_from(w.root):
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=writes)
         reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
 
         def work(run: Any) -> dict[str, Any]:

@@ -39,6 +39,8 @@ from clusterclip.labels import check_labels
 
 ADDED = ("label", "score", "doc_index")
 EXCLUDED_DIR = "excluded"
+#: What ``group`` may write in its folder (shell patterns).
+WRITES = ("group.json", "cluster_*/*", f"{EXCLUDED_DIR}/*")
 
 
 def _canonical(rec: dict[str, Any]) -> bytes:
@@ -117,7 +119,8 @@ def group_workdir(workdir: Any, out: str | os.PathLike[str], *, docs_per_file: i
     if docs_per_file < 1:
         raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
     with w.locked(), made_from(w.root):
-        check_output_dir(out, "group", overwrite=overwrite, protected=w.protected())
+        check_output_dir(out, "group", overwrite=overwrite, protected=w.protected(),
+                         writes=WRITES)
 
         def work(run: Any) -> dict[str, Any]:
             corpus = Corpus.load(w.path("corpus"))

@@ -90,12 +90,14 @@ def export_atlas(workdir: Any, out: str | os.PathLike[str], *,
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     protected = w.protected()
     with made_from(w.root):
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=(FILE, SUMMARY))
     if not w.path("map", "coords.npy").is_file():
         raise InputError(f"{w.path('map')}: no map yet; run `clusterclip report --workdir "
                          f"{w.root}` first (its --map-sample sets the documents drawn)")
     with w.locked(), made_from(w.root):
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=(FILE, SUMMARY))
 
         def work(run: Any) -> dict[str, Any]:
             table = atlas_table(w)
