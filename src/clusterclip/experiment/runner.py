@@ -646,9 +646,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
 
     def work(run: Any) -> dict[str, Any]:
         _, texts, _ = _load_inputs(w.root)
-        # W/experiment is ours here (the stage runner checked it before any work): mark it
-        # before the first stored run, so a killed experiment's folder stays replaceable
-        mark_output(out, "experiment")
+        mark_output(out, "experiment")  # ours (the stage runner checked): before any run
         try:
             results = compare_strategies(texts, labels, config, device=device, threads=threads,
                                          progress=progress, store=store, on_run=on_run,
@@ -656,8 +654,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         except BaseException:
             unmark_unused(out)  # a failure before the first run leaves no folder behind
             raise
-        store.prune(set(results["run_keys"]))
-        # the finished runs stay where they are, listed as ours
+        store.prune(set(results["run_keys"]))  # the runs left stay, listed as ours:
         with atomic_output_dir(out, "experiment", adopt=store.listed(out)) as tmp:
             write_outputs(results, tmp)
         done.update(results)
