@@ -196,11 +196,18 @@ def _clashes(paths: Iterable[str], foreign: Iterable[str], glob: bool = False) -
     want = set(paths)
     dirs = {p.rsplit("/", i)[0] for p in want for i in range(1, p.count("/") + 1)}
     if glob:
-        return sorted(f for f in foreign if any(
-            fnmatch.fnmatchcase(f, p) or fnmatch.fnmatchcase(f, p + "/*") for p in want)
-            or any(fnmatch.fnmatchcase(f, d) for d in dirs))
+        return sorted(f for f in foreign if any(_glob(f, p, below=True) for p in want)
+                      or any(_glob(f, d) for d in dirs))
     return sorted(f for f in foreign if f in want or f in dirs
                   or any(f.startswith(p + "/") for p in want))
+
+
+def _glob(path: str, pattern: str, below: bool = False) -> bool:
+    """True when ``path`` matches ``pattern`` part by part (a ``*`` never spans a ``/``),
+    or with ``below`` lies below a path that does."""
+    got, want = path.split("/"), pattern.split("/")
+    return (len(got) == len(want) or (below and len(got) > len(want))) and all(
+        fnmatch.fnmatchcase(g, w) for g, w in zip(got[:len(want)], want, strict=True))
 
 
 def _foreign_message(option: str, out: Path, foreign: list[str], why: str) -> str:

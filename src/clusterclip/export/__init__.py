@@ -62,9 +62,10 @@ from clusterclip.sampling.spec import rank_share
 FORMATS = ("parquet", "hf", "mds", "megatron")
 #: What each format may write in its folder (shell patterns; a file of the user's there is
 #: refused before any work), besides SUMMARY.
-WRITES = {"parquet": ("part-*.parquet",), "hf": ("data-*.arrow", "state.json",
-                                                 "dataset_info.json"),
-          "mds": ("shard.*.mds", "index.json"), "megatron": ("text_document.*", "documents.npy")}
+WRITES = {"parquet": ("part-[0-9]*.parquet",),
+          "hf": ("data-[0-9]*-of-[0-9]*.arrow", "state.json", "dataset_info.json"),
+          "mds": ("shard.[0-9]*.mds", "index.json"),
+          "megatron": ("text_document.bin", "text_document.idx", "documents.npy")}
 #: Extra needed by each format (named in the error when its library is missing).
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
           "mds": ("pyarrow", "mds"),

@@ -40,7 +40,7 @@ from clusterclip.labels import check_labels
 ADDED = ("label", "score", "doc_index")
 EXCLUDED_DIR = "excluded"
 #: What ``group`` may write in its folder (shell patterns).
-WRITES = ("group.json", "cluster_*/*", f"{EXCLUDED_DIR}/*")
+WRITES = ("group.json", "cluster_[0-9]*/data_[0-9]*.jsonl", f"{EXCLUDED_DIR}/data_[0-9]*.jsonl")
 
 
 def _canonical(rec: dict[str, Any]) -> bytes:
