@@ -269,7 +269,12 @@ def test_cli_refuses_bad_requests_before_writing(workdir, tmp_path, capsys):
             assert [p.name for p in out.iterdir()] == ["mine.txt"]
         else:
             assert not out.exists()
-    assert main([*base, "--schedule", str(tmp_path / "ok.npy"), "--overwrite"]) == 0
+    # --overwrite never takes a folder clusterclip did not write
+    assert main([*base, "--schedule", str(tmp_path / "ok.npy"), "--overwrite"]) == 2
+    assert "never replaces a folder clusterclip did not write" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    (out / "mine.txt").unlink()
+    assert main([*base, "--schedule", str(tmp_path / "ok.npy")]) == 0
     assert _read_parquet(out)[0]["doc_index"] == ok.tolist()
 
 

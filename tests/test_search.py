@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from _user_files import assert_kept, plant, plants, unplant
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterclip.cli import main
@@ -454,6 +455,22 @@ def test_the_copies_of_every_target_document_are_kept_out_unless_that_is_most(n,
     if hit.size == n:
         assert text.startswith("The target is the corpus itself: ")
     assert ("val selection favoured" in text) == val_kept
+
+
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=plants)
+def test_a_rerun_keeps_every_file_of_the_users_in_w_search(searched, spec):
+    """Files planted in W/search and in its runs/ survive a rerun byte for byte (issue 25);
+    the rerun reuses every stored run and writes the same outputs."""
+    w, target = searched["w"], searched["target"]
+    planted = plant(w / "search", spec)
+    try:
+        assert _search(w, target) == 0
+        assert_kept(w / "search", planted)
+        assert _outputs(w) == searched["bytes"]
+    finally:
+        unplant(planted)
 
 
 def test_changing_the_target_test_documents_leaves_the_choice(searched):

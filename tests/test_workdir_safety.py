@@ -93,7 +93,8 @@ def test_out_folders_are_replaced_only_when_ours(corpus, tmp_path, capsys, monke
     assert tree(corpus.parent) == before_data
     assert not [p for p in tmp_path.iterdir() if ".clusterclip-" in p.name]
 
-    # An earlier output of the same command is replaced; --overwrite replaces a user's folder.
+    # An earlier output of the same command is replaced; another command's output only with
+    # --overwrite (and then only what that command wrote); a user's folder never.
     for cmd in ("group", "report"):
         out = tmp_path / f"{cmd}_out"
         assert main([cmd, "--workdir", str(w), "--out", str(out)]) == 0
@@ -102,8 +103,16 @@ def test_out_folders_are_replaced_only_when_ours(corpus, tmp_path, capsys, monke
         rc, err = run_main(capsys, "group" if cmd == "report" else "report", "--workdir", w,
                            "--out", out)  # another command's output is not ours to replace
         assert rc == 2 and "was not written by" in one_error(err)
-    assert main(["group", "--workdir", str(w), "--out", str(user), "--overwrite"]) == 0
-    assert not (user / "keep.txt").exists() and (user / "group.json").exists()
+        assert f"says `clusterclip {cmd}`" in err and "--overwrite" in err
+    (tmp_path / "report_out" / "notes.txt").write_text("mine")
+    assert main(["group", "--workdir", str(w), "--out", str(tmp_path / "report_out"),
+                 "--overwrite"]) == 0
+    names = {p.name for p in (tmp_path / "report_out").iterdir()}
+    assert {"group.json", "notes.txt"} <= names and "report.md" not in names, names
+    assert (tmp_path / "report_out" / "notes.txt").read_text() == "mine"
+    rc, err = run_main(capsys, "group", "--workdir", w, "--out", user, "--overwrite")
+    assert rc == 2 and "never replaces a folder clusterclip did not write" in one_error(err)
+    assert tree(user) == {"keep.txt": b"precious"}
 
 
 # -- case 2: a corpus or a folder of the user's inside the work directory ---------------
@@ -447,7 +456,7 @@ def test_sample_through_a_link_to_stale_labels_is_refused(corpus, tmp_path, caps
     assert not (tmp_path / "s.npy").exists()
 
 
-def test_demo_refuses_a_users_folder_before_any_work_and_has_the_overwrite_it_suggests(
+def test_demo_refuses_a_users_folder_before_any_work_even_with_overwrite(
         corpus, tmp_path, capsys):
     out = tmp_path / "demo"
     (out / "grouped").mkdir(parents=True)
@@ -459,9 +468,10 @@ def test_demo_refuses_a_users_folder_before_any_work_and_has_the_overwrite_it_su
     assert "--overwrite" in err
     assert not (out / "work" / "embeddings.npy").exists()  # refused before any work
     assert tree(out / "grouped") == {"keep.txt": b"precious"}
-    assert main([str(a) for a in args] + ["--overwrite"]) == 0
-    assert not (out / "grouped" / "keep.txt").exists()
-    assert (out / "grouped" / "group.json").exists()
+    rc, err = run_main(capsys, *args, "--overwrite")  # never a folder we did not write
+    assert rc == 2 and "never replaces a folder clusterclip did not write" in one_error(err)
+    assert not (out / "work" / "embeddings.npy").exists()
+    assert tree(out / "grouped") == {"keep.txt": b"precious"}
 
 
 def test_a_group_output_inside_an_input_folder_is_not_read_as_more_documents(corpus, tmp_path):

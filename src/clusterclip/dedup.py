@@ -338,6 +338,10 @@ def representatives(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return np.sort(elig[order][first])
 
 
+#: What ``dedup --keep-one`` writes in its folder.
+KEEP_ONE_WRITES = ("data.jsonl", "kept.npy", "keep_one.json")
+
+
 def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]:
     """Write the deduplicated corpus to folder ``out``: ``data.jsonl`` (the input records
     of one document per group, the one nearest its cluster centroid, in corpus order;
@@ -346,10 +350,12 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
     into place. Needs a current ``dedup`` stage and the corpus index."""
     from clusterclip.corpus import Corpus
     from clusterclip.corpus.records import field_types, record_json
-    from clusterclip.io import atomic_output_dir, check_output_dir, load_npy, write_json
+    from clusterclip.io import atomic_output_dir, check_output_dir, load_npy, made_from, write_json
 
-    check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(), option="--keep-one")
-    with w.locked():
+    with made_from(w.root):
+        check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(),
+                         option="--keep-one", writes=KEEP_ONE_WRITES)
+    with w.locked(), made_from(w.root):
         w.reload()
         w.upstream(["groups.npy", "scores.npy", "corpus"])
         groups = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1)
@@ -359,7 +365,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
             raise InputError(f"{w.root}: groups.npy, scores.npy and the corpus disagree on the "
                              f"number of documents; rerun `clusterclip dedup`")
         kept = representatives(groups, scores)
-        with atomic_output_dir(out, STAGE, overwrite=overwrite) as tmp:
+        with atomic_output_dir(out, STAGE, overwrite=overwrite, option="--keep-one") as tmp:
             n = 0
             with open(tmp / "data.jsonl", "w", encoding="utf-8") as f:
                 for _, rec in corpus.iter_records_at(kept):

@@ -6,21 +6,25 @@ output under the final name. Temporaries are named
 ``.NAME.clusterclip-PID-XXXXXXXX.tmp`` (PID: the writing process), so that a
 later run can recognise and remove those of a killed process, and nothing
 else. An output *folder* carries a marker file (:data:`MARKER`) naming the
-command that wrote it; a folder without it is never replaced unless the user
-asks (:func:`check_output_dir`).
+command that wrote it and every file it wrote there: a rerun replaces or removes
+only those, and a non-empty folder without the marker is never written
+(:func:`check_output_dir`, :func:`atomic_output_dir`). A single output file is
+replaced only when the record beside it says we wrote it (:func:`owned_file`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
+import fnmatch
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +114,105 @@ def remove_stale_temporaries(directory: str | os.PathLike[str], name: str | None
     return removed
 
 
-def write_marker(directory: str | os.PathLike[str], command: str) -> None:
-    """Mark ``directory`` as an output of ``clusterclip COMMAND`` (byte-stable content)."""
-    (Path(directory) / MARKER).write_text(
-        json.dumps({"written_by": f"clusterclip {command}"}) + "\n", encoding="utf-8")
+def write_marker(directory: str | os.PathLike[str], command: str, *,
+                 entries: Iterable[str] | None = None, source: str | None = None) -> None:
+    """Mark ``directory`` as an output of ``clusterclip COMMAND`` (byte-stable content,
+    written atomically): with ``entries``, the paths (relative, ``/``-separated) of every
+    file the command wrote there, the only ones a rerun replaces or removes; with
+    ``source``, what it was made from (a work directory), which a rerun from elsewhere
+    does not replace without ``--overwrite``."""
+    rec: dict[str, Any] = {"written_by": f"clusterclip {command}"}
+    if entries is not None:
+        rec["entries"] = sorted(set(entries))
+    if source is not None:
+        rec["source"] = str(source)
+    write_text(Path(directory) / MARKER, json.dumps(rec, sort_keys=True) + "\n")
+
+
+def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """``{"command", "entries" (None: an older marker that lists none), "source"}`` of the
+    marker in ``directory``, or None when it has none (or not one of ours)."""
+    try:
+        rec = json.loads((Path(directory) / MARKER).read_text(encoding="utf-8"))
+        command = str(rec["written_by"]).removeprefix("clusterclip ")
+        entries = rec.get("entries")
+        if entries is not None and not (isinstance(entries, list)
+                                        and all(isinstance(e, str) for e in entries)):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return {"command": command, "entries": entries, "source": rec.get("source")}
+
+
+def mark_output(directory: str | os.PathLike[str], command: str) -> Path:
+    """Create ``directory`` if needed and mark it as ``command``'s before a command writes
+    into it piece by piece (stored runs), keeping the list of files an earlier marker of
+    ``command`` gives; :func:`atomic_output_dir` lists the new files at the end."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    rec = read_marker(d)
+    if rec is None or rec["command"] != command:
+        write_marker(d, command, entries=None if files_under(d) else [])
+    return d
+
+
+def unmark_unused(directory: str | os.PathLike[str]) -> None:
+    """Remove ``directory`` when it holds nothing but a marker of ours that lists no file
+    (what :func:`mark_output` made for a command that then failed before writing)."""
+    d = Path(directory)
+    rec = read_marker(d)
+    with contextlib.suppress(OSError):
+        if rec is not None and rec["entries"] == [] and os.listdir(d) == [MARKER]:
+            (d / MARKER).unlink()
+            d.rmdir()
 
 
 def marker_of(directory: str | os.PathLike[str]) -> str | None:
     """The command whose marker ``directory`` carries, or None."""
-    try:
-        rec = json.loads((Path(directory) / MARKER).read_text(encoding="utf-8"))
-        return str(rec["written_by"]).removeprefix("clusterclip ")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    rec = read_marker(directory)
+    return None if rec is None else rec["command"]
+
+
+def files_under(directory: str | os.PathLike[str]) -> list[str]:
+    """Every entry under ``directory`` that is not a folder (files, links, others), as
+    sorted relative ``/``-separated paths, symbolic links not followed; the marker and
+    our temporaries are left out."""
+    root = Path(directory)
+    out: list[str] = []
+    for dirpath, dirs, files in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            if _TMP_RE.match(name) or (rel == Path(".") and name == MARKER):
+                continue
+            out.append((rel / name).as_posix())
+    return sorted(out)
+
+
+def _clashes(paths: Iterable[str], foreign: Iterable[str], glob: bool = False) -> list[str]:
+    """The ``foreign`` paths that writing ``paths`` (with ``glob``: shell patterns of the
+    paths a command may write) would replace or remove: the same path, one below a path
+    written (a file where the user has a folder), or one that a path written lies below
+    (a folder where the user has a file)."""
+    want = set(paths)
+    dirs = {p.rsplit("/", i)[0] for p in want for i in range(1, p.count("/") + 1)}
+    if glob:
+        return sorted(f for f in foreign if any(_glob(f, p, below=True) for p in want)
+                      or any(_glob(f, d) for d in dirs))
+    return sorted(f for f in foreign if f in want or f in dirs
+                  or any(f.startswith(p + "/") for p in want))
+
+
+def _glob(path: str, pattern: str, below: bool = False) -> bool:
+    """True when ``path`` matches ``pattern`` part by part (a ``*`` never spans a ``/``),
+    or with ``below`` lies below a path that does."""
+    got, want = path.split("/"), pattern.split("/")
+    return (len(got) == len(want) or (below and len(got) > len(want))) and all(
+        fnmatch.fnmatchcase(g, w) for g, w in zip(got[:len(want)], want, strict=True))
+
+
+def _foreign_message(option: str, out: Path, foreign: list[str], why: str) -> str:
+    more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+    return f"{option} {out}: {why}: {out / foreign[0]}{more}"
 
 
 # What the running command reads (see clusterclip.cli._paths): every output check also
@@ -142,23 +232,54 @@ def declared_inputs(protected: tuple[tuple[Path, str, bool], ...]) -> Iterator[N
         _DECLARED.reset(token)
 
 
+# The work directory the running command writes an output folder from (see made_from).
+_SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "clusterclip_output_source", default=None)
+
+
+@contextlib.contextmanager
+def made_from(workdir: str | os.PathLike[str]) -> Iterator[None]:
+    """While the body runs, an output folder outside ``workdir`` that
+    :func:`atomic_output_dir` writes records ``workdir`` as its source, and one that
+    another work directory wrote is refused without ``--overwrite``."""
+    token = _SOURCE.set(str(Path(workdir).resolve()))
+    try:
+        yield
+    finally:
+        _SOURCE.reset(token)
+
+
+def _source_for(out: Path, source: str | None) -> str | None:
+    """``source``, else the one :func:`made_from` set, unless ``out`` lies inside it."""
+    src = source if source is not None else _SOURCE.get()
+    if src is None or Path(src) in out.resolve().parents:
+        return None
+    return src
+
+
 def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False,
                      protected: tuple[tuple[Path, str, bool], ...] = (),
-                     option: str = "--out") -> Path:
-    """Refuse (InputError) an output folder that replacing would lose a user's files.
+                     option: str = "--out", source: str | None = None,
+                     writes: Iterable[str] = ()) -> Path:
+    """Refuse (InputError) an output folder whose files are not all ours to replace.
 
-    ``out`` may be replaced when it does not exist, is empty, or carries the
-    marker of an earlier ``clusterclip COMMAND``; ``overwrite`` allows any other
-    folder. Never allowed, even with ``overwrite``: the current directory or a
-    parent of it, and ``out`` equal to or a parent of a ``protected`` path
-    (``(path, what, inside_ok)``; with ``inside_ok`` false, ``out`` inside it is
-    refused too), or of what the running command declared it reads
-    (:func:`declared_inputs`); a place that cannot hold it (below a file, in a
-    read-only or unwritable folder). Also removes the temporaries a
-    killed earlier run left beside ``out``. Returns ``out`` as a Path.
+    ``out`` may be written when it does not exist, is empty, or carries the marker
+    of an earlier ``clusterclip COMMAND`` (made from the same ``source``, when both
+    name one); ``overwrite`` also allows a folder another clusterclip command (or
+    source) wrote. Either way only the files its marker lists are replaced or
+    removed (:func:`atomic_output_dir`); every other file stays as it is, and one in
+    the way of ``writes`` (shell patterns of the paths the command may write) is
+    refused. Never allowed, even with ``overwrite``: a non-empty folder without our
+    marker, the current directory or a parent of it, and ``out`` equal to or a
+    parent of a ``protected`` path (``(path, what, inside_ok)``; with ``inside_ok``
+    false, ``out`` inside it is refused too), or of what the running command
+    declared it reads (:func:`declared_inputs`); a place that cannot hold it (below
+    a file, in a read-only or unwritable folder). Also removes the temporaries a
+    killed earlier run left beside and in ``out``. Returns ``out`` as a Path.
     """
     out = Path(out)
     real = out.resolve()
+    source = _source_for(out, source)
     refuse_cwd(out, option)
     refuse_protected(out, protected, option)
     if out.is_symlink() or out.exists():
@@ -166,15 +287,48 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
             raise InputError(f"{option} {out}: is a symbolic link; give the folder itself")
         if not out.is_dir():
             raise InputError(f"{option} {out}: exists and is not a directory")
-        if any(out.iterdir()) and marker_of(out) != command and not overwrite:
-            hint = (", or pass --overwrite to replace it" if command in OVERWRITE_COMMANDS
-                    else " or move it away")
-            raise InputError(f"{option} {out}: exists, is not empty and was not written by "
-                             f"`clusterclip {command}` (no {MARKER} file); choose a new "
-                             f"folder{hint}")
+        rec = read_marker(out)
+        if rec is not None:
+            remove_stale_temporaries(out)
+        _check_ours(out, command, rec, overwrite, option, source)
+        if rec is not None and rec["entries"] is not None:
+            clash = _clashes(writes, sorted(set(files_under(out)) - set(rec["entries"])),
+                             glob=True)
+            if clash:
+                raise InputError(_foreign_message(option, out, clash, (
+                    "holds files clusterclip did not write where it would write its own; "
+                    "move them away or choose another folder")))
     check_writable(out, option)
     remove_stale_temporaries(real.parent, real.name)
     return out
+
+
+def _check_ours(out: Path, command: str, rec: dict[str, Any] | None, overwrite: bool,
+                option: str, source: str | None) -> None:
+    """InputError when the existing folder ``out`` (marker ``rec``) is not ``command``'s
+    to write (see :func:`check_output_dir`)."""
+    can = command in OVERWRITE_COMMANDS
+    if rec is None:
+        names = sorted(p.name for p in out.iterdir())
+        if names:
+            hint = " (--overwrite never replaces a folder clusterclip did not write)" if can \
+                else " or move it away"
+            raise InputError(_foreign_message(
+                option, out, names, f"exists, is not empty and was not written by "
+                f"`clusterclip {command}` (no {MARKER} file); choose a new or empty "
+                f"folder{hint}; it holds"))
+        return
+    if overwrite:
+        return
+    hint = (", or pass --overwrite to replace the files it wrote there (and only those)"
+            if can else " or move it away")
+    if rec["command"] != command:
+        raise InputError(f"{option} {out}: was not written by `clusterclip {command}` (its "
+                         f"{MARKER} says `clusterclip {rec['command']}`); choose a new "
+                         f"folder{hint}")
+    if source is not None and rec["source"] is not None and rec["source"] != str(source):
+        raise InputError(f"{option} {out}: was written by `clusterclip {command}` from "
+                         f"{rec['source']}, not from {source}; choose a new folder{hint}")
 
 
 def refuse_cwd(out: str | os.PathLike[str], option: str) -> None:
@@ -232,12 +386,14 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
 
 def check_output_file(out: str | os.PathLike[str], *,
                       protected: tuple[tuple[Path, str, bool], ...] = (),
-                      option: str = "--out", magic: bytes | None = None) -> Path:
+                      option: str = "--out", magic: bytes | None = None,
+                      owner: str | None = None) -> Path:
     """Refuse (InputError) an output file whose replacement would lose a user's file:
     a directory, a ``protected`` path (see :func:`check_output_dir`) or a folder holding
-    one, or (with ``magic``) an existing file that does not start with ``magic`` (so
-    not one we wrote), or a place that cannot hold it (:func:`check_writable`). Returns
-    ``out`` as a Path."""
+    one, (with ``magic``) an existing file that does not start with ``magic``, (with
+    ``owner``, a command) an existing file that its record (:func:`owned_file`) does not
+    say ``clusterclip OWNER`` wrote as it is, so not one we wrote, or a place that cannot
+    hold it (:func:`check_writable`). Returns ``out`` as a Path."""
     out = Path(out)
     refuse_protected(out, protected, option)
     if out.is_dir():
@@ -247,21 +403,135 @@ def check_output_file(out: str | os.PathLike[str], *,
             if f.read(len(magic)) != magic:
                 raise InputError(f"{option} {out}: exists and is not a file clusterclip "
                                  f"writes; choose a new name or move it away")
+    if owner is not None and os.path.lexists(out) and not _written_by(out, owner):
+        raise InputError(f"{option} {out}: exists and was not written by `clusterclip "
+                         f"{owner}` (no matching {record_of(out).name} beside it); choose a "
+                         f"new name or move it away")
     check_writable(out, option)
     return out
 
 
+def record_of(path: str | os.PathLike[str]) -> Path:
+    """The record beside a single output file that says clusterclip wrote it."""
+    p = Path(path)
+    return p.with_name(f".{p.name}{MARKER}")
+
+
+def _written_by(path: Path, command: str) -> bool:
+    """True when ``path``'s record says ``clusterclip COMMAND`` wrote it as it is now (its
+    size and SHA-256), or that a process of ours that no longer runs was replacing it."""
+    try:
+        rec = json.loads(record_of(path).read_text(encoding="utf-8"))
+        if rec["written_by"] != f"clusterclip {command}" or path.is_symlink():
+            return False
+        if "writing_pid" in rec:
+            return not pid_alive(int(rec["writing_pid"]))
+        return bool(path.stat().st_size == rec["size"] and sha256_file(path) == rec["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 @contextlib.contextmanager
-def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False
-                      ) -> Iterator[Path]:
-    """Build an output folder in a temporary directory (marked as ``command``'s), then
-    move it onto ``out`` if :func:`check_output_dir` still allows it."""
-    check_output_dir(out, command, overwrite=overwrite)
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
-        write_marker(tmp, command)
+def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
+    """Write the single output file ``path`` in the body (atomically), recorded as
+    ``clusterclip COMMAND``'s in a hidden file beside it (:func:`record_of`): first as being
+    written by this process (a kill leaves the name ours), then with the new file's size
+    and SHA-256. :func:`check_output_file` with ``owner`` replaces only such a file. On an
+    error the record is put back as it was."""
+    p = Path(path)
+    rec = record_of(p)
+    before = rec.read_bytes() if rec.is_file() else None
+    tag = f"clusterclip {command}"
+    write_json(rec, {"written_by": tag, "writing_pid": os.getpid()})
+    try:
+        yield p
+    except BaseException:
+        if before is None:
+            with contextlib.suppress(OSError):
+                rec.unlink()
+        else:
+            with atomic_path(rec) as tmp:
+                tmp.write_bytes(before)
+        raise
+    write_json(rec, {"written_by": tag, "size": p.stat().st_size, "sha256": sha256_file(p)})
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False,
+                      source: str | None = None, adopt: Iterable[str] = (),
+                      option: str = "--out") -> Iterator[Path]:
+    """Build an output folder in a temporary directory beside ``out``, then move what it
+    holds into ``out`` if :func:`check_output_dir` still allows it (:func:`commit_output`).
+
+    ``adopt``: paths already in ``out`` that this run wrote there (e.g. stored runs),
+    listed as ours without being moved. A failure or kill before the move leaves ``out``
+    as it was."""
+    out = check_output_dir(out, command, overwrite=overwrite, source=source, option=option)
+    source = _source_for(out, source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TMP_TAG}-{os.getpid()}-",
+                                suffix=".tmp", dir=out.parent))
+    try:
         yield tmp
-        check_output_dir(out, command, overwrite=overwrite)
+        check_output_dir(out, command, overwrite=overwrite, source=source, option=option)
+        commit_output(tmp, out, command, source=source, adopt=adopt, option=option)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = None,
+                  adopt: Iterable[str] = (), option: str = "--out") -> None:
+    """Move the files of ``tmp`` into ``out`` (which :func:`check_output_dir` allowed).
+
+    A new ``out`` is ``tmp`` renamed (one step). Into an existing one, only the files its
+    marker lists are replaced or removed: first the marker lists the old and the new
+    files (so a kill in between leaves nothing of ours unlisted), then each new file is
+    renamed into place, the old ones no longer written are removed (and their folders,
+    once empty), and the marker lists the new files. Every other file stays as it is; one
+    in the way of a new file is refused (InputError) before anything moves."""
+    adopt = set(adopt)
+    new = set(files_under(tmp)) | adopt
+    if not os.path.lexists(out):
+        write_marker(tmp, command, entries=new, source=source)
+        try:
+            os.rename(tmp, out)
+            return
+        except OSError as e:  # made meanwhile: merged below
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    rec = read_marker(out)
+    present = set(files_under(out))
+    old = (present & new) if rec is None or rec["entries"] is None else set(rec["entries"])
+    clash = _clashes(new - adopt, sorted(present - old))
+    if clash:
+        raise InputError(_foreign_message(option, out, clash, (
+            "holds files clusterclip did not write where it would write its own; move them "
+            "away or choose another folder")))
+    write_marker(out, command, entries=old | new, source=source)
+    for rel in sorted(old - new):
+        _remove_ours(out, rel)
+    for rel in sorted(new - adopt):
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.is_dir() and not dst.is_symlink():
+            raise InputError(f"{option} {out}: {dst} is a folder where clusterclip writes a "
+                             f"file; move it away")
+        os.replace(tmp / rel, dst)
+    write_marker(out, command, entries=new, source=source)
+
+
+def _remove_ours(out: Path, rel: str) -> None:
+    """Remove the file ``out/rel`` (ours) and the folders above it that it leaves empty."""
+    p = out / rel
+    if p.is_symlink() or p.is_file() or (p.exists() and not p.is_dir()):
+        p.unlink()
+    for parent in p.parents:
+        if parent == out or out not in parent.parents:
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
 
 
 def cache_dir() -> Path | None:

@@ -226,6 +226,9 @@ class Workdir:
             held[1] += 1
             return
         fd = self._lock_fd()
+        if fd is None or self.read_only():  # only read here (a read-only file system)
+            _HELD[key] = [fd, 1, None, True]
+            return
         if not _is_lock_record(os.pread(fd, 1 << 16, 0)):
             os.close(fd)
             raise InputError(f"{self.root / LOCK}: exists and was not written by clusterclip; "
@@ -235,23 +238,30 @@ class Workdir:
         before = None if self.manifest_path.exists() else set(os.listdir(self.root)) - {LOCK}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (info + "\n").encode(), 0)
-        _HELD[key] = [fd, 1, before]
+        _HELD[key] = [fd, 1, before, False]
         for d in (self.root, self.root / "embed"):
             remove_stale_temporaries(d)
 
-    def _lock_fd(self) -> int:
+    def _lock_fd(self) -> int | None:
         """A descriptor of W/.lock holding its exclusive lock (InputError when another
         process holds it). Retried when the file was removed and made again meanwhile (a
-        lock taken on a removed file would lock nothing)."""
+        lock taken on a removed file would lock nothing). On a read-only file system, a
+        shared lock of the existing lock file (None when there is none): the command may
+        then only read W (:meth:`save` records nothing)."""
         path = self.root / LOCK
         while True:
+            read_only = self.read_only()
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                if read_only:
+                    return None
+                raise
             except OSError as e:
                 raise InputError(f"work directory {self.root}: cannot create its lock file "
                                  f"{LOCK} ({e.strerror})") from None
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except OSError as e:
                 os.close(fd)
                 if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
@@ -266,12 +276,26 @@ class Workdir:
                 return fd
             os.close(fd)
 
+    def read_only(self) -> bool:
+        """True when W lies on a read-only file system (a command can then only read it)."""
+        held = _HELD.get(str(self.root.resolve()))
+        if held is not None:
+            return bool(held[3])
+        try:
+            return bool(os.statvfs(self.root).f_flag & os.ST_RDONLY)
+        except OSError:
+            return False
+
     def _release(self) -> None:
         key = str(self.root.resolve())
         held = _HELD[key]
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
+            if held[3]:  # read-only: nothing was written
+                if held[0] is not None:
+                    os.close(held[0])
+                return
             if self._nothing_made(held[2]):
                 # not a work directory (a refused command): leave no lock file, and no
                 # folder this object made; removed while locked, see _lock_fd
@@ -322,11 +346,17 @@ class Workdir:
         return rec
 
     def reload(self) -> None:
-        """Re-read the manifest (another command may have written it before our lock)."""
-        self.manifest = self._load()
+        """Re-read the manifest (another command may have written it before our lock); on
+        a read-only file system nothing can have, and the records of this command's stages
+        live only in memory."""
+        if not self.read_only():
+            self.manifest = self._load()
 
     def save(self) -> None:
-        write_json(self.manifest_path, self.manifest)
+        """Write the manifest (not on a read-only file system, where a command that only
+        reads W, e.g. ``export``, runs without recording itself)."""
+        if not self.read_only():
+            write_json(self.manifest_path, self.manifest)
 
     def input_record(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """``{path, size, sha256}`` of an input file.
@@ -416,6 +446,25 @@ class Workdir:
                    output_stats={o: _stat_identity(self.path(o)) for o in outputs})
         self.save()
 
+    def _abandon(self, name: str, before: dict[str, Any] | None,
+                 outputs: Sequence[str]) -> None:
+        """Record a stage whose work raised (a refusal, an error, Ctrl-C): its earlier
+        record again when its outputs are still the ones that record describes (none
+        when there was none and it wrote nothing), else ``failed``, never ``running``."""
+        if before is not None and before.get("status") == "done":
+            stats = before.get("output_stats") or {}
+            same = all(_stat_identity(self.path(o)) == stats.get(o)
+                       for o in before.get("outputs") or [])
+        else:
+            same = before is None and not any(self.path(o).exists() for o in outputs)
+        if same and before is not None:
+            self.manifest["stages"][name] = before
+        elif same:
+            self.manifest["stages"].pop(name, None)
+        else:
+            self.manifest["stages"][name]["status"] = "failed"
+        self.save()
+
     # -- what a stage reads ------------------------------------------------
     def require(self, name: str) -> str:
         """The fingerprint of stage ``name`` if its outputs can be used; else InputError
@@ -486,22 +535,40 @@ class Workdir:
                 if f.resolve() == p.resolve() or p.resolve() in f.resolve().parents:
                     raise InputError(f"input {f} is inside {p}, which `{name}` replaces; "
                                      f"move the input or use another work directory")
-            if overwrite or not (p.exists() or p.is_symlink()):
+            if not (p.exists() or p.is_symlink()):
+                continue
+            folder = p.is_dir() and not p.is_symlink()
+            if overwrite and not folder:
                 continue
             producer = PRODUCERS.get(p.relative_to(self.root).parts[0])
             ours = (producer is not None and self.stage(producer) is not None) or any(
                 rel in (rec.get("outputs") or []) for rec in self.manifest["stages"].values())
-            if p.is_dir() and not p.is_symlink():
-                # A folder we write carries our marker once its stage is done; a folder
-                # without it is the user's (e.g. made after we removed ours), unless the
-                # stage that writes it was killed before it could mark it.
+            if folder:
+                # A folder we write carries our marker (and the list of the files we wrote
+                # there, the only ones a rerun replaces); a folder without it is the
+                # user's (e.g. made after we removed ours), unless the stage that writes
+                # it was killed before it could mark it. --overwrite: any clusterclip
+                # marker, never a folder without one.
                 killed = producer is not None and (self.stage(producer) or {}).get(
                     "status", "done") != "done"
-                ours = marker_of(p) == name or not any(p.iterdir()) or (ours and killed)
+                mark = marker_of(p)
+                ours = (mark == name or (overwrite and mark is not None)
+                        or not any(p.iterdir()) or (ours and killed))
             if not ours:
-                hint = " (or pass --overwrite)" if name in OVERWRITE_COMMANDS else ""
+                hint = (" (or pass --overwrite)" if name in OVERWRITE_COMMANDS
+                        and (not folder or marker_of(p) is not None) else "")
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
                                  f"move it away or use another work directory{hint}")
+
+    def _check_writable(self, name: str, paths: Sequence[str]) -> None:
+        """On a read-only file system, refuse (before any work) a stage that writes in W;
+        one whose outputs lie elsewhere runs, unrecorded."""
+        if not self.read_only():
+            return
+        for rel in paths:
+            if self.path(rel).resolve().is_relative_to(self.root.resolve()):
+                raise InputError(f"work directory {self.root}: on a read-only file system, "
+                                 f"and `{name}` writes {self.path(rel)} in it")
 
     def check_can_write(self, stages: Sequence[str]) -> None:
         """Refuse (InputError) before any work when a later stage of a multi-stage command
@@ -533,7 +600,7 @@ class Workdir:
         rank gets back (with ``skipped=False``). ``key``/``inputs`` may be
         callables, evaluated on rank 0 under the lock.
         """
-        from clusterclip.distributed import on_main
+        from clusterclip.distributed import is_main, on_main
 
         with self.locked():
             given: dict[str, Any] = {}  # what rank 0 read before the inputs were hashed
@@ -555,7 +622,9 @@ class Workdir:
                 if cache and self.is_current(name, fp):
                     self.save()  # the refreshed input-hash cache
                     return {"current": True, "info": self.stage(name).get("info", {})}
+                self._check_writable(name, [*outputs, *scratch])
                 self._check_owned(name, [*outputs, *scratch], files, overwrite)
+                given["before"] = json.loads(json.dumps(self.stage(name)))
                 self.begin(name, fp, dict(params if params is not None else k), upstream=up,
                            inputs=records, outputs=outputs)
                 return {"current": False, "fingerprint": fp}
@@ -564,7 +633,13 @@ class Workdir:
             if decision["current"]:
                 return {**decision["info"], "skipped": True}
             run = StageRun(self, name, decision["fingerprint"])
-            info = work(run) or {}
+            try:
+                info = work(run) or {}
+            except BaseException:
+                if is_main():  # no collective call here: the other ranks may not have failed
+                    with contextlib.suppress(Exception):
+                        self._abandon(name, given.get("before"), outputs)
+                raise
 
             def done() -> dict[str, Any]:
                 self.finish(name, run.fingerprint, outputs, info)

@@ -75,10 +75,12 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> None:
-    """``--overwrite`` of the commands that replace an output folder (see io.check_output_dir)."""
+    """``--overwrite`` of the commands that write an output folder (see io.check_output_dir)."""
     p.add_argument("--overwrite", action="store_true",
-                   help=f"replace {what} even when not written by clusterclip (never the work "
-                        "directory, an input, or a folder holding them)")
+                   help=f"also write {what} when another clusterclip command or work "
+                        "directory wrote it, replacing only the files its marker lists (never "
+                        "a folder without the marker, a file of yours, the work directory, an "
+                        "input, or a folder holding them)")
 
 
 def add_token_options(p: argparse.ArgumentParser) -> None:

@@ -29,14 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.dedup import check_threshold, dedup_workdir, format_summary, keep_one
-    from clusterclip.io import check_output_dir
+    from clusterclip.io import check_output_dir, made_from
     from clusterclip.workdir import Workdir
 
     threshold = check_threshold(args.threshold)
     w = Workdir(args.workdir, create=False)
     if args.keep_one is not None:  # refused before any work
-        check_output_dir(args.keep_one, "dedup", overwrite=args.overwrite,
-                         protected=w.protected(), option="--keep-one")
+        with made_from(w.root):
+            check_output_dir(args.keep_one, "dedup", overwrite=args.overwrite,
+                             protected=w.protected(), option="--keep-one")
     s = dedup_workdir(w, threshold=threshold, progress=not args.no_progress)
     print(format_summary(s) + ("  (up to date: reused)" if s.get("skipped") else ""))
     print(f"output: {w.path('groups.npy')} (summary: {w.path('dedup.json')})")

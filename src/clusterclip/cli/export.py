@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported {s['rows']:,} rows ({share}a schedule of {s['schedule_length']:,}) "
           f"as {s['format']} in {len(s['files'])} files; verified every position once, "
           f"in order")
+    if "schedule" in s:  # the file exported (an export recorded by an older version: none)
+        print(f"schedule: {s['schedule']['path']} (sha256 {s['schedule']['sha256']})")
     print(f"output: {args.out}")
     if s["format"] == "megatron":
         print(f"{s['tokens']:,} tokens; Megatron-LM: --data-path "

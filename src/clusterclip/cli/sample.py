@@ -163,8 +163,10 @@ def run(args: argparse.Namespace) -> int:
         for option in ("--out", "--summary-json"):
             path = getattr(args, option[2:].replace("-", "_"))
             if path is not None:
-                check_output_file(path, option=option,
-                                  magic=b"\x93NUMPY" if option == "--out" else SUMMARY_MAGIC)
+                if option == "--out":  # a .npy replaced only when its record says ours
+                    check_output_file(path, option=option, magic=b"\x93NUMPY", owner="sample")
+                else:
+                    check_output_file(path, option=option, magic=SUMMARY_MAGIC)
         resolve_mixture(args)
         needs = check_token_options(args, args.tokens)
         w = None
@@ -206,7 +208,7 @@ def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]
 
 def _run(args: argparse.Namespace, tokens: Any = None,
          source: dict[str, Any] | None = None) -> int:
-    from clusterclip.io import load_npy, remove_stale_temporaries, write_json
+    from clusterclip.io import load_npy, owned_file, remove_stale_temporaries, write_json
     from clusterclip.labels import load_labels
     from clusterclip.sampling import write_schedule
 
@@ -232,13 +234,15 @@ def _run(args: argparse.Namespace, tokens: Any = None,
                                  labels.size else None)
     out = Path(args.out).resolve()
     remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
-    summary = write_schedule(
-        labels, args.out, num_samples=args.num_samples, num_tokens=args.num_tokens,
-        doc_tokens=tokens, balance_by=args.balance_by, token_source=source,
-        strategy=args.strategy,
-        clip=clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
-        world_size=args.world_size, consumed_samples=args.consumed_samples,
-        cluster_weights=weights, groups=groups, progress=not args.no_progress, **mixture)
+    with owned_file(args.out, "sample"):  # recorded as ours: a rerun may replace it
+        summary = write_schedule(
+            labels, args.out, num_samples=args.num_samples, num_tokens=args.num_tokens,
+            doc_tokens=tokens, balance_by=args.balance_by, token_source=source,
+            strategy=args.strategy,
+            clip=clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
+            world_size=args.world_size, consumed_samples=args.consumed_samples,
+            cluster_weights=weights, groups=groups, progress=not args.no_progress,
+            **mixture)
     if why is not None and summary.get("clip") is not None:
         summary["clip_default"] = why
     if args.mixture is not None:
@@ -247,3 +251,4 @@ def _run(args: argparse.Namespace, tokens: Any = None,
         write_json(args.summary_json, {SUMMARY_MARK[0]: SUMMARY_MARK[1], **summary})
     print(format_summary(summary, args.out))
     return 0
+

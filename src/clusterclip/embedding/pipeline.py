@@ -19,10 +19,11 @@ P-th missing shard into the one rows file; nothing is merged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import shutil
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -255,6 +256,25 @@ def shard_name(s: int) -> str:
     return f"shard-{s:05d}"
 
 
+_SCRATCH = re.compile(r"^(shard-\d{5}\.done|plan\.json|embeddings\.npy|\.clusterclip-output"
+                      r"|\..+\.clusterclip-\d+-[A-Za-z0-9_]+\.tmp)$")
+
+
+def _remove_shards(shard_dir: Path) -> None:
+    """Remove the files ``embed`` writes in ``W/embed`` (plan, shard records, rows, marker,
+    temporaries), then the folder once empty: a file of the user's there stays."""
+    try:
+        entries = list(shard_dir.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        if _SCRATCH.match(p.name) and not p.is_dir():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    with contextlib.suppress(OSError):
+        shard_dir.rmdir()
+
+
 def shard_is_done(shard_dir: Path, s: int, start: int, stop: int) -> bool:
     """True when shard ``s`` has its completion record (its rows are in the rows file)."""
     rec = _read_json(shard_dir / f"{shard_name(s)}.done")
@@ -417,7 +437,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                             outputs=["corpus", "embeddings.npy", "valid.npy"],
                             scratch=["embed"], work=work)
         if not keep_shards and D.is_main() and marker_of(shard_dir) == STAGE:  # ours only
-            shutil.rmtree(shard_dir, ignore_errors=True)
+            _remove_shards(shard_dir)
         D.barrier()
     info = dict(info)
     info["seconds"] = round(time.time() - t0, 3)
@@ -448,7 +468,7 @@ def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
                 check_corpus(corpus.stats)
             corpus.verify_files()
             return False
-        shutil.rmtree(shard_dir, ignore_errors=True)  # ours: checked before `running`
+        _remove_shards(shard_dir)  # ours: checked before `running`
         return True
 
     def check(stats: dict[str, Any]) -> None:

@@ -702,7 +702,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     tokens (default: bytes). Returns the results dict, plus ``"wall_seconds"`` and
     ``"out_dir"`` (not in results.json, byte-identical across identical runs).
     """
-    from clusterclip.io import atomic_output_dir, write_marker
+    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.workdir import Workdir
 
     if config is None:
@@ -721,18 +721,17 @@ def run_experiment(workdir: str | os.PathLike[str], *,
 
     def work(run: Any) -> dict[str, Any]:
         _, texts, _ = _load_inputs(w.root)
-        # W/experiment is ours here (the stage runner checked it before any work): mark it
-        # before the first stored run, so a killed experiment's folder stays replaceable
-        out.mkdir(exist_ok=True)
-        write_marker(out, "experiment")
-        results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                     progress=progress, store=store, on_run=on_run,
-                                     groups=counted["groups"])
-        store.prune(set(results["run_keys"]))
-        with atomic_output_dir(out, "experiment") as tmp:
+        mark_output(out, "experiment")  # ours (the stage runner checked): before any run
+        try:
+            results = compare_strategies(texts, labels, config, device=device, threads=threads,
+                                         progress=progress, store=store, on_run=on_run,
+                                         groups=counted["groups"])
+        except BaseException:
+            unmark_unused(out)  # a failure before the first run leaves no folder behind
+            raise
+        store.prune(set(results["run_keys"]))  # the runs left stay, listed as ours:
+        with atomic_output_dir(out, "experiment", adopt=store.listed(out)) as tmp:
             write_outputs(results, tmp)
-            if store.dir.is_dir():  # the finished runs move along with the results
-                os.replace(store.dir, tmp / "runs")
         done.update(results)
         return {}
 

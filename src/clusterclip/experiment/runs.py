@@ -316,11 +316,26 @@ class RunStore:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def _stored(self) -> list[str]:
+        """The keys of the runs stored in the folder (files of ours: named by the key they
+        hold; any other file there is left alone)."""
+        keys = []
+        for f in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
+            try:
+                rec = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if len(f.stem) == 16 and isinstance(rec, dict) and rec.get("key") == f.stem:
+                keys.append(f.stem)
+        return keys
+
     def prune(self, keep: set[str]) -> list[str]:
         """Remove stored runs whose key is not in ``keep``; returns their keys."""
-        gone = []
-        for f in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
-            if f.stem not in keep and len(f.stem) == 16:
-                f.unlink()
-                gone.append(f.stem)
+        gone = [k for k in self._stored() if k not in keep]
+        for k in gone:
+            self._path(k).unlink()
         return gone
+
+    def listed(self, root: str | os.PathLike[str]) -> list[str]:
+        """The stored runs' paths relative to ``root`` (for the output folder's marker)."""
+        return [self._path(k).relative_to(root).as_posix() for k in self._stored()]

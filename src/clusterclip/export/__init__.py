@@ -56,9 +56,16 @@ from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
 from clusterclip.export.rows import COLUMNS, _int64, _RowsHash, _schema
+from clusterclip.io import fingerprint
 from clusterclip.sampling.spec import rank_share
 
 FORMATS = ("parquet", "hf", "mds", "megatron")
+#: What each format may write in its folder (shell patterns; a file of the user's there is
+#: refused before any work), besides SUMMARY.
+WRITES = {"parquet": ("part-[0-9]*.parquet",),
+          "hf": ("data-[0-9]*-of-[0-9]*.arrow", "state.json", "dataset_info.json"),
+          "mds": ("shard.[0-9]*.mds", "index.json"),
+          "megatron": ("text_document.bin", "text_document.idx", "documents.npy")}
 #: Extra needed by each format (named in the error when its library is missing).
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
           "mds": ("pyarrow", "mds"),
@@ -218,7 +225,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     out: str | os.PathLike[str], *, fmt: str = "parquet", rank: int = 0,
                     world_size: int = 1, rows_per_shard: int = 1_000_000,
                     row_group: int = 1 << 14, block: int = 1 << 14, overwrite: bool = False,
-                    source: str = "schedule", tokenizer: Any = None) -> dict[str, Any]:
+                    source: str = "schedule", tokenizer: Any = None,
+                    schedule_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
 
     ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
@@ -226,10 +234,11 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     unknown format, a missing library, bad rank or sizes, an ``out`` that is
     not ours (see :func:`clusterclip.io.check_output_dir`) and a schedule
     position outside the corpus or on an excluded document. Returns the summary
-    also written to ``out/_export.json``; RuntimeError if the re-read output
-    does not match (nothing is moved into place).
+    also written to ``out/_export.json`` (with ``schedule_file``, the file ``schedule``
+    was read from: its path and SHA-256 under ``"schedule"``); RuntimeError if the
+    re-read output does not match (nothing is moved into place).
     """
-    from clusterclip.io import atomic_output_dir, check_output_dir, write_json
+    from clusterclip.io import atomic_output_dir, check_output_dir, sha256_file, write_json
 
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -244,6 +253,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     if len(labels) != len(corpus):
         raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
     check_schedule(schedule, labels, source)
+    origin = {} if schedule_file is None else {"schedule": {
+        "path": str(Path(schedule_file).resolve()), "sha256": sha256_file(schedule_file)}}
     out = check_output_dir(out, "export", overwrite=overwrite)
     blocks = -(-count // block)
     check_free_space(out, space_needed(corpus, schedule, fmt, rank, world_size, blocks))
@@ -255,7 +266,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                        "rank": rank, "world_size": world_size, "first_position": first,
                        "position_step": world_size, "text_field": corpus.text_field,
                        **_megatron.write_verified(batches, tmp, tokenizer, schedule, labels,
-                                                  first, world_size, count)}
+                                                  first, world_size, count), **origin}
             write_json(tmp / SUMMARY, summary)
             return summary
         if fmt == "parquet":
@@ -281,7 +292,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                    "text_field": corpus.text_field,
                    "field_types": rename_reserved(field_types(corpus.files,
                                                               skip=[corpus.text_field])),
-                   "verified": {"every_position_once_in_order": True, "rows_hash": digest}}
+                   "verified": {"every_position_once_in_order": True, "rows_hash": digest},
+                   **origin}
         write_json(tmp / SUMMARY, summary)
     return summary
 
@@ -381,6 +393,12 @@ def _write_hf(batches: Iterator[dict[str, list[Any]]], directory: Path, rows_per
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(directory / ".cache", ignore_errors=True)
     state = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+    # datasets fingerprints the dataset by its (temporary) cache path: fingerprint what it
+    # holds instead, so that the same export is the same bytes
+    state["_fingerprint"] = fingerprint({"rows_hash": digest, "columns": list(COLUMNS),
+                                         "files": state["_data_files"]})
+    (directory / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True),
+                                          encoding="utf-8")
     return [f["filename"] for f in state["_data_files"]], rows, digest
 
 
@@ -405,7 +423,7 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
     (e.g. the schedule is older than the labels). Recorded as stage ``export``.
     """
     from clusterclip.corpus import Corpus
-    from clusterclip.io import check_output_dir, load_npy
+    from clusterclip.io import check_output_dir, load_npy, made_from
     from clusterclip.labels import load_labels
     from clusterclip.workdir import Workdir
 
@@ -419,12 +437,16 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
         protected += ((sched, "the schedule", False),)
     if tok_path is not None:
         protected += ((Path(tok_path), "the tokenizer", False),)
-    check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    writes = (SUMMARY, *WRITES[fmt])
+    with made_from(w.root):
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=writes)
     _require(fmt)
     _require("parquet")
     tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
-    with w.locked():
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    with w.locked(), made_from(w.root):
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=writes)
         reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
 
         def work(run: Any) -> dict[str, Any]:
@@ -435,7 +457,8 @@ def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "par
             s = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
             return export_schedule(corpus, labels, s, out, fmt=fmt, rank=rank,
                                    world_size=world_size, rows_per_shard=rows_per_shard,
-                                   overwrite=overwrite, source=str(path), tokenizer=tokenizer)
+                                   overwrite=overwrite, source=str(path), tokenizer=tokenizer,
+                                   schedule_file=path)
 
         return w.run_stage("export", key={"out": str(Path(out).resolve()), "format": fmt,
                                           "rank": rank, "world_size": world_size,

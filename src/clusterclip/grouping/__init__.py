@@ -34,11 +34,13 @@ from clusterclip.corpus.records import (
     restore_reserved,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_output_dir, check_output_dir, write_json
+from clusterclip.io import atomic_output_dir, check_output_dir, made_from, write_json
 from clusterclip.labels import check_labels
 
 ADDED = ("label", "score", "doc_index")
 EXCLUDED_DIR = "excluded"
+#: What ``group`` may write in its folder (shell patterns).
+WRITES = ("group.json", "cluster_[0-9]*/data_[0-9]*.jsonl", f"{EXCLUDED_DIR}/data_[0-9]*.jsonl")
 
 
 def _canonical(rec: dict[str, Any]) -> bytes:
@@ -116,8 +118,9 @@ def group_workdir(workdir: Any, out: str | os.PathLike[str], *, docs_per_file: i
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     if docs_per_file < 1:
         raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
-    with w.locked():
-        check_output_dir(out, "group", overwrite=overwrite, protected=w.protected())
+    with w.locked(), made_from(w.root):
+        check_output_dir(out, "group", overwrite=overwrite, protected=w.protected(),
+                         writes=WRITES)
 
         def work(run: Any) -> dict[str, Any]:
             corpus = Corpus.load(w.path("corpus"))

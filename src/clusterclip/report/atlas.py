@@ -79,7 +79,7 @@ def export_atlas(workdir: Any, out: str | os.PathLike[str], *,
                  overwrite: bool = False) -> dict[str, Any]:
     """Write ``out/atlas.parquet`` from work directory ``workdir`` (stage ``export``;
     see the module docstring); returns the summary."""
-    from clusterclip.io import atomic_output_dir, check_output_dir, write_json
+    from clusterclip.io import atomic_output_dir, check_output_dir, made_from, write_json
     from clusterclip.workdir import Workdir
 
     try:
@@ -89,12 +89,15 @@ def export_atlas(workdir: Any, out: str | os.PathLike[str], *,
                          "(pip install 'clusterclip[parquet]')") from None
     w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
     protected = w.protected()
-    check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    with made_from(w.root):
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=(FILE, SUMMARY))
     if not w.path("map", "coords.npy").is_file():
         raise InputError(f"{w.path('map')}: no map yet; run `clusterclip report --workdir "
                          f"{w.root}` first (its --map-sample sets the documents drawn)")
-    with w.locked():
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected)
+    with w.locked(), made_from(w.root):
+        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
+                         writes=(FILE, SUMMARY))
 
         def work(run: Any) -> dict[str, Any]:
             table = atlas_table(w)

@@ -64,6 +64,9 @@ PAGE = "index.html"
 FIGURES = {"sizes": "cluster_sizes.png", "share": "schedule_share.png",
            "repetition": "repetition.png", "mixture": "mixture.png",
            "choose_clip": "choose_clip.png"}
+#: What ``report`` writes in its folder (a file of the user's there is refused before any
+#: work).
+WRITES = ("summary.json", "report.md", "clusters.csv", CLUSTERS_MD, PAGE, *FIGURES.values())
 
 
 # -- reading the work directory ---------------------------------------------------------
@@ -382,7 +385,7 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
     """
     import json
 
-    from clusterclip.io import check_output_dir, refuse_protected
+    from clusterclip.io import check_output_dir, made_from, refuse_protected
     from clusterclip.workdir import Workdir
 
     opts = replace(options or ReportOptions(), **fields)
@@ -415,12 +418,12 @@ def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None 
             groups=counted.get("groups")), w))
         return {"out": str(target)}
 
-    with w.locked():
+    with w.locked(), made_from(root):
         given = () if schedule is None else ((Path(schedule), "the schedule", False),)
         if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
             refuse_protected(target, given, "--out")
         else:
-            check_output_dir(target, "report", overwrite=opts.overwrite,
+            check_output_dir(target, "report", overwrite=opts.overwrite, writes=WRITES,
                              protected=w.protected(own=("report",)) + given)
         w.run_stage("report", key=with_tokens, work=work,
                     reads=["labels.npy"] + (["schedule.npy"] if in_w else []),

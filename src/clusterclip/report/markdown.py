@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterclip.report.stats import repetition_bins
-from clusterclip.report.terms import sample_sentence
+from clusterclip.report.terms import one_line, sample_sentence
 from clusterclip.sampling.clip import LATE_TENTHS
 from clusterclip.sampling.spec import DEFAULT_CLIP
 
@@ -45,7 +45,7 @@ _INLINE = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~!#"} | {"&": "&amp;"})
 
 def escape_inline(text: str) -> str:
     """``text`` as literal inline markdown (one line: whitespace runs become one space)."""
-    return " ".join(text.split()).translate(_INLINE)
+    return one_line(text, None).translate(_INLINE)
 
 
 def _token_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -265,8 +265,14 @@ def map_stage(w: Any, *, sample: int, seed: int, progress: bool = False,
             print(f"map: done in {seconds:.0f} s", file=sys.stderr, flush=True)
         return {"documents": int(rows.size), "of": int(X.shape[0]), "seconds": seconds}
 
-    w.run_stage(STAGE, key=map_key(sample, seed, params), work=work, reads=["embeddings.npy"],
-                maybe_reads=["valid.npy"], outputs=[DIR])
+    try:
+        w.run_stage(STAGE, key=map_key(sample, seed, params), work=work,
+                    reads=["embeddings.npy"], maybe_reads=["valid.npy"], outputs=[DIR])
+    except InputError:
+        if not w.read_only():
+            raise
+        return (f"no map: {w.path(DIR)} is not current and the work directory is on a "
+                f"read-only file system")
     return None
 
 

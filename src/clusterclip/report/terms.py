@@ -304,6 +304,13 @@ def sample_sentence(sample: dict | None) -> str | None:
             f"document: {SAMPLE_AGREEMENT}.")
 
 
-def one_line(text: str | None, chars: int) -> str:
-    """The first ``chars`` characters of ``text`` with whitespace runs as single spaces."""
-    return " ".join((text or "").split())[:chars]
+# Control characters (C0 but whitespace, DEL, C1): shown as spaces, never copied (a NUL
+# would make grep call a report binary).
+_CONTROLS = str.maketrans({c: " " for c in [*range(0x09), *range(0x0e, 0x20),
+                                            *range(0x7f, 0xa0)]})
+
+
+def one_line(text: str | None, chars: int | None) -> str:
+    """The first ``chars`` (None: all) characters of ``text`` with control characters and
+    whitespace runs as single spaces."""
+    return " ".join((text or "").translate(_CONTROLS).split())[:chars]

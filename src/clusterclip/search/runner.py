@@ -410,7 +410,7 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
     in ``W/search/runs/``). Every ``torchrun`` rank calls this. Returns the results dict
     plus ``out_dir`` and ``wall_seconds``."""
     from clusterclip.experiment.runs import RunStore, check_device, default_threads
-    from clusterclip.io import atomic_output_dir, write_marker
+    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.search.output import write_outputs
     from clusterclip.workdir import Workdir
 
@@ -428,19 +428,21 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
     done: dict[str, Any] = {}
 
     def work(run: Any) -> dict[str, Any]:
-        def mark() -> None:  # ours (the stage runner checked): marked before the first run
-            out.mkdir(exist_ok=True)
-            write_marker(out, "search")
-        D.on_main(mark)
-        results = _search(w, config, target, device, threads, progress, store)
+        # ours (the stage runner checked): marked before the first run
+        D.on_main(lambda: mark_output(out, "search"))
+        try:
+            results = _search(w, config, target, device, threads, progress, store)
+        except BaseException:
+            if D.is_main():  # a failure before the first run leaves no folder behind
+                unmark_unused(out)
+            raise
 
         def write() -> None:
             store.prune(set(results["run_keys"]))
-            with atomic_output_dir(out, "search") as tmp:
+            # the finished runs stay where they are, listed as ours
+            with atomic_output_dir(out, "search", adopt=store.listed(out)) as tmp:
                 write_outputs(results, tmp)
                 write_swarm(results, tmp)
-                if store.dir.is_dir():
-                    os.replace(store.dir, tmp / "runs")
         D.on_main(write)
         done.update(results)
         return {"objective": results["objective"]}
