@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._options import SIMILARITY, add_overwrite_option
 from clusterclip.cli._paths import add_path
 
 HELP = ("group near-duplicate documents inside each cluster (cosine >= --threshold) into "
@@ -14,7 +14,7 @@ HELP = ("group near-duplicate documents inside each cluster (cosine >= --thresho
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
-    p.add_argument("--threshold", type=float, default=0.95,
+    p.add_argument("--threshold", type=SIMILARITY, default=0.95,
                    help="cosine similarity at or above which two documents of a cluster are "
                         "near-duplicates, in (0, 1] (default: 0.95)")
     add_path(p, "--keep-one", role="output_dir", default=None, metavar="OUT",

@@ -17,6 +17,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.labels import check_labels
+from clusterclip.limits import MAX_SAMPLES
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.spec import (
     CLIP_STRATEGIES,
@@ -160,7 +161,7 @@ def budget_length(labels: np.ndarray, doc_tokens: np.ndarray, num_tokens: int,
                              f"{clip * total:,}", params=("num_tokens", "clip"))
         t_max = clip * n_eligible
     else:
-        t_max = 2**62  # never reached: every draw of a document with tokens adds some
+        t_max = MAX_SAMPLES  # never reached: every draw of a document with tokens adds some
 
     if strategy in LENGTH_DEPENDENT_STRATEGIES:
         t = schedule_length_for_tokens(make, tokens, num_tokens, t_max, exact=True)
