@@ -119,6 +119,7 @@ class EmbedOptions:
     precision: str = "auto"
     tune: int = 0
     tune_seed: int = 0
+    progress: bool = True  # progress bars of every stage (run --no-progress: none)
 
 
 @dataclass(frozen=True)
@@ -244,15 +245,17 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
                 check_corpus=lambda stats: config.check_capacity(stats["valid"]))
             config.check_capacity(out["embed"]["valid"])  # when the embedding was current
             out["cluster"] = cluster_workdir(w, n_clusters=config.n_clusters,
+                                             progress=config.embed.progress,
                                              **asdict(config.kmeans))
             if config.dedup_threshold is not None:
                 from clusterclip.dedup import dedup_workdir
 
                 out["dedup"] = dedup_workdir(w, threshold=config.dedup_threshold,
-                                             progress=main_rank)
+                                             progress=main_rank and config.embed.progress)
             if config.sample is not None:
                 out["sample"] = sample_workdir(w, groups=config.dedup_threshold is not None,
-                                               progress=main_rank, **asdict(config.sample))
+                                               progress=main_rank and config.embed.progress,
+                                               **asdict(config.sample))
     if main_rank:
         _print_summary(w, out)
     return out

@@ -416,6 +416,25 @@ class Workdir:
                    output_stats={o: _stat_identity(self.path(o)) for o in outputs})
         self.save()
 
+    def _failed(self, name: str, fingerprint: str, error: BaseException) -> None:
+        """Record (rank 0, best effort) that stage ``name`` ended by ``error``: status
+        ``interrupted`` (Ctrl-C) or ``failed`` with the error's first line, not
+        ``running`` (which a killed process leaves); its outputs stay untrusted."""
+        from clusterclip.distributed import is_main
+
+        try:
+            rec = self.stage(name)
+            if not is_main() or rec is None or rec.get("fingerprint") != fingerprint:
+                return
+            interrupted = isinstance(error, KeyboardInterrupt)
+            rec["status"] = "interrupted" if interrupted else "failed"
+            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            rec["error"] = None if interrupted else text[:500]
+            rec["ended"] = _now()
+            self.save()
+        except Exception:  # noqa: BLE001 - never hide the error being reported
+            pass
+
     # -- what a stage reads ------------------------------------------------
     def require(self, name: str) -> str:
         """The fingerprint of stage ``name`` if its outputs can be used; else InputError
@@ -434,8 +453,8 @@ class Workdir:
                                  f"rerun `{rerun(name)}`")
         if rec.get("status") != "done":
             raise InputError(f"{self.root}: stage `{name}` did not finish (status "
-                             f"{rec.get('status')!r}: killed or failed), so its outputs may be "
-                             f"incomplete or mixed; rerun `{rerun(name)}`")
+                             f"{rec.get('status')!r}: killed, failed or interrupted), so its "
+                             f"outputs may be incomplete or mixed; rerun `{rerun(name)}`")
         for r in rec.get("inputs") or []:
             try:
                 same = self.input_record(r["path"])["sha256"] == r["sha256"]
@@ -564,7 +583,11 @@ class Workdir:
             if decision["current"]:
                 return {**decision["info"], "skipped": True}
             run = StageRun(self, name, decision["fingerprint"])
-            info = work(run) or {}
+            try:
+                info = work(run) or {}
+            except BaseException as e:
+                self._failed(name, run.fingerprint, e)
+                raise
 
             def done() -> dict[str, Any]:
                 self.finish(name, run.fingerprint, outputs, info)
