@@ -693,6 +693,9 @@ def test_paced_quotas_refuse_a_clip_whose_capacity_overflows():
 
     with pytest.raises(ValueError, match="out of range"):
         paced_quotas(np.array([3, 4]), None, 2**62, 10)
+    for strategy in ("paced", "clusterclip"):  # the samplers refuse it first, by name
+        with pytest.raises(InputError, match="clip must be <= 1048576, got 4611686018427387904"):
+            ClusterClipSampler(np.arange(40) % 4, 10, strategy=strategy, clip=2**62)
 
 
 # -- issue 25: damaged models, Ctrl-C inside torch's import, stages that end by an error --
@@ -790,3 +793,127 @@ def test_a_stage_that_fails_is_recorded_failed_not_running(tmp_path):
     assert rec["status"] == "failed" and rec["error"] == "the work refused"
     with pytest.raises(InputError, match="status 'failed'"):
         Workdir(w.root, create=False).require("toy")
+
+
+# -- issue 25: first-run friction ---------------------------------------------------------
+def test_every_command_takes_no_progress():
+    from clusterclip.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert all("--no-progress" in p._option_string_actions for p in sub.choices.values())
+
+
+def test_cluster_after_a_killed_embed_names_the_stage_to_rerun(tmp_path, capsys):
+    from clusterclip.workdir import Workdir
+
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    w = tmp_path / "W"
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                 "--no-progress"]) == 0
+    wd = Workdir(w, create=False)  # as kill -9 mid-embed leaves it: running, no embeddings
+    wd.manifest["stages"]["embed"]["status"] = "running"
+    wd.save()
+    (w / "embeddings.npy").unlink()
+    capsys.readouterr()
+    for args in (["--clusters", "2"], ["--clusters", "2,3", "--sweep"]):
+        assert main(["cluster", "--workdir", str(w), *args, "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "stage `embed` did not finish (status 'running'" in err and "\n" not in err
+        assert "rerun `clusterclip embed" in err
+
+
+@pytest.mark.parametrize("command", [["group", "--out", "G"], ["cluster", "--clusters", "2"],
+                                     ["report"], ["dedup"], ["export", "--format", "parquet",
+                                                             "--out", "E"]])
+def test_a_folder_that_is_not_a_work_directory_is_named_so(tmp_path, capsys, command):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    argv = [command[0], "--workdir", str(mine),
+            *[str(tmp_path / a) if a in ("G", "E") else a for a in command[1:]]]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{mine}: not a work directory" in err and "\n" not in err, err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("command", ["run", "cluster"])
+def test_as_many_clusters_as_documents_is_refused(tmp_path, capsys, command):
+    corpus = small_corpus(tmp_path / "c.jsonl")  # 24 documents
+    w = tmp_path / "W"
+    if command == "cluster":
+        assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                     "--no-progress"]) == 0
+        argv = ["cluster", "--workdir", str(w), "--clusters", "24"]
+    else:
+        argv = ["run", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                "--clusters", "24", "--no-progress"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().split("\r")[-1]
+    assert "24: as many clusters as (one" in err and "\n" not in err, err
+    assert not (w / "labels.npy").exists()
+
+
+@pytest.mark.parametrize("damage", ["footer", "pages"])
+def test_a_corrupt_parquet_file_is_one_line(tmp_path, capsys, damage):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(50)]}), path)
+    data = bytearray(path.read_bytes())
+    if damage == "footer":  # the footer's metadata cut short, its length and magic kept
+        data = data[:-20] + b"\0" * 12 + b"PAR1"
+    else:
+        data[4:60] = b"\xff" * 56
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["embed", str(path), "--workdir", str(tmp_path / "W"), "--embedder", "fast",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"clusterclip embed: error: {path}: ") and "\n" not in err, err
+
+
+@pytest.mark.parametrize("variable", ["CLUSTERCLIP_CACHE", "XDG_CACHE_HOME", "HOME"])
+def test_an_unusable_cache_folder_is_refused_first_naming_its_variable(tmp_path, capsys,
+                                                                       monkeypatch, variable):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    monkeypatch.delenv("CLUSTERCLIP_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv(variable, str(afile / "c") if variable == "CLUSTERCLIP_CACHE"
+                       else str(afile))
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    capsys.readouterr()
+    assert main(["embed", str(corpus), "--workdir", str(tmp_path / "W"), "--embedder", "fast",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"(from ${variable}): {afile} is a file, not a folder" in err and "\n" not in err
+    assert not (tmp_path / "W").exists() and afile.read_text() == "mine"
+
+
+def test_demo_names_text_field_as_its_option(tmp_path, capsys):
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"body": f"doc {i}"} for i in range(9)])
+    capsys.readouterr()
+    assert main(["demo", "--input", str(corpus), "--out", str(tmp_path / "D"), "--embedder",
+                 "fast", "--experiment", "none"]) == 2
+    err = capsys.readouterr().err.strip().split("\r")[-1]
+    assert "no document has a 'text' field" in err and err.endswith("with --text-field"), err
+
+
+@pytest.mark.parametrize("count", [2**33, 2**62, 2**63 - 1])
+def test_a_token_count_no_document_holds_is_refused(tmp_path, capsys, count):
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.arange(40) % 4)
+    tokens = np.full(40, 10, np.int64)
+    tokens[7] = count
+    np.save(tmp_path / "t.npy", tokens)
+    out = tmp_path / "s.npy"
+    capsys.readouterr()
+    assert main(["sample", "--labels", str(labels), "--num-tokens", "500", "--tokens",
+                 str(tmp_path / "t.npy"), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"token count {count:,} at index 7 is more than a document holds" in err
+    assert "\n" not in err and not out.exists()

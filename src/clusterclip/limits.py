@@ -31,6 +31,9 @@ MAX_SAMPLES = 2**48
 MAX_TOKENS = 2**50
 #: Counts of documents or rows (samples, shards, chunks, files) and of clusters.
 MAX_ROWS = 2**31 - 1
+#: Tokens of one document (a token-count file): a block of 2**20 positions of them sums
+#: well inside int64.
+MAX_DOCUMENT_TOKENS = 2**32
 #: Ranks and world sizes.
 MAX_WORLD = 2**20
 #: The largest over the smallest positive cluster weight: beyond it the water-filling of

@@ -304,6 +304,7 @@ class DemoConfig:
 
     out: str = "demo-out"
     input: str | None = None
+    text_field: str = "text"
     label_field: str = "label"
     n_clusters: int = 64
     embedder: str = "minilm"
@@ -348,7 +349,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         check_output_dir(out / sub, command, overwrite=config.overwrite, protected=protected)
     w.check_can_write(["cluster", "sample"])
     print(f"[demo] corpus: {corpus_path}", flush=True)
-    emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
+    emb = embed_workdir(w, [str(corpus_path)], text_field=config.text_field, id_field=None,
                         skip_bad_lines=False, embedder=config.embedder, model=None, pooling="mean",
                         max_length=256, batch_size=64, device=config.device, dtype="float32",
                         n_clusters=config.n_clusters)

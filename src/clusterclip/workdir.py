@@ -488,6 +488,10 @@ class Workdir:
             elif self.path(name).exists():
                 out[f"file:{top}"] = self._file_identity(top)
             elif name in reads:
+                if not self.manifest_path.exists() and not self.path("corpus").exists():
+                    raise InputError(f"{self.root}: not a work directory (no {MANIFEST}); "
+                                     f"make one with `clusterclip embed INPUT --workdir "
+                                     f"{self.root}` or `clusterclip run`")
                 hint = f"; run `{rerun(producer)}` first" if producer else ""
                 raise InputError(f"{self.path(name)}: missing{hint}")
         return out

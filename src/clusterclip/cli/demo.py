@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="output directory (default: demo-out)")
     add_path(p, "--input", role="input", default=None,
                    help="corpus to use instead of the bundled one (.jsonl/.jsonl.gz/.parquet)")
+    p.add_argument("--text-field", default="text",
+                   help="field of --input holding the document text (default: text)")
     p.add_argument("--label-field", default="label",
                    help="field compared with the clusters in the report (default: label)")
     p.add_argument("--clusters", type=ROWS, default=64, help="K (default: 64)")
@@ -43,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip.pipeline import DemoConfig, run_demo
 
-    run_demo(DemoConfig(out=args.out, input=args.input, label_field=args.label_field,
+    run_demo(DemoConfig(out=args.out, input=args.input, text_field=args.text_field,
+                        label_field=args.label_field,
                         n_clusters=args.clusters, embedder=args.embedder,
                         strategy=args.strategy, clip=args.clip, epochs=args.epochs,
                         seed=args.seed, device=args.device, overwrite=args.overwrite,

@@ -583,8 +583,9 @@ def _runtime_info(emb: Embedder, tuning: dict[str, Any] | None) -> dict[str, Any
 
 def _check_clusters(stats: dict[str, Any], n_clusters: int | None) -> None:
     valid = stats["valid"]
-    if n_clusters is not None and n_clusters > valid:
-        raise InputError(f"--clusters {n_clusters}: more than the {valid} documents with text "
+    if n_clusters is not None and n_clusters >= valid and not n_clusters == valid == 1:
+        how = "more than" if n_clusters > valid else "as many clusters as (one document each)"
+        raise InputError(f"--clusters {n_clusters}: {how} the {valid} documents with text "
                          f"({stats['documents']} documents, {stats['empty']} "
                          f"without text); nothing was embedded")
 
