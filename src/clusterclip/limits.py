@@ -6,7 +6,7 @@ where it enters, so that no value reaches numpy, C or torch as an overflow: the 
 keep every product the code forms (a clip times a cluster size, a seed plus a run's
 offset, a budget in tokens) inside int64, and every float finite.
 
-The bounds are generous for real use: a schedule of 2**48 (2.8e14) positions, a budget
+The bounds are generous for real use: a schedule of 2**40 (1.1e12) positions, a budget
 of 2**50 (1.1e15) tokens, a clip of 2**20 repetitions, 2**31 - 1 documents per row
 count. A value outside them is refused with one line naming it (:class:`InputError`,
 or ``argparse``'s error on the command line).
@@ -26,7 +26,7 @@ MAX_SEED = 2**63 - 1
 #: The repetition clip R: R times a cluster's size (< 2**31) or tokens stays in int64.
 MAX_CLIP = 2**20
 #: Schedule positions: num_samples and consumed_samples.
-MAX_SAMPLES = 2**48
+MAX_SAMPLES = 2**40
 #: Token budgets (``--num-tokens``, ``experiment --tokens``).
 MAX_TOKENS = 2**50
 #: Counts of documents or rows (samples, shards, chunks, files) and of clusters.

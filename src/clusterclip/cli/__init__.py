@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     # The command is the first argument (the only top-level options are --help, --version).
     only = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or argparse's one-line refusal (exit 2)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     from clusterclip.cli._paths import guard, written
 
     try:

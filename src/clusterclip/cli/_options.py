@@ -79,7 +79,14 @@ def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list
                 raise argparse.ArgumentTypeError(f"{text!r}: a range of at most 4096 values")
             values = list(range(first, last + 1))
         else:
-            values = [one(x) for x in text.split(",") if x.strip()]
+            try:
+                values = [one(x) for x in text.split(",") if x.strip()]
+            except argparse.ArgumentTypeError as e:
+                if not str(e).startswith("expected"):
+                    raise
+                raise argparse.ArgumentTypeError(
+                    f"expected an integer or a comma-separated list of integers"
+                    f"{' (or a range A-B)' if ranges else ''}, got {text!r:.40}") from None
         if not values:
             raise argparse.ArgumentTypeError(f"expected integers in {lo} .. {hi}, got {text!r}")
         return values

@@ -124,7 +124,7 @@ class SamplerSpec:
 
     Parameters
     ----------
-    num_samples : int in [1, 2**48]. Length T of the global schedule.
+    num_samples : int in [1, 2**40]. Length T of the global schedule.
     strategy : one of :data:`STRATEGIES` (see :class:`~clusterclip.sampling.
         ClusterClipSampler`).
     clip : int in [1, 2**20], the repetition clip R of clusterclip and paced (None for
@@ -223,12 +223,18 @@ class Clusters:
 def capacity_error(num_samples: int, clip: int, units: int, unit: str) -> InputError:
     """The refusal of ``num_samples`` T above the capacity ``clip`` R x ``units``: it names
     the smallest R that serves T and the largest T that R allows."""
-    smallest = -(-num_samples // max(1, units))
-    serves = (f"the smallest clip that serves it is {smallest}" if smallest <= MAX_CLIP else
-              f"no clip up to {MAX_CLIP} serves it")
     return InputError(f"num_samples {num_samples} exceeds capacity {clip * units} = clip "
-                      f"{clip} x {units} {unit}; {serves}, the largest num_samples that clip "
-                      f"{clip} allows is {clip * units}", params=("num_samples", "clip"))
+                      f"{clip} x {units} {unit}; "
+                      f"{smallest_clip_phrase(-(-num_samples // max(1, units)), '')}, the largest "
+                      f"num_samples that clip {clip} allows is {clip * units}",
+                      params=("num_samples", "clip"))
+
+
+def smallest_clip_phrase(smallest: int, digits: str = ",") -> str:
+    """The phrase naming the smallest clip that serves a budget (none beyond MAX_CLIP)."""
+    if smallest > MAX_CLIP:
+        return f"no clip up to {MAX_CLIP:{digits}} serves it"
+    return f"the smallest clip that serves it is {smallest:{digits}}"
 
 
 def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible documents"
