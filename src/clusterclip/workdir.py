@@ -488,8 +488,10 @@ class Workdir:
             elif self.path(name).exists():
                 out[f"file:{top}"] = self._file_identity(top)
             elif name in reads:
-                if not self.manifest_path.exists() and not self.path("corpus").exists():
-                    raise InputError(f"{self.root}: not a work directory (no {MANIFEST}); "
+                if not self.manifest_path.exists() and not any(
+                        self.path(n).exists() for n in PRODUCERS):  # none of W's parts
+                    raise InputError(f"{self.root}: not a work directory (no {MANIFEST}, "
+                                     f"no {name}); "
                                      f"make one with `clusterclip embed INPUT --workdir "
                                      f"{self.root}` or `clusterclip run`")
                 hint = f"; run `{rerun(producer)}` first" if producer else ""
