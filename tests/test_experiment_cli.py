@@ -220,9 +220,9 @@ def test_epochs_and_tokens_are_one_budget(workdir):
     from clusterclip.errors import InputError
     from clusterclip.experiment import run_experiment
 
-    with pytest.raises(SystemExit) as e:  # argparse: mutually exclusive options
-        main(["experiment", "--workdir", str(workdir), "--epochs", "2", "--tokens", "9000"])
-    assert e.value.code == 2
+    # argparse: mutually exclusive options (main returns its exit code)
+    assert main(["experiment", "--workdir", str(workdir), "--epochs", "2", "--tokens",
+                 "9000"]) == 2
     with pytest.raises(InputError, match="not both"):
         run_experiment(workdir, epochs=2.0, tokens=9000, progress=False)
     with pytest.raises(InputError, match="--epochs"):

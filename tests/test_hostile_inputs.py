@@ -10,6 +10,7 @@ import json
 import os
 import resource
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_WEIGHT_SPAN
 
 
 def cli(*args: str, cwd: Path | None = None, mem_gib: int | None = None,
@@ -275,8 +277,9 @@ def test_group_refuses_labels_of_strings_floats_or_pickles(tmp_path, labels, exp
     assert not out.exists()
 
 
-@pytest.mark.parametrize("seed,expect", [(str(2**64), "seed must be <= 18446744073709551615"),
-                                         ("-1", "seed must be >= 0, got -1")])
+@pytest.mark.parametrize("seed,expect", [
+    (str(2**64), f"{2**64} is out of range (an integer in 0 .. {2**63 - 1})"),
+    ("-1", f"-1 is out of range (an integer in 0 .. {2**63 - 1})")])
 def test_sample_seed_out_of_range(tmp_path, seed, expect):
     labels = tmp_path / "labels.npy"
     np.save(labels, np.arange(40) % 4)
@@ -289,7 +292,7 @@ def test_sample_seed_out_of_range(tmp_path, seed, expect):
 @pytest.mark.parametrize("extra,expect", [
     (["--clusters", "25"], "--clusters 25: more than the 24 documents with text"),
     (["--clusters", "3", "--num-samples", "10", "--seed", str(2**64)],
-     f"--seed {2**64}: the sampler takes 0 .. 2**64 - 1"),
+     f"argument --seed: {2**64} is out of range (an integer in 0 .. {2**63 - 1})"),
     (["--clusters", "3", "--backend", "faiss", "--seed", str(2**31)],
      "seed=2147483648 must be < 2**31 with backend faiss"),
     (["--clusters", "3", "--num-samples", "1000", "--clip", "4"],
@@ -510,3 +513,417 @@ def test_a_refusal_in_a_folder_that_is_not_a_work_directory_leaves_no_lock(tmp_p
         assert len(err.splitlines()) == 1 and "error:" in err, err
         assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"], args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl", "mine"]
+
+
+# -- issue 25: every number is range-checked where it enters ------------------------------
+#: 2**31, 2**53, 2**62, 2**63, 10**30, 10**400, inf, nan, -0, negative, and a float.
+BOUNDARY = [str(2**31), str(2**53), str(2**62), str(2**63), str(10**30), str(10**400),
+            "inf", "-inf", "nan", "-0", "-1", str(-2**63), "1e400", "2.5"]
+
+
+def _numeric_options() -> list[tuple[str, str, object]]:
+    """(command, option, its type) of every option that takes a number."""
+    from clusterclip.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return [(name, max(a.option_strings, key=len), a.type)
+            for name, parser in sub.choices.items() for a in parser._actions
+            if a.option_strings and a.type is not None and hasattr(a.type, "bounds")]
+
+
+def test_no_option_takes_a_bare_int_or_float():
+    """Every number goes through one of clusterclip.cli._options' checked types."""
+    from clusterclip.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    bare = [(name, a.option_strings) for name, parser in sub.choices.items()
+            for a in parser._actions if a.type in (int, float)]
+    assert not bare
+    assert len(_numeric_options()) > 60
+
+
+def _accepts(kind, text: str) -> bool:
+    import argparse
+
+    try:
+        kind(text)
+    except argparse.ArgumentTypeError:
+        return False
+    return True
+
+
+_REQUIRED = {  # enough for each command to parse; nothing here exists
+    "embed": ["C.jsonl", "--workdir", "W"], "cluster": ["--workdir", "W", "--clusters", "2"],
+    "assign": ["--centroids", "c.npy", "--embeddings", "e.npy", "--out", "O"],
+    "dedup": ["--workdir", "W"], "group": ["--workdir", "W", "--out", "O"],
+    "sample": ["--labels", "l.npy", "--out", "s.npy"], "run": ["C.jsonl", "--workdir", "W"],
+    "export": ["--workdir", "W", "--format", "parquet", "--out", "O"],
+    "report": ["--workdir", "W"], "experiment": ["--workdir", "W"],
+    "search": ["--workdir", "W"], "demo": ["--out", "O"]}
+
+
+@pytest.mark.parametrize("command,option,kind", _numeric_options(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_every_numeric_option_refuses_huge_and_boundary_values_in_one_line(
+        tmp_path, capsys, monkeypatch, command, option, kind):
+    """Each value outside the option's range (documented in --help): exit 2, one line naming
+    the option and the value, before any work (nothing is written); each inside it parses."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    lo, hi = kind.bounds
+    for text in BOUNDARY:
+        try:
+            value = float(text)
+        except ValueError:  # pragma: no cover - every BOUNDARY entry is a number
+            value = None
+        integral = kind.__name__ != "real"
+        above = lo < value if kind.range_text.startswith("(") else lo <= value
+        inside = (value is not None and value == value and above and value <= hi
+                  and (not integral or (float(value).is_integer() and "e" not in text
+                                        and "." not in text and "inf" not in text)))
+        if inside:  # -0, 2**31 for a seed ...: accepted as the number it is
+            assert _accepts(kind, text), (option, text)
+            continue
+        argv = [command, *_REQUIRED[command]]
+        if command in ("cluster", "run") and option != "--clusters":
+            argv += ["--clusters", "2"] if command == "run" else []
+        if command == "sample" and option not in ("--num-samples", "--num-tokens"):
+            argv += ["--num-samples", "5"]
+        argv += [f"{option}={text}"]
+        capsys.readouterr()
+        start = time.monotonic()
+        assert main(argv) == 2  # argparse's refusal, as an exit code
+        assert time.monotonic() - start < 10
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"argument {option}" in err[0], (option, text, err)
+        assert "out of range" in err[0] or "expected" in err[0], err
+        assert len(err[0]) < 300
+        assert list(tmp_path.iterdir()) == []
+
+
+def _mixture_json(weights: str = "1, 1, 1, 1", clip: str = "4") -> str:
+    return (f'{{"format_version": 1, "weights": [{weights}], "clip": {clip}, '
+            f'"timing": "paced"}}')
+
+
+@pytest.mark.parametrize("field", ["weight", "clip"])
+@pytest.mark.parametrize("text", [str(2**31), str(2**53), str(2**62), str(2**63),
+                                  str(10**30), str(10**400), "9" * 5000, "1e400", "Infinity",
+                                  "-Infinity", "NaN", "-0", "-1", "-0.5", "2.5", "true"])
+def test_mixture_numbers_are_range_checked_by_the_reader(tmp_path, field, text):
+    from clusterclip.limits import MAX_CLIP
+    from clusterclip.sampling.mixture import read_mixture
+
+    path = tmp_path / "m.json"
+    path.write_text(_mixture_json(weights=f"{text}, 1, 1, 1") if field == "weight"
+                    else _mixture_json(clip=text))
+    try:
+        value = json.loads(text) if len(text) < 4000 else None
+    except ValueError:
+        value = None
+    ok_weight = (field == "weight" and isinstance(value, (int, float))
+                 and not isinstance(value, bool) and 0 <= value < 1e308)
+    ok_clip = (field == "clip" and isinstance(value, int) and not isinstance(value, bool)
+               and 1 <= value <= MAX_CLIP)
+    if ok_weight or ok_clip:
+        read_mixture(path, 4)
+        return
+    with pytest.raises(InputError) as e:
+        read_mixture(path, 4)
+    assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
+    assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("command", ["sample", "run", "experiment"])
+@pytest.mark.parametrize("mixture", [_mixture_json(weights=f"{10**400}, 1, 1"),
+                                     _mixture_json(weights="1, 1, 1", clip=str(10**30)),
+                                     _mixture_json(weights="1, 1, 1", clip=str(2**62)),
+                                     _mixture_json(weights="1e308, 1e308, 1"),
+                                     _mixture_json(weights="1e-300, 1e300, 1")],
+                         ids=["weight-10**400", "clip-10**30", "clip-2**62", "sum-inf", "span"])
+def test_a_mixture_of_huge_numbers_is_one_line_before_any_work(tmp_path, capsys, command,
+                                                              mixture):
+    w = _grouping_workdir(tmp_path)  # 20 documents in 3 clusters
+    m = tmp_path / "m.json"
+    m.write_text(mixture)
+    out = tmp_path / "s.npy"
+    argv = {"sample": ["sample", "--labels", str(w / "labels.npy"), "--num-samples", "30",
+                       "--out", str(out), "--mixture", str(m), "--no-progress"],
+            "run": ["run", str(tmp_path / "docs.jsonl"), "--workdir", str(tmp_path / "R"),
+                    "--clusters", "3", "--embedder", "fast", "--num-samples", "30",
+                    "--mixture", str(m)],
+            "experiment": ["experiment", "--workdir", str(w), "--strategies", "mixture",
+                           "--mixture", str(m), "--quick", "--no-progress"]}[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"error: {m}: " in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not (w / "experiment").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 50), min_size=1, max_size=8),
+       base=st.floats(5e-324, 1e308),
+       spread=st.lists(st.floats(1.0, MAX_WEIGHT_SPAN), min_size=8, max_size=8),
+       clip=st.integers(1, 2**20), share=st.floats(0.0, 1.0))
+def test_paced_quotas_sum_to_t_within_caps_for_extreme_weights(sizes, base, spread, clip,
+                                                                share):
+    """Weights anywhere in float64's range (spanning at most MAX_WEIGHT_SPAN, as the
+    samplers and the mixture reader require), clips up to the largest."""
+    from clusterclip.sampling._engine import paced_quotas
+
+    sizes = np.array(sizes, np.int64)
+    cap = clip * sizes
+    if cap.sum() == 0:
+        return
+    T = max(1, int(share * int(cap.sum())))
+    with np.errstate(over="ignore"):
+        w = np.minimum(base * np.array(spread[:sizes.size]), np.finfo(np.float64).max)
+    q = paced_quotas(sizes, w, clip, T)
+    assert int(q.sum()) == T and (q >= 0).all() and (q <= cap).all()
+
+
+def test_paced_quotas_refuse_a_clip_whose_capacity_overflows():
+    from clusterclip.sampling._engine import paced_quotas
+
+    with pytest.raises(ValueError, match="out of range"):
+        paced_quotas(np.array([3, 4]), None, 2**62, 10)
+    for strategy in ("paced", "clusterclip"):  # the samplers refuse it first, by name
+        with pytest.raises(InputError, match="clip must be <= 1048576, got 4611686018427387904"):
+            ClusterClipSampler(np.arange(40) % 4, 10, strategy=strategy, clip=2**62)
+
+
+# -- issue 25: damaged models, Ctrl-C inside torch's import, stages that end by an error --
+def _damaged_minilm(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the bundled MiniLM folder whose model.safetensors holds only its first MiB
+    (the other files linked, not copied)."""
+    from clusterclip.embedding.transformer import bundled_minilm_path
+
+    src, model = bundled_minilm_path(), tmp_path / "model"
+    for f in src.rglob("*"):
+        if f.is_file():
+            (model / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(f, model / f.relative_to(src))
+    weights = model / "model.safetensors"
+    weights.unlink()
+    with open(src / "model.safetensors", "rb") as f:
+        weights.write_bytes(f.read(1 << 20))
+    return model, weights
+
+
+@pytest.mark.parametrize("embedder", ["minilm", "hf", "fast"])
+def test_a_truncated_model_is_one_line_naming_the_file(tmp_path, capsys, embedder):
+    model, weights = _damaged_minilm(tmp_path)
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    w = tmp_path / "W"
+    capsys.readouterr()
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", embedder,
+                 "--model", str(model), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"error: {weights}: truncated: 1,048,576 bytes of the " in err[0]
+    assert not w.exists()
+
+
+def test_model2vec_given_a_sentence_transformers_folder_says_which_embedder_reads_it(
+        tmp_path, capsys):
+    from clusterclip.embedding.transformer import bundled_minilm_path
+
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    capsys.readouterr()
+    assert main(["embed", str(corpus), "--workdir", str(tmp_path / "W"), "--embedder",
+                 "model2vec", "--model", str(bundled_minilm_path()), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (f"{bundled_minilm_path()}: a sentence-transformers model, not "
+                              f"a Model2Vec one") in err[0] and "--embedder minilm" in err[0]
+
+
+def test_model_naming_a_file_says_it_is_a_file(tmp_path, capsys):
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    capsys.readouterr()
+    assert main(["embed", str(corpus), "--workdir", str(tmp_path / "W"), "--model",
+                 str(corpus), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{corpus}: a file, not a model folder" in err and "\n" not in err
+
+
+def test_ctrl_c_while_torch_imports_exits_130_and_records_the_stage_interrupted(tmp_path):
+    """KeyboardInterrupt raised inside torch's own import (deterministically: by an import
+    hook on a module torch imports last); the error path must not import torch again."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "import importlib.abc, sys\n"
+        "class Stop(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'torch._meta_registrations':\n"
+        "            sys.meta_path.remove(self)\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from clusterclip.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    w = tmp_path / "W"
+    proc = subprocess.run([sys.executable, str(script), "embed", str(corpus), "--workdir",
+                           str(w), "--embedder", "minilm", "--backend", "torch",
+                           "--no-progress"], capture_output=True, text=True, env=child_env(),
+                          timeout=300)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "clusterclip embed: interrupted"
+    from clusterclip.workdir import Workdir
+
+    assert Workdir(w, create=False).stage("embed")["status"] == "interrupted"
+
+
+def test_a_stage_that_fails_is_recorded_failed_not_running(tmp_path):
+    from clusterclip.workdir import Workdir
+
+    w = Workdir(tmp_path / "W")
+    w.save()  # a work directory already (a new one that a refusal leaves empty is removed)
+
+    def work(run):
+        raise InputError("the work refused")
+
+    with pytest.raises(InputError):
+        w.run_stage("toy", key={"a": 1}, outputs=["out.txt"], work=work)
+    rec = Workdir(w.root, create=False).stage("toy")
+    assert rec["status"] == "failed" and rec["error"] == "the work refused"
+    with pytest.raises(InputError, match="status 'failed'"):
+        Workdir(w.root, create=False).require("toy")
+
+
+# -- issue 25: first-run friction ---------------------------------------------------------
+def test_every_command_takes_no_progress():
+    from clusterclip.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert all("--no-progress" in p._option_string_actions for p in sub.choices.values())
+
+
+def test_cluster_after_a_killed_embed_names_the_stage_to_rerun(tmp_path, capsys):
+    from clusterclip.workdir import Workdir
+
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    w = tmp_path / "W"
+    assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                 "--no-progress"]) == 0
+    wd = Workdir(w, create=False)  # as kill -9 mid-embed leaves it: running, no embeddings
+    wd.manifest["stages"]["embed"]["status"] = "running"
+    wd.save()
+    (w / "embeddings.npy").unlink()
+    capsys.readouterr()
+    for args in (["--clusters", "2"], ["--clusters", "2,3", "--sweep"]):
+        assert main(["cluster", "--workdir", str(w), *args, "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "stage `embed` did not finish (status 'running'" in err and "\n" not in err
+        assert "rerun `clusterclip embed" in err
+
+
+@pytest.mark.parametrize("command", [["group", "--out", "G"], ["cluster", "--clusters", "2"],
+                                     ["report"], ["dedup"], ["export", "--format", "parquet",
+                                                             "--out", "E"]])
+def test_a_folder_that_is_not_a_work_directory_is_named_so(tmp_path, capsys, command):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    argv = [command[0], "--workdir", str(mine),
+            *[str(tmp_path / a) if a in ("G", "E") else a for a in command[1:]]]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{mine}: not a work directory" in err and "\n" not in err, err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("command", ["run", "cluster"])
+def test_as_many_clusters_as_documents_is_refused(tmp_path, capsys, command):
+    corpus = small_corpus(tmp_path / "c.jsonl")  # 24 documents
+    w = tmp_path / "W"
+    if command == "cluster":
+        assert main(["embed", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                     "--no-progress"]) == 0
+        argv = ["cluster", "--workdir", str(w), "--clusters", "24"]
+    else:
+        argv = ["run", str(corpus), "--workdir", str(w), "--embedder", "fast",
+                "--clusters", "24", "--no-progress"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().split("\r")[-1]
+    assert "24: as many clusters as (one" in err and "\n" not in err, err
+    assert not (w / "labels.npy").exists()
+
+
+@pytest.mark.parametrize("damage", ["footer", "pages"])
+def test_a_corrupt_parquet_file_is_one_line(tmp_path, capsys, damage):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(50)]}), path)
+    data = bytearray(path.read_bytes())
+    if damage == "footer":  # the footer's metadata cut short, its length and magic kept
+        data = data[:-20] + b"\0" * 12 + b"PAR1"
+    else:
+        data[4:60] = b"\xff" * 56
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["embed", str(path), "--workdir", str(tmp_path / "W"), "--embedder", "fast",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"clusterclip embed: error: {path}: ") and "\n" not in err, err
+
+
+@pytest.mark.parametrize("variable", ["CLUSTERCLIP_CACHE", "XDG_CACHE_HOME", "HOME"])
+def test_an_unusable_cache_folder_is_refused_first_naming_its_variable(tmp_path, capsys,
+                                                                       monkeypatch, variable):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    monkeypatch.delenv("CLUSTERCLIP_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv(variable, str(afile / "c") if variable == "CLUSTERCLIP_CACHE"
+                       else str(afile))
+    corpus = small_corpus(tmp_path / "c.jsonl")
+    capsys.readouterr()
+    assert main(["embed", str(corpus), "--workdir", str(tmp_path / "W"), "--embedder", "fast",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"(from ${variable}): {afile} is a file, not a folder" in err and "\n" not in err
+    assert not (tmp_path / "W").exists() and afile.read_text() == "mine"
+
+
+def test_demo_names_text_field_as_its_option(tmp_path, capsys):
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"body": f"doc {i}"} for i in range(9)])
+    capsys.readouterr()
+    assert main(["demo", "--input", str(corpus), "--out", str(tmp_path / "D"), "--embedder",
+                 "fast", "--experiment", "none"]) == 2
+    err = capsys.readouterr().err.strip().split("\r")[-1]
+    assert "no document has a 'text' field" in err and err.endswith("with --text-field"), err
+
+
+@pytest.mark.parametrize("count", [2**33, 2**62, 2**63 - 1])
+def test_a_token_count_no_document_holds_is_refused(tmp_path, capsys, count):
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.arange(40) % 4)
+    tokens = np.full(40, 10, np.int64)
+    tokens[7] = count
+    np.save(tmp_path / "t.npy", tokens)
+    out = tmp_path / "s.npy"
+    capsys.readouterr()
+    assert main(["sample", "--labels", str(labels), "--num-tokens", "500", "--tokens",
+                 str(tmp_path / "t.npy"), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"token count {count:,} at index 7 is more than a document holds" in err
+    assert "\n" not in err and not out.exists()
+
+
+def test_search_with_a_huge_runs_is_refused_before_the_manifest_changes(tmp_path):
+    from clusterclip.workdir import Workdir
+
+    w = _grouping_workdir(tmp_path)
+    Workdir(w).save()
+    before = (w / "manifest.json").read_bytes()
+    proc = cli("search", "--workdir", str(w), "--runs", "99999999999999999999999", "--quick")
+    line = one_error_line(proc)
+    assert "argument --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
+    assert (w / "manifest.json").read_bytes() == before and not (w / "search").exists()

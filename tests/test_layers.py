@@ -2,7 +2,7 @@
 
 Built with ``ast`` from every module, counting imports inside functions (a lazy
 import is still a dependency). Layers, from the bottom: the shared modules
-(``errors``, ``io``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
+(``errors``, ``limits``, ``io``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
 ``workdir``, ``data``), then ``corpus`` -> ``embedding`` -> ``clustering`` ->
 ``sampling``; a module of these may import its own layer and those below only.
 Everything else (``tokens``, ``dedup``, ``export``, ``report``, ``experiment``,
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "clusterclip"
-SHARED = ("errors", "io", "labels", "kernels", "plotting", "distributed", "workdir", "data")
+SHARED = ("errors", "limits", "io", "labels", "kernels", "plotting", "distributed", "workdir",
+          "data")
 LAYERS = {**dict.fromkeys(SHARED, 0), "corpus": 1, "embedding": 2, "clustering": 3,
           "sampling": 4}
 #: Cycles allowed to remain (none: a cycle fails the test).

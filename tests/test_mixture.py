@@ -244,7 +244,7 @@ def test_sample_with_a_mixture_takes_its_timing_clip_and_weights(labels_file, tm
     ({"weights": [0.0] * 6}, "every weight is 0"),
     ({"format_version": 3}, "format_version 3 is not supported"),
     ({"_raw": "weights: [1, 2]"}, "not JSON"),
-    ({"clip": 0}, "clip must be an integer >= 1"),
+    ({"clip": 0}, "clip 0 is out of range (an integer in 1 .. 1048576)"),
     ({"timing": "uniform"}, "timing must be one of paced, clusterclip"),
     ({"_args": ["--strategy", "random"]}, "strategy random"),
     ({"_args": ["--alpha", "0.5"]}, "--alpha 0.5: does not apply with --mixture"),

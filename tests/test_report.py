@@ -272,12 +272,13 @@ def _bad_schedule(workdir, tmp_path):
 
 @pytest.mark.parametrize("case,pattern", [
     ("missing_workdir", "does not exist"),
-    ("missing_labels", "labels.npy: missing"),
+    ("missing_labels", "empty_wd: not a work directory"),
     ("out_of_range", "position 40: document index 600"),
     ("unknown_field", "no document has this field"),
     ("over_capacity", "exceeds the ClusterClip capacity"),
     ("unknown_strategy", "unknown strategy"),
-    ("negative_tail_floor", "--tail-floor must be a number >= 0, got -0.5"),
+    ("negative_tail_floor", r"argument --tail-floor: -0\.5 is out of range \(a number in "
+                            r"\[0, 100\]\)"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(case, pattern, workdir, tmp_path, capsys):
     if case == "missing_workdir":

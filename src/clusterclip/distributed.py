@@ -36,15 +36,19 @@ T = TypeVar("T")
 
 
 def _dist() -> Any | None:
-    """The torch.distributed module when a process group is initialised, else None."""
-    if "torch.distributed" not in sys.modules:
-        return None  # never imported here, so never initialised: do not pay torch's import
+    """The torch.distributed module when a process group is initialised, else None.
+
+    Never imports anything: a group is initialised only after torch.distributed was
+    imported in full, and importing here could run inside a half-imported torch (an
+    import interrupted by Ctrl-C), which fails with errors of its own."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None  # never imported, so never initialised: do not pay torch's import
     try:
-        import torch.distributed as dist
-    except ImportError:  # torch is an optional extra; without it nothing is distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist
+    except Exception:  # half-imported (an interrupted import): never initialised
         return None
-    if dist.is_available() and dist.is_initialized():
-        return dist
     return None
 
 
@@ -77,8 +81,10 @@ def shutdown(created: bool, wait: bool = True) -> None:
     ``wait``: meet the other ranks at a barrier first (the normal end); pass False
     on an error path, where another rank may be inside a different collective.
     """
+    if not created:
+        return  # (an error path must not touch a torch whose import it interrupted)
     dist = _dist()
-    if created and dist is not None:
+    if dist is not None:
         if wait:
             dist.barrier()
         dist.destroy_process_group()

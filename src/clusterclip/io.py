@@ -384,6 +384,17 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def check_free_space(out: str | os.PathLike[str], need: int, what: str = "the export",
+                     option: str = "--out") -> None:
+    """InputError (before writing) when the file system of ``out`` has less than ``need``
+    bytes free (the message names ``option``, if any, ``out`` and ``what``)."""
+    free = free_bytes(out)
+    if free is not None and need > free:
+        raise InputError(f"{option} {out}: {what} needs at least {need:,} bytes, and its "
+                         f"file system has {free:,} free; free space or choose another "
+                         f"place".lstrip())
+
+
 def check_output_file(out: str | os.PathLike[str], *,
                       protected: tuple[tuple[Path, str, bool], ...] = (),
                       option: str = "--out", magic: bytes | None = None,
@@ -540,12 +551,38 @@ def cache_dir() -> Path | None:
     ``$CLUSTERCLIP_CACHE`` when set (empty, ``0``, ``off`` or ``none``: no disk cache,
     None), else ``$XDG_CACHE_HOME/clusterclip`` or ``~/.cache/clusterclip``. Every file
     in it is keyed by its inputs and checked when read, so any folder is safe to reuse.
+    A place that cannot be a writable folder (a file on the way, a link to nothing) is an
+    InputError naming the variable it came from, before any work that would fill it.
     """
     env = os.environ.get("CLUSTERCLIP_CACHE")
     if env is not None:
-        return None if env.strip().lower() in ("", "0", "off", "none") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "clusterclip"
+        if env.strip().lower() in ("", "0", "off", "none"):
+            return None
+        path, var = Path(env), "CLUSTERCLIP_CACHE"
+    elif os.environ.get("XDG_CACHE_HOME"):
+        path, var = Path(os.environ["XDG_CACHE_HOME"]) / "clusterclip", "XDG_CACHE_HOME"
+    else:
+        path, var = Path.home() / ".cache" / "clusterclip", "HOME"
+    problem = _folder_problem(path)
+    if problem:
+        raise InputError(f"cache folder {path} (from ${var}): {problem}; set "
+                         f"CLUSTERCLIP_CACHE to a folder clusterclip may write, or to off")
+    return path
+
+
+def _folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be (or be made) a writable folder, or None: the first part of it
+    that exists must be a folder we may write in, and none a link to nothing."""
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            return f"{p} is a symbolic link to nothing"
+        if p.exists():
+            if not p.is_dir():
+                return f"{p} is a file, not a folder"
+            if not os.access(p, os.W_OK | os.X_OK):
+                return f"{p} is not writable"
+            return None
+    return None
 
 
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:

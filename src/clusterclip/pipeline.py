@@ -120,6 +120,7 @@ class EmbedOptions:
     precision: str = "auto"
     tune: int = 0
     tune_seed: int = 0
+    progress: bool = True  # progress bars of every stage (run --no-progress: none)
 
 
 @dataclass(frozen=True)
@@ -250,15 +251,17 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
                 check_corpus=lambda stats: config.check_capacity(stats["valid"]))
             config.check_capacity(out["embed"]["valid"])  # when the embedding was current
             out["cluster"] = cluster_workdir(w, n_clusters=config.n_clusters,
+                                             progress=config.embed.progress,
                                              **asdict(config.kmeans))
             if config.dedup_threshold is not None:
                 from clusterclip.dedup import dedup_workdir
 
                 out["dedup"] = dedup_workdir(w, threshold=config.dedup_threshold,
-                                             progress=main_rank)
+                                             progress=main_rank and config.embed.progress)
             if config.sample is not None:
                 out["sample"] = sample_workdir(w, groups=config.dedup_threshold is not None,
-                                               progress=main_rank, **asdict(config.sample))
+                                               progress=main_rank and config.embed.progress,
+                                               **asdict(config.sample))
     if main_rank:
         _print_summary(w, out)
     return out
@@ -311,6 +314,7 @@ class DemoConfig:
 
     out: str = "demo-out"
     input: str | None = None
+    text_field: str = "text"
     label_field: str = "label"
     n_clusters: int = 64
     embedder: str = "minilm"
@@ -355,7 +359,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         check_output_dir(out / sub, command, overwrite=config.overwrite, protected=protected)
     w.check_can_write(["cluster", "sample"])
     print(f"[demo] corpus: {corpus_path}", flush=True)
-    emb = embed_workdir(w, [str(corpus_path)], text_field="text", id_field=None,
+    emb = embed_workdir(w, [str(corpus_path)], text_field=config.text_field, id_field=None,
                         skip_bad_lines=False, embedder=config.embedder, model=None, pooling="mean",
                         max_length=256, batch_size=64, device=config.device, dtype="float32",
                         n_clusters=config.n_clusters)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_DOCUMENT_TOKENS
 
 #: Characters per token of the estimate (the text length in the corpus index / 4).
 CHARS_PER_TOKEN = 4
@@ -196,6 +197,9 @@ def _load_counts(path: str | os.PathLike[str], n: int | None) -> np.ndarray:
     if a.size and int(a.min()) < 0:
         raise InputError(f"{path}: token counts must be >= 0, got {int(a.min())} at index "
                          f"{int(np.argmin(a))}")
+    if a.size and int(a.max()) > MAX_DOCUMENT_TOKENS:  # cumulative sums stay in int64
+        raise InputError(f"{path}: token count {int(a.max()):,} at index {int(np.argmax(a))} "
+                         f"is more than a document holds (at most {MAX_DOCUMENT_TOKENS:,})")
     a = a.astype(np.int64, copy=False)
     # the exact total (32-bit halves summed apart): counts whose sum int64 cannot hold are
     # no real corpus, and every total, cumulative sum and message below would wrap

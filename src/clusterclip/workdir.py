@@ -447,22 +447,24 @@ class Workdir:
         self.save()
 
     def _abandon(self, name: str, before: dict[str, Any] | None,
-                 outputs: Sequence[str]) -> None:
-        """Record a stage whose work raised (a refusal, an error, Ctrl-C): its earlier
-        record again when its outputs are still the ones that record describes (none
-        when there was none and it wrote nothing), else ``failed``, never ``running``."""
+                 outputs: Sequence[str], error: BaseException) -> None:
+        """Record a stage whose work raised (a refusal, an error, Ctrl-C), never as
+        ``running`` (which only a killed process leaves): its earlier record again when
+        that was ``done`` and its outputs are still the ones it describes, else status
+        ``interrupted`` (Ctrl-C) or ``failed`` with the error's first line."""
         if before is not None and before.get("status") == "done":
             stats = before.get("output_stats") or {}
-            same = all(_stat_identity(self.path(o)) == stats.get(o)
-                       for o in before.get("outputs") or [])
-        else:
-            same = before is None and not any(self.path(o).exists() for o in outputs)
-        if same and before is not None:
-            self.manifest["stages"][name] = before
-        elif same:
-            self.manifest["stages"].pop(name, None)
-        else:
-            self.manifest["stages"][name]["status"] = "failed"
+            if all(_stat_identity(self.path(o)) == stats.get(o)
+                   for o in before.get("outputs") or []):
+                self.manifest["stages"][name] = before
+                self.save()
+                return
+        rec = self.manifest["stages"][name]
+        interrupted = isinstance(error, KeyboardInterrupt)
+        rec["status"] = "interrupted" if interrupted else "failed"
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        rec["error"] = None if interrupted else text[:500]
+        rec["ended"] = _now()
         self.save()
 
     # -- what a stage reads ------------------------------------------------
@@ -483,8 +485,8 @@ class Workdir:
                                  f"rerun `{rerun(name)}`")
         if rec.get("status") != "done":
             raise InputError(f"{self.root}: stage `{name}` did not finish (status "
-                             f"{rec.get('status')!r}: killed or failed), so its outputs may be "
-                             f"incomplete or mixed; rerun `{rerun(name)}`")
+                             f"{rec.get('status')!r}: killed, failed or interrupted), so its "
+                             f"outputs may be incomplete or mixed; rerun `{rerun(name)}`")
         for r in rec.get("inputs") or []:
             try:
                 same = self.input_record(r["path"])["sha256"] == r["sha256"]
@@ -518,6 +520,12 @@ class Workdir:
             elif self.path(name).exists():
                 out[f"file:{top}"] = self._file_identity(top)
             elif name in reads:
+                if not self.manifest_path.exists() and not any(
+                        self.path(n).exists() for n in PRODUCERS):  # none of W's parts
+                    raise InputError(f"{self.root}: not a work directory (no {MANIFEST}, "
+                                     f"no {name}); "
+                                     f"make one with `clusterclip embed INPUT --workdir "
+                                     f"{self.root}` or `clusterclip run`")
                 hint = f"; run `{rerun(producer)}` first" if producer else ""
                 raise InputError(f"{self.path(name)}: missing{hint}")
         return out
@@ -635,10 +643,10 @@ class Workdir:
             run = StageRun(self, name, decision["fingerprint"])
             try:
                 info = work(run) or {}
-            except BaseException:
+            except BaseException as e:
                 if is_main():  # no collective call here: the other ranks may not have failed
-                    with contextlib.suppress(Exception):
-                        self._abandon(name, given.get("before"), outputs)
+                    with contextlib.suppress(Exception):  # never hide the error reported
+                        self._abandon(name, given.get("before"), outputs, e)
                 raise
 
             def done() -> dict[str, Any]:

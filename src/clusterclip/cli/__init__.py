@@ -65,8 +65,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
     """Append "(default: X)" to the help of every option that has a default and does not
-    already state it (store_true flags and options defaulting to None say what they do)."""
+    already state it (store_true flags and options defaulting to None say what they do),
+    and the range of every number (clusterclip.cli._options.integer, real)."""
     for a in parser._actions:
+        bounds = getattr(a.type, "range_text", None)
+        if bounds:
+            a.help = f"{a.help} (range: {bounds})" if a.help else f"(range: {bounds})"
         if (not a.option_strings or a.required or a.default is None or a.default is False
                 or a.default == argparse.SUPPRESS or "default" in (a.help or "")):
             continue
@@ -88,6 +92,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         if only is None or name == only:
             module.add_arguments(p)
+            if "--no-progress" not in p._option_string_actions:  # every command takes it
+                p.add_argument("--no-progress", action="store_true",
+                               help="no progress bars (they are drawn only on a terminal)")
             _show_defaults(p)
         p.set_defaults(_module=module, _parser=p)
     return parser
@@ -111,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     # The command is the first argument (the only top-level options are --help, --version).
     only = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or argparse's one-line refusal (exit 2)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     from clusterclip.cli._paths import guard, written
 
     try:

@@ -3,8 +3,123 @@
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Callable
 
 from clusterclip.cli._paths import add_path
+from clusterclip.limits import (
+    MAX_CLIP,
+    MAX_ROWS,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_TOKENS,
+    MAX_WORLD,
+    int_problem,
+    real_problem,
+    real_range,
+    shown,
+)
+
+# -- numbers: every integer and float option of every command is one of these types --------
+# (clusterclip.limits holds the bounds; tests/test_hostile_inputs.py checks that no option
+# takes a bare int or float)
+
+
+def integer(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [lo, hi], else argparse's one-line error (exit 2)
+    before any work. ``.bounds`` and ``.range_text`` say the range (shown in --help)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            if re.fullmatch(r"\s*[+-]?\d+\s*", text):  # more digits than int() reads
+                raise argparse.ArgumentTypeError(
+                    f"{shown(text.strip())} is out of range (an integer in {lo} .. {hi})"
+                ) from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r:.40}") from None
+        problem = int_problem(value, lo, hi)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
+    parse.__name__ = "integer"
+    return parse
+
+
+def real(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in [lo, hi] (``lo_open``: (lo, hi]); nan, inf
+    and overflowing values are refused; -0 is 0.0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r:.40}") from None
+        if real_problem(value, lo, hi, lo_open):  # as typed: 1e400, not inf
+            raise argparse.ArgumentTypeError(f"{shown(text.strip())} is out of range (a "
+                                             f"number in {real_range(lo, hi, lo_open)})")
+        return value + 0.0  # -0.0 -> 0.0
+
+    parse.bounds = (lo, hi)  # type: ignore[attr-defined]
+    parse.range_text = real_range(lo, hi, lo_open)  # type: ignore[attr-defined]
+    parse.__name__ = "real"
+    return parse
+
+
+def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list[int]]:
+    """An argparse ``type``: comma-separated integers in [lo, hi] (``ranges``: or one range
+    'A-B', at most 4096 values)."""
+    one = integer(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text) if ranges else None
+        if span:
+            first, last = one(span[1]), one(span[2])
+            if last - first >= 4096:
+                raise argparse.ArgumentTypeError(f"{text!r}: a range of at most 4096 values")
+            values = list(range(first, last + 1))
+        else:
+            try:
+                values = [one(x) for x in text.split(",") if x.strip()]
+            except argparse.ArgumentTypeError as e:
+                if not str(e).startswith("expected"):
+                    raise
+                raise argparse.ArgumentTypeError(
+                    f"expected an integer or a comma-separated list of integers"
+                    f"{' (or a range A-B)' if ranges else ''}, got {text!r:.40}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected integers in {lo} .. {hi}, got {text!r}")
+        return values
+
+    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
+    parse.__name__ = "integer_list"
+    return parse
+
+
+# One type per kind of number; every command takes its numbers through these.
+SEED = integer(0, MAX_SEED)
+CLIP = integer(1, MAX_CLIP)
+ALPHA = real(-1000.0, 1000.0)
+SAMPLES = integer(1, MAX_SAMPLES)  # a schedule's length T
+POSITION = integer(0, MAX_SAMPLES)  # a position in it (--consumed-samples)
+TOKENS = integer(1, MAX_TOKENS)  # a budget in tokens
+RANK = integer(0, MAX_WORLD - 1)
+WORLD_SIZE = integer(1, MAX_WORLD)
+ROWS = integer(1, MAX_ROWS)  # documents or rows per sample, shard, chunk or file; clusters K
+ROWS_OR_ZERO = integer(0, MAX_ROWS)  # the same, 0 meaning none or all (as each option says)
+CLUSTER_LIST = integer_list(1, MAX_ROWS)
+CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
+SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
+EPOCHS = real(0.0, 1000.0, lo_open=True)
+FRACTION = real(0.0, 1.0)  # --tol
+FACTOR = real(0.0, 100.0)  # --tail-floor
+TOKEN_LENGTH = integer(1, 2**20)  # --max-length, --batch-size
+ITERATIONS = integer(1, 1_000_000)
+RESTARTS = integer(1, 10_000)  # --n-init
+COUNT = integer(1, 100_000)  # --runs, --windows
+SEED_COUNT = integer(1, 1_000)  # --seeds, --test-seeds
+ROUNDS = integer(1, 64)
+THREADS = integer(1, 4_096)
 
 
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
@@ -39,14 +154,15 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
                    help="auto (default): int8 with onnx on the CPU where it agrees with "
                         "torch (cosine >= 0.99 mean, >= 0.97 at the 1st percentile), fp16 "
                         "with torch on GPUs, else fp32")
-    g.add_argument("--tune", type=int, default=0, metavar="N",
+    g.add_argument("--tune", type=ROWS_OR_ZERO, default=0, metavar="N",
                    help="--embedder fast: tune its table toward MiniLM's vectors of a seeded "
                         "sample of N documents (cached; default 0: no tuning)")
-    g.add_argument("--tune-seed", type=int, default=0, help="seed of the --tune sample")
+    g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
-    g.add_argument("--max-length", type=int, default=256, help="truncate to this many tokens")
-    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--max-length", type=TOKEN_LENGTH, default=256,
+                   help="truncate to this many tokens")
+    g.add_argument("--batch-size", type=TOKEN_LENGTH, default=64)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="storage dtype of embeddings.npy (default: float32)")
@@ -55,18 +171,18 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
 def add_kmeans_options(p: argparse.ArgumentParser) -> None:
     """Options of the clustering stage (``cluster``, ``run``)."""
     g = p.add_argument_group("k-means")
-    g.add_argument("--iters", type=int, default=50, help="maximum iterations (default: 50)")
-    g.add_argument("--n-init", type=int, default=1, help="restarts; the best objective wins")
-    g.add_argument("--tol", type=float, default=1e-4,
+    g.add_argument("--iters", type=ITERATIONS, default=50, help="maximum iterations (default: 50)")
+    g.add_argument("--n-init", type=RESTARTS, default=1, help="restarts; the best objective wins")
+    g.add_argument("--tol", type=FRACTION, default=1e-4,
                    help="stop when the relative objective change falls below this")
     g.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
     g.add_argument("--backend", choices=("torch", "faiss"), default="torch")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--kmeans-device", default="cpu",
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
-    g.add_argument("--chunk-rows", type=int, default=65536,
+    g.add_argument("--chunk-rows", type=ROWS, default=65536,
                    help="rows streamed from embeddings.npy at a time (bounds memory)")
-    g.add_argument("--fit-sample", type=int, default=None, metavar="N",
+    g.add_argument("--fit-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
                         "label every row in one streamed pass (the objective printed is "
                         "every row's); 0: fit on every row. Default: every row up to "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from clusterclip.cli._options import ROWS
 from clusterclip.cli._paths import add_path
 
 HELP = "label embeddings with existing K-means centroids (writes labels.npy, scores.npy)"
@@ -18,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--valid", role="input", help="optional bool .npy mask; False rows get label -1")
     p.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
     p.add_argument("--kmeans-device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--chunk-rows", type=int, default=65536,
+    p.add_argument("--chunk-rows", type=ROWS, default=65536,
                    help="rows read at a time (bounds memory)")
 
 

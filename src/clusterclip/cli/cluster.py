@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import add_kmeans_options
+from clusterclip.cli._options import CLUSTER_LIST, ROWS, add_kmeans_options
 from clusterclip.cli._paths import add_path
 from clusterclip.errors import InputError
 
@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="work directory holding embeddings.npy (from embed)")
     add_path(src, "--embeddings", role="input",
              help="a bare N x d .npy embeddings file (needs --out)")
-    p.add_argument("--clusters", type=_cluster_list, required=True,
+    p.add_argument("--clusters", type=CLUSTER_LIST, required=True,
                    help="number of clusters K; with --sweep a comma-separated list (50,200,1000)")
     add_path(p, "--out", role="output_dir", help="output directory for --embeddings")
     add_path(p, "--valid", role="input",
@@ -31,20 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "full data with the suggested K")
     g.add_argument("--sweep-only", action="store_true",
                    help="with --sweep: stop after the sweep (print the command for the full fit)")
-    g.add_argument("--sweep-sample", type=int, default=None,
+    g.add_argument("--sweep-sample", type=ROWS, default=None,
                    help="rows in the sweep's sample (default: min(valid rows, 50000))")
-    g.add_argument("--silhouette-sample", type=int, default=None,
+    g.add_argument("--silhouette-sample", type=ROWS, default=None,
                    help="rows the silhouette is computed on (default: 10000)")
     add_kmeans_options(p)
-
-
-def _cluster_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer or a comma-separated list of integers, got {text!r}") from None
-    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     common = dict(n_clusters=args.clusters[0], max_iter=args.iters, n_init=args.n_init,
                   tol=args.tol, metric=args.metric, backend=args.backend, seed=args.seed,
                   device=args.kmeans_device, chunk_rows=args.chunk_rows,
-                  fit_sample=args.fit_sample)
+                  fit_sample=args.fit_sample, progress=not args.no_progress)
     with D.process_group(args.kmeans_device) as main_rank:
         if args.workdir:
             result = cluster_workdir(Workdir(args.workdir, create=False), **common)
@@ -95,7 +86,7 @@ def _sweep(args: argparse.Namespace) -> int:
                   chunk_rows=args.chunk_rows)
     result = sweep_workdir(w, ks=args.clusters, sample_size=args.sweep_sample,
                            silhouette_sample=args.silhouette_sample,
-                           progress=sys.stderr.isatty(), **kmeans)
+                           progress=sys.stderr.isatty() and not args.no_progress, **kmeans)
     k = result["suggested_k"]
     print(f"sweep: {result['sample_rows']:,} of {result['valid_rows']:,} valid rows, "
           f"seed {result['seed']}" + (" (up to date, reused)" if result.get("skipped") else
@@ -110,8 +101,9 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.sweep_only:
         print(f"full fit: {result['command']}")
         return 0
-    print(summary(cluster_workdir(w, n_clusters=k, progress=sys.stderr.isatty(),
-                                  fit_sample=args.fit_sample, **kmeans)))
+    print(summary(cluster_workdir(w, n_clusters=k, progress=sys.stderr.isatty()
+                                  and not args.no_progress, fit_sample=args.fit_sample,
+                                  **kmeans)))
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._options import CLIP, EPOCHS, ROWS, SEED, add_overwrite_option
 from clusterclip.cli._paths import add_path
 
 HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
@@ -18,21 +18,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="output directory (default: demo-out)")
     add_path(p, "--input", role="input", default=None,
                    help="corpus to use instead of the bundled one (.jsonl/.jsonl.gz/.parquet)")
+    p.add_argument("--text-field", default="text",
+                   help="field of --input holding the document text (default: text)")
     p.add_argument("--label-field", default="label",
                    help="field compared with the clusters in the report (default: label)")
-    p.add_argument("--clusters", type=int, default=64, help="K (default: 64)")
+    p.add_argument("--clusters", type=ROWS, default=64, help="K (default: 64)")
     p.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm")
     from clusterclip.sampling.sampler import STRATEGIES
 
     p.add_argument("--strategy", choices=STRATEGIES, default="paced",
                    help="strategy of the schedule (default: paced; clusterclip is the paper's "
                         "method)")
-    p.add_argument("--clip", type=int, default=None,
+    p.add_argument("--clip", type=CLIP, default=None,
                    help="repetition clip R (default: paced 4; clusterclip: the recommended R "
                         "for the budget)")
-    p.add_argument("--epochs", type=float, default=3.0,
+    p.add_argument("--epochs", type=EPOCHS, default=3.0,
                    help="schedule length in epochs of the corpus (default: 3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (embedding, k-means, training)")
     add_overwrite_option(p, "OUT/grouped and OUT/report")
     p.add_argument("--experiment", choices=("quick", "full", "none"), default="quick",
@@ -43,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip.pipeline import DemoConfig, run_demo
 
-    run_demo(DemoConfig(out=args.out, input=args.input, label_field=args.label_field,
+    run_demo(DemoConfig(out=args.out, input=args.input, text_field=args.text_field,
+                        label_field=args.label_field,
                         n_clusters=args.clusters, embedder=args.embedder,
                         strategy=args.strategy, clip=args.clip, epochs=args.epochs,
                         seed=args.seed, device=args.device, overwrite=args.overwrite,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from clusterclip.cli._options import ALPHA, CLIP, EPOCHS, ROWS_OR_ZERO, SEED_COUNT, THREADS, TOKENS
 from clusterclip.cli._paths import add_path
 
 HELP = "train a small LM once per sampling strategy and compare held-out loss (W/experiment/)"
@@ -44,33 +45,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="the mixture file of strategies mixture and anneal (default: "
                   "W/search/mixture.json "
                   "of `clusterclip search`)")
-    p.add_argument("--clip", type=int, default=4,
+    p.add_argument("--clip", type=CLIP, default=4,
                    help="ClusterClip's repetition clip R (default 4)")
-    p.add_argument("--alpha", type=float, default=0.0,
+    p.add_argument("--alpha", type=ALPHA, default=0.0,
                    help="cluster weight n_k ** alpha for temperature and clusterclip (default 0)")
     p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",
                    help="balance clusters by documents (the paper) or by tokens: cluster "
                         "weights divided by the cluster's mean document length (default docs)")
-    p.add_argument("--seeds", type=int, default=3,
+    p.add_argument("--seeds", type=SEED_COUNT, default=3,
                    help="seeds per strategy (model init and schedule), default 3")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--epochs", type=float, default=None,
+    budget.add_argument("--epochs", type=EPOCHS, default=None,
                         help="training budget per run in epochs-equivalent of the training "
                              "tokens (default 3; --quick 1.5): over 1, small clusters repeat "
                              "and the clip binds")
-    budget.add_argument("--tokens", type=int, default=None,
+    budget.add_argument("--tokens", type=TOKENS, default=None,
                         help="explicit training budget per run in tokens (instead of --epochs)")
     p.add_argument("--quick", action="store_true",
                    help="the tiny model on the first 63 bytes of each document, 1.5 epochs "
                         "(about a minute on the demo corpus), for tests and the demo")
     add_proxy_options(p, f"{DEFAULT_MODEL}; tiny with --quick; base is for --device cuda, "
                          "slow on CPU")
-    p.add_argument("--max-docs", type=int, default=DEFAULT_MAX_DOCS,
+    p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
                    help="use a cluster-stratified subsample of at most this many documents, "
                         "each cluster keeping its share (default %(default)s, which keeps the "
                         "default run near 15 minutes on 2 cores; 0 = all)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=THREADS, default=None,
                    help="torch CPU threads (default: 1 for the tiny and small models, which "
                         "gain little from more and slow down badly on a shared machine; the "
                         "CPUs this process may use for base)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._options import RANK, ROWS, WORLD_SIZE, add_overwrite_option
 from clusterclip.cli._paths import add_path
 
 HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
@@ -39,11 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--schedule", role="input", default=None,
              default_from=lambda a: str(Path(a.workdir) / "schedule.npy"),
                    help="int64 .npy of document indices (default: WORKDIR/schedule.npy)")
-    p.add_argument("--rank", type=int, default=0,
+    p.add_argument("--rank", type=RANK, default=0,
                    help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "
                         "sampler serves rank RANK of W")
-    p.add_argument("--world-size", type=int, default=1, help="W (default: 1, everything)")
-    p.add_argument("--rows-per-shard", type=int, default=None,
+    p.add_argument("--world-size", type=WORLD_SIZE, default=1, help="W (default: 1, everything)")
+    p.add_argument("--rows-per-shard", type=ROWS, default=None,
                    help="rows per output file (default: 1000000; mds shards also close "
                         "before 64 MiB, as streaming.MDSWriter's; not for megatron, which "
                         "writes one .bin/.idx pair)")

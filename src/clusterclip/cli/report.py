@@ -6,7 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from clusterclip.cli._options import add_overwrite_option
+from clusterclip.cli._options import (
+    ALPHA,
+    CLIP,
+    CLIP_LIST,
+    COUNT,
+    FACTOR,
+    ROWS_OR_ZERO,
+    SAMPLES,
+    SEED,
+    add_overwrite_option,
+)
 from clusterclip.cli._paths import add_path
 
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
@@ -14,20 +24,6 @@ HELP = "report on clusters and training mixtures (W/report/: summary.json, plots
 
 def _strategies(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip() and s.strip() != "none"]
-
-
-def _clips(text: str) -> list[int]:
-    try:
-        if "-" in text and "," not in text:
-            lo, hi = (int(x) for x in text.split("-", 1))
-            values = list(range(lo, hi + 1))
-        else:
-            values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'A-B' or 'A,B,C', got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"values of R must be >= 1, got {text!r}")
-    return values
 
 
 def _recorded_clip(root: Path, schedule) -> int | None:
@@ -60,25 +56,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedules to generate at the same budget, comma-separated "
                         "(clusterclip, paced, random, uniform, temperature; 'none' for none; "
                         "default: clusterclip,paced,random)")
-    p.add_argument("--num-samples", type=int, default=None,
+    p.add_argument("--num-samples", type=SAMPLES, default=None,
                    help="budget T when no schedule is given (default: min(3, R) epochs)")
-    p.add_argument("--clip", type=int, default=None,
+    p.add_argument("--clip", type=CLIP, default=None,
                    help="ClusterClip's R for generated schedules, and the R by which a given "
                         "schedule's clusters leave the pool (default: the R that wrote "
                         "W/schedule.npy per the manifest, else 4)")
-    p.add_argument("--alpha", type=float, default=0.0,
+    p.add_argument("--alpha", type=ALPHA, default=0.0,
                    help="temperature: cluster weight n_k**alpha (default: 0, uniform)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--windows", type=int, default=50,
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--windows", type=COUNT, default=50,
                    help="time windows for the per-window series in summary.json (default: 50)")
-    p.add_argument("--tail-floor", type=float, default=0.5,
+    p.add_argument("--tail-floor", type=FACTOR, default=0.5,
                    help="a schedule starves the tail when the smallest 25%% of clusters get "
                         "less than this times their corpus share of the last 20%% of training; "
                         "the recommended R is the smallest R that does not (default: 0.5)")
-    p.add_argument("--choose-clip", type=_clips, default=None, metavar="RANGE",
+    p.add_argument("--choose-clip", type=CLIP_LIST, default=None, metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
-    p.add_argument("--map-sample", type=int, default=None, metavar="N",
+    p.add_argument("--map-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
                    help="documents on the map of index.html: a seeded sample of at most N "
                         "(default: 100,000; 0: no map); projected once (UMAP), kept in W/map/")
     add_path(p, "--out", role="output_dir", default=None,
@@ -105,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         schedule=schedule, label_field=args.label_field, strategies=args.strategies,
         num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
         windows=args.windows, tail_floor=args.tail_floor,
-        clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty(),
+        clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty() and not args.no_progress,
         overwrite=args.overwrite, **({} if args.map_sample is None
                                      else {"map_sample": args.map_sample})))
     out = Path(args.out) if args.out else root / "report"

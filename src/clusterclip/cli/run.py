@@ -6,6 +6,12 @@ import argparse
 from typing import TYPE_CHECKING
 
 from clusterclip.cli._options import (
+    ALPHA,
+    CLIP,
+    ROWS,
+    SAMPLES,
+    SIMILARITY,
+    TOKENS,
     add_corpus_options,
     add_embed_options,
     add_kmeans_options,
@@ -33,22 +39,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help=".jsonl / .jsonl.gz / .parquet files or folders of them")
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory for all artifacts")
-    p.add_argument("--clusters", type=int, required=True, help="number of clusters K")
+    p.add_argument("--clusters", type=ROWS, required=True, help="number of clusters K")
     add_corpus_options(p)
     add_embed_options(p, backend_flag="--embed-backend")
     add_kmeans_options(p)
     g = p.add_argument_group("sampling (only with --num-samples or --num-tokens)")
     length = g.add_mutually_exclusive_group()
-    length.add_argument("--num-samples", type=int, default=None,
+    length.add_argument("--num-samples", type=SAMPLES, default=None,
                         help="length T of the training schedule written to W/schedule.npy")
-    length.add_argument("--num-tokens", type=int, default=None, metavar="B",
+    length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="B",
                         help="token budget instead: the schedule ends at the first position "
                              "whose cumulative tokens reach B")
     g.add_argument("--strategy", default=None, choices=STRATEGIES,
                    help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
                         f"our runs), or the --mixture's timing; clusterclip is the paper's "
                         f"method")
-    g.add_argument("--clip", type=int, default=None,
+    g.add_argument("--clip", type=CLIP, default=None,
                    help="repetition clip R (clusterclip, paced; default: the --mixture's clip, "
                         "else paced 4, raised to fit T; clusterclip: the recommended R for T, "
                         "the rule of `clusterclip report`)")
@@ -56,13 +62,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="mixture.json (`clusterclip search`): its cluster weights (one per "
                   "cluster of --clusters), and its timing and clip unless --strategy / "
                   "--clip are given")
-    g.add_argument("--alpha", type=float, default=0.0, help="temperature exponent on sizes")
+    g.add_argument("--alpha", type=ALPHA, default=0.0, help="temperature exponent on sizes")
     add_token_options(g)
     g.add_argument("--dedup", action="store_true",
                    help="group near-duplicates inside each cluster (the dedup stage, "
                         "W/groups.npy) and clip by group: each group is one unit of the passes "
                         "and of the clip")
-    g.add_argument("--dedup-threshold", type=float, default=DEFAULT_THRESHOLD,
+    g.add_argument("--dedup-threshold", type=SIMILARITY, default=DEFAULT_THRESHOLD,
                    help=f"cosine similarity for --dedup, in (0, 1] (default: {DEFAULT_THRESHOLD})")
 
 
@@ -89,7 +95,7 @@ def config(args: argparse.Namespace, sampling: bool) -> RunConfig:
         embedder=args.embedder, model=args.model, pooling=args.pooling,
         max_length=args.max_length, batch_size=args.batch_size, device=args.device,
         dtype=args.dtype, backend=args.embed_backend, precision=args.precision,
-        tune=args.tune, tune_seed=args.tune_seed)
+        tune=args.tune, tune_seed=args.tune_seed, progress=not args.no_progress)
     kmeans = KMeansOptions(max_iter=args.iters, n_init=args.n_init, tol=args.tol,
                            metric=args.metric, backend=args.backend, seed=args.seed,
                            device=args.kmeans_device, chunk_rows=args.chunk_rows,

@@ -6,7 +6,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from clusterclip.cli._options import add_token_options, check_token_options, resolve_mixture
+from clusterclip.cli._options import (
+    ALPHA,
+    CLIP,
+    POSITION,
+    RANK,
+    SAMPLES,
+    SEED,
+    TOKENS,
+    WORLD_SIZE,
+    add_token_options,
+    check_token_options,
+    resolve_mixture,
+)
 from clusterclip.cli._paths import add_path
 
 HELP = "draw a sampling schedule (int64 document indices) from cluster labels"
@@ -27,27 +39,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
                         f"our runs), or the --mixture's timing; clusterclip is the paper's "
                         f"method")
-    p.add_argument("--clip", type=int, default=None,
+    p.add_argument("--clip", type=CLIP, default=None,
                    help="clusterclip, paced: max times any document is drawn (default: the "
                         "--mixture's clip, else paced 4, raised to fit T; clusterclip: the "
                         "recommended R for T, the rule of `clusterclip report`)")
-    p.add_argument("--alpha", type=float, default=0.0,
+    p.add_argument("--alpha", type=ALPHA, default=0.0,
                    help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
                         "(default: 0)")
     length = p.add_mutually_exclusive_group(required=True)
-    length.add_argument("--num-samples", type=int, default=None,
+    length.add_argument("--num-samples", type=SAMPLES, default=None,
                         help="global schedule length T")
-    length.add_argument("--num-tokens", type=int, default=None, metavar="B",
+    length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="B",
                         help="token budget: the schedule ends at the first position whose "
                              "cumulative tokens reach B")
     add_token_options(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     add_path(p, "--out", role="output_file", required=True,
              help="output .npy (int64 indices of this rank)")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world-size", type=int, default=1,
+    p.add_argument("--rank", type=RANK, default=0)
+    p.add_argument("--world-size", type=WORLD_SIZE, default=1,
                    help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
-    p.add_argument("--consumed-samples", type=int, default=0,
+    p.add_argument("--consumed-samples", type=POSITION, default=0,
                    help="start at this global position (resume)")
     weights = p.add_mutually_exclusive_group()
     add_path(weights, "--cluster-weights", role="input", default=None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import types
 
+from clusterclip.cli._options import COUNT, ROUNDS, ROWS_OR_ZERO, SEED, SEED_COUNT, THREADS
 from clusterclip.cli._paths import add_path
 
 HELP = ("search cluster weights, clip and timing with small proxy LMs for a target (or "
@@ -26,12 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="JSONL/Parquet documents of what the model must be good at: the "
                   "objective is their held-out loss (default: macro held-out loss)")
     p.add_argument("--text-field", default="text", help="field of the target's text")
-    p.add_argument("--runs", type=int, default=None,
+    p.add_argument("--runs", type=COUNT, default=None,
                    help=f"proxy runs in all (default {DEFAULT['runs']}; --quick {QUICK['runs']})")
-    p.add_argument("--rounds", type=int, default=None,
+    p.add_argument("--rounds", type=ROUNDS, default=None,
                    help=f"rounds, each half the proxies of the one before (default "
                         f"{DEFAULT['rounds']})")
-    p.add_argument("--test-seeds", type=int, default=None,
+    p.add_argument("--test-seeds", type=SEED_COUNT, default=None,
                    help=f"fresh seeds of the test verdict (default {DEFAULT['test_seeds']}; "
                         f"--quick {QUICK['test_seeds']})")
     add_proxy_options(p, f"{DEFAULT['model']}; --quick {QUICK['model']}")
@@ -45,14 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the tiny model, 1.5 epochs, 24 proxies, 3 test seeds: at most 10 "
                         "minutes on 2 CPU cores for 2,500 documents (docs/benchmarks.md, "
                         "\"Search\")")
-    p.add_argument("--max-docs", type=int, default=DEFAULT_MAX_DOCS,
+    p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
                    help="cluster-stratified subsample of at most this many documents "
                         "(0 = all)")
     p.add_argument("--device", default="cpu",
                    help="torch device: cpu or cuda (under torchrun one GPU per rank)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=THREADS, default=None,
                    help="torch CPU threads per process (default: 1 for tiny and small)")
-    p.add_argument("--seed", type=int, default=0, help="splits, proxies and candidates")
+    p.add_argument("--seed", type=SEED, default=0, help="splits, proxies and candidates")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     sub = p.add_subparsers(dest="search_command", metavar="{propose,fit}",
                            parser_class=type(p),

@@ -153,8 +153,9 @@ def _checked_params(X: np.ndarray, valid: np.ndarray | None, emb: Path, n_cluste
     params = _params(n_clusters, max_iter, n_init, tol, metric, backend, seed)
     KMeans(**params, device=device, chunk_rows=chunk_rows)._check_params()
     n_valid = X.shape[0] if valid is None else int(valid.sum())
-    if n_clusters > n_valid:
-        raise InputError(f"n_clusters {n_clusters}: more than the {n_valid} valid rows of {emb}",
+    if n_clusters >= n_valid and not n_clusters == n_valid == 1:
+        how = "more than" if n_clusters > n_valid else "as many clusters as (one row each)"
+        raise InputError(f"n_clusters {n_clusters}: {how} the {n_valid} valid rows of {emb}",
                          params=("n_clusters",))
     rows = resolve_fit_sample(fit_sample, n_valid, n_clusters, backend)
     if rows is not None:
@@ -177,6 +178,8 @@ def cluster_workdir(workdir: Workdir, *, n_clusters: int, max_iter: int = 50, n_
     """
     _check_k(n_clusters)
     with workdir.locked():  # before reading: no other command replaces the inputs meanwhile
+        # the stage that writes them finished and is current, else the stage to rerun
+        workdir.upstream(["embeddings.npy"], ["valid.npy"])
         emb = workdir.path("embeddings.npy")
         X = _open_embeddings(emb)
         valid_file = workdir.path("valid.npy")
@@ -334,6 +337,7 @@ def sweep_workdir(workdir: Workdir, *, ks: list[int], sample_size: int | None = 
                          params=("silhouette_sample",))
     ks = sorted(set(int(k) for k in ks))
     with workdir.locked():
+        workdir.upstream(["embeddings.npy"], ["valid.npy"])  # else: the stage to rerun
         emb = workdir.path("embeddings.npy")
         X = _open_embeddings(emb)
         valid_file = workdir.path("valid.npy")

@@ -277,10 +277,15 @@ def _parquet_file(path: Path):
                          f"(pip install 'clusterclip[parquet]')") from None
     try:
         return pq.ParquetFile(path)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read as Parquet ({e})") from None
+    except OSError as e:  # pyarrow's message may run over lines: its first one
+        raise InputError(f"{path}: cannot read as Parquet ({_first_line(e)})") from None
     except Exception as e:  # pyarrow raises ArrowInvalid etc. for a corrupt footer
-        raise InputError(f"{path}: not a valid Parquet file ({e})") from None
+        raise InputError(f"{path}: not a valid Parquet file ({_first_line(e)})") from None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
 
 
 def _check_string_column(path: Path, schema, name: str, what: str) -> None:
@@ -316,8 +321,8 @@ def scan_parquet(path: Path, text_field: str, id_field: str | None,
             for t, i in zip(texts, ids, strict=True):
                 yield Record(row, 0, row + 1, t, i, True)
                 row += 1
-    except OSError as e:
-        raise InputError(f"{path}: cannot read row {row + 1} ({e})") from None
+    except (OSError, ValueError) as e:  # pyarrow's ArrowIOError, ArrowInvalid
+        raise InputError(f"{path}: cannot read row {row + 1} ({_first_line(e)})") from None
 
 
 def present_columns(pf, columns: list[str] | None) -> list[str] | None:

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from clusterclip.embedding.base import Embedder, l2_normalize
-from clusterclip.embedding.transformer import _local_model, model_identity
+from clusterclip.embedding.transformer import (
+    LOAD_ERRORS,
+    _local_model,
+    model_identity,
+    safetensors_header,
+)
 from clusterclip.errors import InputError
 
 
@@ -37,10 +43,10 @@ class Model2VecEmbedder(Embedder):
         if model is None:
             raise InputError("--embedder model2vec needs --model PATH (a local Model2Vec "
                              "model folder; none ships with clusterclip)")
-        self.path = _local_model(model, None)
+        self.path = model2vec_folder(_local_model(model, None))
         try:
             self.model = StaticModel.from_pretrained(self.path, force_download=False)
-        except (OSError, ValueError, KeyError) as e:
+        except LOAD_ERRORS as e:
             raise InputError(f"{self.path}: cannot load as a Model2Vec model "
                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
                              ) from None
@@ -62,3 +68,19 @@ class Model2VecEmbedder(Embedder):
             if on_batch is not None:
                 on_batch(len(part))
         return l2_normalize(out)
+
+
+def model2vec_folder(path: Path) -> Path:
+    """``path`` when it holds a Model2Vec model; InputError when its ``model.safetensors``
+    has no ``embeddings`` tensor (a sentence-transformers or Hugging Face model: name the
+    embedder that reads it)."""
+    weights = path / "model.safetensors"
+    if weights.is_file() and not (path / "0_StaticEmbedding").is_dir():
+        header = safetensors_header(weights)
+        if isinstance(header, dict) and "embeddings" not in header:
+            kind = ("a sentence-transformers model" if (path / "modules.json").is_file()
+                    else "a Hugging Face model")
+            raise InputError(f"{path}: {kind}, not a Model2Vec one ({weights.name} holds no "
+                             f"`embeddings` table); use --embedder minilm or hf with this "
+                             f"--model, or give a Model2Vec model's folder")
+    return path

@@ -40,6 +40,7 @@ import numpy as np
 
 from clusterclip.embedding.base import Embedder, l2_normalize
 from clusterclip.embedding.transformer import (
+    LOAD_ERRORS,
     _local_model,
     bundled_minilm_path,
     model_files,
@@ -206,7 +207,7 @@ class _Export:
             return AutoModel.from_pretrained(str(self.path), local_files_only=True,
                                              trust_remote_code=self.trust_remote_code,
                                              **kwargs).eval()
-        except (OSError, ValueError) as e:
+        except LOAD_ERRORS as e:
             what = "a sentence-transformers" if self.kind != "hf" else "a Hugging Face"
             raise InputError(f"{self.path}: cannot load as {what} model "
                              f"({str(e).splitlines()[0]})") from None

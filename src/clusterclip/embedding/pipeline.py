@@ -61,8 +61,13 @@ def model_folder(embedder: str, model: str | os.PathLike[str] | None) -> Path:
     if embedder == "model2vec" and model is None:
         raise InputError("--embedder model2vec needs --model PATH (a local Model2Vec model "
                          "folder; none ships with clusterclip)")
-    return _local_model(model, None if embedder in ("hf", "model2vec") else
-                        bundled_minilm_path())
+    folder = _local_model(model, None if embedder in ("hf", "model2vec") else
+                          bundled_minilm_path())
+    if embedder == "model2vec":
+        from clusterclip.embedding.model2vec_embedder import model2vec_folder
+
+        return model2vec_folder(folder)
+    return folder
 
 
 def resolve_backend(embedder: str, backend: str = "auto", precision: str = "auto",
@@ -108,8 +113,10 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
     backend and precision (int8, float16) are in: another backend never reuses vectors.
     """
     from clusterclip.embedding.transformer import model_identity
+    from clusterclip.io import cache_dir
 
     check_tune(embedder, tune, tune_seed, backend, precision)
+    cache_dir()  # unusable (a file on the way): refused now, not after filling it
     ident: dict[str, Any] = {"embedder": embedder, "max_length": max_length, "dtype": dtype,
                              "model": model_identity(model_folder(embedder, model)),
                              "version": PIPELINE_VERSION}
@@ -401,6 +408,10 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     t0 = time.time()
     if shard_size < 1:
         raise InputError(f"shard size {shard_size}: must be at least 1")
+    # Checked now, before W or the corpus is touched (a bad combination fails at once).
+    embedder_identity(embedder, model, pooling=pooling, max_length=max_length, dtype=dtype,
+                      backend=backend, precision=precision, device=device, tune=tune,
+                      tune_seed=tune_seed)
     D.init_from_env(device)  # under torchrun; a no-op when the group already exists
     wd = workdir if isinstance(workdir, Workdir) else Workdir(workdir)
     root = wd.root
@@ -410,10 +421,6 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
               "max_length": max_length, "batch_size": batch_size, "device": device,
               "dtype": dtype, "shard_size": shard_size, "backend": backend,
               "precision": precision, "tune": tune, "tune_seed": tune_seed}
-    # Checked now, before the corpus is read (a bad combination fails at once).
-    embedder_identity(embedder, model, pooling=pooling, max_length=max_length, dtype=dtype,
-                      backend=backend, precision=precision, device=device, tune=tune,
-                      tune_seed=tune_seed)
     corpus_opts = {"text_field": text_field, "id_field": id_field,
                    "skip_bad_lines": skip_bad_lines}
 
@@ -596,8 +603,9 @@ def _runtime_info(emb: Embedder, tuning: dict[str, Any] | None) -> dict[str, Any
 
 def _check_clusters(stats: dict[str, Any], n_clusters: int | None) -> None:
     valid = stats["valid"]
-    if n_clusters is not None and n_clusters > valid:
-        raise InputError(f"--clusters {n_clusters}: more than the {valid} documents with text "
+    if n_clusters is not None and n_clusters >= valid and not n_clusters == valid == 1:
+        how = "more than" if n_clusters > valid else "as many clusters as (one document each)"
+        raise InputError(f"--clusters {n_clusters}: {how} the {valid} documents with text "
                          f"({stats['documents']} documents, {stats['empty']} "
                          f"without text); nothing was embedded")
 

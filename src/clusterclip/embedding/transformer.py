@@ -78,14 +78,64 @@ def resolve_device(device: str) -> str:
 
 
 def _local_model(path: str | os.PathLike[str] | None, default: Path | None) -> Path:
+    """The model folder ``path`` (else ``default``), resolved, with its safetensors files
+    checked (:func:`check_safetensors`); InputError naming what is wrong."""
     if path is None:
         if default is None:
             raise InputError("--embedder hf needs --model PATH (a local Hugging Face model folder)")
+        check_safetensors(default)
         return default
     p = Path(path)
+    if p.is_file():
+        raise InputError(f"{path}: a file, not a model folder (--model takes the folder "
+                         f"that holds the model's files)")
     if not p.is_dir():
         raise InputError(f"{path}: no such model folder (--model takes a local path)")
+    check_safetensors(p.resolve())
     return p.resolve()
+
+
+#: What loading a model from a damaged or foreign folder raises (safetensors' own error
+#: is none of Python's): the loaders turn these into one line naming the folder.
+LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
+try:
+    from safetensors import SafetensorError
+
+    LOAD_ERRORS += (SafetensorError,)
+except ImportError:  # pragma: no cover - safetensors comes with transformers
+    pass
+
+
+def safetensors_header(path: Path) -> dict[str, Any] | str:
+    """The JSON header of the safetensors file ``path`` (tensor name -> dtype, shape,
+    data_offsets), or what is wrong with the file (one phrase): read from its first
+    bytes, the weights are not read."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or n > min(size - 8, 100 << 20):
+            return f"not a whole safetensors file ({size:,} bytes, its header says otherwise)"
+        try:
+            meta = json.loads(f.read(n))
+            end = max((int(v["data_offsets"][1]) for k, v in meta.items()
+                       if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "not a safetensors file (its header is not one)"
+    if 8 + n + end > size:
+        return f"truncated: {size:,} bytes of the {8 + n + end:,} its header lists"
+    return meta
+
+
+def check_safetensors(folder: Path) -> None:
+    """InputError naming the first ``.safetensors`` file of the model folder ``folder``
+    that is truncated or not safetensors (before any loader reads it)."""
+    for f in model_files(folder):
+        if f.suffix == ".safetensors":
+            header = safetensors_header(f)
+            if isinstance(header, str):
+                raise InputError(f"{f}: {header}; the model folder is damaged (copy or "
+                                 f"download it again)")
 
 
 class SentenceTransformerEmbedder(Embedder):
@@ -109,7 +159,7 @@ class SentenceTransformerEmbedder(Embedder):
         try:
             self.model = SentenceTransformer(str(self.path), device=self.device,
                                              local_files_only=True)
-        except (OSError, ValueError) as e:
+        except LOAD_ERRORS as e:
             raise InputError(f"{self.path}: cannot load as a sentence-transformers model "
                              f"({str(e).splitlines()[0]})") from None
         self.model.eval()
@@ -166,7 +216,7 @@ class HFEmbedder(Embedder):
                 str(self.path), local_files_only=True, trust_remote_code=trust_remote_code)
             self.model = AutoModel.from_pretrained(
                 str(self.path), local_files_only=True, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError) as e:
+        except LOAD_ERRORS as e:
             raise InputError(f"{self.path}: cannot load as a Hugging Face model "
                              f"({str(e).splitlines()[0]})") from None
         self.model.eval().to(self.device)

@@ -56,7 +56,7 @@ from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
 from clusterclip.export.rows import COLUMNS, _int64, _RowsHash, _schema
-from clusterclip.io import fingerprint
+from clusterclip.io import check_free_space, fingerprint
 from clusterclip.sampling.spec import rank_share
 
 FORMATS = ("parquet", "hf", "mds", "megatron")
@@ -319,17 +319,6 @@ def space_needed(corpus: Any, schedule: np.ndarray, fmt: str, rank: int, world_s
     if blocks > 1 and gz:
         need += int(np.asarray(corpus.nbytes)[np.isin(corpus.file_id, gz)].sum())
     return need
-
-
-def check_free_space(out: Path, need: int) -> None:
-    """InputError (before writing) when the file system of ``out`` has less than ``need``
-    bytes free."""
-    from clusterclip.io import free_bytes
-
-    free = free_bytes(out)
-    if free is not None and need > free:
-        raise InputError(f"--out {out}: the export needs at least {need:,} bytes, and its file "
-                         f"system has {free:,} free; free space or choose another place")
 
 
 @contextlib.contextmanager

@@ -23,10 +23,13 @@ fallback; ``CLUSTERCLIP_KERNEL=off`` forces it).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.kernels import kernels_enabled, load_kernel
+from clusterclip.limits import MAX_CLIP, MAX_ROWS
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_EPOCH,
@@ -618,11 +621,17 @@ def paced_quotas(sizes: np.ndarray, weights: np.ndarray | None, clip: int,
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     T = int(num_samples)
+    if not 1 <= int(clip) <= MAX_CLIP or (sizes.size and int(sizes.max()) > MAX_ROWS):
+        raise ValueError("clip or a cluster size out of range: clip x size must fit int64")
     cap = int(clip) * sizes
     live = np.flatnonzero(sizes > 0)
     if T > int(cap.sum()):
         raise ValueError("num_samples exceeds capacity")
     w = np.ones(live.size) if weights is None else np.asarray(weights, np.float64)[live]
+    if w.size:  # scaled by a power of two, so the largest is in [1, 2): exact (the same
+        # quotas), and tiny weights do not overflow c / w (their span is bounded by the
+        # callers: clusterclip.limits.MAX_WEIGHT_SPAN)
+        w = np.ldexp(w, 1 - math.frexp(float(w.max()))[1])
     c = cap[live]
     ratio = c / w  # lam at which cluster k reaches its cap
     order = np.argsort(ratio, kind="stable")
@@ -646,7 +655,9 @@ def paced_quotas(sizes: np.ndarray, weights: np.ndarray | None, clip: int,
     # ties despite float rounding, and go to the lower cluster id.
     frac = np.rint((real - q) * 2.0**32)
     missing = T - int(q.sum())
-    while missing != 0:  # one round in exact arithmetic; more only to absorb rounding
+    for _ in range(64):  # one round in exact arithmetic; more only to absorb rounding
+        if missing == 0:
+            break
         if missing > 0:
             cand = np.flatnonzero(q < c)
             pick = cand[np.lexsort((live[cand], -frac[cand]))][:missing]
@@ -657,6 +668,8 @@ def paced_quotas(sizes: np.ndarray, weights: np.ndarray | None, clip: int,
             q[pick] -= 1
         frac[pick] = 0.0
         missing = T - int(q.sum())
+    if missing != 0:  # bounded: a bug, never a hang
+        raise ValueError(f"paced quotas: {missing} draws left unplaced")
     out = np.zeros(sizes.size, np.int64)
     out[live] = q
     return out

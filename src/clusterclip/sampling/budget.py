@@ -17,6 +17,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.labels import check_labels
+from clusterclip.limits import MAX_SAMPLES
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.spec import (
     CLIP_STRATEGIES,
@@ -25,6 +26,7 @@ from clusterclip.sampling.spec import (
     SamplerSpec,
     check_alpha,
     resolve_clusters,
+    smallest_clip_phrase,
 )
 
 #: How clusters are balanced: by documents (n_k ** alpha) or by tokens.
@@ -154,13 +156,13 @@ def budget_length(labels: np.ndarray, doc_tokens: np.ndarray, num_tokens: int,
         if num_tokens > clip * total:
             raise InputError(f"num_tokens {num_tokens:,} exceeds what {strategy} can supply "
                              f"with clip {clip}: {clip} x {total:,} tokens of the "
-                             f"{n_eligible:,} eligible documents = {clip * total:,}; the "
-                             f"smallest clip that serves it is {-(-num_tokens // total):,}, "
+                             f"{n_eligible:,} eligible documents = {clip * total:,}; "
+                             f"{smallest_clip_phrase(-(-num_tokens // total))}, "
                              f"the largest num_tokens that clip {clip} allows is "
                              f"{clip * total:,}", params=("num_tokens", "clip"))
         t_max = clip * n_eligible
     else:
-        t_max = 2**62  # never reached: every draw of a document with tokens adds some
+        t_max = MAX_SAMPLES  # never reached: every draw of a document with tokens adds some
 
     if strategy in LENGTH_DEPENDENT_STRATEGIES:
         t = schedule_length_for_tokens(make, tokens, num_tokens, t_max, exact=True)

@@ -43,6 +43,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.io import sha256_file, write_json
+from clusterclip.limits import MAX_CLIP, int_problem, real_problem, shown, weight_span_problem
 
 MIXTURE_FORMAT_VERSION = 1
 #: The version of a mixture file with ``stages``.
@@ -55,9 +56,9 @@ MIXTURE_TIMINGS = ("paced", "clusterclip")
 class Mixture:
     """Cluster weights (index = cluster id), repetition clip R, timing and objective.
 
-    Checked on construction: every weight finite and >= 0, at least one > 0,
-    ``clip`` an integer >= 1, ``timing`` one of :data:`MIXTURE_TIMINGS`
-    (:class:`InputError` otherwise).
+    Checked on construction: every weight finite and >= 0, at least one > 0, their sum
+    finite, ``clip`` an integer in [1, 2**20] (:data:`clusterclip.limits.MAX_CLIP`),
+    ``timing`` one of :data:`MIXTURE_TIMINGS` (:class:`InputError` otherwise).
     """
 
     weights: tuple[float, ...]
@@ -193,13 +194,19 @@ def _problem(weights: Any, clip: Any, timing: Any, objective: Any) -> str | None
         return "weights must be a non-empty list of numbers, one per cluster id"
     for k, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, numbers.Real):
-            return f"weights[{k}] is {w!r:.40}, not a number"
-        if not math.isfinite(w) or w < 0:
-            return f"weights[{k}] is {w}; every weight must be finite and >= 0"
+            return f"weights[{k}] is {shown(repr(w))}, not a number"
+        if real_problem(w, 0.0, math.inf):  # NaN, infinite, negative, or past float's range
+            return f"weights[{k}] is {shown(w)}; every weight must be finite and >= 0"
     if not any(w > 0 for w in weights):
         return "every weight is 0; at least one cluster needs a weight > 0"
-    if isinstance(clip, bool) or not isinstance(clip, numbers.Integral) or clip < 1:
-        return f"clip must be an integer >= 1, got {clip!r:.40}"
+    if not math.isfinite(sum(float(w) for w in weights)):
+        return "the weights sum to infinity; scale them down"
+    span = weight_span_problem([float(w) for w in weights])
+    if span:
+        return span
+    problem = int_problem(clip, 1, MAX_CLIP)
+    if problem:
+        return f"clip {problem}"
     if timing not in MIXTURE_TIMINGS:
         return f"timing must be one of {', '.join(MIXTURE_TIMINGS)}, got {timing!r:.40}"
     if not isinstance(objective, str):
@@ -223,6 +230,8 @@ def read_mixture(path: str | os.PathLike[str], num_clusters: int | None = None) 
         raise InputError(f"{path}: cannot read the mixture ({e.strerror or e})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"{path}: not a mixture file (not JSON: {e})") from None
+    except ValueError as e:  # an integer of more digits than Python reads
+        raise InputError(f"{path}: a number out of range ({str(e).split(';')[0]})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a mixture file (a JSON object is expected)")
     version = data.get("format_version")

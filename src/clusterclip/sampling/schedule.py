@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path
+from clusterclip.io import atomic_path, check_free_space
+from clusterclip.limits import MAX_SAMPLES
 from clusterclip.sampling.budget import plan_schedule
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.spec import SamplerSpec, mixture_defaults, rank_share
@@ -37,7 +38,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     """
     # checked before any work (a budget's length is not known yet: no bound on it here)
     options = mixture_defaults(options)
-    spec = SamplerSpec(2**62 if num_samples is None else num_samples, **options)
+    spec = SamplerSpec(MAX_SAMPLES if num_samples is None else num_samples, **options)
     if spec.groups is not None and (num_tokens is not None or balance_by != "docs"):
         raise InputError("groups works with num_samples and balance_by docs only "
                          "(token budgets over groups are not supported yet)",
@@ -61,6 +62,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                          params=("consumed_samples", "num_tokens"))
     sampler = make()
     n = rank_share(stop, spec.rank, spec.world_size, spec.consumed_samples)[1]
+    check_free_space(path, 128 + 8 * n, "the schedule", option="")
     _write_npy(path, sampler.blocks(), n, progress)
     summary = sampler.summary()
     if stop < plan["num_samples"]:

@@ -27,6 +27,14 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.labels import check_labels
+from clusterclip.limits import (
+    MAX_CLIP,
+    MAX_SAMPLES,
+    MAX_WEIGHT_SPAN,
+    MAX_WORLD,
+    shown,
+    weight_span_problem,
+)
 
 #: Every strategy name, here only: the CLI, the report and the experiment take these.
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "paced")
@@ -50,9 +58,11 @@ def as_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> i
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name} must be an integer, got {value!r}", params=(name,))
     if int(value) < minimum:
-        raise InputError(f"{name} must be >= {minimum}, got {int(value)}", params=(name,))
+        raise InputError(f"{name} must be >= {minimum}, got {shown(int(value))}",
+                         params=(name,))
     if maximum is not None and int(value) > maximum:
-        raise InputError(f"{name} must be <= {maximum}, got {int(value)}", params=(name,))
+        raise InputError(f"{name} must be <= {maximum}, got {shown(int(value))}",
+                         params=(name,))
     return int(value)
 
 
@@ -100,7 +110,7 @@ def rank_share(length: int, rank: int, world_size: int, start: int = 0) -> tuple
 
 
 def _checked_rank(rank: Any, world_size: Any) -> tuple[int, int]:
-    world_size = as_int("world_size", world_size, 1)
+    world_size = as_int("world_size", world_size, 1, MAX_WORLD)
     rank = as_int("rank", rank, 0)
     if rank >= world_size:
         raise InputError(f"rank must be < world_size {world_size}, got {rank}",
@@ -114,16 +124,16 @@ class SamplerSpec:
 
     Parameters
     ----------
-    num_samples : int >= 1. Length T of the global schedule.
+    num_samples : int in [1, 2**40]. Length T of the global schedule.
     strategy : one of :data:`STRATEGIES` (see :class:`~clusterclip.sampling.
         ClusterClipSampler`).
-    clip : int >= 1, the repetition clip R of clusterclip and paced (None for
+    clip : int in [1, 2**20], the repetition clip R of clusterclip and paced (None for
         the other strategies, whatever was given).
     alpha : finite float, the exponent of n_k ** alpha for temperature,
         clusterclip and paced; must be 0 for the others unless
         ``cluster_weights`` is given (which replaces n_k ** alpha).
     seed : int in [0, 2**64 - 1].
-    rank, world_size : this process's share (``rank < world_size``).
+    rank, world_size : this process's share (``rank < world_size <= 2**20``).
     consumed_samples : int in [0, T]: the global position to start at.
     cluster_weights : optional (>= K,) array of finite weights >= 0, not for
         ``random`` (checked against the labels by :func:`resolve_clusters`).
@@ -154,14 +164,14 @@ class SamplerSpec:
         if self.strategy not in STRATEGIES:
             raise InputError(f"unknown strategy {self.strategy!r}; choose one of "
                              + ", ".join(STRATEGIES), params=("strategy",))
-        T = as_int("num_samples", self.num_samples, 1)
+        T = as_int("num_samples", self.num_samples, 1, MAX_SAMPLES)
         seed = as_int("seed", self.seed, 0, MAX_SEED)
         rank, world_size = _checked_rank(self.rank, self.world_size)
         consumed = as_int("consumed_samples", self.consumed_samples, 0)
         if consumed > T:
             raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}",
                              params=("consumed_samples", "num_samples"))
-        clip = as_int("clip", self.clip, 1) if self.strategy in CLIP_STRATEGIES else None
+        clip = as_int("clip", self.clip, 1, MAX_CLIP) if self.strategy in CLIP_STRATEGIES else None
         weighted = self.cluster_weights is not None or self.mixture is not None
         alpha = check_alpha(self.strategy, self.alpha, weighted)
         if self.cluster_weights is not None and self.strategy == "random":
@@ -256,9 +266,17 @@ def capacity_error(num_samples: int, clip: int, units: int, unit: str) -> InputE
     """The refusal of ``num_samples`` T above the capacity ``clip`` R x ``units``: it names
     the smallest R that serves T and the largest T that R allows."""
     return InputError(f"num_samples {num_samples} exceeds capacity {clip * units} = clip "
-                      f"{clip} x {units} {unit}; the smallest clip that serves it is "
-                      f"{-(-num_samples // max(1, units))}, the largest num_samples that clip "
-                      f"{clip} allows is {clip * units}", params=("num_samples", "clip"))
+                      f"{clip} x {units} {unit}; "
+                      f"{smallest_clip_phrase(-(-num_samples // max(1, units)), '')}, the largest "
+                      f"num_samples that clip {clip} allows is {clip * units}",
+                      params=("num_samples", "clip"))
+
+
+def smallest_clip_phrase(smallest: int, digits: str = ",") -> str:
+    """The phrase naming the smallest clip that serves a budget (none beyond MAX_CLIP)."""
+    if smallest > MAX_CLIP:
+        return f"no clip up to {MAX_CLIP:{digits}} serves it"
+    return f"the smallest clip that serves it is {smallest:{digits}}"
 
 
 def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible documents"
@@ -340,6 +358,9 @@ def _checked_weights(cluster_weights: Any, K: int, nonempty: np.ndarray) -> np.n
     if not math.isfinite(total):
         raise InputError("cluster_weights: their sum overflows to infinity",
                          params=("cluster_weights",))
+    span = weight_span_problem(w)
+    if span:
+        raise InputError(f"cluster_weights: {span}", params=("cluster_weights",))
     return w
 
 
@@ -357,6 +378,9 @@ def _alpha_weights(sizes: np.ndarray, alpha: float) -> np.ndarray:
         raise InputError(f"alpha={alpha} underflows the cluster weight n_k ** alpha to 0 "
                          f"for cluster {k} of {sizes[k]} documents; use an alpha "
                          f"closer to 0")
+    if weight_span_problem(weights):
+        raise InputError(f"alpha={alpha}: the cluster weights n_k ** alpha span more than "
+                         f"{MAX_WEIGHT_SPAN:g}; use an alpha closer to 0")
     return weights
 
 

@@ -1,0 +1,105 @@
+"""The ranges of the numbers clusterclip takes, in one place, and their checks.
+
+Every integer and float of the command line (``clusterclip.cli._options``) and every
+number read from a file (a mixture, ``clusterclip.sampling.mixture``) is checked here
+where it enters, so that no value reaches numpy, C or torch as an overflow: the bounds
+keep every product the code forms (a clip times a cluster size, a seed plus a run's
+offset, a budget in tokens) inside int64, and every float finite.
+
+The bounds are generous for real use: a schedule of 2**40 (1.1e12) positions, a budget
+of 2**50 (1.1e15) tokens, a clip of 2**20 repetitions, 2**31 - 1 documents per row
+count. A value outside them is refused with one line naming it (:class:`InputError`,
+or ``argparse``'s error on the command line).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from clusterclip.errors import InputError
+
+#: Seeds of the command line: 0 .. 2**63 - 1 (a command adds small offsets to its seed,
+#: which stay below the 2**64 that the sampler and torch take).
+MAX_SEED = 2**63 - 1
+#: The repetition clip R: R times a cluster's size (< 2**31) or tokens stays in int64.
+MAX_CLIP = 2**20
+#: Schedule positions: num_samples and consumed_samples.
+MAX_SAMPLES = 2**40
+#: Token budgets (``--num-tokens``, ``experiment --tokens``).
+MAX_TOKENS = 2**50
+#: Counts of documents or rows (samples, shards, chunks, files) and of clusters.
+MAX_ROWS = 2**31 - 1
+#: Tokens of one document (a token-count file): a block of 2**20 positions of them sums
+#: well inside int64.
+MAX_DOCUMENT_TOKENS = 2**32
+#: Ranks and world sizes.
+MAX_WORLD = 2**20
+#: The largest over the smallest positive cluster weight: beyond it the water-filling of
+#: ``paced`` (a clip times a size over a weight) would overflow float64.
+MAX_WEIGHT_SPAN = 1e200
+
+
+def shown(value: Any) -> str:
+    """``value`` for a message: a huge integer by its first digits, not 400 of them."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+
+
+def weight_span_problem(weights: Any) -> str | None:
+    """What is wrong with finite weights >= 0 whose positive ones span more than
+    :data:`MAX_WEIGHT_SPAN` (one phrase), or None."""
+    import numpy as np
+
+    w = np.asarray(weights, dtype=np.float64)
+    w = w[w > 0]
+    if w.size and float(w.max()) > float(w.min()) * MAX_WEIGHT_SPAN:
+        return (f"the largest weight {float(w.max()):g} is more than {MAX_WEIGHT_SPAN:g} "
+                f"times the smallest positive one {float(w.min()):g}; set the smallest to 0 "
+                f"(never drawn) or raise it")
+    return None
+
+
+def int_problem(value: Any, lo: int, hi: int) -> str | None:
+    """What is wrong with ``value`` as an integer in [lo, hi] (one phrase), or None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return f"must be an integer, got {shown(repr(value))}"
+    if not lo <= int(value) <= hi:
+        return f"{shown(int(value))} is out of range (an integer in {lo} .. {hi})"
+    return None
+
+
+def real_problem(value: Any, lo: float, hi: float, lo_open: bool = False) -> str | None:
+    """What is wrong with ``value`` as a finite number in [lo, hi] (``lo_open``: (lo, hi]),
+    or None. An integer too large for a float is out of range too."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"must be a number, got {shown(repr(value))}"
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float's range
+        x = math.inf if value > 0 else -math.inf
+    if not math.isfinite(x) or not (lo < x if lo_open else lo <= x) or not x <= hi:
+        return f"{shown(value)} is out of range (a number in {real_range(lo, hi, lo_open)})"
+    return None
+
+
+def real_range(lo: float, hi: float, lo_open: bool = False) -> str:
+    return f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+
+
+def check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in [lo, hi]; else InputError naming parameter ``name``."""
+    problem = int_problem(value, lo, hi)
+    if problem:
+        raise InputError(f"{name}: {problem}", params=(name,))
+    return int(value)
+
+
+def check_real(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
+    """``value`` as a finite float in [lo, hi] (``lo_open``: (lo, hi]), -0.0 as 0.0;
+    else InputError naming parameter ``name``."""
+    problem = real_problem(value, lo, hi, lo_open)
+    if problem:
+        raise InputError(f"{name}: {problem}", params=(name,))
+    return float(value) + 0.0  # -0.0 -> 0.0
