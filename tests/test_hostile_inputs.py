@@ -6,6 +6,7 @@ CLI cases run the real command line in a subprocess, as a user would.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -525,18 +526,26 @@ def _numeric_options() -> list[tuple[str, str, object]]:
     """(command, option, its type) of every option that takes a number."""
     from clusterclip.cli import build_parser
 
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
     return [(name, max(a.option_strings, key=len), a.type)
-            for name, parser in sub.choices.items() for a in parser._actions
+            for name, parser in _commands(build_parser()) for a in parser._actions
             if a.option_strings and a.type is not None and hasattr(a.type, "bounds")]
+
+
+def _commands(parser, prefix: str = ""):
+    """(name, parser) of every command, subcommands (``search fit``) included."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                full = f"{prefix} {name}".strip()
+                yield full, sub
+                yield from _commands(sub, full)
 
 
 def test_no_option_takes_a_bare_int_or_float():
     """Every number goes through one of clusterclip.cli._options' checked types."""
     from clusterclip.cli import build_parser
 
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    bare = [(name, a.option_strings) for name, parser in sub.choices.items()
+    bare = [(name, a.option_strings) for name, parser in _commands(build_parser())
             for a in parser._actions if a.type in (int, float)]
     assert not bare
     assert len(_numeric_options()) > 60
@@ -559,7 +568,9 @@ _REQUIRED = {  # enough for each command to parse; nothing here exists
     "sample": ["--labels", "l.npy", "--out", "s.npy"], "run": ["C.jsonl", "--workdir", "W"],
     "export": ["--workdir", "W", "--format", "parquet", "--out", "O"],
     "report": ["--workdir", "W"], "experiment": ["--workdir", "W"],
-    "search": ["--workdir", "W"], "demo": ["--out", "O"]}
+    "search": ["--workdir", "W"], "demo": ["--out", "O"],
+    "search propose": ["--workdir", "W", "--runs", "2", "--out", "O"],
+    "search fit": ["--ratios", "r.csv", "--metrics", "m.csv", "--objective", "x", "--out", "O"]}
 
 
 @pytest.mark.parametrize("command,option,kind", _numeric_options(),
@@ -585,7 +596,7 @@ def test_every_numeric_option_refuses_huge_and_boundary_values_in_one_line(
         if inside:  # -0, 2**31 for a seed ...: accepted as the number it is
             assert _accepts(kind, text), (option, text)
             continue
-        argv = [command, *_REQUIRED[command]]
+        argv = [*command.split(), *_REQUIRED[command]]
         if command in ("cluster", "run") and option != "--clusters":
             argv += ["--clusters", "2"] if command == "run" else []
         if command == "sample" and option not in ("--num-samples", "--num-tokens"):

@@ -117,6 +117,7 @@ TOKEN_LENGTH = integer(1, 2**20)  # --max-length, --batch-size
 ITERATIONS = integer(1, 1_000_000)
 RESTARTS = integer(1, 10_000)  # --n-init
 COUNT = integer(1, 100_000)  # --runs, --windows
+COUNT_OR_ZERO = integer(0, 100_000)  # search fit --propose (0: none)
 SEED_COUNT = integer(1, 1_000)  # --seeds, --test-seeds
 ROUNDS = integer(1, 64)
 THREADS = integer(1, 4_096)

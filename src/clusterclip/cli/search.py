@@ -7,7 +7,17 @@ from __future__ import annotations
 import argparse
 import types
 
-from clusterclip.cli._options import COUNT, ROUNDS, ROWS_OR_ZERO, SEED, SEED_COUNT, THREADS
+from clusterclip.cli._options import (
+    COUNT,
+    COUNT_OR_ZERO,
+    ROUNDS,
+    ROWS_OR_ZERO,
+    SAMPLES,
+    SEED,
+    SEED_COUNT,
+    THREADS,
+    TOKENS,
+)
 from clusterclip.cli._paths import add_path
 
 HELP = ("search cluster weights, clip and timing with small proxy LMs for a target (or "
@@ -66,9 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _budget(p: argparse.ArgumentParser, what: str) -> None:
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--num-tokens", type=int, default=None, metavar="T",
+    length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="T",
                         help=f"token budget of one proxy run ({what})")
-    length.add_argument("--num-samples", type=int, default=None, metavar="T",
+    length.add_argument("--num-samples", type=SAMPLES, default=None, metavar="T",
                         help=f"documents of one proxy run ({what})")
 
 
@@ -81,7 +91,7 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
              help="JSONL/Parquet documents of what the model must be good at: the prior "
                   "(their share per cluster) joins the candidates")
     p.add_argument("--text-field", default="text", help="field of the target's text")
-    p.add_argument("--runs", type=int, required=True, help="candidates (proxy runs) to propose")
+    p.add_argument("--runs", type=COUNT, required=True, help="candidates (proxy runs) to propose")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: ratios.csv, mixtures/<run>.json, with --format runs/<run>/ "
                   "(created, or replaced when written by an earlier `search propose`)")
@@ -99,7 +109,7 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
              help="local Hugging Face tokenizer folder: --format megatron's and --blend's "
                   "token ids, and exact token counts for --num-tokens (default: the "
                   "estimate)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=SEED, default=0,
                    help="the candidates' draws and the schedules (default: 0)")
     p.add_argument("--device", default="cpu", help="torch device embedding the --target")
 
@@ -120,12 +130,12 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
                   "mixture.json is per cluster, for `sample --mixture`")
     add_path(p, "--predict", role="input", default=None, metavar="C.csv",
              help="candidates in R.csv's layout: OUT/predictions.csv ranks them")
-    p.add_argument("--propose", type=int, default=0, metavar="N",
+    p.add_argument("--propose", type=COUNT_OR_ZERO, default=0, metavar="N",
                    help="N new mixtures for the next round: OUT/proposals.csv (default: 0)")
     p.add_argument("--choose", action="store_true",
                    help="OUT/mixture.json: the run with the best predicted objective")
     _budget(p, "with --workdir: proposals respect the clip's capacity")
-    p.add_argument("--seed", type=int, default=0, help="the proposals' draws (default: 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="the proposals' draws (default: 0)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: fit.json, and predictions.csv, proposals.csv, mixture.json "
                   "as asked (created, or replaced when written by an earlier `search fit`)")
