@@ -265,3 +265,30 @@ def test_an_empty_path_is_refused_and_creates_nothing(world, tmp_path, capsys, m
         rc, err = run_main(capsys, *args)
         assert rc == 2 and "'': an empty path" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_part_of_w_read_by_one_command_may_be_rewritten_by_its_own_stage(tmp_path):
+    """`experiment --strategies ...,mixture` reads W/search/mixture.json (the manifest then
+    knows it as an input): a later `search` may still replace W/search, while every other
+    command's output stays refused there, and an input outside W stays protected."""
+    from clusterclip.cli._paths import protected_paths
+    from clusterclip.workdir import Workdir
+
+    w = Workdir(tmp_path / "W")
+    (w.root / "search").mkdir()
+    mixture = w.root / "search" / "mixture.json"
+    mixture.write_text("{}")
+    outside = tmp_path / "corpus.jsonl"
+    outside.write_text("{}\n")
+    w.input_record(mixture)
+    w.input_record(outside)
+    w.save()
+    for command in ("search", "report"):
+        args = build_parser().parse_args([command, "--workdir", str(w.root)])
+        for parts in (False, True):  # what the stages' own writes check; the guard's view
+            found = protected_paths(args._parser, args, parts=parts)
+            inputs = {p.resolve() for p, what, _ in found if what == "the input file"}
+            assert inputs == {outside.resolve()}
+        # W/search stays out of reach of every output option, as a part of W
+        parts_of_w = {p.resolve() for p, what, _ in protected_paths(args._parser, args)}
+        assert (w.root / "search").resolve() in parts_of_w

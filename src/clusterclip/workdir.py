@@ -195,7 +195,19 @@ class Workdir:
             inputs |= {str(f["path"]) for f in meta.get("files", [])}
         except (OSError, ValueError, TypeError, KeyError):
             pass
-        out += [(Path(p), "the input file", False) for p in sorted(inputs)]
+        root = self.root.resolve()
+
+        def own_part(p: str) -> bool:
+            """An input that is one of this directory's parts (``W/search/mixture.json``
+            read by ``experiment``): the rule over the parts above covers it, so the stage
+            that writes it may replace it."""
+            try:
+                rel = Path(p).resolve().relative_to(root)
+            except ValueError:
+                return False
+            return bool(rel.parts) and rel.parts[0] in PRODUCERS
+
+        out += [(Path(p), "the input file", False) for p in sorted(inputs) if not own_part(p)]
         return tuple(out)
 
     # -- lock --------------------------------------------------------------
