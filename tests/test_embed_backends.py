@@ -171,6 +171,33 @@ def test_model2vec_vectors_are_static_model_encode(model2vec_folder, texts, tmp_
         make_embedder("model2vec", model=tmp_path)
 
 
+def test_model2vec_reads_the_library_default_length_unless_told(model2vec_folder):
+    """Without --max-length our vectors are StaticModel.encode's own, also on documents
+    longer than 256 tokens (where a 256-token cut differs); the other embedders keep
+    MiniLM's 256, so their fingerprints do not move."""
+    from model2vec import StaticModel
+
+    from clusterclip.embedding import make_embedder
+    from clusterclip.embedding.pipeline import embedder_identity
+
+    rng = np.random.default_rng(0)
+    words = np.array("alpha beta gamma delta sort list dict tuple class import".split())
+    head = ["zebra " * 300 + " ".join(rng.choice(words, 400)) for _ in range(3)]
+    texts = [*head, *(" ".join(rng.choice(words, 600)) + " zebra" * 300 for _ in range(3))]
+    model = StaticModel.from_pretrained(model2vec_folder)
+    ref = model.encode(texts)
+    ref = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+    cut = model.encode(texts, max_length=256)
+    cut = cut / np.linalg.norm(cut, axis=1, keepdims=True)
+    assert cosines(cut, ref).min() < 0.99  # the case the default protects
+    ours = make_embedder("model2vec", model=model2vec_folder)
+    assert ours.max_length is None
+    assert cosines(ours.encode(texts), ref).min() >= 0.999
+    assert embedder_identity("model2vec", model2vec_folder)["max_length"] is None
+    assert embedder_identity("fast", None)["max_length"] == 256
+    assert make_embedder("fast").max_length == 256
+
+
 def test_fit_table_moves_only_the_sample_pieces_toward_the_targets():
     from scipy.sparse import csr_matrix
 

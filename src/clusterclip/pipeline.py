@@ -112,7 +112,7 @@ class EmbedOptions:
     embedder: str = "minilm"
     model: str | None = None
     pooling: str = "mean"
-    max_length: int = 256
+    max_length: int | None = None  # the embedder's own (embedding.pipeline.DEFAULT_MAX_LENGTH)
     batch_size: int = 64
     device: str = "cpu"
     dtype: str = "float32"

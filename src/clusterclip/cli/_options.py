@@ -161,8 +161,9 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
     g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
-    g.add_argument("--max-length", type=TOKEN_LENGTH, default=256,
-                   help="truncate to this many tokens")
+    g.add_argument("--max-length", type=TOKEN_LENGTH, default=None,
+                   help="truncate to this many tokens (default: 256, MiniLM's own limit; "
+                        "model2vec: the library's own default length)")
     g.add_argument("--batch-size", type=TOKEN_LENGTH, default=64)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",

@@ -43,10 +43,10 @@ class Embedder:
     name: str = "embedder"
     dim: int = 0
 
-    def __init__(self, batch_size: int = 64, max_length: int = 256) -> None:
+    def __init__(self, batch_size: int = 64, max_length: int | None = 256) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if max_length < 1:
+        if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         self.batch_size = batch_size
         self.max_length = max_length

@@ -27,13 +27,14 @@ from clusterclip.errors import InputError
 
 
 class Model2VecEmbedder(Embedder):
-    """``StaticModel.from_pretrained(PATH)``; vectors are ``StaticModel.encode``'s (with
-    ``max_length`` tokens per text), L2-normalised."""
+    """``StaticModel.from_pretrained(PATH)``; vectors are ``StaticModel.encode``'s,
+    L2-normalised: with ``max_length`` tokens per text, or, with None (the default), the
+    library's own default length, so that they are the vectors the library gives."""
 
     name = "model2vec"
 
     def __init__(self, model: str | os.PathLike[str] | None, *, batch_size: int = 1024,
-                 max_length: int = 256) -> None:
+                 max_length: int | None = None) -> None:
         super().__init__(batch_size=batch_size, max_length=max_length)
         try:
             from model2vec import StaticModel
@@ -62,9 +63,10 @@ class Model2VecEmbedder(Embedder):
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             part = list(texts[start:start + self.batch_size])
+            length = {} if self.max_length is None else {"max_length": self.max_length}
             out[start:start + len(part)] = self.model.encode(
-                part, max_length=self.max_length, batch_size=self.batch_size,
-                use_multiprocessing=False, show_progress_bar=False)
+                part, batch_size=self.batch_size, use_multiprocessing=False,
+                show_progress_bar=False, **length)
             if on_batch is not None:
                 on_batch(len(part))
         return l2_normalize(out)

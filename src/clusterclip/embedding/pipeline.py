@@ -101,8 +101,24 @@ def resolve_backend(embedder: str, backend: str = "auto", precision: str = "auto
     return backend, precision
 
 
+#: Tokens per text when no ``max_length`` is given: MiniLM's own limit for the transformer
+#: embedders and for ``fast`` (its table is distilled from MiniLM); ``None`` for ``model2vec``:
+#: ``StaticModel.encode``'s own default, so that our vectors are the library's.
+DEFAULT_MAX_LENGTH: dict[str, int | None] = {"minilm": 256, "hf": 256, "fast": 256,
+                                             "model2vec": None}
+
+
+def resolve_max_length(embedder: str, max_length: int | None) -> int | None:
+    """``max_length``, or ``embedder``'s own default (:data:`DEFAULT_MAX_LENGTH`) for None."""
+    if max_length is None:
+        return DEFAULT_MAX_LENGTH.get(embedder, 256)
+    if max_length < 1:
+        raise InputError(f"--max-length {max_length}: must be at least 1")
+    return max_length
+
+
 def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
-                      pooling: str = "mean", max_length: int = 256,
+                      pooling: str = "mean", max_length: int | None = None,
                       dtype: str = "float32", backend: str = "auto", precision: str = "auto",
                       device: str = "cpu", tune: int = 0, tune_seed: int = 0
                       ) -> dict[str, Any]:
@@ -117,6 +133,7 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
 
     check_tune(embedder, tune, tune_seed, backend, precision)
     cache_dir()  # unusable (a file on the way): refused now, not after filling it
+    max_length = resolve_max_length(embedder, max_length)
     ident: dict[str, Any] = {"embedder": embedder, "max_length": max_length, "dtype": dtype,
                              "model": model_identity(model_folder(embedder, model)),
                              "version": PIPELINE_VERSION}
@@ -169,7 +186,7 @@ def check_tune(embedder: str, tune: int, tune_seed: int, backend: str = "auto",
 
 
 def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | None = None,
-                  pooling: str = "mean", max_length: int = 256, batch_size: int = 64,
+                  pooling: str = "mean", max_length: int | None = None, batch_size: int = 64,
                   device: str = "cpu", dtype: str = "float32", progress: bool = True,
                   trust_remote_code: bool = False, backend: str = "auto",
                   precision: str = "auto", tune: int = 0, tune_seed: int = 0) -> Embedder:
@@ -179,8 +196,7 @@ def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | N
     teacher of ``tune``). ``tune``: a ``fast`` embedder whose table the embed stage tunes
     on a seeded sample of that many documents (:meth:`StaticEmbedder.tune`).
     """
-    if max_length < 1:
-        raise InputError(f"--max-length {max_length}: must be at least 1")
+    max_length = resolve_max_length(embedder, max_length)
     if batch_size < 1:
         raise InputError(f"--batch-size {batch_size}: must be at least 1")
     if dtype not in ("float32", "float16"):
@@ -384,7 +400,8 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], *,
                   text_field: str = "text", id_field: str | None = None,
                   skip_bad_lines: bool = False, embedder: str = "minilm",
-                  model: str | None = None, pooling: str = "mean", max_length: int = 256,
+                  model: str | None = None, pooling: str = "mean",
+                  max_length: int | None = None,
                   batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
                   shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
                   trust_remote_code: bool = False, progress: bool = True,
@@ -406,6 +423,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
     ``shards_reused``, ``shards_computed``), the same on every process.
     """
     t0 = time.time()
+    max_length = resolve_max_length(embedder, max_length)
     if shard_size < 1:
         raise InputError(f"shard size {shard_size}: must be at least 1")
     # Checked now, before W or the corpus is touched (a bad combination fails at once).
