@@ -98,6 +98,32 @@ def test_cli_bad_line_exits_2_and_leaves_no_output(tmp_path):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
+def test_a_users_file_in_w_corpus_is_never_lost_to_a_rescan(tmp_path, pydocs_path):
+    """W/corpus is replaced whole when the corpus changes: a file of the user's there makes
+    the rescan refuse (exit 2, one line naming it) with the file and the old index intact;
+    once it is moved away the rescan runs."""
+    from clusterclip.cli import main
+
+    texts = pydocs_texts(pydocs_path, 40, 300)
+    a, b = write_corpus(tmp_path / "a.jsonl", texts), write_corpus(tmp_path / "b.jsonl", texts[:30])
+    w = tmp_path / "W"
+    args = ["--workdir", str(w), "--embedder", "fast", "--no-progress"]
+    assert main(["embed", str(a), *args]) == 0
+    notes = w / "corpus" / "sub" / "NOTES.txt"
+    notes.parent.mkdir()
+    notes.write_text("mine")
+    index = {f.name: f.read_bytes() for f in (w / "corpus").iterdir() if f.is_file()}
+    r = run_cli("embed", str(b), *args)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and str(notes) in err[0], r.stderr
+    assert notes.read_text() == "mine"
+    assert {f.name: f.read_bytes() for f in (w / "corpus").iterdir() if f.is_file()} == index
+    notes.rename(tmp_path / "NOTES.txt")
+    notes.parent.rmdir()
+    assert main(["embed", str(b), *args]) == 0
+    assert np.load(w / "valid.npy").size == 30
+
+
 def test_cli_skip_bad_lines_counts_them(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"text": "fine words"}\n[1, 2]\n{"text": ""}\n{"text": "more words"}\n',

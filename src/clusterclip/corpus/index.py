@@ -25,11 +25,22 @@ from clusterclip.errors import InputError
 
 INDEX_VERSION = 1
 _ARRAYS = ("file_id", "address", "nbytes", "line", "valid", "text_len")
+#: Every file an index folder holds (written by :meth:`Corpus.save` and :func:`scan_into`).
+INDEX_FILES = frozenset({*(f"{k}.npy" for k in _ARRAYS), "ids.jsonl", "corpus.json"})
 _MAX_EXAMPLES = 20
 # Documents converted to Python objects at a time when streaming records by index.
 _CHUNK = 65536
 # Characters of text a scan asked to keep its texts holds at most (else it keeps none).
 KEEP_TEXT_CHARS = 1 << 26
+
+
+def foreign_files(directory: str | os.PathLike[str]) -> list[str]:
+    """The files under an index folder that no index write makes (a user's), sorted; a
+    re-index replaces the folder whole, so they must be moved away first."""
+    from clusterclip.io import files_under
+
+    d = Path(directory)
+    return [f for f in files_under(d) if f not in INDEX_FILES] if d.is_dir() else []
 
 
 def _has_text(t: str | None) -> bool:

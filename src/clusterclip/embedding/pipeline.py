@@ -33,6 +33,7 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.corpus import Corpus, scan_into
+from clusterclip.corpus.index import foreign_files
 from clusterclip.corpus.readers import expand_inputs
 from clusterclip.embedding.base import Embedder
 from clusterclip.errors import InputError
@@ -493,6 +494,11 @@ def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
                 check_corpus(corpus.stats)
             corpus.verify_files()
             return False
+        foreign = foreign_files(root / "corpus")  # nothing of the user's goes with it
+        if foreign:
+            raise InputError(f"{root / 'corpus' / foreign[0]}: not written by clusterclip, in "
+                             f"{root / 'corpus'}, which `embed` replaces whole ({len(foreign)} "
+                             "such file(s)); move them away, then run again")
         _remove_shards(shard_dir)  # ours: checked before `running`
         return True
 
