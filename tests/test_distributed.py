@@ -71,6 +71,20 @@ def test_without_a_process_group_everything_is_a_world_of_one():
     with pytest.raises(InputError, match="bad value"):
         D.on_main(lambda: (_ for _ in ()).throw(InputError("bad value")))
     assert [D.shard_bounds(10, r, 3) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    # a share taken at once (``many``, as worker processes do) gives fn's list and errors
+    assert D.map_in_order(lambda i: i * i, [1] * 4, many=lambda ix: (i * i for i in ix)) == \
+        D.map_in_order(lambda i: i * i, [1] * 4) == [0, 1, 4, 9]
+    closed = []
+
+    def failing(ix):
+        try:
+            yield 0
+            raise InputError("item 1 is bad")
+        finally:
+            closed.append(True)
+    with pytest.raises(InputError, match="item 1"):
+        D.map_in_order(lambda i: i, [1] * 3, many=failing)
+    assert closed == [True]
 
 
 def test_two_gloo_ranks_share_rank_0_results_and_errors(tmp_path):

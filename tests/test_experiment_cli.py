@@ -153,6 +153,28 @@ def test_same_seed_gives_identical_results(workdir):
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def test_two_workers_give_the_one_process_results(workdir, tmp_path):
+    """Runs trained by 2 worker processes: the serial results and stored runs byte for
+    byte (each run at its own fixed thread count), and no worker left after."""
+    import multiprocessing
+
+    from clusterclip.experiment import run_experiment
+
+    kw = dict(strategies=("random", "uniform", "clusterclip"), seeds=1, quick=True,
+              tokens=4096, threads=1, progress=False)
+    serial = _copy_inputs(workdir, tmp_path / "serial")
+    run_experiment(serial, workers=1, **kw)
+    w = _copy_inputs(workdir, tmp_path / "pooled")
+    res = run_experiment(w, workers=2, **kw)
+    assert multiprocessing.active_children() == [] and res["timing"]["reused_runs"] == 0
+    for name in ("results.json", "results.md"):
+        assert (w / "experiment" / name).read_bytes() == \
+            (serial / "experiment" / name).read_bytes()
+    for f in (serial / "experiment" / "runs").glob("*.json"):
+        assert json.loads((w / "experiment" / "runs" / f.name).read_text())["run"] == \
+            json.loads(f.read_text())["run"]  # all but the seconds it took
+
+
 def test_the_bundled_minilm_tokenizer_trains_and_reports_bits_per_byte(workdir):
     """The proxy reads the WordPiece tokens of the bundled MiniLM's tokenizer folder: its
     vocabulary + 1 (the end of a document), the same held-out documents, bits per byte

@@ -186,6 +186,11 @@ def _outputs(w: Path) -> dict[str, bytes]:
             for n in ("results.json", "mixture.json", "splits.npz", "results.md")}
 
 
+def _runs(w: Path) -> dict[str, dict]:
+    """The run store's entries by file name."""
+    return {f.name: json.loads(f.read_text()) for f in (w / "search" / "runs").glob("*.json")}
+
+
 def _search(w: Path, target: Path, *extra: str) -> int:
     with contextlib.redirect_stdout(io.StringIO()):
         return main(["search", "--workdir", str(w), "--target", str(target), *QUICK, *extra])
@@ -198,7 +203,7 @@ def searched(tmp_path_factory, pydocs_path):
     w = _workdir(root, corpus)
     assert _search(w, target) == 0
     return {"root": root, "corpus": corpus, "target": target, "w": w, "bytes": _outputs(w),
-            "pydocs": pydocs_path}
+            "pydocs": pydocs_path, "runs": _runs(w)}
 
 
 def test_search_writes_the_contract_outputs(searched):
@@ -527,6 +532,36 @@ def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
     assert not (w / "search" / "results.json").exists()
     assert _search(w, searched["target"]) == 0
     assert _outputs(w) == searched["bytes"]
+
+
+def test_two_workers_give_the_serial_bytes_and_resume_after_ctrl_c(searched, tmp_path):
+    """Proxies trained by 2 worker processes (``--workers 2``): killed by a Ctrl-C after
+    three stored runs (exit 130, no worker left), then resumed, the search writes the bytes
+    of the serial one, and every stored run equals the serial run of the same key."""
+    import multiprocessing
+
+    from clusterclip.experiment.runs import RunStore
+
+    w = _workdir(tmp_path, searched["corpus"])
+    real = RunStore.put
+    puts = []
+
+    def dies_after_three(self, *a, **kw):
+        if len(puts) == 3 + 1:  # + the target's facts
+            raise KeyboardInterrupt  # as a user's Ctrl-C while the workers train
+        puts.append(1)
+        return real(self, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RunStore, "put", dies_after_three)
+        assert _search(w, searched["target"], "--workers", "2") == 130
+    assert multiprocessing.active_children() == []
+    assert len(list((w / "search" / "runs").glob("*.json"))) == 3 + 1
+    assert _search(w, searched["target"], "--workers", "2") == 0
+    assert _outputs(w) == searched["bytes"]
+    serial, pooled = searched["runs"], _runs(w)
+    assert pooled.keys() == serial.keys()
+    assert all(pooled[n]["run"] == serial[n]["run"] for n in serial)  # but the seconds
 
 
 def test_two_gloo_ranks_give_the_one_process_result(searched, tmp_path):

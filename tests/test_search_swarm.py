@@ -178,7 +178,8 @@ def test_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, ca
     cmd = ["search", "fit", *[x for k, v in args.items() for x in ([k] if v is None else [k, v])]]
     rc, out, err = run_main(capsys, *cmd)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("clusterclip search: error: ")
+    # our refusals, or argparse's for a number out of range (named after the subcommand)
+    assert err.startswith(("clusterclip search: error: ", "clusterclip search fit: error: "))
     assert not (tmp_path / "fit").exists()
     want = {"objective column": "metric/no_such_loss", "no common id": "no run id",
             "negative weight": "negative", "nan weight": "not finite", "inf weight": "not finite",

@@ -289,10 +289,13 @@ def balanced_shares(weights: Sequence[int], world_size: int) -> list[list[int]]:
     return [sorted(s) for s in shares]
 
 
-def map_in_order(fn: Callable[[int], T], weights: Sequence[int]) -> list[T]:
+def map_in_order(fn: Callable[[int], T], weights: Sequence[int],
+                 many: Callable[[list[int]], Iterator[T]] | None = None) -> list[T]:
     """``[fn(0), fn(1), ...]`` over ``len(weights)`` items, every rank calling ``fn`` on its
     share (:func:`balanced_shares` by ``weights``, e.g. file sizes); every rank gets all
-    results, in item order.
+    results, in item order. ``many``: instead of ``fn`` item by item, a rank's whole share at
+    once (``many(items)`` yields their results in order, e.g. from worker processes; an
+    exception it raises belongs to the item whose result was due).
 
     Errors are those of one process going through the items in order: a rank takes its
     items in ascending order and stops at its first :class:`InputError`, and the error of
@@ -304,9 +307,10 @@ def map_in_order(fn: Callable[[int], T], weights: Sequence[int]) -> list[T]:
     done: list[tuple[int, Any]] = []
     failed: tuple[str, int, str] | None = None
     crash: BaseException | None = None
+    results = many(list(mine)) if many is not None else (fn(i) for i in mine)
     for i in mine:
         try:
-            done.append((i, fn(i)))
+            done.append((i, next(results)))
         except InputError as e:
             if world == 1:
                 raise
@@ -317,6 +321,9 @@ def map_in_order(fn: Callable[[int], T], weights: Sequence[int]) -> list[T]:
                 raise
             failed, crash = ("crash", i, repr(e)), e
             break
+    close = getattr(results, "close", None)
+    if close is not None:  # a share left early stops its workers here
+        close()
     everyone = gather_objects((done, failed))
     if crash is not None:
         raise crash

@@ -230,6 +230,15 @@ def add_proxy_options(p: argparse.ArgumentParser, default_model: str) -> None:
                   "(default: bytes)")
 
 
+def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--workers`` of ``experiment`` and ``search``."""
+    p.add_argument("--workers", type=THREADS, default=1, metavar="N",
+                   help=f"worker processes training {what} side by side, each at --threads "
+                        "(default 1: in this process; under torchrun, per rank); the results "
+                        "are the same for every N. On the shared 2-core machine 2 workers "
+                        "measured slower (docs/benchmarks.md, \"Search\")")
+
+
 def check_token_options(args: argparse.Namespace, tokens_file: str | None = None) -> bool:
     """Check ``--num-tokens``, ``--balance-by``, ``--tokenizer`` (and ``sample``'s
     ``--tokens``); True when they need token counts. ``--tokenizer`` and ``--tokens``

@@ -26,7 +26,7 @@ def _default_mixture(args: argparse.Namespace) -> str | None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
-    from clusterclip.cli._options import add_proxy_options
+    from clusterclip.cli._options import add_proxy_options, add_workers_option
     from clusterclip.experiment.config import DEFAULT_MODEL
     from clusterclip.experiment.runner import (
         DEFAULT_MAX_DOCS,
@@ -75,6 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch CPU threads (default: 1 for the tiny and small models, which "
                         "gain little from more and slow down badly on a shared machine; the "
                         "CPUs this process may use for base)")
+    add_workers_option(p, "the runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -93,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
         model=args.model, device=args.device, epochs=args.epochs, tokens=args.tokens,
-        max_docs=args.max_docs, threads=args.threads, progress=not args.no_progress,
-        mixture=args.mixture, tokenizer=args.tokenizer)
+        max_docs=args.max_docs, threads=args.threads, workers=args.workers,
+        progress=not args.no_progress, mixture=args.mixture, tokenizer=args.tokenizer)
     d = results["data"]
     print("\n".join(verdict_lines(results)))
     print()

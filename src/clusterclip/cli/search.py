@@ -25,7 +25,7 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.cli._options import add_proxy_options
+    from clusterclip.cli._options import add_proxy_options, add_workers_option
     from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
     from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
@@ -63,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch device: cpu or cuda (under torchrun one GPU per rank)")
     p.add_argument("--threads", type=THREADS, default=None,
                    help="torch CPU threads per process (default: 1 for tiny and small)")
+    add_workers_option(p, "proxies")
     p.add_argument("--seed", type=SEED, default=0, help="splits, proxies and candidates")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     sub = p.add_subparsers(dest="search_command", metavar="{propose,fit}",
@@ -209,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     config.validate()  # before a process group exists: bad options fail alike everywhere
     with D.process_group(args.device) as main_rank:
         results = run_search_workdir(args.workdir, config, device=args.device,
-                                     threads=args.threads, progress=not args.no_progress)
+                                     threads=args.threads, progress=not args.no_progress,
+                                     workers=args.workers)
     if main_rank:
         from clusterclip.search.output import verdict_lines
 

@@ -13,6 +13,7 @@ resumes where it stopped).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -45,6 +46,7 @@ from clusterclip.experiment.metrics import (
     summarize,
 )
 from clusterclip.experiment.output import write_outputs
+from clusterclip.experiment.pool import check_workers, pooled
 from clusterclip.experiment.runs import (
     RUN_FORMAT,
     Budget,
@@ -547,16 +549,18 @@ def experiment_results(data: ExperimentData, budget: Budget, config: ExperimentC
 # -- the experiment --------------------------------------------------------------------
 
 def _announce(log: Callable[[str], None], config: ExperimentConfig, data: ExperimentData,
-              dev: Any, threads: int, todo: int, reused: int, steps: int) -> float:
+              dev: Any, threads: int, todo: int, reused: int, steps: int,
+              workers: int = 1) -> float:
     """Print the time estimate (and a warning on a busy machine); returns the estimate."""
     eval_docs = [data.docs[i] for i in data.valid_idx] + [data.docs[i]
                                                           for i in data.train_eval_idx]
     with torch_settings(threads):
         est = estimate_seconds(config.model, config.train, dev, eval_docs, todo, steps)
+    est /= max(1, min(workers, todo))
     was = f", {reused} reused from an earlier run" if reused else ""
     log(f"experiment: {todo} run(s) to train{was}, {steps} steps each, "
-        f"{threads} thread(s) on {dev.type}; estimated {format_seconds(est)} of training "
-        "(from a few timed steps)")
+        f"{min(workers, todo)} worker(s) of {threads} thread(s) on {dev.type}; estimated "
+        f"{format_seconds(est)} of training (from a few timed steps)")
     busy = busy_cpus()
     if threads > 1 and busy is not None and busy > usable_cpus() - threads + 0.5:
         log(f"experiment: the machine is busy (load {busy:.1f} on {usable_cpus()} CPUs); "
@@ -564,9 +568,27 @@ def _announce(log: Callable[[str], None], config: ExperimentConfig, data: Experi
     return est
 
 
+def _run_state(*state: Any) -> tuple[Any, ...]:
+    return state
+
+
+def _train_one(state: tuple[Any, ...], run: tuple[str, int],
+               on_step: Callable[[int], None] | None = None) -> tuple[dict[str, Any], float]:
+    """One (strategy, seed) run of :func:`experiment_run` at the experiment's thread count
+    (in this process or a worker's): ``(record, seconds)``."""
+    import torch
+
+    data, budget, specs, config, device, threads = state
+    t0 = time.perf_counter()
+    with torch_settings(threads):
+        rec = experiment_run(data, budget, specs[run[0]], run[1], config, torch.device(device),
+                             on_step=on_step)
+    return rec, round(time.perf_counter() - t0, 1)
+
+
 def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                        config: ExperimentConfig, *, device: str = "cpu",
-                       threads: int | None = None, progress: bool = True,
+                       threads: int | None = None, workers: int = 1, progress: bool = True,
                        store: RunStore | None = None, groups: np.ndarray | None = None,
                        on_run: Callable[[str, int, bool], None] | None = None,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -587,7 +609,8 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     each run's schedule then also counts ``max_group_repetition``.
     ``store``: finished runs are saved there under :func:`run_keys` and reused when
     found. ``on_run(strategy, seed, reused)`` is called after each run (an exception
-    there stops the experiment; finished runs stay stored). ``log`` receives
+    there stops the experiment; finished runs stay stored). ``workers`` > 1: as many worker
+    processes (:mod:`~clusterclip.experiment.pool`, the same results). ``log`` receives
     the time estimate printed before training (default: stderr when
     ``progress``).
     """
@@ -612,22 +635,27 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     timing: dict[str, Any] = {"reused_runs": len(keys) - len(todo), "threads": threads}
     if todo:
         est = _announce(log, config, data, dev, threads, len(todo), len(keys) - len(todo),
-                        budget.steps)
+                        budget.steps, workers)
         timing["estimated_seconds"] = round(est, 1)
 
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
     bar = tqdm(total=budget.steps * len(todo), desc="experiment", unit="step",
                disable=not progress, dynamic_ncols=True)
-    with torch_settings(threads), bar:
+    state = (data, budget, specs, config, dev.type, threads)
+
+    def here(run: tuple[str, int]) -> tuple[dict[str, Any], float]:
+        bar.set_postfix_str(f"{run[0]} seed {run[1]}")
+        return _train_one(state, run, on_step=bar.update)
+
+    trained = pooled(workers, _run_state, state, _train_one, todo, here)
+    with contextlib.closing(trained), bar:
         for seed in range(config.seeds):
             for strategy in config.strategies:
                 run = cached.get((strategy, seed))
                 if run is None:
-                    bar.set_postfix_str(f"{strategy} seed {seed}")
-                    t0 = time.perf_counter()
-                    run = experiment_run(data, budget, specs[strategy], seed, config, dev,
-                                         on_step=bar.update)
-                    seconds = round(time.perf_counter() - t0, 1)
+                    run, seconds = next(trained)
+                    if workers > 1 and len(todo) > 1:  # a worker's run: whole, at its end
+                        bar.update(budget.steps)
                     timing[f"{strategy}/seed{seed}"] = seconds
                     if store is not None:
                         run = store.put(keys[(strategy, seed)], run, seconds)
@@ -683,7 +711,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
                    quick: bool = False, model: str | None = None, device: str = "cpu",
                    epochs: float | None = None, tokens: int | None = None,
                    max_docs: int | None = DEFAULT_MAX_DOCS, threads: int | None = None,
-                   progress: bool = True, config: ExperimentConfig | None = None,
+                   workers: int = 1, progress: bool = True, config: ExperimentConfig | None = None,
                    on_run: Callable[[str, int, bool], None] | None = None,
                    mixture: str | os.PathLike[str] | None = None,
                    tokenizer: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -711,8 +739,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
             seeds=seeds, clip=clip, alpha=alpha, balance_by=balance_by,
             max_docs=max_docs or None, tokenizer=tokenizer and str(tokenizer))
     config.validate()  # before reading anything: bad options fail fast
-    if threads is not None and threads < 1:
-        raise InputError(f"--threads: must be >= 1, got {threads}")
+    check_workers(threads, workers)
     check_device(device)
     w = Workdir(workdir, create=False)
     t0 = time.perf_counter()
@@ -724,8 +751,8 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         mark_output(out, "experiment")  # ours (the stage runner checked): before any run
         try:
             results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                         progress=progress, store=store, on_run=on_run,
-                                         groups=counted["groups"])
+                                         workers=workers, progress=progress, store=store,
+                                         on_run=on_run, groups=counted["groups"])
         except BaseException:
             unmark_unused(out)  # a failure before the first run leaves no folder behind
             raise

@@ -13,8 +13,9 @@ share of a batch of runs (:func:`clusterclip.distributed.map_in_order`).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,14 +111,53 @@ def spec_of(c: Candidate) -> ScheduleSpec:
     return ScheduleSpec(strategy=c.timing, clip=c.clip, weights=c.weights)
 
 
+def train_proxy(data: ProxyData, device: str, threads: int, spec: ScheduleSpec, seed: int,
+                where: EvalSet) -> tuple[dict[str, Any], float]:
+    """Train one run at ``threads`` torch threads and measure it: ``(record, seconds)``.
+    The record: ``seed``, the metrics of :func:`measure`, ``fed_share`` (each cluster's
+    share of the fed tokens) and :func:`never_drawn`'s shares."""
+    import torch
+
+    dev = torch.device(device)
+    t0 = time.perf_counter()
+    with torch_settings(threads):
+        sampler = schedule_sampler(spec, data.train_labels, data.doc_tokens, data.budget, seed)
+        model, _, fed = train_on_schedule(data.config.model, data.config.train, data.docs,
+                                          sampler, data.budget.steps, seed, dev, lambda m: {})
+        metrics = measure(model, data, where, dev)
+    lab = data.train_labels[fed]
+    share = np.bincount(lab, weights=data.doc_tokens[fed].astype(np.float64),
+                        minlength=int(data.labels.max()) + 1)
+    run = {"seed": seed, **metrics,
+           "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()],
+           **never_drawn(fed, data.train_labels, data.doc_tokens)}
+    return run, round(time.perf_counter() - t0, 2)
+
+
+def _worker_state(data: ProxyData, device: str, threads: int
+                  ) -> tuple[ProxyData, str, int]:
+    return data, device, threads
+
+
+def _worker_run(state: tuple[ProxyData, str, int],
+                job: tuple[ScheduleSpec, int, EvalSet]) -> tuple[dict[str, Any], float]:
+    return train_proxy(*state, *job)
+
+
 class ProxyTrainer:
-    """Trains and measures runs, each once (the store keeps them)."""
+    """Trains and measures runs, each once (the store keeps them); with ``workers`` > 1,
+    a batch's runs are trained by that many worker processes at once
+    (:mod:`clusterclip.experiment.pool`), each run at the same ``threads`` as alone."""
 
     def __init__(self, data: ProxyData, device: str, threads: int, store: RunStore,
-                 progress: bool = True, log: Callable[[str], None] = lambda m: None) -> None:
+                 progress: bool = True, log: Callable[[str], None] = lambda m: None,
+                 workers: int = 1, pools: contextlib.ExitStack | None = None) -> None:
         self.data = data
         self.device = device
         self.threads = threads
+        self.workers = workers
+        self.pools = pools  # holds this trainer's pool from its first batch to the stack's end
+        self._imap: Callable[..., Iterator[Any]] | None = None
         self.store = store
         self.progress = progress
         self.log = log
@@ -144,39 +184,67 @@ class ProxyTrainer:
             "versions": {"clusterclip": __version__, "torch": torch.__version__}})
 
     def run(self, spec: ScheduleSpec, seed: int, where: EvalSet) -> dict[str, Any]:
-        """One run's record (stored, or trained now): ``seed``, the metrics of
-        :func:`measure`, ``fed_share`` (each cluster's share of the fed tokens) and
-        :func:`never_drawn`'s shares."""
-        import torch
-
+        """One run's record (stored, or trained now in this process): see
+        :func:`train_proxy`."""
         key = self.key(spec, seed, where)
         self.keys.add(key)
         got = self.store.get(key)
         if got is not None:
             self.reused += 1
             return got
-        d = self.data
-        dev = torch.device(self.device)
-        t0 = time.perf_counter()
-        with torch_settings(self.threads):
-            sampler = schedule_sampler(spec, d.train_labels, d.doc_tokens, d.budget, seed)
-            model, _, fed = train_on_schedule(d.config.model, d.config.train, d.docs, sampler,
-                                              d.budget.steps, seed, dev, lambda m: {})
-            metrics = measure(model, d, where, dev)
-        lab = d.train_labels[fed]
-        share = np.bincount(lab, weights=d.doc_tokens[fed].astype(np.float64),
-                            minlength=int(d.labels.max()) + 1)
-        run = {"seed": seed, **metrics,
-               "fed_share": [round(float(x), SHARE_DIGITS) for x in share / share.sum()],
-               **never_drawn(fed, d.train_labels, d.doc_tokens)}
-        seconds = round(time.perf_counter() - t0, 2)
+        return self._keep(key, *train_proxy(self.data, self.device, self.threads, spec, seed,
+                                            where))
+
+    def _keep(self, key: str, run: dict[str, Any], seconds: float) -> dict[str, Any]:
         self.trained += 1
         self.seconds.append(seconds)
         return self.store.put(key, run, seconds)
 
+    def _pooled(self, jobs: list[tuple[ScheduleSpec, int, EvalSet]]
+                ) -> Iterator[dict[str, Any]]:
+        """The records of :meth:`run` over ``jobs``, in order, the runs not stored trained
+        by up to ``workers`` worker processes at once (each run once, even when two jobs
+        are the same run; only this process writes the store)."""
+        keys = [self.key(*j) for j in jobs]
+        self.keys.update(keys)
+        have: dict[str, dict[str, Any]] = {}
+        todo: dict[str, tuple[ScheduleSpec, int, EvalSet]] = {}
+        for k, job in zip(keys, jobs, strict=True):
+            got = None if k in have or k in todo else self.store.get(k)
+            if got is not None:
+                have[k] = got
+            elif k not in have:
+                todo.setdefault(k, job)
+        trained = self._train(list(todo.values()))
+        with contextlib.closing(trained):
+            for k in keys:
+                if k in have:
+                    self.reused += 1
+                else:
+                    have[k] = self._keep(k, *next(trained))
+                yield have[k]
+
+    def _train(self, jobs: list[tuple[ScheduleSpec, int, EvalSet]]
+               ) -> Iterator[tuple[dict[str, Any], float]]:
+        """:func:`train_proxy` over ``jobs``, in order: by this trainer's worker pool (started
+        at its first batch of more than one run and kept in ``pools``; without ``pools``,
+        a pool for this batch), else in this process."""
+        from clusterclip.experiment.pool import pooled, worker_pool
+
+        state = (self.data, self.device, self.threads)
+        if self.pools is None or self.workers <= 1 or len(jobs) <= 1:
+            yield from pooled(self.workers, _worker_state, state, _worker_run, jobs,
+                              lambda job: _worker_run(state, job))
+            return
+        if self._imap is None:
+            self._imap = self.pools.enter_context(worker_pool(self.workers, _worker_state,
+                                                              state))
+        yield from self._imap(_worker_run, jobs)
+
     def run_all(self, jobs: Sequence[tuple[ScheduleSpec, int, EvalSet]], what: str
                 ) -> list[dict[str, Any]]:
-        """Every job's record, in order; under torchrun each rank trains its share."""
+        """Every job's record, in order; under torchrun each rank trains its share, with
+        ``workers`` worker processes when more than one."""
         from tqdm import tqdm
 
         rank, world = D.rank_and_world()
@@ -189,8 +257,14 @@ class ProxyTrainer:
             bar.update(1)
             return rec
 
+        def many(items: list[int]) -> Iterator[dict[str, Any]]:
+            with contextlib.closing(self._pooled([jobs[i] for i in items])) as recs:
+                for rec in recs:
+                    bar.update(1)
+                    yield rec
+
         with bar:
-            return D.map_in_order(one, [1] * len(jobs))
+            return D.map_in_order(one, [1] * len(jobs), many=many if self.workers > 1 else None)
 
     def evaluate(self, cands: list[Candidate], round_index: int) -> list[dict[str, float]]:
         """The search's objective on val for each candidate (one seed, the search's)."""

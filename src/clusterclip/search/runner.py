@@ -12,6 +12,7 @@ trained again with fresh seeds and measured on test -> ``W/search/``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -254,9 +255,11 @@ def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[
 # -- the estimate ----------------------------------------------------------------------
 
 def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
-             log: Callable[[str], None], vdata: ProxyData | None = None) -> float:
+             log: Callable[[str], None], vdata: ProxyData | None = None,
+             workers: int = 1) -> float:
     """Print (before any work) the number of runs and their estimated time (with
-    ``vdata``, the verification's runs at the larger model too)."""
+    ``vdata``, the verification's runs at the larger model too), shared among the ranks
+    and each rank's ``workers``."""
     import torch
 
     from clusterclip.experiment.config import format_parameters as size
@@ -275,16 +278,17 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     est = timed(data, runs)
     vest = 0.0 if vdata is None else timed(vdata, n_test)
     est += vest
-    est /= world
+    est /= world * workers
     sizes = "/".join(map(str, round_sizes(config.runs, config.rounds)))
     log(f"search: {config.runs} proxies in {len(round_sizes(config.runs, config.rounds))} "
         f"rounds ({sizes}) + {n_test} test runs ({config.test_seeds} fresh seeds), "
         f"{data.budget.steps} steps each of a {size(exp.model.num_parameters())}-parameter "
-        f"model; estimated {format_seconds(est)} of training on {world} process(es) (from a "
+        f"model; estimated {format_seconds(est)} of training on {world} process(es) x "
+        f"{workers} worker(s) of {threads} thread(s) (from a "
         "few timed steps; runs stored by an earlier search are reused)"
         + ("" if vdata is None else f"; that includes {n_test} verification runs at "
            f"{config.verify_model} ({size(vdata.config.model.num_parameters())} parameters, "
-           f"{vdata.budget.steps} steps each), {format_seconds(vest / world)}"))
+           f"{vdata.budget.steps} steps each), {format_seconds(vest / (world * workers))}"))
     return est
 
 
@@ -334,7 +338,8 @@ def _log(progress: bool) -> Callable[[str], None]:
 
 
 def _search(w: Any, config: SearchConfig, target: Target | None, device: str, threads: int,
-            progress: bool, store: Any) -> dict[str, Any]:
+            progress: bool, store: Any, workers: int = 1,
+            pools: contextlib.ExitStack | None = None) -> dict[str, Any]:
     """The search itself (every rank): data, prior, rounds, test runs; the results dict."""
     from clusterclip.experiment.runner import _load_inputs
     from clusterclip.io import load_npy
@@ -361,9 +366,10 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
     if config.verify_model is not None:  # the same splits, read at the larger model's window
         vdata, _ = prepare(texts, labels, target, replace(config, model=config.verify_model),
                            exclude)
-    trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log)
+    trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log,
+                           workers=workers, pools=pools)
     trainer.keys.update(keys)
-    estimate(config, data, device, threads, log, vdata)
+    estimate(config, data, device, threads, log, vdata, workers)
     t0 = time.perf_counter()
     metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
     space = build_space(data, num_clusters, histogram, centroids, metric, config.seed)
@@ -375,7 +381,8 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
     tests = run_tests(trainer, arms, test_seeds(config))
     verify, vtiming = None, {}
     if vdata is not None:
-        vtrainer = ProxyTrainer(vdata, device, threads, store, progress=progress, log=log)
+        vtrainer = ProxyTrainer(vdata, device, threads, store, progress=progress, log=log,
+                                workers=workers, pools=pools)
         verify = verify_dict(config.verify_model, vdata, run_tests(vtrainer, arms,
                                                                    test_seeds(config)),
                              tests, "target" if space.prior is not None else "macro")
@@ -404,11 +411,13 @@ def write_swarm(results: dict[str, Any], directory: Any) -> None:
 
 def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
                        device: str = "cpu", threads: int | None = None,
-                       progress: bool = True) -> dict[str, Any]:
+                       progress: bool = True, workers: int = 1) -> dict[str, Any]:
     """Search on work directory ``workdir`` and write ``W/search/`` (one atomic
     replacement, through the work directory's stage runner; the finished runs move along
-    in ``W/search/runs/``). Every ``torchrun`` rank calls this. Returns the results dict
-    plus ``out_dir`` and ``wall_seconds``."""
+    in ``W/search/runs/``). Every ``torchrun`` rank calls this; each trains its share of
+    a batch of proxies with ``workers`` worker processes (the results do not depend on
+    it). Returns the results dict plus ``out_dir`` and ``wall_seconds``."""
+    from clusterclip.experiment.pool import check_workers
     from clusterclip.experiment.runs import RunStore, check_device, default_threads
     from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.search.output import write_outputs
@@ -416,9 +425,8 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
 
     config.validate()
     check_device(device)
-    if threads is not None and threads < 1:
-        raise InputError(f"--threads: must be >= 1, got {threads}")
     threads = default_threads(config.experiment().model) if threads is None else threads
+    check_workers(threads, workers)
     t0 = time.perf_counter()
     # the target is read (and refused) before anything in W is touched
     target = read_target(list(config.targets), config.text_field) if config.targets else None
@@ -431,7 +439,9 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
         # ours (the stage runner checked): marked before the first run
         D.on_main(lambda: mark_output(out, "search"))
         try:
-            results = _search(w, config, target, device, threads, progress, store)
+            with contextlib.ExitStack() as pools:  # the worker pools end with the search
+                results = _search(w, config, target, device, threads, progress, store,
+                                  workers, pools)
         except BaseException:
             if D.is_main():  # a failure before the first run leaves no folder behind
                 unmark_unused(out)

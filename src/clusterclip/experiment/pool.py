@@ -1,0 +1,82 @@
+"""Local worker processes that train independent runs side by side.
+
+A tiny byte-level LM does not keep two cores busy from one process (a second torch
+thread mostly waits, and a thread count is part of a run's floats), so independent
+runs (``search``'s proxies, ``experiment``'s strategy x seed runs) are trained by
+separate worker processes, each with the run's own fixed thread count: a run's
+result does not depend on how many workers trained the batch, and a pooled search
+writes the bytes of a serial one. Under ``torchrun`` each rank has its own pool
+for its share (:func:`clusterclip.distributed.map_in_order`).
+
+Workers are started with ``spawn`` (no copy of the parent's torch state), receive
+their state once (``init(*initargs)``), ignore Ctrl-C (the parent stops them: a
+KeyboardInterrupt or any error in the parent terminates every worker before it
+propagates), and hand results back in item order; only the parent writes the run
+store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: The worker's state, set once by :func:`_start` (``init``'s return value).
+_STATE: Any = None
+
+
+def check_workers(threads: int | None, workers: int) -> None:
+    """InputError unless ``--threads`` (when given) and ``--workers`` are >= 1."""
+    from clusterclip.errors import InputError
+
+    for flag, n in (("--threads", threads), ("--workers", workers)):
+        if n is not None and n < 1:
+            raise InputError(f"{flag}: must be >= 1, got {n}")
+
+
+def _start(init: Callable[..., Any], initargs: tuple[Any, ...]) -> None:
+    global _STATE
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    _STATE = init(*initargs)
+
+
+def _call(task: tuple[Callable[[Any, Any], Any], Any]) -> Any:
+    fn, item = task
+    return fn(_STATE, item)
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...]
+                ) -> Iterator[Callable[[Callable[[Any, Any], T], Iterable[Any]], Iterator[T]]]:
+    """``workers`` processes, each holding ``init(*initargs)`` (module-level, picklable);
+    yields ``imap(fn, items)``: ``fn(state, item)`` for each item, computed by the workers,
+    results in item order as they are ready (``fn`` module-level). On leaving the block by
+    an exception (KeyboardInterrupt included) every worker is terminated and joined."""
+    import multiprocessing
+
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start,
+                                                     initargs=(init, initargs))
+    try:
+        yield lambda fn, items: pool.imap(_call, [(fn, x) for x in items])
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+
+
+def pooled(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...],
+           fn: Callable[[Any, Any], T], items: list[Any],
+           serial: Callable[[Any], T]) -> Iterator[T]:
+    """``fn``'s results over ``items`` in order: by a :func:`worker_pool` when there are
+    ``workers`` > 1 and more than one item, else ``serial(item)`` in this process."""
+    if workers <= 1 or len(items) <= 1:
+        for x in items:
+            yield serial(x)
+        return
+    with worker_pool(min(workers, len(items)), init, initargs) as imap:
+        yield from imap(fn, items)
