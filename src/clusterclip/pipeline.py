@@ -16,13 +16,14 @@ from clusterclip.corpus.records import renamed_note
 from clusterclip.errors import InputError
 from clusterclip.io import load_npy
 from clusterclip.labels import load_labels
+from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
 from clusterclip.workdir import Workdir
 
 
-def sample_workdir(w: Workdir, *, num_samples: int | None = None, strategy: str = "paced",
-                   clip: int | None = None, alpha: float = 0.0, seed: int = 0,
-                   num_tokens: int | None = None, balance_by: str = "docs",
-                   tokenizer: str | None = None, groups: bool = False,
+def sample_workdir(w: Workdir, *, num_samples: int | None = None,
+                   strategy: str = DEFAULT_COMMAND_STRATEGY, clip: int | None = None,
+                   alpha: float = 0.0, seed: int = 0, num_tokens: int | None = None,
+                   balance_by: str = "docs", tokenizer: str | None = None, groups: bool = False,
                    mixture: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Write ``W/schedule.npy`` (int64 document indices) from ``W/labels.npy``.
 
@@ -149,7 +150,7 @@ class SampleOptions:
     num_tokens: int | None = None
     balance_by: str = "docs"
     tokenizer: str | None = None
-    strategy: str = "paced"
+    strategy: str = DEFAULT_COMMAND_STRATEGY
     clip: int | None = None
     alpha: float = 0.0
     seed: int = 0
@@ -318,7 +319,7 @@ class DemoConfig:
     label_field: str = "label"
     n_clusters: int = 64
     embedder: str = "minilm"
-    strategy: str = "paced"
+    strategy: str = DEFAULT_COMMAND_STRATEGY
     clip: int | None = None
     epochs: float = 3.0
     seed: int = 0

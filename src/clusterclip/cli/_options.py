@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
+from typing import Any
 
 from clusterclip.cli._paths import add_path
 from clusterclip.limits import (
@@ -228,6 +229,30 @@ def add_proxy_options(p: argparse.ArgumentParser, default_model: str) -> None:
                   "tokenizer's + 1, so the presets grow); losses are reported in bits per "
                   "byte beside nats per token, so runs with different tokenizers compare "
                   "(default: bytes)")
+
+
+def add_sampling_options(g: Any, *, mixture_into: Any = None, mixture_help: str) -> None:
+    """``--strategy``, ``--clip``, ``--alpha`` and ``--mixture`` of ``sample`` and ``run``,
+    declared once (``mixture_into``: the group ``--mixture`` goes in, e.g. one exclusive with
+    ``--cluster-weights``; default ``g``). Their defaults resolve later, in one place
+    (:func:`clusterclip.sampling.mixture.resolve_strategy` and the clip rule)."""
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
+    from clusterclip.sampling.spec import DEFAULT_CLIP, STRATEGIES
+
+    g.add_argument("--strategy", choices=STRATEGIES, default=None,
+                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
+                        "our runs), or the --mixture's timing; clusterclip is the paper's "
+                        "method")
+    g.add_argument("--clip", type=CLIP, default=None,
+                   help="clusterclip, paced: max times any document is drawn (default: the "
+                        f"--mixture's clip, else paced {DEFAULT_CLIP}, raised to fit T; "
+                        "clusterclip: the recommended R for T, the rule of `clusterclip "
+                        "report`)")
+    g.add_argument("--alpha", type=ALPHA, default=0.0,
+                   help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
+                        "(default: 0)")
+    add_path(g if mixture_into is None else mixture_into, "--mixture", role="input",
+             default=None, metavar="FILE", help=mixture_help)
 
 
 def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:

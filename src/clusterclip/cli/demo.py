@@ -24,14 +24,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="field compared with the clusters in the report (default: label)")
     p.add_argument("--clusters", type=ROWS, default=64, help="K (default: 64)")
     p.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm")
-    from clusterclip.sampling.sampler import STRATEGIES
+    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
+    from clusterclip.sampling.spec import DEFAULT_CLIP, STRATEGIES
 
-    p.add_argument("--strategy", choices=STRATEGIES, default="paced",
-                   help="strategy of the schedule (default: paced; clusterclip is the paper's "
-                        "method)")
+    p.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_COMMAND_STRATEGY,
+                   help=f"strategy of the schedule (default: {DEFAULT_COMMAND_STRATEGY}; "
+                        "clusterclip is the paper's method)")
     p.add_argument("--clip", type=CLIP, default=None,
-                   help="repetition clip R (default: paced 4; clusterclip: the recommended R "
-                        "for the budget)")
+                   help=f"repetition clip R (default: paced {DEFAULT_CLIP}; clusterclip: the "
+                        "recommended R for the budget)")
     p.add_argument("--epochs", type=EPOCHS, default=3.0,
                    help="schedule length in epochs of the corpus (default: 3)")
     p.add_argument("--seed", type=SEED, default=0)

@@ -6,8 +6,6 @@ import argparse
 from typing import TYPE_CHECKING
 
 from clusterclip.cli._options import (
-    ALPHA,
-    CLIP,
     ROWS,
     SAMPLES,
     SIMILARITY,
@@ -15,6 +13,7 @@ from clusterclip.cli._options import (
     add_corpus_options,
     add_embed_options,
     add_kmeans_options,
+    add_sampling_options,
     add_token_options,
     check_token_options,
     resolve_mixture,
@@ -32,8 +31,6 @@ PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.dedup import DEFAULT_THRESHOLD
-    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
-    from clusterclip.sampling.spec import STRATEGIES
 
     add_path(p, "inputs", role="input", nargs="+", metavar="INPUT",
              help=".jsonl / .jsonl.gz / .parquet files or folders of them")
@@ -50,19 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="B",
                         help="token budget instead: the schedule ends at the first position "
                              "whose cumulative tokens reach B")
-    g.add_argument("--strategy", default=None, choices=STRATEGIES,
-                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
-                        f"our runs), or the --mixture's timing; clusterclip is the paper's "
-                        f"method")
-    g.add_argument("--clip", type=CLIP, default=None,
-                   help="repetition clip R (clusterclip, paced; default: the --mixture's clip, "
-                        "else paced 4, raised to fit T; clusterclip: the recommended R for T, "
-                        "the rule of `clusterclip report`)")
-    add_path(g, "--mixture", role="input", default=None, metavar="FILE",
-             help="mixture.json (`clusterclip search`): its cluster weights (one per "
-                  "cluster of --clusters), and its timing and clip unless --strategy / "
-                  "--clip are given")
-    g.add_argument("--alpha", type=ALPHA, default=0.0, help="temperature exponent on sizes")
+    add_sampling_options(g, mixture_help=(
+        "mixture.json (`clusterclip search`): its cluster weights (one per cluster of "
+        "--clusters), and its timing and clip unless --strategy / --clip are given"))
     add_token_options(g)
     g.add_argument("--dedup", action="store_true",
                    help="group near-duplicates inside each cluster (the dedup stage, "

@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.cli._options import (
-    ALPHA,
-    CLIP,
     POSITION,
     RANK,
     SAMPLES,
     SEED,
     TOKENS,
     WORLD_SIZE,
+    add_sampling_options,
     add_token_options,
     check_token_options,
     resolve_mixture,
@@ -30,22 +29,8 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
-    from clusterclip.sampling.spec import STRATEGIES
-
     add_path(p, "--labels", role="input", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
-    p.add_argument("--strategy", choices=STRATEGIES, default=None,
-                   help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
-                        f"our runs), or the --mixture's timing; clusterclip is the paper's "
-                        f"method")
-    p.add_argument("--clip", type=CLIP, default=None,
-                   help="clusterclip, paced: max times any document is drawn (default: the "
-                        "--mixture's clip, else paced 4, raised to fit T; clusterclip: the "
-                        "recommended R for T, the rule of `clusterclip report`)")
-    p.add_argument("--alpha", type=ALPHA, default=0.0,
-                   help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
-                        "(default: 0)")
     length = p.add_mutually_exclusive_group(required=True)
     length.add_argument("--num-samples", type=SAMPLES, default=None,
                         help="global schedule length T")
@@ -65,10 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(weights, "--cluster-weights", role="input", default=None,
              help="optional 1-D float .npy replacing n_k ** alpha as cluster weight (>= 0; "
                   "a cluster of weight 0 is never drawn)")
-    add_path(weights, "--mixture", role="input", default=None, metavar="FILE",
-             help="mixture.json (e.g. W/search/mixture.json of `clusterclip search`): its "
-                  "cluster weights, and its timing and clip unless --strategy / --clip are "
-                  "given")
+    add_sampling_options(p, mixture_into=weights, mixture_help=(
+        "mixture.json (e.g. W/search/mixture.json of `clusterclip search`): its cluster "
+        "weights, and its timing and clip unless --strategy / --clip are given"))
     add_path(p, "--tokens", role="input", default=None, metavar="T.npy",
                    help="1-D integer .npy: tokens per document, for --num-tokens / "
                         "--balance-by tokens when --labels is not a work directory's (a work "

@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
 from clusterclip.sampling.mixture import MIXTURE_TIMINGS
+from clusterclip.sampling.spec import DEFAULT_CLIP
 
 #: The timings a mixture can have (the sampler strategies that take cluster weights and R).
 TIMINGS = MIXTURE_TIMINGS
 #: The clips R the search tries; :data:`DEFAULT_CLIP` for the fixed candidates.
 CLIPS = (2, 3, 4, 6, 8)
-DEFAULT_CLIP = 4
-DEFAULT_TIMING = "paced"
+DEFAULT_TIMING = DEFAULT_COMMAND_STRATEGY
 #: Up to this many clusters the search weighs clusters directly; above, super-clusters.
 MAX_DIRECT_CLUSTERS = 32
 #: Super-clusters above :data:`MAX_DIRECT_CLUSTERS` clusters (CLIMB uses 16-21).
