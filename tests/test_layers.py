@@ -3,7 +3,7 @@
 Built with ``ast`` from every module, counting imports inside functions (a lazy
 import is still a dependency). Layers, from the bottom: the shared modules
 (``errors``, ``limits``, ``io``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
-``workdir``, ``data``), then ``corpus`` -> ``embedding`` -> ``clustering`` ->
+``data``), then ``corpus`` -> ``embedding`` -> ``clustering`` ->
 ``sampling``; a module of these may import its own layer and those below only.
 Everything else (``tokens``, ``dedup``, ``export``, ``report``, ``experiment``,
 ``pipeline``, ``cli``, the package's own ``__init__``) sits above them.
@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "clusterclip"
-SHARED = ("errors", "limits", "io", "labels", "kernels", "plotting", "distributed", "workdir",
-          "data")
+SHARED = ("errors", "limits", "io", "labels", "kernels", "plotting", "distributed", "data")
 LAYERS = {**dict.fromkeys(SHARED, 0), "corpus": 1, "embedding": 2, "clustering": 3,
           "sampling": 4}
 #: Cycles allowed to remain (none: a cycle fails the test).
@@ -136,6 +135,12 @@ def test_no_import_cycle_between_modules_or_parts(graph):
     assert _cycles(parts) == []
 
 
+#: Upward imports still to go: the stage glue (``run_stage``) moving to clusterclip.stages
+#: on branch s1 (issue 29); emptied by that move.
+UPWARD_PENDING = {"clusterclip.embedding.pipeline -> clusterclip.workdir",
+                  "clusterclip.clustering.stage -> clusterclip.workdir"}
+
+
 def test_the_lower_layers_import_only_their_layer_and_below(graph):
     upward = []
     for m, deps in graph.items():
@@ -144,7 +149,7 @@ def test_the_lower_layers_import_only_their_layer_and_below(graph):
         for d in deps:
             if LAYERS.get(_part(d), 99) > LAYERS[_part(m)]:
                 upward.append(f"{m} -> {d}")
-    assert upward == []
+    assert sorted(upward) == sorted(UPWARD_PENDING)
     # the arrows issue 20 named are gone for good
     assert "clusterclip.tokens" not in set().union(*(graph[m] for m in graph
                                                      if _part(m) == "sampling"))
