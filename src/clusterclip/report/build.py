@@ -45,8 +45,10 @@ from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_c
 from clusterclip.sampling.clip import quartile_clusters as _quartiles
 from clusterclip.sampling.spec import (
     CLIP_STRATEGIES,
+    DEFAULT_CLIP,
     DEFAULT_STRATEGIES,
     STRATEGIES,
+    check_clip,
     strategy_options,
 )
 
@@ -326,7 +328,7 @@ class ReportOptions:
     label_field: str | None = None
     strategies: Sequence[str] | None = None
     num_samples: int | None = None
-    clip: int = 4
+    clip: int = DEFAULT_CLIP
     alpha: float = 0.0
     seed: int = 0
     windows: int = 50
@@ -350,8 +352,7 @@ class ReportOptions:
 
     def check(self) -> None:
         """InputError naming the option for a value out of range."""
-        if self.clip < 1:
-            raise InputError(f"--clip must be >= 1, got {self.clip}")
+        check_clip(self.clip)
         if self.windows < 1:
             raise InputError(f"--windows must be >= 1, got {self.windows}")
         if not (self.tail_floor >= 0 and math.isfinite(self.tail_floor)):
@@ -482,9 +483,9 @@ def _token_inputs(w: Any) -> dict[str, Any]:
     estimate) and their ``source``."""
     out: dict[str, Any] = {"groups": current_groups(w)}
     if (w.root / "corpus").is_dir():
-        from clusterclip.tokens import recorded_tokens
+        from clusterclip.stages.tokens import recorded
 
-        tokens, out["source"] = recorded_tokens(w)
+        tokens, out["source"] = recorded(w)
         # int32 holds any document's token count (4 bytes per document, not 8).
         fits = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**31)
         out["tokens"] = tokens.astype(np.int32) if fits else tokens
