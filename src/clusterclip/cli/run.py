@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
-PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup"}
+PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup",
+               "threshold": "--dedup-threshold"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -19,7 +19,13 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.clustering._rows import check_matrix
-from clusterclip.clustering.kmeans import KMeans, assign, default_fit_sample
+from clusterclip.clustering.kmeans import (
+    DEFAULT_CHUNK_ROWS,
+    DEFAULT_METRIC,
+    KMeans,
+    assign,
+    default_fit_sample,
+)
 from clusterclip.errors import InputError
 from clusterclip.io import check_output_dir, load_npy, save_npy, write_json, write_marker
 
@@ -188,8 +194,9 @@ def fit_and_write(paths: tuple[Path, Path, Path], X: np.ndarray, valid: np.ndarr
 
 def assign_embeddings_file(centroids_path: str | os.PathLike[str],
                            embeddings_path: str | os.PathLike[str],
-                           out_dir: str | os.PathLike[str], *, metric: str = "cosine",
-                           device: str = "cpu", chunk_rows: int = 65536,
+                           out_dir: str | os.PathLike[str], *,
+                           metric: str = DEFAULT_METRIC, device: str = "cpu",
+                           chunk_rows: int = DEFAULT_CHUNK_ROWS,
                            valid_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Label new embeddings with existing centroids.
 
