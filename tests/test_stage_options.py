@@ -15,7 +15,7 @@ import pytest
 
 import clusterclip.stages
 from clusterclip.errors import InputError
-from clusterclip.workdir import GROUPS, LABELS, VALID, Workdir
+from clusterclip.workdir import CENTROIDS, GROUPS, LABELS, SCHEDULE, SCORES, VALID, Workdir
 
 STAGES = sorted(m.name for m in pkgutil.iter_modules(clusterclip.stages.__path__)
                 if not m.name.startswith("_"))
@@ -71,6 +71,11 @@ def test_the_loaders_read_what_was_written_and_name_the_file_otherwise(tmp_path)
     assert w.labels(4).tolist() == labels.tolist()
     assert w.valid(4).tolist() == [True, True, False, True]
     assert w.groups().tolist() == [0, 1, -1, 1]
+    np.save(w.path(SCORES), np.array([0.5, 1.0, 0.0, 0.25], dtype=np.float32))
+    np.save(w.path(CENTROIDS), np.eye(3, 4, dtype=np.float32))
+    np.save(w.path(SCHEDULE), np.array([3, 0, 1, 1]))
+    assert w.scores().tolist() == [0.5, 1.0, 0.0, 0.25] and w.centroids().shape == (3, 4)
+    assert w.schedule().tolist() == [3, 0, 1, 1]
     with pytest.raises(InputError, match=f"{w.path(VALID)}: expected a bool array of shape"):
         w.valid(5)
     np.save(w.path(LABELS), labels.astype(float))
