@@ -142,9 +142,9 @@ def test_balance_by_tokens_runs_and_is_recorded(workdir, tmp_path):
 
 def test_same_seed_gives_identical_results(workdir):
     from clusterclip.experiment import ExperimentConfig, compare_strategies
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runner import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     cfg = ExperimentConfig.quick(strategies=("uniform",), seeds=1, tokens=4096)
     a = compare_strategies(texts, labels, cfg, threads=1, progress=False)
     b = compare_strategies(texts, labels, cfg, threads=1, progress=False)
@@ -185,9 +185,9 @@ def test_the_bundled_minilm_tokenizer_trains_and_reports_bits_per_byte(workdir):
 
     from clusterclip.experiment import ExperimentConfig, compare_strategies
     from clusterclip.experiment.output import render_markdown
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runner import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     cfg = ExperimentConfig.quick(strategies=("random",), seeds=1, tokens=4096,
                                  tokenizer=get_model_path())
     cfg = replace(cfg, train=replace(cfg.train, eval_points=2))  # 30,523 logits a token
@@ -311,9 +311,9 @@ def test_experiment_resumes_finished_runs_after_an_interruption(workdir, tmp_pat
 
 def test_max_docs_subsamples_each_cluster_by_its_share(workdir):
     from clusterclip.experiment import ExperimentConfig, compare_strategies
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runner import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     cfg = ExperimentConfig.quick(strategies=("random",), seeds=1, tokens=2048, max_docs=200)
     res = compare_strategies(texts, labels, cfg, threads=1, progress=False)
     d = res["data"]
@@ -331,9 +331,9 @@ def test_groups_count_repetition_per_near_duplicate_group(workdir, monkeypatch):
     store keys; without groups the column is absent."""
     from clusterclip.experiment import ExperimentConfig, compare_strategies, runner
     from clusterclip.experiment.output import render_markdown
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runner import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     # groups of up to 3 consecutive documents of one cluster (a few left without a group)
     groups = np.array([int(labels[i]) * 1000 + i // 3 for i in range(labels.size)], np.int64)
     groups[::17] = -1

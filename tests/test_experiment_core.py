@@ -18,7 +18,7 @@ from clusterclip.experiment import (
     summarize,
     token_balanced_weights,
 )
-from clusterclip.experiment.config import EOS
+from clusterclip.lm.config import EOS
 
 label_arrays = st.lists(st.integers(-1, 6), min_size=1, max_size=300).map(
     lambda v: np.array(v, dtype=np.int64))
@@ -176,9 +176,9 @@ def test_token_balanced_sampling_gives_equal_tokens_with_the_real_sampler():
 def test_evaluation_is_independent_of_batching_and_training_is_deterministic():
     import torch
 
-    from clusterclip.experiment.config import ModelConfig, TrainConfig
-    from clusterclip.experiment.model import ByteLM
-    from clusterclip.experiment.train import evaluate_documents, train_run
+    from clusterclip.lm.config import ModelConfig, TrainConfig
+    from clusterclip.lm.model import ByteLM
+    from clusterclip.lm.train import evaluate_documents, train_run
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the test's numbers are compared only with themselves
@@ -308,7 +308,7 @@ def test_max_group_repetition_is_the_most_feeds_of_one_group(data):
     """``schedule_stats(..., groups=)`` adds the most times one near-duplicate group was fed
     (all its members together), equal to a one-feed-at-a-time recount; nothing else changes."""
     from clusterclip.experiment import schedule_stats
-    from clusterclip.experiment.metrics import SCHEDULE_STATS, schedule_keys
+    from clusterclip.lm.metrics import SCHEDULE_STATS, schedule_keys
 
     n = data.draw(st.integers(1, 40))
     labels = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))

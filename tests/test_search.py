@@ -294,15 +294,15 @@ def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
 def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
     """Each arm's never-drawn shares at the budget, per test seed, equal a count over its
     schedule packed into the budget's windows, rebuilt here from the splits."""
-    from clusterclip.experiment.data import pack_sequences
-    from clusterclip.experiment.runner import _load_inputs
-    from clusterclip.experiment.runs import ScheduleSpec, schedule_sampler, schedule_stream
+    from clusterclip.experiment.runner import load_inputs
+    from clusterclip.lm.data import pack_sequences
+    from clusterclip.lm.runs import ScheduleSpec, schedule_sampler, schedule_stream
     from clusterclip.search.runner import SearchConfig, prepare
     from clusterclip.search.target import read_target
 
     w = searched["w"]
     res = json.loads(searched["bytes"]["results.json"])
-    labels, texts, _ = _load_inputs(w)
+    labels, texts, _ = load_inputs(w)
     config = SearchConfig.from_options(quick=True, runs=5, rounds=2, test_seeds=2)
     data, splits = prepare(texts, labels, read_target([str(searched["target"])], "text"),
                            config)
@@ -369,7 +369,7 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
     arms is compared by Spearman over their mean test target loss."""
     from scipy import stats
 
-    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.lm.config import MODEL_PRESETS
     from clusterclip.search import runner
     from clusterclip.search.proxies import ProxyTrainer
 
@@ -540,7 +540,7 @@ def test_two_workers_give_the_serial_bytes_and_resume_after_ctrl_c(searched, tmp
     of the serial one, and every stored run equals the serial run of the same key."""
     import multiprocessing
 
-    from clusterclip.experiment.runs import RunStore
+    from clusterclip.lm.runs import RunStore
 
     w = _workdir(tmp_path, searched["corpus"])
     real = RunStore.put

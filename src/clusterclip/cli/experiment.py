@@ -27,12 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.config import DEFAULT_MODEL
     from clusterclip.experiment.runner import (
         DEFAULT_MAX_DOCS,
         DEFAULT_STRATEGIES,
         EXPERIMENT_STRATEGIES,
     )
+    from clusterclip.lm.config import DEFAULT_MODEL
 
     p.add_argument("--strategies", type=_strategies, default=None,
                    help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "

@@ -26,8 +26,8 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
+    from clusterclip.lm.config import MODEL_PRESETS
     from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
 
     add_path(p, "--workdir", role="workdir", default=None,

@@ -4,7 +4,7 @@
 out, no files but an optional store of finished runs), in five steps:
 :func:`prepare_data` (tokens, subsample, held-out split), :func:`plan_budget`,
 :func:`run_keys` (the store's fingerprints), :func:`experiment_run` (one run,
-through :mod:`~clusterclip.experiment.runs`, which ``search`` shares) and
+through :mod:`~clusterclip.lm.runs`, which ``search`` shares) and
 :func:`experiment_results`. :func:`run_experiment` is the work-directory edge
 that reads ``W/labels.npy`` and ``W/corpus/`` and writes ``W/experiment/``
 (each finished run saved in ``W/experiment/runs/``, so a killed experiment
@@ -26,15 +26,18 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
-from clusterclip.experiment.data import (
+from clusterclip.experiment.output import write_outputs
+from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
+from clusterclip.lm.data import (
+    checked_labels,
     encode_documents,
     matched_train_sample,
+    proxy_tokenizer,
     stratified_split,
     stratified_subsample,
     tokenize_documents,
 )
-from clusterclip.experiment.metrics import (
+from clusterclip.lm.metrics import (
     METRICS,
     bits_per_byte,
     cluster_repetition,
@@ -45,9 +48,8 @@ from clusterclip.experiment.metrics import (
     schedule_stats,
     summarize,
 )
-from clusterclip.experiment.output import write_outputs
-from clusterclip.experiment.pool import check_workers, pooled
-from clusterclip.experiment.runs import (
+from clusterclip.lm.pool import check_workers, pooled
+from clusterclip.lm.runs import (
     RUN_FORMAT,
     Budget,
     RunStore,
@@ -151,7 +153,7 @@ class ExperimentConfig:
 
     def with_model(self, preset: str) -> ExperimentConfig:
         """This configuration with model size preset ``preset`` (see
-        :data:`~clusterclip.experiment.config.MODEL_PRESETS`): its shape and
+        :data:`~clusterclip.lm.config.MODEL_PRESETS`): its shape and
         learning rate, documents truncated to its window."""
         if preset not in MODEL_PRESETS:
             raise InputError(f"--model: unknown preset {preset!r} "
@@ -261,33 +263,6 @@ class ExperimentData:
         return int(np.count_nonzero(self.train_labels >= 0))
 
 
-def _checked_labels(texts: Sequence[str | None], labels: np.ndarray,
-                    groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.shape[0] != len(texts):
-        raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
-    labels = labels.astype(np.int64)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
-            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
-                             f"{groups.shape}; rerun `clusterclip dedup`")
-        groups = groups.astype(np.int64)
-    return labels, groups
-
-
-def proxy_tokenizer(path: str) -> Any:
-    """The fast tokenizer at ``path`` (:func:`clusterclip.tokens.load_tokenizer`; InputError
-    naming the folder when it is not one, or not a fast one: the proxy needs offsets)."""
-    from clusterclip.tokens import load_tokenizer
-
-    tok = load_tokenizer(path)
-    if not getattr(tok, "is_fast", False):
-        raise InputError(f"--tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
-                         "the bytes each token covers are unknown")
-    return tok
-
-
 def encode_texts(texts: Sequence[str | None], config: ExperimentConfig
                  ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, ExperimentConfig]:
     """The documents as the proxies read them: ``(docs, truncated, doc_bytes, config)``,
@@ -308,7 +283,7 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
     """Tokenise, exclude documents without text, subsample (``config.max_docs``) and
     split off the cluster-stratified held-out set and its matched training sample
     (``data.config``: ``config`` with the model's vocabulary, :func:`encode_texts`)."""
-    labels, groups = _checked_labels(texts, labels, groups)
+    labels, groups = checked_labels(texts, labels, groups)
     docs, truncated, doc_bytes, config = encode_texts(texts, config)
     doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
     no_text = (doc_tokens == 0) & (labels >= 0)
@@ -431,7 +406,7 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
     """Train one (strategy, seed) run and measure it: held-out and training-sample loss
     (micro, macro, tail, head, gap), per-cluster loss, gap and repetition, the curve and
     what the schedule fed."""
-    from clusterclip.experiment.train import evaluate_documents
+    from clusterclip.lm.train import evaluate_documents
 
     valid_docs = [data.docs[i] for i in data.valid_idx]
     train_eval_docs = [data.docs[i] for i in data.train_eval_idx]
@@ -610,7 +585,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     ``store``: finished runs are saved there under :func:`run_keys` and reused when
     found. ``on_run(strategy, seed, reused)`` is called after each run (an exception
     there stops the experiment; finished runs stay stored). ``workers`` > 1: as many worker
-    processes (:mod:`~clusterclip.experiment.pool`, the same results). ``log`` receives
+    processes (:mod:`~clusterclip.lm.pool`, the same results). ``log`` receives
     the time estimate printed before training (default: stderr when
     ``progress``).
     """
@@ -666,7 +641,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                               timing)
 
 
-def _load_inputs(root: Path, texts: bool = True
+def load_inputs(root: Path, texts: bool = True
                  ) -> tuple[np.ndarray, list[str | None], Any]:
     """``W/labels.npy`` (checked) and the texts of ``W/corpus/`` (none unless ``texts``)."""
     from clusterclip.corpus import Corpus
@@ -747,7 +722,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     store = RunStore(out / "runs")
 
     def work(run: Any) -> dict[str, Any]:
-        _, texts, _ = _load_inputs(w.root)
+        _, texts, _ = load_inputs(w.root)
         mark_output(out, "experiment")  # ours (the stage runner checked): before any run
         try:
             results = compare_strategies(texts, labels, config, device=device, threads=threads,
@@ -775,7 +750,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         return k
 
     with w.locked():
-        labels, _, _ = _load_inputs(w.root, texts=False)
+        labels, _, _ = load_inputs(w.root, texts=False)
         path = mixture_path(w.root, config, mixture)
         if path is not None:  # seen by work() and key() too
             config = replace(config, mixture=read_mixture(path, int(labels.max()) + 1))

@@ -25,7 +25,7 @@ import numpy as np
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
 from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, ExperimentConfig
-from clusterclip.experiment.runs import ScheduleSpec
+from clusterclip.lm.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
 from clusterclip.search.overlap import Overlap, excluded_documents
 from clusterclip.search.overlap import summary as overlap_summary
@@ -51,7 +51,7 @@ NO_VERIFY = "none"
 
 def one_size_up(model: str) -> str | None:
     """The next larger preset after ``model`` (None for the largest)."""
-    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.lm.config import MODEL_PRESETS
 
     names = list(MODEL_PRESETS)
     i = names.index(model) if model in names else len(names)
@@ -96,7 +96,7 @@ class SearchConfig:
             raise InputError(f"--seed: must be >= 0, got {self.seed}")
         self.experiment().validate()
         if self.verify_model is not None:
-            from clusterclip.experiment.config import MODEL_PRESETS
+            from clusterclip.lm.config import MODEL_PRESETS
 
             if self.verify_model not in MODEL_PRESETS:
                 raise InputError(f"--verify-model: unknown preset {self.verify_model!r}")
@@ -146,12 +146,12 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
             ) -> tuple[ProxyData, dict[str, np.ndarray]]:
     """The corpus's and the target's splits and the data every run sees; the corpus
     documents ``exclude`` (bool[N]: the target's copies) are in no split."""
-    from clusterclip.experiment.data import stratified_subsample
-    from clusterclip.experiment.runner import _checked_labels, encode_texts
-    from clusterclip.experiment.runs import Budget
+    from clusterclip.experiment.runner import encode_texts
     from clusterclip.io import array_fingerprint, fingerprint
+    from clusterclip.lm.data import checked_labels, stratified_subsample
+    from clusterclip.lm.runs import Budget
 
-    labels, _ = _checked_labels(texts, labels, None)
+    labels, _ = checked_labels(texts, labels, None)
     if exclude is not None:
         labels[exclude] = -1
     docs, _, doc_bytes, exp = encode_texts(texts, config.experiment())
@@ -262,8 +262,8 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     and each rank's ``workers``."""
     import torch
 
-    from clusterclip.experiment.config import format_parameters as size
-    from clusterclip.experiment.runs import estimate_seconds, format_seconds, torch_settings
+    from clusterclip.lm.config import format_parameters as size
+    from clusterclip.lm.runs import estimate_seconds, format_seconds, torch_settings
 
     exp = data.config
     n_test = config.test_seeds * (3 if config.targets else 2)
@@ -341,12 +341,12 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
             progress: bool, store: Any, workers: int = 1,
             pools: contextlib.ExitStack | None = None) -> dict[str, Any]:
     """The search itself (every rank): data, prior, rounds, test runs; the results dict."""
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.experiment.runner import load_inputs
     from clusterclip.io import load_npy
     from clusterclip.search.output import results_dict, verify_dict
 
     log = _log(progress)
-    labels, texts, corpus = _load_inputs(w.root)
+    labels, texts, corpus = load_inputs(w.root)
     num_clusters = int(labels.max()) + 1
     centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
     histogram = exclude = overlap = None
@@ -417,9 +417,9 @@ def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
     in ``W/search/runs/``). Every ``torchrun`` rank calls this; each trains its share of
     a batch of proxies with ``workers`` worker processes (the results do not depend on
     it). Returns the results dict plus ``out_dir`` and ``wall_seconds``."""
-    from clusterclip.experiment.pool import check_workers
-    from clusterclip.experiment.runs import RunStore, check_device, default_threads
     from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
+    from clusterclip.lm.pool import check_workers
+    from clusterclip.lm.runs import RunStore, check_device, default_threads
     from clusterclip.search.output import write_outputs
     from clusterclip.workdir import Workdir
 

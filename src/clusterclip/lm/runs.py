@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig, TrainConfig
-from clusterclip.experiment.data import pack_sequences
+from clusterclip.lm.config import MODEL_PRESETS, ModelConfig, TrainConfig
+from clusterclip.lm.data import pack_sequences
 from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
 
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
@@ -223,9 +223,9 @@ def train_on_schedule(model_cfg: ModelConfig, train_cfg: TrainConfig, docs: Sequ
                       ) -> tuple[Any, dict[str, Any], np.ndarray]:
     """Train a fresh model (initialised from ``seed``) on ``steps`` batches packed from
     ``sampler``'s schedule of ``docs``. Returns ``(model, log, fed)``: the trained model,
-    :func:`~clusterclip.experiment.train.train_run`'s log (``evaluate`` draws the curve)
+    :func:`~clusterclip.lm.train.train_run`'s log (``evaluate`` draws the curve)
     and int64 indices of the documents packed, in order."""
-    from clusterclip.experiment.train import train_run
+    from clusterclip.lm.train import train_run
 
     fed: list[int] = []
     windows = pack_sequences(schedule_stream(sampler, docs, fed), model_cfg.seq_len,
@@ -244,8 +244,8 @@ def estimate_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, device: Any
     import torch
     import torch.nn.functional as F
 
-    from clusterclip.experiment.model import ByteLM
-    from clusterclip.experiment.train import evaluate_documents
+    from clusterclip.lm.model import ByteLM
+    from clusterclip.lm.train import evaluate_documents
 
     gen = torch.Generator().manual_seed(0)
     model = ByteLM(model_cfg).to(device)

@@ -1,6 +1,7 @@
-"""Pure data steps of the experiment: byte tokens, the held-out split, packing.
+"""Pure data steps of the proxy model: tokens, the cluster-stratified split and subsample, packing.
 
-Everything here takes and returns numpy arrays; nothing touches files or torch.
+Everything here takes and returns numpy arrays and never imports torch; only
+:func:`proxy_tokenizer` reads a folder (a tokenizer).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.config import EOS
+from clusterclip.errors import InputError
+from clusterclip.lm.config import EOS
 
 
 def encode_documents(texts: Sequence[str | None], max_doc_tokens: int
@@ -195,3 +197,33 @@ def stratified_subsample(labels: np.ndarray, max_docs: int, seed: int = 0) -> np
         members = by_cluster[starts[k]:starts[k + 1]]
         keep[rng.choice(members, size=int(quota[k]), replace=False)] = True
     return keep
+
+
+def checked_labels(texts: Sequence[str | None], labels: np.ndarray,
+                   groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``labels`` as int64[N] for N = ``len(texts)``, and ``groups`` (near-duplicate group
+    per document, or None) as int64[N]; InputError naming the array whose shape or type is
+    wrong."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != len(texts):
+        raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
+    labels = labels.astype(np.int64)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
+            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
+                             f"{groups.shape}; rerun `clusterclip dedup`")
+        groups = groups.astype(np.int64)
+    return labels, groups
+
+
+def proxy_tokenizer(path: str) -> Any:
+    """The fast tokenizer at ``path`` (:func:`clusterclip.tokens.load_tokenizer`; InputError
+    naming the folder when it is not one, or not a fast one: the proxy needs offsets)."""
+    from clusterclip.tokens import load_tokenizer
+
+    tok = load_tokenizer(path)
+    if not getattr(tok, "is_fast", False):
+        raise InputError(f"--tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
+                         "the bytes each token covers are unknown")
+    return tok

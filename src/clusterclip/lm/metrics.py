@@ -108,7 +108,7 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
     """What a run's schedule fed the model, to tell whether the clip mattered.
 
     ``fed``: int[D] document indices in the order packed (see
-    :func:`~clusterclip.experiment.runs.schedule_stream`); ``labels``: int[N];
+    :func:`~clusterclip.lm.runs.schedule_stream`); ``labels``: int[N];
     ``doc_tokens``: int[N] tokens per document; ``tail`` / ``head``: the smallest / largest quarter
     of the evaluated clusters; ``clusters_clipped``: clusters that completed
     their ``clip``-th pass and left the pool (the sampler's summary; 0 for
