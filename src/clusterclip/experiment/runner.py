@@ -29,6 +29,8 @@ from clusterclip.errors import InputError
 from clusterclip.experiment.output import write_outputs
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import (
+    HOLDOUT_FRACTION,
+    MIN_CLUSTER_DOCS,
     checked_labels,
     encode_documents,
     matched_train_sample,
@@ -43,7 +45,6 @@ from clusterclip.lm.metrics import (
     cluster_repetition,
     mean_std,
     per_cluster_loss,
-    quartile_clusters,
     schedule_keys,
     schedule_stats,
     summarize,
@@ -65,6 +66,7 @@ from clusterclip.lm.runs import (
     usable_cpus,
 )
 from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
+from clusterclip.sampling.clip import quartile_clusters
 from clusterclip.sampling.mixture import Mixture, Stage, read_mixture
 from clusterclip.sampling.spec import DEFAULT_STRATEGIES, STRATEGIES
 
@@ -113,8 +115,8 @@ class ExperimentConfig:
     epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
     tokens: int | None = None         # ... unless an explicit token budget is given
     max_doc_tokens: int = 128         # documents are truncated to this (EOS included)
-    valid_fraction: float = 0.1
-    min_cluster_docs: int = 10
+    valid_fraction: float = HOLDOUT_FRACTION
+    min_cluster_docs: int = MIN_CLUSTER_DOCS
     split_seed: int = 0
     max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
@@ -298,7 +300,7 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
     num_clusters = int(labels.max()) + 1
     cluster_sizes = np.bincount(labels[labels >= 0], minlength=num_clusters)
     held = stratified_split(labels, config.valid_fraction, config.min_cluster_docs,
-                            config.split_seed)
+                            config.split_seed) == 1
     if not held.any():
         raise InputError(f"labels: no cluster has {config.min_cluster_docs} documents, "
                          "so nothing can be held out for validation")
@@ -306,7 +308,8 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
     train_labels[held] = -1
     valid_idx = np.flatnonzero(held)
     valid_ids = np.unique(labels[valid_idx])
-    tail, head = quartile_clusters(valid_ids, cluster_sizes[valid_ids])
+    tail, head = quartile_clusters(cluster_sizes, among=valid_ids)
+    head = head[::-1]  # ascending by size, the order the results list
     return ExperimentData(
         labels=labels, train_labels=train_labels, docs=docs, doc_tokens=doc_tokens,
         truncated=truncated, no_text=int(np.count_nonzero(no_text)), left_out=left_out,

@@ -25,6 +25,7 @@ import numpy as np
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
 from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, ExperimentConfig
+from clusterclip.lm.data import MIN_CLUSTER_DOCS
 from clusterclip.lm.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
 from clusterclip.search.overlap import Overlap, excluded_documents
@@ -165,7 +166,8 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
         labels[~stratified_subsample(labels, exp.max_docs, exp.split_seed)] = -1
     train, val, test = corpus_splits(labels, config.seed)
     if val.size == 0:
-        raise InputError("labels: no cluster has 10 documents, so nothing can be held out")
+        raise InputError(f"labels: no cluster has {MIN_CLUSTER_DOCS} documents, so nothing "
+                         "can be held out")
     train_labels = np.full(labels.size, -1, dtype=np.int64)
     train_labels[train] = labels[train]
     tval = ttest = np.zeros(0, dtype=np.int64)
