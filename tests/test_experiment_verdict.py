@@ -239,8 +239,9 @@ def test_model_presets_grow_and_set_the_window():
     assert base.model == MODEL_PRESETS["base"][0] and base.train.lr == MODEL_PRESETS["base"][1]
     assert base.max_doc_tokens == base.model.seq_len
     base.validate()
-    with pytest.raises(InputError, match="--model"):
+    with pytest.raises(InputError, match="^model: unknown preset 'huge'") as e:
         ExperimentConfig().with_model("huge")
+    assert e.value.params == ("model",)  # the command line shows it as --model
 
 
 def test_random_alone_is_best_and_counts_its_seeds():

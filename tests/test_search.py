@@ -294,11 +294,11 @@ def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
 def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
     """Each arm's never-drawn shares at the budget, per test seed, equal a count over its
     schedule packed into the budget's windows, rebuilt here from the splits."""
-    from clusterclip.experiment.runner import load_inputs
     from clusterclip.lm.data import pack_sequences
     from clusterclip.lm.runs import ScheduleSpec, schedule_sampler, schedule_stream
     from clusterclip.search.runner import SearchConfig, prepare
     from clusterclip.search.target import read_target
+    from clusterclip.stages.experiment import load_inputs
 
     w = searched["w"]
     res = json.loads(searched["bytes"]["results.json"])
@@ -389,14 +389,14 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProxyTrainer, "run", dies_after_two)
         assert _search(w, target, "--verify-model", "small") == 130
-    got, real_search = {}, runner._search
+    got, real_search = {}, runner.search
 
     def spy(*a, **kw):
         got.update(real_search(*a, **kw))
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "_search", spy)
+        mp.setattr(runner, "search", spy)
         assert _search(w, target, "--verify-model", "small") == 0
     t = got["timing"]
     assert (t["trained_runs"], t["verify_trained_runs"], t["verify_reused_runs"]) == (0, 4, 2)
@@ -494,14 +494,14 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     changed = searched["root"] / "changed.jsonl"
     changed.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     got = {}
-    real = runner._search
+    real = runner.search
 
     def spy(*a, **kw):
         got.update(real(*a, **kw))
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "_search", spy)
+        mp.setattr(runner, "search", spy)
         assert _search(w, changed) == 0
     after = _outputs(w)
     assert after["mixture.json"] == searched["bytes"]["mixture.json"]

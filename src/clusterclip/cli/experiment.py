@@ -81,12 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment, verdict_lines
+    from clusterclip.experiment import DEFAULT_STRATEGIES, verdict_lines
     from clusterclip.experiment.output import (
         format_schedule_table,
         format_table,
         schedule_budget,
     )
+    from clusterclip.stages.experiment import run_experiment
 
     if args.max_docs < 0:
         raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")

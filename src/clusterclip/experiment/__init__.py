@@ -26,7 +26,6 @@ from clusterclip.experiment.runner import (
     ExperimentConfig,
     RunStore,
     compare_strategies,
-    run_experiment,
 )
 from clusterclip.experiment.verdict import compute_verdict, verdict_lines
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS
@@ -51,7 +50,7 @@ __all__ = [
     "DEFAULT_EPOCHS", "DEFAULT_MAX_DOCS", "DEFAULT_MODEL", "DEFAULT_STRATEGIES", "METRICS",
     "MODEL_PRESETS", "QUICK_EPOCHS", "SCHEDULE_STATS", "STRATEGIES", "ExperimentConfig",
     "RunStore", "compare_strategies", "compute_verdict", "encode_documents",
-    "matched_train_sample", "mean_std", "pack_sequences", "per_cluster_loss", "run_experiment",
+    "matched_train_sample", "mean_std", "pack_sequences", "per_cluster_loss",
     "schedule_stats", "stratified_split", "stratified_subsample", "summarize",
     "token_balanced_weights", "verdict_lines",
 ]

@@ -243,6 +243,6 @@ def proxy_tokenizer(path: str) -> Any:
 
     tok = load_tokenizer(path)
     if not getattr(tok, "is_fast", False):
-        raise InputError(f"--tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
-                         "the bytes each token covers are unknown")
+        raise InputError(f"tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
+                         "the bytes each token covers are unknown", params=("tokenizer",))
     return tok

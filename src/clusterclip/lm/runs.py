@@ -89,7 +89,8 @@ def check_device(device: str) -> None:
     try:
         torch.empty(1, device=device)
     except (RuntimeError, AssertionError) as e:
-        raise InputError(f"--device {device}: not usable ({str(e).splitlines()[0]})") from None
+        raise InputError(f"device {device}: not usable ({str(e).splitlines()[0]})",
+                         params=("device",)) from None
 
 
 # -- what a run trains on --------------------------------------------------------------
@@ -171,10 +172,10 @@ class Budget:
         if self.needed > spec.clip * have:
             smallest = -(-self.needed // max(1, have))
             raise InputError(
-                f"--clip {spec.clip}: {name} can supply at most {spec.clip} x {have:,} = "
+                f"clip {spec.clip}: {name} can supply at most {spec.clip} x {have:,} = "
                 f"{spec.clip * have:,} training tokens, but the budget needs {self.needed:,}; "
-                f"the smallest --clip that serves it is {smallest:,} (or lower --epochs / "
-                "--tokens)")
+                f"the smallest clip that serves it is {smallest:,} (or give a smaller "
+                "budget)", params=("clip",))
 
 
 def schedule_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: np.ndarray,

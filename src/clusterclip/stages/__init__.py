@@ -1,0 +1,1 @@
+"""The pipeline stages: one module per stage, its options and ``run(w, options)``."""
