@@ -4,7 +4,9 @@ target files) -> ``W/search/`` through the work directory's stage runner.
 :class:`SearchStageOptions` holds everything the stage needs, checked once when made;
 :func:`run` reads the work directory (and embeds the target with W's embedder) into a
 :class:`~clusterclip.search.runner.SearchInputs` for
-:func:`clusterclip.search.runner.search`, and writes its results.
+:func:`clusterclip.search.runner.search`, and writes its results. ``search propose``
+(:func:`propose`) and ``search fit --workdir`` read the work directory here too
+(:func:`workdir_space`: its clusters' search space).
 """
 
 from __future__ import annotations
