@@ -182,7 +182,8 @@ def test_fast_embed_process_never_imports_torch(tmp_path, texts):
     # Nor what only other commands or embedders need (the command line builds only the
     # invoked command's options).
     unneeded = ("torch", "transformers", "sentence_transformers", "clusterclip.sampling",
-                "clusterclip.export", "clusterclip.experiment", "clusterclip.clustering")
+                "clusterclip.export", "clusterclip.experiment", "clusterclip.lm",
+                "clusterclip.clustering")
     if _kernel() is not None:  # the compiled sums replace scipy's CSR product
         unneeded += ("scipy",)
     assert not {m for m in imported for u in unneeded if m == u or m.startswith(u + ".")}

@@ -130,7 +130,7 @@ def test_quick_defaults_make_the_clip_bind(quick_run):
 
 
 def test_balance_by_tokens_runs_and_is_recorded(workdir, tmp_path):
-    from clusterclip.experiment import run_experiment
+    from clusterclip.stages.experiment import run_experiment
 
     res = run_experiment(workdir, strategies=("clusterclip",), seeds=1, quick=True,
                          balance_by="tokens", tokens=8192, threads=1, progress=False)
@@ -142,9 +142,9 @@ def test_balance_by_tokens_runs_and_is_recorded(workdir, tmp_path):
 
 def test_same_seed_gives_identical_results(workdir):
     from clusterclip.experiment import ExperimentConfig, compare_strategies
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.stages.experiment import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     cfg = ExperimentConfig.quick(strategies=("uniform",), seeds=1, tokens=4096)
     a = compare_strategies(texts, labels, cfg, threads=1, progress=False)
     b = compare_strategies(texts, labels, cfg, threads=1, progress=False)
@@ -158,7 +158,7 @@ def test_two_workers_give_the_one_process_results(workdir, tmp_path):
     byte (each run at its own fixed thread count), and no worker left after."""
     import multiprocessing
 
-    from clusterclip.experiment import run_experiment
+    from clusterclip.stages.experiment import run_experiment
 
     kw = dict(strategies=("random", "uniform", "clusterclip"), seeds=1, quick=True,
               tokens=4096, threads=1, progress=False)
@@ -185,9 +185,9 @@ def test_the_bundled_minilm_tokenizer_trains_and_reports_bits_per_byte(workdir):
 
     from clusterclip.experiment import ExperimentConfig, compare_strategies
     from clusterclip.experiment.output import render_markdown
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.stages.experiment import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     cfg = ExperimentConfig.quick(strategies=("random",), seeds=1, tokens=4096,
                                  tokenizer=get_model_path())
     cfg = replace(cfg, train=replace(cfg.train, eval_points=2))  # 30,523 logits a token
@@ -240,15 +240,16 @@ def test_budget_over_clip_capacity_is_refused(workdir, capsys, budget):
 
 def test_epochs_and_tokens_are_one_budget(workdir):
     from clusterclip.errors import InputError
-    from clusterclip.experiment import run_experiment
+    from clusterclip.stages.experiment import run_experiment
 
     # argparse: mutually exclusive options (main returns its exit code)
     assert main(["experiment", "--workdir", str(workdir), "--epochs", "2", "--tokens",
                  "9000"]) == 2
     with pytest.raises(InputError, match="not both"):
         run_experiment(workdir, epochs=2.0, tokens=9000, progress=False)
-    with pytest.raises(InputError, match="--epochs"):
+    with pytest.raises(InputError, match="^epochs: must be a positive number") as e:
         run_experiment(workdir, epochs=0.0, progress=False)
+    assert e.value.params == ("epochs",)  # the command line shows it as --epochs
 
 
 def _copy_inputs(src: Path, dst: Path) -> Path:
@@ -264,7 +265,7 @@ def test_experiment_resumes_finished_runs_after_an_interruption(workdir, tmp_pat
     """A run stopped between (strategy, seed) runs resumes: finished runs are reused
     (same bytes as an uninterrupted experiment), runs of changed inputs are retrained
     and the stale ones discarded."""
-    from clusterclip.experiment import run_experiment
+    from clusterclip.stages.experiment import run_experiment
 
     kw = dict(strategies=("random", "uniform"), seeds=2, quick=True, tokens=4096, threads=1,
               progress=False)
@@ -310,10 +311,11 @@ def test_experiment_resumes_finished_runs_after_an_interruption(workdir, tmp_pat
 
 
 def test_max_docs_subsamples_each_cluster_by_its_share(workdir):
+    from clusterclip.errors import InputError
     from clusterclip.experiment import ExperimentConfig, compare_strategies
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.stages.experiment import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     cfg = ExperimentConfig.quick(strategies=("random",), seeds=1, tokens=2048, max_docs=200)
     res = compare_strategies(texts, labels, cfg, threads=1, progress=False)
     d = res["data"]
@@ -321,8 +323,9 @@ def test_max_docs_subsamples_each_cluster_by_its_share(workdir):
     sizes = np.bincount(labels)
     for k, c in res["clusters"].items():
         assert abs(c["size"] - 200 * sizes[int(k)] / labels.size) < 1
-    with pytest.raises(Exception, match="--max-docs"):
+    with pytest.raises(InputError, match="^max_docs: must be at least 20") as e:
         ExperimentConfig.quick(max_docs=3).validate()
+    assert e.value.params == ("max_docs",)  # the command line shows it as --max-docs
 
 
 def test_groups_count_repetition_per_near_duplicate_group(workdir, monkeypatch):
@@ -331,9 +334,9 @@ def test_groups_count_repetition_per_near_duplicate_group(workdir, monkeypatch):
     store keys; without groups the column is absent."""
     from clusterclip.experiment import ExperimentConfig, compare_strategies, runner
     from clusterclip.experiment.output import render_markdown
-    from clusterclip.experiment.runner import _load_inputs
+    from clusterclip.stages.experiment import load_inputs
 
-    labels, texts, _ = _load_inputs(workdir)
+    labels, texts, _ = load_inputs(workdir)
     # groups of up to 3 consecutive documents of one cluster (a few left without a group)
     groups = np.array([int(labels[i]) * 1000 + i // 3 for i in range(labels.size)], np.int64)
     groups[::17] = -1

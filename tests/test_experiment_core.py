@@ -18,7 +18,7 @@ from clusterclip.experiment import (
     summarize,
     token_balanced_weights,
 )
-from clusterclip.experiment.config import EOS
+from clusterclip.lm.config import EOS
 
 label_arrays = st.lists(st.integers(-1, 6), min_size=1, max_size=300).map(
     lambda v: np.array(v, dtype=np.int64))
@@ -28,8 +28,9 @@ label_arrays = st.lists(st.integers(-1, 6), min_size=1, max_size=300).map(
 @given(labels=label_arrays, frac=st.floats(0.05, 0.5), min_docs=st.integers(2, 12),
        seed=st.integers(0, 2**31))
 def test_split_is_stratified_disjoint_and_deterministic(labels, frac, min_docs, seed):
-    held = stratified_split(labels, frac, min_docs, seed)
-    assert held.dtype == bool and held.shape == labels.shape
+    part = stratified_split(labels, frac, min_docs, seed)
+    assert part.dtype == np.int8 and part.shape == labels.shape and set(part.tolist()) <= {0, 1}
+    held = part == 1
     assert not held[labels < 0].any(), "an excluded document was held out"
     for k in np.unique(labels[labels >= 0]):
         n = int(np.sum(labels == k))
@@ -37,13 +38,13 @@ def test_split_is_stratified_disjoint_and_deterministic(labels, frac, min_docs, 
         want = 0 if n < min_docs else min(n - 1, max(1, round(frac * n)))
         assert got == want, (k, n, got, want)
         assert got < n, "a cluster lost all its training documents"
-    np.testing.assert_array_equal(held, stratified_split(labels, frac, min_docs, seed))
+    np.testing.assert_array_equal(part, stratified_split(labels, frac, min_docs, seed))
 
 
 def test_split_depends_on_seed_and_ignores_small_clusters():
     labels = np.repeat(np.arange(4), [3, 50, 200, 9])
-    a = stratified_split(labels, 0.1, 10, seed=0)
-    b = stratified_split(labels, 0.1, 10, seed=1)
+    a = stratified_split(labels, 0.1, 10, seed=0) == 1
+    b = stratified_split(labels, 0.1, 10, seed=1) == 1
     assert not np.array_equal(a, b)
     assert not a[labels == 0].any() and not a[labels == 3].any()
     assert a[labels == 1].sum() == 5 and a[labels == 2].sum() == 20
@@ -52,7 +53,7 @@ def test_split_depends_on_seed_and_ignores_small_clusters():
 def test_matched_train_sample_mirrors_held_out_counts():
     rng = np.random.default_rng(3)
     labels = rng.integers(-1, 8, size=2000)
-    held = stratified_split(labels, 0.1, 10, seed=0)
+    held = stratified_split(labels, 0.1, 10, seed=0) == 1
     sample = matched_train_sample(labels, held, seed=1)
     assert not held[sample].any() and (labels[sample] >= 0).all()
     assert np.unique(sample).size == sample.size
@@ -100,7 +101,8 @@ def _reference_summary(loss_sum, n_tokens, clusters, sizes):
     q = max(1, math.ceil(len(ranked) / 4))
     return {"micro": sum(loss_sum) / sum(n_tokens), "macro": sum(loss.values()) / len(loss),
             "tail": sum(loss[c] for c in ranked[:q]) / q,
-            "head": sum(loss[c] for c in ranked[-q:]) / q, "per_cluster": loss}
+            "head": sum(loss[c] for c in ranked[-q:]) / q, "per_cluster": loss,
+            "tail_clusters": ranked[:q], "head_clusters": ranked[-q:]}
 
 
 @settings(max_examples=60, deadline=None)
@@ -116,6 +118,8 @@ def test_macro_tail_head_follow_their_definitions(data):
     want = _reference_summary(loss_sum, n_tokens, clusters, sizes)
     for m in ("micro", "macro", "tail", "head"):
         assert got[m] == pytest.approx(want[m], rel=1e-12), m
+    for m in ("tail_clusters", "head_clusters"):  # both ascending by size, then id
+        assert got[m] == want[m], m
     assert {int(c): v["loss"] for c, v in got["per_cluster"].items()} == pytest.approx(
         want["per_cluster"], rel=1e-12)
 
@@ -176,9 +180,9 @@ def test_token_balanced_sampling_gives_equal_tokens_with_the_real_sampler():
 def test_evaluation_is_independent_of_batching_and_training_is_deterministic():
     import torch
 
-    from clusterclip.experiment.config import ModelConfig, TrainConfig
-    from clusterclip.experiment.model import ByteLM
-    from clusterclip.experiment.train import evaluate_documents, train_run
+    from clusterclip.lm.config import ModelConfig, TrainConfig
+    from clusterclip.lm.model import ByteLM
+    from clusterclip.lm.train import evaluate_documents, train_run
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the test's numbers are compared only with themselves
@@ -308,7 +312,7 @@ def test_max_group_repetition_is_the_most_feeds_of_one_group(data):
     """``schedule_stats(..., groups=)`` adds the most times one near-duplicate group was fed
     (all its members together), equal to a one-feed-at-a-time recount; nothing else changes."""
     from clusterclip.experiment import schedule_stats
-    from clusterclip.experiment.metrics import SCHEDULE_STATS, schedule_keys
+    from clusterclip.lm.metrics import SCHEDULE_STATS, schedule_keys
 
     n = data.draw(st.integers(1, 40))
     labels = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))

@@ -151,8 +151,8 @@ def test_verdict_says_when_nothing_differs_measurably_and_when_random_is_best():
 
 
 def test_one_seed_gives_no_spread_and_no_call():
-    from clusterclip.experiment.metrics import METRICS, mean_std
     from clusterclip.experiment.output import format_deltas, format_table
+    from clusterclip.lm.metrics import METRICS, mean_std
 
     res = _results(RANDOM[:1], {k: d[:1] for k, d in DIFFS.items()})
     v = compute_verdict(res)
@@ -183,7 +183,7 @@ def test_verdict_without_random_names_only_the_best():
 @given(sizes=st.lists(st.integers(0, 60), min_size=1, max_size=15),
        excluded=st.integers(0, 20), frac=st.floats(0.05, 1.2), seed=st.integers(0, 50))
 def test_stratified_subsample_keeps_each_cluster_share(sizes, excluded, frac, seed):
-    from clusterclip.experiment.data import stratified_subsample
+    from clusterclip.lm.data import stratified_subsample
 
     labels = np.concatenate([np.repeat(np.arange(len(sizes)), sizes),
                              np.full(excluded, -1)]).astype(np.int64)
@@ -202,7 +202,7 @@ def test_stratified_subsample_keeps_each_cluster_share(sizes, excluded, frac, se
 
 
 def test_cluster_repetition_counts_feeds_per_training_document():
-    from clusterclip.experiment.metrics import cluster_repetition
+    from clusterclip.lm.metrics import cluster_repetition
 
     train_labels = np.array([0, 0, 1, 1, 1, -1, 2])  # doc 5 is held out
     fed = np.array([0, 0, 1, 2, 3, 5, 5, 0])         # held-out doc 5 is not counted
@@ -212,8 +212,8 @@ def test_cluster_repetition_counts_feeds_per_training_document():
 
 
 def test_parameter_count_without_building_the_model():
-    from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig
-    from clusterclip.experiment.model import ByteLM
+    from clusterclip.lm.config import MODEL_PRESETS, ModelConfig
+    from clusterclip.lm.model import ByteLM
 
     # (the GPU presets' counts follow from the same formula; not built here: 60M floats)
     for cfg in [MODEL_PRESETS[n][0] for n in ("tiny", "small", "base")] + [
@@ -224,8 +224,8 @@ def test_parameter_count_without_building_the_model():
 def test_model_presets_grow_and_set_the_window():
     from clusterclip.errors import InputError
     from clusterclip.experiment import ExperimentConfig
-    from clusterclip.experiment.config import MODEL_PRESETS
-    from clusterclip.experiment.model import ByteLM
+    from clusterclip.lm.config import MODEL_PRESETS
+    from clusterclip.lm.model import ByteLM
 
     sizes = [m.num_parameters() for m, _ in MODEL_PRESETS.values()]
     assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)  # one size up is larger
@@ -239,8 +239,9 @@ def test_model_presets_grow_and_set_the_window():
     assert base.model == MODEL_PRESETS["base"][0] and base.train.lr == MODEL_PRESETS["base"][1]
     assert base.max_doc_tokens == base.model.seq_len
     base.validate()
-    with pytest.raises(InputError, match="--model"):
+    with pytest.raises(InputError, match="^model: unknown preset 'huge'") as e:
         ExperimentConfig().with_model("huge")
+    assert e.value.params == ("model",)  # the command line shows it as --model
 
 
 def test_random_alone_is_best_and_counts_its_seeds():

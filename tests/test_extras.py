@@ -40,6 +40,7 @@ MODULE_EXTRAS: dict[str, tuple[str, ...]] = {
     "clusterclip.plotting": ("report",),
     "clusterclip.report": ("report",),
     "clusterclip.report.atlas": ("report", "parquet"),  # export --format atlas: one Parquet
+    "clusterclip.lm": ("experiment",),  # the proxy LM of experiment and search
     "clusterclip.experiment": ("experiment",),
     "clusterclip.search": ("search",),
 }

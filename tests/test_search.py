@@ -294,15 +294,15 @@ def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
 def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
     """Each arm's never-drawn shares at the budget, per test seed, equal a count over its
     schedule packed into the budget's windows, rebuilt here from the splits."""
-    from clusterclip.experiment.data import pack_sequences
-    from clusterclip.experiment.runner import _load_inputs
-    from clusterclip.experiment.runs import ScheduleSpec, schedule_sampler, schedule_stream
+    from clusterclip.lm.data import pack_sequences
+    from clusterclip.lm.runs import ScheduleSpec, schedule_sampler, schedule_stream
     from clusterclip.search.runner import SearchConfig, prepare
     from clusterclip.search.target import read_target
+    from clusterclip.stages.experiment import load_inputs
 
     w = searched["w"]
     res = json.loads(searched["bytes"]["results.json"])
-    labels, texts, _ = _load_inputs(w)
+    labels, texts, _ = load_inputs(w)
     config = SearchConfig.from_options(quick=True, runs=5, rounds=2, test_seeds=2)
     data, splits = prepare(texts, labels, read_target([str(searched["target"])], "text"),
                            config)
@@ -369,7 +369,7 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
     arms is compared by Spearman over their mean test target loss."""
     from scipy import stats
 
-    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.lm.config import MODEL_PRESETS
     from clusterclip.search import runner
     from clusterclip.search.proxies import ProxyTrainer
 
@@ -389,14 +389,14 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProxyTrainer, "run", dies_after_two)
         assert _search(w, target, "--verify-model", "small") == 130
-    got, real_search = {}, runner._search
+    got, real_search = {}, runner.search
 
     def spy(*a, **kw):
         got.update(real_search(*a, **kw))
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "_search", spy)
+        mp.setattr(runner, "search", spy)
         assert _search(w, target, "--verify-model", "small") == 0
     t = got["timing"]
     assert (t["trained_runs"], t["verify_trained_runs"], t["verify_reused_runs"]) == (0, 4, 2)
@@ -494,14 +494,14 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     changed = searched["root"] / "changed.jsonl"
     changed.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     got = {}
-    real = runner._search
+    real = runner.search
 
     def spy(*a, **kw):
         got.update(real(*a, **kw))
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "_search", spy)
+        mp.setattr(runner, "search", spy)
         assert _search(w, changed) == 0
     after = _outputs(w)
     assert after["mixture.json"] == searched["bytes"]["mixture.json"]
@@ -540,7 +540,7 @@ def test_two_workers_give_the_serial_bytes_and_resume_after_ctrl_c(searched, tmp
     of the serial one, and every stored run equals the serial run of the same key."""
     import multiprocessing
 
-    from clusterclip.experiment.runs import RunStore
+    from clusterclip.lm.runs import RunStore
 
     w = _workdir(tmp_path, searched["corpus"])
     real = RunStore.put

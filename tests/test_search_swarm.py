@@ -320,6 +320,29 @@ def test_propose_exports_each_candidate_with_its_quotas(world, tmp_path, capsys)
         np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), doc)
 
 
+def test_propose_with_a_target_proposes_the_prior_of_its_documents_in_w(world, tmp_path,
+                                                                        capsys):
+    """--target: its documents embedded by W's embedder and assigned to W's centroids give
+    the prior candidate (target share per cluster plus the floor x natural)."""
+    from clusterclip.search.space import prior_mixture
+
+    w, labels = world["W"], world["labels"]
+    docs = (world["root"] / "docs.jsonl").read_text(encoding="utf-8").splitlines()
+    target = tmp_path / "t.jsonl"
+    target.write_text("\n".join(docs[:12]) + "\n", encoding="utf-8")
+    rc, out, err = run_main(capsys, "search", "propose", "--workdir", w, "--runs", 6,
+                            "--target", target, "--out", tmp_path / "P")
+    assert rc == 0, err
+    X = np.load(w / "embeddings.npy")[:12]  # the same texts as W embedded them
+    C = np.load(w / "centroids.npy")[:3]
+    hist = np.bincount(np.argmax(X @ C.T, axis=1), minlength=3)
+    natural = np.bincount(labels[labels >= 0], minlength=3) / np.count_nonzero(labels >= 0)
+    mixes = [json.loads(p.read_text()) for p in (tmp_path / "P" / "mixtures").glob("*.json")]
+    prior = [m for m in mixes if m["origin"] == "prior"]
+    assert len(prior) == 1 and all(m["objective"] == "target" for m in mixes)
+    np.testing.assert_allclose(prior[0]["weights"], prior_mixture(hist, natural), atol=1e-9)
+
+
 @pytest.mark.parametrize("case", ["format without budget", "runs 0", "budget over capacity",
                                   "missing workdir"])
 def test_propose_refusals_are_one_line_exit_2_and_write_nothing(world, tmp_path, capsys, case):

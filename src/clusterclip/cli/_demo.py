@@ -92,7 +92,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     step("group")
     exp = None
     if config.experiment != "none":
-        from clusterclip.experiment import run_experiment
+        from clusterclip.stages.experiment import run_experiment
 
         exp = run_experiment(w.root, quick=config.experiment == "quick", clip=clip,
                              device=config.device)

@@ -233,7 +233,7 @@ def add_token_options(p: argparse.ArgumentParser) -> None:
 def add_proxy_options(p: argparse.ArgumentParser, default_model: str) -> None:
     """``--model`` (each preset's parameter count) and ``--tokenizer`` of the proxy LMs
     (``experiment``, ``search``)."""
-    from clusterclip.experiment.config import MODEL_PRESETS, describe_presets
+    from clusterclip.lm.config import MODEL_PRESETS, describe_presets
 
     p.add_argument("--model", choices=tuple(MODEL_PRESETS), default=None,
                    help=f"model size preset (default {default_model}): {describe_presets()}")

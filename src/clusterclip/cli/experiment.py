@@ -27,12 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.config import DEFAULT_MODEL
     from clusterclip.experiment.runner import (
         DEFAULT_MAX_DOCS,
         DEFAULT_STRATEGIES,
         EXPERIMENT_STRATEGIES,
     )
+    from clusterclip.lm.config import DEFAULT_MODEL
 
     p.add_argument("--strategies", type=_strategies, default=None,
                    help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "
@@ -83,12 +83,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.experiment import DEFAULT_STRATEGIES, run_experiment, verdict_lines
+    from clusterclip.experiment import DEFAULT_STRATEGIES, verdict_lines
     from clusterclip.experiment.output import (
         format_schedule_table,
         format_table,
         schedule_budget,
     )
+    from clusterclip.stages.experiment import run_experiment
 
     if args.max_docs < 0:
         raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")

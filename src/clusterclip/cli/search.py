@@ -26,8 +26,8 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.config import MODEL_PRESETS
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
+    from clusterclip.lm.config import MODEL_PRESETS
     from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
 
     add_path(p, "--workdir", role="workdir", default=None,
@@ -143,14 +143,15 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_propose(args: argparse.Namespace) -> int:
-    from clusterclip.search.propose import ProposeRequest, propose_workdir
+    from clusterclip.search.propose import ProposeRequest
+    from clusterclip.stages.search import propose
 
     req = ProposeRequest(workdir=args.workdir, runs=args.runs, out=args.out,
                          targets=tuple(args.target or ()), text_field=args.text_field,
                          num_tokens=args.num_tokens, num_samples=args.num_samples,
                          fmt=args.fmt, seed=args.seed, tokenizer=args.tokenizer,
                          device=args.device, blend=args.blend == "megatron")
-    s = propose_workdir(req)
+    s = propose(req)
     what = f"{s['groups']} {s['kind']}s"
     print(f"proposed {s['runs']} mixtures over {what}: {args.out}/ratios.csv, "
           f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else "")
@@ -163,13 +164,14 @@ def run_propose(args: argparse.Namespace) -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     from clusterclip.search.fit import FitRequest, fit_swarm
+    from clusterclip.stages.search import workdir_space
 
     req = FitRequest(ratios=args.ratios, metrics=args.metrics,
                      objective=tuple(args.objective), out=args.out, maximize=args.maximize,
                      workdir=args.workdir, predict=args.predict, propose=args.propose,
                      choose=args.choose, seed=args.seed, num_tokens=args.num_tokens,
                      num_samples=args.num_samples)
-    r = fit_swarm(req)
+    r = fit_swarm(req, workdir_space)
     rho = r["loo_spearman"]
     skipped = r["skipped"]["without_objective"]
     print(f"fitted on {r['runs']} runs" + (f" ({skipped} without the objective skipped)"
@@ -195,7 +197,9 @@ SUBCOMMANDS = {
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
     from clusterclip.errors import InputError
-    from clusterclip.search.runner import SearchConfig, run_search_workdir
+    from clusterclip.search.runner import SearchConfig
+    from clusterclip.stages import search as stage
+    from clusterclip.workdir import Workdir
 
     if args.workdir is None:
         raise InputError("--workdir: required (or give a subcommand: propose, fit)")
@@ -207,11 +211,12 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, max_docs=args.max_docs or None,
         tokenizer=None if args.tokenizer is None else str(args.tokenizer),
         verify_model=args.verify_model)
-    config.validate()  # before a process group exists: bad options fail alike everywhere
+    # checked before a process group exists: bad options fail alike everywhere (the device
+    # is tried in the group, which selects each rank's GPU first)
+    options = stage.SearchStageOptions(config, device=args.device, threads=args.threads,
+                                       workers=args.workers, progress=not args.no_progress)
     with D.process_group(args.device) as main_rank:
-        results = run_search_workdir(args.workdir, config, device=args.device,
-                                     threads=args.threads, progress=not args.no_progress,
-                                     workers=args.workers)
+        results = stage.run(Workdir(args.workdir, create=False), options)
     if main_rank:
         from clusterclip.search.output import verdict_lines
 

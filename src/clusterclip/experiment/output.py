@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.metrics import METRICS, schedule_keys
 from clusterclip.experiment.verdict import paired_difference, verdict_lines
+from clusterclip.lm.metrics import METRICS, schedule_keys
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -67,7 +67,7 @@ def _schedule_cell(stat: str, v: dict[str, Any]) -> str:
 def format_schedule_table(results: dict[str, Any], markdown: bool = False) -> str:
     """Per strategy, what its schedules fed the models, over seeds: did the clip bind?
 
-    Columns follow :data:`~clusterclip.experiment.metrics.SCHEDULE_STATS` (and
+    Columns follow :data:`~clusterclip.lm.metrics.SCHEDULE_STATS` (and
     ``max_group_repetition`` where near-duplicate groups were counted); a
     results dict without per-strategy schedule figures gives an empty string.
     """

@@ -4,56 +4,54 @@
 out, no files but an optional store of finished runs), in five steps:
 :func:`prepare_data` (tokens, subsample, held-out split), :func:`plan_budget`,
 :func:`run_keys` (the store's fingerprints), :func:`experiment_run` (one run,
-through :mod:`~clusterclip.experiment.runs`, which ``search`` shares) and
-:func:`experiment_results`. :func:`run_experiment` is the work-directory edge
-that reads ``W/labels.npy`` and ``W/corpus/`` and writes ``W/experiment/``
-(each finished run saved in ``W/experiment/runs/``, so a killed experiment
-resumes where it stopped).
+through :mod:`~clusterclip.lm.runs`, which ``search`` shares) and
+:func:`experiment_results`. The work directory's side (reading ``W/labels.npy`` and
+``W/corpus/``, writing ``W/experiment/``) is the stage
+:mod:`clusterclip.stages.experiment`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.experiment.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
-from clusterclip.experiment.data import (
+from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
+from clusterclip.lm.data import (
+    HOLDOUT_FRACTION,
+    MIN_CLUSTER_DOCS,
+    checked_labels,
     encode_documents,
     matched_train_sample,
+    proxy_tokenizer,
     stratified_split,
     stratified_subsample,
     tokenize_documents,
 )
-from clusterclip.experiment.metrics import (
+from clusterclip.lm.metrics import (
     METRICS,
     bits_per_byte,
     cluster_repetition,
     mean_std,
     per_cluster_loss,
-    quartile_clusters,
     schedule_keys,
     schedule_stats,
     summarize,
 )
-from clusterclip.experiment.output import write_outputs
-from clusterclip.experiment.pool import check_workers, pooled
-from clusterclip.experiment.runs import (
+from clusterclip.lm.pool import pooled
+from clusterclip.lm.runs import (
     RUN_FORMAT,
     Budget,
     RunStore,
     ScheduleSpec,
     busy_cpus,
-    check_device,
     default_threads,
     estimate_seconds,
     format_seconds,
@@ -63,7 +61,8 @@ from clusterclip.experiment.runs import (
     usable_cpus,
 )
 from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
-from clusterclip.sampling.mixture import Mixture, Stage, read_mixture
+from clusterclip.sampling.clip import quartile_clusters
+from clusterclip.sampling.mixture import Mixture, Stage
 from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES, check_clip
 
 #: The strategy name of a mixture file's schedule (its weights, timing and clip;
@@ -111,8 +110,8 @@ class ExperimentConfig:
     epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
     tokens: int | None = None         # ... unless an explicit token budget is given
     max_doc_tokens: int = 128         # documents are truncated to this (EOS included)
-    valid_fraction: float = 0.1
-    min_cluster_docs: int = 10
+    valid_fraction: float = HOLDOUT_FRACTION
+    min_cluster_docs: int = MIN_CLUSTER_DOCS
     split_seed: int = 0
     max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
@@ -142,7 +141,8 @@ class ExperimentConfig:
         if model is not None:
             base = base.with_model(model)
         if epochs is not None and tokens is not None:
-            raise InputError("--epochs and --tokens: give one budget, not both")
+            raise InputError("epochs and tokens: give one budget, not both",
+                             params=("epochs", "tokens"))
         if epochs is not None:
             overrides["epochs"] = epochs
         if tokens is not None:
@@ -151,11 +151,11 @@ class ExperimentConfig:
 
     def with_model(self, preset: str) -> ExperimentConfig:
         """This configuration with model size preset ``preset`` (see
-        :data:`~clusterclip.experiment.config.MODEL_PRESETS`): its shape and
+        :data:`~clusterclip.lm.config.MODEL_PRESETS`): its shape and
         learning rate, documents truncated to its window."""
         if preset not in MODEL_PRESETS:
-            raise InputError(f"--model: unknown preset {preset!r} "
-                             f"(choose from {', '.join(MODEL_PRESETS)})")
+            raise InputError(f"model: unknown preset {preset!r} "
+                             f"(choose from {', '.join(MODEL_PRESETS)})", params=("model",))
         model, lr = MODEL_PRESETS[preset]
         return replace(self, model=model, max_doc_tokens=model.seq_len,
                        train=replace(self.train, lr=lr))
@@ -177,28 +177,32 @@ class ExperimentConfig:
     def validate(self) -> None:
         """Raise :class:`InputError` naming the first bad value."""
         if not self.strategies:
-            raise InputError("--strategies: give at least one strategy")
+            raise InputError("strategies: give at least one", params=("strategies",))
         for s in self.strategies:
             if s not in EXPERIMENT_STRATEGIES:
-                raise InputError(f"--strategies: unknown strategy {s!r} "
-                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})")
+                raise InputError(f"strategies: unknown strategy {s!r} "
+                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})",
+                                 params=("strategies",))
         if len(set(self.strategies)) != len(self.strategies):
-            raise InputError("--strategies: a strategy is named twice")
+            raise InputError("strategies: a strategy is named twice", params=("strategies",))
         check_clip(self.clip)
         if self.seeds < 1:
-            raise InputError(f"--seeds: must be >= 1, got {self.seeds}")
+            raise InputError(f"seeds: must be >= 1, got {self.seeds}", params=("seeds",))
         if not math.isfinite(self.alpha):
-            raise InputError(f"--alpha: must be a finite number, got {self.alpha}")
+            raise InputError(f"alpha: must be a finite number, got {self.alpha}",
+                             params=("alpha",))
         if self.balance_by not in BALANCE_BY:
-            raise InputError(f"--balance-by: must be docs or tokens, got {self.balance_by!r}")
+            raise InputError(f"balance_by: must be docs or tokens, got {self.balance_by!r}",
+                             params=("balance_by",))
         if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise InputError(f"--epochs: must be a positive number, got {self.epochs}")
+            raise InputError(f"epochs: must be a positive number, got {self.epochs}",
+                             params=("epochs",))
         if self.tokens is not None and self.tokens < self.batch_tokens:
-            raise InputError(f"--tokens: budget {self.tokens} is less than one batch "
-                             f"({self.batch_tokens} tokens)")
+            raise InputError(f"tokens: budget {self.tokens} is less than one batch "
+                             f"({self.batch_tokens})", params=("tokens",))
         if self.max_docs is not None and self.max_docs < 2 * self.min_cluster_docs:
-            raise InputError(f"--max-docs: must be at least {2 * self.min_cluster_docs} "
-                             f"(0 = no cap), got {self.max_docs}")
+            raise InputError(f"max_docs: must be at least {2 * self.min_cluster_docs} "
+                             f"(0 = no cap), got {self.max_docs}", params=("max_docs",))
         if self.max_doc_tokens > self.model.seq_len:
             raise InputError("max_doc_tokens must not exceed the model's seq_len")
         if self.tokenizer is not None:
@@ -260,33 +264,6 @@ class ExperimentData:
         return int(np.count_nonzero(self.train_labels >= 0))
 
 
-def _checked_labels(texts: Sequence[str | None], labels: np.ndarray,
-                    groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.shape[0] != len(texts):
-        raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
-    labels = labels.astype(np.int64)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
-            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
-                             f"{groups.shape}; rerun `clusterclip dedup`")
-        groups = groups.astype(np.int64)
-    return labels, groups
-
-
-def proxy_tokenizer(path: str) -> Any:
-    """The fast tokenizer at ``path`` (:func:`clusterclip.tokens.load_tokenizer`; InputError
-    naming the folder when it is not one, or not a fast one: the proxy needs offsets)."""
-    from clusterclip.tokens import load_tokenizer
-
-    tok = load_tokenizer(path)
-    if not getattr(tok, "is_fast", False):
-        raise InputError(f"--tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
-                         "the bytes each token covers are unknown")
-    return tok
-
-
 def encode_texts(texts: Sequence[str | None], config: ExperimentConfig
                  ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, ExperimentConfig]:
     """The documents as the proxies read them: ``(docs, truncated, doc_bytes, config)``,
@@ -307,7 +284,7 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
     """Tokenise, exclude documents without text, subsample (``config.max_docs``) and
     split off the cluster-stratified held-out set and its matched training sample
     (``data.config``: ``config`` with the model's vocabulary, :func:`encode_texts`)."""
-    labels, groups = _checked_labels(texts, labels, groups)
+    labels, groups = checked_labels(texts, labels, groups)
     docs, truncated, doc_bytes, config = encode_texts(texts, config)
     doc_tokens = np.array([d.size for d in docs], dtype=np.int64)
     no_text = (doc_tokens == 0) & (labels >= 0)
@@ -322,7 +299,7 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
     num_clusters = int(labels.max()) + 1
     cluster_sizes = np.bincount(labels[labels >= 0], minlength=num_clusters)
     held = stratified_split(labels, config.valid_fraction, config.min_cluster_docs,
-                            config.split_seed)
+                            config.split_seed) == 1
     if not held.any():
         raise InputError(f"labels: no cluster has {config.min_cluster_docs} documents, "
                          "so nothing can be held out for validation")
@@ -330,7 +307,8 @@ def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: Experi
     train_labels[held] = -1
     valid_idx = np.flatnonzero(held)
     valid_ids = np.unique(labels[valid_idx])
-    tail, head = quartile_clusters(valid_ids, cluster_sizes[valid_ids])
+    tail, head = quartile_clusters(cluster_sizes, among=valid_ids)
+    head = head[::-1]  # ascending by size, the order the results list
     return ExperimentData(
         labels=labels, train_labels=train_labels, docs=docs, doc_tokens=doc_tokens,
         truncated=truncated, no_text=int(np.count_nonzero(no_text)), left_out=left_out,
@@ -365,14 +343,14 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
         if s not in MIXTURE_STRATEGIES:
             specs[s] = ScheduleSpec.for_strategy(s, config.clip, config.alpha, weights)
         elif config.mixture is None:
-            raise InputError(f"--strategies {s}: no mixture given (run `clusterclip search` "
-                             "or pass --mixture FILE)")
+            raise InputError(f"strategies {s}: no mixture given (run `clusterclip search` "
+                             "or give its file)", params=("strategies",))
         else:
             m = config.mixture
             if len(m.weights) < data.num_clusters:
-                raise InputError(f"--mixture: {len(m.weights)} weights but the labels have "
+                raise InputError(f"mixture: {len(m.weights)} weights but the labels have "
                                  f"{data.num_clusters} cluster ids: it was made for other "
-                                 "labels")
+                                 "labels", params=("mixture",))
             if s == MIXTURE:
                 specs[s] = ScheduleSpec(strategy=m.timing, clip=m.clip, weights=m.weights,
                                         stages=m.stages or None)
@@ -386,8 +364,8 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
 def _anneal_spec(m: Mixture, sizes: np.ndarray) -> ScheduleSpec:
     """Natural (weight n_k) until :data:`ANNEAL_FROM`, then the last stage of ``m``."""
     if m.staged:
-        raise InputError(f"--strategies {ANNEAL}: the mixture is staged already; "
-                         f"compare it as strategy {MIXTURE}")
+        raise InputError(f"strategies {ANNEAL}: the mixture is staged already; "
+                         f"compare it as strategy {MIXTURE}", params=("strategies",))
     natural = tuple(float(n) for n in np.asarray(sizes, np.float64))
     target = tuple(m.weights) + (0.0,) * max(0, len(natural) - len(m.weights))
     stages = (Stage(ANNEAL_FROM, natural), Stage(1.0, target[:len(natural)]))
@@ -430,7 +408,7 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
     """Train one (strategy, seed) run and measure it: held-out and training-sample loss
     (micro, macro, tail, head, gap), per-cluster loss, gap and repetition, the curve and
     what the schedule fed."""
-    from clusterclip.experiment.train import evaluate_documents
+    from clusterclip.lm.train import evaluate_documents
 
     valid_docs = [data.docs[i] for i in data.valid_idx]
     train_eval_docs = [data.docs[i] for i in data.train_eval_idx]
@@ -609,7 +587,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     ``store``: finished runs are saved there under :func:`run_keys` and reused when
     found. ``on_run(strategy, seed, reused)`` is called after each run (an exception
     there stops the experiment; finished runs stay stored). ``workers`` > 1: as many worker
-    processes (:mod:`~clusterclip.experiment.pool`, the same results). ``log`` receives
+    processes (:mod:`~clusterclip.lm.pool`, the same results). ``log`` receives
     the time estimate printed before training (default: stderr when
     ``progress``).
     """
@@ -663,122 +641,3 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
                     on_run(strategy, seed, (strategy, seed) not in todo)
     return experiment_results(data, budget, config, dev.type, specs, runs, list(keys.values()),
                               timing)
-
-
-def _load_inputs(root: Path, texts: bool = True
-                 ) -> tuple[np.ndarray, list[str | None], Any]:
-    """``W/labels.npy`` (checked) and the texts of ``W/corpus/`` (none unless ``texts``)."""
-    from clusterclip.corpus import Corpus
-    from clusterclip.labels import load_labels
-
-    labels_path = root / "labels.npy"
-    if not labels_path.is_file():
-        raise InputError(f"{labels_path}: missing (run `clusterclip cluster` first)")
-    labels = load_labels(labels_path)
-    corpus_dir = root / "corpus"
-    if not corpus_dir.is_dir():
-        raise InputError(f"{corpus_dir}: missing (run `clusterclip embed` first)")
-    corpus = Corpus.load(corpus_dir)
-    if len(corpus) != labels.size:
-        raise InputError(f"{corpus_dir}: {len(corpus)} documents but labels.npy has "
-                         f"{labels.size}")
-    out: list[str | None] = [None] * len(corpus)
-    for i, text in corpus.iter_texts() if texts else ():
-        out[i] = text
-    return labels, out, corpus
-
-
-def mixture_path(root: Path, config: ExperimentConfig,
-                 mixture: str | os.PathLike[str] | None) -> Path | None:
-    """The mixture file of strategy ``mixture`` (``mixture`` or ``W/search/mixture.json``);
-    None when the strategy is not asked for (then giving a file is an error)."""
-    if not set(MIXTURE_STRATEGIES) & set(config.strategies):
-        if mixture is not None:
-            raise InputError("--mixture: add mixture (or anneal) to --strategies to compare "
-                             "it")
-        return None
-    path = Path(mixture) if mixture is not None else root / "search" / "mixture.json"
-    if not path.is_file():
-        raise InputError(f"{path}: no such mixture file (run `clusterclip search` first, or "
-                         "pass --mixture FILE)")
-    return path
-
-
-def run_experiment(workdir: str | os.PathLike[str], *,
-                   strategies: Sequence[str] = DEFAULT_STRATEGIES, seeds: int = 3,
-                   clip: int = 4, alpha: float = 0.0, balance_by: str = "docs",
-                   quick: bool = False, model: str | None = None, device: str = "cpu",
-                   epochs: float | None = None, tokens: int | None = None,
-                   max_docs: int | None = DEFAULT_MAX_DOCS, threads: int | None = None,
-                   workers: int = 1, progress: bool = True, config: ExperimentConfig | None = None,
-                   on_run: Callable[[str, int, bool], None] | None = None,
-                   mixture: str | os.PathLike[str] | None = None,
-                   tokenizer: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Run the experiment on work directory ``workdir`` and write ``W/experiment/``.
-
-    Reads ``W/labels.npy`` and ``W/corpus/``; trains one model per strategy
-    and seed (see :func:`compare_strategies`), each finished run stored in
-    ``W/experiment/runs/`` and reused by a rerun with the same inputs (runs of
-    other inputs are removed at the end); writes ``results.json``,
-    ``results.md`` and the plots as one atomic replacement of ``W/experiment/``
-    (through the work directory's stage runner). The options are those of
-    :meth:`ExperimentConfig.from_options` (``max_docs`` None or 0: all documents);
-    ``threads`` defaults to :func:`default_threads`; a full ``config`` overrides them.
-    Strategy ``mixture`` draws the mixture file ``mixture`` (default
-    ``W/search/mixture.json``) with its timing and clip; the model reads ``tokenizer``'s
-    tokens (default: bytes). Returns the results dict, plus ``"wall_seconds"`` and
-    ``"out_dir"`` (not in results.json, byte-identical across identical runs).
-    """
-    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
-    from clusterclip.workdir import Workdir
-
-    if config is None:
-        config = ExperimentConfig.from_options(
-            quick=quick, model=model, epochs=epochs, tokens=tokens, strategies=tuple(strategies),
-            seeds=seeds, clip=clip, alpha=alpha, balance_by=balance_by,
-            max_docs=max_docs or None, tokenizer=tokenizer and str(tokenizer))
-    config.validate()  # before reading anything: bad options fail fast
-    check_workers(threads, workers)
-    check_device(device)
-    w = Workdir(workdir, create=False)
-    t0 = time.perf_counter()
-    out = w.path("experiment")
-    store = RunStore(out / "runs")
-
-    def work(run: Any) -> dict[str, Any]:
-        _, texts, _ = _load_inputs(w.root)
-        mark_output(out, "experiment")  # ours (the stage runner checked): before any run
-        try:
-            results = compare_strategies(texts, labels, config, device=device, threads=threads,
-                                         workers=workers, progress=progress, store=store,
-                                         on_run=on_run, groups=counted["groups"])
-        except BaseException:
-            unmark_unused(out)  # a failure before the first run leaves no folder behind
-            raise
-        store.prune(set(results["run_keys"]))  # the runs left stay, listed as ours:
-        with atomic_output_dir(out, "experiment", adopt=store.listed(out)) as tmp:
-            write_outputs(results, tmp)
-        done.update(results)
-        return {}
-
-    done: dict[str, Any] = {}
-    counted: dict[str, Any] = {}
-
-    def key() -> dict[str, Any]:
-        from clusterclip.report.build import current_groups
-
-        k = {"config": config.to_dict(), "device": device}
-        counted["groups"] = current_groups(w)
-        if counted["groups"] is not None:  # repetition per near-duplicate group too
-            k["groups"] = w.stage("dedup")["fingerprint"]
-        return k
-
-    with w.locked():
-        labels, _, _ = _load_inputs(w.root, texts=False)
-        path = mixture_path(w.root, config, mixture)
-        if path is not None:  # seen by work() and key() too
-            config = replace(config, mixture=read_mixture(path, int(labels.max()) + 1))
-        w.run_stage("experiment", key=key, inputs=[path] if path is not None else [],
-                    reads=["labels.npy", "corpus"], outputs=["experiment"], work=work,
-                    cache=False)
-    return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

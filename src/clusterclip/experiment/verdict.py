@@ -128,7 +128,7 @@ def decision(arm: str | None, goal: str, gain: dict[str, Any] | None,
 def describe_model(config: dict[str, Any]) -> str:
     """The proxy model in words, from a results dict's ``config``: parameters, window and
     how much of each document it reads (it limits what a verdict means)."""
-    from clusterclip.experiment.config import ModelConfig, format_parameters
+    from clusterclip.lm.config import ModelConfig, format_parameters
 
     m = ModelConfig(**config["model"])
     size = format_parameters(m.num_parameters())

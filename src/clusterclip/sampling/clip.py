@@ -54,17 +54,19 @@ def default_clips(min_feasible: int) -> list[int]:
 TAIL_QUANTILE = 0.25
 
 
-def quartile_clusters(sizes: np.ndarray, quantile: float = TAIL_QUANTILE
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def quartile_clusters(sizes: np.ndarray, quantile: float = TAIL_QUANTILE,
+                      among: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Ids of the smallest and the largest ``quantile`` share of non-empty clusters.
 
-    ``sizes`` is int[K] (documents per cluster). Ties are broken by cluster id,
-    so the split is deterministic. Each group holds ``ceil(quantile * K')``
-    clusters (at least one), K' = number of non-empty clusters. Returns
+    ``sizes`` is int[K] (documents per cluster); ``among``, if given, the cluster ids
+    to rank (e.g. those evaluated; default: every cluster). Ties are broken by cluster
+    id, so the split is deterministic. Each group holds ``ceil(quantile * K')``
+    clusters (at least one), K' = number of non-empty clusters ranked. Returns
     (tail_ids, head_ids), int64 arrays sorted by size ascending / descending.
     """
     sizes = np.asarray(sizes)
-    nonempty = np.flatnonzero(sizes > 0)
+    ids = np.arange(sizes.size) if among is None else np.unique(np.asarray(among, np.int64))
+    nonempty = ids[sizes[ids] > 0]
     order = nonempty[np.lexsort((nonempty, sizes[nonempty]))]  # size asc, id asc
     m = max(1, math.ceil(quantile * order.size)) if order.size else 0
     return order[:m].astype(np.int64), order[::-1][:m].astype(np.int64)

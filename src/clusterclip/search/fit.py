@@ -13,12 +13,13 @@ and ``mixture.json`` (the run with the best predicted objective).
 
 Without a work directory the columns are whatever the user mixed (RegMix's 17 Pile
 domains); with one they are its clusters or super-clusters
-(:func:`clusterclip.search.propose.workdir_space`), and ``mixture.json`` is the
+(:func:`clusterclip.stages.search.workdir_space`), and ``mixture.json`` is the
 per-cluster mixture that ``sample --mixture`` reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -158,14 +159,17 @@ def _group_rows(space: SearchSpace, cands: list[Candidate]) -> np.ndarray:
     return np.stack([space.group_sums(c.weights) for c in cands])
 
 
-def fit_swarm(req: FitRequest) -> dict[str, Any]:
-    """Run ``search fit`` (see the module); returns what fit.json holds."""
+def fit_swarm(req: FitRequest, workdir_space: Callable[..., Any] | None = None
+              ) -> dict[str, Any]:
+    """Run ``search fit`` (see the module); returns what fit.json holds.
+    ``workdir_space``: the space of ``req.workdir`` when given
+    (:func:`clusterclip.stages.search.workdir_space`)."""
     from clusterclip.io import atomic_output_dir, check_output_dir
 
     check_request(req)
     check_output_dir(req.out, "search fit")
     swarm = load_swarm(req)
-    space, swarm.ratios, cluster_names = _space(req, swarm.ratios)
+    space, swarm.ratios, cluster_names = _space(req, swarm.ratios, workdir_space)
     columns = list(swarm.ratios.columns)
     predict = read_ratios(req.predict, "--predict") if req.predict else None
     if predict is not None:
@@ -197,7 +201,8 @@ def fit_swarm(req: FitRequest) -> dict[str, Any]:
     return report
 
 
-def _space(req: FitRequest, r: Ratios) -> tuple[SearchSpace, Ratios, list[str] | None]:
+def _space(req: FitRequest, r: Ratios, workdir_space: Callable[..., Any] | None
+           ) -> tuple[SearchSpace, Ratios, list[str] | None]:
     """The search space, the ratios (with a work directory: their columns in its order),
     and (with a work directory) each weight's cluster name."""
     if req.workdir is None:
@@ -205,8 +210,8 @@ def _space(req: FitRequest, r: Ratios) -> tuple[SearchSpace, Ratios, list[str] |
             raise InputError("--num-tokens / --num-samples need --workdir (the clip's "
                              "capacity is that of its clusters)")
         return plain_space(len(r.columns)), r, None
-    from clusterclip.search.propose import workdir_space
-
+    if workdir_space is None:
+        raise ValueError("a work directory's space needs workdir_space")
     ws = workdir_space(req.workdir, num_tokens=req.num_tokens, num_samples=req.num_samples)
     if set(r.columns) != set(ws.names):
         extra = sorted(set(r.columns) - set(ws.names))

@@ -257,7 +257,7 @@ def _at_verify(results: dict[str, Any]) -> dict[str, Any]:
 
 def verify_sentence(results: dict[str, Any]) -> str:
     """Whether the arms keep their order one size up, and the decision there."""
-    from clusterclip.experiment.config import format_parameters
+    from clusterclip.lm.config import format_parameters
 
     v, obj = results["verify"], results["objective"]
     rho = v["spearman"]

@@ -3,7 +3,8 @@
 Round 1 is the search's own design (:func:`clusterclip.search.core.first_round`:
 natural, uniform, the prior and interpolations, then space-filling Dirichlet
 draws that visit every clip and both timings), in the space of a work
-directory's clusters or super-clusters (:func:`workdir_space`). Written into one
+directory's clusters or super-clusters (:func:`cluster_space`; the work directory
+is read by :mod:`clusterclip.stages.search`). Written into one
 folder, atomically:
 
 - ``ratios.csv``: the swarm layout (:mod:`~clusterclip.search.swarm`): ``run``
@@ -22,7 +23,7 @@ clip: no cluster is asked for more than R times its tokens (or documents)
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,9 @@ class CappedSpace(SearchSpace):
 
 
 @dataclass(frozen=True)
-class WorkdirSpace:
-    """A work directory's search space, its group names and what the budget counts."""
+class ClusterSpace:
+    """The search space of a work directory's clusters, its group names and what the
+    budget counts."""
 
     space: CappedSpace
     names: list[str]
@@ -122,15 +124,14 @@ class WorkdirSpace:
     doc_tokens: np.ndarray | None
 
 
-def _budget_units(w: Any, labels: np.ndarray, num_tokens: int | None,
-                  num_samples: int | None, tokenizer: str | None
+def _budget_units(labels: np.ndarray, num_tokens: int | None, num_samples: int | None,
+                  tokens: np.ndarray | None
                   ) -> tuple[np.ndarray, int, str | None, np.ndarray | None]:
     k = int(labels.max()) + 1
     use = labels >= 0
     if num_tokens is not None:
-        from clusterclip.stages.tokens import TokensOptions, run
-
-        tokens, _ = run(w, TokensOptions(tokenizer=tokenizer))
+        if tokens is None:
+            raise ValueError("a token budget needs the tokens per document")
         units = np.bincount(labels[use], weights=tokens[use], minlength=k)
         return units.astype(np.int64), int(num_tokens), "tokens", tokens
     counts = np.bincount(labels[use], minlength=k).astype(np.int64)
@@ -139,28 +140,22 @@ def _budget_units(w: Any, labels: np.ndarray, num_tokens: int | None,
     return counts, 0, None, None
 
 
-def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = None,
-                  num_samples: int | None = None, tokenizer: str | None = None,
-                  histogram: np.ndarray | None = None) -> WorkdirSpace:
-    """The search space of work directory ``workdir``: its clusters' shares of the
-    documents (natural), the prior of ``histogram`` (a target's documents per cluster),
-    its clusters or super-clusters, and with a budget each cluster's capacity."""
-    from clusterclip.io import load_npy
-    from clusterclip.labels import load_labels
+def cluster_space(labels: np.ndarray, centroids: np.ndarray, metric: str = "cosine", *,
+                  num_tokens: int | None = None, num_samples: int | None = None,
+                  tokens: np.ndarray | None = None, histogram: np.ndarray | None = None
+                  ) -> ClusterSpace:
+    """The search space of a work directory's clusters (``labels`` int[N], at least one
+    >= 0; ``centroids`` and the clustering's ``metric``): their shares of the documents
+    (natural), the prior of ``histogram`` (a target's documents per cluster), its clusters
+    or super-clusters, and with a budget each cluster's capacity (``num_tokens`` needs
+    ``tokens``, int[N] per document)."""
     from clusterclip.search.space import prior_mixture
-    from clusterclip.workdir import Workdir
 
-    w = Workdir(workdir, create=False)
-    labels = load_labels(w.path("labels.npy"))
-    if not np.any(labels >= 0):
-        raise InputError(f"{w.path('labels.npy')}: no document has a cluster (all -1)")
     k = int(labels.max()) + 1
     counts = np.bincount(labels[labels >= 0], minlength=k).astype(np.float64)
     natural = counts / counts.sum()
-    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
-    metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
-    groups = super_clusters(centroids[:k], natural, metric, GROUP_SEED)
-    units, needed, unit, tokens = _budget_units(w, labels, num_tokens, num_samples, tokenizer)
+    groups = super_clusters(np.asarray(centroids)[:k], natural, metric, GROUP_SEED)
+    units, needed, unit, tokens = _budget_units(labels, num_tokens, num_samples, tokens)
     prior = None
     if histogram is not None:
         try:
@@ -172,7 +167,7 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
                         needed=needed, sizes=counts.astype(np.int64))
     direct = int(groups.max()) + 1 == k
     names = group_names(groups)
-    return WorkdirSpace(space, names, "cluster" if direct else "super-cluster", unit, labels,
+    return ClusterSpace(space, names, "cluster" if direct else "super-cluster", unit, labels,
                         tokens)
 
 
@@ -180,7 +175,7 @@ def group_weights(space: SearchSpace, c: Candidate) -> np.ndarray:
     return space.group_sums(c.weights)
 
 
-def write_candidates(tmp: Path, ws: WorkdirSpace, cands: list[Candidate],
+def write_candidates(tmp: Path, ws: ClusterSpace, cands: list[Candidate],
                      objective: str) -> list[str]:
     """``ratios.csv`` and ``mixtures/<run>.json`` into ``tmp``; returns the run ids."""
     from clusterclip.sampling.mixture import Mixture, write_mixture
@@ -243,54 +238,48 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def propose_workdir(req: ProposeRequest, log: Any = _stderr) -> dict[str, Any]:
-    """Run ``search propose`` (see the module); returns a summary; ``log``: the progress
-    lines of the exports."""
-    from clusterclip.io import atomic_output_dir, check_output_dir
+def export_tokenizer(req: ProposeRequest) -> Any:
+    """The tokenizer the exports and blends of ``req`` use (None without them), checked
+    with the export code before any file is read."""
+    if req.fmt is None and not req.blend:
+        return None
+    from clusterclip.export import _require
+    from clusterclip.export import megatron as _megatron
+
+    fmt = "megatron" if req.blend else str(req.fmt)
+    _require(fmt)
+    if req.fmt is not None:
+        _require(req.fmt)
+    return _megatron.check_tokenizer_option(fmt, req.tokenizer)
+
+
+def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], Any],
+                    tokenizer: Any, targeted: bool, log: Any = None) -> dict[str, Any]:
+    """Round 1 in ``ws`` written to ``req.out`` (see the module): ``ratios.csv``, the
+    mixtures and, as asked, the exports and blends of the documents of ``corpus()`` (called
+    only for them); returns a summary. ``targeted``: the objective is the target's;
+    ``log``: the progress lines of the exports (default: stderr)."""
+    from clusterclip.io import atomic_output_dir
     from clusterclip.search.core import first_round
-    from clusterclip.workdir import Workdir
 
-    req.check()
-    target = None
-    if req.targets:
-        from clusterclip.search.target import read_target
+    log = _stderr if log is None else log
 
-        target = read_target(list(req.targets), req.text_field)
-    tokenizer = None
-    if req.fmt is not None or req.blend:
-        from clusterclip.export import _require
-        from clusterclip.export import megatron as _megatron
-
-        fmt = "megatron" if req.blend else str(req.fmt)
-        _require(fmt)
+    if DEFAULT_CLIP * int(ws.space.train_tokens.sum()) < ws.space.needed:
+        raise InputError(_capacity_message(ws, req))
+    cands = first_round(ws.space, req.runs, req.seed)
+    objective = "target" if targeted else "the user's"
+    with atomic_output_dir(req.out, "search propose") as tmp:
+        ids = write_candidates(tmp, ws, cands, objective)
         if req.fmt is not None:
-            _require(req.fmt)
-        tokenizer = _megatron.check_tokenizer_option(fmt, req.tokenizer)
-    check_output_dir(req.out, "search propose")
-    w = Workdir(req.workdir, create=False)
-    with w.locked():
-        w.upstream(["labels.npy", "centroids.npy"]
-                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else []))
-        histogram = None if target is None else _histogram(w, target, req.device)
-        ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
-                           num_samples=req.num_samples,
-                           tokenizer=req.tokenizer if req.num_tokens else None,
-                           histogram=histogram)
-        if DEFAULT_CLIP * int(ws.space.train_tokens.sum()) < ws.space.needed:
-            raise InputError(_capacity_message(ws, req))
-        cands = first_round(ws.space, req.runs, req.seed)
-        objective = "target" if target is not None else "the user's"
-        with atomic_output_dir(req.out, "search propose") as tmp:
-            ids = write_candidates(tmp, ws, cands, objective)
-            if req.fmt is not None:
-                _export_all(w, tmp, ws, cands, ids, req, tokenizer, log)
-            if req.blend:
-                write_blends(w, tmp, Path(req.out).resolve(), ws, cands, ids, tokenizer, log)
+            _export_all(corpus(), tmp, ws, cands, ids, req, tokenizer, log)
+        if req.blend:
+            write_blends(corpus(), tmp, Path(req.out).resolve(), ws, cands, ids, tokenizer,
+                         log)
     return {"runs": len(ids), "ids": ids, "groups": len(ws.names), "kind": ws.kind,
             "unit": ws.unit}
 
 
-def _capacity_message(ws: WorkdirSpace, req: ProposeRequest) -> str:
+def _capacity_message(ws: ClusterSpace, req: ProposeRequest) -> str:
     total = int(ws.space.train_tokens.sum())
     flag = "--num-tokens" if req.num_tokens is not None else "--num-samples"
     return (f"{flag} {ws.space.needed:,}: more than the clip of round 1's fixed candidates "
@@ -298,28 +287,14 @@ def _capacity_message(ws: WorkdirSpace, req: ProposeRequest) -> str:
             f"{ws.unit}); give a budget of at most {DEFAULT_CLIP * total:,}")
 
 
-def _histogram(w: Any, target: Any, device: str) -> np.ndarray:
-    from clusterclip.corpus import Corpus
-    from clusterclip.io import load_npy
-    from clusterclip.search.target import target_histogram
-
-    corpus = Corpus.load(w.path("corpus"))
-    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
-    texts = [t for t in target.texts if t]
-    k = int(load_npy(w.path("labels.npy"), "labels").max()) + 1
-    return target_histogram(w, corpus, texts, centroids[:k], device)
-
-
-def _export_all(w: Any, tmp: Path, ws: WorkdirSpace, cands: list[Candidate], ids: list[str],
+def _export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate], ids: list[str],
                 req: ProposeRequest, tokenizer: Any, log: Any) -> None:
     """Each candidate's schedule (``schedules/<run>.npy``) and its export
     (``runs/<run>/``, verified on read-back by the export code)."""
-    from clusterclip.corpus import Corpus
     from clusterclip.export import export_schedule
     from clusterclip.io import load_npy
     from clusterclip.sampling import write_schedule
 
-    corpus = Corpus.load(w.path("corpus"))
     corpus.verify_files()
     (tmp / "schedules").mkdir()
     for i, (rid, c) in enumerate(zip(ids, cands, strict=True)):
@@ -353,19 +328,17 @@ def blend_weights(weights: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarra
     return share / share.sum()
 
 
-def write_blends(w: Any, tmp: Path, final: Path, ws: WorkdirSpace, cands: list[Candidate],
+def write_blends(corpus: Any, tmp: Path, final: Path, ws: ClusterSpace, cands: list[Candidate],
                  ids: list[str], tokenizer: Any, log: Any) -> None:
     """Each cluster's documents once as a Megatron dataset (``clusters/cluster_K/``, the
     export code's ``--format megatron``, read back and verified), and per candidate
     ``blends/<run>.txt``: Megatron-LM's ``--data-path`` blend (and ``blends/<run>.json``: it,
     the mixture's weights, its token shares and what a blend loses) (``weight prefix`` pairs,
     the candidate's token shares over the clusters it draws)."""
-    from clusterclip.corpus import Corpus
     from clusterclip.export import export_schedule
     from clusterclip.export.megatron import PREFIX, indexed_dataset
     from clusterclip.io import write_json, write_text
 
-    corpus = Corpus.load(w.path("corpus"))
     corpus.verify_files()
     labels = ws.labels
     tokens = np.zeros(labels.size)

@@ -1,8 +1,8 @@
 """Proxy runs: the experiment's trainer on a candidate mixture, measured on val or test.
 
-Every run trains a fresh byte-level LM (:func:`~clusterclip.experiment.runs.
+Every run trains a fresh byte-level LM (:func:`~clusterclip.lm.runs.
 train_on_schedule`) on the corpus's training split, drawn by the candidate's
-schedule (:class:`~clusterclip.experiment.runs.ScheduleSpec`), then measures
+schedule (:class:`~clusterclip.lm.runs.ScheduleSpec`), then measures
 held-out loss on one evaluation set: micro and macro on the corpus documents of
 the set, and the target loss (token-weighted, on the target documents of the
 set). Each finished run is kept in the run store under a fingerprint of
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
-from clusterclip.experiment.metrics import bits_per_byte, per_cluster_loss
 from clusterclip.experiment.runner import ExperimentConfig
-from clusterclip.experiment.runs import (
+from clusterclip.lm.metrics import bits_per_byte, per_cluster_loss
+from clusterclip.lm.runs import (
     RUN_FORMAT,
     Budget,
     RunStore,
@@ -77,7 +77,7 @@ def measure(model: Any, data: ProxyData, where: EvalSet, device: Any) -> dict[st
     """Held-out loss of a trained model on one evaluation set: ``micro`` (all corpus
     tokens of the set), ``macro`` (mean of its clusters' losses) and, with a target,
     ``target`` (all target tokens of the set)."""
-    from clusterclip.experiment.train import evaluate_documents
+    from clusterclip.lm.train import evaluate_documents
 
     eb = data.config.train.eval_batch_size
     ls, nt = evaluate_documents(model, [data.docs[i] for i in where.corpus_idx], eb, device)
@@ -147,7 +147,7 @@ def _worker_run(state: tuple[ProxyData, str, int],
 class ProxyTrainer:
     """Trains and measures runs, each once (the store keeps them); with ``workers`` > 1,
     a batch's runs are trained by that many worker processes at once
-    (:mod:`clusterclip.experiment.pool`), each run at the same ``threads`` as alone."""
+    (:mod:`clusterclip.lm.pool`), each run at the same ``threads`` as alone."""
 
     def __init__(self, data: ProxyData, device: str, threads: int, store: RunStore,
                  progress: bool = True, log: Callable[[str], None] = lambda m: None,
@@ -229,7 +229,7 @@ class ProxyTrainer:
         """:func:`train_proxy` over ``jobs``, in order: by this trainer's worker pool (started
         at its first batch of more than one run and kept in ``pools``; without ``pools``,
         a pool for this batch), else in this process."""
-        from clusterclip.experiment.pool import pooled, worker_pool
+        from clusterclip.lm.pool import pooled, worker_pool
 
         state = (self.data, self.device, self.threads)
         if self.pools is None or self.workers <= 1 or len(jobs) <= 1:

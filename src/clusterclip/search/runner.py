@@ -1,5 +1,5 @@
-"""``clusterclip search`` on a work directory: the data, the target's prior, the proxy
-rounds, the test verdict and ``W/search/``.
+"""``clusterclip search``: the data, the target's prior, the proxy rounds and the test
+verdict, from what the stage (:mod:`clusterclip.stages.search`) reads of a work directory.
 
 Data flow: ``W/labels.npy`` + ``W/corpus/`` (+ the target files) -> splits
 (``W/search/splits.npz``) -> the target's val documents embedded and assigned to
@@ -13,7 +13,6 @@ trained again with fresh seeds and measured on test -> ``W/search/``
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,10 +24,9 @@ import numpy as np
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
 from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, ExperimentConfig
-from clusterclip.experiment.runs import ScheduleSpec
+from clusterclip.lm.data import MIN_CLUSTER_DOCS
+from clusterclip.lm.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
-from clusterclip.search.overlap import Overlap, excluded_documents
-from clusterclip.search.overlap import summary as overlap_summary
 from clusterclip.search.proxies import EvalSet, ProxyData, ProxyTrainer, spec_of
 from clusterclip.search.space import (
     DEFAULT_CLIP,
@@ -38,7 +36,7 @@ from clusterclip.search.space import (
     super_clusters,
 )
 from clusterclip.search.splits import corpus_splits, target_splits
-from clusterclip.search.target import Target, read_target
+from clusterclip.search.target import Target
 
 #: (runs, rounds, test seeds, model) of ``--quick`` and of the default.
 #: (runs, rounds, test seeds, model, the verification's model) of ``--quick`` and of the
@@ -51,7 +49,7 @@ NO_VERIFY = "none"
 
 def one_size_up(model: str) -> str | None:
     """The next larger preset after ``model`` (None for the largest)."""
-    from clusterclip.experiment.config import MODEL_PRESETS
+    from clusterclip.lm.config import MODEL_PRESETS
 
     names = list(MODEL_PRESETS)
     i = names.index(model) if model in names else len(names)
@@ -88,22 +86,23 @@ class SearchConfig:
         for name in ("runs", "rounds", "test_seeds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"--{name.replace('_', '-')}: must be an integer >= 1, "
-                                 f"got {v}")
+                raise InputError(f"{name}: must be an integer >= 1, got {v}", params=(name,))
         if self.rounds > self.runs:
-            raise InputError(f"--rounds {self.rounds}: more rounds than --runs {self.runs}")
+            raise InputError(f"rounds {self.rounds}: more than runs {self.runs}",
+                             params=("rounds", "runs"))
         if self.seed < 0:
-            raise InputError(f"--seed: must be >= 0, got {self.seed}")
+            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
         self.experiment().validate()
         if self.verify_model is not None:
-            from clusterclip.experiment.config import MODEL_PRESETS
+            from clusterclip.lm.config import MODEL_PRESETS
 
             if self.verify_model not in MODEL_PRESETS:
-                raise InputError(f"--verify-model: unknown preset {self.verify_model!r}")
+                raise InputError(f"verify_model: unknown preset {self.verify_model!r}",
+                                 params=("verify_model",))
             if (MODEL_PRESETS[self.verify_model][0].num_parameters()
                     <= MODEL_PRESETS[self.model][0].num_parameters()):
-                raise InputError(f"--verify-model {self.verify_model}: not larger than the "
-                                 f"proxies' {self.model}")
+                raise InputError(f"verify_model {self.verify_model}: not larger than the "
+                                 f"proxies' {self.model}", params=("verify_model",))
             self.verification().validate()
 
     def experiment(self) -> ExperimentConfig:
@@ -146,12 +145,12 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
             ) -> tuple[ProxyData, dict[str, np.ndarray]]:
     """The corpus's and the target's splits and the data every run sees; the corpus
     documents ``exclude`` (bool[N]: the target's copies) are in no split."""
-    from clusterclip.experiment.data import stratified_subsample
-    from clusterclip.experiment.runner import _checked_labels, encode_texts
-    from clusterclip.experiment.runs import Budget
+    from clusterclip.experiment.runner import encode_texts
     from clusterclip.io import array_fingerprint, fingerprint
+    from clusterclip.lm.data import checked_labels, stratified_subsample
+    from clusterclip.lm.runs import Budget
 
-    labels, _ = _checked_labels(texts, labels, None)
+    labels, _ = checked_labels(texts, labels, None)
     if exclude is not None:
         labels[exclude] = -1
     docs, _, doc_bytes, exp = encode_texts(texts, config.experiment())
@@ -165,7 +164,8 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
         labels[~stratified_subsample(labels, exp.max_docs, exp.split_seed)] = -1
     train, val, test = corpus_splits(labels, config.seed)
     if val.size == 0:
-        raise InputError("labels: no cluster has 10 documents, so nothing can be held out")
+        raise InputError(f"labels: no cluster has {MIN_CLUSTER_DOCS} documents, so nothing "
+                         "can be held out")
     train_labels = np.full(labels.size, -1, dtype=np.int64)
     train_labels[train] = labels[train]
     tval = ttest = np.zeros(0, dtype=np.int64)
@@ -262,8 +262,8 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     and each rank's ``workers``."""
     import torch
 
-    from clusterclip.experiment.config import format_parameters as size
-    from clusterclip.experiment.runs import estimate_seconds, format_seconds, torch_settings
+    from clusterclip.lm.config import format_parameters as size
+    from clusterclip.lm.runs import estimate_seconds, format_seconds, torch_settings
 
     exp = data.config
     n_test = config.test_seeds * (3 if config.targets else 2)
@@ -292,75 +292,42 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     return est
 
 
-def _target_facts(w: Any, corpus: Any, texts: list[str | None], target: Target,
-                  tval: np.ndarray, ttest: np.ndarray, centroids: np.ndarray, device: str,
-                  store: Any) -> tuple[np.ndarray, Overlap, str]:
-    """``(histogram, overlap, key)``: the target's val histogram over W's clusters and its
-    copies in the corpus, kept in the run store under ``key`` (a resumed search does not
-    embed again). The val documents are embedded apart from the test documents, so the
-    histogram reads the val texts alone."""
-    from clusterclip.io import array_fingerprint, fingerprint, load_npy
-    from clusterclip.search.overlap import find_overlap
-    from clusterclip.search.target import embed_texts, target_histogram
-    from clusterclip.stages.dedup import workdir_threshold
-
-    threshold = workdir_threshold(w)
-    key = fingerprint({"kind": "search target", "format": 2, "texts": fingerprint(
-        list(target.texts)), "val": array_fingerprint(tval), "threshold": threshold,
-        "embed": w.stage("embed")["fingerprint"], "cluster": w.stage("cluster")["fingerprint"],
-        "device": device})
-
-    def compute() -> tuple[np.ndarray, Overlap]:
-        got = store.get(key)
-        if got is not None:
-            return np.array(got["histogram"], dtype=np.int64), Overlap.from_dict(got["overlap"])
-        t0 = time.perf_counter()
-        Xv = embed_texts(w, corpus, [target.texts[i] for i in tval], device)
-        Xt = embed_texts(w, corpus, [target.texts[i] for i in ttest], device)
-        h = target_histogram(w, Xv, centroids, device)
-        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
-        rows = np.concatenate([tval, ttest])
-        ov = find_overlap(target.texts, texts, np.concatenate([Xv, Xt.reshape(-1, Xv.shape[1])]),
-                          X, rows, threshold)
-        store.put(key, {"histogram": h.tolist(), "overlap": ov.to_dict()},
-                  round(time.perf_counter() - t0, 2))
-        return h, ov
-
-    h, ov = D.on_main(compute)
-    return h, ov, key
-
-
-def _log(progress: bool) -> Callable[[str], None]:
+def main_log(progress: bool) -> Callable[[str], None]:
+    """A log to stderr on the main rank, when ``progress``."""
     def log(msg: str) -> None:
         if progress and D.is_main():
             print(msg, file=sys.stderr, flush=True)
     return log
 
 
-def _search(w: Any, config: SearchConfig, target: Target | None, device: str, threads: int,
-            progress: bool, store: Any, workers: int = 1,
-            pools: contextlib.ExitStack | None = None) -> dict[str, Any]:
+@dataclass
+class SearchInputs:
+    """What the search reads of a work directory (:mod:`clusterclip.stages.search`
+    gathers it): ``labels`` int[N] and ``texts`` of the corpus, W's ``centroids`` (at least
+    one row per cluster id) and clustering ``metric``; with a target, its val documents'
+    ``histogram`` over the clusters, the corpus documents ``exclude`` (bool[N], its
+    copies), their ``overlap`` summary and the run-store ``keys`` of these facts."""
+
+    labels: np.ndarray
+    texts: list[str | None]
+    centroids: np.ndarray
+    metric: str = "cosine"
+    histogram: np.ndarray | None = None
+    exclude: np.ndarray | None = None
+    overlap: dict[str, Any] | None = None
+    keys: tuple[str, ...] = ()
+
+
+def search(inputs: SearchInputs, config: SearchConfig, target: Target | None, device: str,
+           threads: int, progress: bool, store: Any, workers: int = 1,
+           pools: contextlib.ExitStack | None = None) -> dict[str, Any]:
     """The search itself (every rank): data, prior, rounds, test runs; the results dict."""
-    from clusterclip.experiment.runner import _load_inputs
-    from clusterclip.io import load_npy
     from clusterclip.search.output import results_dict, verify_dict
 
-    log = _log(progress)
-    labels, texts, corpus = _load_inputs(w.root)
+    log = main_log(progress)
+    labels, texts, exclude = inputs.labels, inputs.texts, inputs.exclude
     num_clusters = int(labels.max()) + 1
-    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
-    histogram = exclude = overlap = None
-    keys: list[str] = []
-    if target is not None:
-        tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
-        log(f"search: embedding the target's {tval.size + ttest.size} documents with W's "
-            "embedder (its prior and its copies in the corpus; an earlier search's are reused); "
-            "the estimate follows")
-        histogram, ov, key = _target_facts(w, corpus, texts, target, tval, ttest,
-                                           centroids[:num_clusters], device, store)
-        exclude, val_kept = excluded_documents(ov, labels, tval, ttest)
-        overlap = overlap_summary(ov, exclude, val_kept)
-        keys.append(key)
+    histogram, centroids = inputs.histogram, inputs.centroids
     data, splits = prepare(texts, labels, target, config, exclude)
     vdata = None
     if config.verify_model is not None:  # the same splits, read at the larger model's window
@@ -368,11 +335,10 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
                            exclude)
     trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log,
                            workers=workers, pools=pools)
-    trainer.keys.update(keys)
+    trainer.keys.update(inputs.keys)
     estimate(config, data, device, threads, log, vdata, workers)
     t0 = time.perf_counter()
-    metric = (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
-    space = build_space(data, num_clusters, histogram, centroids, metric, config.seed)
+    space = build_space(data, num_clusters, histogram, centroids, inputs.metric, config.seed)
     result: SearchResult = run_search(space, trainer.evaluate,
                                       SearchOptions(config.runs, config.rounds, config.seed),
                                       on_main=D.on_main, log=log)
@@ -395,7 +361,7 @@ def _search(w: Any, config: SearchConfig, target: Target | None, device: str, th
                         test_seeds(config), keys,
                         {"seconds": round(seconds, 1), "trained_runs": trainer.trained,
                          "reused_runs": trainer.reused, "run_seconds": trainer.seconds,
-                         **vtiming}, overlap, verify)
+                         **vtiming}, inputs.overlap, verify)
 
 
 def write_swarm(results: dict[str, Any], directory: Any) -> None:
@@ -407,59 +373,3 @@ def write_swarm(results: dict[str, Any], directory: Any) -> None:
     ratios, metrics = search_tables(results)
     write_csv(directory / "ratios.csv", ratios)
     write_csv(directory / "metrics.csv", metrics)
-
-
-def run_search_workdir(workdir: str | os.PathLike[str], config: SearchConfig, *,
-                       device: str = "cpu", threads: int | None = None,
-                       progress: bool = True, workers: int = 1) -> dict[str, Any]:
-    """Search on work directory ``workdir`` and write ``W/search/`` (one atomic
-    replacement, through the work directory's stage runner; the finished runs move along
-    in ``W/search/runs/``). Every ``torchrun`` rank calls this; each trains its share of
-    a batch of proxies with ``workers`` worker processes (the results do not depend on
-    it). Returns the results dict plus ``out_dir`` and ``wall_seconds``."""
-    from clusterclip.experiment.pool import check_workers
-    from clusterclip.experiment.runs import RunStore, check_device, default_threads
-    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
-    from clusterclip.search.output import write_outputs
-    from clusterclip.workdir import Workdir
-
-    config.validate()
-    check_device(device)
-    threads = default_threads(config.experiment().model) if threads is None else threads
-    check_workers(threads, workers)
-    t0 = time.perf_counter()
-    # the target is read (and refused) before anything in W is touched
-    target = read_target(list(config.targets), config.text_field) if config.targets else None
-    w = Workdir(workdir, create=False)
-    out = w.path("search")
-    store = RunStore(out / "runs")
-    done: dict[str, Any] = {}
-
-    def work(run: Any) -> dict[str, Any]:
-        # ours (the stage runner checked): marked before the first run
-        D.on_main(lambda: mark_output(out, "search"))
-        try:
-            with contextlib.ExitStack() as pools:  # the worker pools end with the search
-                results = _search(w, config, target, device, threads, progress, store,
-                                  workers, pools)
-        except BaseException:
-            if D.is_main():  # a failure before the first run leaves no folder behind
-                unmark_unused(out)
-            raise
-
-        def write() -> None:
-            store.prune(set(results["run_keys"]))
-            # the finished runs stay where they are, listed as ours
-            with atomic_output_dir(out, "search", adopt=store.listed(out)) as tmp:
-                write_outputs(results, tmp)
-                write_swarm(results, tmp)
-        D.on_main(write)
-        done.update(results)
-        return {"objective": results["objective"]}
-
-    with w.locked():
-        w.run_stage("search", key={"config": config.to_dict(), "device": device,
-                                   "threads": threads},
-                    reads=["labels.npy", "corpus", "centroids.npy"], inputs=list(config.targets),
-                    outputs=["search"], work=work, cache=False)
-    return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}

@@ -14,13 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.lm.data import HOLDOUT_FRACTION, MIN_CLUSTER_DOCS, stratified_split
 
 #: The keys of ``W/search/splits.npz`` (int64 document indices each).
 SPLIT_KEYS = ("corpus_train", "corpus_val", "corpus_test", "target_val", "target_test")
-#: Share of each eligible cluster held out for val, and as much again for test.
-HOLDOUT_FRACTION = 0.1
-#: Clusters smaller than this stay whole in training (nothing of them to evaluate).
-MIN_CLUSTER_DOCS = 10
 
 
 def corpus_splits(labels: np.ndarray, seed: int, fraction: float = HOLDOUT_FRACTION,
@@ -28,34 +25,17 @@ def corpus_splits(labels: np.ndarray, seed: int, fraction: float = HOLDOUT_FRACT
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(train, val, test)`` int64 indices of the documents with ``labels >= 0``.
 
-    Stratified by cluster: a cluster of ``n >= min_cluster_docs`` documents gives
-    ``max(1, round(fraction * n))`` documents to val and as many to test, chosen
-    uniformly at random (deterministic in ``seed``); smaller clusters give none.
-    Every cluster keeps at least one training document. Each array is ascending.
+    The two held-out parts of :func:`clusterclip.lm.data.stratified_split`: a cluster of
+    ``n >= min_cluster_docs`` documents gives ``max(1, round(fraction * n))`` documents
+    to val and as many to test (at most ``(n - 1) // 2`` each), chosen uniformly at
+    random (deterministic in ``seed``); smaller clusters give none. Every cluster keeps
+    at least one training document. Each array is ascending.
     """
     labels = np.asarray(labels, dtype=np.int64)
-    if not 0.0 < fraction < 0.5:
-        raise ValueError(f"fraction must be in (0, 0.5), got {fraction}")
-    if min_cluster_docs < 3:
-        raise ValueError("min_cluster_docs must be at least 3 (train, val and test)")
-    rng = np.random.default_rng(seed)
-    eligible = np.flatnonzero(labels >= 0)
-    order = eligible[np.argsort(labels[eligible], kind="stable")]  # by cluster, then index
-    _, starts, counts = np.unique(labels[order], return_index=True, return_counts=True)
-    val, test = [], []
-    for start, n in zip(starts.tolist(), counts.tolist(), strict=True):
-        if n < min_cluster_docs:
-            continue
-        take = min((n - 1) // 2, max(1, int(round(fraction * n))))
-        members = rng.permutation(order[start:start + n])
-        val.append(members[:take])
-        test.append(members[take:2 * take])
-    held_val, held_test = _sorted(val), _sorted(test)
-    held = np.zeros(labels.size, dtype=bool)
-    held[held_val] = True
-    held[held_test] = True
-    train = eligible[~held[eligible]]
-    return train.astype(np.int64), held_val, held_test
+    part = stratified_split(labels, fraction, min_cluster_docs, seed, parts=2)
+    train = np.flatnonzero((labels >= 0) & (part == 0))
+    return (train.astype(np.int64), np.flatnonzero(part == 1).astype(np.int64),
+            np.flatnonzero(part == 2).astype(np.int64))
 
 
 def target_splits(rows_per_file: Sequence[int], usable: np.ndarray, seed: int

@@ -57,17 +57,14 @@ def read_target(files: list[str], text_field: str) -> Target:
                   tuple(int(f["documents"]) for f in corpus.files))
 
 
-def _embedder(workdir: Any, corpus: Any, device: str) -> Any:
-    """W's embedder, as its manifest's embed stage ran it (with the corpus statistics
-    of a fast embedder fitted on the same sample of W's corpus)."""
+def _embedder(params: dict[str, Any], corpus: Any, device: str) -> Any:
+    """W's embedder, as its manifest's embed stage ran it (``params``: that stage's
+    parameters), with the corpus statistics of a fast embedder fitted on the same sample
+    of W's corpus."""
     from clusterclip.embedding.base import Embedder
     from clusterclip.embedding.pipeline import make_embedder, sample_indices
 
-    rec = workdir.stage("embed")
-    if rec is None:
-        raise InputError(f"{workdir.root}: stage `embed` has not run; run `clusterclip embed` "
-                         "first")
-    p = rec["params"]
+    p = params
     emb = make_embedder(p["embedder"], model=p.get("model"), pooling=p.get("pooling", "mean"),
                         max_length=p.get("max_length"), batch_size=p.get("batch_size", 64),
                         device=device, dtype=p.get("dtype", "float32"), progress=False)
@@ -77,21 +74,23 @@ def _embedder(workdir: Any, corpus: Any, device: str) -> Any:
     return emb
 
 
-def embed_texts(workdir: Any, corpus: Any, texts: list[str], device: str) -> np.ndarray:
-    """float32 unit rows: ``texts`` embedded by W's embedder (see :func:`_embedder`)."""
+def embed_texts(params: dict[str, Any], corpus: Any, texts: list[str], device: str
+                ) -> np.ndarray:
+    """float32 unit rows: ``texts`` embedded by W's embedder (``params``: its embed
+    stage's parameters; see :func:`_embedder`)."""
     from clusterclip.embedding.base import l2_normalize
 
     if not texts:
         return np.zeros((0, 1), dtype=np.float32)
-    return l2_normalize(np.asarray(_embedder(workdir, corpus, device).encode(texts),
+    return l2_normalize(np.asarray(_embedder(params, corpus, device).encode(texts),
                                    dtype=np.float32))
 
 
-def target_histogram(workdir: Any, X: np.ndarray, centroids: np.ndarray, device: str
+def target_histogram(X: np.ndarray, centroids: np.ndarray, metric: str, device: str
                      ) -> np.ndarray:
-    """int64[K]: how many of the embedded documents ``X`` fall in each of W's clusters."""
+    """int64[K]: how many of the embedded documents ``X`` fall in each of the clusters of
+    ``centroids`` (assigned by the clustering's ``metric``)."""
     from clusterclip.clustering.kmeans import assign
 
-    metric = (workdir.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
     labels, _ = assign(X, centroids, metric=metric, device=device)
     return np.bincount(labels[labels >= 0], minlength=centroids.shape[0]).astype(np.int64)

@@ -11,9 +11,12 @@ speaks in flags), and ``run(w, options)`` that goes through
 - :mod:`~clusterclip.stages.dedup`: -> ``W/groups.npy``, ``W/dedup.json``;
 - :mod:`~clusterclip.stages.tokens`: -> ``W/tokens.npy`` (or the estimate);
 - :mod:`~clusterclip.stages.sample`: -> ``W/schedule.npy``;
-- :mod:`~clusterclip.stages.run`: embed -> cluster (-> dedup) (-> sample).
+- :mod:`~clusterclip.stages.run`: embed -> cluster (-> dedup) (-> sample);
+- :mod:`~clusterclip.stages.experiment`: -> ``W/experiment`` (proxy LMs per strategy);
+- :mod:`~clusterclip.stages.search`: -> ``W/search`` (the mixture search and its verdict).
 
 Only the stages and the command line import :mod:`clusterclip.workdir`; the algorithm
-packages below them (corpus, embedding, clustering, sampling, dedup, tokens) take
+packages below them (corpus, embedding, clustering, sampling, dedup, tokens, lm,
+experiment, search) take
 arrays, paths or options (``tests/test_layers.py``).
 """

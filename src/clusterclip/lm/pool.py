@@ -29,12 +29,12 @@ _STATE: Any = None
 
 
 def check_workers(threads: int | None, workers: int) -> None:
-    """InputError unless ``--threads`` (when given) and ``--workers`` are >= 1."""
+    """InputError unless ``threads`` (when given) and ``workers`` are >= 1."""
     from clusterclip.errors import InputError
 
-    for flag, n in (("--threads", threads), ("--workers", workers)):
+    for name, n in (("threads", threads), ("workers", workers)):
         if n is not None and n < 1:
-            raise InputError(f"{flag}: must be >= 1, got {n}")
+            raise InputError(f"{name}: must be >= 1, got {n}", params=(name,))
 
 
 def _start(init: Callable[..., Any], initargs: tuple[Any, ...]) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.sampling.clip import quartile_clusters
+
 #: Metric names, in table order. ``val_*`` are on held-out documents, ``train``
 #: on an equally stratified sample of training documents, ``gap = val - train``.
 METRICS = ("val_micro", "val_macro", "val_tail", "val_head", "train_micro", "gap")
-QUARTILE = 0.25
 
 
 def per_cluster_loss(loss_sum: np.ndarray, n_tokens: np.ndarray, clusters: np.ndarray
@@ -35,20 +36,6 @@ def per_cluster_loss(loss_sum: np.ndarray, n_tokens: np.ndarray, clusters: np.nd
     return ids, sums / toks, toks.astype(np.int64)
 
 
-def quartile_clusters(ids: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The smallest and the largest quarter of the clusters ``ids`` by size.
-
-    ``sizes``: int[C] cluster sizes (documents in the whole corpus) aligned
-    with ``ids``. A quarter is ``ceil(C / 4)`` clusters (at least one); ties in
-    size are broken by cluster id so the choice is deterministic.
-    Returns ``(tail_ids, head_ids)``.
-    """
-    ids = np.asarray(ids)
-    q = max(1, math.ceil(QUARTILE * ids.size))
-    order = np.lexsort((ids, np.asarray(sizes)))  # by size, then id
-    return ids[order[:q]], ids[order[-q:]]
-
-
 def summarize(loss_sum: np.ndarray, n_tokens: np.ndarray, clusters: np.ndarray,
               cluster_sizes: np.ndarray) -> dict[str, Any]:
     """Micro, macro, tail and head loss of one evaluation.
@@ -63,7 +50,8 @@ def summarize(loss_sum: np.ndarray, n_tokens: np.ndarray, clusters: np.ndarray,
     n_tokens = np.asarray(n_tokens, dtype=np.float64)
     ids, loss, toks = per_cluster_loss(loss_sum, n_tokens, clusters)
     sizes = np.asarray(cluster_sizes)[ids]
-    tail, head = quartile_clusters(ids, sizes)
+    tail, head = quartile_clusters(cluster_sizes, among=ids)
+    head = head[::-1]  # ascending by size, the order the results list
     by_id = dict(zip(ids.tolist(), loss.tolist(), strict=True))
     return {
         "micro": float(loss_sum.sum() / n_tokens.sum()),
@@ -108,7 +96,7 @@ def schedule_stats(fed: np.ndarray, labels: np.ndarray, doc_tokens: np.ndarray,
     """What a run's schedule fed the model, to tell whether the clip mattered.
 
     ``fed``: int[D] document indices in the order packed (see
-    :func:`~clusterclip.experiment.runs.schedule_stream`); ``labels``: int[N];
+    :func:`~clusterclip.lm.runs.schedule_stream`); ``labels``: int[N];
     ``doc_tokens``: int[N] tokens per document; ``tail`` / ``head``: the smallest / largest quarter
     of the evaluated clusters; ``clusters_clipped``: clusters that completed
     their ``clip``-th pass and left the pool (the sampler's summary; 0 for

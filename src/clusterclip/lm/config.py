@@ -1,4 +1,4 @@
-"""Settings of the experiment's model and optimiser, and the byte vocabulary (no torch here)."""
+"""Settings of the proxy model and its optimiser, and the byte vocabulary (no torch here)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class ModelConfig:
         return d
 
     def num_parameters(self) -> int:
-        """Parameters of :class:`~clusterclip.experiment.model.ByteLM` of this shape,
+        """Parameters of :class:`~clusterclip.lm.model.ByteLM` of this shape,
         counted without building it: token and position embeddings (the output layer
         shares the token embedding), per layer two layer norms, the attention's qkv and
         projection and the 4x MLP, and the final layer norm."""
@@ -46,7 +46,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings shared by every run of an experiment."""
+    """Optimisation settings shared by every run of an experiment or a search."""
 
     batch_size: int = 16
     lr: float = 2e-3

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.experiment.config import MODEL_PRESETS, ModelConfig, TrainConfig
-from clusterclip.experiment.data import pack_sequences
+from clusterclip.lm.config import MODEL_PRESETS, ModelConfig, TrainConfig
+from clusterclip.lm.data import pack_sequences
 from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
 
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
@@ -89,7 +89,8 @@ def check_device(device: str) -> None:
     try:
         torch.empty(1, device=device)
     except (RuntimeError, AssertionError) as e:
-        raise InputError(f"--device {device}: not usable ({str(e).splitlines()[0]})") from None
+        raise InputError(f"device {device}: not usable ({str(e).splitlines()[0]})",
+                         params=("device",)) from None
 
 
 # -- what a run trains on --------------------------------------------------------------
@@ -171,10 +172,10 @@ class Budget:
         if self.needed > spec.clip * have:
             smallest = -(-self.needed // max(1, have))
             raise InputError(
-                f"--clip {spec.clip}: {name} can supply at most {spec.clip} x {have:,} = "
+                f"clip {spec.clip}: {name} can supply at most {spec.clip} x {have:,} = "
                 f"{spec.clip * have:,} training tokens, but the budget needs {self.needed:,}; "
-                f"the smallest --clip that serves it is {smallest:,} (or lower --epochs / "
-                "--tokens)")
+                f"the smallest clip that serves it is {smallest:,} (or give a smaller "
+                "budget)", params=("clip",))
 
 
 def schedule_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: np.ndarray,
@@ -223,9 +224,9 @@ def train_on_schedule(model_cfg: ModelConfig, train_cfg: TrainConfig, docs: Sequ
                       ) -> tuple[Any, dict[str, Any], np.ndarray]:
     """Train a fresh model (initialised from ``seed``) on ``steps`` batches packed from
     ``sampler``'s schedule of ``docs``. Returns ``(model, log, fed)``: the trained model,
-    :func:`~clusterclip.experiment.train.train_run`'s log (``evaluate`` draws the curve)
+    :func:`~clusterclip.lm.train.train_run`'s log (``evaluate`` draws the curve)
     and int64 indices of the documents packed, in order."""
-    from clusterclip.experiment.train import train_run
+    from clusterclip.lm.train import train_run
 
     fed: list[int] = []
     windows = pack_sequences(schedule_stream(sampler, docs, fed), model_cfg.seq_len,
@@ -244,8 +245,8 @@ def estimate_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, device: Any
     import torch
     import torch.nn.functional as F
 
-    from clusterclip.experiment.model import ByteLM
-    from clusterclip.experiment.train import evaluate_documents
+    from clusterclip.lm.model import ByteLM
+    from clusterclip.lm.train import evaluate_documents
 
     gen = torch.Generator().manual_seed(0)
     model = ByteLM(model_cfg).to(device)

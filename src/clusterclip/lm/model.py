@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clusterclip.experiment.config import EOS, VOCAB_SIZE, ModelConfig
+from clusterclip.lm.config import EOS, VOCAB_SIZE, ModelConfig
 
 __all__ = ["EOS", "VOCAB_SIZE", "ByteLM", "ModelConfig"]
 

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from clusterclip.experiment.config import ModelConfig, TrainConfig
-from clusterclip.experiment.model import ByteLM
+from clusterclip.lm.config import ModelConfig, TrainConfig
+from clusterclip.lm.model import ByteLM
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -67,7 +67,7 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
 
     The model is initialised from ``torch.manual_seed(seed)`` alone, so every
     strategy starts from the same weights for the same seed. ``windows`` yields
-    int64[seq_len + 1] arrays (see :func:`~clusterclip.experiment.data.pack_sequences`);
+    int64[seq_len + 1] arrays (see :func:`~clusterclip.lm.data.pack_sequences`);
     running out of them before ``steps`` batches is an error. ``evaluate(model)``
     returns the validation loss (a float) or named losses (a dict, e.g.
     ``val_loss`` and ``train_loss`` measured the same way on held-out and on

@@ -1,6 +1,7 @@
-"""Pure data steps of the experiment: byte tokens, the held-out split, packing.
+"""Pure data steps of the proxy model: tokens, the cluster-stratified split and subsample, packing.
 
-Everything here takes and returns numpy arrays; nothing touches files or torch.
+Everything here takes and returns numpy arrays and never imports torch; only
+:func:`proxy_tokenizer` reads a folder (a tokenizer).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.config import EOS
+from clusterclip.errors import InputError
+from clusterclip.lm.config import EOS
 
 
 def encode_documents(texts: Sequence[str | None], max_doc_tokens: int
@@ -74,37 +76,56 @@ def tokenize_documents(texts: Sequence[str | None], max_doc_tokens: int, tokeniz
     return docs, truncated, doc_bytes
 
 
-def stratified_split(labels: np.ndarray, valid_fraction: float = 0.1,
-                     min_cluster_docs: int = 10, seed: int = 0) -> np.ndarray:
-    """Choose held-out (validation) documents, stratified by cluster.
+#: Share of each eligible cluster's documents held out, per held-out part.
+HOLDOUT_FRACTION = 0.1
+#: Clusters smaller than this stay whole in training (nothing of them to evaluate).
+MIN_CLUSTER_DOCS = 10
 
-    ``labels``: int[N], cluster id per document, -1 for excluded documents.
-    Every cluster with at least ``min_cluster_docs`` documents gives
-    ``max(1, round(valid_fraction * n_k))`` of its documents, chosen uniformly
-    at random; smaller clusters give none (they stay whole in training, since
-    holding out their only documents would leave nothing of them to learn).
-    Excluded documents are never held out. Deterministic in ``seed``.
 
-    Returns bool[N], True for held-out documents.
+def stratified_split(labels: np.ndarray, fraction: float = HOLDOUT_FRACTION,
+                     min_cluster_docs: int = MIN_CLUSTER_DOCS, seed: int = 0, parts: int = 1
+                     ) -> np.ndarray:
+    """Choose ``parts`` disjoint held-out sets of documents, stratified by cluster.
+
+    ``labels``: int[N], cluster id per document, -1 for excluded documents (never held
+    out). Every cluster with ``n >= min_cluster_docs`` documents gives each part
+    ``min((n - 1) // parts, max(1, round(fraction * n)))`` of its documents, chosen
+    uniformly at random, so it keeps at least one training document; smaller clusters
+    give none (they stay whole in training, since holding out their only documents would
+    leave nothing of them to learn). Deterministic in ``seed``: one part is drawn with
+    ``rng.choice`` over the cluster's members (the experiment's held-out set), more parts
+    cut one ``rng.permutation`` of them into consecutive runs (the search's val and test);
+    the two draws are kept as they are so that stored runs and results keep their bytes.
+
+    Returns int8[N]: 0 for documents not held out, else the part (1 .. ``parts``).
     """
     labels = np.asarray(labels)
-    if not 0.0 < valid_fraction < 1.0:
-        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
-    if min_cluster_docs < 2:
-        raise ValueError("min_cluster_docs must be at least 2, so a cluster keeps training docs")
-    held = np.zeros(labels.shape[0], dtype=bool)
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    if not 0.0 < fraction < 1.0 / parts:
+        raise ValueError(f"fraction must be in (0, {1 / parts:g}) for {parts} part(s), "
+                         f"got {fraction}")
+    if min_cluster_docs < parts + 1:
+        raise ValueError(f"min_cluster_docs must be at least {parts + 1}, so a cluster keeps "
+                         "training documents")
+    part = np.zeros(labels.shape[0], dtype=np.int8)
     rng = np.random.default_rng(seed)
     eligible = np.flatnonzero(labels >= 0)
-    # stable sort: members of a cluster stay in corpus order before the shuffle
+    # stable sort: members of a cluster stay in corpus order before the draw
     order = eligible[np.argsort(labels[eligible], kind="stable")]
-    ids, starts, counts = np.unique(labels[order], return_index=True, return_counts=True)
-    for start, n in zip(starts, counts, strict=True):
+    _, starts, counts = np.unique(labels[order], return_index=True, return_counts=True)
+    for start, n in zip(starts.tolist(), counts.tolist(), strict=True):
         if n < min_cluster_docs:
             continue
-        take = min(n - 1, max(1, int(round(valid_fraction * n))))
+        take = min((n - 1) // parts, max(1, int(round(fraction * n))))
         members = order[start:start + n]
-        held[rng.choice(members, size=take, replace=False)] = True
-    return held
+        if parts == 1:
+            part[rng.choice(members, size=take, replace=False)] = 1
+            continue
+        members = rng.permutation(members)
+        for j in range(parts):
+            part[members[j * take:(j + 1) * take]] = j + 1
+    return part
 
 
 def pack_sequences(docs: Iterable[np.ndarray], seq_len: int, eos: int = EOS
@@ -195,3 +216,33 @@ def stratified_subsample(labels: np.ndarray, max_docs: int, seed: int = 0) -> np
         members = by_cluster[starts[k]:starts[k + 1]]
         keep[rng.choice(members, size=int(quota[k]), replace=False)] = True
     return keep
+
+
+def checked_labels(texts: Sequence[str | None], labels: np.ndarray,
+                   groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``labels`` as int64[N] for N = ``len(texts)``, and ``groups`` (near-duplicate group
+    per document, or None) as int64[N]; InputError naming the array whose shape or type is
+    wrong."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != len(texts):
+        raise InputError(f"labels: expected shape ({len(texts)},), got {labels.shape}")
+    labels = labels.astype(np.int64)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != labels.shape or groups.dtype.kind not in "iu":
+            raise InputError(f"groups: expected int[{labels.size}], got {groups.dtype} of shape "
+                             f"{groups.shape}; rerun `clusterclip dedup`")
+        groups = groups.astype(np.int64)
+    return labels, groups
+
+
+def proxy_tokenizer(path: str) -> Any:
+    """The fast tokenizer at ``path`` (:func:`clusterclip.tokens.load_tokenizer`; InputError
+    naming the folder when it is not one, or not a fast one: the proxy needs offsets)."""
+    from clusterclip.tokens import load_tokenizer
+
+    tok = load_tokenizer(path)
+    if not getattr(tok, "is_fast", False):
+        raise InputError(f"tokenizer {path}: not a fast tokenizer (no tokenizer.json), so "
+                         "the bytes each token covers are unknown", params=("tokenizer",))
+    return tok

@@ -1,0 +1,18 @@
+"""The proxy language model that ``experiment`` and ``search`` train: a small byte-level
+(or tokenizer-level) transformer and everything one run of it needs.
+
+- :mod:`~clusterclip.lm.config`: the model and optimiser settings and the size presets
+  (no torch);
+- :mod:`~clusterclip.lm.data`: documents to tokens, the cluster-stratified split and
+  subsample, packing into training windows (numpy only);
+- :mod:`~clusterclip.lm.model` and :mod:`~clusterclip.lm.train`: the model, training and
+  evaluation (torch);
+- :mod:`~clusterclip.lm.metrics`: held-out loss per cluster, micro / macro / tail / head,
+  bits per byte, what a schedule fed;
+- :mod:`~clusterclip.lm.runs`: one run on one schedule (:class:`~clusterclip.lm.runs.ScheduleSpec`,
+  :class:`~clusterclip.lm.runs.Budget`) and the store of finished runs
+  (:class:`~clusterclip.lm.runs.RunStore`);
+- :mod:`~clusterclip.lm.pool`: runs in worker processes.
+
+It reads no work directory: arrays, paths and options in, arrays and dicts out.
+"""

@@ -1,0 +1,257 @@
+"""The ``search`` stage: ``W/labels.npy`` + ``W/corpus/`` + ``W/centroids.npy`` (+ the
+target files) -> ``W/search/`` through the work directory's stage runner.
+
+:class:`SearchStageOptions` holds everything the stage needs, checked once when made;
+:func:`run` reads the work directory (and embeds the target with W's embedder) into a
+:class:`~clusterclip.search.runner.SearchInputs` for
+:func:`clusterclip.search.runner.search`, and writes its results. ``search propose``
+(:func:`propose`) and ``search fit --workdir`` read the work directory here too
+(:func:`workdir_space`: its clusters' search space).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clusterclip import distributed as D
+from clusterclip.search import runner
+from clusterclip.search.propose import ClusterSpace, ProposeRequest, cluster_space
+from clusterclip.search.runner import SearchConfig, SearchInputs
+from clusterclip.search.target import Target
+from clusterclip.workdir import Workdir
+
+
+@dataclass(frozen=True)
+class SearchStageOptions:
+    """The search's configuration and where and how it runs, checked when made.
+
+    ``threads`` None: :func:`~clusterclip.lm.runs.default_threads` of the proxies' model;
+    ``workers`` > 1: each rank trains its share of a batch of proxies in as many worker
+    processes (the results do not depend on it). The ``device`` is tried by :func:`run`,
+    inside the process group (which selects each rank's GPU first).
+    """
+
+    config: SearchConfig
+    device: str = "cpu"
+    threads: int | None = None
+    workers: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        from clusterclip.lm.pool import check_workers
+        from clusterclip.lm.runs import default_threads
+
+        self.config.validate()
+        if self.threads is None:
+            object.__setattr__(self, "threads",
+                               default_threads(self.config.experiment().model))
+        check_workers(self.threads, self.workers)
+
+
+def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Target,
+                  tval: np.ndarray, ttest: np.ndarray, centroids: np.ndarray, device: str,
+                  store: Any) -> tuple[np.ndarray, Any, str]:
+    """``(histogram, overlap, key)``: the target's val histogram over W's clusters and its
+    copies in the corpus, kept in the run store under ``key`` (a resumed search does not
+    embed again). The val documents are embedded apart from the test documents, so the
+    histogram reads the val texts alone."""
+    from clusterclip.io import array_fingerprint, fingerprint, load_npy
+    from clusterclip.search.overlap import Overlap, find_overlap
+    from clusterclip.search.target import embed_texts, target_histogram
+    from clusterclip.stages.dedup import workdir_threshold
+
+    threshold = workdir_threshold(w)
+    embed = embed_record(w)
+    key = fingerprint({"kind": "search target", "format": 2, "texts": fingerprint(
+        list(target.texts)), "val": array_fingerprint(tval), "threshold": threshold,
+        "embed": embed["fingerprint"], "cluster": w.stage("cluster")["fingerprint"],
+        "device": device})
+
+    def compute() -> tuple[np.ndarray, Overlap]:
+        got = store.get(key)
+        if got is not None:
+            return np.array(got["histogram"], dtype=np.int64), Overlap.from_dict(got["overlap"])
+        t0 = time.perf_counter()
+        Xv = embed_texts(embed["params"], corpus, [target.texts[i] for i in tval], device)
+        Xt = embed_texts(embed["params"], corpus, [target.texts[i] for i in ttest], device)
+        h = target_histogram(Xv, centroids, cluster_metric(w), device)
+        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
+        rows = np.concatenate([tval, ttest])
+        ov = find_overlap(target.texts, texts, np.concatenate([Xv, Xt.reshape(-1, Xv.shape[1])]),
+                          X, rows, threshold)
+        store.put(key, {"histogram": h.tolist(), "overlap": ov.to_dict()},
+                  round(time.perf_counter() - t0, 2))
+        return h, ov
+
+    h, ov = D.on_main(compute)
+    return h, ov, key
+
+
+def embed_record(w: Workdir) -> dict[str, Any]:
+    """W's ``embed`` stage record (its parameters make the embedder again)."""
+    from clusterclip.errors import InputError
+
+    embed = w.stage("embed")
+    if embed is None:
+        raise InputError(f"{w.root}: stage `embed` has not run; run `clusterclip embed` first")
+    return embed
+
+
+def cluster_metric(w: Workdir) -> str:
+    """The metric of W's clustering (its ``cluster`` stage's; cosine by default)."""
+    return (w.stage("cluster") or {}).get("params", {}).get("metric", "cosine")
+
+
+def search_inputs(w: Workdir, config: SearchConfig, target: Target | None, device: str,
+                  store: Any, progress: bool = True) -> SearchInputs:
+    """What the search reads of ``w`` (every rank): the labels, texts, centroids and
+    metric, and with a target its val histogram and its copies in the corpus."""
+    from clusterclip.io import load_npy
+    from clusterclip.search.overlap import excluded_documents
+    from clusterclip.search.overlap import summary as overlap_summary
+    from clusterclip.search.splits import target_splits
+    from clusterclip.stages.experiment import load_inputs
+
+    labels, texts, corpus = load_inputs(w.root)
+    num_clusters = int(labels.max()) + 1
+    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    inputs = SearchInputs(labels, texts, centroids, cluster_metric(w))
+    if target is None:
+        return inputs
+    tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
+    runner.main_log(progress)(
+        f"search: embedding the target's {tval.size + ttest.size} documents with W's "
+        "embedder (its prior and its copies in the corpus; an earlier search's are reused); "
+        "the estimate follows")
+    histogram, ov, key = _target_facts(w, corpus, texts, target, tval, ttest,
+                                       centroids[:num_clusters], device, store)
+    exclude, val_kept = excluded_documents(ov, labels, tval, ttest)
+    return SearchInputs(labels, texts, centroids, inputs.metric, histogram, exclude,
+                        overlap_summary(ov, exclude, val_kept), (key,))
+
+
+def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
+    """Search on ``w`` and write ``W/search/`` (one atomic replacement, through the work
+    directory's stage runner; the finished runs move along in ``W/search/runs/``). Every
+    ``torchrun`` rank calls this. Returns the results dict plus ``out_dir`` and
+    ``wall_seconds``."""
+    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
+    from clusterclip.lm.runs import RunStore, check_device
+    from clusterclip.search.output import write_outputs
+    from clusterclip.search.target import read_target
+
+    o, config = options, options.config
+    check_device(o.device)
+    t0 = time.perf_counter()
+    # the target is read (and refused) before anything in W is touched
+    target = read_target(list(config.targets), config.text_field) if config.targets else None
+    out = w.path("search")
+    store = RunStore(out / "runs")
+    done: dict[str, Any] = {}
+
+    def work(run: Any) -> dict[str, Any]:
+        # ours (the stage runner checked): marked before the first run
+        D.on_main(lambda: mark_output(out, "search"))
+        try:
+            with contextlib.ExitStack() as pools:  # the worker pools end with the search
+                inputs = search_inputs(w, config, target, o.device, store, o.progress)
+                results = runner.search(inputs, config, target, o.device, o.threads,
+                                        o.progress, store, o.workers, pools)
+        except BaseException:
+            if D.is_main():  # a failure before the first run leaves no folder behind
+                unmark_unused(out)
+            raise
+
+        def write() -> None:
+            store.prune(set(results["run_keys"]))
+            # the finished runs stay where they are, listed as ours
+            with atomic_output_dir(out, "search", adopt=store.listed(out)) as tmp:
+                write_outputs(results, tmp)
+                runner.write_swarm(results, tmp)
+        D.on_main(write)
+        done.update(results)
+        return {"objective": results["objective"]}
+
+    with w.locked():
+        w.run_stage("search", key={"config": config.to_dict(), "device": o.device,
+                                   "threads": o.threads},
+                    reads=["labels.npy", "corpus", "centroids.npy"], inputs=list(config.targets),
+                    outputs=["search"], work=work, cache=False)
+    return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}
+
+
+# -- search propose and search fit -----------------------------------------------------
+
+def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = None,
+                  num_samples: int | None = None, tokenizer: str | None = None,
+                  histogram: np.ndarray | None = None) -> ClusterSpace:
+    """The search space of work directory ``workdir``
+    (:func:`~clusterclip.search.propose.cluster_space` of its labels, centroids and
+    clustering metric; with ``num_tokens``, its tokens per document)."""
+    from clusterclip.errors import InputError
+    from clusterclip.io import load_npy
+    from clusterclip.labels import load_labels
+
+    w = Workdir(workdir, create=False)
+    labels = load_labels(w.path("labels.npy"))
+    if not np.any(labels >= 0):
+        raise InputError(f"{w.path('labels.npy')}: no document has a cluster (all -1)")
+    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    tokens = None
+    if num_tokens is not None:
+        from clusterclip.stages.tokens import TokensOptions, run
+
+        tokens, _ = run(w, TokensOptions(tokenizer=tokenizer))
+    return cluster_space(labels, centroids, cluster_metric(w), num_tokens=num_tokens,
+                         num_samples=num_samples, tokens=tokens, histogram=histogram)
+
+
+def _target_histogram(w: Workdir, target: Target, device: str) -> np.ndarray:
+    """The target's documents (all of them) per cluster of ``w``."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.io import load_npy
+    from clusterclip.search.target import embed_texts, target_histogram
+
+    embed = embed_record(w)
+    corpus = Corpus.load(w.path("corpus"))
+    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    texts = [t for t in target.texts if t]
+    k = int(load_npy(w.path("labels.npy"), "labels").max()) + 1
+    return target_histogram(embed_texts(embed["params"], corpus, texts, device), centroids[:k],
+                            cluster_metric(w), device)
+
+
+def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``search propose`` on ``req.workdir`` (see :mod:`clusterclip.search.propose`);
+    returns a summary; ``log``: the progress lines of the exports (default: stderr)."""
+    from clusterclip.io import check_output_dir
+    from clusterclip.search.propose import export_tokenizer, write_proposals
+    from clusterclip.search.target import read_target
+
+    req.check()
+    target = read_target(list(req.targets), req.text_field) if req.targets else None
+    tokenizer = export_tokenizer(req)
+    check_output_dir(req.out, "search propose")
+    w = Workdir(req.workdir, create=False)
+    with w.locked():
+        w.upstream(["labels.npy", "centroids.npy"]
+                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else []))
+        histogram = None if target is None else _target_histogram(w, target, req.device)
+        ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
+                           num_samples=req.num_samples,
+                           tokenizer=req.tokenizer if req.num_tokens else None,
+                           histogram=histogram)
+
+        def corpus() -> Any:
+            from clusterclip.corpus import Corpus
+
+            return Corpus.load(w.path("corpus"))
+
+        return write_proposals(req, ws, corpus, tokenizer, target is not None, log)
