@@ -8,14 +8,14 @@ cluster k ``min(R n_k, lam w_k)`` draws spread evenly over the schedule,
 ``clusterclip search`` writes one (``W/search/mixture.json``); ``sample
 --mixture``, ``run --mixture`` and the samplers' ``cluster_weights`` read it.
 
-The file is JSON::
+The file is JSON:
 
     {"format_version": 1, "weights": [0.2, 0.0, ...], "clip": 4, "timing": "paced",
      "objective": "target", ...}
 
 with any further keys kept as they are (``write_mixture(..., **extra)``).
 
-Version 2 adds ``stages``: the weights change over training, under one clip::
+Version 2 adds ``stages``: the weights change over training, under one clip:
 
     {"format_version": 2, "clip": 4, "timing": "paced",
      "stages": [{"until": 0.8, "weights": [...]},
