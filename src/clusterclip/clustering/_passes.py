@@ -353,9 +353,45 @@ def assign(X: np.ndarray, centroids: np.ndarray, *, metric: str = DEFAULT_METRIC
            ) -> tuple[np.ndarray, np.ndarray]:
     """Label rows with the nearest of fixed centroids.
 
-    ``X``: (n, d) float16/float32; ``centroids``: (K, d). Returns ``(labels int32 (n,),
-    scores float32 (n,))`` with the conventions of :class:`KMeans` (-1 / 0 where
-    ``valid`` is False). Purely local: under torch.distributed each rank labels its rows.
+    Purely local: under ``torch.distributed`` each rank labels its own rows.
+
+    Parameters
+    ----------
+    X : numpy.ndarray
+        float16 or float32 (n, d) rows (an array or a memory map).
+    centroids : numpy.ndarray
+        (K, d) finite centroids.
+    metric : str
+        ``"cosine"`` or ``"euclidean"``, as [`KMeans`][clusterclip.clustering.KMeans]'s.
+    device : str
+        Torch device.
+    chunk_rows : int
+        Rows read at a time.
+    valid : numpy.ndarray or None
+        bool (n,) mask; rows where it is False get label -1 and score 0.
+
+    Returns
+    -------
+    labels : numpy.ndarray
+        int32 (n,) nearest centroid of each row.
+    scores : numpy.ndarray
+        float32 (n,) cosine similarity to it (cosine) or minus the euclidean
+        distance (euclidean), as [`KMeans.scores_`][clusterclip.clustering.KMeans].
+
+    Raises
+    ------
+    InputError
+        If ``metric`` is unknown, the dimensions differ, the centroids are not
+        finite or ``valid`` has the wrong type or shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from clusterclip.clustering import assign
+    >>> X = np.array([[1, 0], [0, 1], [0.9, 0.1]], dtype=np.float32)
+    >>> labels, scores = assign(X, np.array([[1, 0], [0, 1]], dtype=np.float32))
+    >>> labels.tolist()
+    [0, 1, 0]
     """
     import torch
 

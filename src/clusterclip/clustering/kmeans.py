@@ -62,45 +62,105 @@ def default_fit_sample(n_valid: int, n_clusters: int) -> int:
 class KMeans:
     """K-means over (N, d) embeddings, streamed in chunks; spherical by default.
 
+    The parameters are checked by [`fit`][clusterclip.clustering.KMeans.fit]
+    (scikit-learn's convention), which alone sets the fitted attributes (the names
+    that end in an underscore).
+
     Parameters
     ----------
-    n_clusters: number of clusters K (1 <= K <= number of valid rows).
-    max_iter: maximum number of centroid updates.
-    n_init: restarts from different seeds; the best objective is kept.
-    tol: stop when the relative change of the objective falls below ``tol``.
-    metric: ``"cosine"`` (spherical: unit-norm centroids, cosine similarity) or
-        ``"euclidean"``.
-    seed: seed of the initialisation; the same seed gives the same labels.
-    device: torch device (``"cpu"``, ``"cuda"``, ...) for the torch backend.
-    chunk_rows: rows read from the input at a time (bounds memory use).
-    backend: ``"torch"`` or ``"faiss"`` (``faiss.Kmeans``; needs faiss installed,
-        holds the valid rows in memory, single process only, ignores ``tol``).
-    init: ``"k-means++"`` (on a seeded sample of rows) or a (K, d) array of
-        initial centroids.
-    progress: show a progress bar (stderr) per iteration.
-    fit_sample: None (fit on every valid row) or a number of rows m >= K: below the
-        number of valid rows, k-means++ and Lloyd run on a seeded sample of m valid
-        rows (the same sample under any number of ranks), then one streamed
-        assignment pass labels every row (torch backend only).
+    n_clusters : int
+        Number of clusters K, 1 <= K <= number of valid rows.
+    max_iter : int
+        Maximum number of centroid updates, >= 0.
+    n_init : int
+        Restarts from different seeds, >= 1; the best objective is kept.
+    tol : float
+        Stop when the relative change of the objective falls below ``tol`` (>= 0).
+    metric : str
+        ``"cosine"``: spherical K-means (unit-norm centroids, cosine similarity);
+        ``"euclidean"``: squared euclidean distance.
+    seed : int
+        Seed of the initialisation, >= 0; the same seed gives the same labels.
+    device : str
+        Torch device (``"cpu"``, ``"cuda"``, ...) for the torch backend.
+    chunk_rows : int
+        Rows read from the input at a time (bounds memory use).
+    backend : str
+        ``"torch"`` or ``"faiss"``. ``"faiss"`` runs ``faiss.Kmeans``: it needs
+        faiss installed, holds the valid rows in memory, runs in a single process
+        only and ignores ``tol``.
+    init : str or numpy.ndarray
+        ``"k-means++"`` (on a seeded sample of rows) or a (K, d) array of initial
+        centroids.
+    progress : bool
+        Show a progress bar (stderr) per iteration.
+    fit_sample : int or None
+        None: fit on every valid row. Or a number of rows m >= K: below the number
+        of valid rows, k-means++ and Lloyd run on a seeded sample of m valid rows
+        (the same sample under any number of ranks), then one streamed assignment
+        pass labels every row (torch backend only).
 
-    Attributes after :meth:`fit`
-    ----------------------------
-    cluster_centers_: float32 (K, d); unit-norm in cosine mode.
-    labels_: int32 (n,), -1 for rows that are not valid.
-    scores_: float32 (n,): cosine similarity to the assigned centroid (cosine) or
-        minus the euclidean distance to it (euclidean); 0 for rows not valid.
-    objective_history_: objective after each assignment pass (first entry: the
-        initial centroids); cosine: mean similarity, euclidean: mean squared distance.
-    objective_: the final objective; inertia_: sum of squared euclidean
-        distances of valid rows to their centroids (rows L2-normalised in cosine mode).
-    n_iter_: centroid updates done in the kept run; reseeds_: empty clusters
-        re-seeded at each update of the kept run; empty_clusters_: clusters
-        still empty at the end (only when there are fewer distinct rows than K).
-    init_seconds_, init_cpu_seconds_: wall and CPU time spent initialising (torch).
-    fit_sample_rows_: rows of the sample the centroids were fitted on (None: every valid
-        row); sample_objective_: the objective on that sample (None without one).
-        ``objective_``, ``inertia_``, labels and scores are always the full data's;
-        ``objective_history_`` is then the sample's.
+    Attributes
+    ----------
+    cluster_centers_ : numpy.ndarray
+        float32 (K, d) centroids; unit-norm in cosine mode.
+    labels_ : numpy.ndarray
+        int32 (n,) cluster of each row, -1 for rows that are not valid.
+    scores_ : numpy.ndarray
+        float32 (n,): cosine similarity to the assigned centroid (cosine) or minus
+        the euclidean distance to it (euclidean); 0 for rows not valid.
+    objective_history_ : list of float
+        The objective after each assignment pass (first entry: the initial
+        centroids); cosine: mean similarity, euclidean: mean squared distance. With
+        ``fit_sample``, the sample's.
+    objective_ : float
+        The final objective, on every valid row.
+    inertia_ : float
+        Sum of squared euclidean distances of the valid rows to their centroids
+        (rows L2-normalised in cosine mode).
+    n_iter_ : int
+        Centroid updates done in the kept run.
+    reseeds_ : list of int
+        Empty clusters re-seeded at each update of the kept run.
+    empty_clusters_ : int
+        Clusters still empty at the end (only when there are fewer distinct rows
+        than K).
+    init_seconds_, init_cpu_seconds_ : float
+        Wall and CPU time spent initialising (torch backend).
+    fit_sample_rows_ : int or None
+        Rows of the sample the centroids were fitted on (None: every valid row).
+    sample_objective_ : float or None
+        The objective on that sample (None without one).
+
+    See Also
+    --------
+    - [`assign`][clusterclip.clustering.assign]: label rows with fixed centroids.
+
+    Notes
+    -----
+    The objective is the mean cosine similarity of each row to its centroid
+    (cosine, maximised) or the mean squared euclidean distance (euclidean,
+    minimised). ``objective_``, ``inertia_``, ``labels_`` and ``scores_`` are always
+    the full data's, with or without ``fit_sample``.
+
+    The torch backend runs on CPU or CUDA and never needs the N x d matrix in
+    memory. Under ``torch.distributed`` each process passes its own contiguous
+    shard of rows; sums, counts and the objective are all-reduced every
+    iteration, so every rank holds the same centroids and the labels equal a
+    single-process run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from clusterclip.clustering import KMeans
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal([5, 0], 0.1, (20, 2)),
+    ...                     rng.normal([0, 5], 0.1, (20, 2))]).astype(np.float32)
+    >>> km = KMeans(n_clusters=2, seed=0).fit(X)
+    >>> km.cluster_centers_.shape, np.bincount(km.labels_).tolist()
+    ((2, 2), [20, 20])
+    >>> bool((km.predict(X)[0] == km.labels_).all())
+    True
     """
 
     def __init__(self, n_clusters: int, max_iter: int = DEFAULT_MAX_ITER,
@@ -155,11 +215,28 @@ class KMeans:
 
     # -- public API --------------------------------------------------------------
     def fit(self, X: np.ndarray, valid: np.ndarray | None = None) -> KMeans:
-        """Cluster the rows of ``X`` (float16/float32 (n, d) array or memmap).
+        """Cluster the rows of ``X``; set the fitted attributes.
 
-        ``valid``: optional bool (n,) mask; rows where it is False are ignored
-        (label -1). Under torch.distributed, ``X`` and ``valid`` are this rank's
-        contiguous shard and every rank must call ``fit``.
+        Parameters
+        ----------
+        X : numpy.ndarray
+            float16 or float32 (n, d) array or memory map. Under
+            ``torch.distributed``, this rank's contiguous shard of rows (every rank
+            must call ``fit``).
+        valid : numpy.ndarray or None
+            bool (n,) mask; rows where it is False are ignored (label -1).
+
+        Returns
+        -------
+        KMeans
+            ``self``, fitted.
+
+        Raises
+        ------
+        InputError
+            If a parameter is not valid (the message names it), ``X`` is not a
+            finite float matrix, ``valid`` has the wrong type or shape, or there are
+            fewer valid rows than ``n_clusters``.
         """
         self._check_params()
         check_matrix(X)
@@ -215,12 +292,45 @@ class KMeans:
 
     def predict(self, X: np.ndarray, valid: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """``(labels int32 (n,), scores float32 (n,))`` of ``X`` against the fitted centroids."""
+        """Label the rows of ``X`` with the nearest fitted centroid.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            float16 or float32 (n, d) rows.
+        valid : numpy.ndarray or None
+            bool (n,) mask; rows where it is False get label -1 and score 0.
+
+        Returns
+        -------
+        labels : numpy.ndarray
+            int32 (n,) nearest centroid of each row.
+        scores : numpy.ndarray
+            float32 (n,) scores, as ``scores_``.
+
+        Raises
+        ------
+        RuntimeError
+            If called before [`fit`][clusterclip.clustering.KMeans.fit].
+        """
         if not hasattr(self, "cluster_centers_"):
             raise RuntimeError("KMeans.predict called before fit")
         return assign(X, self.cluster_centers_, metric=self.metric, device=self.device,
                       chunk_rows=self.chunk_rows, valid=valid)
 
     def fit_predict(self, X: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-        """Fit and return ``labels_``."""
+        """Fit on ``X`` and return ``labels_``.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            float16 or float32 (n, d) rows.
+        valid : numpy.ndarray or None
+            bool (n,) mask; rows where it is False are ignored (label -1).
+
+        Returns
+        -------
+        numpy.ndarray
+            int32 (n,) cluster of each row, -1 for rows that are not valid.
+        """
         return self.fit(X, valid).labels_

@@ -20,12 +20,36 @@ def clustering_agreement(vectors: np.ndarray, reference: np.ndarray, n_clusters:
                          seeds: tuple[int, ...] = (0, 1, 2),
                          max_iter: int = DEFAULT_MAX_ITER
                          ) -> dict[str, float]:
-    """NMI between K-means of ``vectors`` and K-means of ``reference`` (both n x d, rows
-    of the same documents; any dimensions), over ``seeds``.
+    """NMI between K-means of ``vectors`` and K-means of ``reference``, over ``seeds``.
 
-    Returns ``nmi`` (mean over seeds, each pairing the two fits of one seed), ``nmi_min``,
-    ``nmi_max`` and ``reference_self`` (mean NMI between the reference's fits of
-    consecutive seeds: how well K-means agrees with itself; nan for a single seed).
+    Both are fitted with [`KMeans`][clusterclip.clustering.KMeans] (same K, same
+    seeds). 1.0: the same partition; near 0: unrelated partitions.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        (n, d) embeddings of the documents (any dimension d).
+    reference : numpy.ndarray
+        (n, d') embeddings of the same documents, row for row.
+    n_clusters : int
+        K of both clusterings.
+    seeds : tuple of int
+        K-means seeds; one pair of fits per seed.
+    max_iter : int
+        ``max_iter`` of each K-means.
+
+    Returns
+    -------
+    dict
+        ``nmi`` (mean over seeds, each pairing the two fits of one seed),
+        ``nmi_min``, ``nmi_max`` and ``reference_self`` (mean NMI between the
+        reference's fits of consecutive seeds: how well K-means agrees with itself,
+        the ceiling for ``nmi``; nan for a single seed).
+
+    Raises
+    ------
+    ValueError
+        If the two have different numbers of rows, or ``seeds`` is empty.
     """
     vectors, reference = np.asarray(vectors, np.float32), np.asarray(reference, np.float32)
     if len(vectors) != len(reference):

@@ -1,10 +1,13 @@
 """Sampling: ClusterClip and its baselines (random, uniform, temperature, paced).
 
-Arrays in, indices out; needs only numpy. :func:`make_sampler` returns the
-sampler for any parameters (:class:`SamplerSpec` checks them); every sampler is
-a :class:`BaseSampler`. Mixtures (cluster weights, clip and timing as a file)
-live in :mod:`clusterclip.sampling.mixture`, the torch adapter in
-:mod:`clusterclip.sampling.torch` (imports torch).
+Arrays in, indices out; needs only numpy.
+[`make_sampler`][clusterclip.sampling.make_sampler] returns the sampler for any
+parameters ([`SamplerSpec`][clusterclip.sampling.SamplerSpec] checks them); every
+sampler is a [`BaseSampler`][clusterclip.sampling.BaseSampler]. Mixtures (cluster
+weights, clip and timing as a file) live in
+[`clusterclip.sampling.mixture`][clusterclip.sampling.mixture], the torch adapter in
+[`clusterclip.sampling.torch`][clusterclip.sampling.torch.ClusterClipTorchSampler]
+(imports torch).
 """
 
 from clusterclip.sampling.factory import make_sampler

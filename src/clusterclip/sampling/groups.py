@@ -154,13 +154,70 @@ class GroupStream:
 
 
 class GroupClipSampler(BaseSampler):
-    """:class:`ClusterClipSampler` over near-duplicate groups (see the module).
+    """A [`ClusterClipSampler`][clusterclip.sampling.ClusterClipSampler] over near-duplicate groups.
 
-    Made by :func:`~clusterclip.sampling.make_sampler` with ``groups`` (or
+    Made by [`make_sampler`][clusterclip.sampling.make_sampler] with ``groups`` (or
     directly, with the same arguments). Same parameters, iteration, ``blocks``,
     ``state_dict`` / ``load_state_dict`` and ``summary`` as
-    :class:`ClusterClipSampler`, plus ``groups``. ``cluster_sizes`` counts groups
-    per cluster; ``num_groups`` the groups.
+    [`ClusterClipSampler`][clusterclip.sampling.ClusterClipSampler], plus
+    ``groups``. Each group is one unit of the passes and of the clip.
+
+    Parameters
+    ----------
+    labels : array_like
+        (N,) integer cluster id (>= 0) of each document; -1 excludes it.
+    num_samples : int
+        Length T of the global schedule, >= 1.
+    **options : Any
+        Keyword-only: the fields of
+        [`SamplerSpec`][clusterclip.sampling.SamplerSpec], ``groups`` required:
+        (N,) integer group id of each document (e.g. ``W/groups.npy`` from
+        ``clusterclip dedup``); documents with the same id form a group and must
+        share a cluster.
+
+    Attributes
+    ----------
+    num_groups : int
+        The near-duplicate groups.
+    cluster_sizes : numpy.ndarray
+        (K,) int64 eligible groups per cluster (n_k counts groups, not documents).
+
+    Raises
+    ------
+    InputError
+        If a parameter is not valid, a group spans two clusters, or a document
+        with a cluster has no group id >= 0.
+    TypeError
+        If ``groups`` is not given.
+
+    Notes
+    -----
+    A group is represented by its smallest document index (its representative).
+    The schedule is the plain sampler's schedule over the representatives (labels
+    ``labels[i]`` for representatives, -1 for the other members), with each draw
+    of a group replaced by one of its members in rotation: the j-th draw
+    (0-based) of a group yields its member ``j mod size`` in ascending document
+    order. So a pass over a cluster visits each group once, the clip R bounds the
+    draws of a *group* (its documents together appear at most R times under
+    ``clusterclip`` and ``paced``), members are used evenly (their counts differ
+    by at most 1), and with every group of size 1 the schedule is exactly the
+    plain sampler's. Cluster sizes n_k (alpha weights, capacity R x eligible)
+    count groups.
+
+    Which member a draw yields depends on how often its group was drawn before,
+    so starting at position c (``consumed_samples``, ``load_state_dict``) replays
+    the group draws before c (count only; about the cost of generating c
+    positions).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from clusterclip.sampling import make_sampler
+    >>> labels = np.array([0, 0, 0, 1, 1])
+    >>> groups = np.array([0, 0, 1, 2, 3])  # documents 0 and 1: near-duplicates
+    >>> sampler = make_sampler(labels, 6, clip=2, groups=groups)
+    >>> type(sampler).__name__, sampler.num_groups, sampler.capacity
+    ('GroupClipSampler', 4, 8)
     """
 
     def __init__(self, labels: Any, num_samples: int, **options: Any) -> None:
@@ -219,9 +276,19 @@ class GroupClipSampler(BaseSampler):
     def summary(self) -> dict[str, Any]:
         """The plain sampler's summary over groups, with documents counted by member.
 
-        ``max_repetition``/``min_repetition`` count draws per *group* (what the clip
-        bounds); ``max_document_repetition``, ``documents_seen`` count documents (a
-        pass over the whole schedule).
+        Returns
+        -------
+        dict
+            The fields of
+            [`ClusterClipSampler.summary`][clusterclip.sampling.ClusterClipSampler.summary],
+            where ``max_repetition`` / ``min_repetition`` count draws per *group*
+            (what the clip bounds), plus ``eligible_groups``, ``groups_seen``,
+            ``duplicate_groups``, ``documents_in_duplicate_groups`` and
+            ``max_document_repetition``; ``documents_seen`` counts documents.
+
+        Notes
+        -----
+        The document counts take a pass over the whole schedule.
         """
         s = self._inner().summary()
         stream = GroupStream(self._inner(), self._index)

@@ -1,11 +1,13 @@
 """Hugging Face integrations, in process (optional: the ``hf`` extra).
 
-- :func:`schedule_dataset`: a map-style ``datasets.Dataset`` in schedule order,
-  ``dataset.select(schedule)``: an indices mapping over the same Arrow table,
-  the rows themselves are not copied. From a schedule array (``W/schedule.npy``)
-  or from sampler options (as :func:`~clusterclip.sampling.make_sampler`).
+- [`schedule_dataset`][clusterclip.sampling.hf.schedule_dataset]: a map-style
+  ``datasets.Dataset`` in schedule order, ``dataset.select(schedule)``: an indices
+  mapping over the same Arrow table, the rows themselves are not copied. From a
+  schedule array (``W/schedule.npy``) or from sampler options (as
+  [`make_sampler`][clusterclip.sampling.make_sampler]).
 - ``ClusterClipTrainer``: a ``transformers.Trainer`` that draws its training
-  rows from a :class:`~clusterclip.sampling.torch.ClusterClipTorchSampler`
+  rows from a
+  [`ClusterClipTorchSampler`][clusterclip.sampling.torch.ClusterClipTorchSampler]
   instead of its own ``RandomSampler`` (which would silently undo the order).
   Imports ``transformers`` on first use only.
 
@@ -36,18 +38,51 @@ def schedule_dataset(dataset: Any, schedule: Any = None, *, rank: int = 0, world
                      **sampler_options: Any) -> Any:
     """``dataset`` (row ``i`` = document ``i``) in schedule order, lazily.
 
-    ``schedule``: a 1-D integer array of document indices (the global
-    schedule, e.g. ``np.load("W/schedule.npy", mmap_mode="r")``); or leave it
-    out and give the sampler's options instead (``labels``, ``num_samples`` and
-    any of :func:`~clusterclip.sampling.make_sampler`'s, e.g. ``strategy``, ``clip``,
-    ``seed``, ``cluster_weights``, ``groups``; ``len(labels)`` must equal
-    ``len(dataset)``).
-    ``rank``/``world_size``: this rank's share, positions ``r, r+W, ...``,
-    ``floor(T/W)`` of them, as the sampler and ``clusterclip export`` serve it.
+    Parameters
+    ----------
+    dataset : datasets.Dataset
+        A map-style dataset whose row ``i`` is document ``i`` of the corpus the
+        labels were computed on.
+    schedule : array_like or None
+        A 1-D integer array of document indices: the global schedule, e.g.
+        ``np.load("W/schedule.npy", mmap_mode="r")``. Or leave it out and give the
+        sampler's options instead.
+    rank : int
+        This rank: it gets positions ``rank, rank + W, ...``, ``floor(T / W)`` of
+        them, as the sampler and ``clusterclip export`` serve it.
+    world_size : int
+        Number of ranks W.
+    **sampler_options : Any
+        Without ``schedule``: ``labels``, ``num_samples`` and any other parameter
+        of [`make_sampler`][clusterclip.sampling.make_sampler] (``strategy``,
+        ``clip``, ``seed``, ``cluster_weights``, ``groups``, ...);
+        ``len(labels)`` must equal ``len(dataset)``.
 
-    Returns ``dataset.select(...)``: an indices mapping of 8 bytes per
-    position over the same Arrow table (no row is copied); read it in order
-    (``DataLoader(..., shuffle=False)``, ``.iter(batch_size)``).
+    Returns
+    -------
+    datasets.Dataset
+        ``dataset.select(...)``: an indices mapping of 8 bytes per position over
+        the same Arrow table (no row is copied). Read it in order
+        (``DataLoader(..., shuffle=False)``, ``.iter(batch_size)``).
+
+    Raises
+    ------
+    InputError
+        If both or neither of ``schedule`` and the sampler options are given, the
+        schedule is not a 1-D integer array or holds a document outside the
+        dataset, or the labels do not have one document per row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from datasets import Dataset
+    >>> from clusterclip.sampling.hf import schedule_dataset
+    >>> dataset = Dataset.from_dict({"text": ["a", "b", "c", "d"]})
+    >>> list(schedule_dataset(dataset, np.array([3, 1, 3, 0]))["text"])
+    ['d', 'b', 'd', 'a']
+    >>> labels = np.array([0, 0, 1, 1])
+    >>> len(schedule_dataset(dataset, labels=labels, num_samples=6, clip=2))
+    6
     """
     n = len(dataset)
     if schedule is not None:

@@ -8,14 +8,14 @@ cluster k ``min(R n_k, lam w_k)`` draws spread evenly over the schedule,
 ``clusterclip search`` writes one (``W/search/mixture.json``); ``sample
 --mixture``, ``run --mixture`` and the samplers' ``cluster_weights`` read it.
 
-The file is JSON::
+The file is JSON:
 
     {"format_version": 1, "weights": [0.2, 0.0, ...], "clip": 4, "timing": "paced",
      "objective": "target", ...}
 
 with any further keys kept as they are (``write_mixture(..., **extra)``).
 
-Version 2 adds ``stages``: the weights change over training, under one clip::
+Version 2 adds ``stages``: the weights change over training, under one clip:
 
     {"format_version": 2, "clip": 4, "timing": "paced",
      "stages": [{"until": 0.8, "weights": [...]},
@@ -25,9 +25,10 @@ Stage i draws the positions from the previous stage's end to ``round(until x T)`
 of a schedule of T positions (``until`` in (0, 1], strictly increasing, the last
 1) with its weights (one per cluster id) and its timing (default: the file's). No
 document is drawn more than R times over all stages together: a stage's clusters
-have what earlier stages left of their R passes (see
-:mod:`clusterclip.sampling._stages`). A version-1 file is one stage, and a
-one-stage version-2 file is the same mixture as the version-1 file of its weights.
+have what earlier stages left of their R passes. A version-1 file is one stage, and
+a one-stage version-2 file is the same mixture as the version-1 file of its weights.
+Read a file with [`read_mixture`][clusterclip.sampling.mixture.read_mixture], write
+one with [`write_mixture`][clusterclip.sampling.mixture.write_mixture].
 """
 
 from __future__ import annotations
@@ -56,16 +57,51 @@ MIXTURE_TIMINGS = ("paced", "clusterclip")
 class Mixture:
     """Cluster weights (index = cluster id), repetition clip R, timing and objective.
 
-    Checked on construction: every weight finite and >= 0, at least one > 0, their sum
-    finite, ``clip`` an integer in [1, 2**20] (:data:`clusterclip.limits.MAX_CLIP`),
-    ``timing`` one of :data:`MIXTURE_TIMINGS` (:class:`InputError` otherwise).
+    Checked on construction. A sampler takes it as ``mixture=`` (see
+    [`SamplerSpec`][clusterclip.sampling.SamplerSpec]), or its
+    [`cluster_weights`][clusterclip.sampling.mixture.Mixture.cluster_weights].
+
+    Parameters
+    ----------
+    weights : tuple of float
+        One weight per cluster id: finite and >= 0, at least one > 0, their sum
+        finite (a cluster of weight 0 is never drawn). A numpy array is taken as its
+        list.
+    clip : int
+        The repetition clip R, in [1, 2**20].
+    timing : str
+        How the draws are placed: one of
+        [`MIXTURE_TIMINGS`][clusterclip.sampling.mixture.MIXTURE_TIMINGS].
+    objective : str
+        What the weights were chosen for (a note kept in the file).
+    stages : tuple of Stage
+        More than one [`Stage`][clusterclip.sampling.mixture.Stage] (a staged
+        mixture; ``weights`` are then the first stage's), or empty: one stage of
+        ``weights`` over the whole schedule. One stage is made the plain mixture of
+        its weights.
+
+    Raises
+    ------
+    InputError
+        If a field is not valid (the message names it).
+
+    Examples
+    --------
+    >>> from clusterclip.sampling import Mixture, Stage
+    >>> m = Mixture((0.5, 0.0, 1.5), clip=4, timing="paced", objective="")
+    >>> m.num_clusters, m.staged, m.cluster_weights().tolist()
+    (3, False, [0.5, 0.0, 1.5])
+    >>> staged = Mixture((), 4, "paced", "", stages=(Stage(0.8, (1.0, 1.0, 0.0)),
+    ...                                             Stage(1.0, (0.0, 1.0, 1.0))))
+    >>> staged.staged, staged.weights
+    (True, (1.0, 1.0, 0.0))
     """
 
     weights: tuple[float, ...]
     clip: int
     timing: str
     objective: str
-    #: more than one :class:`Stage` (a staged mixture; ``weights`` are then the first
+    #: more than one ``Stage`` (a staged mixture; ``weights`` are then the first
     #: stage's), or empty: one stage of ``weights`` over the whole schedule
     stages: tuple[Stage, ...] = ()
 
@@ -95,11 +131,18 @@ class Mixture:
 
     @property
     def num_clusters(self) -> int:
+        """The number of cluster ids the weights are for (K)."""
         return len(self.weights)
 
     def cluster_weights(self) -> np.ndarray:
-        """float64 (K,): the weights, as the samplers' ``cluster_weights`` takes them
-        (a staged mixture's first stage: pass a staged mixture as ``mixture=``)."""
+        """The weights, as the samplers' ``cluster_weights`` takes them.
+
+        Returns
+        -------
+        numpy.ndarray
+            float64 (K,) weights; of a staged mixture, the first stage's (pass a
+            staged mixture as ``mixture=``).
+        """
         return np.array(self.weights, dtype=np.float64)
 
     @property
@@ -108,12 +151,25 @@ class Mixture:
         return len(self.stages) > 1
 
     def stage_list(self) -> tuple[Stage, ...]:
-        """The stages, the one of a plain mixture included."""
+        """The stages, the one of a plain mixture included.
+
+        Returns
+        -------
+        tuple of Stage
+            ``stages``, or for a plain mixture one
+            [`Stage`][clusterclip.sampling.mixture.Stage] of its weights up to 1.
+        """
         return self.stages or (Stage(1.0, self.weights, self.timing),)
 
     def sampler_options(self) -> dict[str, Any]:
-        """What a sampler takes of this mixture: ``mixture=self`` when staged, else its
-        ``cluster_weights`` (the same schedule either way)."""
+        """What a sampler takes of this mixture (the same schedule either way).
+
+        Returns
+        -------
+        dict
+            ``{"mixture": self}`` when staged, else ``{"cluster_weights": ...}``:
+            keyword arguments for [`make_sampler`][clusterclip.sampling.make_sampler].
+        """
         if self.staged:
             return {"mixture": self}
         return {"cluster_weights": self.cluster_weights()}
@@ -121,8 +177,18 @@ class Mixture:
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a staged mixture: up to ``until`` (a fraction of the schedule, in
-    (0, 1]) it draws with ``weights`` and ``timing`` (None: the mixture's)."""
+    """One stage of a staged [`Mixture`][clusterclip.sampling.mixture.Mixture].
+
+    Parameters
+    ----------
+    until : float
+        Where the stage ends, as a fraction of the schedule in (0, 1]; it starts
+        where the previous stage ended (0 for the first).
+    weights : tuple of float
+        One weight per cluster id, as a mixture's ``weights``.
+    timing : str or None
+        ``"paced"`` or ``"clusterclip"``; None: the mixture's.
+    """
 
     until: float
     weights: tuple[float, ...]
@@ -217,11 +283,38 @@ def _problem(weights: Any, clip: Any, timing: Any, objective: Any) -> str | None
 def read_mixture(path: str | os.PathLike[str], num_clusters: int | None = None) -> Mixture:
     """The mixture in the JSON file ``path``, checked.
 
-    With ``num_clusters`` (K of the labels it is for), ``weights`` must have
-    exactly K entries. Raises :class:`InputError` naming the file and the
-    problem: unreadable or not JSON, another ``format_version``, a missing
-    field, weights NaN/infinite/negative/all zero or of the wrong length, clip
-    < 1, an unknown timing.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A mixture file (format version 1 or 2).
+    num_clusters : int or None
+        K of the labels the mixture is for: then ``weights`` (of every stage) must
+        have exactly K entries.
+
+    Returns
+    -------
+    Mixture
+        The mixture, checked.
+
+    Raises
+    ------
+    InputError
+        Naming the file and the problem: unreadable or not JSON, another
+        ``format_version``, a missing field, weights NaN/infinite/negative/all zero
+        or of the wrong length, clip < 1, an unknown timing.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from clusterclip.sampling import Mixture, read_mixture, write_mixture
+    >>> path = os.path.join(tempfile.mkdtemp(), "mixture.json")
+    >>> write_mixture(path, Mixture((1.0, 2.0), 4, "paced", "target"), note="kept")
+    >>> read_mixture(path, num_clusters=2)
+    Mixture(weights=(1.0, 2.0), clip=4, timing='paced', objective='target', stages=())
+    >>> read_mixture(path, num_clusters=3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: ...mixture.json: the mixture has 2 weights but the labels ...
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -256,8 +349,27 @@ def read_mixture(path: str | os.PathLike[str], num_clusters: int | None = None) 
 
 
 def write_mixture(path: str | os.PathLike[str], mixture: Mixture, **extra: Any) -> None:
-    """Write ``mixture`` to ``path`` as JSON, atomically; ``extra`` keys are added as given
-    (they must be JSON-serialisable and must not reuse the mixture's own keys)."""
+    """Write ``mixture`` to ``path`` as JSON, atomically.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced whole, never half-written).
+    mixture : Mixture
+        The mixture; a staged one is written as format version 2.
+    **extra : Any
+        Further keys, added as given: JSON-serialisable, and not the mixture's own
+        keys.
+
+    Raises
+    ------
+    ValueError
+        If an ``extra`` key is one of the mixture's own.
+
+    See Also
+    --------
+    - [`read_mixture`][clusterclip.sampling.mixture.read_mixture]: reads it back.
+    """
     own = {"format_version": MIXTURE_FORMAT_VERSION, "weights": list(mixture.weights),
            "clip": mixture.clip, "timing": mixture.timing, "objective": mixture.objective}
     if mixture.staged:

@@ -2,7 +2,8 @@
 
 The global schedule (a sequence of ``num_samples`` document indices) depends
 only on ``(labels, strategy, clip, alpha or cluster_weights, seed,
-num_samples)``. Ranks share it out: see :class:`ClusterClipSampler`.
+num_samples)``. Ranks share it out: see
+[`ClusterClipSampler`][clusterclip.sampling.ClusterClipSampler].
 """
 
 from __future__ import annotations
@@ -43,64 +44,122 @@ SEEK_GAP = 1 << 16  # a gap longer than this before the next index is skipped co
 class ClusterClipSampler(BaseSampler):
     """Stream of document indices drawn by cluster (ClusterClip and baselines).
 
+    Iteration, ``blocks``, ``state_dict`` / ``load_state_dict`` and the attributes
+    are those of [`BaseSampler`][clusterclip.sampling.BaseSampler]. A sampler over
+    near-duplicate groups comes from
+    [`make_sampler`][clusterclip.sampling.make_sampler] (``groups=``), not from
+    this class.
+
     Parameters
     ----------
-    labels : (N,) integer array. Cluster id (>= 0) of each document; -1 excludes it.
-    num_samples : int >= 1. Length T of the global schedule.
-    strategy : "random" | "uniform" | "temperature" | "clusterclip" | "paced".
+    labels : array_like
+        (N,) integer cluster id (>= 0) of each document; -1 excludes it.
+    num_samples : int
+        Length T of the global schedule, >= 1.
+    **options : Any
+        Keyword-only: the fields of
+        [`SamplerSpec`][clusterclip.sampling.SamplerSpec] but ``groups``, with its
+        defaults; it checks them (below, what each does here).
 
-        * random: epochs of fresh permutations of all eligible documents.
-        * uniform: cluster uniformly among non-empty clusters, then the next
-          document of its current pass (a fresh permutation of the cluster
-          each pass: no repeat inside a cluster before all were seen).
-        * temperature: as uniform, cluster k with weight n_k ** alpha.
-        * clusterclip: as temperature, but a cluster that completes its
-          ``clip``-th pass leaves the pool for good. No document appears more
-          than ``clip`` times; capacity is clip x eligible N.
-        * paced: ClusterClip's totals spread evenly over the schedule. Cluster
-          k gets q_k = min(clip n_k, lam w_k) draws (water-filling, sum T;
-          w_k = n_k ** alpha or cluster_weights; integers by largest
-          remainder, ties by cluster id); its j-th draw sits at key
-          (j + u_kj) T / q_k (seeded u_kj in [0, 1), integer key), the
-          schedule ordered by (key, cluster); documents by the same passes
-          as the other cluster strategies. Same capacity as clusterclip.
-          Seeking any position costs O(K log K), no replay.
-    clip : int >= 1, clusterclip and paced only (ignored otherwise).
-    alpha : float, temperature, clusterclip and paced only (must be 0
-        otherwise, unless cluster_weights is given).
-    seed : int >= 0.
-    rank, world_size : this process's share. From start position c, rank r
-        yields global positions c + r, c + r + W, ...: floor((T - c) / W)
-        indices for every rank; the last (T - c) mod W positions are served
-        to nobody (``summary()['unserved_positions']``).
-    consumed_samples : int in [0, T]. Start at this global position (after a
-        count-only replay of the draws before it; no documents are gathered;
-        paced: a search over its keys, no replay).
-    cluster_weights : optional (>= K,) float array, finite and >= 0 (e.g. a
-        :class:`~clusterclip.sampling.mixture.Mixture`'s ``cluster_weights()``).
-        Replaces n_k ** alpha as the cluster weight (uniform, temperature,
-        clusterclip, paced; alpha is then ignored), e.g. n_k ** alpha / mean
+    Other Parameters
+    ----------------
+    strategy : str
+        ``"random"``, ``"uniform"``, ``"temperature"``, ``"clusterclip"`` or
+        ``"paced"``: see Notes.
+    clip : int
+        The repetition clip R, >= 1; ``clusterclip`` and ``paced`` only (ignored
+        otherwise).
+    alpha : float
+        The exponent of the cluster weight n_k ** alpha; ``temperature``,
+        ``clusterclip`` and ``paced`` only (must be 0 otherwise, unless
+        ``cluster_weights`` is given).
+    seed : int
+        Seed of the schedule, >= 0.
+    rank : int
+        This process's rank r. From start position c, rank r yields global
+        positions c + r, c + r + W, ...: floor((T - c) / W) indices for every rank;
+        the last (T - c) mod W positions are served to nobody
+        (``summary()["unserved_positions"]``).
+    world_size : int
+        Number of ranks W.
+    consumed_samples : int
+        Start at this global position, in [0, T] (after a count-only replay of the
+        draws before it, no documents gathered; ``paced``: a search over its keys,
+        no replay).
+    cluster_weights : array_like or None
+        (>= K,) float weights, finite and >= 0 (e.g.
+        [`Mixture.cluster_weights`][clusterclip.sampling.mixture.Mixture.cluster_weights]).
+        Replaces n_k ** alpha as the cluster weight (``uniform``, ``temperature``,
+        ``clusterclip``, ``paced``; alpha is then ignored), e.g. n_k ** alpha / mean
         tokens per document of k. A cluster of weight 0 is never drawn: its
-        documents count as excluded (capacity is clip x the documents of
-        clusters of weight > 0, of which there must be one).
-    cache_dir : folder of the cached seek index (uniform, temperature,
-        clusterclip), or False for none. Their seek is a count-only replay
-        from the nearest checkpoint of the index (per-cluster counts every
-        2**24 positions, keyed by the cluster sizes, weights, seed and clip);
-        the first seek past its end extends it (a one-off cost, printed to
-        stderr) and rewrites the file. Default (None): ``$CLUSTERCLIP_CACHE``
-        (``off`` for none), else ``~/.cache/clusterclip``.
+        documents count as excluded (capacity is clip x the documents of clusters of
+        weight > 0, of which there must be one).
+    cache_dir : str or os.PathLike or bool or None
+        Folder of the cached seek index (``uniform``, ``temperature``,
+        ``clusterclip``), or False for none. Their seek is a count-only replay from
+        the nearest checkpoint of the index (per-cluster counts every 2**24
+        positions, keyed by the cluster sizes, weights, seed and clip); the first
+        seek past its end extends it (a one-off cost, printed to stderr) and
+        rewrites the file. Default (None): ``$CLUSTERCLIP_CACHE`` (``off`` for
+        none), else ``~/.cache/clusterclip``.
+    mixture : Mixture or None
+        A [`Mixture`][clusterclip.sampling.mixture.Mixture]: its weights as
+        ``cluster_weights``, or its stages; its timing and clip are the
+        ``strategy`` and ``clip`` unless given.
 
-    The parameters after ``num_samples`` are keyword-only: the fields of
-    :class:`~clusterclip.sampling.spec.SamplerSpec`, which checks them. A
-    sampler over near-duplicate groups comes from :func:`~clusterclip.sampling.
-    make_sampler` (``groups=``), not from this class.
+    Raises
+    ------
+    InputError
+        If a parameter is not valid or ``num_samples`` exceeds the capacity
+        (clip x eligible documents).
+    TypeError
+        If ``groups`` is given (use ``make_sampler``).
 
-    Attributes, iteration, ``blocks``, ``state_dict`` / ``load_state_dict``: see
-    :class:`~clusterclip.sampling.stream.BaseSampler`. Every rank computes the
-    whole global schedule and keeps its share, so a rank costs O(global
-    positions), not O(its positions); the schedule is then independent of the
-    world size (elastic resumption).
+    See Also
+    --------
+    - [`make_sampler`][clusterclip.sampling.make_sampler]: the sampler for any
+      parameters, groups included.
+    - [`ClusterClipTorchSampler`][clusterclip.sampling.torch.ClusterClipTorchSampler]:
+      this sampler as a ``torch.utils.data.Sampler``.
+
+    Notes
+    -----
+    The strategies:
+
+    - ``random``: epochs of fresh permutations of all eligible documents.
+    - ``uniform``: a cluster uniformly among the non-empty clusters, then the next
+      document of its current pass (a fresh permutation of the cluster each pass:
+      no repeat inside a cluster before all were seen).
+    - ``temperature``: as ``uniform``, cluster k with weight n_k ** alpha.
+    - ``clusterclip``: as ``temperature``, but a cluster that completes its
+      ``clip``-th pass leaves the pool for good. No document appears more than
+      ``clip`` times; the capacity is clip x eligible N.
+    - ``paced``: ClusterClip's totals spread evenly over the schedule. Cluster k
+      gets q_k = min(clip n_k, lam w_k) draws (water-filling, sum T; w_k = n_k **
+      alpha or ``cluster_weights``; integers by largest remainder, ties by cluster
+      id); its j-th draw sits at key (j + u_kj) T / q_k (seeded u_kj in [0, 1),
+      integer key), the schedule ordered by (key, cluster); documents by the same
+      passes as the other cluster strategies. Same capacity as ``clusterclip``.
+      Seeking any position costs O(K log K), no replay.
+
+    Every rank computes the whole global schedule and keeps its share, so a rank
+    costs O(global positions), not O(its positions); the schedule is then
+    independent of the world size (elastic resumption).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from clusterclip.sampling import ClusterClipSampler
+    >>> labels = np.array([0, 0, 0, 0, 1, 1, 2, -1])
+    >>> sampler = ClusterClipSampler(labels, 12, strategy="paced", clip=2, seed=0)
+    >>> it = iter(sampler)
+    >>> first = [next(it) for _ in range(5)]
+    >>> state = sampler.state_dict()  # plain JSON
+    >>> resumed = ClusterClipSampler(labels, 12, strategy="paced", clip=2, seed=0)
+    >>> resumed.load_state_dict(state)
+    >>> first + list(resumed) == list(ClusterClipSampler(labels, 12, strategy="paced",
+    ...                                                  clip=2, seed=0))
+    True
     """
 
     def __init__(self, labels: Any, num_samples: int, **options: Any) -> None:
@@ -269,22 +328,39 @@ class ClusterClipSampler(BaseSampler):
 
     # ----------------------------------------------------------- set_weights
     def set_weights(self, weights: Any, at: int | None = None) -> None:
-        """From global position ``at`` on, draw with cluster ``weights`` (under the same
-        clip R): a live hook for adaptive mixing (paced and clusterclip).
+        """From global position ``at`` on, draw with cluster ``weights``, same clip R.
 
-        ``at`` (default: this rank's :attr:`position`) must not be before
-        :attr:`position` (those draws were handed out) nor after ``num_samples``.
-        The new weights hold to the end of the schedule (a staged mixture's later
-        stages included) or to the next call's ``at``; a call at or before an earlier
-        call's ``at`` replaces it. ``weights``: one per cluster id, finite, >= 0, > 0
-        on at least one cluster with documents left; a cluster excluded when the
-        sampler was made (weight 0 everywhere) stays excluded. Draws per cluster
-        from ``at`` follow from the weights and what the clip leaves (see
-        :mod:`clusterclip.sampling._stages`); with timing paced they are spread
-        evenly from ``at`` to the end. The calls are part of the state
-        (``state_dict`` records them; ``load_state_dict`` restores them), and every
-        rank that makes the same calls draws the same global schedule. Costs O(K)
-        (paced; clusterclip: plus a count-only replay from the stage's start when
+        A live hook for adaptive mixing (``paced`` and ``clusterclip``). The new
+        weights hold to the end of the schedule (a staged mixture's later stages
+        included) or to the next call's ``at``; a call at or before an earlier
+        call's ``at`` replaces it. Draws per cluster from ``at`` follow from the
+        weights and what the clip leaves; with timing ``paced`` they are spread
+        evenly from ``at`` to the end.
+
+        Parameters
+        ----------
+        weights : array_like
+            One weight per cluster id, finite, >= 0, and > 0 on at least one cluster
+            with documents left. A cluster excluded when the sampler was made
+            (weight 0 everywhere) stays excluded.
+        at : int or None
+            The global position the weights apply from; default (None): this
+            rank's [`position`][clusterclip.sampling.BaseSampler.position]. Not
+            before ``position`` (those draws were handed out) nor after
+            ``num_samples``.
+
+        Raises
+        ------
+        InputError
+            If the strategy has no clip (not ``paced`` or ``clusterclip``), ``at``
+            is out of range, or ``weights`` are not valid for these clusters.
+
+        Notes
+        -----
+        The calls are part of the state (``state_dict`` records them;
+        ``load_state_dict`` restores them), and every rank that makes the same
+        calls draws the same global schedule. Costs O(K) (``paced``;
+        ``clusterclip``: plus a count-only replay from the stage's start when
         ``at`` is not where the sampler's engine stands).
         """
         if self.clip is None:
@@ -345,8 +421,25 @@ class ClusterClipSampler(BaseSampler):
         return {"weights_calls": [[at, w.tolist()] for at, w in self._calls]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """:meth:`BaseSampler.load_state_dict`, with the state's ``set_weights`` calls
-        (``weights_calls``) in force again."""
+        """Continue exactly where ``state`` was taken, its ``set_weights`` calls in force.
+
+        As [`BaseSampler.load_state_dict`][clusterclip.sampling.BaseSampler.load_state_dict],
+        with the state's ``weights_calls`` (the
+        [`set_weights`][clusterclip.sampling.ClusterClipSampler.set_weights] calls)
+        made again.
+
+        Parameters
+        ----------
+        state : dict
+            A [`state_dict`][clusterclip.sampling.BaseSampler.state_dict] of a
+            sampler with the same configuration (any rank or world size).
+
+        Raises
+        ------
+        InputError
+            If the state is not one of this sampler's (the field that differs is
+            named), is edited, or holds ``weights_calls`` that are not valid here.
+        """
         raw = state.get("weights_calls", []) if isinstance(state, dict) else []
         if not isinstance(raw, list) or not all(
                 isinstance(c, list) and len(c) == 2 for c in raw):
@@ -380,9 +473,21 @@ class ClusterClipSampler(BaseSampler):
     def summary(self) -> dict[str, Any]:
         """JSON-able description of the whole global schedule and of this rank's share.
 
-        For uniform, temperature and clusterclip this runs a count-only pass over
-        the schedule (about 0.1 s per 10**7 positions); paced locates its capped
-        clusters' last draws from the keys.
+        Returns
+        -------
+        dict
+            The parameters (``strategy``, ``num_samples``, ``seed``, ``clip``,
+            ``alpha``, ``capacity``), the documents (``eligible_documents``,
+            ``excluded_documents``, cluster sizes), what the schedule does with them
+            (``clip_events`` as ``[cluster, position]``, ``max_repetition``,
+            ``documents_seen``, ...) and this rank's share (``rank``,
+            ``start_position``, ``samples_per_rank``, ``unserved_positions``).
+
+        Notes
+        -----
+        For ``uniform``, ``temperature`` and ``clusterclip`` this runs a count-only
+        pass over the schedule (about 0.1 s per 10**7 positions); ``paced`` locates
+        its capped clusters' last draws from the keys.
         """
         T, ne, sizes = self.num_samples, self.num_eligible, self.cluster_sizes
         nonempty = sizes > 0

@@ -22,19 +22,37 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
                    progress: bool = False, **options: Any) -> dict[str, Any]:
     """Write this rank's schedule as an int64 ``.npy`` at ``path``; return the summary.
 
-    ``options``: the sampler's parameters but ``num_samples`` (the fields of
-    :class:`~clusterclip.sampling.spec.SamplerSpec`). The schedule has
-    ``num_samples`` positions, or ends at the first position whose cumulative
-    tokens (``doc_tokens`` per document) reach ``num_tokens``;
-    ``balance_by="tokens"`` weighs clusters by n_k ** alpha / mean tokens per
-    document (see :func:`clusterclip.sampling.budget.plan_schedule`).
-    ``token_source`` (where ``doc_tokens`` came from) is recorded in the summary.
+    Streamed in blocks (bounded memory) to a temporary file, moved into place when complete.
 
-    The parameters are validated before anything is written; the array is
-    streamed block by block into a temporary file (memory stays bounded for any
-    ``num_samples``) and moved into place only when complete. ``groups``:
-    near-duplicate groups, each one unit of the sampler (see
-    :mod:`clusterclip.sampling.groups`).
+    Parameters
+    ----------
+    labels : array_like
+        (N,) integer cluster id (>= 0) of each document; -1 excludes it.
+    path : str or os.PathLike
+        The ``.npy`` file to write.
+    num_samples, num_tokens : int or None
+        Give one: the positions of the global schedule, or a token budget (the
+        schedule ends at the first position whose cumulative ``doc_tokens`` reach it).
+    doc_tokens : array_like or None
+        (N,) tokens per document, for ``num_tokens`` and ``balance_by="tokens"``.
+    balance_by : str
+        ``"docs"``, or ``"tokens"``: cluster weights n_k ** alpha / mean tokens per document.
+    token_source : dict or None
+        Where ``doc_tokens`` came from (the summary's ``token_counts``).
+    progress : bool
+        Show a progress bar on stderr.
+    **options : Any
+        The other fields of [`SamplerSpec`][clusterclip.sampling.SamplerSpec].
+
+    Returns
+    -------
+    dict
+        The [`summary`][clusterclip.sampling.ClusterClipSampler.summary], with ``written``.
+
+    Raises
+    ------
+    InputError
+        If a parameter is not valid (the message names it), before any write.
     """
     # checked before any work (a budget's length is not known yet: no bound on it here)
     options = mixture_defaults(options)

@@ -1,15 +1,16 @@
 """The sampler's parameters, their checks and the strategy rules, each in one place.
 
-:class:`SamplerSpec` holds every parameter of a sampler and checks them on
-construction (scikit-learn validates an estimator's parameters in one place;
-this is that place). :func:`resolve_clusters` adds what the labels make of a
-spec: the cluster sizes, the cluster weights, the capacity. The plain and the
-group sampler, the torch sampler, the Hugging Face helpers and the schedule
-writer all take their parameters through these two.
+[`SamplerSpec`][clusterclip.sampling.SamplerSpec] holds every parameter of a sampler
+and checks them on construction (scikit-learn validates an estimator's parameters in
+one place; this is that place). ``resolve_clusters`` adds what the labels make of a
+spec: the cluster sizes, the cluster weights, the capacity. The plain and the group
+sampler, the torch sampler, the Hugging Face helpers and the schedule writer all take
+their parameters through these two.
 
-The strategy rules: :func:`strategy_options` (clip only for the clip
-strategies, alpha only for the alpha strategies) and :func:`rank_share` (the
-positions a rank serves, ``(T - c) // W`` of them).
+The strategy rules: [`strategy_options`][clusterclip.sampling.spec.strategy_options]
+(clip only for the clip strategies, alpha only for the alpha strategies) and
+[`rank_share`][clusterclip.sampling.spec.rank_share] (the positions a rank serves,
+``(T - c) // W`` of them).
 """
 
 from __future__ import annotations
@@ -76,11 +77,35 @@ def strategy_options(strategy: str, *, clip: int | None = DEFAULT_CLIP, alpha: f
                      cluster_weights: Any = None) -> dict[str, Any]:
     """The sampler options that apply to ``strategy``, from options given for several.
 
-    ``clip`` only for :data:`CLIP_STRATEGIES`; ``alpha`` only for
-    :data:`ALPHA_STRATEGIES` (left out elsewhere, so it is 0: the baselines refuse
-    another value);
-    ``cluster_weights`` (when not None) for every strategy but ``random``, which
-    draws no cluster. Returns keyword arguments for :class:`SamplerSpec`.
+    Parameters
+    ----------
+    strategy : str
+        One of [`STRATEGIES`][clusterclip.sampling.spec.STRATEGIES].
+    clip : int or None
+        The repetition clip R; kept only for the clip strategies (``clusterclip``,
+        ``paced``).
+    alpha : float
+        The exponent of n_k ** alpha; kept only for the alpha strategies
+        (``temperature``, ``clusterclip``, ``paced``). Left out elsewhere, so it is 0
+        there: the baselines refuse another value.
+    cluster_weights : array_like or None
+        Kept (when not None) for every strategy but ``random``, which draws no
+        cluster.
+
+    Returns
+    -------
+    dict
+        Keyword arguments for [`SamplerSpec`][clusterclip.sampling.SamplerSpec]
+        (and so for [`make_sampler`][clusterclip.sampling.make_sampler]), with
+        ``strategy`` always among them.
+
+    Examples
+    --------
+    >>> from clusterclip.sampling.spec import strategy_options
+    >>> strategy_options("uniform", clip=4, alpha=0.5)
+    {'strategy': 'uniform'}
+    >>> strategy_options("paced", clip=4, alpha=0.5)
+    {'strategy': 'paced', 'alpha': 0.5, 'clip': 4}
     """
     out: dict[str, Any] = {"strategy": strategy}
     if strategy in ALPHA_STRATEGIES:
@@ -107,10 +132,45 @@ def check_alpha(strategy: str, alpha: Any, has_weights: bool = False) -> float:
 
 
 def rank_share(length: int, rank: int, world_size: int, start: int = 0) -> tuple[int, int]:
-    """``(first, count)``: rank ``rank`` of ``world_size`` serves global positions
-    ``first, first + W, ...``, ``count`` of them, of a schedule of ``length`` positions
-    from position ``start``: ``first = start + rank`` and ``count = (length - start) // W``
-    for every rank (the last ``(length - start) % W`` positions are served to nobody)."""
+    """The global positions one rank serves of a schedule.
+
+    Rank ``rank`` of ``world_size`` (W) serves global positions ``first, first + W,
+    ...``, ``count`` of them: ``first = start + rank`` and ``count = (length - start)
+    // W``, the same for every rank. The last ``(length - start) % W`` positions are
+    served to nobody.
+
+    Parameters
+    ----------
+    length : int
+        Positions of the global schedule (T).
+    rank : int
+        This process's rank, ``0 <= rank < world_size``.
+    world_size : int
+        Number of ranks W, ``1 <= W <= 2**20``.
+    start : int
+        The global position the ranks start at (``consumed_samples``).
+
+    Returns
+    -------
+    first : int
+        The first global position this rank serves.
+    count : int
+        How many positions it serves.
+
+    Raises
+    ------
+    InputError
+        If ``rank`` or ``world_size`` is not an integer in range (the message names
+        the parameter).
+
+    Examples
+    --------
+    >>> from clusterclip.sampling.spec import rank_share
+    >>> rank_share(10, rank=1, world_size=4)
+    (1, 2)
+    >>> rank_share(10, rank=1, world_size=4, start=3)
+    (4, 1)
+    """
     rank, world_size = _checked_rank(rank, world_size)
     return start + rank, (length - start) // world_size
 
@@ -126,31 +186,75 @@ def _checked_rank(rank: Any, world_size: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True, eq=False)
 class SamplerSpec:
-    """Every parameter of a sampler, checked on construction (InputError naming it).
+    """Every parameter of a sampler, checked on construction.
+
+    The samplers ([`make_sampler`][clusterclip.sampling.make_sampler],
+    [`ClusterClipSampler`][clusterclip.sampling.ClusterClipSampler],
+    [`GroupClipSampler`][clusterclip.sampling.GroupClipSampler], the torch sampler and
+    [`write_schedule`][clusterclip.sampling.write_schedule]) take these fields as
+    keyword arguments after ``labels`` and ``num_samples`` and check them here. The
+    fields are stored checked: ints as ``int``, ``alpha`` as ``float``, ``clip`` None
+    outside the clip strategies.
 
     Parameters
     ----------
-    num_samples : int in [1, 2**40]. Length T of the global schedule.
-    strategy : one of :data:`STRATEGIES` (see :class:`~clusterclip.sampling.
-        ClusterClipSampler`).
-    clip : int in [1, 2**20], the repetition clip R of clusterclip and paced (None for
-        the other strategies, whatever was given).
-    alpha : finite float, the exponent of n_k ** alpha for temperature,
-        clusterclip and paced; must be 0 for the others unless
-        ``cluster_weights`` is given (which replaces n_k ** alpha).
-    seed : int in [0, 2**64 - 1].
-    rank, world_size : this process's share (``rank < world_size <= 2**20``).
-    consumed_samples : int in [0, T]: the global position to start at.
-    cluster_weights : optional (>= K,) array of finite weights >= 0, not for
-        ``random`` (checked against the labels by :func:`resolve_clusters`).
-    cache_dir : folder of the seek index, False for none, None for the default.
-    groups : optional (N,) integer array of near-duplicate groups (a
-        :class:`~clusterclip.sampling.groups.GroupClipSampler`).
-    mixture : optional :class:`~clusterclip.sampling.mixture.Mixture` (not with
+    num_samples : int
+        Length T of the global schedule, in [1, 2**40].
+    strategy : str
+        One of [`STRATEGIES`][clusterclip.sampling.spec.STRATEGIES]; what each does:
+        [`ClusterClipSampler`][clusterclip.sampling.ClusterClipSampler].
+    clip : int or None
+        The repetition clip R of ``clusterclip`` and ``paced``, in [1, 2**20]; None
+        for the other strategies, whatever was given.
+    alpha : float
+        The exponent of n_k ** alpha for ``temperature``, ``clusterclip`` and
+        ``paced``, finite; must be 0 for the others unless ``cluster_weights`` or
+        ``mixture`` is given (which replace n_k ** alpha).
+    seed : int
+        Seed of the schedule, in [0, 2**64 - 1].
+    rank : int
+        This process's rank, ``0 <= rank < world_size``.
+    world_size : int
+        Number of ranks W, ``1 <= W <= 2**20``.
+    consumed_samples : int
+        The global position to start at, in [0, T].
+    cluster_weights : array_like or None
+        (>= K,) finite weights >= 0, one per cluster id; not for ``random``. Checked
+        against the labels when a sampler is made.
+    cache_dir : str or os.PathLike or bool or None
+        Folder of the seek index, False for none, None for the default.
+    groups : array_like or None
+        (N,) integer array of near-duplicate groups: the sampler is then a
+        [`GroupClipSampler`][clusterclip.sampling.GroupClipSampler].
+    mixture : Mixture or None
+        A [`Mixture`][clusterclip.sampling.mixture.Mixture] (not with
         ``cluster_weights``): its weights, or its stages (weights that change over
-        the schedule under one clip; paced and clusterclip only). The samplers
-        (:func:`~clusterclip.sampling.make_sampler`) take ``strategy`` and ``clip``
-        from it unless given (:func:`mixture_defaults`).
+        the schedule under one clip; ``paced`` and ``clusterclip`` only). The samplers
+        take ``strategy`` and ``clip`` from it unless given.
+
+    Raises
+    ------
+    InputError
+        If a field is out of range or does not apply to ``strategy``; the message
+        names the parameter.
+
+    See Also
+    --------
+    - [`make_sampler`][clusterclip.sampling.make_sampler]: the sampler for a spec's
+      fields.
+    - [`strategy_options`][clusterclip.sampling.spec.strategy_options]: the fields
+      that apply to a strategy.
+
+    Examples
+    --------
+    >>> from clusterclip.sampling import SamplerSpec
+    >>> spec = SamplerSpec(100, strategy="paced", clip=2)
+    >>> spec.clip, spec.replace(strategy="uniform").clip  # a clip: clusterclip and paced
+    (2, None)
+    >>> SamplerSpec(0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: num_samples must be >= 1, got 0
     """
 
     num_samples: int
@@ -190,17 +294,42 @@ class SamplerSpec:
             object.__setattr__(self, name, value)
 
     def replace(self, **changes: Any) -> SamplerSpec:
-        """A copy with ``changes``, checked again."""
+        """A copy with some fields changed, checked again.
+
+        Parameters
+        ----------
+        **changes : Any
+            New values of fields, by name.
+
+        Returns
+        -------
+        SamplerSpec
+            The new spec.
+
+        Raises
+        ------
+        InputError
+            If a new value is not valid (as on construction).
+        """
         return dataclasses.replace(self, **changes)
 
     def options(self) -> dict[str, Any]:
-        """The fields as keyword arguments (arrays not copied)."""
+        """The fields as keyword arguments.
+
+        Returns
+        -------
+        dict
+            Field name to value (arrays are not copied).
+        """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @property
     def alpha_in_use(self) -> float | None:
-        """The alpha the schedule depends on: None outside the alpha strategies and when
-        ``cluster_weights`` replace n_k ** alpha (what samplers report and states hold)."""
+        """The alpha the schedule depends on (what samplers report and states hold).
+
+        None outside the alpha strategies and when ``cluster_weights`` or a mixture
+        replace n_k ** alpha.
+        """
         if self.strategy in ALPHA_STRATEGIES and self.cluster_weights is None \
                 and self.mixture is None:
             return self.alpha

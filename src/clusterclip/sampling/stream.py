@@ -50,23 +50,44 @@ def _check_counts(counts: Any, k: int) -> None:
 class BaseSampler:
     """A stream of this rank's document indices from a global schedule, resumable.
 
-    Every sampler :func:`~clusterclip.sampling.make_sampler` returns is one. From
-    start position c (``consumed_samples`` or the last ``load_state_dict``), rank r
-    of W yields global positions c + r, c + r + W, ...: ``(T - c) // W`` of them
-    (:func:`~clusterclip.sampling.spec.rank_share`). ``iter`` yields Python ints,
-    ``blocks`` int64 arrays; both advance the same position, which ``state_dict``
-    saves. Once the share is used up, a new ``iter()`` starts again from the start
-    position, like any re-iterable torch sampler; ``len()`` is what the next
-    ``iter()`` yields.
+    Every sampler [`make_sampler`][clusterclip.sampling.make_sampler] returns is one.
+    From start position c (``consumed_samples`` or the last ``load_state_dict``), rank
+    r of W yields global positions c + r, c + r + W, ...: ``(T - c) // W`` of them
+    ([`rank_share`][clusterclip.sampling.spec.rank_share]). ``iter`` yields Python
+    ints, [`blocks`][clusterclip.sampling.BaseSampler.blocks] int64 arrays; both
+    advance the same position, which
+    [`state_dict`][clusterclip.sampling.BaseSampler.state_dict] saves. Once the share
+    is used up, a new ``iter()`` starts again from the start position, like any
+    re-iterable torch sampler; ``len()`` is what the next ``iter()`` yields.
 
-    Attributes: ``strategy``, ``num_samples``, ``clip`` (None outside clusterclip and
-    paced), ``alpha`` (None where it does not apply), ``seed``, ``rank``,
-    ``world_size``, ``capacity`` (clip x eligible units, or None), ``num_eligible``
-    and ``num_excluded`` (documents the sampler may and may not draw),
-    ``cluster_sizes`` ((K,) int64 n_k), ``spec`` (the :class:`~clusterclip.sampling.
-    spec.SamplerSpec`), ``position``.
+    Attributes
+    ----------
+    spec : SamplerSpec
+        The checked parameters ([`SamplerSpec`][clusterclip.sampling.SamplerSpec]).
+    strategy : str
+        The strategy.
+    num_samples : int
+        Length T of the global schedule.
+    clip : int or None
+        The repetition clip R (None outside ``clusterclip`` and ``paced``).
+    alpha : float or None
+        The alpha the schedule depends on (None where it does not apply).
+    seed : int
+        Seed of the schedule.
+    rank, world_size : int
+        This process's share.
+    capacity : int or None
+        clip x eligible units (documents, or groups), or None without a clip.
+    num_eligible, num_excluded : int
+        Documents the sampler may and may not draw.
+    cluster_sizes : numpy.ndarray
+        (K,) int64 eligible units per cluster, n_k.
+    position : int
+        The global position this rank has consumed up to.
 
-    A subclass calls :meth:`_init_share` and provides ``_global(p0, span)`` (global
+    Notes
+    -----
+    A subclass calls ``_init_share`` and provides ``_global(p0, span)`` (global
     positions ``p0 .. p0 + span - 1``, consumed in order), ``_set_start(position,
     counts)``, ``_config()`` (the fields a state must match), ``summary()`` and,
     when its state carries per-cluster counts, ``_state_counts(position)`` and
@@ -155,9 +176,25 @@ class BaseSampler:
             yield self._buf_list[i]
 
     def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
-        """This rank's indices as int64 arrays of at most ``block_size`` (bulk export).
+        """This rank's indices as int64 arrays (bulk export).
 
         Advances the same state as ``iter``: a block counts as handed out once yielded.
+
+        Parameters
+        ----------
+        block_size : int
+            The most indices in one array, >= 1.
+
+        Yields
+        ------
+        numpy.ndarray
+            The next (at most ``block_size``,) int64 document indices of this rank's
+            share, in order.
+
+        Raises
+        ------
+        InputError
+            If ``block_size`` is not an integer >= 1.
         """
         block_size = as_int("block_size", block_size, 1)
         self._restart_if_done()
@@ -188,6 +225,16 @@ class BaseSampler:
     def state_dict(self) -> dict[str, Any]:
         """Small JSON-serialisable resume state (O(K)); independent of rank and world size.
 
+        Returns
+        -------
+        dict
+            ``version``, the configuration the state must match (``strategy``,
+            ``num_samples``, ``clip``, ``alpha``, ``seed``, fingerprints of the
+            labels and weights), ``position``, the per-cluster ``counts`` where the
+            strategy has them, and ``checksum``.
+
+        Notes
+        -----
         ``checksum`` is a SHA-256 over the other fields (this sampler's
         configuration included), so a state edited or corrupted after it was
         taken (e.g. counts moved between clusters) is refused on load. It
@@ -204,11 +251,21 @@ class BaseSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was taken (any rank / world size).
 
-        Raises :class:`InputError` for a state of another sampler (the field
-        that differs is named), of the wrong types, or edited since it was
-        taken (checksum). A version-1 state (no checksum) is still accepted;
-        its counts, if any, are then verified by a count-only replay to its
-        position (about 0.1 s per 10**7 positions).
+        A version-1 state (no checksum) is still accepted; its counts, if any, are
+        then verified by a count-only replay to its position (about 0.1 s per 10**7
+        positions).
+
+        Parameters
+        ----------
+        state : dict
+            What [`state_dict`][clusterclip.sampling.BaseSampler.state_dict] returned
+            (on any rank, under any world size).
+
+        Raises
+        ------
+        InputError
+            For a state of another sampler (the field that differs is named), of the
+            wrong types, or edited since it was taken (checksum).
         """
         version = state.get("version") if isinstance(state, dict) else None
         if version not in (1, STATE_VERSION) or isinstance(version, bool):
