@@ -336,7 +336,6 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     from clusterclip.clustering import cluster_workdir
     from clusterclip.data import pydocs_path
     from clusterclip.embedding import embed_workdir
-    from clusterclip.grouping import group_workdir
     from clusterclip.report import build_report
 
     out = Path(config.out)
@@ -374,7 +373,9 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
                          seed=config.seed)
     clip = smp["clip"]
     step("sample")
-    grp = group_workdir(w, out / "grouped", overwrite=config.overwrite)
+    from clusterclip.stages import group
+
+    grp = group.run(w, group.GroupOptions(out / "grouped", overwrite=config.overwrite))
     step("group")
     exp = None
     if config.experiment != "none":
