@@ -210,14 +210,15 @@ def test_export_never_removes_the_tokenizer_it_reads(world, tmp_path, capsys):
 
 def test_export_api_refuses_an_out_holding_the_tokenizer(world, tmp_path):
     from clusterclip.errors import InputError
-    from clusterclip.export import export_workdir
+    from clusterclip.stages import export
+    from clusterclip.workdir import Workdir
 
     proj = tmp_path / "proj"
     shutil.copytree(world["tok"], proj / "tok")
     before = tree(proj)
     with pytest.raises(InputError, match="contains the tokenizer"):
-        export_workdir(world["W"], proj, fmt="megatron", tokenizer=str(proj / "tok"),
-                       overwrite=True)
+        export.run(Workdir(world["W"], create=False), export.ExportOptions(
+            proj, format="megatron", tokenizer=str(proj / "tok"), overwrite=True))
     assert tree(proj) == before
 
 
