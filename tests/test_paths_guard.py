@@ -246,14 +246,16 @@ def test_report_never_removes_the_schedule_it_reads(world, tmp_path, capsys):
 
 def test_report_api_refuses_a_schedule_inside_the_default_report_folder(world, tmp_path):
     from clusterclip.errors import InputError
-    from clusterclip.report import build_report
+    from clusterclip.stages import report
+    from clusterclip.workdir import Workdir
 
     w = tmp_path / "W"
     shutil.copytree(world["W"], w)
     (w / "report").mkdir()
     shutil.copy(w / "schedule.npy", w / "report" / "s.npy")
     with pytest.raises(InputError, match="contains the schedule"):
-        build_report(w, schedule=w / "report" / "s.npy", overwrite=True)
+        report.run(Workdir(w, create=False),
+                   report.ReportOptions(schedule=w / "report" / "s.npy", overwrite=True))
     assert (w / "report" / "s.npy").is_file()
 
 

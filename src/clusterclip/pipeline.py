@@ -336,7 +336,6 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     from clusterclip.clustering import cluster_workdir
     from clusterclip.data import pydocs_path
     from clusterclip.embedding import embed_workdir
-    from clusterclip.report import build_report
 
     out = Path(config.out)
     w = Workdir(out / "work")
@@ -387,9 +386,12 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     # After the experiment, so that report.md links its results. The report regenerates the
     # schedule of --strategy (identical to W/schedule.npy: same labels, budget, clip and seed)
     # next to the other strategies, so each curve carries its strategy name.
-    rep = build_report(w.root, label_field=config.label_field, num_samples=num_samples,
-                       strategies=("clusterclip", "paced", "uniform", "random"), clip=clip,
-                       seed=config.seed, out=out / "report", overwrite=config.overwrite)
+    from clusterclip.stages import report
+
+    rep = report.run(w, report.ReportOptions(
+        label_field=config.label_field, num_samples=num_samples,
+        strategies=("clusterclip", "paced", "uniform", "random"), clip=clip, seed=config.seed,
+        out=out / "report", overwrite=config.overwrite))
     step("report")
     _print_demo_table(out, emb, clu, smp, grp, rep, exp, steps, config.experiment)
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,

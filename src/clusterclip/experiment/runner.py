@@ -766,7 +766,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
     counted: dict[str, Any] = {}
 
     def key() -> dict[str, Any]:
-        from clusterclip.report.build import current_groups
+        from clusterclip.stages.report import current_groups
 
         k = {"config": config.to_dict(), "device": device}
         counted["groups"] = current_groups(w)
