@@ -122,3 +122,12 @@ def docs_recipe(name: str) -> str:
 def docs_recipe_command(name: str) -> str:
     """The shell block right after ``<!-- recipe: NAME -->`` in docs/integrations.md."""
     return _recipe_block(name, "")
+
+
+def embed_into(workdir: Any, inputs: list[str], **options: Any) -> dict[str, Any]:
+    """Run the ``embed`` stage into ``workdir`` (a path, made if missing) on ``inputs``,
+    with :class:`clusterclip.stages.embed.EmbedOptions` ``options``."""
+    from clusterclip.stages import embed
+    from clusterclip.workdir import Workdir
+
+    return embed.run(Workdir(workdir), embed.EmbedOptions(inputs=tuple(inputs), **options))

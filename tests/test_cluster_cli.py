@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from clusterclip.cli import main
-from clusterclip.clustering import cluster_workdir
+from clusterclip.stages.cluster import ClusterOptions
+from clusterclip.stages.cluster import run as cluster_run
 from clusterclip.workdir import Workdir
 
 
@@ -72,18 +73,19 @@ def test_fingerprint_follows_the_embed_stage(workdir):
     wd = Workdir(workdir)
     wd.begin("embed", "embed-v1", {})
     wd.finish("embed", "embed-v1", ["embeddings.npy"])
-    first = cluster_workdir(Workdir(workdir), n_clusters=3, progress=False)
+    k3 = ClusterOptions(n_clusters=3, progress=False)
+    first = cluster_run(Workdir(workdir), k3)
     assert not first["skipped"]
-    assert cluster_workdir(Workdir(workdir), n_clusters=3, progress=False)["skipped"]
+    assert cluster_run(Workdir(workdir), k3)["skipped"]
     wd = Workdir(workdir)
     wd.begin("embed", "embed-v2", {})
     wd.finish("embed", "embed-v2", ["embeddings.npy"])
-    assert not cluster_workdir(Workdir(workdir), n_clusters=3, progress=False)["skipped"]
+    assert not cluster_run(Workdir(workdir), k3)["skipped"]
 
 
 def test_workdir_without_valid_mask_clusters_every_row(tmp_path):
     np.save(tmp_path / "embeddings.npy", blob_embeddings(n=50))
-    res = cluster_workdir(Workdir(tmp_path), n_clusters=2, progress=False)
+    res = cluster_run(Workdir(tmp_path), ClusterOptions(n_clusters=2, progress=False))
     assert res["n_excluded"] == 0 and np.all(np.load(tmp_path / "labels.npy") >= 0)
 
 
@@ -212,8 +214,8 @@ def test_fit_sample_below_k_exits_2(workdir, capsys):
 
 
 def test_fit_sample_resolves_to_the_default_above_the_bound():
+    from clusterclip.clustering.files import resolve_fit_sample
     from clusterclip.clustering.kmeans import FULL_FIT_MAX_ROWS, default_fit_sample
-    from clusterclip.clustering.stage import resolve_fit_sample
     from clusterclip.errors import InputError
 
     n = FULL_FIT_MAX_ROWS + 1

@@ -85,11 +85,11 @@ def test_sweep_table_plot_suggestion_and_full_fit(workdir, capsys):
 
 
 def test_sweep_values_recomputed_independently(workdir):
-    from clusterclip.clustering.stage import sweep_workdir
+    from clusterclip.stages.cluster import SweepOptions, sweep
     from clusterclip.workdir import Workdir
 
-    info = sweep_workdir(Workdir(workdir, create=False), ks=[2, 4, 8], sample_size=300,
-                         silhouette_sample=200, max_iter=30, progress=False)
+    info = sweep(Workdir(workdir, create=False), SweepOptions(
+        ks=(2, 4, 8), sample_size=300, silhouette_sample=200, max_iter=30, progress=False))
     X = np.load(workdir / "embeddings.npy")
     valid = np.load(workdir / "valid.npy")
     # The documented sample: 300 of the valid rows, without replacement, seed 0, sorted.

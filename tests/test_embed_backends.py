@@ -118,21 +118,21 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
 
 
 def test_a_changed_backend_embeds_again(tmp_path, texts, onnx_minilm):
-    from clusterclip.embedding import embed_workdir
+    from _helpers import embed_into
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:12]))
     w = tmp_path / "W"
     kw = {"max_length": 128, "progress": False}
-    a = embed_workdir(w, [str(corpus)], backend="onnx", **kw)
+    a = embed_into(w, [str(corpus)], backend="onnx", **kw)
     assert not a["skipped"] and a["backend"] == "onnx" and a["precision"] == "int8"
     rows_onnx = np.load(w / "embeddings.npy")
-    b = embed_workdir(w, [str(corpus)], backend="torch", **kw)
+    b = embed_into(w, [str(corpus)], backend="torch", **kw)
     assert not b["skipped"] and b["backend"] == "torch" and b["fingerprint"] != a["fingerprint"]
     rows_torch = np.load(w / "embeddings.npy")
     assert cosines(rows_onnx, rows_torch).min() > 0.97
-    assert embed_workdir(w, [str(corpus)], backend="torch", **kw)["skipped"]
-    assert not embed_workdir(w, [str(corpus)], backend="onnx", precision="fp32", **kw)["skipped"]
+    assert embed_into(w, [str(corpus)], backend="torch", **kw)["skipped"]
+    assert not embed_into(w, [str(corpus)], backend="onnx", precision="fp32", **kw)["skipped"]
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +224,9 @@ def test_fit_table_moves_only_the_sample_pieces_toward_the_targets():
 def test_a_tuned_fast_table_is_cached_and_agrees_better_with_the_teacher(tmp_path, texts,
                                                                          onnx_minilm,
                                                                          monkeypatch):
-    from clusterclip.embedding import embed_workdir, embedder_identity
+    from _helpers import embed_into
+
+    from clusterclip.embedding import embedder_identity
     from clusterclip.io import cache_dir
 
     # A cache without tuned tables: links to the export and the distilled tables only.
@@ -236,11 +238,11 @@ def test_a_tuned_fast_table_is_cached_and_agrees_better_with_the_teacher(tmp_pat
     monkeypatch.setenv("CLUSTERCLIP_CACHE", str(cache))
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    a = embed_workdir(tmp_path / "A", [str(corpus)], embedder="fast", tune=30, progress=False)
+    a = embed_into(tmp_path / "A", [str(corpus)], embedder="fast", tune=30, progress=False)
     tune = a["tune"]
     assert not tune["cached"] and tune["documents"] == 30
     assert tune["held_out_cosine_tuned"] >= tune["held_out_cosine_untuned"]
-    b = embed_workdir(tmp_path / "B", [str(corpus)], embedder="fast", tune=30, progress=False)
+    b = embed_into(tmp_path / "B", [str(corpus)], embedder="fast", tune=30, progress=False)
     assert b["tune"]["cached"] and b["fingerprint"] == a["fingerprint"]
     assert (tmp_path / "A" / "embeddings.npy").read_bytes() == \
         (tmp_path / "B" / "embeddings.npy").read_bytes()

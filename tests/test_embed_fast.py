@@ -196,8 +196,9 @@ def test_the_embed_stage_reads_a_small_corpus_once_and_the_same_vectors(tmp_path
     the sample or the shards); when the scan keeps none (a large corpus, or a resumed
     run), the sample is read once per file and the shards take their texts from it; the
     vectors are byte-identical either way."""
+    from _helpers import embed_into
+
     from clusterclip.corpus import index, readers
-    from clusterclip.embedding.pipeline import embed_workdir
 
     _cached_table()
     rows = [{"text": t[:400]} for t in texts[:40]] + [{"text": " "}, {"text": None}]
@@ -217,7 +218,7 @@ def test_the_embed_stage_reads_a_small_corpus_once_and_the_same_vectors(tmp_path
     for name, limit in (("kept", index.KEEP_TEXT_CHARS), ("read back", 0)):
         monkeypatch.setattr(index, "KEEP_TEXT_CHARS", limit)
         reads.clear()
-        info = embed_workdir(tmp_path / name, [str(a), str(b)], embedder="fast",
+        info = embed_into(tmp_path / name, [str(a), str(b)], embedder="fast",
                              shard_size=7, progress=False)
         assert info["shards_computed"] == 6 and info["valid"] == 40
         out[name] = ((tmp_path / name / "embeddings.npy").read_bytes(), sorted(reads))
@@ -227,8 +228,9 @@ def test_the_embed_stage_reads_a_small_corpus_once_and_the_same_vectors(tmp_path
 
 
 def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, texts):
+    from _helpers import embed_into
+
     from clusterclip.embedding import static
-    from clusterclip.embedding.pipeline import embed_workdir
     from clusterclip.embedding.transformer import bundled_minilm_path, model_identity
     from clusterclip.io import cache_dir, fingerprint
 
@@ -237,8 +239,8 @@ def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, 
     corpus.write_text("".join(json.dumps({"text": t[:300]}) + "\n" for t in texts[:30]),
                       encoding="utf-8")
     w = tmp_path / "w"
-    assert not embed_workdir(w, [str(corpus)], embedder="fast", progress=False)["skipped"]
-    assert embed_workdir(w, [str(corpus)], embedder="fast", progress=False)["skipped"]
+    assert not embed_into(w, [str(corpus)], embedder="fast", progress=False)["skipped"]
+    assert embed_into(w, [str(corpus)], embedder="fast", progress=False)["skipped"]
     # A later recipe: its own table file (derived from the raw token vectors, linked
     # here so that nothing is distilled) and a new embed fingerprint.
     raw = f"static-{fingerprint({'v': static._RAW_VERSION, 'model': model_identity(bundled_minilm_path())})}.npy"  # noqa: E501
@@ -247,7 +249,7 @@ def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, 
     os.symlink(cache_dir() / raw, folder / raw)
     monkeypatch.setenv("CLUSTERCLIP_CACHE", str(folder))
     monkeypatch.setattr(static, "STATIC_VERSION", static.STATIC_VERSION + 1000)
-    info = embed_workdir(w, [str(corpus)], embedder="fast", progress=False)
+    info = embed_into(w, [str(corpus)], embedder="fast", progress=False)
     assert not info["skipped"] and info["shards_computed"] == 1
     assert any(p.name.startswith(f"static{static.STATIC_VERSION}-") for p in folder.iterdir())
 

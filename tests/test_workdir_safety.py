@@ -198,10 +198,10 @@ def test_a_cluster_run_killed_midway_is_refused_downstream(tmp_path, capsys):
 
 # -- case 4: an edit that keeps size and mtime ------------------------------------------
 def test_same_size_edit_with_mtime_kept_is_seen(corpus, tmp_path):
-    from clusterclip.embedding.pipeline import embed_workdir
+    from _helpers import embed_into
 
     w = tmp_path / "w"
-    first = embed_workdir(w, [str(corpus)], embedder="fast", shard_size=10, keep_shards=True,
+    first = embed_into(w, [str(corpus)], embedder="fast", shard_size=10, keep_shards=True,
                           progress=False)
     emb_before = np.load(w / "embeddings.npy")
     st = corpus.stat()
@@ -216,10 +216,10 @@ def test_same_size_edit_with_mtime_kept_is_seen(corpus, tmp_path):
     wd = Workdir(w)
     wd.manifest["stages"]["embed"]["status"] = "running"
     wd.save()
-    again = embed_workdir(w, [str(corpus)], embedder="fast", shard_size=10, progress=False)
+    again = embed_into(w, [str(corpus)], embedder="fast", shard_size=10, progress=False)
     assert not again["skipped"] and again["shards_reused"] == 0
     assert again["shards_computed"] == first["shards_computed"]
-    fresh = embed_workdir(tmp_path / "fresh", [str(corpus)], embedder="fast", progress=False)
+    fresh = embed_into(tmp_path / "fresh", [str(corpus)], embedder="fast", progress=False)
     assert fresh["shards_reused"] == 0
     emb = np.load(w / "embeddings.npy")
     assert np.allclose(emb, np.load(tmp_path / "fresh" / "embeddings.npy"), atol=1e-6)

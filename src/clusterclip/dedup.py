@@ -1,4 +1,5 @@
-"""Near-duplicate groups: the ``dedup`` stage (``W/groups.npy``, ``W/dedup.json``).
+"""Near-duplicate groups (the ``dedup`` stage, which writes ``W/groups.npy`` and
+``W/dedup.json``, is :mod:`clusterclip.stages.dedup`).
 
 Inside each cluster of ``W/labels.npy``, two documents whose embeddings
 (``W/embeddings.npy``, L2-normalised) have cosine similarity >= ``threshold``
@@ -25,17 +26,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.workdir import Workdir
 
-STAGE = "dedup"
-OUTPUTS = ("groups.npy", "dedup.json")
 TILE_ROWS = 2048
 TILE_COLS = 4096
 #: A cluster whose float32 rows fit in this many bytes is read into memory once;
@@ -45,7 +42,7 @@ LARGEST_SHOWN = 10  # groups listed in dedup.json
 EXAMPLES_PER_GROUP = 3
 EXAMPLE_CHARS = 200
 #: The near-duplicate cosine of ``clusterclip dedup`` (and of ``run --dedup``) unless told
-#: otherwise; ``search`` uses W's own (:func:`workdir_threshold`).
+#: otherwise; ``search`` uses W's own (:func:`clusterclip.stages.dedup.workdir_threshold`).
 DEFAULT_THRESHOLD = 0.95
 
 
@@ -116,13 +113,6 @@ def iter_cross_pairs(A: np.ndarray, X: np.ndarray, threshold: float
             ii, jj = np.nonzero(Ar @ rows(c0, min(X.shape[0], c0 + TILE_COLS)).T >= lowest)
             if ii.size:
                 yield ii.astype(np.int64) + r0, jj.astype(np.int64) + c0
-
-
-def workdir_threshold(w: Workdir) -> float:
-    """The near-duplicate threshold of ``w``: its ``dedup`` stage's when that ran, else
-    :data:`DEFAULT_THRESHOLD`."""
-    rec = w.stage(STAGE) or {}
-    return float((rec.get("params") or {}).get("threshold", DEFAULT_THRESHOLD))
 
 
 def _forest(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -236,46 +226,6 @@ def group_summary(groups: np.ndarray, labels: np.ndarray, threshold: float, pair
     }
 
 
-def dedup_workdir(w: Workdir, *, threshold: float = DEFAULT_THRESHOLD, progress: bool = True
-                  ) -> dict[str, Any]:
-    """Run the ``dedup`` stage in ``w``: write ``W/groups.npy`` and ``W/dedup.json``.
-
-    Cached like every stage (skipped when ``embed``/``cluster`` and the
-    threshold are unchanged). Returns the summary (without the example texts)
-    plus ``skipped``.
-    """
-    from clusterclip.distributed import is_main
-    from clusterclip.io import load_npy, save_npy, write_json
-    from clusterclip.labels import load_labels
-
-    threshold = check_threshold(threshold)
-
-    def work(run: Any) -> dict[str, Any] | None:
-        if not is_main():
-            return None
-        t0 = time.perf_counter()
-        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
-        labels = load_labels(w.path("labels.npy"), X.shape[0])
-        groups, pairs = near_duplicate_groups(X, labels, threshold, progress=progress)
-        texts = None
-        if w.path("corpus", "corpus.json").is_file():
-            from clusterclip.corpus import Corpus
-
-            corpus = Corpus.load(w.path("corpus"))
-            if len(corpus) == labels.size:
-                texts = corpus.texts
-        summary = group_summary(groups, labels, threshold, pairs, texts)
-        save_npy(w.path("groups.npy"), groups)
-        write_json(w.path("dedup.json"), summary)
-        info = {k: v for k, v in summary.items() if k != "largest_groups"}
-        info["seconds"] = round(time.perf_counter() - t0, 3)
-        return info
-
-    return w.run_stage(STAGE, key={"threshold": threshold}, reads=["embeddings.npy",
-                                                                   "labels.npy"],
-                       maybe_reads=["corpus"], outputs=OUTPUTS, work=work)
-
-
 def format_summary(s: dict[str, Any]) -> str:
     """Human-readable lines of the stage's summary."""
     return (f"near-duplicates (cosine >= {s['threshold']:.12g}, inside each cluster): "
@@ -336,49 +286,3 @@ def representatives(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
     first = np.ones(g.size, dtype=bool)
     first[1:] = g[1:] != g[:-1]
     return np.sort(elig[order][first])
-
-
-#: What ``dedup --keep-one`` writes in its folder.
-KEEP_ONE_WRITES = ("data.jsonl", "kept.npy", "keep_one.json")
-
-
-def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]:
-    """Write the deduplicated corpus to folder ``out``: ``data.jsonl`` (the input records
-    of one document per group, the one nearest its cluster centroid, in corpus order;
-    Parquet values JSON lacks in the form of :mod:`clusterclip.corpus.records`),
-    ``kept.npy`` (their int64 indices) and ``keep_one.json``; built aside, then moved
-    into place. Needs a current ``dedup`` stage and the corpus index."""
-    from clusterclip.corpus import Corpus
-    from clusterclip.corpus.records import field_types, record_json
-    from clusterclip.io import atomic_output_dir, check_output_dir, load_npy, made_from, write_json
-
-    with made_from(w.root):
-        check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(),
-                         option="--keep-one", writes=KEEP_ONE_WRITES)
-    with w.locked(), made_from(w.root):
-        w.reload()
-        w.upstream(["groups.npy", "scores.npy", "corpus"])
-        groups = load_npy(w.path("groups.npy"), "groups", kinds="iu", ndim=1)
-        scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
-        corpus = Corpus.load(w.path("corpus"))
-        if not groups.size == scores.size == len(corpus):
-            raise InputError(f"{w.root}: groups.npy, scores.npy and the corpus disagree on the "
-                             f"number of documents; rerun `clusterclip dedup`")
-        kept = representatives(groups, scores)
-        with atomic_output_dir(out, STAGE, overwrite=overwrite, option="--keep-one") as tmp:
-            n = 0
-            with open(tmp / "data.jsonl", "w", encoding="utf-8") as f:
-                for _, rec in corpus.iter_records_at(kept):
-                    f.write(record_json(rec) + "\n")
-                    n += 1
-            if n != kept.size:
-                raise RuntimeError(f"keep-one wrote {n} records for {kept.size} documents")
-            np.save(tmp / "kept.npy", kept)
-            summary = {"documents": int(groups.size), "kept": int(kept.size),
-                       "dropped": int((groups >= 0).sum() - kept.size),
-                       "excluded": int((groups < 0).sum()),
-                       "rule": "one document per near-duplicate group: the highest cosine to "
-                               "its cluster centroid (W/scores.npy), ties to the smallest index",
-                       "field_types": field_types(corpus.files)}
-            write_json(tmp / "keep_one.json", summary)
-    return summary

@@ -1,4 +1,6 @@
-"""The tokens stage: tokens per document, and where the counts came from.
+"""Tokens per document, and where the counts came from (the ``tokens`` stage, which
+counts them once per corpus and tokenizer into ``W/tokens.npy``, is
+:mod:`clusterclip.stages.tokens`).
 
 Token budgets and token-balanced cluster weights, which only need the counts,
 live on the sampling side (:mod:`clusterclip.sampling.budget`).
@@ -37,8 +39,6 @@ from clusterclip.limits import MAX_DOCUMENT_TOKENS
 
 #: Characters per token of the estimate (the text length in the corpus index / 4).
 CHARS_PER_TOKEN = 4
-#: The tokens stage's output in a work directory.
-TOKENS_FILE = "tokens.npy"
 _BATCH = 256  # texts per tokenizer call
 
 
@@ -120,77 +120,13 @@ def count_tokens(texts: Iterable[tuple[int, str | None]], n: int, tokenizer: Any
     return out
 
 
-def _corpus(w: Any) -> Any:
-    from clusterclip.corpus import Corpus
-
-    path = w.path("corpus")
-    if not path.is_dir():
-        raise InputError(f"{path}: missing, so no token counts (run `clusterclip embed` first, "
-                         f"or give --tokens T.npy)")
-    return Corpus.load(path)
-
-
-def workdir_tokens(w: Any, tokenizer: str | os.PathLike[str] | None = None, *,
-                   progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
-    """Tokens per document of work directory ``w``'s corpus, and where they came from.
-
-    Without ``tokenizer``: the estimate from ``W/corpus``. With it: the
-    ``tokens`` stage (``W/tokens.npy``, counted once per corpus and tokenizer).
-    Returns ``(int64[N], source)``; ``source`` is ``{"method": "estimate",
-    "chars_per_token": 4}`` or ``{"method": "tokenizer", "tokenizer": PATH,
-    "identity": SHA256}``.
-    """
-    if tokenizer is None:
-        corpus = _corpus(w)
-        return (estimate_tokens(corpus.text_lengths, corpus.valid),
-                {"method": "estimate", "chars_per_token": CHARS_PER_TOKEN})
-    from clusterclip.distributed import is_main
-
-    tok = load_tokenizer(tokenizer)
-    ident = tokenizer_identity(tok)
-    source = {"method": "tokenizer", "tokenizer": str(Path(tokenizer).resolve()),
-              "identity": ident}
-
-    def work(run: Any) -> dict[str, Any] | None:
-        if not is_main():
-            return None
-        from clusterclip.io import save_npy
-
-        corpus = _corpus(w)
-        corpus.verify_files()
-        counts = count_tokens(corpus.iter_texts(), len(corpus), tok, progress=progress)
-        save_npy(w.path(TOKENS_FILE), counts)
-        return {**source, "documents": int(counts.size), "total_tokens": int(counts.sum())}
-
-    # The path is a parameter for the record only: the identity decides reuse.
-    w.run_stage("tokens", key={"identity": ident}, params=source, reads=["corpus"],
-                outputs=[TOKENS_FILE], work=work)
-    return _load_counts(w.path(TOKENS_FILE), None), source
-
-
-def recorded_tokens(w: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    """What the report counts in: the counts ``W/schedule.npy`` was made with when its
-    ``sample`` stage recorded them (the estimate, or the tokenizer's), else
-    ``W/tokens.npy`` when the ``tokens`` stage is current (the counts of the last
-    ``--tokenizer``), else the estimate (source says why)."""
-    used = ((w.stage("sample") or {}).get("params") or {}).get("token_counts") or {}
-    rec = w.stage("tokens")
-    if used.get("method") != "estimate" and rec is not None and w.path(TOKENS_FILE).is_file():
-        try:
-            w.require("tokens")
-        except InputError as e:
-            counts, source = workdir_tokens(w)
-            return counts, {**source, "note": f"W/{TOKENS_FILE} not used: {e}"}
-        params = rec.get("params") or {}
-        return (_load_counts(w.path(TOKENS_FILE), None),
-                {"method": "tokenizer", "tokenizer": params.get("tokenizer"),
-                 "identity": params.get("identity"), "file": str(w.path(TOKENS_FILE))})
-    return workdir_tokens(w)
-
-
-def _load_counts(path: str | os.PathLike[str], n: int | None) -> np.ndarray:
+def load_token_counts(path: str | os.PathLike[str], num_documents: int | None = None
+                      ) -> np.ndarray:
+    """``--tokens T.npy`` or ``W/tokens.npy``: int64[N] counts, checked (1-D integers >= 0,
+    one per document when ``num_documents`` is given)."""
     from clusterclip.io import load_npy
 
+    n = num_documents
     a = load_npy(path, "token counts", kinds="iu", ndim=1)
     if n is not None and a.size != n:
         raise InputError(f"{path}: {a.size} token counts but the labels have {n} documents")
@@ -209,11 +145,6 @@ def _load_counts(path: str | os.PathLike[str], n: int | None) -> np.ndarray:
         raise InputError(f"{path}: token counts sum to {total:,}, more than int64 holds "
                          f"({np.iinfo(np.int64).max:,}); not a corpus's token counts")
     return a
-
-
-def load_token_counts(path: str | os.PathLike[str], num_documents: int) -> np.ndarray:
-    """``--tokens T.npy``: int64[N] counts, checked (1-D integers >= 0, one per document)."""
-    return _load_counts(path, num_documents)
 
 
 def describe_source(source: dict[str, Any] | None) -> str:

@@ -18,6 +18,12 @@ Layout (each stage owns its names)::
     W/map/                 the report's 2D map of a document sample (clusterclip.report.projection)
     W/report/, W/experiment/, W/search/, W/sweep/ (``cluster --sweep``)
 
+Each name is said once, as a constant here (:data:`LABELS`, :data:`CORPUS`, ...), and each
+artifact is read one way, by a loader of :class:`Workdir` (``w.labels()``, ``w.valid()``,
+``w.embeddings()``, ``w.groups()``, ``w.corpus()``). Only the stages
+(:mod:`clusterclip.stages`) and the command line import this module: the algorithm
+packages take arrays, paths or options.
+
 Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
 the lock, checks that what the stage reads is complete and current, records
 ``running`` before the work and ``done`` after. A stage is *current* when its
@@ -42,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterclip.errors import InputError
 from clusterclip.io import (
@@ -55,21 +61,41 @@ from clusterclip.io import (
     write_json,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+
 MANIFEST = "manifest.json"
 LOCK = ".lock"
+# The names of the artifacts in W, said once: every stage, loader and message reads these.
+CORPUS = "corpus"
+CORPUS_META = "corpus/corpus.json"
+EMBED_DIR = "embed"
+EMBEDDINGS = "embeddings.npy"
+VALID = "valid.npy"
+LABELS = "labels.npy"
+SCORES = "scores.npy"
+CENTROIDS = "centroids.npy"
+SCHEDULE = "schedule.npy"
+TOKENS = "tokens.npy"
+GROUPS = "groups.npy"
+DEDUP = "dedup.json"
+MAP = "map"
+REPORT = "report"
+EXPERIMENT = "experiment"
+SEARCH = "search"
+SWEEP = "sweep"
 _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transformers",
               "transformers", "pyarrow", "matplotlib")
 # Which stage writes each name in W (first path component).
-PRODUCERS = {"corpus": "embed", "embed": "embed", "embeddings.npy": "embed",
-             "valid.npy": "embed", "labels.npy": "cluster", "scores.npy": "cluster",
-             "centroids.npy": "cluster", "schedule.npy": "sample", "report": "report",
-             "experiment": "experiment", "search": "search", "tokens.npy": "tokens",
-             "sweep": "sweep", "groups.npy": "dedup", "dedup.json": "dedup", "map": "map"}
+PRODUCERS = {CORPUS: "embed", EMBED_DIR: "embed", EMBEDDINGS: "embed", VALID: "embed",
+             LABELS: "cluster", SCORES: "cluster", CENTROIDS: "cluster", SCHEDULE: "sample",
+             REPORT: "report", EXPERIMENT: "experiment", SEARCH: "search", TOKENS: "tokens",
+             SWEEP: "sweep", GROUPS: "dedup", DEDUP: "dedup", MAP: "map"}
 # The command that reruns a stage (for error messages).
 RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer",
          "map": "clusterclip report"}
 # A folder's identity when no stage record describes it: the hash of this file.
-_IDENTITY_FILE = {"corpus": "corpus/corpus.json"}
+_IDENTITY_FILE = {CORPUS: CORPUS_META}
 # Processes of this interpreter holding a work directory's lock: root -> [fd, depth].
 _HELD: dict[str, list[Any]] = {}
 
@@ -191,7 +217,7 @@ class Workdir:
                 out.append((self.path(name), "part of the work directory:", False))
         inputs = set(self.manifest.get("inputs", {}))
         try:
-            meta = json.loads(self.path("corpus", "corpus.json").read_text(encoding="utf-8"))
+            meta = json.loads(self.path(CORPUS_META).read_text(encoding="utf-8"))
             inputs |= {str(f["path"]) for f in meta.get("files", [])}
         except (OSError, ValueError, TypeError, KeyError):
             pass
@@ -209,6 +235,49 @@ class Workdir:
 
         out += [(Path(p), "the input file", False) for p in sorted(inputs) if not own_part(p)]
         return tuple(out)
+
+    # -- loaders: each artifact read one way, checked (InputError naming the file) --
+    def embeddings(self) -> np.ndarray:
+        """``W/embeddings.npy``: N x d floats, memory-mapped read-only."""
+        from clusterclip.io import load_npy
+
+        return load_npy(self.path(EMBEDDINGS), "embeddings", kinds="f", ndim=2, mmap=True)
+
+    def valid(self, num_documents: int | None = None) -> np.ndarray | None:
+        """``W/valid.npy`` (bool[N], True where the document has text), or None when W has
+        none; checked against ``num_documents`` when given."""
+        import numpy as np
+
+        from clusterclip.io import load_npy
+
+        path = self.path(VALID)
+        if not path.exists():
+            return None
+        v = load_npy(path, "valid mask", mmap=True)
+        if v.dtype != np.bool_ or v.ndim != 1 or (num_documents is not None
+                                                  and v.shape != (num_documents,)):
+            n = v.shape[0] if num_documents is None and v.ndim else num_documents
+            raise InputError(f"{path}: expected a bool array of shape ({n},), "
+                             f"got {v.dtype} of shape {v.shape}")
+        return np.array(v)  # small (N bools); a writable copy
+
+    def labels(self, num_documents: int | None = None) -> np.ndarray:
+        """``W/labels.npy``, checked (:func:`clusterclip.labels.load_labels`)."""
+        from clusterclip.labels import load_labels
+
+        return load_labels(self.path(LABELS), num_documents)
+
+    def groups(self) -> np.ndarray:
+        """``W/groups.npy``: the near-duplicate group of each document (``dedup``)."""
+        from clusterclip.io import load_npy
+
+        return load_npy(self.path(GROUPS), "groups", kinds="iu", ndim=1)
+
+    def corpus(self) -> Any:
+        """``W/corpus``: the corpus index (:class:`clusterclip.corpus.Corpus`)."""
+        from clusterclip.corpus import Corpus
+
+        return Corpus.load(self.path(CORPUS))
 
     # -- lock --------------------------------------------------------------
     @contextlib.contextmanager
@@ -251,7 +320,7 @@ class Workdir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (info + "\n").encode(), 0)
         _HELD[key] = [fd, 1, before, False]
-        for d in (self.root, self.root / "embed"):
+        for d in (self.root, self.root / EMBED_DIR):
             remove_stale_temporaries(d)
 
     def _lock_fd(self) -> int | None:

@@ -162,9 +162,11 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
     g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
+    from clusterclip.embedding.base import MINILM_MAX_LENGTH
+
     g.add_argument("--max-length", type=TOKEN_LENGTH, default=None,
-                   help="truncate to this many tokens (default: 256, MiniLM's own limit; "
-                        "model2vec: the library's own default length)")
+                   help=f"truncate to this many tokens (default: {MINILM_MAX_LENGTH}, MiniLM's "
+                        "own limit; model2vec: the library's own default length)")
     g.add_argument("--batch-size", type=TOKEN_LENGTH, default=64)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
@@ -173,24 +175,36 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
 
 def add_kmeans_options(p: argparse.ArgumentParser) -> None:
     """Options of the clustering stage (``cluster``, ``run``)."""
+    from clusterclip.clustering import kmeans as K
+
     g = p.add_argument_group("k-means")
-    g.add_argument("--iters", type=ITERATIONS, default=50, help="maximum iterations (default: 50)")
-    g.add_argument("--n-init", type=RESTARTS, default=1, help="restarts; the best objective wins")
-    g.add_argument("--tol", type=FRACTION, default=1e-4,
-                   help="stop when the relative objective change falls below this")
-    g.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
-    g.add_argument("--backend", choices=("torch", "faiss"), default="torch")
+    g.add_argument("--iters", type=ITERATIONS, default=K.DEFAULT_MAX_ITER,
+                   help=f"maximum iterations (default: {K.DEFAULT_MAX_ITER})")
+    g.add_argument("--n-init", type=RESTARTS, default=K.DEFAULT_N_INIT,
+                   help=f"restarts; the best objective wins (default: {K.DEFAULT_N_INIT})")
+    g.add_argument("--tol", type=FRACTION, default=K.DEFAULT_TOL,
+                   help="stop when the relative objective change falls below this "
+                        f"(default: {K.DEFAULT_TOL:g})")
+    g.add_argument("--metric", choices=K.METRICS, default=K.DEFAULT_METRIC)
+    g.add_argument("--backend", choices=K.BACKENDS, default=K.DEFAULT_BACKEND)
     g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--kmeans-device", default="cpu",
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
-    g.add_argument("--chunk-rows", type=ROWS, default=65536,
-                   help="rows streamed from embeddings.npy at a time (bounds memory)")
+    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)")
     g.add_argument("--fit-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
                         "label every row in one streamed pass (the objective printed is "
                         "every row's); 0: fit on every row. Default: every row up to "
                         "2,000,000 valid rows, above that a sample of max(1,000,000, "
                         "1024 x K) rows (docs/benchmarks.md, K-means on a sample)")
+
+
+def add_chunk_rows_option(g: Any, help: str) -> None:
+    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``)."""
+    from clusterclip.clustering.kmeans import DEFAULT_CHUNK_ROWS
+
+    g.add_argument("--chunk-rows", type=ROWS, default=DEFAULT_CHUNK_ROWS,
+                   help=f"{help} (default: {DEFAULT_CHUNK_ROWS})")
 
 
 def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import ROWS
+from clusterclip.cli._options import add_chunk_rows_option
 from clusterclip.cli._paths import add_path
 
 HELP = "label embeddings with existing K-means centroids (writes labels.npy, scores.npy)"
@@ -17,15 +17,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="N x d .npy embeddings to label")
     add_path(p, "--out", role="output_dir", required=True, help="output directory")
     add_path(p, "--valid", role="input", help="optional bool .npy mask; False rows get label -1")
-    p.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
+    from clusterclip.clustering.kmeans import DEFAULT_METRIC, METRICS
+
+    p.add_argument("--metric", choices=METRICS, default=DEFAULT_METRIC)
     p.add_argument("--kmeans-device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--chunk-rows", type=ROWS, default=65536,
-                   help="rows read at a time (bounds memory)")
+    add_chunk_rows_option(p, "rows read at a time (bounds memory)")
 
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
-    from clusterclip.clustering.stage import assign_embeddings_file
+    from clusterclip.clustering.files import assign_embeddings_file
     from clusterclip.errors import InputError
 
     if args.chunk_rows < 1:

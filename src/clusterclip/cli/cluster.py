@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
-    from clusterclip.clustering.stage import cluster_embeddings_file, cluster_workdir
+    from clusterclip.stages import cluster
     from clusterclip.workdir import Workdir
 
     if args.embeddings and not args.out:
@@ -55,38 +55,42 @@ def run(args: argparse.Namespace) -> int:
     if len(args.clusters) != 1:
         raise InputError(f"--clusters {','.join(map(str, args.clusters))}: a list of K needs "
                          "--sweep")
-    common = dict(n_clusters=args.clusters[0], max_iter=args.iters, n_init=args.n_init,
-                  tol=args.tol, metric=args.metric, backend=args.backend, seed=args.seed,
-                  device=args.kmeans_device, chunk_rows=args.chunk_rows,
-                  fit_sample=args.fit_sample, progress=not args.no_progress)
+    options = cluster.ClusterOptions(n_clusters=args.clusters[0], fit_sample=args.fit_sample,
+                                     progress=not args.no_progress, **kmeans_options(args))
     with D.process_group(args.kmeans_device) as main_rank:
         if args.workdir:
-            result = cluster_workdir(Workdir(args.workdir, create=False), **common)
+            result = cluster.run(Workdir(args.workdir, create=False), options)
         else:
-            result = cluster_embeddings_file(args.embeddings, args.out, valid_path=args.valid,
-                                             **common)
+            result = cluster.run_file(args.embeddings, args.out, options, valid_path=args.valid)
     if main_rank:
         print(summary(result))
     return 0
+
+
+def kmeans_options(args: argparse.Namespace) -> dict:
+    """The k-means knobs of :func:`clusterclip.cli._options.add_kmeans_options`, as the
+    keywords of :class:`clusterclip.stages.cluster.KMeansOptions` (also used by ``run``)."""
+    return dict(max_iter=args.iters, n_init=args.n_init, tol=args.tol, metric=args.metric,
+                backend=args.backend, seed=args.seed, device=args.kmeans_device,
+                chunk_rows=args.chunk_rows)
 
 
 def _sweep(args: argparse.Namespace) -> int:
     """``--sweep``: the sweep table and suggestion, then (unless --sweep-only) the full fit."""
     import sys
 
-    from clusterclip.clustering.stage import cluster_workdir, sweep_workdir
     from clusterclip.clustering.sweep import RULE, edge_note, size_note, table_text
+    from clusterclip.stages import cluster
     from clusterclip.workdir import Workdir
 
     if not args.workdir:
         raise InputError("--sweep needs --workdir (it writes W/sweep/)")
+    progress = sys.stderr.isatty() and not args.no_progress
+    options = cluster.SweepOptions(ks=tuple(args.clusters), sample_size=args.sweep_sample,
+                                   silhouette_sample=args.silhouette_sample,
+                                   progress=progress, **kmeans_options(args))
     w = Workdir(args.workdir, create=False)
-    kmeans = dict(max_iter=args.iters, n_init=args.n_init, tol=args.tol, metric=args.metric,
-                  backend=args.backend, seed=args.seed, device=args.kmeans_device,
-                  chunk_rows=args.chunk_rows)
-    result = sweep_workdir(w, ks=args.clusters, sample_size=args.sweep_sample,
-                           silhouette_sample=args.silhouette_sample,
-                           progress=sys.stderr.isatty() and not args.no_progress, **kmeans)
+    result = cluster.sweep(w, options)
     k = result["suggested_k"]
     print(f"sweep: {result['sample_rows']:,} of {result['valid_rows']:,} valid rows, "
           f"seed {result['seed']}" + (" (up to date, reused)" if result.get("skipped") else
@@ -101,9 +105,8 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.sweep_only:
         print(f"full fit: {result['command']}")
         return 0
-    print(summary(cluster_workdir(w, n_clusters=k, progress=sys.stderr.isatty()
-                                  and not args.no_progress, fit_sample=args.fit_sample,
-                                  **kmeans)))
+    print(summary(cluster.run(w, cluster.ClusterOptions(
+        n_clusters=k, fit_sample=args.fit_sample, progress=progress, **kmeans_options(args)))))
     return 0
 
 
@@ -117,7 +120,7 @@ def summary(result: dict) -> str:
                 f"{result['n_clusters']} clusters after {result['n_iter']} iterations, "
                 f"objective {result['objective']:.6f}, {reseeds} empty clusters re-seeded")
         if result.get("fit_sample_rows"):
-            from clusterclip.clustering.stage import sample_note
+            from clusterclip.clustering.files import sample_note
 
             head += "\n" + sample_note(result)
     return "\n".join([head, f"labels:    {result['labels']}", f"scores:    {result['scores']}",

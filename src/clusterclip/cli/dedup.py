@@ -28,21 +28,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.dedup import check_threshold, dedup_workdir, format_summary, keep_one
+    from clusterclip.dedup import format_summary
     from clusterclip.io import check_output_dir, made_from
-    from clusterclip.workdir import Workdir
+    from clusterclip.stages import dedup
+    from clusterclip.workdir import DEDUP, GROUPS, Workdir
 
-    threshold = check_threshold(args.threshold)
+    options = dedup.DedupOptions(threshold=args.threshold, progress=not args.no_progress)
     w = Workdir(args.workdir, create=False)
     if args.keep_one is not None:  # refused before any work
         with made_from(w.root):
             check_output_dir(args.keep_one, "dedup", overwrite=args.overwrite,
                              protected=w.protected(), option="--keep-one")
-    s = dedup_workdir(w, threshold=threshold, progress=not args.no_progress)
+    s = dedup.run(w, options)
     print(format_summary(s) + ("  (up to date: reused)" if s.get("skipped") else ""))
-    print(f"output: {w.path('groups.npy')} (summary: {w.path('dedup.json')})")
+    print(f"output: {w.path(GROUPS)} (summary: {w.path(DEDUP)})")
     if args.keep_one is not None:
-        k = keep_one(w, args.keep_one, overwrite=args.overwrite)
+        k = dedup.keep_one(w, args.keep_one, overwrite=args.overwrite)
         print(f"kept {k['kept']:,} documents, one per group ({k['dropped']:,} near-duplicates "
               f"dropped): {args.keep_one}/data.jsonl")
     return 0

@@ -1,4 +1,6 @@
-"""clusterclip demo: the whole pipeline on the bundled Python-docs corpus."""
+"""clusterclip demo: every stage on the bundled Python-docs corpus (or ``--input``), in
+``OUT/work``, with the grouped corpus, the report and a short LM experiment beside it, then
+a summary table (the demo itself: :mod:`clusterclip.cli._demo`)."""
 
 from __future__ import annotations
 
@@ -44,12 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.pipeline import DemoConfig, run_demo
+    from clusterclip.cli._demo import DemoConfig, print_table, run_demo
 
-    run_demo(DemoConfig(out=args.out, input=args.input, text_field=args.text_field,
-                        label_field=args.label_field,
-                        n_clusters=args.clusters, embedder=args.embedder,
-                        strategy=args.strategy, clip=args.clip, epochs=args.epochs,
-                        seed=args.seed, device=args.device, overwrite=args.overwrite,
-                        experiment=args.experiment))
+    out = run_demo(DemoConfig(out=args.out, input=args.input, text_field=args.text_field,
+                              label_field=args.label_field,
+                              n_clusters=args.clusters, embedder=args.embedder,
+                              strategy=args.strategy, clip=args.clip, epochs=args.epochs,
+                              seed=args.seed, device=args.device, overwrite=args.overwrite,
+                              experiment=args.experiment))
+    print_table(args.out, out["embed"], out["cluster"], out["sample"], out["group"],
+                out["report"], out["experiment"], out["steps"], args.experiment)
     return 0

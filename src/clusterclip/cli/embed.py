@@ -34,20 +34,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
-    from clusterclip.embedding.pipeline import embed_workdir
+    from clusterclip.stages import embed
+    from clusterclip.workdir import Workdir
 
+    options = embed.EmbedOptions(
+        inputs=tuple(args.inputs), shard_size=args.shard_size, keep_shards=args.keep_shards,
+        trust_remote_code=args.trust_remote_code, **embed_options(args))
     with D.process_group(args.device) as main_rank:
-        info = embed_workdir(
-            args.workdir, args.inputs, text_field=args.text_field, id_field=args.id_field,
-            skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
-            pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-            device=args.device, dtype=args.dtype, shard_size=args.shard_size,
-            keep_shards=args.keep_shards, trust_remote_code=args.trust_remote_code,
-            progress=not args.no_progress, backend=args.embed_backend,
-            precision=args.precision, tune=args.tune, tune_seed=args.tune_seed)
+        info = embed.run(Workdir(args.workdir), options)
     if main_rank:
         print(summary_text(info), file=sys.stdout)
     return 0
+
+
+def embed_options(args: argparse.Namespace) -> dict:
+    """The options of :func:`clusterclip.cli._options.add_embed_options` (and
+    ``--no-progress``) as keywords of :class:`clusterclip.stages.embed.EmbedOptions` (also
+    used by ``run``)."""
+    return dict(text_field=args.text_field, id_field=args.id_field,
+                skip_bad_lines=args.skip_bad_lines, embedder=args.embedder, model=args.model,
+                pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
+                device=args.device, dtype=args.dtype, backend=args.embed_backend,
+                precision=args.precision, tune=args.tune, tune_seed=args.tune_seed,
+                progress=not args.no_progress)
 
 
 def summary_text(info: dict) -> str:

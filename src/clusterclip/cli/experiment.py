@@ -45,8 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="the mixture file of strategies mixture and anneal (default: "
                   "W/search/mixture.json "
                   "of `clusterclip search`)")
-    p.add_argument("--clip", type=CLIP, default=4,
-                   help="ClusterClip's repetition clip R (default 4)")
+    from clusterclip.sampling.spec import DEFAULT_CLIP
+
+    p.add_argument("--clip", type=CLIP, default=DEFAULT_CLIP,
+                   help=f"ClusterClip's repetition clip R (default {DEFAULT_CLIP})")
     p.add_argument("--alpha", type=ALPHA, default=0.0,
                    help="cluster weight n_k ** alpha for temperature and clusterclip (default 0)")
     p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",

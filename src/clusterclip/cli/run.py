@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clusterclip.cli._options import (
     ROWS,
@@ -21,12 +21,14 @@ from clusterclip.cli._options import (
 from clusterclip.cli._paths import add_path
 
 if TYPE_CHECKING:
-    from clusterclip.pipeline import RunConfig
+    from clusterclip.stages.run import RunOptions
+    from clusterclip.workdir import Workdir
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
         "directory")
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
-PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup"}
+PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup",
+               "threshold": "--dedup-threshold"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,42 +62,100 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clusterclip import distributed as D
     from clusterclip.errors import InputError
-    from clusterclip.pipeline import run_pipeline
+    from clusterclip.stages import run as stage
+    from clusterclip.workdir import Workdir
 
     resolve_mixture(args, args.clusters)  # checked now, not after the embedding
     sampling = args.num_samples is not None or args.num_tokens is not None
     if check_token_options(args) and not sampling:
         raise InputError("--balance-by tokens applies to sampling: add --num-samples or "
                          "--num-tokens")
-    run_pipeline(config(args, sampling))
+    # every option checked now, not after the (long) embedding
+    options = config(args, sampling)
+    # before the lock: rank 0 holds it for every rank
+    with D.process_group(options.embed.device) as main_rank:
+        w = Workdir(args.workdir)
+        out = stage.run(w, options)
+    if main_rank:
+        print_summary(w, out)
     return 0
 
 
-def config(args: argparse.Namespace, sampling: bool) -> RunConfig:
-    """The pipeline's typed configuration from the parsed options (``sampling``: a
+def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
+    """The stages' typed options from the parsed options (``sampling``: a
     ``--num-samples`` or ``--num-tokens`` was given)."""
-    from clusterclip.pipeline import EmbedOptions, KMeansOptions, RunConfig, SampleOptions
+    from clusterclip.cli.cluster import kmeans_options
+    from clusterclip.cli.embed import embed_options
+    from clusterclip.sampling.spec import check_clip
+    from clusterclip.stages.cluster import ClusterOptions
+    from clusterclip.stages.dedup import DedupOptions
+    from clusterclip.stages.embed import EmbedOptions
+    from clusterclip.stages.run import RunOptions
+    from clusterclip.stages.sample import SampleOptions
 
-    embed = EmbedOptions(
-        text_field=args.text_field, id_field=args.id_field, skip_bad_lines=args.skip_bad_lines,
-        embedder=args.embedder, model=args.model, pooling=args.pooling,
-        max_length=args.max_length, batch_size=args.batch_size, device=args.device,
-        dtype=args.dtype, backend=args.embed_backend, precision=args.precision,
-        tune=args.tune, tune_seed=args.tune_seed, progress=not args.no_progress)
-    kmeans = KMeansOptions(max_iter=args.iters, n_init=args.n_init, tol=args.tol,
-                           metric=args.metric, backend=args.backend, seed=args.seed,
-                           device=args.kmeans_device, chunk_rows=args.chunk_rows,
-                           fit_sample=args.fit_sample)
-    if not sampling and args.clip is not None and args.clip < 1:
-        from clusterclip.errors import InputError
-
-        # refused as with a sampling stage (the value is wrong whatever runs)
-        raise InputError(f"clip {args.clip}: must be >= 1", params=("clip",))
+    progress = not args.no_progress
+    if not sampling and args.clip is not None:
+        check_clip(args.clip)
     sample = SampleOptions(
         num_samples=args.num_samples, num_tokens=args.num_tokens, balance_by=args.balance_by,
         tokenizer=args.tokenizer, strategy=args.strategy, clip=args.clip, alpha=args.alpha,
-        seed=args.seed, mixture=args.mixture) if sampling else None
-    return RunConfig(workdir=args.workdir, inputs=tuple(args.inputs), n_clusters=args.clusters,
-                     embed=embed, kmeans=kmeans, sample=sample,
-                     dedup_threshold=args.dedup_threshold if args.dedup else None)
+        seed=args.seed, mixture=args.mixture, groups=args.dedup,
+        progress=progress) if sampling else None
+    return RunOptions(
+        embed=EmbedOptions(inputs=tuple(args.inputs), **embed_options(args)),
+        cluster=ClusterOptions(n_clusters=args.clusters, fit_sample=args.fit_sample,
+                               progress=progress, **kmeans_options(args)),
+        sample=sample,
+        dedup=DedupOptions(threshold=args.dedup_threshold, progress=progress)
+        if args.dedup else None)
+
+
+def _reused(stage: dict[str, Any]) -> str:
+    return "  (reused: inputs and parameters unchanged)" if stage.get("skipped") else ""
+
+
+def print_summary(w: Workdir, out: dict[str, Any]) -> None:
+    """Where ``run``'s outputs are, stage by stage."""
+    from clusterclip.workdir import (
+        CENTROIDS,
+        EMBEDDINGS,
+        GROUPS,
+        LABELS,
+        MANIFEST,
+        SCHEDULE,
+        SCORES,
+    )
+
+    e, c = out["embed"], out["cluster"]
+    print(f"corpus:     {e.get('documents')} documents, {e.get('empty')} without text "
+          f"(label -1), {e.get('bad_lines', 0)} bad lines skipped")
+    print(f"embeddings: {w.path(EMBEDDINGS)} ({e.get('embedder')}, dim {e.get('dim')})"
+          f"{_reused(e)}")
+    print(f"clusters:   {w.path(LABELS)}, {w.path(SCORES)}, {w.path(CENTROIDS)}{_reused(c)}")
+    print(f"k-means:    {c.get('n_clusters')} clusters (sizes {c.get('cluster_size_min')}.."
+          f"{c.get('cluster_size_max')}), objective {c.get('objective', float('nan')):.4f} "
+          f"after {c.get('n_iter')} iterations")
+    if c.get("fit_sample_rows"):
+        from clusterclip.clustering.files import sample_note
+
+        print(sample_note(c))
+    if "dedup" in out:
+        from clusterclip.dedup import format_summary
+
+        print(f"groups:     {w.path(GROUPS)}{_reused(out['dedup'])}")
+        print(f"            {format_summary(out['dedup'])}")
+    if "sample" in out:
+        s = out["sample"]
+        print(f"schedule:   {w.path(SCHEDULE)} ({s.get('num_samples')} samples, "
+              f"{s.get('strategy')}, clip {s.get('clip')}, capacity {s.get('capacity')}, "
+              f"{s.get('clusters_clipped')} clusters clipped, max repetition "
+              f"{s.get('max_repetition')}){_reused(s)}")
+        if s.get("clip_default"):
+            print(f"            clip {s['clip']} by default: {s['clip_default']}")
+        from clusterclip.tokens import token_summary_lines
+
+        for line in token_summary_lines(s):
+            print(f"            {line}")
+    print(f"manifest:   {w.path(MANIFEST)}")

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
 
     from clusterclip.io import check_output_file
-    from clusterclip.workdir import MANIFEST, Workdir
+    from clusterclip.workdir import CORPUS, GROUPS, MANIFEST, Workdir
 
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
@@ -172,9 +172,8 @@ def run(args: argparse.Namespace) -> int:
             w = Workdir(labels.parent, create=False)
             stack.enter_context(w.locked())
             in_w = (args.groups is not None
-                    and Path(args.groups).resolve() == w.path("groups.npy").resolve())
-            w.upstream([labels.name] + (["corpus"] if needs else [])
-                       + (["groups.npy"] if in_w else []))
+                    and Path(args.groups).resolve() == w.path(GROUPS).resolve())
+            w.upstream([labels.name] + ([CORPUS] if needs else []) + ([GROUPS] if in_w else []))
             w.save()  # the refreshed input-hash cache
         tokens, source = None, None
         if needs:
@@ -185,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
 def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:
     from clusterclip.errors import InputError
     from clusterclip.labels import load_labels
-    from clusterclip.tokens import load_token_counts, workdir_tokens
+    from clusterclip.stages.tokens import TokensOptions
+    from clusterclip.stages.tokens import run as count_tokens
+    from clusterclip.tokens import load_token_counts
 
     if args.tokens is not None:
         if w is not None:
@@ -199,7 +200,8 @@ def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]
         raise InputError(f"--labels {args.labels} is not in a work directory, so its corpus is "
                          f"unknown: give --tokens T.npy (tokens per document) for "
                          f"--num-tokens / --balance-by tokens")
-    return workdir_tokens(w, args.tokenizer, progress=not args.no_progress)
+    return count_tokens(w, TokensOptions(tokenizer=args.tokenizer,
+                                         progress=not args.no_progress))
 
 
 def _run(args: argparse.Namespace, tokens: Any = None,

@@ -26,6 +26,10 @@ from clusterclip.clustering._rows import RowReader, check_matrix
 from clusterclip.errors import InputError
 
 METRICS = ("cosine", "euclidean")
+#: The default metric and rows streamed per chunk, of :func:`assign` and
+#: :class:`~clusterclip.clustering.KMeans` (read by the commands and stages).
+DEFAULT_METRIC = "cosine"
+DEFAULT_CHUNK_ROWS = 65536
 # Rows per matrix product inside a chunk: the (block x K) score matrix then stays
 # small enough to be re-read from cache by the argmax (measured: 16k rows beats
 # both 4k and 64k on the 2-core reference machine for d=384, K=1000).
@@ -343,8 +347,9 @@ class Engine:
         return vec[torch.from_numpy(order)]
 
 
-def assign(X: np.ndarray, centroids: np.ndarray, *, metric: str = "cosine", device: str = "cpu",
-           chunk_rows: int = 65536, valid: np.ndarray | None = None
+def assign(X: np.ndarray, centroids: np.ndarray, *, metric: str = DEFAULT_METRIC,
+           device: str = "cpu", chunk_rows: int = DEFAULT_CHUNK_ROWS,
+           valid: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Label rows with the nearest of fixed centroids.
 

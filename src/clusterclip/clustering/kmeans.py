@@ -25,13 +25,22 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.clustering._lloyd import fit_torch
-from clusterclip.clustering._passes import METRICS, assign
+from clusterclip.clustering._passes import DEFAULT_CHUNK_ROWS, DEFAULT_METRIC, METRICS, assign
 from clusterclip.clustering._rows import check_matrix
 from clusterclip.errors import InputError
 
-__all__ = ["BACKENDS", "METRICS", "KMeans", "assign", "default_fit_sample"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "DEFAULT_CHUNK_ROWS", "DEFAULT_MAX_ITER",
+           "DEFAULT_METRIC", "DEFAULT_N_INIT", "DEFAULT_TOL", "METRICS", "KMeans", "assign",
+           "default_fit_sample"]
 
 BACKENDS = ("torch", "faiss")
+#: The defaults of the k-means knobs, said here once (the commands, options and stages read
+#: them): iterations, restarts, tolerance and backend (the metric and rows streamed per
+#: chunk: ``DEFAULT_METRIC``, ``DEFAULT_CHUNK_ROWS``, with :func:`assign`).
+DEFAULT_MAX_ITER = 50
+DEFAULT_N_INIT = 1
+DEFAULT_TOL = 1e-4
+DEFAULT_BACKEND = "torch"
 #: The commands fit on every valid row up to this many rows, on a sample above it
 #: (measured in docs/benchmarks.md, "K-means on a sample").
 FULL_FIT_MAX_ROWS = 2_000_000
@@ -94,9 +103,11 @@ class KMeans:
         ``objective_history_`` is then the sample's.
     """
 
-    def __init__(self, n_clusters: int, max_iter: int = 50, n_init: int = 1, tol: float = 1e-4,
-                 metric: str = "cosine", seed: int = 0, device: str = "cpu",
-                 chunk_rows: int = 65536, backend: str = "torch", init: Any = "k-means++",
+    def __init__(self, n_clusters: int, max_iter: int = DEFAULT_MAX_ITER,
+                 n_init: int = DEFAULT_N_INIT, tol: float = DEFAULT_TOL,
+                 metric: str = DEFAULT_METRIC, seed: int = 0, device: str = "cpu",
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, backend: str = DEFAULT_BACKEND,
+                 init: Any = "k-means++",
                  progress: bool = False, fit_sample: int | None = None) -> None:
         self.n_clusters = n_clusters
         self.max_iter = max_iter

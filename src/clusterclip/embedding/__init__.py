@@ -14,8 +14,8 @@ Embedders (all return float32 n x d, rows L2-normalised, in input order):
 ``minilm`` and ``hf`` run on torch or, exported once, on ONNX Runtime (int8 where it
 agrees with torch), :class:`OnnxEmbedder`; :func:`resolve_backend` says which.
 
-:func:`embed_workdir` runs the stage into a work directory (shards, resume,
-``torchrun``); :func:`make_embedder` loads an embedder by name.
+:func:`make_embedder` loads an embedder by name; the ``embed`` stage, which runs them into
+a work directory (shards, resume, ``torchrun``), is :mod:`clusterclip.stages.embed`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["Embedder", "HFEmbedder", "Model2VecEmbedder", "OnnxEmbedder",
-           "SentenceTransformerEmbedder", "StaticEmbedder", "embed_workdir",
+           "SentenceTransformerEmbedder", "StaticEmbedder",
            "embedder_identity", "l2_normalize", "length_bucketed_batches", "make_embedder",
            "resolve_backend"]
 
@@ -32,7 +32,7 @@ _WHERE = {
     "SentenceTransformerEmbedder": "transformer", "HFEmbedder": "transformer",
     "StaticEmbedder": "static", "OnnxEmbedder": "onnx_runtime",
     "Model2VecEmbedder": "model2vec_embedder",
-    "embed_workdir": "pipeline", "make_embedder": "pipeline", "embedder_identity": "pipeline",
+    "make_embedder": "pipeline", "embedder_identity": "pipeline",
     "resolve_backend": "pipeline",
 }
 

@@ -7,6 +7,10 @@ from typing import Any
 
 import numpy as np
 
+#: Tokens per text by default: MiniLM's own limit (the default of every embedder but
+#: model2vec; see ``embedding.pipeline.DEFAULT_MAX_LENGTH``).
+MINILM_MAX_LENGTH = 256
+
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     """Rows of ``x`` (n x d float32) scaled to unit L2 norm; all-zero rows stay zero."""
@@ -43,7 +47,8 @@ class Embedder:
     name: str = "embedder"
     dim: int = 0
 
-    def __init__(self, batch_size: int = 64, max_length: int | None = 256) -> None:
+    def __init__(self, batch_size: int = 64, max_length: int | None = MINILM_MAX_LENGTH
+                 ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:

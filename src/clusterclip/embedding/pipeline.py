@@ -1,4 +1,5 @@
-"""The embedding stage: corpus -> ``W/embeddings.npy``, in resumable shards.
+"""The steps of the embedding stage: corpus -> ``W/embeddings.npy``, in resumable shards
+(the stage itself, through the work directory: :mod:`clusterclip.stages.embed`).
 
 Layout inside the work directory ``W``::
 
@@ -24,7 +25,6 @@ import json
 import math
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,9 @@ import numpy as np
 from clusterclip import distributed as D
 from clusterclip.corpus import Corpus, scan_into
 from clusterclip.corpus.index import foreign_files
-from clusterclip.corpus.readers import expand_inputs
-from clusterclip.embedding.base import Embedder
+from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, marker_of, save_npy, write_json, write_marker
-from clusterclip.workdir import Workdir
+from clusterclip.io import atomic_path, save_npy, write_json, write_marker
 
 STAGE = "embed"
 PIPELINE_VERSION = 1
@@ -105,14 +103,15 @@ def resolve_backend(embedder: str, backend: str = "auto", precision: str = "auto
 #: Tokens per text when no ``max_length`` is given: MiniLM's own limit for the transformer
 #: embedders and for ``fast`` (its table is distilled from MiniLM); ``None`` for ``model2vec``:
 #: ``StaticModel.encode``'s own default, so that our vectors are the library's.
-DEFAULT_MAX_LENGTH: dict[str, int | None] = {"minilm": 256, "hf": 256, "fast": 256,
-                                             "model2vec": None}
+DEFAULT_MAX_LENGTH: dict[str, int | None] = {"minilm": MINILM_MAX_LENGTH,
+                                             "hf": MINILM_MAX_LENGTH,
+                                             "fast": MINILM_MAX_LENGTH, "model2vec": None}
 
 
 def resolve_max_length(embedder: str, max_length: int | None) -> int | None:
     """``max_length``, or ``embedder``'s own default (:data:`DEFAULT_MAX_LENGTH`) for None."""
     if max_length is None:
-        return DEFAULT_MAX_LENGTH.get(embedder, 256)
+        return DEFAULT_MAX_LENGTH.get(embedder, MINILM_MAX_LENGTH)
     if max_length < 1:
         raise InputError(f"--max-length {max_length}: must be at least 1")
     return max_length
@@ -284,7 +283,7 @@ _SCRATCH = re.compile(r"^(shard-\d{5}\.done|plan\.json|embeddings\.npy|\.cluster
                       r"|\..+\.clusterclip-\d+-[A-Za-z0-9_]+\.tmp)$")
 
 
-def _remove_shards(shard_dir: Path) -> None:
+def remove_shards(shard_dir: Path) -> None:
     """Remove the files ``embed`` writes in ``W/embed`` (plan, shard records, rows, marker,
     temporaries), then the folder once empty: a file of the user's there stays."""
     try:
@@ -396,81 +395,9 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
-# -- the stage ----------------------------------------------------------------------
+# -- the steps of the embed stage (clusterclip.stages.embed) ----------------------------
 
-def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], *,
-                  text_field: str = "text", id_field: str | None = None,
-                  skip_bad_lines: bool = False, embedder: str = "minilm",
-                  model: str | None = None, pooling: str = "mean",
-                  max_length: int | None = None,
-                  batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
-                  shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
-                  trust_remote_code: bool = False, progress: bool = True,
-                  n_clusters: int | None = None, backend: str = "auto",
-                  precision: str = "auto", tune: int = 0, tune_seed: int = 0,
-                  check_corpus: Callable[[dict[str, Any]], None] | None = None
-                  ) -> dict[str, Any]:
-    """Run the embedding stage into ``workdir``; skip it when its outputs are current.
-
-    Writes ``W/corpus/``, ``W/embeddings.npy`` (N x d, corpus order, zeros for
-    excluded documents) and ``W/valid.npy`` (bool[N]); records stage ``embed``
-    in the manifest. Under ``torchrun`` every process must call this with the
-    same arguments. ``backend``, ``precision``, ``tune``, ``tune_seed``: see
-    :func:`make_embedder`. ``n_clusters``: the K a following cluster stage will ask
-    for, checked against the documents with text before anything is embedded;
-    ``check_corpus(stats)``, likewise, for what later stages need of the corpus
-    (``run``'s capacity R x documents with text).
-    Returns a summary (counts, dim, paths, ``skipped``,
-    ``shards_reused``, ``shards_computed``), the same on every process.
-    """
-    t0 = time.time()
-    max_length = resolve_max_length(embedder, max_length)
-    if shard_size < 1:
-        raise InputError(f"shard size {shard_size}: must be at least 1")
-    # Checked now, before W or the corpus is touched (a bad combination fails at once).
-    embedder_identity(embedder, model, pooling=pooling, max_length=max_length, dtype=dtype,
-                      backend=backend, precision=precision, device=device, tune=tune,
-                      tune_seed=tune_seed)
-    D.init_from_env(device)  # under torchrun; a no-op when the group already exists
-    wd = workdir if isinstance(workdir, Workdir) else Workdir(workdir)
-    root = wd.root
-    shard_dir = root / "embed"
-    params = {"text_field": text_field, "id_field": id_field, "skip_bad_lines": skip_bad_lines,
-              "embedder": embedder, "model": model, "pooling": pooling,
-              "max_length": max_length, "batch_size": batch_size, "device": device,
-              "dtype": dtype, "shard_size": shard_size, "backend": backend,
-              "precision": precision, "tune": tune, "tune_seed": tune_seed}
-    corpus_opts = {"text_field": text_field, "id_field": id_field,
-                   "skip_bad_lines": skip_bad_lines}
-
-    def key() -> dict[str, Any]:
-        return {"corpus": corpus_opts, "embedder": embedder_identity(
-            embedder, model, pooling=pooling, max_length=max_length, dtype=dtype,
-            backend=backend, precision=precision, device=device, tune=tune,
-            tune_seed=tune_seed)}
-
-    def work(run: Any) -> dict[str, Any]:
-        fp = run.fingerprint
-        kept = _index_corpus(root, inputs, fp, shard_size=shard_size, n_clusters=n_clusters,
-                             corpus_opts=corpus_opts, progress=progress,
-                             check_corpus=check_corpus)
-        return _embed_rows(root, fp, params, progress=progress,
-                           trust_remote_code=trust_remote_code, kept=kept)
-
-    with wd.locked():
-        info = wd.run_stage(STAGE, key=key, params=params,
-                            inputs=lambda: expand_inputs(inputs)[0],
-                            outputs=["corpus", "embeddings.npy", "valid.npy"],
-                            scratch=["embed"], work=work)
-        if not keep_shards and D.is_main() and marker_of(shard_dir) == STAGE:  # ours only
-            _remove_shards(shard_dir)
-        D.barrier()
-    info = dict(info)
-    info["seconds"] = round(time.time() - t0, 3)
-    return info
-
-
-def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
+def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
                   n_clusters: int | None, corpus_opts: dict[str, Any], progress: bool,
                   check_corpus: Callable[[dict[str, Any]], None] | None = None
                   ) -> list[str | None]:
@@ -499,7 +426,7 @@ def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
             raise InputError(f"{root / 'corpus' / foreign[0]}: not written by clusterclip, in "
                              f"{root / 'corpus'}, which `embed` replaces whole ({len(foreign)} "
                              "such file(s)); move them away, then run again")
-        _remove_shards(shard_dir)  # ours: checked before `running`
+        remove_shards(shard_dir)  # ours: checked before `running`
         return True
 
     def check(stats: dict[str, Any]) -> None:
@@ -530,9 +457,9 @@ def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
     return kept
 
 
-def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
-                     trust_remote_code: bool, kept: list[str | None] | None = None
-                     ) -> dict[str, Any]:
+def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
+               trust_remote_code: bool, kept: list[str | None] | None = None
+               ) -> dict[str, Any]:
     """Embed the missing shards on every rank into the rows file; rank 0 moves it into
     place (the stage info). ``kept``: every document's text (None where excluded) when
     the scan kept them, else empty."""

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clusterclip.embedding.base import Embedder, l2_normalize
+from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder, l2_normalize
 from clusterclip.embedding.transformer import (
     _local_model,
     bundled_minilm_path,
@@ -227,7 +227,8 @@ class StaticEmbedder(Embedder):
 
     name = "fast"
 
-    def __init__(self, model: str | os.PathLike[str] | None = None, *, max_length: int = 256,
+    def __init__(self, model: str | os.PathLike[str] | None = None, *,
+                 max_length: int = MINILM_MAX_LENGTH,
                  batch_size: int = 1024, table: str = "distilled", dim: int = 256,
                  progress: bool = True) -> None:
         super().__init__(batch_size=batch_size, max_length=max_length)

@@ -32,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embedding.base import l2_normalize
+from clusterclip.embedding.base import MINILM_MAX_LENGTH, l2_normalize
 from clusterclip.errors import InputError
 from clusterclip.io import cache_dir, fingerprint, save_npy, write_json
 
 TUNE_VERSION = 1
 # Tokens per document for the teacher (MiniLM's own limit).
-TEACHER_TOKENS = 256
+TEACHER_TOKENS = MINILM_MAX_LENGTH
 # Part of the sample held out to choose the ridge strength.
 HOLDOUT = 0.1
 # Ridge strengths tried, as multiples of the mean diagonal of X X^T.

@@ -64,7 +64,7 @@ from clusterclip.experiment.runs import (
 )
 from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
 from clusterclip.sampling.mixture import Mixture, Stage, read_mixture
-from clusterclip.sampling.spec import DEFAULT_STRATEGIES, STRATEGIES
+from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES, check_clip
 
 #: The strategy name of a mixture file's schedule (its weights, timing and clip;
 #: ``W/search/mixture.json`` of ``clusterclip search`` unless ``--mixture FILE``).
@@ -105,7 +105,7 @@ class ExperimentConfig:
 
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     seeds: int = 3
-    clip: int = 4
+    clip: int = DEFAULT_CLIP
     alpha: float = 0.0
     balance_by: str = "docs"
     epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
@@ -184,8 +184,7 @@ class ExperimentConfig:
                                  f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})")
         if len(set(self.strategies)) != len(self.strategies):
             raise InputError("--strategies: a strategy is named twice")
-        if int(self.clip) != self.clip or self.clip < 1:
-            raise InputError(f"--clip: must be an integer >= 1, got {self.clip}")
+        check_clip(self.clip)
         if self.seeds < 1:
             raise InputError(f"--seeds: must be >= 1, got {self.seeds}")
         if not math.isfinite(self.alpha):

@@ -12,11 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from clusterclip.clustering import KMeans
+from clusterclip.clustering.kmeans import DEFAULT_MAX_ITER
 from clusterclip.report.metrics import normalized_mutual_info
 
 
 def clustering_agreement(vectors: np.ndarray, reference: np.ndarray, n_clusters: int, *,
-                         seeds: tuple[int, ...] = (0, 1, 2), max_iter: int = 50
+                         seeds: tuple[int, ...] = (0, 1, 2),
+                         max_iter: int = DEFAULT_MAX_ITER
                          ) -> dict[str, float]:
     """NMI between K-means of ``vectors`` and K-means of ``reference`` (both n x d, rows
     of the same documents; any dimensions), over ``seeds``.

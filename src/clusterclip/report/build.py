@@ -45,8 +45,10 @@ from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR, choose_clip, default_c
 from clusterclip.sampling.clip import quartile_clusters as _quartiles
 from clusterclip.sampling.spec import (
     CLIP_STRATEGIES,
+    DEFAULT_CLIP,
     DEFAULT_STRATEGIES,
     STRATEGIES,
+    check_clip,
     strategy_options,
 )
 
@@ -316,7 +318,7 @@ class ReportOptions:
     label_field: str | None = None
     strategies: Sequence[str] | None = None
     num_samples: int | None = None
-    clip: int = 4
+    clip: int = DEFAULT_CLIP
     alpha: float = 0.0
     seed: int = 0
     windows: int = 50
@@ -340,8 +342,7 @@ class ReportOptions:
 
     def __post_init__(self) -> None:
         """InputError naming the parameter for a value out of range."""
-        if self.clip < 1:
-            raise InputError(f"clip must be >= 1, got {self.clip}", params=("clip",))
+        check_clip(self.clip)
         if self.windows < 1:
             raise InputError(f"windows must be >= 1, got {self.windows}", params=("windows",))
         if not (self.tail_floor >= 0 and math.isfinite(self.tail_floor)):

@@ -66,6 +66,12 @@ def as_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> i
     return int(value)
 
 
+def check_clip(clip: Any) -> int:
+    """The repetition clip R as an int in [1, MAX_CLIP]: the one rule for a clip, wherever
+    it is given (InputError naming the parameter ``clip``)."""
+    return as_int("clip", clip, 1, MAX_CLIP)
+
+
 def strategy_options(strategy: str, *, clip: int | None = DEFAULT_CLIP, alpha: float = 0.0,
                      cluster_weights: Any = None) -> dict[str, Any]:
     """The sampler options that apply to ``strategy``, from options given for several.
@@ -171,7 +177,7 @@ class SamplerSpec:
         if consumed > T:
             raise InputError(f"consumed_samples {consumed} exceeds num_samples {T}",
                              params=("consumed_samples", "num_samples"))
-        clip = as_int("clip", self.clip, 1, MAX_CLIP) if self.strategy in CLIP_STRATEGIES else None
+        clip = check_clip(self.clip) if self.strategy in CLIP_STRATEGIES else None
         weighted = self.cluster_weights is not None or self.mixture is not None
         alpha = check_alpha(self.strategy, self.alpha, weighted)
         if self.cluster_weights is not None and self.strategy == "random":

@@ -128,9 +128,9 @@ def _budget_units(w: Any, labels: np.ndarray, num_tokens: int | None,
     k = int(labels.max()) + 1
     use = labels >= 0
     if num_tokens is not None:
-        from clusterclip.tokens import workdir_tokens
+        from clusterclip.stages.tokens import TokensOptions, run
 
-        tokens, _ = workdir_tokens(w, tokenizer)
+        tokens, _ = run(w, TokensOptions(tokenizer=tokenizer))
         units = np.bincount(labels[use], weights=tokens[use], minlength=k)
         return units.astype(np.int64), int(num_tokens), "tokens", tokens
     counts = np.bincount(labels[use], minlength=k).astype(np.int64)

@@ -299,10 +299,10 @@ def _target_facts(w: Any, corpus: Any, texts: list[str | None], target: Target,
     copies in the corpus, kept in the run store under ``key`` (a resumed search does not
     embed again). The val documents are embedded apart from the test documents, so the
     histogram reads the val texts alone."""
-    from clusterclip.dedup import workdir_threshold
     from clusterclip.io import array_fingerprint, fingerprint, load_npy
     from clusterclip.search.overlap import find_overlap
     from clusterclip.search.target import embed_texts, target_histogram
+    from clusterclip.stages.dedup import workdir_threshold
 
     threshold = workdir_threshold(w)
     key = fingerprint({"kind": "search target", "format": 2, "texts": fingerprint(

@@ -69,7 +69,7 @@ def _embedder(workdir: Any, corpus: Any, device: str) -> Any:
                          "first")
     p = rec["params"]
     emb = make_embedder(p["embedder"], model=p.get("model"), pooling=p.get("pooling", "mean"),
-                        max_length=p.get("max_length", 256), batch_size=p.get("batch_size", 64),
+                        max_length=p.get("max_length"), batch_size=p.get("batch_size", 64),
                         device=device, dtype=p.get("dtype", "float32"), progress=False)
     if type(emb).prepare is not Embedder.prepare:
         sample = sample_indices(corpus.valid)

@@ -1,1 +1,24 @@
-"""The stages of a work directory: each module's options dataclass and ``run(w, options)``."""
+"""The stages: each runs one step of the pipeline in a work directory.
+
+One module per stage, each with a frozen options dataclass, checked once when made
+(:class:`~clusterclip.errors.InputError` naming the parameter; only the command line
+speaks in flags), and ``run(w, options)`` that goes through
+:meth:`clusterclip.workdir.Workdir.run_stage` (lock, upstream checks, cache, manifest):
+
+- :mod:`~clusterclip.stages.embed`: corpus files -> ``W/corpus``, ``W/embeddings.npy``;
+- :mod:`~clusterclip.stages.cluster`: -> ``W/labels.npy``, ``scores.npy``,
+  ``centroids.npy`` (and the ``sweep`` stage over several K);
+- :mod:`~clusterclip.stages.dedup`: -> ``W/groups.npy``, ``W/dedup.json``;
+- :mod:`~clusterclip.stages.tokens`: -> ``W/tokens.npy`` (or the estimate);
+- :mod:`~clusterclip.stages.sample`: -> ``W/schedule.npy``;
+- :mod:`~clusterclip.stages.run`: embed -> cluster (-> dedup) (-> sample);
+- :mod:`~clusterclip.stages.group`: the corpus grouped by cluster into a folder;
+- :mod:`~clusterclip.stages.export`: a schedule's documents (Parquet, Hugging Face, MDS,
+  Megatron-LM) or the report's map (Embedding Atlas) into a folder;
+- :mod:`~clusterclip.stages.report`: -> ``W/report/`` (and :mod:`~clusterclip.stages.map`:
+  -> ``W/map/``, the page's map).
+
+Only the stages and the command line import :mod:`clusterclip.workdir`; the algorithm
+packages below them (corpus, embedding, clustering, sampling, dedup, tokens, grouping,
+export, report) take arrays, paths or options (``tests/test_layers.py``).
+"""

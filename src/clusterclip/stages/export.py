@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
-from clusterclip.workdir import Workdir
+from clusterclip.workdir import CORPUS, LABELS, MAP, SCHEDULE, Workdir
 
 #: The format that writes the report's map, not a schedule.
 ATLAS = "atlas"
@@ -75,7 +75,7 @@ def run(w: Workdir, options: ExportOptions) -> dict[str, Any]:
     with w.locked(), made_from(w.root):
         check_output_dir(o.out, "export", overwrite=o.overwrite, protected=protected,
                          writes=writes)
-        reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
+        reads = [LABELS, CORPUS] + ([SCHEDULE] if sched is None else [])
         out = str(Path(o.out).resolve())
         key = {"out": out, "format": o.format, "rank": o.rank, "world_size": o.world_size,
                "rows_per_shard": o.rows_per_shard,
@@ -87,15 +87,13 @@ def run(w: Workdir, options: ExportOptions) -> dict[str, Any]:
 
 def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any
             ) -> dict[str, Any]:
-    from clusterclip.corpus import Corpus
     from clusterclip.export import export_schedule
     from clusterclip.io import load_npy
-    from clusterclip.labels import load_labels
 
-    corpus = Corpus.load(w.path("corpus"))
+    corpus = w.corpus()
     corpus.verify_files()
-    labels = load_labels(w.path("labels.npy"), len(corpus))
-    path = sched if sched is not None else w.path("schedule.npy")
+    labels = w.labels(len(corpus))
+    path = sched if sched is not None else w.path(SCHEDULE)
     s = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
     return export_schedule(corpus, labels, s, o.out, fmt=o.format, rank=o.rank,
                            world_size=o.world_size, rows_per_shard=o.rows_per_shard,
@@ -105,10 +103,8 @@ def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any
 
 def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
     """``format`` atlas: ``W/map/`` with its documents' clusters, terms and texts."""
-    from clusterclip.corpus import Corpus
     from clusterclip.export.atlas import WRITES, atlas_table, require_pyarrow, write_atlas
     from clusterclip.io import check_output_dir, made_from
-    from clusterclip.labels import load_labels
     from clusterclip.report.projection import load_map
 
     require_pyarrow()
@@ -116,15 +112,15 @@ def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
     with made_from(w.root):
         check_output_dir(o.out, "export", overwrite=o.overwrite, protected=protected,
                          writes=WRITES)
-    if not w.path("map", "coords.npy").is_file():
-        raise InputError(f"{w.path('map')}: no map yet; run `clusterclip report --workdir "
+    if not w.path(MAP, "coords.npy").is_file():
+        raise InputError(f"{w.path(MAP)}: no map yet; run `clusterclip report --workdir "
                          f"{w.root}` first (its --map-sample sets the documents drawn)")
 
     def work(run: Any) -> dict[str, Any]:
-        corpus = Corpus.load(w.path("corpus"))
-        labels = load_labels(w.path("labels.npy"), len(corpus))
+        corpus = w.corpus()
+        labels = w.labels(len(corpus))
         rows, coords = load_map(w.root)
-        table = atlas_table(corpus, labels, rows, coords, source=str(w.path("map")))
+        table = atlas_table(corpus, labels, rows, coords, source=str(w.path(MAP)))
         return write_atlas(table, o.out, overwrite=o.overwrite)
 
     with w.locked(), made_from(w.root):
@@ -132,5 +128,5 @@ def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
                          writes=WRITES)
         out = str(Path(o.out).resolve())
         return w.run_stage("export", key={"out": out, "format": ATLAS},
-                           reads=["map", "labels.npy", "corpus"], outputs=[out], work=work,
+                           reads=[MAP, LABELS, CORPUS], outputs=[out], work=work,
                            cache=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
-from clusterclip.workdir import Workdir
+from clusterclip.workdir import CORPUS, LABELS, SCORES, Workdir
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,8 @@ def run(w: Workdir, options: GroupOptions) -> dict[str, Any]:
     ``overwrite``); and labels from a ``cluster`` run that did not finish or is
     older than the corpus. Recorded in the manifest as stage ``group``.
     """
-    from clusterclip.corpus import Corpus
     from clusterclip.grouping import WRITES, group_corpus
     from clusterclip.io import check_output_dir, load_npy, made_from
-    from clusterclip.labels import load_labels
 
     o = options
     out = str(Path(o.out).resolve())
@@ -50,13 +48,13 @@ def run(w: Workdir, options: GroupOptions) -> dict[str, Any]:
                          writes=WRITES)
 
         def work(run: Any) -> dict[str, Any]:
-            corpus = Corpus.load(w.path("corpus"))
+            corpus = w.corpus()
             corpus.verify_files()
-            labels = load_labels(w.path("labels.npy"), len(corpus))
-            scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
+            labels = w.labels(len(corpus))
+            scores = load_npy(w.path(SCORES), "scores", kinds="f", ndim=1)
             return group_corpus(corpus, labels, scores, o.out, docs_per_file=o.docs_per_file,
                                 overwrite=o.overwrite, progress=o.progress)
 
         return w.run_stage("group", key={"out": out, "docs_per_file": o.docs_per_file},
-                           reads=["labels.npy", "scores.npy", "corpus"], outputs=[out],
+                           reads=[LABELS, SCORES, CORPUS], outputs=[out],
                            work=work, cache=False)

@@ -13,7 +13,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE, MapParams
-from clusterclip.workdir import Workdir
+from clusterclip.workdir import EMBEDDINGS, VALID, Workdir
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,14 @@ def run(w: Workdir, options: MapOptions) -> str | None:
     o = options
     if o.sample == 0:
         return "no map: --map-sample 0"
-    if not w.path("embeddings.npy").is_file():
+    if not w.path(EMBEDDINGS).is_file():
         return "no map: the work directory has no embeddings.npy"
     if umap_version() is None:
         return "no map: umap-learn is not installed (pip install 'clusterclip[report]')"
     try:
         w.run_stage(STAGE, key=map_key(o.sample, o.seed, o.params),
-                    work=lambda run: _project(w, o), reads=["embeddings.npy"],
-                    maybe_reads=["valid.npy"], outputs=[DIR])
+                    work=lambda run: _project(w, o), reads=[EMBEDDINGS],
+                    maybe_reads=[VALID], outputs=[DIR])
     except InputError:
         if not w.read_only():
             raise
@@ -62,11 +62,10 @@ def _project(w: Workdir, o: MapOptions) -> dict[str, Any]:
     from clusterclip.io import atomic_output_dir, load_npy, save_npy
     from clusterclip.report.projection import DIR, STAGE, project, sample_rows
 
-    X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
-    valid = (load_npy(w.path("valid.npy"), "valid", ndim=1)
-             if w.path("valid.npy").is_file() else None)
+    X = w.embeddings()
+    valid = load_npy(w.path(VALID), "valid", ndim=1) if w.path(VALID).is_file() else None
     if valid is not None and valid.shape[0] != X.shape[0]:
-        raise InputError(f"{w.path('valid.npy')}: {valid.shape[0]} rows but "
+        raise InputError(f"{w.path(VALID)}: {valid.shape[0]} rows but "
                          f"embeddings.npy has {X.shape[0]}")
     rows = sample_rows(valid, X.shape[0], o.sample, o.seed)
     if o.progress:

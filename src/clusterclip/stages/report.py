@@ -12,7 +12,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.report.build import ReportOptions
-from clusterclip.workdir import Workdir
+from clusterclip.workdir import CENTROIDS, CORPUS, GROUPS, LABELS, REPORT, SCHEDULE, Workdir
 
 __all__ = ["ReportOptions", "current_groups", "run"]
 
@@ -35,10 +35,10 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     from clusterclip.stages import map as map_stage
 
     opts, root = options, w.root
-    target = Path(opts.out) if opts.out is not None else root / "report"
-    own = target.resolve() == (root / "report").resolve()
+    target = Path(opts.out) if opts.out is not None else root / REPORT
+    own = target.resolve() == (root / REPORT).resolve()
     schedule = opts.schedule
-    in_w = schedule is not None and Path(schedule).resolve() == (root / "schedule.npy").resolve()
+    in_w = schedule is not None and Path(schedule).resolve() == (root / SCHEDULE).resolve()
     key = stage_key(root, opts, target)
     built: dict[str, Any] = {}
     counted: dict[str, Any] = {}
@@ -67,12 +67,12 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
             refuse_protected(target, given, "--out")
         else:
             check_output_dir(target, "report", overwrite=opts.overwrite, writes=WRITES,
-                             protected=w.protected(own=("report",)) + given)
+                             protected=w.protected(own=(REPORT,)) + given)
         w.run_stage("report", key=with_tokens, work=work,
-                    reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
-                    maybe_reads=["centroids.npy", "corpus"],
+                    reads=[LABELS] + ([SCHEDULE] if in_w else []),
+                    maybe_reads=[CENTROIDS, CORPUS],
                     inputs=[schedule] if schedule is not None and not in_w else [],
-                    outputs=["report" if own else str(target.resolve())],
+                    outputs=[REPORT if own else str(target.resolve())],
                     overwrite=opts.overwrite)
     if built:
         return built
@@ -82,13 +82,13 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
 def current_groups(w: Workdir) -> np.ndarray | None:
     """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
     rec = w.stage("dedup")
-    if rec is None or not w.path("groups.npy").is_file():
+    if rec is None or not w.path(GROUPS).is_file():
         return None
     try:
         w.require("dedup")
     except InputError:
         return None
-    return np.load(w.path("groups.npy"))
+    return np.load(w.path(GROUPS))
 
 
 def _token_inputs(w: Workdir) -> dict[str, Any]:
@@ -96,10 +96,10 @@ def _token_inputs(w: Workdir) -> dict[str, Any]:
     ``tokens`` per document (W/tokens.npy while its stage is current, else the
     estimate) and their ``source``."""
     out: dict[str, Any] = {"groups": current_groups(w)}
-    if (w.root / "corpus").is_dir():
-        from clusterclip.tokens import recorded_tokens
+    if w.path(CORPUS).is_dir():
+        from clusterclip.stages.tokens import recorded
 
-        tokens, out["source"] = recorded_tokens(w)
+        tokens, out["source"] = recorded(w)
         # int32 holds any document's token count (4 bytes per document, not 8).
         fits = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**31)
         out["tokens"] = tokens.astype(np.int32) if fits else tokens

@@ -1,0 +1,141 @@
+"""The ``sample`` stage: ``W/labels.npy`` -> ``W/schedule.npy`` (int64 document indices).
+
+The schedule itself is :func:`clusterclip.sampling.write_schedule`; this module reads its
+inputs from the work directory (labels, groups, token counts, a mixture file) and runs
+it through :meth:`clusterclip.workdir.Workdir.run_stage`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from clusterclip.errors import InputError
+from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
+from clusterclip.sampling.spec import check_clip
+from clusterclip.workdir import CORPUS, GROUPS, LABELS, SCHEDULE, TOKENS, Workdir
+
+STAGE = "sample"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleOptions:
+    """What the ``sample`` stage draws; checked when made (InputError naming the parameter).
+
+    One of ``num_samples`` (positions) and ``num_tokens`` (a token budget); clusters
+    balanced by ``balance_by`` (docs or tokens), token counts from ``tokenizer`` (the
+    ``tokens`` stage) or the estimate. ``strategy`` and ``clip`` as resolved against the
+    ``mixture`` file (:mod:`clusterclip.sampling.mixture`), whose cluster weights replace
+    n_k ** alpha; ``clip`` None: the default of :func:`clusterclip.sampling.clip.default_clip`
+    for the labels and budget (the summary's ``clip_default`` says which and why).
+    ``groups``: clip by the near-duplicate groups of ``W/groups.npy`` (the ``dedup`` stage;
+    see :mod:`clusterclip.sampling.groups`).
+    """
+
+    num_samples: int | None = None
+    num_tokens: int | None = None
+    balance_by: str = "docs"
+    tokenizer: str | None = None
+    strategy: str = DEFAULT_COMMAND_STRATEGY
+    clip: int | None = None
+    alpha: float = 0.0
+    seed: int = 0
+    mixture: str | None = None
+    groups: bool = False
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        from clusterclip.sampling.budget import check_balance
+        from clusterclip.sampling.spec import MAX_SEED
+
+        if self.num_samples is not None and self.num_samples <= 0:
+            raise InputError(f"num_samples {self.num_samples}: must be > 0",
+                             params=("num_samples",))
+        check_balance(balance_by=self.balance_by, strategy=self.strategy, alpha=self.alpha,
+                      has_weights=False)
+        if self.clip is not None:
+            check_clip(self.clip)
+        if self.tokenizer is not None:  # a bad path fails now
+            from clusterclip.tokens import load_tokenizer, tokenizer_identity
+
+            tokenizer_identity(load_tokenizer(self.tokenizer))
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InputError(f"seed {self.seed}: the sampler takes 0 .. 2**64 - 1",
+                             params=("seed",))
+
+    @property
+    def needs_tokens(self) -> bool:
+        """True when the schedule needs tokens per document (a token budget or balance)."""
+        return self.num_tokens is not None or self.balance_by == "tokens"
+
+
+def _default_clip(w: Workdir, o: SampleOptions) -> tuple[int, str]:
+    """The clip for ``o.clip`` None and why, for W's labels (and groups) and the budget."""
+    from clusterclip.distributed import on_main
+    from clusterclip.sampling.clip import default_clip
+
+    def resolve() -> tuple[int, str]:
+        w.upstream([LABELS] + ([GROUPS] if o.groups else []))
+        labels = w.labels()
+        g = w.groups() if o.groups else None
+        return default_clip(labels, o.num_samples, o.strategy, alpha=o.alpha,
+                            groups=g if g is not None and g.size == labels.size else None)
+
+    with w.locked():
+        return on_main(resolve)
+
+
+def run(w: Workdir, options: SampleOptions) -> dict[str, Any]:
+    """Write ``W/schedule.npy`` from ``W/labels.npy``.
+
+    Returns the sampler's summary, which is also recorded in the manifest. Under
+    ``torchrun`` every rank calls this and rank 0 writes.
+    """
+    from clusterclip.distributed import is_main
+    from clusterclip.sampling import write_schedule
+    from clusterclip.stages import tokens as T
+
+    o = options
+    clip, why = o.clip, None
+    if clip is None:
+        clip, why = _default_clip(w, o)
+    params: dict[str, Any] = {"num_samples": o.num_samples, "strategy": o.strategy,
+                              "clip": clip, "alpha": o.alpha, "seed": o.seed}
+    tokens, source = T.run(w, T.TokensOptions(tokenizer=o.tokenizer, progress=o.progress)
+                           ) if o.needs_tokens else (None, None)
+    if o.num_tokens is not None:
+        params["num_tokens"] = o.num_tokens
+    if o.balance_by != "docs":
+        params["balance_by"] = o.balance_by
+    if source is not None:
+        params["token_counts"] = source
+    if o.groups:
+        params["groups"] = True
+    weights, staged = None, {}
+    if o.mixture is not None:
+        from clusterclip.sampling.mixture import mixture_record, read_mixture
+
+        params["mixture"] = mixture_record(o.mixture)
+        staged = read_mixture(o.mixture).sampler_options()
+        weights = staged.pop("cluster_weights", None)
+
+    def work(run: Any) -> dict[str, Any] | None:
+        if not is_main():
+            return None
+        labels = w.labels()
+        summary = write_schedule(labels, w.path(SCHEDULE), num_samples=o.num_samples,
+                                 num_tokens=o.num_tokens, doc_tokens=tokens,
+                                 balance_by=o.balance_by, token_source=source,
+                                 strategy=o.strategy, clip=clip, alpha=o.alpha, seed=o.seed,
+                                 groups=w.groups() if o.groups else None,
+                                 cluster_weights=weights, **staged)
+        if o.mixture is not None:
+            summary["mixture"] = params["mixture"]
+        if why and summary.get("clip") is not None:
+            summary["clip_default"] = why
+        return summary
+
+    reads = [LABELS] + ([CORPUS] if o.needs_tokens else []) + (
+        [TOKENS] if o.needs_tokens and o.tokenizer is not None else []) + (
+        [GROUPS] if o.groups else [])
+    return w.run_stage(STAGE, key=params, reads=reads, outputs=[SCHEDULE], work=work)
