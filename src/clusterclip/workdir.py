@@ -20,7 +20,8 @@ Layout (each stage owns its names)::
 
 Each name is said once, as a constant here (:data:`LABELS`, :data:`CORPUS`, ...), and each
 artifact is read one way, by a loader of :class:`Workdir` (``w.labels()``, ``w.valid()``,
-``w.embeddings()``, ``w.groups()``, ``w.corpus()``). Only the stages
+``w.embeddings()``, ``w.scores()``, ``w.centroids()``, ``w.schedule()``, ``w.groups()``,
+``w.corpus()``). Only the stages
 (:mod:`clusterclip.stages`) and the command line import this module: the algorithm
 packages take arrays, paths or options.
 
@@ -266,6 +267,24 @@ class Workdir:
         from clusterclip.labels import load_labels
 
         return load_labels(self.path(LABELS), num_documents)
+
+    def scores(self) -> np.ndarray:
+        """``W/scores.npy``: each document's cosine to its cluster centroid (``cluster``)."""
+        from clusterclip.io import load_npy
+
+        return load_npy(self.path(SCORES), "scores", kinds="f", ndim=1)
+
+    def centroids(self) -> np.ndarray:
+        """``W/centroids.npy``: K x d cluster centroids (``cluster``)."""
+        from clusterclip.io import load_npy
+
+        return load_npy(self.path(CENTROIDS), "centroids", kinds="f", ndim=2)
+
+    def schedule(self) -> np.ndarray:
+        """``W/schedule.npy``: the schedule's document indices (``sample``)."""
+        from clusterclip.io import load_npy
+
+        return load_npy(self.path(SCHEDULE), "schedule", kinds="iu", ndim=1)
 
     def groups(self) -> np.ndarray:
         """``W/groups.npy``: the near-duplicate group of each document (``dedup``)."""

@@ -162,12 +162,12 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
     g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
-    from clusterclip.embedding.base import MINILM_MAX_LENGTH
+    from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH
 
     g.add_argument("--max-length", type=TOKEN_LENGTH, default=None,
                    help=f"truncate to this many tokens (default: {MINILM_MAX_LENGTH}, MiniLM's "
                         "own limit; model2vec: the library's own default length)")
-    g.add_argument("--batch-size", type=TOKEN_LENGTH, default=64)
+    g.add_argument("--batch-size", type=TOKEN_LENGTH, default=DEFAULT_BATCH_SIZE)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="storage dtype of embeddings.npy (default: float32)")

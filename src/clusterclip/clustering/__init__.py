@@ -1,4 +1,4 @@
-"""Clustering stage: embeddings -> K-means labels, scores and centroids.
+"""Clustering: embeddings -> K-means labels, scores and centroids.
 
 Pure core: :class:`KMeans` and :func:`assign` (arrays in, arrays out).
 Edges: :mod:`clusterclip.clustering.files` reads embeddings files and writes labels,

@@ -1,4 +1,5 @@
-"""Embedding: texts -> L2-normalised vectors, and the resumable ``embed`` stage.
+"""Embedding: texts -> L2-normalised vectors (the resumable ``embed`` stage that runs them
+into a work directory: :mod:`clusterclip.stages.embed`).
 
 Embedders (all return float32 n x d, rows L2-normalised, in input order):
 

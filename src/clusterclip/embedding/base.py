@@ -10,6 +10,8 @@ import numpy as np
 #: Tokens per text by default: MiniLM's own limit (the default of every embedder but
 #: model2vec; see ``embedding.pipeline.DEFAULT_MAX_LENGTH``).
 MINILM_MAX_LENGTH = 256
+#: Texts per batch by default (of every embedder but ``fast``, which takes larger ones).
+DEFAULT_BATCH_SIZE = 64
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -47,8 +49,8 @@ class Embedder:
     name: str = "embedder"
     dim: int = 0
 
-    def __init__(self, batch_size: int = 64, max_length: int | None = MINILM_MAX_LENGTH
-                 ) -> None:
+    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE,
+                 max_length: int | None = MINILM_MAX_LENGTH) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:

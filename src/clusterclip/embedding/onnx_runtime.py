@@ -38,7 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder, l2_normalize
+from clusterclip.embedding.base import (
+    DEFAULT_BATCH_SIZE,
+    MINILM_MAX_LENGTH,
+    Embedder,
+    l2_normalize,
+)
 from clusterclip.embedding.transformer import (
     LOAD_ERRORS,
     _local_model,
@@ -312,7 +317,7 @@ class OnnxEmbedder(Embedder):
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *,
                  kind: str = "sentence-transformers", pooling: str = "mean",
-                 device: str = "cpu", batch_size: int = 64,
+                 device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE,
                  max_length: int = MINILM_MAX_LENGTH,
                  precision: str = "auto", trust_remote_code: bool = False,
                  progress: bool = True) -> None:

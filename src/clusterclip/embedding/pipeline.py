@@ -34,7 +34,7 @@ import numpy as np
 from clusterclip import distributed as D
 from clusterclip.corpus import Corpus, scan_into
 from clusterclip.corpus.index import foreign_files
-from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder
+from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
 from clusterclip.io import atomic_path, save_npy, write_json, write_marker
 
@@ -186,7 +186,8 @@ def check_tune(embedder: str, tune: int, tune_seed: int, backend: str = "auto",
 
 
 def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | None = None,
-                  pooling: str = "mean", max_length: int | None = None, batch_size: int = 64,
+                  pooling: str = "mean", max_length: int | None = None,
+                  batch_size: int = DEFAULT_BATCH_SIZE,
                   device: str = "cpu", dtype: str = "float32", progress: bool = True,
                   trust_remote_code: bool = False, backend: str = "auto",
                   precision: str = "auto", tune: int = 0, tune_seed: int = 0) -> Embedder:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder
+from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
 
 
@@ -149,7 +149,7 @@ class SentenceTransformerEmbedder(Embedder):
     name = "minilm"
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, device: str = "cpu",
-                 batch_size: int = 64, max_length: int = MINILM_MAX_LENGTH,
+                 batch_size: int = DEFAULT_BATCH_SIZE, max_length: int = MINILM_MAX_LENGTH,
                  half: bool = False) -> None:
         super().__init__(batch_size=batch_size, max_length=max_length)
         import torch
@@ -201,7 +201,7 @@ class HFEmbedder(Embedder):
     name = "hf"
 
     def __init__(self, model: str | os.PathLike[str] | None, *, pooling: str = "mean",
-                 device: str = "cpu", batch_size: int = 64,
+                 device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE,
                  max_length: int = MINILM_MAX_LENGTH,
                  half: bool = False, trust_remote_code: bool = False) -> None:
         super().__init__(batch_size=batch_size, max_length=max_length)

@@ -93,6 +93,8 @@ class SweepOptions(KMeansOptions):
             if value is not None and value < 3:
                 raise InputError(f"{name} {value}: must be at least 3", params=(name,))
         object.__setattr__(self, "ks", tuple(sorted(set(int(k) for k in self.ks))))
+        if not self.ks:
+            raise InputError("ks: give at least one K", params=("ks",))
         if self.sample_size is None:
             object.__setattr__(self, "sample_size", S.DEFAULT_SAMPLE)
         if self.silhouette_sample is None:

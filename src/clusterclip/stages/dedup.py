@@ -100,7 +100,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
     ``kept.npy`` (their int64 indices) and ``keep_one.json``; built aside, then moved
     into place. Needs a current ``dedup`` stage and the corpus index."""
     from clusterclip.corpus.records import field_types, record_json
-    from clusterclip.io import atomic_output_dir, check_output_dir, load_npy, made_from, write_json
+    from clusterclip.io import atomic_output_dir, check_output_dir, made_from, write_json
 
     with made_from(w.root):
         check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(),
@@ -109,7 +109,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
         w.reload()
         w.upstream([GROUPS, SCORES, CORPUS])
         groups = w.groups()
-        scores = load_npy(w.path(SCORES), "scores", kinds="f", ndim=1)
+        scores = w.scores()
         corpus = w.corpus()
         if not groups.size == scores.size == len(corpus):
             raise InputError(f"{w.root}: {GROUPS}, {SCORES} and the corpus disagree on the "

@@ -15,6 +15,7 @@ from typing import Any
 
 from clusterclip import distributed as D
 from clusterclip.corpus.readers import expand_inputs
+from clusterclip.embedding.base import DEFAULT_BATCH_SIZE
 from clusterclip.embedding.pipeline import (
     DEFAULT_SHARD_SIZE,
     STAGE,
@@ -48,7 +49,7 @@ class EmbedOptions:
     model: str | None = None
     pooling: str = "mean"
     max_length: int | None = None
-    batch_size: int = 64
+    batch_size: int = DEFAULT_BATCH_SIZE
     device: str = "cpu"
     dtype: str = "float32"
     shard_size: int = DEFAULT_SHARD_SIZE
