@@ -248,7 +248,8 @@ def _label_agreement(corpus, labels: np.ndarray, field: str
     missing, table = table[:, 0], table[:, 1:]
     used = np.flatnonzero(table.sum(axis=0))
     if not used.size and not (codes >= 0).any():
-        raise InputError(f"--label-field {field}: no document has this field")
+        raise InputError(f"label_field {field}: no document has this field",
+                         params=("label_field",))
     names = np.array([values[c] for c in used.tolist()], dtype=str)
     classes, cls = np.unique(names, return_inverse=True)  # sorted as numpy sorts them
     by_class = np.zeros((k, classes.size), dtype=np.int64)
@@ -336,8 +337,9 @@ class ReportOptions:
         strategies = list(DEFAULT_STRATEGIES if self.strategies is None else self.strategies)
         for s in strategies:
             if s not in STRATEGIES and s != MIXTURE:
-                raise InputError(f"unknown strategy {s!r} (choose from "
-                                 f"{', '.join((*STRATEGIES, MIXTURE))})")
+                raise InputError(f"strategies: unknown strategy {s!r} (choose from "
+                                 f"{', '.join((*STRATEGIES, MIXTURE))})",
+                                 params=("strategies",))
         return strategies
 
     def __post_init__(self) -> None:
@@ -394,8 +396,8 @@ def _report_strategies(root: Path, opts: ReportOptions) -> list[str]:
     if opts.strategies is None and root.joinpath(*MIXTURE_FILE).is_file():
         names.append(MIXTURE)
     if MIXTURE in names and not root.joinpath(*MIXTURE_FILE).is_file():
-        raise InputError(f"--strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
-                         "exist (`clusterclip search` writes it)")
+        raise InputError(f"strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
+                         "exist (`clusterclip search` writes it)", params=("strategies",))
     return names
 
 
@@ -459,9 +461,10 @@ def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
             and total > opts.clip * n_eligible:
         raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = "
                          f"{opts.clip} x {n_eligible} = {opts.clip * n_eligible}; raise "
-                         "--clip or lower the budget")
+                         "clip or lower the budget", params=("clip",))
     if not strategies and sched is None:
-        raise InputError("nothing to report: give --schedule or at least one strategy")
+        raise InputError("nothing to report: give schedule or at least one strategy",
+                         params=("schedule",))
     corpus = None
     notes: list[str] = []
     if (root / "corpus").is_dir():
@@ -473,8 +476,8 @@ def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
     else:
         notes.append("no corpus index (W/corpus): top terms and example documents are not shown")
     if opts.label_field is not None and corpus is None:
-        raise InputError(f"--label-field {opts.label_field}: needs the corpus index "
-                         f"{root / 'corpus'}")
+        raise InputError(f"label_field {opts.label_field}: needs the corpus index "
+                         f"{root / 'corpus'}", params=("label_field",))
     if counted.tokens is not None and len(counted.tokens) != n:
         raise InputError(f"token counts for {len(counted.tokens)} documents but labels.npy "
                          f"has {n}")
