@@ -61,3 +61,11 @@ def make_report_workdir(root: Path, pydocs_path: Path, n_docs: int = N_DOCS) -> 
     np.save(root / "valid.npy", valid)
     np.save(root / "embeddings.npy", emb.astype(np.float32))
     return root
+
+
+def build_report(workdir: Path, **options) -> dict:
+    """The ``report`` stage of ``workdir`` with :class:`ReportOptions` ``options``."""
+    from clusterclip.stages import report
+    from clusterclip.workdir import Workdir
+
+    return report.run(Workdir(workdir, create=False), report.ReportOptions(**options))

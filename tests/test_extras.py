@@ -39,7 +39,7 @@ MODULE_EXTRAS: dict[str, tuple[str, ...]] = {
     "clusterclip.export.megatron": ("megatron",),
     "clusterclip.plotting": ("report",),
     "clusterclip.report": ("report",),
-    "clusterclip.report.atlas": ("report", "parquet"),  # export --format atlas: one Parquet
+    "clusterclip.export.atlas": ("report", "parquet"),  # export --format atlas: one Parquet
     "clusterclip.lm": ("experiment",),  # the proxy LM of experiment and search
     "clusterclip.experiment": ("experiment",),
     "clusterclip.search": ("search",),

@@ -230,50 +230,47 @@ def test_no_argparse_namespace_below_the_cli():
 
 #: The parts that may import the work directory: the stages and the command line.
 WORKDIR_IMPORTERS = ("stages", "cli", "workdir")
-#: Modules that still import the work directory, each moving into clusterclip.stages on
-#: another branch of issue 29 (the lead empties this set at merge): group, export, report,
-#: map and the atlas (branch s2); experiment and search (branch lm).
-WORKDIR_PENDING = {
-    "clusterclip.grouping",  # s2: stages/group.py
-    "clusterclip.export",  # s2: stages/export.py
-    "clusterclip.report.atlas",  # s2: stages/export.py (the atlas)
-    "clusterclip.report.build",  # s2: stages/report.py
-}
 
 
 def test_only_the_stages_and_the_cli_import_the_work_directory(graph):
     importers = {m for m, deps in graph.items() if "clusterclip.workdir" in deps}
-    assert {m for m in importers if _part(m) not in WORKDIR_IMPORTERS} == WORKDIR_PENDING
+    assert {m for m in importers if _part(m) not in WORKDIR_IMPORTERS} == set()
     # the scan sees them: the stages and the command line do import it
     assert {"clusterclip.stages.cluster", "clusterclip.cli.cluster"} <= importers
 
 
-def private_imports() -> list[str]:
-    """``"module <- target name"`` for each private name (``_x``) or name from a private
-    module that a module imports from another top-level package of clusterclip."""
+def _private_in(module: str, tree: ast.AST) -> list[str]:
+    """``"module <- target name"`` for each private name (``_x``), or name from a private
+    module, that ``module`` (parsed as ``tree``) imports from another top-level package."""
     found = []
-    for module, (path, _) in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.ImportFrom) and not node.level and node.module
-                    and node.module.split(".")[0] == "clusterclip"
-                    and _part(node.module) != _part(module)):
-                continue
-            private_module = any(p.startswith("_") and not p.startswith("__")
-                                 for p in node.module.split(".")[1:])
-            for a in node.names:
-                if private_module or (a.name.startswith("_") and not a.name.startswith("__")):
-                    found.append(f"{module} <- {node.module} {a.name}")
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and not node.level and node.module
+                and node.module.split(".")[0] == "clusterclip"
+                and _part(node.module) != _part(module)):
+            continue
+        private_module = any(p.startswith("_") and not p.startswith("__")
+                             for p in node.module.split(".")[1:])
+        for a in node.names:
+            if private_module or (a.name.startswith("_") and not a.name.startswith("__")):
+                found.append(f"{module} <- {node.module} {a.name}")
     return found
 
 
-#: Private names imported across packages today, all in search/ (branch lm moves the
-#: shared code into clusterclip.lm and clusterclip.stages; the lead empties this at merge).
-PRIVATE_PENDING = {
-    "clusterclip.search.propose <- clusterclip.export _require",
-}
+def private_imports() -> list[str]:
+    """:func:`_private_in` over every module of clusterclip."""
+    return [f for module, (path, _) in _modules().items()
+            for f in _private_in(module, ast.parse(path.read_text(encoding="utf-8")))]
 
 
 def test_no_private_name_is_imported_across_packages():
-    assert set(private_imports()) == PRIVATE_PENDING
-    # the scan sees what it looks for (a private name from another package)
-    assert any("_require" in f for f in PRIVATE_PENDING)
+    assert private_imports() == []
+    # the scan sees what it looks for: a private name or module of another package, not
+    # one of the module's own package
+    tree = ast.parse("from clusterclip.experiment.runner import _load\n"
+                     "from clusterclip.export._rows import rows_hash\n"
+                     "from clusterclip.search._splits import split\n"
+                     "def f():\n    from clusterclip.lm.data import _inner\n")
+    assert _private_in("clusterclip.search.runner", tree) == [
+        "clusterclip.search.runner <- clusterclip.experiment.runner _load",
+        "clusterclip.search.runner <- clusterclip.export._rows rows_hash",
+        "clusterclip.search.runner <- clusterclip.lm.data _inner"]

@@ -210,14 +210,15 @@ def test_export_never_removes_the_tokenizer_it_reads(world, tmp_path, capsys):
 
 def test_export_api_refuses_an_out_holding_the_tokenizer(world, tmp_path):
     from clusterclip.errors import InputError
-    from clusterclip.export import export_workdir
+    from clusterclip.stages import export
+    from clusterclip.workdir import Workdir
 
     proj = tmp_path / "proj"
     shutil.copytree(world["tok"], proj / "tok")
     before = tree(proj)
     with pytest.raises(InputError, match="contains the tokenizer"):
-        export_workdir(world["W"], proj, fmt="megatron", tokenizer=str(proj / "tok"),
-                       overwrite=True)
+        export.run(Workdir(world["W"], create=False), export.ExportOptions(
+            proj, format="megatron", tokenizer=str(proj / "tok"), overwrite=True))
     assert tree(proj) == before
 
 
@@ -245,14 +246,16 @@ def test_report_never_removes_the_schedule_it_reads(world, tmp_path, capsys):
 
 def test_report_api_refuses_a_schedule_inside_the_default_report_folder(world, tmp_path):
     from clusterclip.errors import InputError
-    from clusterclip.report import build_report
+    from clusterclip.stages import report
+    from clusterclip.workdir import Workdir
 
     w = tmp_path / "W"
     shutil.copytree(world["W"], w)
     (w / "report").mkdir()
     shutil.copy(w / "schedule.npy", w / "report" / "s.npy")
     with pytest.raises(InputError, match="contains the schedule"):
-        build_report(w, schedule=w / "report" / "s.npy", overwrite=True)
+        report.run(Workdir(w, create=False),
+                   report.ReportOptions(schedule=w / "report" / "s.npy", overwrite=True))
     assert (w / "report" / "s.npy").is_file()
 
 

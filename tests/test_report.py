@@ -9,11 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _report_workdir import make_report_workdir
+from _report_workdir import build_report, make_report_workdir
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from clusterclip.cli import main
-from clusterclip.report import build_report
 from clusterclip.report.markdown import escape_inline
 from clusterclip.report.stats import window_edges
 from clusterclip.sampling.clip import quartile_clusters

@@ -362,7 +362,8 @@ def test_changing_the_projection_recomputes_the_map_with_moving_progress(reporte
                                                                           capsys):
     import shutil
 
-    from clusterclip.report.projection import MapParams, map_key, map_stage
+    from clusterclip.report.projection import MapParams, map_key
+    from clusterclip.stages import map as map_stage
     from clusterclip.workdir import Workdir
 
     variants = [MapParams(), MapParams(method="other"), MapParams(init="spectral"),
@@ -377,8 +378,8 @@ def test_changing_the_projection_recomputes_the_map_with_moving_progress(reporte
     wd = Workdir(w, create=False)
     before = wd.stage("map")["finished"]
     capsys.readouterr()
-    assert map_stage(wd, sample=MAP_SAMPLE, seed=0, progress=True,
-                     params=MapParams(n_epochs=30)) is None
+    assert map_stage.run(wd, map_stage.MapOptions(sample=MAP_SAMPLE, seed=0, progress=True,
+                                                  params=MapParams(n_epochs=30))) is None
     err = capsys.readouterr().err
     assert "map: UMAP of 400 of 600 documents" in err and "map: layout" in err
     assert re.search(r"map: neighbours: +100%.*\b400/400\b", err)  # the neighbour search's bar

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _report_workdir import build_report
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.report import build_report
 from clusterclip.report.markdown import escape_inline
 from clusterclip.report.terms import (
     count_terms,

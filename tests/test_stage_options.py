@@ -85,3 +85,20 @@ def test_the_loaders_read_what_was_written_and_name_the_file_otherwise(tmp_path)
 
 def _stage(name):
     return importlib.import_module(f"clusterclip.stages.{name}")
+
+
+@pytest.mark.parametrize("make,param", [
+    (lambda: _stage("group").GroupOptions("out", docs_per_file=0), "docs_per_file"),
+    (lambda: _stage("export").ExportOptions("out", rows_per_shard=0), "rows_per_shard"),
+    (lambda: _stage("export").ExportOptions("out", format="csv"), "format"),
+    (lambda: _stage("report").ReportOptions(clip=0), "clip"),
+    (lambda: _stage("report").ReportOptions(windows=0), "windows"),
+    (lambda: _stage("report").ReportOptions(tail_floor=-1.0), "tail_floor"),
+    (lambda: _stage("report").ReportOptions(num_samples=0), "num_samples"),
+    (lambda: _stage("report").ReportOptions(map_sample=-1), "map_sample"),
+    (lambda: _stage("report").ReportOptions(strategies=("shuffled",)), "strategies"),
+    (lambda: _stage("map").MapOptions(sample=-1), "sample"),
+])
+def test_the_output_stages_refuse_bad_options_when_made_naming_the_parameter(make, param):
+    assert {"export", "group", "map", "report"} <= set(STAGES)
+    test_bad_options_are_refused_when_made_naming_the_parameter(make, param)

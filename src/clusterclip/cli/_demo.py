@@ -59,10 +59,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     """Every stage of the demo; returns each one's result by name and ``steps`` (name,
     seconds)."""
     from clusterclip.data import pydocs_path
-    from clusterclip.grouping import group_workdir
     from clusterclip.io import check_output_dir
-    from clusterclip.report import build_report
-    from clusterclip.stages import cluster, embed, sample
+    from clusterclip.stages import cluster, embed, group, report, sample
 
     out = Path(config.out)
     w = Workdir(out / "work")
@@ -88,7 +86,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
                                              clip=config.clip, seed=config.seed))
     clip = smp["clip"]
     step("sample")
-    grp = group_workdir(w, out / "grouped", overwrite=config.overwrite)
+    grp = group.run(w, group.GroupOptions(out / "grouped", overwrite=config.overwrite))
     step("group")
     exp = None
     if config.experiment != "none":
@@ -100,9 +98,10 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     # After the experiment, so that report.md links its results. The report regenerates the
     # schedule of --strategy (identical to W/schedule.npy: same labels, budget, clip and seed)
     # next to the other strategies, so each curve carries its strategy name.
-    rep = build_report(w.root, label_field=config.label_field, num_samples=num_samples,
-                       strategies=("clusterclip", "paced", "uniform", "random"), clip=clip,
-                       seed=config.seed, out=out / "report", overwrite=config.overwrite)
+    rep = report.run(w, report.ReportOptions(
+        label_field=config.label_field, num_samples=num_samples,
+        strategies=("clusterclip", "paced", "uniform", "random"), clip=clip, seed=config.seed,
+        out=out / "report", overwrite=config.overwrite))
     step("report")
     return {"embed": emb, "cluster": clu, "sample": smp, "group": grp, "report": rep,
             "experiment": exp, "steps": step.done}

@@ -14,11 +14,11 @@ HELP = ("write the schedule's documents in schedule order as Parquet shards, a H
         "dataset, MDS shards or a Megatron-LM indexed dataset (one rank's share with "
         "--rank/--world-size), or the report's map for Embedding Atlas; verified after "
         "writing")
-ATLAS = "atlas"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.export import FORMATS
+    from clusterclip.stages.export import ATLAS
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
@@ -56,18 +56,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.export import export_workdir
+    from clusterclip.stages import export
+    from clusterclip.workdir import Workdir
 
-    if args.format == ATLAS:
+    if args.format == export.ATLAS:
         return _run_atlas(args)
     if args.format == "megatron" and args.rows_per_shard is not None:
         raise InputError("--rows-per-shard does not apply to --format megatron "
                          "(it writes one .bin/.idx pair)")
-    rows = 1_000_000 if args.rows_per_shard is None else args.rows_per_shard
-    s = export_workdir(args.workdir, args.out, fmt=args.format, schedule=args.schedule,
-                       rank=args.rank, world_size=args.world_size,
-                       rows_per_shard=rows, overwrite=args.overwrite,
-                       tokenizer=args.tokenizer)
+    rows = {} if args.rows_per_shard is None else {"rows_per_shard": args.rows_per_shard}
+    options = export.ExportOptions(args.out, format=args.format, schedule=args.schedule,
+                                   rank=args.rank, world_size=args.world_size,
+                                   overwrite=args.overwrite, tokenizer=args.tokenizer, **rows)
+    s = export.run(Workdir(args.workdir, create=False), options)
     share = (f"rank {s['rank']} of {s['world_size']}: positions {s['first_position']}, "
              f"{s['first_position'] + s['world_size']}, ... of "
              if s["world_size"] > 1 else "all of ")
@@ -86,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
 def _run_atlas(args: argparse.Namespace) -> int:
     """``--format atlas``: the map, not a schedule; the schedule's options are refused."""
     from clusterclip.errors import InputError
-    from clusterclip.report.atlas import FILE, export_atlas
+    from clusterclip.export.atlas import FILE
+    from clusterclip.stages import export
+    from clusterclip.workdir import Workdir
 
     given = [o for o, v, default in (
         ("--schedule", args.schedule, None),
@@ -96,7 +99,8 @@ def _run_atlas(args: argparse.Namespace) -> int:
     if given:
         raise InputError(f"{', '.join(given)} does not apply to --format atlas (it writes the "
                          "documents of the report's map, not a schedule)")
-    s = export_atlas(args.workdir, args.out, overwrite=args.overwrite)
+    s = export.run(Workdir(args.workdir, create=False),
+                   export.ExportOptions(args.out, format=export.ATLAS, overwrite=args.overwrite))
     print(f"exported the map's {s['rows']:,} documents (x, y, cluster, terms, text) as "
           f"{FILE}; verified every row")
     print(f"output: {args.out}")

@@ -23,10 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.corpus.records import renamed_note
-    from clusterclip.grouping import group_workdir
+    from clusterclip.stages import group
+    from clusterclip.workdir import Workdir
 
-    summary = group_workdir(args.workdir, args.out, docs_per_file=args.docs_per_file,
-                            overwrite=args.overwrite, progress=not args.no_progress)
+    summary = group.run(Workdir(args.workdir, create=False), group.GroupOptions(
+        args.out, docs_per_file=args.docs_per_file, overwrite=args.overwrite,
+        progress=not args.no_progress))
     groups = summary["groups"]
     clusters = sum(1 for g in groups if g.startswith("cluster_"))
     print(f"grouped {summary['documents']} documents into {clusters} clusters"

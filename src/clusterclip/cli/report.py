@@ -86,7 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.report import ReportOptions, build_report
+    from clusterclip.stages import report
+    from clusterclip.workdir import Workdir
 
     root = Path(args.workdir)
     if not root.is_dir():
@@ -97,13 +98,14 @@ def run(args: argparse.Namespace) -> int:
     clip = args.clip
     if clip is None:
         clip = _recorded_clip(root, schedule) or 4
-    summary = build_report(root, ReportOptions(
+    options = report.ReportOptions(
         schedule=schedule, label_field=args.label_field, strategies=args.strategies,
         num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
         windows=args.windows, tail_floor=args.tail_floor,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty() and not args.no_progress,
         overwrite=args.overwrite, **({} if args.map_sample is None
-                                     else {"map_sample": args.map_sample})))
+                                     else {"map_sample": args.map_sample}))
+    summary = report.run(Workdir(root, create=False), options)
     out = Path(args.out) if args.out else root / "report"
     print(f"report: {out / 'report.md'}")
     print(f"page:   {out / summary['page']}")

@@ -86,8 +86,23 @@ def _require(fmt: str) -> None:
             warnings.simplefilter("ignore")
             __import__(module)
     except ImportError:
-        raise InputError(f"--format {fmt} needs {module}; install the `{extra}` extra "
-                         f"(pip install 'clusterclip[{extra}]')") from None
+        raise InputError(f"format {fmt} needs {module}; install the `{extra}` extra "
+                         f"(pip install 'clusterclip[{extra}]')", params=("format",)) from None
+
+
+def check_format(fmt: str, also: tuple[str, ...] = ()) -> None:
+    """InputError naming parameter ``format`` unless ``fmt`` is one of :data:`FORMATS`
+    (or of ``also``)."""
+    if fmt not in (*FORMATS, *also):
+        raise InputError(f"format must be one of {', '.join((*FORMATS, *also))}, got {fmt!r}",
+                         params=("format",))
+
+
+def require(fmt: str) -> None:
+    """InputError naming the extra when the library ``fmt`` writes with (and pyarrow, which
+    every format reads back with) is missing."""
+    _require(fmt)
+    _require("parquet")
 
 
 def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
@@ -240,15 +255,13 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     """
     from clusterclip.io import atomic_output_dir, check_output_dir, sha256_file, write_json
 
-    if fmt not in FORMATS:
-        raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    _require(fmt)
-    _require("parquet")
+    check_format(fmt)
+    require(fmt)
     tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
-    for name, v in (("--rows-per-shard", rows_per_shard), ("row group", row_group),
+    for name, v in (("rows_per_shard", rows_per_shard), ("row_group", row_group),
                     ("block", block)):
         if v < 1:
-            raise InputError(f"{name} must be >= 1, got {v}")
+            raise InputError(f"{name} must be >= 1, got {v}", params=(name,))
     first, count = rank_share(len(schedule), rank, world_size)
     if len(labels) != len(corpus):
         raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
@@ -399,59 +412,3 @@ def read_hf_batches(directory: str | os.PathLike[str], batch_size: int = 1 << 13
     ds = datasets.load_from_disk(str(directory)).with_format("arrow")
     for i in range(0, len(ds), batch_size):
         yield ds[i:i + batch_size]
-
-
-def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "parquet",
-                   schedule: str | os.PathLike[str] | None = None, rank: int = 0,
-                   world_size: int = 1, rows_per_shard: int = 1_000_000,
-                   overwrite: bool = False, tokenizer: Any = None) -> dict[str, Any]:
-    """The ``export`` stage: ``W/schedule.npy`` (or ``schedule``) + ``W/corpus`` -> ``out``.
-
-    Goes through :meth:`Workdir.run_stage`: refused when the labels, corpus or
-    ``W/schedule.npy`` are missing, from a stage that did not finish, or stale
-    (e.g. the schedule is older than the labels). Recorded as stage ``export``.
-    """
-    from clusterclip.corpus import Corpus
-    from clusterclip.io import check_output_dir, load_npy, made_from
-    from clusterclip.labels import load_labels
-    from clusterclip.workdir import Workdir
-
-    if fmt not in FORMATS:
-        raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    tok_path = str(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else None
-    w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
-    sched = Path(schedule).resolve() if schedule is not None else None
-    protected = w.protected()
-    if sched is not None:
-        protected += ((sched, "the schedule", False),)
-    if tok_path is not None:
-        protected += ((Path(tok_path), "the tokenizer", False),)
-    writes = (SUMMARY, *WRITES[fmt])
-    with made_from(w.root):
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
-                         writes=writes)
-    _require(fmt)
-    _require("parquet")
-    tokenizer = _megatron.check_tokenizer_option(fmt, tokenizer)
-    with w.locked(), made_from(w.root):
-        check_output_dir(out, "export", overwrite=overwrite, protected=protected,
-                         writes=writes)
-        reads = ["labels.npy", "corpus"] + (["schedule.npy"] if sched is None else [])
-
-        def work(run: Any) -> dict[str, Any]:
-            corpus = Corpus.load(w.path("corpus"))
-            corpus.verify_files()
-            labels = load_labels(w.path("labels.npy"), len(corpus))
-            path = sched if sched is not None else w.path("schedule.npy")
-            s = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
-            return export_schedule(corpus, labels, s, out, fmt=fmt, rank=rank,
-                                   world_size=world_size, rows_per_shard=rows_per_shard,
-                                   overwrite=overwrite, source=str(path), tokenizer=tokenizer,
-                                   schedule_file=path)
-
-        return w.run_stage("export", key={"out": str(Path(out).resolve()), "format": fmt,
-                                          "rank": rank, "world_size": world_size,
-                                          "rows_per_shard": rows_per_shard,
-                                          **({"tokenizer": tok_path} if tok_path else {})},
-                           reads=reads, inputs=[sched] if sched is not None else [],
-                           outputs=[str(Path(out).resolve())], work=work, cache=False)

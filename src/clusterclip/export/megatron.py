@@ -77,11 +77,12 @@ def check_tokenizer_option(fmt: str, tokenizer: Any) -> Any:
     :func:`clusterclip.tokens.load_tokenizer`), refused for every other format."""
     if fmt != "megatron":
         if tokenizer is not None:
-            raise InputError(f"--tokenizer is only for --format megatron, not --format {fmt}")
+            raise InputError(f"tokenizer is only for format megatron, not format {fmt}",
+                             params=("tokenizer", "format"))
         return None
     if tokenizer is None:
-        raise InputError("--format megatron needs --tokenizer PATH (a folder holding a "
-                         "Hugging Face tokenizer)")
+        raise InputError("format megatron needs tokenizer PATH (a folder holding a "
+                         "Hugging Face AutoTokenizer)", params=("format", "tokenizer"))
     if isinstance(tokenizer, (str, os.PathLike)):
         from clusterclip.tokens import load_tokenizer
 

@@ -1,6 +1,7 @@
 """The rows every export format writes: their columns, their Arrow schema and the
 order-sensitive hash that checks an output re-read against what was written (used by
-:mod:`clusterclip.export` and :mod:`clusterclip.export.mds`)."""
+:mod:`clusterclip.export`, :mod:`clusterclip.export.mds` and, over its own columns,
+:mod:`clusterclip.export.atlas`)."""
 
 from __future__ import annotations
 
@@ -21,20 +22,26 @@ def _schema():
 
 class _RowsHash:
     """Order-sensitive hash of Arrow rows, the same however they are split into batches:
-    one stream per column (integers as int64; strings as byte lengths + UTF-8 bytes),
-    read from the Arrow buffers (no Python object per row)."""
+    one stream per column (integers as int64, floats as float64; strings as byte lengths
+    + UTF-8 bytes), read from the Arrow buffers (no Python object per row). The columns
+    are the schedule rows' (``COLUMNS``) unless given."""
 
-    def __init__(self) -> None:
-        self.parts = {name: hashlib.blake2b(digest_size=16)
-                      for name in ("position", "doc_index", "label", "text_len", "text",
-                                   "fields_len", "fields")}
+    def __init__(self, ints: tuple[str, ...] = ("position", "doc_index", "label"),
+                 strings: tuple[str, ...] = ("text", "fields"),
+                 floats: tuple[str, ...] = ()) -> None:
+        self.ints, self.strings, self.floats = ints, strings, floats
+        names = [*ints, *floats, *(n for c in strings for n in (f"{c}_len", c))]
+        self.parts = {name: hashlib.blake2b(digest_size=16) for name in names}
 
     def update(self, table: Any) -> None:
-        """``table``: a pyarrow Table or RecordBatch with ``COLUMNS``."""
+        """``table``: a pyarrow Table or RecordBatch with the hashed columns."""
         p = self.parts
-        for c in ("position", "doc_index", "label"):
+        for c in self.ints:
             p[c].update(_int64(table.column(c)).tobytes())
-        for c in ("text", "fields"):
+        for c in self.floats:
+            p[c].update(np.asarray(table.column(c).to_numpy(zero_copy_only=False),
+                                   dtype="<f8").tobytes())
+        for c in self.strings:
             col = table.column(c)
             for arr in getattr(col, "chunks", [col]):
                 if arr.null_count:

@@ -34,7 +34,7 @@ from clusterclip.corpus.records import (
     restore_reserved,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_output_dir, check_output_dir, made_from, write_json
+from clusterclip.io import atomic_output_dir, check_output_dir, write_json
 from clusterclip.labels import check_labels
 
 ADDED = ("label", "score", "doc_index")
@@ -100,42 +100,6 @@ class _Writer:
         self.buffered = 0
 
 
-def group_workdir(workdir: Any, out: str | os.PathLike[str], *, docs_per_file: int = 100_000,
-                  overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
-    """The ``group`` stage: ``W/corpus`` grouped by ``W/labels.npy`` into ``out``.
-
-    Refuses (InputError, before any work) an ``out`` that is the work
-    directory, part of it, an input, or a parent of one of them, or an existing
-    folder that an earlier ``clusterclip group`` did not write (unless
-    ``overwrite``); and labels from a ``cluster`` run that did not finish or is
-    older than the corpus. Recorded in the manifest as stage ``group``.
-    """
-    from clusterclip.corpus import Corpus
-    from clusterclip.io import load_npy
-    from clusterclip.labels import load_labels
-    from clusterclip.workdir import Workdir
-
-    w = workdir if isinstance(workdir, Workdir) else Workdir(workdir, create=False)
-    if docs_per_file < 1:
-        raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
-    with w.locked(), made_from(w.root):
-        check_output_dir(out, "group", overwrite=overwrite, protected=w.protected(),
-                         writes=WRITES)
-
-        def work(run: Any) -> dict[str, Any]:
-            corpus = Corpus.load(w.path("corpus"))
-            corpus.verify_files()
-            labels = load_labels(w.path("labels.npy"), len(corpus))
-            scores = load_npy(w.path("scores.npy"), "scores", kinds="f", ndim=1)
-            return group_corpus(corpus, labels, scores, out, docs_per_file=docs_per_file,
-                                overwrite=overwrite, progress=progress)
-
-        return w.run_stage("group", key={"out": str(Path(out).resolve()),
-                                         "docs_per_file": docs_per_file},
-                           reads=["labels.npy", "scores.npy", "corpus"],
-                           outputs=[str(Path(out).resolve())], work=work, cache=False)
-
-
 def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str | os.PathLike[str],
                  *, docs_per_file: int = 100_000, buffer_bytes: int = 64 << 20,
                  overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -150,7 +114,8 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
 
     n = len(corpus)
     if docs_per_file < 1:
-        raise InputError(f"docs per file must be >= 1, got {docs_per_file}")
+        raise InputError(f"docs_per_file must be >= 1, got {docs_per_file}",
+                         params=("docs_per_file",))
     out = check_output_dir(out, "group", overwrite=overwrite)
     labels = check_labels(labels, num_documents=n)
     scores = np.asarray(scores)

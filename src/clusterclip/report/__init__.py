@@ -4,13 +4,14 @@ Pure cores (arrays in, numbers out) live in :mod:`~clusterclip.report.stats`
 (cluster sizes, streaming schedule statistics), :mod:`~clusterclip.report.metrics`
 (NMI, ARI, purity); choosing the clip R for a budget is the sampler's rule
 (:mod:`~clusterclip.sampling.clip`, also the default R of ``sample`` and ``run``).
-:mod:`~clusterclip.report.plots` draws the figures and :func:`build_report` reads a
-work directory and writes ``W/report/``.
+:mod:`~clusterclip.report.plots` draws the figures and
+:func:`~clusterclip.report.build.write_report` reads a work directory and writes
+``W/report/`` (the ``report`` stage: :mod:`clusterclip.stages.report`).
 """
 
 from __future__ import annotations
 
-from clusterclip.report.build import ReportOptions, build_report
+from clusterclip.report.build import ReportOptions
 from clusterclip.report.metrics import (
     adjusted_rand_index,
     cluster_label_agreement,
@@ -24,7 +25,6 @@ __all__ = [
     "ReportOptions",
     "ScheduleStats",
     "adjusted_rand_index",
-    "build_report",
     "choose_clip",
     "cluster_label_agreement",
     "cluster_sizes",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,18 +124,6 @@ def _block_size(num_docs: int) -> int:
 
 
 # -- generated schedules ---------------------------------------------------------------
-def current_groups(w: Any) -> np.ndarray | None:
-    """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
-    rec = w.stage("dedup")
-    if rec is None or not w.path("groups.npy").is_file():
-        return None
-    try:
-        w.require("dedup")
-    except InputError:
-        return None
-    return np.load(w.path("groups.npy"))
-
-
 def _sampler(labels: np.ndarray, strategy: str, num_samples: int, clip: int, alpha: float,
              seed: int):
     from clusterclip.sampling import make_sampler
@@ -260,7 +248,8 @@ def _label_agreement(corpus, labels: np.ndarray, field: str
     missing, table = table[:, 0], table[:, 1:]
     used = np.flatnonzero(table.sum(axis=0))
     if not used.size and not (codes >= 0).any():
-        raise InputError(f"--label-field {field}: no document has this field")
+        raise InputError(f"label_field {field}: no document has this field",
+                         params=("label_field",))
     names = np.array([values[c] for c in used.tolist()], dtype=str)
     classes, cls = np.unique(names, return_inverse=True)  # sorted as numpy sorts them
     by_class = np.zeros((k, classes.size), dtype=np.int64)
@@ -304,7 +293,9 @@ def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """What a report shows and how its schedules are drawn (see :func:`build_report`).
+    """What a report shows and how its schedules are drawn (see
+    :func:`clusterclip.stages.report.run`); checked on construction (InputError naming
+    the parameter).
 
     ``schedule``: a schedule ``.npy`` to analyse (its length sets the budget T);
     ``strategies``: schedules to generate at the same T with the sampler
@@ -320,7 +311,7 @@ class ReportOptions:
     bars on stderr; ``overwrite``: replace an ``out`` that is not an earlier report;
     ``map_sample``: documents on the page's map (at most; 0: no map), a sample drawn
     with ``map_seed`` and projected by the ``map`` stage
-    (:mod:`~clusterclip.report.projection`); a seed of its own, so that a report with
+    (:mod:`~clusterclip.stages.map`); a seed of its own, so that a report with
     another sampler ``seed`` reuses the map.
     """
 
@@ -346,99 +337,32 @@ class ReportOptions:
         strategies = list(DEFAULT_STRATEGIES if self.strategies is None else self.strategies)
         for s in strategies:
             if s not in STRATEGIES and s != MIXTURE:
-                raise InputError(f"unknown strategy {s!r} (choose from "
-                                 f"{', '.join((*STRATEGIES, MIXTURE))})")
+                raise InputError(f"strategies: unknown strategy {s!r} (choose from "
+                                 f"{', '.join((*STRATEGIES, MIXTURE))})",
+                                 params=("strategies",))
         return strategies
 
-    def check(self) -> None:
-        """InputError naming the option for a value out of range."""
+    def __post_init__(self) -> None:
+        """InputError naming the parameter for a value out of range."""
         check_clip(self.clip)
         if self.windows < 1:
-            raise InputError(f"--windows must be >= 1, got {self.windows}")
+            raise InputError(f"windows must be >= 1, got {self.windows}", params=("windows",))
         if not (self.tail_floor >= 0 and math.isfinite(self.tail_floor)):
-            raise InputError(f"--tail-floor must be a number >= 0, got {self.tail_floor}")
+            raise InputError(f"tail_floor must be a number >= 0, got {self.tail_floor}",
+                             params=("tail_floor",))
         if self.num_samples is not None and self.schedule is None and self.num_samples <= 0:
-            raise InputError(f"--num-samples must be positive, got {self.num_samples}")
+            raise InputError(f"num_samples must be positive, got {self.num_samples}",
+                             params=("num_samples",))
         if isinstance(self.map_sample, bool) or not isinstance(self.map_sample, int) \
                 or self.map_sample < 0:
-            raise InputError(f"--map-sample must be an integer >= 0, got {self.map_sample}")
+            raise InputError(f"map_sample must be an integer >= 0, got {self.map_sample}",
+                             params=("map_sample",))
         self.strategy_list()
 
 
-def build_report(workdir: str | os.PathLike[str], options: ReportOptions | None = None,
-                 **fields: Any) -> dict[str, Any]:
-    """Write ``W/report/`` (index.html, summary.json, clusters.csv, clusters.md, PNG
-    figures, report.md); return the summary.
-
-    ``options``: a :class:`ReportOptions`; ``fields`` override its fields
-    (``build_report(w, clip=3)`` is ``build_report(w, ReportOptions(clip=3))``).
-    The report directory (``out``) is replaced atomically, and only when it is
-    new, empty or an earlier report (or with ``overwrite``; never the work
-    directory, an input, or a folder holding them).
-
-    A stage of the work directory: run under its lock, refused when the labels
-    (or ``W/schedule.npy``) come from a stage that did not finish or is stale,
-    and reused when its inputs and parameters are unchanged.
-
-    Raises :class:`InputError` for a missing work directory or labels, a
-    schedule with indices outside the corpus, an unknown label field, a budget
-    over capacity, or bad option values; nothing is written then.
-    """
-    import json
-
-    from clusterclip.io import check_output_dir, made_from, refuse_protected
-    from clusterclip.workdir import Workdir
-
-    opts = replace(options or ReportOptions(), **fields)
-    opts.check()
-    root = Path(workdir)
-    if not root.is_dir():
-        raise InputError(f"work directory {root} does not exist")
-    w = Workdir(root, create=False)
-    target = Path(opts.out) if opts.out is not None else root / "report"
-    own = target.resolve() == (root / "report").resolve()
-    schedule = opts.schedule
-    in_w = schedule is not None and Path(schedule).resolve() == (root / "schedule.npy").resolve()
-    key = _stage_key(root, opts, target)
-    built: dict[str, Any] = {}
-    counted: dict[str, Any] = {}
-
-    def with_tokens() -> dict[str, Any]:
-        counted.update(_token_inputs(w))
-        if counted["groups"] is not None:  # repetition per near-duplicate group too
-            key["groups"] = w.stage("dedup")["fingerprint"]
-        if "source" in counted:
-            rec = w.stage("tokens") if counted["source"]["method"] == "tokenizer" else None
-            return {**key, "token_counts": {**counted["source"],
-                                            "stage": rec and rec.get("fingerprint")}}
-        return key
-
-    def work(run: Any) -> dict[str, Any]:
-        built.update(_build_report(root, opts, target, _Counted(
-            tokens=counted.get("tokens"), source=counted.get("source"),
-            groups=counted.get("groups")), w))
-        return {"out": str(target)}
-
-    with w.locked(), made_from(root):
-        given = () if schedule is None else ((Path(schedule), "the schedule", False),)
-        if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
-            refuse_protected(target, given, "--out")
-        else:
-            check_output_dir(target, "report", overwrite=opts.overwrite, writes=WRITES,
-                             protected=w.protected(own=("report",)) + given)
-        w.run_stage("report", key=with_tokens, work=work,
-                    reads=["labels.npy"] + (["schedule.npy"] if in_w else []),
-                    maybe_reads=["centroids.npy", "corpus"],
-                    inputs=[schedule] if schedule is not None and not in_w else [],
-                    outputs=["report" if own else str(target.resolve())],
-                    overwrite=opts.overwrite)
-    if built:
-        return built
-    return json.loads((target / "summary.json").read_text(encoding="utf-8"))
-
-
-def _stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
-    """What determines the report (its stage fingerprint, with the upstream stages)."""
+def stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
+    """What determines the report written to ``target`` from the work directory ``root``
+    (its stage fingerprint, with the upstream stages)."""
     schedule = opts.schedule
     return {"schedule": None if schedule is None else str(Path(schedule).resolve()),
             "label_field": opts.label_field,
@@ -472,28 +396,13 @@ def _report_strategies(root: Path, opts: ReportOptions) -> list[str]:
     if opts.strategies is None and root.joinpath(*MIXTURE_FILE).is_file():
         names.append(MIXTURE)
     if MIXTURE in names and not root.joinpath(*MIXTURE_FILE).is_file():
-        raise InputError(f"--strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
-                         "exist (`clusterclip search` writes it)")
+        raise InputError(f"strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
+                         "exist (`clusterclip search` writes it)", params=("strategies",))
     return names
 
 
-def _token_inputs(w: Any) -> dict[str, Any]:
-    """``groups`` (W/groups.npy while current, else None) and, with a corpus index,
-    ``tokens`` per document (W/tokens.npy while its stage is current, else the
-    estimate) and their ``source``."""
-    out: dict[str, Any] = {"groups": current_groups(w)}
-    if (w.root / "corpus").is_dir():
-        from clusterclip.stages.tokens import recorded
-
-        tokens, out["source"] = recorded(w)
-        # int32 holds any document's token count (4 bytes per document, not 8).
-        fits = tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**31)
-        out["tokens"] = tokens.astype(np.int32) if fits else tokens
-    return out
-
-
 @dataclass(frozen=True)
-class _Counted:
+class Counted:
     """What the report counts per document besides the labels: tokens (None without a
     corpus index: no token shares), how they were counted, near-duplicate groups."""
 
@@ -515,7 +424,7 @@ class _Corpus:
     total: int
     corpus: Any
     notes: list[str]
-    counted: _Counted
+    counted: Counted
     schedule: np.ndarray | None = None
     #: per-document counts are kept for every stride-th document (doc_stride)
     stride: int = 1
@@ -533,9 +442,8 @@ class _Corpus:
         return int(self.sizes.sum())
 
 
-def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
+def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
     """Labels, the given schedule, the budget T and the corpus index, checked."""
-    opts.check()
     strategies = opts.strategy_list()
     labels, k = load_labels(root)
     n = int(labels.size)
@@ -553,9 +461,10 @@ def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
             and total > opts.clip * n_eligible:
         raise InputError(f"budget T={total} exceeds the ClusterClip capacity R x N = "
                          f"{opts.clip} x {n_eligible} = {opts.clip * n_eligible}; raise "
-                         "--clip or lower the budget")
+                         "clip or lower the budget", params=("clip",))
     if not strategies and sched is None:
-        raise InputError("nothing to report: give --schedule or at least one strategy")
+        raise InputError("nothing to report: give schedule or at least one strategy",
+                         params=("schedule",))
     corpus = None
     notes: list[str] = []
     if (root / "corpus").is_dir():
@@ -567,8 +476,8 @@ def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
     else:
         notes.append("no corpus index (W/corpus): top terms and example documents are not shown")
     if opts.label_field is not None and corpus is None:
-        raise InputError(f"--label-field {opts.label_field}: needs the corpus index "
-                         f"{root / 'corpus'}")
+        raise InputError(f"label_field {opts.label_field}: needs the corpus index "
+                         f"{root / 'corpus'}", params=("label_field",))
     if counted.tokens is not None and len(counted.tokens) != n:
         raise InputError(f"token counts for {len(counted.tokens)} documents but labels.npy "
                          f"has {n}")
@@ -772,21 +681,20 @@ def _summary(root: Path, target: Path, c: _Corpus, opts: ReportOptions, sched: _
     return _round_floats(_jsonable(summary))
 
 
-def _build_report(root: Path, opts: ReportOptions, target: Path, counted: _Counted,
-                  w: Any) -> dict[str, Any]:
-    """Compute the report and write it to ``target`` (see :func:`build_report`).
+def write_report(root: Path, opts: ReportOptions, target: Path, counted: Counted,
+                 make_map: Callable[[], str | None]) -> dict[str, Any]:
+    """Compute the report of the work directory ``root`` and write it to ``target``
+    (replaced atomically); return the summary (see :mod:`clusterclip.stages.report`).
 
     ``counted.groups``: near-duplicate groups (``W/groups.npy``): repetition is then also
     counted per group (``max_group_repetition``, ``groups_seen`` per schedule).
     ``counted.tokens``: tokens per document (None without a corpus index: no token
-    shares), counted as ``counted.source`` says. ``w``: the work directory, whose
-    ``map`` stage (run or reused here) draws the page's map."""
+    shares), counted as ``counted.source`` says. ``make_map``: makes (or reuses)
+    ``root/map/`` for the page's map; None, or why there is no map."""
     from clusterclip.io import atomic_output_dir
-    from clusterclip.report.projection import map_stage
 
     c = _load(root, opts, counted)
-    map_note = map_stage(w, sample=opts.map_sample, seed=opts.map_seed,
-                         progress=opts.progress)
+    map_note = make_map()
     agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field)
                            if opts.label_field is not None else (None, None))
     scores = _load_scores(root, c.labels)

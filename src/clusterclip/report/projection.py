@@ -1,4 +1,5 @@
-"""The map: a 2D projection of a seeded sample of the documents (stage ``map``, ``W/map/``).
+"""The map: a 2D projection of a seeded sample of the documents (stage ``map``, ``W/map/``;
+run by :mod:`clusterclip.stages.map`).
 
 ``W/map/`` holds ``sample.npy`` (int64[n] document indices, ascending) and
 ``coords.npy`` (float32[n, 2]). The sample is drawn from the documents with
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -217,63 +217,14 @@ def project(X: np.ndarray, seed: int, params: MapParams = MapParams(),
 def map_key(sample: int, seed: int, params: MapParams = MapParams()) -> dict[str, Any]:
     """What determines ``W/map/`` besides the embeddings (and valid.npy)."""
     return {"sample": int(sample), "seed": int(seed), "params": asdict(params),
-            "umap_version": _umap_version()}
+            "umap_version": umap_version()}
 
 
-def _umap_version() -> str | None:
+def umap_version() -> str | None:
     try:
         return importlib.metadata.version("umap-learn")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def map_stage(w: Any, *, sample: int, seed: int, progress: bool = False,
-              params: MapParams = MapParams()) -> str | None:
-    """Run (or reuse) the ``map`` stage of work directory ``w``; return None when
-    ``W/map/`` is current afterwards, else why there is no map (a note for the report):
-    no embeddings, ``sample`` 0, or umap-learn not installed."""
-    from clusterclip.io import atomic_output_dir, load_npy, save_npy
-
-    if sample < 0:
-        raise InputError(f"--map-sample must be >= 0, got {sample}")
-    if sample == 0:
-        return "no map: --map-sample 0"
-    if not w.path("embeddings.npy").is_file():
-        return "no map: the work directory has no embeddings.npy"
-    if _umap_version() is None:
-        return "no map: umap-learn is not installed (pip install 'clusterclip[report]')"
-
-    def work(run: Any) -> dict[str, Any]:
-        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
-        valid = (load_npy(w.path("valid.npy"), "valid", ndim=1)
-                 if w.path("valid.npy").is_file() else None)
-        if valid is not None and valid.shape[0] != X.shape[0]:
-            raise InputError(f"{w.path('valid.npy')}: {valid.shape[0]} rows but "
-                             f"embeddings.npy has {X.shape[0]}")
-        rows = sample_rows(valid, X.shape[0], sample, seed)
-        if progress:
-            print(f"map: UMAP of {rows.size:,} of {X.shape[0]:,} documents (neighbours, "
-                  "then the layout; first use compiles numba code) ...", file=sys.stderr,
-                  flush=True)
-        t0 = time.perf_counter()
-        coords = project(np.asarray(X[rows], dtype=np.float32), seed, params, progress)
-        with atomic_output_dir(w.path(DIR), STAGE, overwrite=True) as tmp:
-            save_npy(Path(tmp) / "sample.npy", rows)
-            save_npy(Path(tmp) / "coords.npy", coords)
-        seconds = time.perf_counter() - t0
-        if progress:
-            print(f"map: done in {seconds:.0f} s", file=sys.stderr, flush=True)
-        return {"documents": int(rows.size), "of": int(X.shape[0]), "seconds": seconds}
-
-    try:
-        w.run_stage(STAGE, key=map_key(sample, seed, params), work=work,
-                    reads=["embeddings.npy"], maybe_reads=["valid.npy"], outputs=[DIR])
-    except InputError:
-        if not w.read_only():
-            raise
-        return (f"no map: {w.path(DIR)} is not current and the work directory is on a "
-                f"read-only file system")
-    return None
 
 
 def load_map(root: Path) -> tuple[np.ndarray, np.ndarray]:

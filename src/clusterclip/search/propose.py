@@ -243,13 +243,13 @@ def export_tokenizer(req: ProposeRequest) -> Any:
     with the export code before any file is read."""
     if req.fmt is None and not req.blend:
         return None
-    from clusterclip.export import _require
     from clusterclip.export import megatron as _megatron
+    from clusterclip.export import require
 
     fmt = "megatron" if req.blend else str(req.fmt)
-    _require(fmt)
+    require(fmt)
     if req.fmt is not None:
-        _require(req.fmt)
+        require(req.fmt)
     return _megatron.check_tokenizer_option(fmt, req.tokenizer)
 
 

@@ -12,11 +12,16 @@ speaks in flags), and ``run(w, options)`` that goes through
 - :mod:`~clusterclip.stages.tokens`: -> ``W/tokens.npy`` (or the estimate);
 - :mod:`~clusterclip.stages.sample`: -> ``W/schedule.npy``;
 - :mod:`~clusterclip.stages.run`: embed -> cluster (-> dedup) (-> sample);
-- :mod:`~clusterclip.stages.experiment`: -> ``W/experiment`` (proxy LMs per strategy);
-- :mod:`~clusterclip.stages.search`: -> ``W/search`` (the mixture search and its verdict).
+- :mod:`~clusterclip.stages.group`: the corpus grouped by cluster into a folder;
+- :mod:`~clusterclip.stages.export`: a schedule's documents (Parquet, Hugging Face, MDS,
+  Megatron-LM) or the report's map (Embedding Atlas) into a folder;
+- :mod:`~clusterclip.stages.report`: -> ``W/report/`` (and :mod:`~clusterclip.stages.map`:
+  -> ``W/map/``, the page's map);
+- :mod:`~clusterclip.stages.experiment`: -> ``W/experiment/`` (proxy LMs per strategy);
+- :mod:`~clusterclip.stages.search`: -> ``W/search/`` (the mixture search and its verdict).
 
 Only the stages and the command line import :mod:`clusterclip.workdir`; the algorithm
-packages below them (corpus, embedding, clustering, sampling, dedup, tokens, lm,
-experiment, search) take
-arrays, paths or options (``tests/test_layers.py``).
+packages below them (corpus, embedding, clustering, sampling, dedup, tokens, grouping,
+export, report, lm, experiment, search) take arrays, paths or options
+(``tests/test_layers.py``).
 """

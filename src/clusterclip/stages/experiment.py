@@ -137,7 +137,7 @@ def run(w: Workdir, options: ExperimentStageOptions,
         return {}
 
     def key() -> dict[str, Any]:
-        from clusterclip.report.build import current_groups
+        from clusterclip.stages.report import current_groups
 
         k = {"config": config.to_dict(), "device": o.device}
         counted["groups"] = current_groups(w)
