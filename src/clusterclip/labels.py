@@ -22,6 +22,7 @@ from clusterclip.io import load_npy
 ID_ROOM = 1 << 16
 #: Ids are stored and drawn as int32 downstream.
 MAX_ID = 2**31 - 2
+SIZES_CHUNK = 1 << 20  # labels per pass of cluster_sizes
 
 
 def check_labels(labels: Any, source: str | os.PathLike[str] | None = None,
@@ -64,3 +65,21 @@ def load_labels(path: str | os.PathLike[str], num_documents: int | None = None, 
     """Read and check a labels ``.npy`` (see :func:`check_labels`); errors name ``path``."""
     a = load_npy(path, "labels", kinds="iu", ndim=1, mmap=mmap)
     return check_labels(a, path, num_documents)
+
+
+def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
+    """Documents per cluster: int64[K] from int[N] labels (-1 = excluded, not counted).
+
+    K is ``num_clusters`` if given (clusters without documents get 0), else
+    ``labels.max() + 1``. Counted a chunk at a time (temporaries of one chunk, not N).
+    """
+    out = np.zeros(0 if num_clusters is None else int(num_clusters), np.int64)
+    for start in range(0, len(labels), SIZES_CHUNK):
+        lab = np.asarray(labels[start:start + SIZES_CHUNK])
+        got = np.bincount(lab[lab >= 0], minlength=out.size)
+        if got.size > out.size:  # K from the labels: a larger id in this chunk
+            got[:out.size] += out
+            out = got.astype(np.int64)
+        else:
+            out += got
+    return out
