@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import load_npy
+from clusterclip.io import load_npy, release_pages
 from clusterclip.labels import check_labels
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
@@ -40,6 +40,7 @@ from clusterclip.report.stats import (
     quartile_shares_per_tenth,
     schedule_summary,
     size_profile,
+    strided,
     tail_starvation,
     token_shares,
 )
@@ -115,6 +116,7 @@ def load_schedule(path: Path) -> np.ndarray:
 def _blocks_of(array: np.ndarray, block: int) -> Iterator[np.ndarray]:
     for start in range(0, array.shape[0], block):
         yield np.asarray(array[start:start + block], dtype=np.int64)
+        release_pages(array, start, start + block)  # a memory map: one block resident
 
 
 def _block_size(num_docs: int) -> int:
@@ -600,7 +602,7 @@ def _load(root: Path, opts: ReportOptions, counted: _Counted) -> _Corpus:
     tail, head = _quartiles(sizes)
     stride = doc_stride(n)
     # the documents that may be sampled: all N up to DOC_SAMPLE, else the tracked ones
-    eligible = np.asarray(labels[::stride]) >= 0
+    eligible = strided(labels, stride) >= 0
     if stride > 1:
         notes.append(_above_bound_note(n, stride, sched is not None, strategies))
     return _Corpus(labels=labels, k=k, eligible=eligible, sizes=sizes, tail=tail, head=head,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.io import release_pages
 from clusterclip.labels import cluster_sizes  # noqa: F401 - this module's since the start
 from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
 from clusterclip.sampling.clip import LATE_TENTHS, late_start, quartile_clusters
@@ -25,6 +26,9 @@ CHUNK = 1 << 20  # documents per pass where a per-document temporary would other
 #: (every s-th document), so they cost bounded memory whatever N (the figures and tables
 #: then say so).
 DOC_SAMPLE = 1 << 22
+#: labels looked up at random between two releases of a memory map's pages (above
+#: DOC_SAMPLE documents): at most this many pages of the labels file stay resident
+LOOKUP = 1 << 16
 #: the stream of ``random``'s per-epoch cluster counts when drawn without documents
 #: (:func:`epoch_draws`)
 EPOCH_DRAWS_TAG = 0x65706F6368
@@ -36,6 +40,19 @@ def doc_stride(num_docs: int, limit: int | None = None) -> int:
     ... (at most ``limit`` of them) whose per-document counts a schedule keeps."""
     limit = DOC_SAMPLE if limit is None else int(limit)
     return 1 if num_docs <= limit else -(-int(num_docs) // limit)
+
+
+def strided(values: np.ndarray, stride: int) -> np.ndarray:
+    """``values[::stride]`` (as is for 1), read a chunk at a time: a memory map's pages are
+    released after each chunk, so about one chunk of the file is resident."""
+    if stride == 1:
+        return values
+    step = CHUNK * int(stride)
+    parts = []
+    for start in range(0, len(values), step):
+        parts.append(np.asarray(values[start:start + step:stride]))
+        release_pages(values, start, start + step)
+    return np.concatenate(parts)
 
 
 def pass_histogram(counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -201,11 +218,20 @@ class ScheduleStats:
             self.doc_counts += np.bincount(hit, minlength=self.doc_counts.size)
         # Excluded documents (-1) map to an extra bin K, so one bincount per window counts
         # them too.
-        lab = np.asarray(self._labels[block])
+        lab = np.asarray(self._labels[block]) if self.stride == 1 else self._lookup(block)
         lab = np.where(lab < 0, self.num_clusters, lab)
         self.excluded += self._add_windowed(self.window_counts, self.edges, lab, start)
         self._add_windowed(self.tenth_counts, self.tenth_edges, lab, start)
         self.position += block.size
+
+    def _lookup(self, block: np.ndarray) -> np.ndarray:
+        """``labels[block]`` for a large (memory-mapped) corpus: LOOKUP indices at a time,
+        the map's pages released after each, so at most LOOKUP pages stay resident."""
+        lab = np.empty(block.size, self._labels.dtype)
+        for i in range(0, block.size, LOOKUP):
+            lab[i:i + LOOKUP] = self._labels[block[i:i + LOOKUP]]
+            release_pages(self._labels)
+        return lab
 
     def update_clusters(self, block: np.ndarray) -> None:
         """Add the next ``block`` of the schedule given by its draws' clusters (int ids in
@@ -276,7 +302,7 @@ class ScheduleStats:
         ``doc_counts`` counts (``values`` already restricted, of that length, as is)."""
         if self.stride == 1 or len(values) == self.doc_counts.size:
             return values
-        return np.asarray(values[::self.stride])
+        return strided(values, self.stride)
 
     def repetition_histogram(self, eligible: np.ndarray | None = None,
                              sizes: np.ndarray | None = None) -> np.ndarray:
