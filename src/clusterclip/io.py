@@ -619,6 +619,33 @@ def load_npy(path: str | os.PathLike[str], what: str = "array", *, kinds: str | 
     return a
 
 
+def release_pages(array: np.ndarray, start: int = 0, stop: int | None = None) -> None:
+    """Drop this process's resident pages of rows ``start:stop`` of ``array`` when it is a
+    read-only memory map (``load_npy(..., mmap=True)``, or a view of one): ``madvise``
+    ``MADV_DONTNEED``. The file's pages stay in the page cache and are read again on the
+    next access, so a pass over a memory-mapped file that releases each chunk once read
+    keeps about one chunk resident, whatever the file's size. No-op for anything else."""
+    import mmap
+
+    base: Any = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        if isinstance(base, np.memmap) and base.mode != "r":
+            return  # a writable or copy-on-write map: its pages may hold changes
+        base = getattr(base, "base", None)
+    if base is None or not hasattr(mmap, "MADV_DONTNEED") or not array.flags.c_contiguous \
+            or array.ndim == 0 or base.closed:
+        return
+    stop = array.shape[0] if stop is None else min(int(stop), array.shape[0])
+    if stop <= start:
+        return
+    row = array.strides[0] if array.ndim else array.itemsize
+    lo = array.ctypes.data + int(start) * row - np.frombuffer(base, np.uint8).ctypes.data
+    hi = min(lo + (stop - int(start)) * row, len(base))
+    lo -= lo % mmap.PAGESIZE
+    if hi > lo >= 0:
+        base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Write ``obj`` as indented, key-sorted JSON atomically (byte-stable)."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import load_npy
+from clusterclip.io import load_npy, release_pages
 from clusterclip.labels import check_labels
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
@@ -35,9 +35,12 @@ from clusterclip.report.stats import (
     cluster_sizes,
     cluster_tokens,
     doc_stride,
+    draw_clusters,
+    pass_tokens,
     quartile_shares_per_tenth,
     schedule_summary,
     size_profile,
+    strided,
     tail_starvation,
     token_shares,
 )
@@ -115,6 +118,7 @@ def load_schedule(path: Path) -> np.ndarray:
 def _blocks_of(array: np.ndarray, block: int) -> Iterator[np.ndarray]:
     for start in range(0, array.shape[0], block):
         yield np.asarray(array[start:start + block], dtype=np.int64)
+        release_pages(array, start, start + block)  # a memory map: one block resident
 
 
 def _block_size(num_docs: int) -> int:
@@ -428,10 +432,34 @@ class _Corpus:
     schedule: np.ndarray | None = None
     #: per-document counts are kept for every stride-th document (doc_stride)
     stride: int = 1
+    #: float64[K] tokens per cluster, once computed
+    cluster_tokens: np.ndarray | None = None
 
-    def stats(self, windows: int) -> ScheduleStats:
+    def stats(self, windows: int, passes: str | None = None) -> ScheduleStats:
         """Empty statistics of one schedule of this corpus at its budget."""
-        return ScheduleStats(self.labels, self.k, self.total, windows, stride=self.stride)
+        return ScheduleStats(self.labels, self.k, self.total, windows, stride=self.stride,
+                             passes=passes)
+
+    def drawn(self, options: dict[str, Any], seed: int, windows: int, desc: str,
+              progress: bool, labels: Any = None) -> tuple[ScheduleStats, Any]:
+        """Statistics of the sampler's schedule for ``options`` and ``seed`` (``labels``:
+        the labels it is made from, default this corpus's), and a function returning
+        its summary's ``clip_events`` (and ``stages``). Up to :data:`DOC_SAMPLE`
+        documents from the sampler's documents; above, from the clusters it draws
+        (:func:`~clusterclip.report.stats.draw_clusters`: no per-document memory)."""
+        if self.stride == 1:
+            from clusterclip.sampling import make_sampler
+
+            sampler = make_sampler(self.labels if labels is None else labels, self.total,
+                                   seed=seed, **options)
+            st = self.stats(windows)
+            st.consume(_progress(sampler.blocks(_block_size(self.n)), self.total, desc,
+                                 progress))
+            return st, sampler.summary
+        st = self.stats(windows, "corpus" if options["strategy"] == "random" else "cluster")
+        events, stages = draw_clusters(st, self.sizes, options, seed, wrap=lambda b: _progress(
+            b, self.total, desc, progress))
+        return st, lambda: {"clip_events": events, **({"stages": stages} if stages else {})}
 
     @property
     def n(self) -> int:
@@ -447,8 +475,8 @@ def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
     strategies = opts.strategy_list()
     labels, k = load_labels(root)
     n = int(labels.size)
-    eligible = labels >= 0
-    n_eligible = int(eligible.sum())
+    sizes = cluster_sizes(labels, k)
+    n_eligible = int(sizes.sum())
     sched = None
     if opts.schedule is not None:
         sched = load_schedule(Path(opts.schedule))
@@ -481,15 +509,12 @@ def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
     if counted.tokens is not None and len(counted.tokens) != n:
         raise InputError(f"token counts for {len(counted.tokens)} documents but labels.npy "
                          f"has {n}")
-    sizes = cluster_sizes(labels, k)
     tail, head = _quartiles(sizes)
     stride = doc_stride(n)
+    # the documents that may be sampled: all N up to DOC_SAMPLE, else the tracked ones
+    eligible = strided(labels, stride) >= 0
     if stride > 1:
-        notes.append(f"repetition and documents seen are counted on one document in "
-                     f"{stride:,} ({-(-n // stride):,} of the {n:,}: above {DOC_SAMPLE:,} "
-                     f"documents their counts are sampled); token shares per cluster are "
-                     f"estimated from them, repetition per near-duplicate group is not "
-                     f"computed")
+        notes.append(_above_bound_note(n, stride, sched is not None, strategies))
     return _Corpus(labels=labels, k=k, eligible=eligible, sizes=sizes, tail=tail, head=head,
                    total=total, corpus=corpus, notes=notes, counted=counted, schedule=sched,
                    stride=stride)
@@ -510,7 +535,7 @@ class _Schedules:
     def add(self, name: str, summary: dict[str, Any], st: ScheduleStats, c: _Corpus) -> None:
         """Record schedule ``name`` from its statistics (group repetition and token
         shares too, when counted)."""
-        if c.counted.groups is not None and not st.sampled:
+        if c.counted.groups is not None and not st.sampled and not st.passes:
             from clusterclip.dedup import group_repetition
 
             summary.update(group_repetition(st.doc_counts, c.counted.groups))
@@ -526,13 +551,41 @@ class _Schedules:
 
 def _cluster_tokens(st: ScheduleStats, c: _Corpus) -> np.ndarray:
     """float64[K]: tokens each cluster gets in the schedule of ``st``; from the tracked
-    documents, scaled by cluster size over tracked size, when ``st`` tracks a sample."""
+    documents, scaled by cluster size over tracked size, when ``st`` tracks a sample;
+    estimated from each cluster's tokens when ``st`` counts passes (pass_tokens)."""
+    if st.passes:
+        if c.cluster_tokens is None:
+            c.cluster_tokens = cluster_tokens(np.broadcast_to(np.int8(1), (c.n,)), c.labels,
+                                              c.counted.tokens, c.k)
+        return pass_tokens(st.cluster_counts, c.sizes, c.cluster_tokens)
     if not st.sampled:
         return cluster_tokens(st.doc_counts, c.labels, c.counted.tokens, c.k)
     lab = st.tracked(c.labels)
     part = cluster_tokens(st.doc_counts, lab, st.tracked(c.counted.tokens), c.k)
     seen = cluster_sizes(lab, c.k)
     return np.divide(part * c.sizes, seen, out=np.zeros(c.k), where=seen > 0)
+
+
+def _above_bound_note(n: int, stride: int, given: bool, strategies: list[str]) -> str:
+    """The note of a report over more than DOC_SAMPLE documents: what is counted how."""
+    parts = []
+    if given:
+        parts.append(f"the given schedule's repetition and documents seen are counted on one "
+                     f"document in {stride:,} ({-(-n // stride):,} of the {n:,}: above "
+                     f"{DOC_SAMPLE:,} documents its per-document counts are sampled), its "
+                     f"token shares per cluster estimated from them")
+    if strategies:
+        parts.append("the generated schedules are computed from the clusters they draw, "
+                     "without their documents: their repetition, documents seen and maximum "
+                     "repetition follow exactly from the draws per cluster (each cluster's "
+                     "documents are drawn in passes; random's in epochs), their token shares "
+                     "per cluster are estimated (the documents of an unfinished pass at their "
+                     "cluster's mean)"
+                     + (", and random's shares per window and per tenth come from a seeded "
+                        "draw of each epoch's cluster counts (multivariate hypergeometric: the "
+                        "sampler's distribution, not its order)" if "random" in strategies
+                        else ""))
+    return "; ".join(parts) + "; repetition per near-duplicate group is not computed"
 
 
 def _repetition_sample(schedules: dict[str, dict[str, Any]]) -> int | None:
@@ -566,15 +619,14 @@ def _given_schedule(c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
 def _generated_schedule(c: _Corpus, opts: ReportOptions, strategy: str,
                         out: _Schedules) -> None:
     """Statistics of the sampler's schedule for ``strategy`` at the same budget."""
-    sampler = _sampler(c.labels, strategy, c.total, opts.clip, opts.alpha, opts.seed)
-    st = c.stats(opts.windows)
-    st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, strategy, opts.progress))
+    st, drawn = c.drawn(strategy_options(strategy, clip=opts.clip, alpha=opts.alpha),
+                        opts.seed, opts.windows, strategy, opts.progress)
     clipped = strategy in CLIP_STRATEGIES
     summary = schedule_summary(st, c.sizes, c.eligible, opts.clip if clipped else np.inf)
     summary["parameters"] = {"seed": opts.seed,
                              **strategy_options(strategy, clip=opts.clip, alpha=opts.alpha)}
     if clipped:
-        summary["clip_events"] = (_sampler_clip_events(sampler.summary())
+        summary["clip_events"] = (_sampler_clip_events(drawn())
                                   or _clip_events(st, c.sizes, opts.clip))
     out.add(strategy, summary, st, c)
 
@@ -584,28 +636,26 @@ def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedul
     and clip) at the same budget and seed, as ``mixture``. A mixture the default brought
     in that does not fit these labels or this budget becomes a note; one asked for by
     ``--strategies`` is an error."""
-    from clusterclip.sampling import make_sampler
     from clusterclip.sampling.mixture import mixture_record, read_mixture
 
     path = root.joinpath(*MIXTURE_FILE)
     try:
         mixture = read_mixture(path, num_clusters=c.k)
         staged = mixture.sampler_options()
-        sampler = make_sampler(c.labels, c.total, seed=opts.seed, **strategy_options(
-            mixture.timing, clip=mixture.clip,
-            cluster_weights=staged.pop("cluster_weights", None)), **staged)
+        options = {**strategy_options(mixture.timing, clip=mixture.clip,
+                                      cluster_weights=staged.pop("cluster_weights", None)),
+                   **staged}
+        st, drawn = c.drawn(options, opts.seed, opts.windows, MIXTURE, opts.progress)
     except InputError as e:
         if opts.strategies is not None:
             raise
         c.notes.append(f"mixture not shown: {e}")
         return
-    st = c.stats(opts.windows)
-    st.consume(_progress(sampler.blocks(_block_size(c.n)), c.total, MIXTURE, opts.progress))
     summary = schedule_summary(st, c.sizes, c.eligible, mixture.clip)
     summary["parameters"] = {"strategy": MIXTURE, "timing": mixture.timing,
                              "clip": mixture.clip, "seed": opts.seed,
                              "mixture": mixture_record(path)}
-    drawn = sampler.summary()
+    drawn = drawn()
     summary["clip_events"] = (_sampler_clip_events(drawn)
                               or _clip_events(st, c.sizes, mixture.clip))
     if drawn.get("stages"):  # a staged mixture: where each stage ends (share of training)
@@ -619,15 +669,21 @@ def _choose_section(c: _Corpus, opts: ReportOptions) -> dict[str, Any]:
     tail: list[np.ndarray] = []  # the tail quartile's documents, only when measured
 
     def measure(r: int) -> dict[str, Any]:
-        if not tail:
-            tail.append(np.isin(c.labels, c.tail))
-        tail_docs = tail[0]
-        st = c.stats(1)
-        st.consume(_sampler(c.labels, "clusterclip", c.total, r, opts.alpha,
-                            opts.seed).blocks(block))
+        if c.stride == 1:
+            if not tail:
+                tail.append(np.isin(c.labels, c.tail))
+            st = c.stats(1)
+            st.consume(_sampler(c.labels, "clusterclip", c.total, r, opts.alpha,
+                                opts.seed).blocks(block))
+            most = int(st.doc_counts[tail[0]].max(initial=0))
+        else:  # from the clusters drawn: its documents are drawn in passes
+            st, _ = c.drawn(strategy_options("clusterclip", clip=r, alpha=opts.alpha),
+                            opts.seed, 1, "choose-R", False)
+            n_tail = c.sizes[c.tail]
+            most = int((-(-st.cluster_counts[c.tail][n_tail > 0] // n_tail[n_tail > 0])).max(
+                initial=0))
         q = quartile_shares_per_tenth(st.tenth_counts, st.tenth_edges, c.tail, c.head)
-        return {"measured_tail_max_repetition": int(st.doc_counts[st.tracked(tail_docs)].max(
-                    initial=0)),
+        return {"measured_tail_max_repetition": most,
                 "measured_tail_share": float(st.cluster_counts[c.tail].sum() / c.total),
                 "measured_tail_share_late": q["tail_quartile_share_late"]}
 
@@ -780,7 +836,9 @@ def _write_report(directory: Path, summary: dict[str, Any], sizes: np.ndarray,
     plots.plot_repetition({name: s["repetition_histogram"]
                            for name, s in summary["schedules"].items()},
                           directory / FIGURES["repetition"],
-                          sample=_repetition_sample(summary["schedules"]))
+                          sample=_repetition_sample(summary["schedules"]),
+                          sampled=[name for name, s in summary["schedules"].items()
+                                   if "repetition_sample" in s])
     plots.plot_mixture(summary["schedules"], summary["corpus_tail_share"],
                        summary["corpus_head_share"], summary["tail_starvation"]["threshold"],
                        directory / FIGURES["mixture"])

@@ -330,10 +330,16 @@ def _example_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def _sample_lines(sched: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The sentence saying the repetition counts come from a sample (none when exact)."""
-    n = next((s["repetition_sample"] for s in sched.values() if "repetition_sample" in s),
-             None)
-    if n is None:
+    names = [name for name, s in sched.items() if "repetition_sample" in s]
+    if not names:
         return []
+    n = sched[names[0]]["repetition_sample"]
+    if len(names) < len(sched):  # the generated schedules count every document
+        return [f"{', '.join(f'`{name}`' for name in names)}: counted on a systematic sample "
+                f"of {n:,} eligible documents (the corpus is too large to count every document "
+                f"of a given schedule in bounded memory); its documents seen and max "
+                f"repetition above are the sample's. The other rows count every document "
+                f"(from their draws per cluster).", ""]
     return [f"Counted on a systematic sample of {n:,} eligible documents (the corpus is too large "
             f"to count every document in bounded memory); documents seen and max repetition "
             f"above are the sample's.", ""]

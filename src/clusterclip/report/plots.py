@@ -120,10 +120,11 @@ def plot_schedule_share(sizes: np.ndarray, shares: Mapping[str, np.ndarray],
 
 
 def plot_repetition(histograms: Mapping[str, Sequence[int]],
-                    path: str | os.PathLike[str], sample: int | None = None) -> None:
+                    path: str | os.PathLike[str], sample: int | None = None,
+                    sampled: Sequence[str] | None = None) -> None:
     """Grouped bars: number of documents seen 0, 1, 2, ... times, per schedule (``sample``:
-    the histograms count a sample of that many eligible documents; the title says
-    so)."""
+    the histograms of ``sampled`` (default: all) count a sample of that many eligible
+    documents; the title says so)."""
     plt = _pyplot()
     names = list(histograms)
     bins = repetition_bins(max(len(h) for h in histograms.values()) - 1)
@@ -142,8 +143,12 @@ def plot_repetition(histograms: Mapping[str, Sequence[int]],
                        rotation=0 if len(bins) <= 12 else 45)
     ax.set_xlabel("times a document appears in the schedule")
     ax.set_ylabel("documents (log scale)")
-    ax.set_title("Repetition: how often each document is seen" if sample is None else
-                 f"Repetition, on a sample of {sample:,} documents")
+    if sample is None:
+        ax.set_title("Repetition: how often each document is seen")
+    elif sampled is None or set(sampled) >= set(names):
+        ax.set_title(f"Repetition, on a sample of {sample:,} documents")
+    else:
+        ax.set_title(f"Repetition ({', '.join(sampled)}: on a sample of {sample:,} documents)")
     ax.legend(fontsize=8)
     _save(fig, path, dict(left=0.10, right=0.98, bottom=0.17 if len(bins) <= 12 else 0.24,
                           top=0.92))

@@ -9,11 +9,13 @@ plain dicts; files and plots live elsewhere in the package.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from clusterclip.io import release_pages
+from clusterclip.labels import cluster_sizes  # noqa: F401 - this module's since the start
 from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
 from clusterclip.sampling.clip import LATE_TENTHS, late_start, quartile_clusters
 
@@ -24,6 +26,12 @@ CHUNK = 1 << 20  # documents per pass where a per-document temporary would other
 #: (every s-th document), so they cost bounded memory whatever N (the figures and tables
 #: then say so).
 DOC_SAMPLE = 1 << 22
+#: labels looked up at random between two releases of a memory map's pages (above
+#: DOC_SAMPLE documents): at most this many pages of the labels file stay resident
+LOOKUP = 1 << 16
+#: the stream of ``random``'s per-epoch cluster counts when drawn without documents
+#: (:func:`epoch_draws`)
+EPOCH_DRAWS_TAG = 0x65706F6368
 
 
 def doc_stride(num_docs: int, limit: int | None = None) -> int:
@@ -34,17 +42,45 @@ def doc_stride(num_docs: int, limit: int | None = None) -> int:
     return 1 if num_docs <= limit else -(-int(num_docs) // limit)
 
 
-def cluster_sizes(labels: np.ndarray, num_clusters: int | None = None) -> np.ndarray:
-    """Documents per cluster: int64[K] from int[N] labels (-1 = excluded, not counted).
+def strided(values: np.ndarray, stride: int) -> np.ndarray:
+    """``values[::stride]`` (as is for 1), read a chunk at a time: a memory map's pages are
+    released after each chunk, so about one chunk of the file is resident."""
+    if stride == 1:
+        return values
+    step = CHUNK * int(stride)
+    parts = []
+    for start in range(0, len(values), step):
+        parts.append(np.asarray(values[start:start + step:stride]))
+        release_pages(values, start, start + step)
+    return np.concatenate(parts)
 
-    K is ``num_clusters`` if given (clusters without documents get 0), else
-    ``labels.max() + 1``.
-    """
-    labels = np.asarray(labels)
-    eligible = labels[labels >= 0]
-    k = int(num_clusters) if num_clusters is not None else (
-        int(eligible.max()) + 1 if eligible.size else 0)
-    return np.bincount(eligible, minlength=k).astype(np.int64)
+
+def pass_histogram(counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """int64[M+1]: entry r = documents drawn exactly r times, when unit k's ``sizes[k]``
+    documents are drawn ``counts[k]`` times in passes (each pass every document of the
+    unit once, in some order): q = c // n passes done, and r = c mod n documents of the
+    current pass one time more, so (n - r) documents are seen q times and r, q + 1 times.
+    Exact for the cluster strategies (units: clusters) and ``random`` (one unit: the
+    eligible documents, in epochs), whatever the order inside a pass."""
+    counts = np.asarray(counts, np.int64)
+    sizes = np.asarray(sizes, np.int64)
+    live = sizes > 0
+    q, r = np.divmod(counts[live], sizes[live])
+    hist = np.zeros(int(q.max(initial=0)) + 2, np.int64)
+    np.add.at(hist, q, sizes[live] - r)
+    np.add.at(hist, q + 1, r)
+    return hist[:-1] if hist[-1] == 0 else hist
+
+
+def pass_tokens(counts: np.ndarray, sizes: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """float64[K]: tokens of ``counts`` draws per cluster drawn in passes (see
+    :func:`pass_histogram`), from each cluster's ``tokens`` (its documents' sum): its
+    full passes exactly, the current pass's r documents at the cluster's mean (an
+    estimate: which r documents depends on the pass's order)."""
+    counts = np.asarray(counts, np.float64)
+    sizes = np.asarray(sizes, np.float64)
+    return np.divide(counts * np.asarray(tokens, np.float64), sizes,
+                     out=np.zeros(sizes.size), where=sizes > 0)
 
 
 def size_profile(sizes: np.ndarray, head_fraction: float = 0.10,
@@ -121,6 +157,12 @@ class ScheduleStats:
     ``stride`` s: per-document counts are kept for documents 0, s, 2s, ... only (1: every
     document; see :func:`doc_stride`); labels are read per block, never copied.
 
+    ``passes`` (no per-document counts; feed clusters with :meth:`update_clusters` or
+    :meth:`add_counts`): "cluster" when each cluster's documents are drawn in passes
+    (the cluster strategies), "corpus" when the eligible documents are drawn in epochs
+    (``random``); the repetition histogram then follows exactly from the draws per
+    cluster (:func:`pass_histogram`), and nothing is kept per document.
+
     Accumulated (memory O(N / s + K * W), independent of T):
       - ``doc_counts`` int32[ceil(N / s)] (int64 when T >= 2^31): times each document
         (each s-th document) appears;
@@ -131,15 +173,16 @@ class ScheduleStats:
     """
 
     def __init__(self, labels: np.ndarray, num_clusters: int, total: int,
-                 windows: int = 50, stride: int = 1) -> None:
+                 windows: int = 50, stride: int = 1, passes: str | None = None) -> None:
         self._labels = labels  # read per block (a memory map stays one)
         self.num_docs = int(labels.shape[0])
+        self.passes = passes
         self.num_clusters = int(num_clusters)
         self.total = int(total)
         self.edges = window_edges(self.total, windows)
         self.stride = int(stride)
         # int32 while no document can be drawn 2^31 times (4 bytes per document, not 8).
-        self.doc_counts = np.zeros(-(-self.num_docs // self.stride),
+        self.doc_counts = np.zeros(0 if passes else -(-self.num_docs // self.stride),
                                    dtype=np.int32 if self.total < 2**31 else np.int64)
         self.window_counts = np.zeros((self.edges.size - 1, self.num_clusters), dtype=np.int64)
         self.tenth_edges = window_edges(self.total, TENTHS)
@@ -175,11 +218,45 @@ class ScheduleStats:
             self.doc_counts += np.bincount(hit, minlength=self.doc_counts.size)
         # Excluded documents (-1) map to an extra bin K, so one bincount per window counts
         # them too.
-        lab = np.asarray(self._labels[block])
+        lab = np.asarray(self._labels[block]) if self.stride == 1 else self._lookup(block)
         lab = np.where(lab < 0, self.num_clusters, lab)
         self.excluded += self._add_windowed(self.window_counts, self.edges, lab, start)
         self._add_windowed(self.tenth_counts, self.tenth_edges, lab, start)
         self.position += block.size
+
+    def _lookup(self, block: np.ndarray) -> np.ndarray:
+        """``labels[block]`` for a large (memory-mapped) corpus: LOOKUP indices at a time,
+        the map's pages released after each, so at most LOOKUP pages stay resident."""
+        lab = np.empty(block.size, self._labels.dtype)
+        for i in range(0, block.size, LOOKUP):
+            lab[i:i + LOOKUP] = self._labels[block[i:i + LOOKUP]]
+            release_pages(self._labels)
+        return lab
+
+    def update_clusters(self, block: np.ndarray) -> None:
+        """Add the next ``block`` of the schedule given by its draws' clusters (int ids in
+        0..K-1; a schedule without per-document counts, see ``passes``)."""
+        block = np.asarray(block)
+        start = self.position
+        if start + block.size > self.total:
+            raise ValueError(f"schedule is longer than the declared {self.total} samples")
+        self._add_windowed(self.window_counts, self.edges, block, start)
+        self._add_windowed(self.tenth_counts, self.tenth_edges, block, start)
+        self.position += block.size
+
+    def add_counts(self, length: int, counts: np.ndarray) -> None:
+        """Add the next ``length`` positions, inside one window and one tenth, given by
+        their draws per cluster ``counts`` (int[K], summing to ``length``)."""
+        start = self.position
+        w = int(np.searchsorted(self.edges, start, side="right")) - 1
+        t = int(np.searchsorted(self.tenth_edges, start, side="right")) - 1
+        if start + length > min(self.edges[w + 1], self.tenth_edges[t + 1]) \
+                or int(np.sum(counts)) != length:
+            raise ValueError("add_counts: positions across a window or tenth, or counts "
+                             "that do not sum to their length")
+        self.window_counts[w] += counts
+        self.tenth_counts[t] += counts
+        self.position += int(length)
 
     def _add_windowed(self, counts: np.ndarray, edges: np.ndarray, lab: np.ndarray,
                       start: int) -> int:
@@ -216,17 +293,26 @@ class ScheduleStats:
 
     @property
     def sampled(self) -> bool:
-        """Whether ``doc_counts`` counts every ``stride``-th document only."""
-        return self.stride > 1
+        """Whether ``doc_counts`` counts every ``stride``-th document only (never with
+        ``passes``: the repetition then counts every document, exactly)."""
+        return self.stride > 1 and not self.passes
 
     def tracked(self, values: np.ndarray) -> np.ndarray:
         """A per-document array (bool mask, labels, tokens) restricted to the documents
-        ``doc_counts`` counts."""
-        return values if self.stride == 1 else np.asarray(values[::self.stride])
+        ``doc_counts`` counts (``values`` already restricted, of that length, as is)."""
+        if self.stride == 1 or len(values) == self.doc_counts.size:
+            return values
+        return strided(values, self.stride)
 
-    def repetition_histogram(self, eligible: np.ndarray | None = None) -> np.ndarray:
+    def repetition_histogram(self, eligible: np.ndarray | None = None,
+                             sizes: np.ndarray | None = None) -> np.ndarray:
         """int64[M+1]: entry r = number of (eligible, tracked) documents seen exactly r
-        times."""
+        times (with ``passes``: of the eligible documents, ``sizes`` int[K] per cluster,
+        from the draws per cluster)."""
+        if self.passes == "cluster":
+            return pass_histogram(self.cluster_counts, sizes)
+        if self.passes == "corpus":
+            return pass_histogram([self.total - self.excluded], [int(np.sum(sizes))])
         counts = self.doc_counts if eligible is None else self.doc_counts[self.tracked(eligible)]
         return np.bincount(counts) if counts.size else np.zeros(1, np.int64)
 
@@ -250,13 +336,71 @@ class ScheduleStats:
         return np.divide(group, per_window, out=np.zeros(per_window.size), where=per_window > 0)
 
 
+def epoch_draws(stats: ScheduleStats, sizes: np.ndarray, seed: int) -> None:
+    """Feed ``stats`` (``passes="corpus"``) a ``random`` schedule's draws per cluster
+    without its documents: epochs of the eligible documents (``sizes`` int[K] per
+    cluster), each cut at the windows' and tenths' edges into parts whose cluster
+    counts are drawn (seeded by ``seed``) from their exact distribution, multivariate
+    hypergeometric over what the epoch has left; whole epochs inside a part add
+    ``sizes``. A schedule with the sampler's distribution, not its order (which needs a
+    permutation of every eligible document); memory O(K x parts)."""
+    sizes = np.asarray(sizes, np.int64)
+    ne, total = int(sizes.sum()), stats.total
+    rng = np.random.default_rng([int(seed), EPOCH_DRAWS_TAG])
+    left, pos = sizes.copy(), 0
+    for stop in np.union1d(stats.edges, stats.tenth_edges)[1:].tolist():
+        part = np.zeros(sizes.size, np.int64)
+        start = pos
+        while pos < stop:
+            if pos % ne == 0 and stop - pos >= ne:  # whole epochs
+                m = (stop - pos) // ne
+                part += m * sizes
+                pos += m * ne
+                continue
+            take = min(stop, (pos // ne + 1) * ne) - pos
+            got = rng.multivariate_hypergeometric(left, take, method="marginals")
+            left -= got
+            part += got
+            pos += take
+            if pos % ne == 0:
+                left = sizes.copy()
+        stats.add_counts(stop - start, np.pad(part, (0, stats.num_clusters - part.size)))
+    assert pos == total
+
+
+def draw_clusters(stats: ScheduleStats, sizes: np.ndarray, options: dict[str, Any],
+                  seed: int, wrap: Callable[[Iterable[np.ndarray]], Iterable[np.ndarray]]
+                  | None = None) -> tuple[list[list[int]], list[dict[str, Any]] | None]:
+    """Feed ``stats`` (``passes``: "cluster", or "corpus" for ``random``) the sampler's
+    schedule for ``options`` (:func:`~clusterclip.sampling.spec.strategy_options`'s
+    keyword arguments, a mixture's too) and ``seed`` over clusters of ``sizes`` int[K],
+    from its clusters alone (:class:`~clusterclip.sampling.sampler.ClusterDraws`;
+    ``random``: :func:`epoch_draws`): memory O(K + a block), whatever N. ``wrap``: a
+    progress wrapper of the blocks. Returns the sampler's ``clip_events`` and ``stages``
+    (see :meth:`~clusterclip.sampling.sampler.ClusterDraws.events`)."""
+    if options.get("strategy") == "random":
+        epoch_draws(stats, sizes, seed)
+        return [], None
+    from clusterclip.sampling.sampler import ClusterDraws
+
+    # K as the sampler's labels give it (up to the largest cluster with documents)
+    top = int(np.flatnonzero(np.asarray(sizes))[-1]) + 1
+    draws = ClusterDraws(np.asarray(sizes)[:top], stats.total, seed=seed, **options)
+    blocks = draws.blocks(CHUNK)
+    for b in (blocks if wrap is None else wrap(blocks)):
+        stats.update_clusters(b)
+    return draws.events()
+
+
 def schedule_summary(stats: ScheduleStats, sizes: np.ndarray, eligible: np.ndarray,
                      clip: float = np.inf) -> dict[str, Any]:
     """JSON-ready summary of one schedule.
 
     ``sizes`` int64[K] cluster sizes, ``eligible`` bool[N] documents that may
-    be sampled (label >= 0), ``clip`` the R for the pool series (see
-    :meth:`ScheduleStats.clusters_in_pool`; inf: nothing leaves). Keys: samples, excluded_samples,
+    be sampled (label >= 0; or only the tracked ones, bool[ceil(N / s)], when ``stats``
+    counts every s-th document; unused with ``stats.passes``), ``clip`` the R for the
+    pool series (see :meth:`ScheduleStats.clusters_in_pool`; inf: nothing leaves).
+    Keys: samples, excluded_samples,
     unique_documents, coverage (share of eligible documents seen at least
     once), max_repetition, epochs_equivalent (T / eligible N),
     repetition_histogram (list, entry r = documents seen r times),
@@ -271,8 +415,8 @@ def schedule_summary(stats: ScheduleStats, sizes: np.ndarray, eligible: np.ndarr
     how many documents the histogram counts (the key is absent when it counts all).
     """
     stats.check_complete()
-    hist = stats.repetition_histogram(eligible)
-    n_eligible = int(eligible.sum())
+    hist = stats.repetition_histogram(eligible, sizes)
+    n_eligible = int(np.sum(sizes))
     counted = int(stats.tracked(eligible).sum()) if stats.sampled else n_eligible
     tail, head = quartile_clusters(sizes)
     counts = stats.cluster_counts

@@ -269,10 +269,17 @@ class ClusterEngine:
         i = int(np.argmin(ends))
         return int(over[i]), int(ends[i])
 
-    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
-        """Process the next ``n`` global draws; return their documents (int64) if ``gather``."""
+    def clusters(self, n: int) -> np.ndarray:
+        """The clusters (uint32 ids) of the next ``n`` draws, no documents: the same
+        draws as :meth:`advance`, in O(n + K) memory (``docs`` is never read)."""
+        self.advance(n, gather=False, keep=True)
+        return self._blk_choice
+
+    def advance(self, n: int, gather: bool = True, keep: bool = False) -> np.ndarray | None:
+        """Process the next ``n`` global draws; return their documents (int64) if ``gather``
+        (``keep``: keep their clusters, ``_blk_choice``, even without ``gather``)."""
         if self._use_kernel:
-            return self._advance_kernel(n, gather)
+            return self._advance_kernel(n, gather, keep)
         out = np.empty(n, np.int64) if gather else None
         chosen: list[np.ndarray] = []  # cluster of each draw, in runs
         pending: list[np.ndarray] = []  # runs whose documents are not gathered yet
@@ -318,7 +325,9 @@ class ClusterEngine:
                 hit = np.flatnonzero(full)
                 hits = full[hit]
             drawn = self.pool[hit]  # their cluster ids
-            if gather:
+            if keep and not gather:
+                chosen.append(self._pool32.take(local))
+            elif gather:
                 # Documents are gathered per run of up to MAX_BLOCK draws, not
                 # per sub-block: dense clip periods make many short sub-blocks.
                 if pending_n + b > MAX_BLOCK:
@@ -342,19 +351,17 @@ class ClusterEngine:
             if clipped >= 0:
                 self.clip_events.append((int(self.pool[clipped]), self.pos - 1))
                 self._drop_from_pool(clipped)
-        if gather:
-            self._blk_start = start
-            self._blk_choice = chosen[0] if len(chosen) == 1 else np.concatenate(chosen)
-        else:
-            self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        self._blk_start, self._blk_choice = (start, np.concatenate(
+            chosen or [np.empty(0, np.uint32)])) if gather or keep else (
+            self.pos, np.empty(0, np.uint32))
         return out
 
-    def _advance_kernel(self, n: int, gather: bool) -> np.ndarray | None:
+    def _advance_kernel(self, n: int, gather: bool, keep: bool = False) -> np.ndarray | None:
         """:meth:`advance` by the compiled kernel: the same draws one at a time in C,
         back here only at a clip (the pool changes) and at variate chunk ends."""
         ctx = self._kctx() if gather else None
         out = np.empty(n, np.int64) if gather else None
-        choice = np.empty(n, np.uint32) if gather else None
+        choice = np.empty(n, np.uint32) if gather or keep else None
         start, done = self.pos, 0
         events = np.empty(2 * 4096, np.int64)  # clips handled in C: (cluster, draw) pairs
         while done < n:
@@ -380,7 +387,7 @@ class ClusterEngine:
             if hit >= 0:
                 self.clip_events.append((int(self.pool[hit]), self.pos - 1))
                 self._drop_from_pool(hit)
-        if gather:
+        if gather or keep:
             self._blk_start, self._blk_choice = start, choice
         else:
             self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
@@ -875,6 +882,24 @@ class PacedEngine(ClusterEngine):
                 vals = self._docs_grouped(self._live[act], ma, j0 + self._off[act])
                 out[done:done + order.size] = vals[order]
                 done += order.size
+        self.counts[self._live] = c
+        self.pos += n
+        self._front = front
+        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        return out
+
+    def clusters(self, n: int) -> np.ndarray:
+        """The clusters (uint32 ids) of the next ``n`` draws, no documents: the order of
+        :meth:`advance`, in O(n + K) memory (``docs`` is never read)."""
+        if self.pos + n > self.num_samples:
+            raise RuntimeError("paced: past the end of the schedule")
+        out = np.empty(n, np.uint32)
+        c = self.counts[self._live]
+        done, front = 0, self._front
+        for window in self._windows(c, self._front, n):
+            act, ma, _, order, front = window
+            out[done:done + order.size] = self._live[np.repeat(act, ma)[order]]
+            done += order.size
         self.counts[self._live] = c
         self.pos += n
         self._front = front

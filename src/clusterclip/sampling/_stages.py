@@ -154,9 +154,10 @@ class SegmentedEngine:
         """A new greedy engine of segment ``i``, sharing the pass buffers."""
         sub = ClusterEngine(self.docs, self.sizes, self.seed, self.segments[i].weights,
                             self.clip)
-        sub._cur, sub._cur_group = self._holder._ensure_cur(), self._holder._cur_group
-        if sub._use_kernel:
-            sub._kc = self._holder._kctx()
+        if self.docs.size:  # without documents (clusters only) there are no passes to share
+            sub._cur, sub._cur_group = self._holder._ensure_cur(), self._holder._cur_group
+            if sub._use_kernel:
+                sub._kc = self._holder._kctx()
         return sub
 
     def _end_counts(self, i: int) -> np.ndarray:
@@ -245,6 +246,24 @@ class SegmentedEngine:
             got = self._cur_sub.advance(m, gather)
             if out is not None:
                 out[done:done + m] = got
+            done += m
+            self.pos += m
+        return out
+
+    def clusters(self, n: int) -> np.ndarray:
+        """The clusters (uint32 ids) of the next ``n`` draws, no documents (the segments'
+        engines' :meth:`~._engine.ClusterEngine.clusters`)."""
+        if self.pos + n > self.num_samples:
+            raise RuntimeError("staged schedule: past its end")
+        out = np.empty(n, np.uint32)
+        done = 0
+        while done < n:
+            if self.pos >= self.segments[self._i].stop:
+                self._leave()
+                self.reset(self.pos, None)  # the next segment, at its start
+                continue
+            m = min(n - done, self.segments[self._i].stop - self.pos)
+            out[done:done + m] = self._cur_sub.clusters(m)
             done += m
             self.pos += m
         return out

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.labels import cluster_sizes
 from clusterclip.sampling.spec import DEFAULT_CLIP
 
 # A schedule starves the tail when the smallest quartile of clusters gets less than this
@@ -248,9 +249,7 @@ def choose_clip(
 def _sizes_and_weights(labels: np.ndarray, cluster_weights: np.ndarray | None
                        ) -> tuple[np.ndarray, np.ndarray | None]:
     """The cluster sizes of the eligible documents, and the checked ``cluster_weights``."""
-    labels = np.asarray(labels)
-    eligible = labels[labels >= 0]
-    sizes = np.bincount(eligible) if eligible.size else np.zeros(0, np.int64)
+    sizes = cluster_sizes(labels)  # a chunk at a time: no copy of the labels
     if int(sizes.sum()) == 0:
         raise ValueError("no eligible documents (every label is -1)")
     if cluster_weights is not None:

@@ -8,6 +8,7 @@ num_samples)``. Ranks share it out: see
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from clusterclip.sampling.spec import (  # noqa: F401 - the names this module al
     as_int,
     mixture_defaults,
     resolve_clusters,
+    resolve_sizes,
     with_spec_signature,
 )
 from clusterclip.sampling.stream import STATE_VERSION, BaseSampler  # noqa: F401
@@ -535,6 +537,62 @@ class ClusterClipSampler(BaseSampler):
 
     def _repr_fields(self) -> dict[str, Any]:
         return {"alpha": self.alpha}
+
+
+class ClusterDraws:
+    """The cluster of every position of a cluster strategy's global schedule, from the
+    cluster sizes alone: the draws of :class:`ClusterClipSampler` with the same options
+    (``uniform``, ``temperature``, ``clusterclip``, ``paced``, a mixture's weights or
+    stages), without its documents. Its memory is O(K + a block), not O(N): what needs
+    only the clusters of a schedule (a report's shares, pool and clip events; with the
+    passes, how often documents repeat) is computed without one array over the corpus.
+
+    ``sizes``: (K,) eligible documents per cluster; ``num_samples`` and ``options`` as
+    :func:`~clusterclip.sampling.make_sampler`'s (not ``random``, which draws documents,
+    nor ``groups``; ``rank``, ``consumed_samples`` and ``cache_dir`` do not apply).
+    """
+
+    def __init__(self, sizes: Any, num_samples: int, **options: Any) -> None:
+        spec = SamplerSpec(num_samples, **mixture_defaults(options))
+        if spec.strategy == "random" or spec.groups is not None:
+            raise ValueError("ClusterDraws draws clusters: not strategy random nor groups")
+        clusters = resolve_sizes(spec, sizes)
+        self.num_samples, self.sizes = spec.num_samples, clusters.sizes
+        none = np.empty(0, np.int32)  # no documents: the engines never read them here
+        if clusters.stages is not None:
+            self._engine: Any = SegmentedEngine(none, clusters.sizes, spec.seed, spec.clip,
+                                                plan_segments(list(clusters.stages), []))
+        elif spec.strategy == "paced":
+            self._engine = PacedEngine(none, clusters.sizes, spec.seed, clusters.weights,
+                                       spec.clip, spec.num_samples)
+        else:
+            self._engine = ClusterEngine(none, clusters.sizes, spec.seed, clusters.weights,
+                                         spec.clip)
+
+    def blocks(self, block_size: int = 1 << 20) -> Iterator[np.ndarray]:
+        """The clusters of positions 0 .. T - 1 in order, uint32 arrays of at most
+        ``block_size`` (each drawn once: iterate once)."""
+        eng = self._engine
+        while eng.pos < self.num_samples:
+            yield eng.clusters(min(int(block_size), self.num_samples - eng.pos))
+
+    def counts(self) -> np.ndarray:
+        """(K,) int64 draws per cluster of the whole schedule."""
+        return self._engine.counts_at(self.num_samples)
+
+    def events(self) -> tuple[list[list[int]], list[dict[str, Any]] | None]:
+        """``clip_events`` ([cluster, position of its last draw] of each cluster that
+        reached its clip, in order) and ``stages`` (a staged mixture's, else None), as
+        :meth:`ClusterClipSampler.summary` gives them, once :meth:`blocks` has run to
+        the end (paced: from the keys)."""
+        eng, stages = self._engine, None
+        if isinstance(eng, SegmentedEngine):
+            stages, ev = eng.segment_report()
+        elif isinstance(eng, PacedEngine):
+            ev = eng.capped_events()
+        else:
+            ev = eng.clip_events
+        return [[int(k), int(p)] for k, p in ev], stages
 
 
 def _counts_or_none(engine: Any, position: int) -> np.ndarray | None:

@@ -423,7 +423,22 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
     lab = check_labels(labels)
     K = int(lab.max()) + 1
     drawable = lab >= 0
-    sizes = np.bincount(lab[drawable], minlength=K).astype(np.int64)
+    clusters = resolve_sizes(spec, np.bincount(lab[drawable], minlength=K), unit)
+    if clusters.unweighted is not None:
+        # A cluster of weight 0 is never drawn: its documents are excluded as if
+        # labelled -1 (capacity, passes and summary count only the others).
+        drawable &= ~clusters.unweighted[np.where(drawable, lab, 0)]
+    return dataclasses.replace(clusters, labels=lab, drawable=drawable)
+
+
+def resolve_sizes(spec: SamplerSpec, sizes: Any, unit: str = "eligible documents"
+                  ) -> Clusters:
+    """The :class:`Clusters` of ``spec`` over the cluster sizes alone (``sizes`` (K,)
+    eligible documents per cluster), checked as :func:`resolve_clusters` does; its
+    ``labels`` and ``drawable`` are None (what draws clusters without documents needs:
+    :class:`~clusterclip.sampling.sampler.ClusterDraws`)."""
+    sizes = np.asarray(sizes).astype(np.int64)
+    K = int(sizes.size)
     nonempty = sizes > 0
     weights, zero_weight, stages = None, None, None
     given = spec.cluster_weights
@@ -436,10 +451,7 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
         anywhere = weights if stages is None else np.max([w for _, w, _, _ in stages], axis=0)
         unweighted = nonempty & (anywhere == 0)
         if unweighted.any():
-            # A cluster of weight 0 is never drawn: its documents are excluded as if
-            # labelled -1 (capacity, passes and summary count only the others).
             zero_weight = (int(unweighted.sum()), int(sizes[unweighted].sum()))
-            drawable &= ~unweighted[np.where(drawable, lab, 0)]
             sizes = np.where(unweighted, 0, sizes)
     elif spec.strategy in ALPHA_STRATEGIES and spec.alpha != 0.0:
         weights = _alpha_weights(sizes, spec.alpha)
@@ -449,7 +461,7 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
         capacity = spec.clip * n
         if spec.num_samples > capacity:
             raise capacity_error(spec.num_samples, spec.clip, n, unit)
-    return Clusters(lab, drawable, sizes, weights, capacity, zero_weight, stages,
+    return Clusters(None, None, sizes, weights, capacity, zero_weight, stages,
                     unweighted if zero_weight is not None else None)
 
 
