@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_embed_options(p)
     g = p.add_argument_group("embedding shards")
     g.add_argument("--shard-size", type=ROWS, default=4096,
-                   help="documents per resumable shard (default: 4096)")
+                   help="documents per resumable shard, at most: shards grow 256, 512, ... "
+                        "up to this size (default: 4096)")
     g.add_argument("--keep-shards", action="store_true",
                    help="keep W/embed/ (the shards' completion records) at the end "
                         "(default: remove it)")

@@ -3,25 +3,32 @@
 Layout inside the work directory ``W``::
 
     W/corpus/                 the corpus index (clusterclip.corpus.scan_into)
-    W/embed/plan.json         fingerprint, N, shard size of this run
+    W/embed/plan.json         fingerprint, N, shard sizes of this run
     W/embed/embeddings.npy    the N x d rows being written (pre-allocated, zeros where
                               excluded), moved to W/embeddings.npy when every shard is done
-    W/embed/shard-00012.done  completion record of rows [12*S, 13*S), written after them
+    W/embed/shard-00012.done  completion record of shard 12's rows, written after them
     W/embeddings.npy          N x d, L2-normalised, float32 or float16, memory-mappable
     W/valid.npy               bool[N]
 
-A shard counts only when its ``.done`` record exists (written atomically after its rows)
-and the rows file is the one the records describe (a rows file made anew starts with no
-records), so a killed run resumes at the missing shards and never counts half-written
-rows. Under ``torchrun`` every process scans a share of the input files, then embeds every
-P-th missing shard into the one rows file; nothing is merged.
+Shards grow from :data:`FIRST_SHARD` documents, doubling up to the shard size S (256, 512,
+..., 4096, 4096, ...; :func:`shard_bounds`), so a run interrupted early keeps its first
+shards whatever the corpus's size. A shard counts only when its ``.done`` record exists
+(written atomically after its rows) and the rows file is the one the records describe (a
+rows file made anew starts with no records), so a killed run resumes at the missing shards
+and never counts half-written rows. Under ``torchrun`` every process scans a share of the
+input files, then embeds every P-th missing shard into the one rows file; nothing is merged.
+
+A shard is what an embedder's :meth:`~clusterclip.embedding.base.Embedder.encode` gets in
+one call: MiniLM and ``hf`` sort it by length into padded batches, so their vectors depend
+on the layout at float rounding (and, with int8, at the rounding of dynamic quantisation);
+the layout is a function of N and S alone, so the same corpus gets the same bytes.
+``fast`` and ``model2vec`` embed each document alone: their vectors never depend on it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import time
@@ -43,6 +50,8 @@ from clusterclip.workdir import Workdir
 STAGE = "embed"
 PIPELINE_VERSION = 1
 DEFAULT_SHARD_SIZE = 4096
+# The first shard's size; each next one doubles, up to the shard size.
+FIRST_SHARD = 256
 # The rows file inside W/embed while shards are written into it.
 ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
@@ -276,6 +285,18 @@ def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE, chunk: int = 1 <<
 
 # -- shards -----------------------------------------------------------------------
 
+def shard_bounds(n: int, shard_size: int = DEFAULT_SHARD_SIZE, first: int = FIRST_SHARD
+                 ) -> np.ndarray:
+    """Where the shards of ``n`` documents start, then ``n`` (int64, ascending): sizes
+    ``first``, twice that, ... up to ``shard_size`` (then ``shard_size`` each), the last
+    one cut at ``n``. A function of ``n`` and the two sizes only."""
+    bounds, size = [0], min(first, shard_size)
+    while bounds[-1] < n:
+        bounds.append(min(bounds[-1] + size, n))
+        size = min(2 * size, shard_size)
+    return np.asarray(bounds, dtype=np.int64)
+
+
 def shard_name(s: int) -> str:
     return f"shard-{s:05d}"
 
@@ -324,15 +345,14 @@ def allocate_rows(shard_dir: Path, n: int, dim: int, dtype: str) -> bool:
     return True
 
 
-def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int,
+def _shard_texts(corpus: Corpus, shards: list[int], bounds: np.ndarray,
                  known: dict[int, str] | None = None
                  ) -> Iterator[tuple[int, np.ndarray, list[str]]]:
-    """For each shard (ascending): its valid indices and their texts, those not in
-    ``known`` (index -> text) read in one pass."""
-    n = len(corpus)
+    """For each shard (ascending; ``bounds``: :func:`shard_bounds`): its valid indices and
+    their texts, those not in ``known`` (index -> text) read in one pass."""
     per_shard = []
     for s in shards:
-        start, stop = s * shard_size, min((s + 1) * shard_size, n)
+        start, stop = int(bounds[s]), int(bounds[s + 1])
         per_shard.append(start + np.flatnonzero(corpus.valid[start:stop]))
     wanted = np.concatenate(per_shard) if per_shard else np.zeros(0, np.int64)
     texts = _texts_at(corpus, wanted, known or {})
@@ -354,28 +374,28 @@ def _texts_at(corpus: Corpus, indices: np.ndarray, known: dict[int, str]) -> Ite
 
 
 def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: list[int], *,
-                 shard_size: int, dtype: str, progress: bool = True,
+                 bounds: np.ndarray, dtype: str, progress: bool = True,
                  desc: str = "embedding", known: dict[int, str] | None = None) -> int:
     """Embed ``shards`` (ascending shard numbers) of ``corpus`` into the rows file
     ``shard_dir/ROWS`` (made by :func:`allocate_rows`); texts in ``known`` (index ->
     text) are not read again.
 
-    Shard ``s`` writes rows [s*S, min((s+1)*S, N)) in corpus order, zeros for excluded
-    documents, then its ``.done`` record. Returns documents embedded.
+    Shard ``s`` writes rows [bounds[s], bounds[s+1]) (:func:`shard_bounds`) in corpus
+    order, zeros for excluded documents, then its ``.done`` record. Returns documents
+    embedded.
     """
     from tqdm import tqdm
 
-    n = len(corpus)
     path = shard_dir / ROWS
     offset = np.load(path, mmap_mode="r", allow_pickle=False).offset  # the header's length
     row_bytes = embedder.dim * np.dtype(dtype).itemsize
-    total = sum(int(corpus.valid[s * shard_size:(s + 1) * shard_size].sum()) for s in shards)
+    total = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in shards)
     done = 0
     fd = os.open(path, os.O_WRONLY)
     try:
         with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
-            for s, idx, texts in _shard_texts(corpus, shards, shard_size, known):
-                start, stop = s * shard_size, min((s + 1) * shard_size, n)
+            for s, idx, texts in _shard_texts(corpus, shards, bounds, known):
+                start, stop = int(bounds[s]), int(bounds[s + 1])
                 rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
                 if len(texts):
                     # The bar moves per batch: a shard can take minutes on a CPU.
@@ -487,6 +507,7 @@ def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
         # The fingerprint covers the inputs' hashes: an edited input never resumes.
         if (old is not None and old.get("fingerprint") == fp
                 and old.get("shard_size") == shard_size
+                and old.get("first_shard") == FIRST_SHARD
                 and (root / "corpus" / "corpus.json").exists()):
             corpus = Corpus.load(root / "corpus")
             _check_clusters(corpus.stats, n_clusters)
@@ -524,6 +545,7 @@ def _index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
             write_marker(shard_dir, STAGE)
             write_json(shard_dir / "plan.json", {"fingerprint": fp,
                                                  "shard_size": shard_size,
+                                                 "first_shard": FIRST_SHARD,
                                                  "documents": stats["documents"]})
 
         D.on_main(start)
@@ -572,10 +594,11 @@ def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
         emb.prepare([known[i] for i in sample.tolist()])
 
     n = len(corpus)
-    n_shards = math.ceil(n / shard_size)
+    bounds = shard_bounds(n, shard_size)
+    n_shards = len(bounds) - 1
 
     def done(s: int) -> bool:
-        return shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n))
+        return shard_is_done(shard_dir, s, int(bounds[s]), int(bounds[s + 1]))
 
     def missing() -> list[int]:
         allocate_rows(shard_dir, n, emb.dim, dtype)
@@ -584,7 +607,7 @@ def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     todo = D.on_main(missing)
     mine = todo[rank::world]
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
-    embedded = embed_shards(corpus, emb, shard_dir, mine, shard_size=shard_size, dtype=dtype,
+    embedded = embed_shards(corpus, emb, shard_dir, mine, bounds=bounds, dtype=dtype,
                             progress=progress, desc=desc, known=known)
     counts = D.gather_objects(embedded)
     D.barrier()
