@@ -119,7 +119,7 @@ class EmbedOptions:
     dtype: str = "float32"
     backend: str = "auto"
     precision: str = "auto"
-    tune: int = 0
+    tune: int | str = "auto"  # embedding.tune.resolve_tune
     tune_seed: int = 0
     progress: bool = True  # progress bars of every stage (run --no-progress: none)
 

@@ -130,7 +130,7 @@ def resolve_max_length(embedder: str, max_length: int | None) -> int | None:
 def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
                       pooling: str = "mean", max_length: int | None = None,
                       dtype: str = "float32", backend: str = "auto", precision: str = "auto",
-                      device: str = "cpu", tune: int = 0, tune_seed: int = 0
+                      device: str = "cpu", tune: int | str = "auto", tune_seed: int = 0
                       ) -> dict[str, Any]:
     """What determines the vectors, computed without loading the model (for fingerprints).
 
@@ -153,14 +153,20 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
         ident.update(runtime_identity(embedder, backend, precision, device))
     if embedder == "fast":
         from clusterclip.embedding.static import STATIC_VERSION
+        from clusterclip.embedding.tune import (
+            AUTO,
+            AUTO_DOCUMENTS,
+            AUTO_MIN_VALID,
+            TUNE_VERSION,
+        )
 
         ident["static_version"] = STATIC_VERSION
         ident["sample_size"] = SAMPLE_SIZE
         if tune:
-            from clusterclip.embedding.tune import TUNE_VERSION
-
             ident["tune"] = {"documents": tune, "seed": tune_seed, "version": TUNE_VERSION,
                              "teacher": runtime_identity("minilm", backend, precision, device)}
+        if tune == AUTO:  # the rule; the corpus (in the fingerprint) decides
+            ident["tune"]["auto"] = {"documents": AUTO_DOCUMENTS, "min_valid": AUTO_MIN_VALID}
     return ident
 
 
@@ -176,15 +182,20 @@ def runtime_identity(embedder: str, backend: str, precision: str, device: str
     return out
 
 
-def check_tune(embedder: str, tune: int, tune_seed: int, backend: str = "auto",
+def check_tune(embedder: str, tune: int | str, tune_seed: int, backend: str = "auto",
                precision: str = "auto") -> None:
-    """``tune`` and the teacher's backend apply where they mean something (InputError)."""
+    """``tune`` (a number, or ``auto``: :func:`clusterclip.embedding.tune.resolve_tune`) and
+    the teacher's backend apply where they mean something (InputError)."""
+    from clusterclip.embedding.tune import AUTO, MAX_DOCUMENTS
+
+    if tune == AUTO:  # the default of every embedder; it means something for fast only
+        tune = 0 if embedder != "fast" else 1
+    if not isinstance(tune, int):
+        raise InputError(f"--tune {tune}: expected {AUTO} or a number of documents")
     if tune < 0:
         raise InputError(f"--tune {tune}: must be >= 0 (0: no tuning)")
     if tune and embedder != "fast":
         raise InputError(f"--tune applies to --embedder fast (not {embedder})")
-    from clusterclip.embedding.tune import MAX_DOCUMENTS
-
     if tune > MAX_DOCUMENTS:
         raise InputError(f"--tune {tune}: at most {MAX_DOCUMENTS} documents")
     if not 0 <= tune_seed < 2 ** 32:
@@ -427,7 +438,7 @@ def embed_workdir(workdir: Workdir | str | os.PathLike[str], inputs: list[str], 
                   shard_size: int = DEFAULT_SHARD_SIZE, keep_shards: bool = False,
                   trust_remote_code: bool = False, progress: bool = True,
                   n_clusters: int | None = None, backend: str = "auto",
-                  precision: str = "auto", tune: int = 0, tune_seed: int = 0,
+                  precision: str = "auto", tune: int | str = "auto", tune_seed: int = 0,
                   check_corpus: Callable[[dict[str, Any]], None] | None = None
                   ) -> dict[str, Any]:
     """Run the embedding stage into ``workdir``; skip it when its outputs are current.
@@ -572,26 +583,12 @@ def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     emb, tuning = None, None
     for turn in (0, 1):
         if (rank == 0) == (turn == 0):
-            emb = make_embedder(embedder, model=params["model"], pooling=params["pooling"],
-                                max_length=params["max_length"],
-                                batch_size=params["batch_size"], device=params["device"],
-                                dtype=dtype, progress=progress and rank == 0,
-                                trust_remote_code=trust_remote_code,
-                                backend=params["backend"], precision=params["precision"],
-                                tune=params["tune"], tune_seed=params["tune_seed"])
-            plan = getattr(emb, "tune_plan", None)
-            if plan is not None:
-                from clusterclip.embedding.tune import tune_indices
-
-                at = tune_indices(corpus.valid, plan.documents, plan.seed)
-                known.update(zip(at.tolist(), _texts_at(corpus, at, known), strict=True))
-                tuning = emb.tune([known[i] for i in at.tolist()])
+            emb, tuning = stage_embedder(params, corpus, progress=progress and rank == 0,
+                                         trust_remote_code=trust_remote_code, known=known,
+                                         prepare=False)
         D.barrier()
     assert emb is not None
-    if type(emb).prepare is not Embedder.prepare:
-        sample = sample_indices(corpus.valid)
-        known.update(zip(sample.tolist(), _texts_at(corpus, sample, known), strict=True))
-        emb.prepare([known[i] for i in sample.tolist()])
+    _prepare(emb, corpus, known)
 
     n = len(corpus)
     bounds = shard_bounds(n, shard_size)
@@ -631,6 +628,53 @@ def _embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                 "processes": world, "fingerprint": fp, **_runtime_info(emb, tuning)}
 
     return D.on_main(finish)
+
+
+def stage_embedder(params: dict[str, Any], corpus: Corpus, *, device: str | None = None,
+                   progress: bool = False, trust_remote_code: bool = False,
+                   known: dict[int, str] | None = None, prepare: bool = True
+                   ) -> tuple[Embedder, dict[str, Any] | None]:
+    """The embedder the embed stage of ``params`` (its manifest params) runs on ``corpus``:
+    its table tuned as the stage tunes it (``--tune``, ``auto`` resolved by the corpus's
+    documents with text; tuned tables are cached, so a second call loads it), then, with
+    ``prepare``, fitted on the corpus's fixed sample. ``device``: instead of the stage's.
+    ``known``: texts by index already read (filled with those read here). Returns it and
+    the tuning report (None when untuned; with ``--tune auto`` its ``auto`` entry)."""
+    from clusterclip.embedding.tune import AUTO, AUTO_MIN_VALID, resolve_tune, tune_indices
+
+    name, asked = params["embedder"], params.get("tune", 0)
+    valid = int(corpus.stats["valid"])
+    tune = resolve_tune(asked, valid) if name == "fast" else 0
+    emb = make_embedder(name, model=params.get("model"), pooling=params.get("pooling", "mean"),
+                        max_length=params.get("max_length"),
+                        batch_size=params.get("batch_size", 64),
+                        device=device or params.get("device", "cpu"),
+                        dtype=params.get("dtype", "float32"), progress=progress,
+                        trust_remote_code=trust_remote_code,
+                        backend=params.get("backend", "auto"),
+                        precision=params.get("precision", "auto"),
+                        tune=tune, tune_seed=params.get("tune_seed", 0))
+    known = {} if known is None else known
+    tuning = None
+    plan = getattr(emb, "tune_plan", None)
+    if plan is not None:
+        at = tune_indices(corpus.valid, plan.documents, plan.seed)
+        known.update(zip(at.tolist(), _texts_at(corpus, at, known), strict=True))
+        tuning = emb.tune([known[i] for i in at.tolist()])
+    if asked == AUTO and name == "fast":
+        tuning = {**(tuning or {"documents": 0}),
+                  "auto": {"valid": valid, "min_valid": AUTO_MIN_VALID}}
+    if prepare:
+        _prepare(emb, corpus, known)
+    return emb, tuning
+
+
+def _prepare(emb: Embedder, corpus: Corpus, known: dict[int, str]) -> None:
+    """Fit ``emb``'s corpus statistics on the fixed sample (:func:`sample_indices`)."""
+    if type(emb).prepare is not Embedder.prepare:
+        sample = sample_indices(corpus.valid)
+        known.update(zip(sample.tolist(), _texts_at(corpus, sample, known), strict=True))
+        emb.prepare([known[i] for i in sample.tolist()])
 
 
 def _runtime_info(emb: Embedder, tuning: dict[str, Any] | None) -> dict[str, Any]:

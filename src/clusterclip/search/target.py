@@ -58,23 +58,15 @@ def read_target(files: list[str], text_field: str) -> Target:
 
 
 def _embedder(workdir: Any, corpus: Any, device: str) -> Any:
-    """W's embedder, as its manifest's embed stage ran it (with the corpus statistics
-    of a fast embedder fitted on the same sample of W's corpus)."""
-    from clusterclip.embedding.base import Embedder
-    from clusterclip.embedding.pipeline import make_embedder, sample_indices
+    """W's embedder, as its manifest's embed stage ran it (a fast embedder's table tuned
+    and its statistics fitted as the stage did, on the same samples of W's corpus)."""
+    from clusterclip.embedding.pipeline import stage_embedder
 
     rec = workdir.stage("embed")
     if rec is None:
         raise InputError(f"{workdir.root}: stage `embed` has not run; run `clusterclip embed` "
                          "first")
-    p = rec["params"]
-    emb = make_embedder(p["embedder"], model=p.get("model"), pooling=p.get("pooling", "mean"),
-                        max_length=p.get("max_length", 256), batch_size=p.get("batch_size", 64),
-                        device=device, dtype=p.get("dtype", "float32"), progress=False)
-    if type(emb).prepare is not Embedder.prepare:
-        sample = sample_indices(corpus.valid)
-        emb.prepare([t for t in corpus.texts(sample) if t is not None])
-    return emb
+    return stage_embedder(rec["params"], corpus, device=device)[0]
 
 
 def embed_texts(workdir: Any, corpus: Any, texts: list[str], device: str) -> np.ndarray:
