@@ -5,6 +5,7 @@ one Parquet file for Embedding Atlas (``--format atlas``)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from clusterclip.cli._options import RANK, ROWS, WORLD_SIZE, add_overwrite_option
@@ -56,10 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
-    from clusterclip.export import export_workdir
+    from clusterclip.export import export_workdir, older_schedule_warning
 
     if args.format == ATLAS:
         return _run_atlas(args)
+    stale = older_schedule_warning(args.workdir) if args.schedule is None else None
+    if stale:
+        print(stale, file=sys.stderr)
     if args.format == "megatron" and args.rows_per_shard is not None:
         raise InputError("--rows-per-shard does not apply to --format megatron "
                          "(it writes one .bin/.idx pair)")

@@ -401,6 +401,24 @@ def read_hf_batches(directory: str | os.PathLike[str], batch_size: int = 1 << 13
         yield ds[i:i + batch_size]
 
 
+def older_schedule_warning(workdir: str | os.PathLike[str]) -> str | None:
+    """A warning line when ``W/schedule.npy`` (what ``export`` exports by default) is older
+    than ``W/search/mixture.json``: the search's mixture came after it, so it was not
+    sampled from it. Not a refusal: exporting the earlier schedule (a baseline) is a
+    legitimate use, and a mixture sampled into another file leaves no trace in ``W``."""
+    root = Path(workdir)
+    sched, mix = root / "schedule.npy", root / "search" / "mixture.json"
+    try:
+        if sched.stat().st_mtime_ns >= mix.stat().st_mtime_ns:
+            return None
+    except OSError:
+        return None
+    return (f"warning: exporting {sched}, older than {mix} (so not sampled from it); to "
+            f"export the mixture's schedule: clusterclip sample --labels "
+            f"{root / 'labels.npy'} --mixture {mix} --num-samples T --out S.npy, then "
+            f"export --schedule S.npy")
+
+
 def export_workdir(workdir: Any, out: str | os.PathLike[str], *, fmt: str = "parquet",
                    schedule: str | os.PathLike[str] | None = None, rank: int = 0,
                    world_size: int = 1, rows_per_shard: int = 1_000_000,
