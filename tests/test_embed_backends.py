@@ -108,7 +108,10 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
         with pytest.raises(InputError, match=msg):
             resolve_backend("minilm", backend, precision, device)
     with pytest.raises(InputError, match="apply to minilm, hf"):
-        embedder_identity("fast", None, backend="onnx")
+        embedder_identity("fast", None, backend="onnx", tune=0)
+    # with --tune auto (the default) they pick the teacher a large corpus is tuned with
+    assert embedder_identity("fast", None, backend="torch")["tune"]["teacher"] != \
+        embedder_identity("fast", None)["tune"]["teacher"]
     with pytest.raises(InputError, match="--tune applies to --embedder fast"):
         embedder_identity("minilm", None, tune=10)
     with pytest.raises(InputError, match="at most 8192"):
