@@ -195,12 +195,22 @@ def vectors(out: Path, name: str, make, texts: list[str]) -> np.ndarray:
     return x
 
 
-def nmi(x: np.ndarray, labels: np.ndarray, k: int, seeds: int) -> float:
+def nmi(x: np.ndarray, labels: np.ndarray, k: int, seeds: int) -> np.ndarray:
+    """NMI of K-means (seeds 0 .. ``seeds`` - 1) against ``labels``, one per seed."""
     from sklearn.cluster import KMeans
     from sklearn.metrics import normalized_mutual_info_score
 
-    return float(np.mean([normalized_mutual_info_score(
-        labels, KMeans(k, n_init=1, random_state=s).fit_predict(x)) for s in range(seeds)]))
+    return np.array([normalized_mutual_info_score(
+        labels, KMeans(k, n_init=1, random_state=s).fit_predict(x)) for s in range(seeds)])
+
+
+def paired_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Mean of ``a - b`` paired by seed and its 95% t interval."""
+    from scipy import stats
+
+    d = a - b
+    h = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
+    return float(d.mean()), float(d.mean()) - h, float(d.mean()) + h
 
 
 def quality(args: argparse.Namespace, out: Path) -> None:
@@ -248,12 +258,17 @@ def quality(args: argparse.Namespace, out: Path) -> None:
         vec = {n: vectors(out, f"{cname}-{n}".replace(" ", "_").replace(",", "")
                           .replace("/", "-"), f, test_texts) for n, f in rows.items()}
         ref = vec["MiniLM, onnx fp32"]
+        per_seed = {}
         for n, x in vec.items():
             agree = clustering_agreement(x, ref, k, seeds=tuple(range(args.seeds)))
-            table[cname, n] = (nmi(x, test_labels, k, args.seeds), agree["nmi"],
+            per_seed[n] = nmi(x, test_labels, k, args.seeds)
+            table[cname, n] = (float(per_seed[n].mean()), agree["nmi"],
                                agree["reference_self"])
             print(f"  {n}: NMI {table[cname, n][0]:.3f}, with MiniLM's clusters "
                   f"{table[cname, n][1]:.3f}", flush=True)
+        diff = paired_ci(per_seed[f"fast --tune {args.tune}"], per_seed["fast"])
+        print(f"  fast --tune {args.tune} - fast, paired by seed: {diff[0]:+.4f} (95% CI "
+              f"{diff[1]:+.4f} to {diff[2]:+.4f})", flush=True)
     (out / "quality.json").write_text(json.dumps({f"{c}|{n}": v for (c, n), v in table.items()},
                                                  indent=1))
     print_quality(table)

@@ -191,8 +191,8 @@ def main() -> None:
                 dst.write(lines)
         w = d / "w"
         subprocess.run([sys.executable, "-m", "clusterclip.cli", "run", str(docs), "--workdir",
-                        str(w), "--embedder", "fast", "--clusters", "16", "--num-samples",
-                        "1000"], check=True, env=env, capture_output=True)
+                        str(w), "--embedder", "fast", "--tune", "0", "--clusters", "16",
+                        "--num-samples", "1000"], check=True, env=env, capture_output=True)
         labels = np.load(w / "labels.npy")
         sched = np.concatenate(list(ClusterClipSampler(labels, args.positions,
                                                        strategy="random", seed=0).blocks()))

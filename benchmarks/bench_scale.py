@@ -17,7 +17,7 @@ parameters.
 
 Then, with this interpreter (``python -m clusterclip.cli``):
 
-* ``--mode run`` (default): ``clusterclip run CORPUS --workdir W --embedder fast
+* ``--mode run`` (default): ``clusterclip run CORPUS --workdir W --embedder fast --tune 0
   --clusters K --num-samples T`` as one process (what users run). Its peak RSS
   is exact (``wait4``); per stage (embed / cluster / sample) the time comes
   from the manifest's start and finish stamps (1 s resolution), the peak RSS
@@ -415,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
            "TRANSFORMERS_OFFLINE": "1"}
     num_samples = max(1, int(round(args.epochs * n)))
     k = ["--clusters", str(args.clusters)]
-    emb = ["--embedder", "fast"]
+    # untuned, as every figure in docs/scale.md (--tune auto would add the teacher's 2,000
+    # documents once, from 20,000; bench_embed.py measures that)
+    emb = ["--embedder", "fast", "--tune", "0"]
     extra = args.extra.split()
     results: dict = {"docs": n, "clusters": args.clusters, "num_samples": num_samples,
                      "mode": args.mode, "corpus": info, "loadavg_start": load0,

@@ -108,7 +108,10 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
         with pytest.raises(InputError, match=msg):
             resolve_backend("minilm", backend, precision, device)
     with pytest.raises(InputError, match="apply to minilm, hf"):
-        embedder_identity("fast", None, backend="onnx")
+        embedder_identity("fast", None, backend="onnx", tune=0)
+    # with --tune auto (the default) they pick the teacher a large corpus is tuned with
+    assert embedder_identity("fast", None, backend="torch")["tune"]["teacher"] != \
+        embedder_identity("fast", None)["tune"]["teacher"]
     with pytest.raises(InputError, match="--tune applies to --embedder fast"):
         embedder_identity("minilm", None, tune=10)
     with pytest.raises(InputError, match="at most 8192"):
@@ -246,10 +249,51 @@ def test_a_tuned_fast_table_is_cached_and_agrees_better_with_the_teacher(tmp_pat
     assert b["tune"]["cached"] and b["fingerprint"] == a["fingerprint"]
     assert (tmp_path / "A" / "embeddings.npy").read_bytes() == \
         (tmp_path / "B" / "embeddings.npy").read_bytes()
-    plain = embedder_identity("fast", None)
+    plain = embedder_identity("fast", None, tune=0)
     assert embedder_identity("fast", None, tune=30) != plain
     assert embedder_identity("fast", None, tune=30, tune_seed=1) != \
         embedder_identity("fast", None, tune=30)
+    assert embedder_identity("fast", None) != plain  # auto, the default: a rule of its own
+
+    # Search's target texts are embedded as the stage embedded W's corpus: tuned alike.
+    from clusterclip.corpus import Corpus
+    from clusterclip.search.target import embed_texts
+    from clusterclip.workdir import Workdir
+
+    got = embed_texts(Workdir(tmp_path / "A"), Corpus.load(tmp_path / "A" / "corpus"),
+                      texts[:5], "cpu")
+    assert np.array_equal(got, np.load(tmp_path / "A" / "embeddings.npy")[:5])
+
+
+def test_tune_auto_tunes_large_corpora_only_and_as_tune_n_would(tmp_path, texts, monkeypatch):
+    """--tune auto (the default): the corpus's documents with text at or above the threshold
+    tune on the auto sample (the same bytes as --tune N, N that sample), below it the
+    untuned table (the same bytes as --tune 0, no teacher); the stage info says which. The
+    thresholds are scaled down here: the real ones need a 20,000-document corpus."""
+    from _helpers import embed_into
+
+    import clusterclip.embedding.tune as T
+
+    assert (T.resolve_tune("auto", T.AUTO_MIN_VALID), T.resolve_tune("auto", 19_999),
+            T.resolve_tune(7, 10**9), T.resolve_tune(0, 10**9)) == (2000, 0, 7, 0)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+
+    def run(name, **kw):
+        info = embed_into(tmp_path / name, [str(corpus)], embedder="fast", progress=False,
+                             **kw)
+        return info, (tmp_path / name / "embeddings.npy").read_bytes()
+
+    monkeypatch.setattr(T, "AUTO_DOCUMENTS", 30)
+    monkeypatch.setattr(T, "AUTO_MIN_VALID", len(texts))
+    big, tuned = run("big")
+    assert big["tune"]["documents"] == 30 and big["tune"]["auto"]["valid"] == len(texts)
+    assert tuned == run("n", tune=30)[1]
+    monkeypatch.setattr(T, "AUTO_MIN_VALID", len(texts) + 1)
+    small, untuned = run("small")
+    assert small["tune"] == {"documents": 0, "auto": {"valid": len(texts),
+                                                      "min_valid": len(texts) + 1}}
+    assert untuned == run("zero", tune=0)[1] != tuned
 
 
 def test_clustering_agreement_is_one_for_the_same_vectors_and_low_for_noise():

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _helpers import child_env, cli_command, run_cli, torchrun_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
@@ -233,3 +235,50 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, pydocs_path):
     assert a.shape == b.shape == (40, 384)
     assert np.allclose(a, b, atol=1e-5)
     assert np.array_equal(np.load(one / "valid.npy"), np.load(two / "valid.npy"))
+
+
+@given(n=st.integers(0, 3_000), size=st.integers(1, 700), first=st.integers(1, 300))
+@settings(max_examples=100, deadline=None)
+def test_shards_grow_from_the_first_size_to_the_shard_size(n, size, first):
+    """Shards tile 0..n in order; each is twice the one before (from ``first``) up to
+    ``size``; only the last is cut."""
+    from clusterclip.embedding.pipeline import shard_bounds
+
+    b = shard_bounds(n, size, first)
+    assert b[0] == 0 and b[-1] == n and np.all(np.diff(b) > 0)
+    sizes = np.diff(b).tolist()
+    want = [min(first * 2 ** i, size) for i in range(len(sizes))]
+    assert sizes[:-1] == want[:-1] and (n == 0 or 0 < sizes[-1] <= want[-1])
+
+
+def test_an_interrupted_run_keeps_its_first_small_shard(tmp_path, pydocs_path, monkeypatch):
+    """600 documents at the default shard size: interrupted after the first shard (256
+    documents), a rerun reuses it (its record untouched) and computes only the rest; the
+    result is byte-identical to an uninterrupted run."""
+    import clusterclip.embedding.pipeline as P
+
+    c = write_corpus(tmp_path / "c.jsonl", pydocs_texts(pydocs_path, 600, 200))
+    write_json = P.write_json
+
+    def interrupted(path, obj):
+        if Path(path).name == "shard-00001.done":
+            raise KeyboardInterrupt  # Ctrl-C after shard 1's rows, before its record
+        write_json(path, obj)
+
+    w = tmp_path / "W"
+    monkeypatch.setattr(P, "write_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        embed_into(w, [str(c)], embedder="fast", progress=False)
+    monkeypatch.setattr(P, "write_json", write_json)
+    first = w / "embed" / "shard-00000.done"
+    assert json.loads(first.read_text())["stop"] == 256
+    assert sorted(p.name for p in (w / "embed").glob("*.done")) == [first.name]
+    assert Workdir(w).stage("embed")["status"] == "interrupted"
+    mtime = first.stat().st_mtime_ns
+    info = embed_into(w, [str(c)], embedder="fast", keep_shards=True, progress=False)
+    assert (info["shards"], info["shards_reused"], info["shards_computed"]) == (2, 1, 1)
+    assert info["documents_embedded"] == 600 - 256
+    assert first.stat().st_mtime_ns == mtime  # reused, not rewritten
+    ref = embed_into(tmp_path / "R", [str(c)], embedder="fast", progress=False)
+    assert ref["shards_computed"] == 2
+    assert (w / "embeddings.npy").read_bytes() == (tmp_path / "R" / "embeddings.npy").read_bytes()

@@ -303,6 +303,37 @@ def test_cli_refuses_a_schedule_older_than_the_labels(tmp_path, pydocs_path, cap
     assert not (tmp_path / "out2").exists()
 
 
+def test_a_schedule_older_than_the_search_mixture_is_exported_with_a_warning(
+        workdir, tmp_path, capsys):
+    """Not refused (exporting the earlier schedule is legitimate): one warning line naming
+    both files and the command that samples the mixture; none with --schedule given or
+    once the schedule is the newer."""
+    import os
+
+    mix = workdir / "search" / "mixture.json"
+    mix.parent.mkdir()
+    try:
+        mix.write_text("{}")
+        sched = workdir / "schedule.npy"
+        t = sched.stat().st_mtime_ns
+        os.utime(mix, ns=(t + 10**9, t + 10**9))
+        base = ["export", "--workdir", str(workdir), "--format", "parquet"]
+        capsys.readouterr()
+        assert main([*base, "--out", str(tmp_path / "a")]) == 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("warning:"), err
+        assert str(sched) in err[0] and str(mix) in err[0]
+        assert f"clusterclip sample --labels {workdir / 'labels.npy'} --mixture {mix}" in err[0]
+        assert main([*base, "--out", str(tmp_path / "b"), "--schedule", str(sched)]) == 0
+        assert capsys.readouterr().err == ""
+        os.utime(mix, ns=(t - 10**9, t - 10**9))
+        assert main([*base, "--out", str(tmp_path / "c")]) == 0
+        assert capsys.readouterr().err == ""
+    finally:
+        mix.unlink()
+        mix.parent.rmdir()
+
+
 def test_missing_extra_is_one_line_naming_it(workdir, tmp_path):
     shadow = tmp_path / "shadow"
     shadow.mkdir()

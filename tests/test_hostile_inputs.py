@@ -418,7 +418,8 @@ def test_a_write_failing_midway_is_one_line_and_leaves_nothing(tmp_path, args):
     X = rng.standard_normal((40, 8)).astype(np.float32)
     np.save(w / "embeddings.npy", X / np.linalg.norm(X, axis=1, keepdims=True))
     np.save(w / "schedule.npy", np.arange(40).repeat(20))
-    out = tmp_path / "out"
+    # export into folders it must make: they go with the failure
+    out = tmp_path / "made" / "by" / "out" if args[0] == "export" else tmp_path / "out"
     before = {p.name for p in tmp_path.iterdir()}
     argv = [a.format(out=out) for a in args[:1] + ["--workdir", str(w)] + args[1:]]
     line = one_error_line(cli(*argv, file_bytes=64 << 10))

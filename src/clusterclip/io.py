@@ -475,19 +475,29 @@ def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: b
     holds into ``out`` if :func:`check_output_dir` still allows it (:func:`commit_output`).
 
     ``adopt``: paths already in ``out`` that this run wrote there (e.g. stored runs),
-    listed as ours without being moved. A failure or kill before the move leaves ``out``
-    as it was."""
+    listed as ours without being moved. A failure before the move leaves ``out`` as it
+    was, and removes the folders above it that this call made (once empty)."""
     out = check_output_dir(out, command, overwrite=overwrite, source=source, option=option)
     source = _source_for(out, source)
+    made = [p for p in Path(os.path.abspath(out)).parents if not os.path.lexists(p)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TMP_TAG}-{os.getpid()}-",
-                                suffix=".tmp", dir=out.parent))
+    done = False
     try:
-        yield tmp
-        check_output_dir(out, command, overwrite=overwrite, source=source, option=option)
-        commit_output(tmp, out, command, source=source, adopt=adopt, option=option)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TMP_TAG}-{os.getpid()}-",
+                                    suffix=".tmp", dir=out.parent))
+        try:
+            yield tmp
+            check_output_dir(out, command, overwrite=overwrite, source=source, option=option)
+            commit_output(tmp, out, command, source=source, adopt=adopt, option=option)
+            done = True
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for p in [] if done else made:  # deepest first; one holding anything stays
+            try:
+                p.rmdir()
+            except OSError:
+                break
 
 
 def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = None,

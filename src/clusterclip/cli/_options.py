@@ -97,6 +97,26 @@ def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list
     return parse
 
 
+def integer_or(word: str, lo: int, hi: int) -> Callable[[str], int | str]:
+    """:func:`integer`, or ``word`` itself (``--tune auto``)."""
+    number = integer(lo, hi)
+
+    def parse(text: str) -> int | str:
+        if text.strip() == word:
+            return word
+        try:
+            return number(text)
+        except argparse.ArgumentTypeError as e:
+            if not str(e).startswith("expected"):
+                raise
+            raise argparse.ArgumentTypeError(
+                f"expected {word} or an integer in {lo} .. {hi}, got {text!r:.40}") from None
+
+    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
+    parse.__name__ = "integer"
+    return parse
+
+
 # One type per kind of number; every command takes its numbers through these.
 SEED = integer(0, MAX_SEED)
 CLIP = integer(1, MAX_CLIP)
@@ -108,6 +128,7 @@ RANK = integer(0, MAX_WORLD - 1)
 WORLD_SIZE = integer(1, MAX_WORLD)
 ROWS = integer(1, MAX_ROWS)  # documents or rows per sample, shard, chunk or file; clusters K
 ROWS_OR_ZERO = integer(0, MAX_ROWS)  # the same, 0 meaning none or all (as each option says)
+TUNE = integer_or("auto", 0, MAX_ROWS)  # --tune: documents, 0 (none) or auto
 CLUSTER_LIST = integer_list(1, MAX_ROWS)
 CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
 SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
@@ -156,9 +177,10 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
                    help="auto (default): int8 with onnx on the CPU where it agrees with "
                         "torch (cosine >= 0.99 mean, >= 0.97 at the 1st percentile), fp16 "
                         "with torch on GPUs, else fp32")
-    g.add_argument("--tune", type=ROWS_OR_ZERO, default=0, metavar="N",
+    g.add_argument("--tune", type=TUNE, default="auto", metavar="N|auto",
                    help="--embedder fast: tune its table toward MiniLM's vectors of a seeded "
-                        "sample of N documents (cached; default 0: no tuning)")
+                        "sample of N documents (cached; 0: untuned); default auto: 2000 "
+                        "documents when the corpus has at least 20000 with text, else 0")
     g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")

@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_embed_options(p)
     g = p.add_argument_group("embedding shards")
     g.add_argument("--shard-size", type=ROWS, default=4096,
-                   help="documents per resumable shard (default: 4096)")
+                   help="documents per resumable shard, at most: shards grow 256, 512, ... "
+                        "up to this size (default: 4096)")
     g.add_argument("--keep-shards", action="store_true",
                    help="keep W/embed/ (the shards' completion records) at the end "
                         "(default: remove it)")
@@ -71,16 +72,20 @@ def summary_text(info: dict) -> str:
     if agree and info.get("precision") == "int8":
         how += (f" (cosine to torch on the probe: {agree['mean']:.4f} mean, "
                 f"{agree['p1']:.4f} at the 1st percentile)")
-    tune = info.get("tune")
-    if tune:
+    tune = info.get("tune") or {}
+    auto = tune.get("auto")
+    if tune.get("documents"):
         cost = "cached" if tune["cached"] else f"{tune['seconds']:.1f} s"
         how += (f"{', ' if how else ''}table tuned on {tune['documents']} documents "
-                f"({cost}; held-out "
+                f"({'--tune auto, ' if auto else ''}{cost}; held-out "
                 f"cosine to the teacher {tune['held_out_cosine_untuned']:.3f} -> "
                 f"{tune['held_out_cosine_tuned']:.3f})")
         if not tune["cached"] and tune["documents"] >= info["valid"]:
             how += ("; the teacher embedded every document, so --embedder minilm would "
                     "have cost no more")
+    elif auto:
+        how += (f"{', ' if how else ''}table untuned (--tune auto tunes from "
+                f"{auto['min_valid']} documents with text; --tune N tunes anyway)")
     lines = [
         head,
         f"  documents:        {info['documents']} in {info['files']} files",

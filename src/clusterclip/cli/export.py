@@ -5,6 +5,7 @@ one Parquet file for Embedding Atlas (``--format atlas``)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from clusterclip.cli._options import RANK, ROWS, WORLD_SIZE, add_overwrite_option
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == export.ATLAS:
         return _run_atlas(args)
+    stale = export.older_schedule_warning(args.workdir) if args.schedule is None else None
+    if stale:
+        print(stale, file=sys.stderr)
     if args.format == "megatron" and args.rows_per_shard is not None:
         raise InputError("--rows-per-shard does not apply to --format megatron "
                          "(it writes one .bin/.idx pair)")

@@ -4,25 +4,34 @@
 Layout inside the work directory ``W``::
 
     W/corpus/                 the corpus index (clusterclip.corpus.scan_into)
-    W/embed/plan.json         fingerprint, N, shard size of this run
+    W/embed/plan.json         fingerprint, N, shard sizes of this run
     W/embed/embeddings.npy    the N x d rows being written (pre-allocated, zeros where
                               excluded), moved to W/embeddings.npy when every shard is done
-    W/embed/shard-00012.done  completion record of rows [12*S, 13*S), written after them
+    W/embed/shard-00012.done  completion record of shard 12's rows, written after them
     W/embeddings.npy          N x d, L2-normalised, float32 or float16, memory-mappable
     W/valid.npy               bool[N]
 
-A shard counts only when its ``.done`` record exists (written atomically after its rows)
-and the rows file is the one the records describe (a rows file made anew starts with no
-records), so a killed run resumes at the missing shards and never counts half-written
-rows. Under ``torchrun`` every process scans a share of the input files, then embeds every
-P-th missing shard into the one rows file; nothing is merged.
+Shards grow from :data:`FIRST_SHARD` documents, doubling up to the shard size S (256, 512,
+..., 4096, 4096, ...; :func:`shard_bounds`), so a run interrupted early keeps its first
+shards whatever the corpus's size. A shard counts only when its ``.done`` record exists
+(written atomically after its rows) and the rows file is the one the records describe (a
+rows file made anew starts with no records), so a killed run resumes at the missing shards
+and never counts half-written rows. Under ``torchrun`` every process scans a share of the
+input files, then embeds every P-th missing shard into the one rows file; nothing is merged.
+
+A shard is what an embedder's :meth:`~clusterclip.embedding.base.Embedder.encode` gets in
+one call: MiniLM and ``hf`` sort it by length into padded batches. In fp32 a document's
+vector did not depend on its batch (300 pydocs sections as one shard or 256 + 44: the same
+bits); in int8 (ONNX's dynamic quantisation scales each batch) it does, at quantisation
+rounding (there: 192 of 300 rows the same, cosine >= 0.989), as it depends on the batch
+size. The layout is a function of N and S alone, so the same corpus gets the same bytes.
+``fast`` and ``model2vec`` embed each document alone: their vectors never depend on it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -41,6 +50,8 @@ from clusterclip.io import atomic_path, save_npy, write_json, write_marker
 STAGE = "embed"
 PIPELINE_VERSION = 1
 DEFAULT_SHARD_SIZE = 4096
+# The first shard's size; each next one doubles, up to the shard size.
+FIRST_SHARD = 256
 # The rows file inside W/embed while shards are written into it.
 ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
@@ -120,7 +131,7 @@ def resolve_max_length(embedder: str, max_length: int | None) -> int | None:
 def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
                       pooling: str = "mean", max_length: int | None = None,
                       dtype: str = "float32", backend: str = "auto", precision: str = "auto",
-                      device: str = "cpu", tune: int = 0, tune_seed: int = 0
+                      device: str = "cpu", tune: int | str = "auto", tune_seed: int = 0
                       ) -> dict[str, Any]:
     """What determines the vectors, computed without loading the model (for fingerprints).
 
@@ -143,14 +154,20 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
         ident.update(runtime_identity(embedder, backend, precision, device))
     if embedder == "fast":
         from clusterclip.embedding.static import STATIC_VERSION
+        from clusterclip.embedding.tune import (
+            AUTO,
+            AUTO_DOCUMENTS,
+            AUTO_MIN_VALID,
+            TUNE_VERSION,
+        )
 
         ident["static_version"] = STATIC_VERSION
         ident["sample_size"] = SAMPLE_SIZE
         if tune:
-            from clusterclip.embedding.tune import TUNE_VERSION
-
             ident["tune"] = {"documents": tune, "seed": tune_seed, "version": TUNE_VERSION,
                              "teacher": runtime_identity("minilm", backend, precision, device)}
+        if tune == AUTO:  # the rule; the corpus (in the fingerprint) decides
+            ident["tune"]["auto"] = {"documents": AUTO_DOCUMENTS, "min_valid": AUTO_MIN_VALID}
     return ident
 
 
@@ -166,15 +183,20 @@ def runtime_identity(embedder: str, backend: str, precision: str, device: str
     return out
 
 
-def check_tune(embedder: str, tune: int, tune_seed: int, backend: str = "auto",
+def check_tune(embedder: str, tune: int | str, tune_seed: int, backend: str = "auto",
                precision: str = "auto") -> None:
-    """``tune`` and the teacher's backend apply where they mean something (InputError)."""
+    """``tune`` (a number, or ``auto``: :func:`clusterclip.embedding.tune.resolve_tune`) and
+    the teacher's backend apply where they mean something (InputError)."""
+    from clusterclip.embedding.tune import AUTO, MAX_DOCUMENTS
+
+    if tune == AUTO:  # the default of every embedder; it means something for fast only
+        tune = 0 if embedder != "fast" else 1
+    if not isinstance(tune, int):
+        raise InputError(f"--tune {tune}: expected {AUTO} or a number of documents")
     if tune < 0:
         raise InputError(f"--tune {tune}: must be >= 0 (0: no tuning)")
     if tune and embedder != "fast":
         raise InputError(f"--tune applies to --embedder fast (not {embedder})")
-    from clusterclip.embedding.tune import MAX_DOCUMENTS
-
     if tune > MAX_DOCUMENTS:
         raise InputError(f"--tune {tune}: at most {MAX_DOCUMENTS} documents")
     if not 0 <= tune_seed < 2 ** 32:
@@ -276,6 +298,18 @@ def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE, chunk: int = 1 <<
 
 # -- shards -----------------------------------------------------------------------
 
+def shard_bounds(n: int, shard_size: int = DEFAULT_SHARD_SIZE, first: int = FIRST_SHARD
+                 ) -> np.ndarray:
+    """Where the shards of ``n`` documents start, then ``n`` (int64, ascending): sizes
+    ``first``, twice that, ... up to ``shard_size`` (then ``shard_size`` each), the last
+    one cut at ``n``. A function of ``n`` and the two sizes only."""
+    bounds, size = [0], min(first, shard_size)
+    while bounds[-1] < n:
+        bounds.append(min(bounds[-1] + size, n))
+        size = min(2 * size, shard_size)
+    return np.asarray(bounds, dtype=np.int64)
+
+
 def shard_name(s: int) -> str:
     return f"shard-{s:05d}"
 
@@ -324,15 +358,14 @@ def allocate_rows(shard_dir: Path, n: int, dim: int, dtype: str) -> bool:
     return True
 
 
-def _shard_texts(corpus: Corpus, shards: list[int], shard_size: int,
+def _shard_texts(corpus: Corpus, shards: list[int], bounds: np.ndarray,
                  known: dict[int, str] | None = None
                  ) -> Iterator[tuple[int, np.ndarray, list[str]]]:
-    """For each shard (ascending): its valid indices and their texts, those not in
-    ``known`` (index -> text) read in one pass."""
-    n = len(corpus)
+    """For each shard (ascending; ``bounds``: :func:`shard_bounds`): its valid indices and
+    their texts, those not in ``known`` (index -> text) read in one pass."""
     per_shard = []
     for s in shards:
-        start, stop = s * shard_size, min((s + 1) * shard_size, n)
+        start, stop = int(bounds[s]), int(bounds[s + 1])
         per_shard.append(start + np.flatnonzero(corpus.valid[start:stop]))
     wanted = np.concatenate(per_shard) if per_shard else np.zeros(0, np.int64)
     texts = _texts_at(corpus, wanted, known or {})
@@ -354,28 +387,28 @@ def _texts_at(corpus: Corpus, indices: np.ndarray, known: dict[int, str]) -> Ite
 
 
 def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: list[int], *,
-                 shard_size: int, dtype: str, progress: bool = True,
+                 bounds: np.ndarray, dtype: str, progress: bool = True,
                  desc: str = "embedding", known: dict[int, str] | None = None) -> int:
     """Embed ``shards`` (ascending shard numbers) of ``corpus`` into the rows file
     ``shard_dir/ROWS`` (made by :func:`allocate_rows`); texts in ``known`` (index ->
     text) are not read again.
 
-    Shard ``s`` writes rows [s*S, min((s+1)*S, N)) in corpus order, zeros for excluded
-    documents, then its ``.done`` record. Returns documents embedded.
+    Shard ``s`` writes rows [bounds[s], bounds[s+1]) (:func:`shard_bounds`) in corpus
+    order, zeros for excluded documents, then its ``.done`` record. Returns documents
+    embedded.
     """
     from tqdm import tqdm
 
-    n = len(corpus)
     path = shard_dir / ROWS
     offset = np.load(path, mmap_mode="r", allow_pickle=False).offset  # the header's length
     row_bytes = embedder.dim * np.dtype(dtype).itemsize
-    total = sum(int(corpus.valid[s * shard_size:(s + 1) * shard_size].sum()) for s in shards)
+    total = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in shards)
     done = 0
     fd = os.open(path, os.O_WRONLY)
     try:
         with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
-            for s, idx, texts in _shard_texts(corpus, shards, shard_size, known):
-                start, stop = s * shard_size, min((s + 1) * shard_size, n)
+            for s, idx, texts in _shard_texts(corpus, shards, bounds, known):
+                start, stop = int(bounds[s]), int(bounds[s + 1])
                 rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
                 if len(texts):
                     # The bar moves per batch: a shard can take minutes on a CPU.
@@ -415,6 +448,7 @@ def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
         # The fingerprint covers the inputs' hashes: an edited input never resumes.
         if (old is not None and old.get("fingerprint") == fp
                 and old.get("shard_size") == shard_size
+                and old.get("first_shard") == FIRST_SHARD
                 and (root / "corpus" / "corpus.json").exists()):
             corpus = Corpus.load(root / "corpus")
             _check_clusters(corpus.stats, n_clusters)
@@ -452,6 +486,7 @@ def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
             write_marker(shard_dir, STAGE)
             write_json(shard_dir / "plan.json", {"fingerprint": fp,
                                                  "shard_size": shard_size,
+                                                 "first_shard": FIRST_SHARD,
                                                  "documents": stats["documents"]})
 
         D.on_main(start)
@@ -478,32 +513,19 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     emb, tuning = None, None
     for turn in (0, 1):
         if (rank == 0) == (turn == 0):
-            emb = make_embedder(embedder, model=params["model"], pooling=params["pooling"],
-                                max_length=params["max_length"],
-                                batch_size=params["batch_size"], device=params["device"],
-                                dtype=dtype, progress=progress and rank == 0,
-                                trust_remote_code=trust_remote_code,
-                                backend=params["backend"], precision=params["precision"],
-                                tune=params["tune"], tune_seed=params["tune_seed"])
-            plan = getattr(emb, "tune_plan", None)
-            if plan is not None:
-                from clusterclip.embedding.tune import tune_indices
-
-                at = tune_indices(corpus.valid, plan.documents, plan.seed)
-                known.update(zip(at.tolist(), _texts_at(corpus, at, known), strict=True))
-                tuning = emb.tune([known[i] for i in at.tolist()])
+            emb, tuning = stage_embedder(params, corpus, progress=progress and rank == 0,
+                                         trust_remote_code=trust_remote_code, known=known,
+                                         prepare=False)
         D.barrier()
     assert emb is not None
-    if type(emb).prepare is not Embedder.prepare:
-        sample = sample_indices(corpus.valid)
-        known.update(zip(sample.tolist(), _texts_at(corpus, sample, known), strict=True))
-        emb.prepare([known[i] for i in sample.tolist()])
+    _prepare(emb, corpus, known)
 
     n = len(corpus)
-    n_shards = math.ceil(n / shard_size)
+    bounds = shard_bounds(n, shard_size)
+    n_shards = len(bounds) - 1
 
     def done(s: int) -> bool:
-        return shard_is_done(shard_dir, s, s * shard_size, min((s + 1) * shard_size, n))
+        return shard_is_done(shard_dir, s, int(bounds[s]), int(bounds[s + 1]))
 
     def missing() -> list[int]:
         allocate_rows(shard_dir, n, emb.dim, dtype)
@@ -512,7 +534,7 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     todo = D.on_main(missing)
     mine = todo[rank::world]
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
-    embedded = embed_shards(corpus, emb, shard_dir, mine, shard_size=shard_size, dtype=dtype,
+    embedded = embed_shards(corpus, emb, shard_dir, mine, bounds=bounds, dtype=dtype,
                             progress=progress, desc=desc, known=known)
     counts = D.gather_objects(embedded)
     D.barrier()
@@ -536,6 +558,53 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                 "processes": world, "fingerprint": fp, **_runtime_info(emb, tuning)}
 
     return D.on_main(finish)
+
+
+def stage_embedder(params: dict[str, Any], corpus: Corpus, *, device: str | None = None,
+                   progress: bool = False, trust_remote_code: bool = False,
+                   known: dict[int, str] | None = None, prepare: bool = True
+                   ) -> tuple[Embedder, dict[str, Any] | None]:
+    """The embedder the embed stage of ``params`` (its manifest params) runs on ``corpus``:
+    its table tuned as the stage tunes it (``--tune``, ``auto`` resolved by the corpus's
+    documents with text; tuned tables are cached, so a second call loads it), then, with
+    ``prepare``, fitted on the corpus's fixed sample. ``device``: instead of the stage's.
+    ``known``: texts by index already read (filled with those read here). Returns it and
+    the tuning report (None when untuned; with ``--tune auto`` its ``auto`` entry)."""
+    from clusterclip.embedding.tune import AUTO, AUTO_MIN_VALID, resolve_tune, tune_indices
+
+    name, asked = params["embedder"], params.get("tune", 0)
+    valid = int(corpus.stats["valid"])
+    tune = resolve_tune(asked, valid) if name == "fast" else 0
+    emb = make_embedder(name, model=params.get("model"), pooling=params.get("pooling", "mean"),
+                        max_length=params.get("max_length"),
+                        batch_size=params.get("batch_size", 64),
+                        device=device or params.get("device", "cpu"),
+                        dtype=params.get("dtype", "float32"), progress=progress,
+                        trust_remote_code=trust_remote_code,
+                        backend=params.get("backend", "auto"),
+                        precision=params.get("precision", "auto"),
+                        tune=tune, tune_seed=params.get("tune_seed", 0))
+    known = {} if known is None else known
+    tuning = None
+    plan = getattr(emb, "tune_plan", None)
+    if plan is not None:
+        at = tune_indices(corpus.valid, plan.documents, plan.seed)
+        known.update(zip(at.tolist(), _texts_at(corpus, at, known), strict=True))
+        tuning = emb.tune([known[i] for i in at.tolist()])
+    if asked == AUTO and name == "fast":
+        tuning = {**(tuning or {"documents": 0}),
+                  "auto": {"valid": valid, "min_valid": AUTO_MIN_VALID}}
+    if prepare:
+        _prepare(emb, corpus, known)
+    return emb, tuning
+
+
+def _prepare(emb: Embedder, corpus: Corpus, known: dict[int, str]) -> None:
+    """Fit ``emb``'s corpus statistics on the fixed sample (:func:`sample_indices`)."""
+    if type(emb).prepare is not Embedder.prepare:
+        sample = sample_indices(corpus.valid)
+        known.update(zip(sample.tolist(), _texts_at(corpus, sample, known), strict=True))
+        emb.prepare([known[i] for i in sample.tolist()])
 
 
 def _runtime_info(emb: Embedder, tuning: dict[str, Any] | None) -> dict[str, Any]:

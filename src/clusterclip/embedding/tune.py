@@ -18,6 +18,10 @@ document approaches MiniLM's (the teacher's):
 
 The tuned table is cached in :func:`clusterclip.io.cache_dir`, keyed by the sample's
 texts, N, the seed, the teacher and the recipe (:data:`TUNE_VERSION`).
+
+``--tune auto`` (the default, :func:`resolve_tune`): a sample of :data:`AUTO_DOCUMENTS`
+when the corpus has at least :data:`AUTO_MIN_VALID` documents with text (the teacher then
+embeds at most a tenth of it), untuned otherwise.
 """
 
 from __future__ import annotations
@@ -44,6 +48,19 @@ HOLDOUT = 0.1
 # Ridge strengths tried, as multiples of the mean diagonal of X X^T.
 RIDGE = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 MAX_DOCUMENTS = 8192
+#: ``--tune auto``: the sample it tunes on, and the documents with text it needs for that.
+AUTO = "auto"
+AUTO_DOCUMENTS = 2000
+AUTO_MIN_VALID = 10 * AUTO_DOCUMENTS
+
+
+def resolve_tune(tune: int | str, valid: int) -> int:
+    """The sample size ``tune`` means for a corpus of ``valid`` documents with text:
+    ``tune`` itself, or for :data:`AUTO` :data:`AUTO_DOCUMENTS` when ``valid`` is at least
+    :data:`AUTO_MIN_VALID`, else 0 (untuned)."""
+    if tune != AUTO:
+        return int(tune)
+    return AUTO_DOCUMENTS if valid >= AUTO_MIN_VALID else 0
 
 
 @dataclass(frozen=True)

@@ -59,19 +59,11 @@ def read_target(files: list[str], text_field: str) -> Target:
 
 def _embedder(params: dict[str, Any], corpus: Any, device: str) -> Any:
     """W's embedder, as its manifest's embed stage ran it (``params``: that stage's
-    parameters), with the corpus statistics of a fast embedder fitted on the same sample
-    of W's corpus."""
-    from clusterclip.embedding.base import Embedder
-    from clusterclip.embedding.pipeline import make_embedder, sample_indices
+    parameters): a fast embedder's table tuned and its statistics fitted as the stage did,
+    on the same samples of W's corpus."""
+    from clusterclip.embedding.pipeline import stage_embedder
 
-    p = params
-    emb = make_embedder(p["embedder"], model=p.get("model"), pooling=p.get("pooling", "mean"),
-                        max_length=p.get("max_length"), batch_size=p.get("batch_size", 64),
-                        device=device, dtype=p.get("dtype", "float32"), progress=False)
-    if type(emb).prepare is not Embedder.prepare:
-        sample = sample_indices(corpus.valid)
-        emb.prepare([t for t in corpus.texts(sample) if t is not None])
-    return emb
+    return stage_embedder(params, corpus, device=device)[0]
 
 
 def embed_texts(params: dict[str, Any], corpus: Any, texts: list[str], device: str

@@ -25,6 +25,7 @@ from clusterclip.embedding.pipeline import (
     remove_shards,
     resolve_max_length,
 )
+from clusterclip.embedding.tune import AUTO as AUTO_TUNE
 from clusterclip.errors import InputError
 from clusterclip.io import marker_of
 from clusterclip.workdir import CORPUS, EMBED_DIR, EMBEDDINGS, VALID, Workdir
@@ -58,7 +59,7 @@ class EmbedOptions:
     progress: bool = True
     backend: str = "auto"
     precision: str = "auto"
-    tune: int = 0
+    tune: int | str = AUTO_TUNE  # clusterclip.embedding.tune.resolve_tune
     tune_seed: int = 0
 
     def __post_init__(self) -> None:

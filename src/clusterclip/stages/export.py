@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
-from clusterclip.workdir import CORPUS, LABELS, MAP, SCHEDULE, Workdir
+from clusterclip.workdir import CORPUS, LABELS, MAP, SCHEDULE, SEARCH, Workdir
 
 #: The format that writes the report's map, not a schedule.
 ATLAS = "atlas"
@@ -83,6 +83,24 @@ def run(w: Workdir, options: ExportOptions) -> dict[str, Any]:
         return w.run_stage("export", key=key, reads=reads,
                            inputs=[sched] if sched is not None else [], outputs=[out],
                            work=lambda run: _export(w, o, sched, tokenizer), cache=False)
+
+
+def older_schedule_warning(workdir: str | os.PathLike[str]) -> str | None:
+    """A warning line when ``W/schedule.npy`` (what ``export`` exports by default) is older
+    than ``W/search/mixture.json``: the search's mixture came after it, so it was not
+    sampled from it. Not a refusal: exporting the earlier schedule (a baseline) is a
+    legitimate use, and a mixture sampled into another file leaves no trace in ``W``."""
+    root = Path(workdir)
+    sched, mix = root / SCHEDULE, root / SEARCH / "mixture.json"
+    try:
+        if sched.stat().st_mtime_ns >= mix.stat().st_mtime_ns:
+            return None
+    except OSError:
+        return None
+    return (f"warning: exporting {sched}, older than {mix} (so not sampled from it); to "
+            f"export the mixture's schedule: clusterclip sample --labels "
+            f"{root / LABELS} --mixture {mix} --num-samples T --out S.npy, then "
+            f"export --schedule S.npy")
 
 
 def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any
