@@ -3,6 +3,15 @@
 Data flow: corpus -> embeddings -> clusters -> sampler -> report / experiment.
 The sampler needs only numpy; torch, embedding models, FAISS and plotting are
 optional extras.
+
+Layout, from the bottom (imports point down; ``tests/test_layers.py`` checks it):
+shared modules (``errors``, ``limits``, ``io``, ``labels``, ``distributed``, ...);
+the algorithm packages ``corpus`` -> ``embedding`` -> ``clustering`` -> ``sampling``,
+then ``dedup``, ``tokens``, ``grouping``, ``export``, ``report``, ``lm`` (the proxy
+language model), ``experiment`` and ``search``, which take arrays, paths or options;
+``workdir`` (the work directory: its artifact names, loaders, lock and manifest);
+``stages`` (one module per stage: its options and ``run(w, options)``); ``cli``.
+Only ``stages`` and ``cli`` import the work directory.
 """
 
 from __future__ import annotations
