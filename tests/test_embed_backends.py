@@ -260,8 +260,8 @@ def test_a_tuned_fast_table_is_cached_and_agrees_better_with_the_teacher(tmp_pat
     from clusterclip.search.target import embed_texts
     from clusterclip.workdir import Workdir
 
-    got = embed_texts(Workdir(tmp_path / "A"), Corpus.load(tmp_path / "A" / "corpus"),
-                      texts[:5], "cpu")
+    got = embed_texts(Workdir(tmp_path / "A").stage("embed")["params"],
+                      Corpus.load(tmp_path / "A" / "corpus"), texts[:5], "cpu")
     assert np.array_equal(got, np.load(tmp_path / "A" / "embeddings.npy")[:5])
 
 
