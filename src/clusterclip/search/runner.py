@@ -44,7 +44,7 @@ from clusterclip.search.target import Target, read_target
 #: default: the default verifies one size up, ``--quick`` only when asked. ``--quick``
 #: trains ``small`` proxies (446k parameters; ``tiny``'s 44k ranked mixtures worse, issue
 #: 27) in :data:`QUICK_WORKERS` processes: 24 proxies + 9 test runs of 2,500 documents are
-#: about 13 CPU minutes, within 10 minutes only on both of 2 cores (docs/benchmarks.md,
+#: 896 CPU s (15 minutes), 524 s wall on both of 2 idle cores (docs/benchmarks.md,
 #: "Search").
 QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "small", "verify_model": None}
 #: ``--quick``'s worker processes when ``--workers`` is not given: at most the CPUs each
