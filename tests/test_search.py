@@ -155,7 +155,10 @@ def test_super_clusters_split_by_the_prior():
 
 # -- real searches on a small work directory ------------------------------------------
 
-QUICK = ["--quick", "--runs", "5", "--rounds", "2", "--test-seeds", "2", "--no-progress"]
+#: ``--quick`` at the tiny model in this process: the tests' size (--quick itself trains
+#: small proxies in 2 workers).
+QUICK = ["--quick", "--model", "tiny", "--workers", "1", "--runs", "5", "--rounds", "2",
+         "--test-seeds", "2", "--no-progress"]
 
 
 def _corpus(root: Path, pydocs_path: Path) -> tuple[Path, Path]:
@@ -291,6 +294,54 @@ def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
     assert f"it never draws {share:.0%} of the corpus's training documents" in first
 
 
+def test_the_verdict_says_how_well_the_predictor_ranked_and_what_the_seeds_could_detect(
+        searched):
+    """The verdict's predictor line is the Spearman of the proxies' leave-one-out
+    predictions against their observed val objective, and its detectable line is the
+    half-width of each paired-t 95% interval (searched − random), both recomputed here
+    from results.json's per-proxy and per-seed numbers."""
+    from scipy import stats
+
+    from clusterclip.experiment.verdict import paired_difference
+
+    res = json.loads(searched["bytes"]["results.json"])
+    md = searched["bytes"]["results.md"].decode().splitlines()
+    verdict = md[1:md.index("## Setup")]
+    pairs = [(p["loo_predicted"], p["val"]["objective"]) for p in res["proxies"]]
+    rho = stats.spearmanr(*zip(*pairs, strict=True)).statistic
+    line = next(ln for ln in verdict if ln.startswith("- Predictor: "))
+    assert line.startswith(f"- Predictor: leave-one-out rank correlation {rho:.2f} over "
+                           f"{len(pairs)} proxies (Spearman, predicted vs observed val")
+    t = res["test"]
+    n = len(res["test_seeds"])
+    line = next(ln for ln in verdict if ln.startswith(f"- Smallest difference these {n} seeds"))
+    for m in ("target", "micro", "macro"):
+        d = paired_difference(np.subtract(t["searched"][m], t["random"][m]))
+        half = stats.t.ppf(0.975, n - 1) * np.std(np.subtract(t["searched"][m], t["random"][m]),
+                           ddof=1) / math.sqrt(n)
+        assert d.detectable == pytest.approx(half, rel=1e-9)
+        assert f"{m} ±{half:.4f}" in line
+    obj = res["comparisons"]["searched - random"]["target"]
+    lead = next(ln for ln in verdict if ln.startswith("On this corpus"))
+    assert (f"cannot tell a difference smaller than ±{obj['detectable']:.4f}" in lead) == \
+        (not obj["measurable"])
+
+
+def test_quick_trains_small_proxies_in_at_most_two_workers_and_the_help_says_so(capsys):
+    """``--quick``: small proxies (tiny ranked mixtures worse, issue 27), no verification,
+    2 workers per rank but never more than the CPUs the ranks share; the help states it."""
+    from clusterclip.lm.runs import usable_cpus
+    from clusterclip.search.runner import QUICK_WORKERS, SearchConfig, quick_workers
+
+    c = SearchConfig.from_options(quick=True)
+    assert (c.model, c.runs, c.verify_model, c.experiment().epochs) == ("small", 24, None, 1.5)
+    for world in (1, 2, 64):
+        assert quick_workers(world) == max(1, min(QUICK_WORKERS, usable_cpus() // world))
+    assert main(["search", "--help"]) == 0
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "24 proxies of the small model, 1.5 epochs, 3 test seeds, in 2 workers" in helptext
+
+
 def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
     """Each arm's never-drawn shares at the budget, per test seed, equal a count over its
     schedule packed into the budget's windows, rebuilt here from the splits."""
@@ -303,7 +354,8 @@ def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
     w = searched["w"]
     res = json.loads(searched["bytes"]["results.json"])
     labels, texts, _ = load_inputs(w)
-    config = SearchConfig.from_options(quick=True, runs=5, rounds=2, test_seeds=2)
+    config = SearchConfig.from_options(quick=True, runs=5, rounds=2, test_seeds=2,
+                                       model="tiny")
     data, splits = prepare(texts, labels, read_target([str(searched["target"])], "text"),
                            config)
     train = splits["corpus_train"]

@@ -291,13 +291,14 @@ def add_sampling_options(g: Any, *, mixture_into: Any = None, mixture_help: str)
              default=None, metavar="FILE", help=mixture_help)
 
 
-def add_workers_option(p: argparse.ArgumentParser, what: str) -> None:
-    """``--workers`` of ``experiment`` and ``search``."""
-    p.add_argument("--workers", type=THREADS, default=1, metavar="N",
+def add_workers_option(p: argparse.ArgumentParser, what: str, quick: str = "") -> None:
+    """``--workers`` of ``experiment`` and ``search`` (``quick``: what ``--quick`` takes,
+    for the help; the option is then None unless given)."""
+    p.add_argument("--workers", type=THREADS, default=None if quick else 1, metavar="N",
                    help=f"worker processes training {what} side by side, each at --threads "
-                        "(default 1: in this process; under torchrun, per rank); the results "
-                        "are the same for every N. On the shared 2-core machine 2 workers "
-                        "measured slower (docs/benchmarks.md, \"Search\")")
+                        f"(default 1: in this process{quick}; under torchrun, per rank); the "
+                        "results are the same for every N. On the shared 2-core machine 2 "
+                        "workers measured slower (docs/benchmarks.md, \"Search\")")
 
 
 def check_token_options(args: argparse.Namespace, tokens_file: str | None = None) -> bool:

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options, add_workers_option
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
     from clusterclip.lm.config import MODEL_PRESETS
-    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK
+    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS
 
     add_path(p, "--workdir", role="workdir", default=None,
              help="work directory (labels.npy, corpus/, centroids.npy); required without "
@@ -53,9 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"one size up from --model; --quick: {NO_VERIFY} unless "
                         f"asked)")
     p.add_argument("--quick", action="store_true",
-                   help="the tiny model, 1.5 epochs, 24 proxies, 3 test seeds: at most 10 "
-                        "minutes on 2 CPU cores for 2,500 documents (docs/benchmarks.md, "
-                        "\"Search\")")
+                   help=f"{QUICK['runs']} proxies of the {QUICK['model']} model, 1.5 "
+                        f"epochs, {QUICK['test_seeds']} test seeds, in {QUICK_WORKERS} "
+                        "workers: 2,500 documents in 9 minutes on 2 idle CPU cores, 15 CPU "
+                        "minutes (so over 10 minutes in one process or beside other work; "
+                        "docs/benchmarks.md, \"Search\"); with --model tiny about 3 CPU "
+                        "minutes, a smoke test (its proxies ranked mixtures worse)")
     p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
                    help="cluster-stratified subsample of at most this many documents "
                         "(0 = all)")
@@ -63,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch device: cpu or cuda (under torchrun one GPU per rank)")
     p.add_argument("--threads", type=THREADS, default=None,
                    help="torch CPU threads per process (default: 1 for tiny and small)")
-    add_workers_option(p, "proxies")
+    add_workers_option(p, "proxies", f"; --quick: {QUICK_WORKERS}, at most the CPUs")
     p.add_argument("--seed", type=SEED, default=0, help="splits, proxies and candidates")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     sub = p.add_subparsers(dest="search_command", metavar="{propose,fit}",
@@ -195,9 +198,11 @@ SUBCOMMANDS = {
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from clusterclip import distributed as D
     from clusterclip.errors import InputError
-    from clusterclip.search.runner import SearchConfig
+    from clusterclip.search.runner import SearchConfig, quick_workers
     from clusterclip.stages import search as stage
     from clusterclip.workdir import Workdir
 
@@ -214,8 +219,12 @@ def run(args: argparse.Namespace) -> int:
     # checked before a process group exists: bad options fail alike everywhere (the device
     # is tried in the group, which selects each rank's GPU first)
     options = stage.SearchStageOptions(config, device=args.device, threads=args.threads,
-                                       workers=args.workers, progress=not args.no_progress)
+                                       workers=args.workers or 1,
+                                       progress=not args.no_progress)
     with D.process_group(args.device) as main_rank:
+        if args.workers is None:  # --quick's own: per rank, within the CPUs ranks share
+            options = replace(options, workers=quick_workers(D.rank_and_world()[1])
+                              if args.quick else 1)
         results = stage.run(Workdir(args.workdir, create=False), options)
     if main_rank:
         from clusterclip.search.output import verdict_lines

@@ -38,13 +38,27 @@ from clusterclip.search.space import (
 from clusterclip.search.splits import corpus_splits, target_splits
 from clusterclip.search.target import Target
 
-#: (runs, rounds, test seeds, model) of ``--quick`` and of the default.
 #: (runs, rounds, test seeds, model, the verification's model) of ``--quick`` and of the
-#: default: the default verifies one size up, ``--quick`` only when asked.
-QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "tiny", "verify_model": None}
+#: default: the default verifies one size up, ``--quick`` only when asked. ``--quick``
+#: trains ``small`` proxies (446k parameters; ``tiny``'s 44k ranked mixtures worse, issue
+#: 27) in :data:`QUICK_WORKERS` processes: 24 proxies + 9 test runs of 2,500 documents are
+#: 896 CPU s (15 minutes), 524 s wall on both of 2 idle cores (docs/benchmarks.md,
+#: "Search").
+QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "small", "verify_model": None}
+#: ``--quick``'s worker processes when ``--workers`` is not given: at most the CPUs each
+#: rank may use (the results are the same for every count).
+QUICK_WORKERS = 2
 DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": 5, "model": "small", "verify_model": "base"}
 #: ``--verify-model none``: no verification.
 NO_VERIFY = "none"
+
+
+def quick_workers(world: int = 1) -> int:
+    """``--quick``'s worker processes per rank: :data:`QUICK_WORKERS`, at most the usable
+    CPUs shared among ``world`` ranks, at least 1."""
+    from clusterclip.lm.runs import usable_cpus
+
+    return max(1, min(QUICK_WORKERS, usable_cpus() // world))
 
 
 def one_size_up(model: str) -> str | None:
