@@ -411,8 +411,10 @@ def main(argv: list[str] | None = None) -> int:
 
     shutil.rmtree(work, ignore_errors=True)
     cli = [sys.executable, "-m", "clusterclip.cli"]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
+    # what users run: the tokenizers' own threads stay on (TOKENIZERS_PARALLELISM unset
+    # here; `fast` and the megatron export tokenize in parallel batches)
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     num_samples = max(1, int(round(args.epochs * n)))
     k = ["--clusters", str(args.clusters)]
     # untuned, as every figure in docs/scale.md (--tune auto would add the teacher's 2,000
