@@ -46,6 +46,10 @@ the per-document files the stages load or memory-map (corpus index arrays,
 embeddings, valid mask, labels, scores; the schedule per sample) are read from
 the work directory.
 
+``--reuse`` keeps the work directory of an earlier invocation (a finished run with the
+same K and T) and runs only the other steps (the report unless it ran, the export, the
+ranks), adding them to the results file: a long run, then its export, then its ranks.
+
 Results go to ``DIR/results-N-MODE.json`` and are printed as a table. The work
 directory ``DIR/work-N`` is replaced on each run (it is this script's).
 """
@@ -367,6 +371,24 @@ def ranks_run(py: list[str], work: Path, work_n: Path, corpus_dir: Path, opts: l
         raise SystemExit(f"{nproc} ranks differ from one process: {same}")
 
 
+def reusable(work: Path, results: Path, clusters: int, num_samples: int) -> dict:
+    """The earlier invocation's results, if ``work`` holds its finished run with this K and T
+    (SystemExit naming what is missing otherwise)."""
+    try:
+        m = json.loads((work / "manifest.json").read_text())
+        earlier = json.loads(results.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--reuse: no finished earlier run to reuse ({e})") from e
+    st = m.get("stages", {})
+    cl = st.get("cluster", {}).get("params", {})
+    sa = st.get("sample", {})
+    if (sa.get("status") != "done" or cl.get("n_clusters") != clusters
+            or sa.get("params", {}).get("num_samples") != num_samples):
+        raise SystemExit(f"--reuse: {work} does not hold a finished run with K = {clusters} "
+                         f"and T = {num_samples}")
+    return earlier
+
+
 # -- main -----------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "clusterclip-scale"),
                     help="scratch directory (corpus, work directory, logs, results)")
     ap.add_argument("--extra", default="", help="more options for `clusterclip run`")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep DIR/work-N from an earlier invocation (its manifest must show "
+                         "the sample stage done with the same K and T) and skip the run; the "
+                         "steps this invocation runs are added to DIR/results-N-MODE.json")
     args = ap.parse_args(argv)
 
     base = Path(args.dir)
@@ -409,7 +435,12 @@ def main(argv: list[str] | None = None) -> int:
           f"({how}): {corpus_dir}",
           flush=True)
 
-    shutil.rmtree(work, ignore_errors=True)
+    out = base / f"results-{tag}-{args.mode}.json"
+    earlier: dict = {}
+    if args.reuse:
+        earlier = reusable(work, out, args.clusters, max(1, int(round(args.epochs * n))))
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     cli = [sys.executable, "-m", "clusterclip.cli"]
     # what users run: the tokenizers' own threads stay on (TOKENIZERS_PARALLELISM unset
     # here; `fast` and the megatron export tokenize in parallel batches)
@@ -425,7 +456,12 @@ def main(argv: list[str] | None = None) -> int:
                      "mode": args.mode, "corpus": info, "loadavg_start": load0,
                      "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                      "cpus": os.cpu_count(), "stages": {}}
-    if args.mode == "run":
+    if args.reuse:
+        print(f"reusing {work} (run of {earlier.get('started_utc', '?')} UTC)", flush=True)
+        results.update({key: earlier[key] for key in ("run", "stages", "label_agreement",
+                                                      "nmi_check") if key in earlier})
+        results["reused_run_started_utc"] = earlier.get("started_utc")
+    elif args.mode == "run":
         cmd = cli + ["run", str(corpus_dir), "--workdir", str(work), *emb, *k,
                      "--num-samples", str(num_samples), *extra]
         print("$ clusterclip " + " ".join(cmd[3:]), flush=True)
@@ -443,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
             proc = timed_process(cli + a + (extra if name != "cluster" else []), env,
                                  logs / f"{name}.log")
             results["stages"][name] = _plain(proc)
-    if not args.no_report:
+    if not args.no_report and not (args.reuse and "report" in results["stages"]):
         a = ["report", "--workdir", str(work), "--label-field", "topic"]
         print("$ clusterclip " + " ".join(a), flush=True)
         proc = timed_process(cli + a, env, logs / "report.log")
@@ -464,7 +500,6 @@ def main(argv: list[str] | None = None) -> int:
                                     "cluster_size_max")}
     results["bytes_per_doc"] = structures(work, n, num_samples)
     results["loadavg_end"] = os.getloadavg()
-    out = base / f"results-{tag}-{args.mode}.json"
     out.write_text(json.dumps(results, indent=1, default=str) + "\n")
 
     print(f"\n{n:,} documents, K = {args.clusters}, T = {num_samples:,}; load average "
