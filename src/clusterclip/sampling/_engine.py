@@ -866,10 +866,20 @@ class PacedEngine(ClusterEngine):
             done += order.size
             yield act, ma, j0, order, front
 
-    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
-        """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
+    def _room(self, n: int) -> None:
         if self.pos + n > self.num_samples:
             raise RuntimeError("paced: past the end of the schedule")
+
+    def _commit(self, c: np.ndarray, n: int, front: int) -> None:
+        """After ``n`` draws: the live clusters' counts ``c``, the position, the front."""
+        self.counts[self._live] = c
+        self.pos += n
+        self._front = front
+        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+
+    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
+        """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
+        self._room(n)
         if not gather:
             self.seek(self.pos + n)
             return None
@@ -882,17 +892,13 @@ class PacedEngine(ClusterEngine):
                 vals = self._docs_grouped(self._live[act], ma, j0 + self._off[act])
                 out[done:done + order.size] = vals[order]
                 done += order.size
-        self.counts[self._live] = c
-        self.pos += n
-        self._front = front
-        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        self._commit(c, n, front)
         return out
 
     def clusters(self, n: int) -> np.ndarray:
         """The clusters (uint32 ids) of the next ``n`` draws, no documents: the order of
         :meth:`advance`, in O(n + K) memory (``docs`` is never read)."""
-        if self.pos + n > self.num_samples:
-            raise RuntimeError("paced: past the end of the schedule")
+        self._room(n)
         out = np.empty(n, np.uint32)
         c = self.counts[self._live]
         done, front = 0, self._front
@@ -900,10 +906,7 @@ class PacedEngine(ClusterEngine):
             act, ma, _, order, front = window
             out[done:done + order.size] = self._live[np.repeat(act, ma)[order]]
             done += order.size
-        self.counts[self._live] = c
-        self.pos += n
-        self._front = front
-        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        self._commit(c, n, front)
         return out
 
     # --------------------------------------------------------------- summary

@@ -26,6 +26,7 @@ state at any position is the segment plan and O(K) counts.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -226,16 +227,12 @@ class SegmentedEngine:
         return sub.counts_at(position)
 
     # --------------------------------------------------------------- drawing
-    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
-        """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
+    def _spans(self, n: int) -> Iterator[tuple[int, int]]:
+        """The next ``n`` draws as (offset, length) spans within one segment each, the
+        segment's engine current while its span is drawn (moving on to the next segment
+        at each stop); ``pos`` advanced past each span after it is drawn."""
         if self.pos + n > self.num_samples:
             raise RuntimeError("staged schedule: past its end")
-        if self.pos < self.segments[self._i].stop and self.pos + n <= \
-                self.segments[self._i].stop:  # inside one segment: no copy
-            got = self._cur_sub.advance(n, gather)
-            self.pos += n
-            return got
-        out = np.empty(n, np.int64) if gather else None
         done = 0
         while done < n:
             if self.pos >= self.segments[self._i].stop:
@@ -243,29 +240,30 @@ class SegmentedEngine:
                 self.reset(self.pos, None)  # the next segment, at its start
                 continue
             m = min(n - done, self.segments[self._i].stop - self.pos)
+            yield done, m
+            done += m
+            self.pos += m
+
+    def advance(self, n: int, gather: bool = True) -> np.ndarray | None:
+        """The next ``n`` draws' documents (int64) if ``gather``, else just move on."""
+        if self.pos < self.segments[self._i].stop and self.pos + n <= \
+                min(self.segments[self._i].stop, self.num_samples):
+            got = self._cur_sub.advance(n, gather)  # inside one segment: no copy
+            self.pos += n
+            return got
+        out = np.empty(n, np.int64) if gather else None
+        for done, m in self._spans(n):
             got = self._cur_sub.advance(m, gather)
             if out is not None:
                 out[done:done + m] = got
-            done += m
-            self.pos += m
         return out
 
     def clusters(self, n: int) -> np.ndarray:
         """The clusters (uint32 ids) of the next ``n`` draws, no documents (the segments'
         engines' :meth:`~._engine.ClusterEngine.clusters`)."""
-        if self.pos + n > self.num_samples:
-            raise RuntimeError("staged schedule: past its end")
         out = np.empty(n, np.uint32)
-        done = 0
-        while done < n:
-            if self.pos >= self.segments[self._i].stop:
-                self._leave()
-                self.reset(self.pos, None)  # the next segment, at its start
-                continue
-            m = min(n - done, self.segments[self._i].stop - self.pos)
+        for done, m in self._spans(n):
             out[done:done + m] = self._cur_sub.clusters(m)
-            done += m
-            self.pos += m
         return out
 
     def _leave(self) -> None:
