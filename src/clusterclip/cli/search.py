@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-seeds", type=SEED_COUNT, default=None,
                    help=f"fresh seeds of the test verdict (default {DEFAULT['test_seeds']}; "
                         f"--quick {QUICK['test_seeds']})")
-    add_proxy_options(p, f"{DEFAULT['model']}; --quick {QUICK['model']}")
+    add_proxy_options(p, DEFAULT["model"] if QUICK["model"] == DEFAULT["model"]
+                      else f"{DEFAULT['model']}; --quick {QUICK['model']}")
     p.add_argument("--verify-model", choices=(*MODEL_PRESETS, NO_VERIFY), default=None,
                    help=f"train the final comparison (random, prior, searched; fresh seeds; "
                         f"test) again at this larger preset and report whether the arms keep "
