@@ -261,6 +261,25 @@ def test_bad_input_raises_input_error(make, match):
         make(X)
 
 
+@pytest.mark.parametrize("make, param", [
+    (lambda X: KMeans(0).fit(X), "n_clusters"),
+    (lambda X: KMeans(101).fit(X), "n_clusters"),
+    (lambda X: KMeans(5, max_iter=-1).fit(X), "max_iter"),
+    (lambda X: KMeans(5, tol=float("nan")).fit(X), "tol"),
+    (lambda X: KMeans(5, init=np.zeros((4, 8))).fit(X), "init"),
+    (lambda X: KMeans(5, device="no-such-device").fit(X), "device"),
+])
+def test_bad_parameter_errors_name_it_for_the_front_end(make, param):
+    """A front end renames the parameter an error names (errors.flag_message)."""
+    from clusterclip.errors import flag_message
+
+    X, _ = blobs(100, 8, 3, seed=0)
+    with pytest.raises(InputError) as got:
+        make(X)
+    assert param in got.value.params
+    assert "--the-flag" in flag_message(got.value, {param: "--the-flag"})
+
+
 def test_nan_rows_are_named():
     X, _ = blobs(300, 8, 3, seed=0)
     X[123, 4] = np.nan

@@ -38,7 +38,8 @@ def fit_faiss(X: np.ndarray, valid: np.ndarray | None, *, n_clusters: int, max_i
         raise InputError("k-means: backend faiss runs in one process; use backend torch "
                          "under torchrun", params=("backend",))
     if not str(device).startswith("cpu"):
-        raise InputError(f"k-means: backend 'faiss' runs on the CPU, not {device!r}")
+        raise InputError(f"k-means: backend 'faiss' runs on the CPU, not device={device!r}",
+                         params=("backend", "device"))
     n, d = X.shape
     rows = []
     for start, chunk in RowReader(X, chunk_rows):

@@ -80,9 +80,11 @@ def torch_device(device: str) -> Any:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise InputError(f"k-means: device={device!r} is not a torch device") from None
+        raise InputError(f"k-means: device={device!r} is not a torch device",
+                         params=("device",)) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"k-means: device={device!r} but CUDA is not available")
+        raise InputError(f"k-means: device={device!r} but CUDA is not available",
+                         params=("device",))
     return dev
 
 

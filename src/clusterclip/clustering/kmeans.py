@@ -185,7 +185,7 @@ class KMeans:
     # -- validation ------------------------------------------------------------
     def _check_params(self) -> None:
         def bad(name: str, why: str) -> InputError:
-            return InputError(f"k-means: {name}={getattr(self, name)!r} {why}")
+            return InputError(f"k-means: {name}={getattr(self, name)!r} {why}", params=(name,))
 
         if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
             raise bad("n_clusters", "must be an integer >= 1")
@@ -254,12 +254,13 @@ class KMeans:
         n_valid = sum(valid_sizes)
         if self.n_clusters > n_valid:
             raise InputError(f"k-means: n_clusters={self.n_clusters} exceeds the number of "
-                             f"valid rows ({n_valid})")
+                             f"valid rows ({n_valid})", params=("n_clusters",))
         if not (isinstance(self.init, str) and self.init == "k-means++"):
             init = np.asarray(self.init)
             if init.shape != (self.n_clusters, d) or not np.isfinite(init).all():
                 raise InputError(f"k-means: init must be 'k-means++' or a finite "
-                                 f"({self.n_clusters}, {d}) array, got shape {init.shape}")
+                                 f"({self.n_clusters}, {d}) array, got shape {init.shape}",
+                                 params=("init",))
         kwargs = dict(n_clusters=int(self.n_clusters), max_iter=int(self.max_iter),
                       n_init=int(self.n_init), metric=self.metric, seed=int(self.seed),
                       device=self.device, chunk_rows=int(self.chunk_rows), init=self.init)
