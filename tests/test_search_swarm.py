@@ -470,3 +470,29 @@ def test_capping_keeps_a_mixture_within_its_limits_and_its_free_shares_in_propor
     if free.sum() > 1:
         ratio = got[free] / w[free]
         np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+
+
+def test_natural_and_prior_counts_the_labels_and_refuses_a_target_off_the_corpus():
+    """The one computation propose and search share: shares of the labelled documents,
+    the prior of the target's histogram (a target entirely in clusters without training
+    text still gets one, from the floor on the natural shares), and a one-line refusal
+    naming the target when its histogram is empty."""
+    from clusterclip.errors import InputError
+    from clusterclip.search.space import natural_and_prior, prior_mixture
+
+    labels = np.array([0, 0, 2, -1, 2, 2], dtype=np.int64)
+    counts, natural, prior = natural_and_prior(labels, 4, None)
+    np.testing.assert_array_equal(counts, [2, 0, 3, 0])
+    np.testing.assert_allclose(natural, [0.4, 0, 0.6, 0])
+    assert prior is None
+    hist = np.array([1, 5, 3, 0])
+    _, _, prior = natural_and_prior(labels, 4, hist)
+    np.testing.assert_allclose(prior, prior_mixture(hist, natural))
+    assert prior[1] == 0 and prior[3] == 0  # no training text there
+    _, _, prior = natural_and_prior(labels, 4, np.array([0, 4, 0, 1]))
+    np.testing.assert_allclose(prior, natural)  # only the floor is left: the natural shares
+    with pytest.raises(InputError, match="no document in any cluster .its val documents") \
+            as got:
+        natural_and_prior(labels, 4, np.zeros(4), target_docs="val documents",
+                          docs="training documents")
+    assert got.value.params == ("target",)

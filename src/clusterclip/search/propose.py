@@ -149,20 +149,12 @@ def cluster_space(labels: np.ndarray, centroids: np.ndarray, metric: str = "cosi
     (natural), the prior of ``histogram`` (a target's documents per cluster), its clusters
     or super-clusters, and with a budget each cluster's capacity (``num_tokens`` needs
     ``tokens``, int[N] per document)."""
-    from clusterclip.search.space import prior_mixture
+    from clusterclip.search.space import natural_and_prior
 
     k = int(labels.max()) + 1
-    counts = np.bincount(labels[labels >= 0], minlength=k).astype(np.float64)
-    natural = counts / counts.sum()
+    counts, natural, prior = natural_and_prior(labels, k, histogram)
     groups = super_clusters(np.asarray(centroids)[:k], natural, metric, GROUP_SEED)
     units, needed, unit, tokens = _budget_units(labels, num_tokens, num_samples, tokens)
-    prior = None
-    if histogram is not None:
-        try:
-            prior = prior_mixture(histogram, natural)
-        except ValueError:
-            raise InputError("--target: its documents fall only in clusters without "
-                             "documents, so no prior can be drawn") from None
     space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
                         needed=needed, sizes=counts.astype(np.int64))
     direct = int(groups.max()) + 1 == k

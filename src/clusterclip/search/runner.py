@@ -32,7 +32,7 @@ from clusterclip.search.space import (
     DEFAULT_CLIP,
     DEFAULT_TIMING,
     SearchSpace,
-    prior_mixture,
+    natural_and_prior,
     super_clusters,
 )
 from clusterclip.search.splits import corpus_splits, target_splits
@@ -210,15 +210,9 @@ def build_space(data: ProxyData, num_clusters: int, histogram: np.ndarray | None
     calls it (the super-clusters are a collective k-means under torchrun)."""
     t = data.train_labels
     use = t >= 0
-    counts = np.bincount(t[use], minlength=num_clusters).astype(np.float64)
-    natural = counts / counts.sum()
-    prior = None
-    if histogram is not None:
-        try:
-            prior = prior_mixture(histogram, natural)
-        except ValueError:
-            raise InputError("--target: its val documents fall only in clusters without "
-                             "training documents, so no prior can be drawn") from None
+    _, natural, prior = natural_and_prior(t, num_clusters, histogram,
+                                          target_docs="val documents",
+                                          docs="training documents")
     return SearchSpace(
         natural=natural, prior=prior,
         groups=super_clusters(centroids[:num_clusters], natural, metric, seed),

@@ -50,11 +50,30 @@ def prior_mixture(histogram: np.ndarray, natural: np.ndarray) -> np.ndarray:
     cluster has no training text)."""
     h = np.asarray(histogram, dtype=np.float64)
     if not h.sum() > 0:
-        raise ValueError("the target histogram is empty")
+        raise ValueError("no document in any cluster")
+    # the floor keeps every cluster with training text, so p sums to more than 0
     p = np.where(natural > 0, h / h.sum() + PRIOR_FLOOR * natural, 0.0)
-    if not p.sum() > 0:
-        raise ValueError("the target falls only on clusters without training documents")
     return p / p.sum()
+
+
+def natural_and_prior(labels: np.ndarray, num_clusters: int, histogram: np.ndarray | None,
+                      *, target_docs: str = "documents", docs: str = "documents"
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(documents per cluster, the natural mixture, the prior of ``histogram`` or None) of
+    ``labels`` (int[N], -1: no cluster; at least one >= 0). InputError when the target's
+    histogram (its ``target_docs`` per cluster) is empty."""
+    from clusterclip.errors import InputError
+
+    counts = np.bincount(labels[labels >= 0], minlength=num_clusters).astype(np.float64)
+    natural = counts / counts.sum()
+    prior = None
+    if histogram is not None:
+        try:
+            prior = prior_mixture(histogram, natural)
+        except ValueError as e:
+            raise InputError(f"--target: {e} (its {target_docs} against the clusters' "
+                             f"{docs}), so no prior can be drawn", params=("target",)) from None
+    return counts, natural, prior
 
 
 @dataclass(frozen=True)
