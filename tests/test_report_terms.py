@@ -296,6 +296,32 @@ def test_readable_columns_stream_in_blocks(workdir):
     assert big["terms_sample"]["documents_read"] == int((labels >= 0).sum())
 
 
+def test_the_reports_long_reads_show_progress_and_change_nothing(workdir, capsys):
+    """The top terms and a --label-field's codes read the corpus (at 10^7 documents, minutes):
+    with progress, a bar counts their documents on stderr; the results are the same."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.report.readable import readable_clusters
+
+    corpus = Corpus.load(workdir / "corpus")
+    labels = np.load(workdir / "labels.npy")
+    scores = np.load(workdir / "scores.npy")
+    quiet = readable_clusters(corpus, labels, scores, 3, block=2)
+    assert "top terms" not in capsys.readouterr().err
+    shown = readable_clusters(corpus, labels, scores, 3, block=2, progress=True)
+    err = capsys.readouterr().err
+    n = int((labels >= 0).sum())
+    assert re.search(rf"top terms: .*/{n}(\.0)? ", err)  # the bar's total: every document read
+    assert shown["terms"] == quiet["terms"] and shown["snippets"] == quiet["snippets"]
+    rec = next(iter(corpus.iter_records()))[1]
+    field = sorted(rec)[0]
+    codes, values = corpus.field_codes(field)
+    assert "reading field" not in capsys.readouterr().err
+    codes2, values2 = corpus.field_codes(field, progress=True)
+    err = capsys.readouterr().err
+    assert re.search(rf"reading field {field}: .*/{len(corpus)}(\.0)? ", err)
+    assert np.array_equal(codes, codes2) and values == values2
+
+
 def test_sampled_terms_are_the_terms_of_the_sampled_documents(workdir):
     from clusterclip.corpus import Corpus
     from clusterclip.report.readable import readable_clusters, render_clusters_md

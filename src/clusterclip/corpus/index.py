@@ -257,18 +257,24 @@ class Corpus:
             return [rec.get(name) for _, rec in self.iter_records(columns=[name])]
         return self._values_at(indices, name, text=False)
 
-    def field_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """Field ``name`` of every document as integer codes, streaming.
+    def field_codes(self, name: str, progress: bool = False) -> tuple[np.ndarray, list[str]]:
+        """Field ``name`` of every document as integer codes, streaming (a progress bar
+        with ``progress``).
 
         Returns ``codes`` int32[N] (-1 where the field is missing or null) and
         ``values``, the distinct values as strings (``str(v)``) in order of first
         appearance: ``values[codes[i]]``. Memory: 4 bytes per document plus the
         distinct values, instead of one Python object per document.
         """
+        from tqdm import tqdm
+
         codes = np.full(len(self), -1, dtype=np.int32)
         index: dict[str, int] = {}
         buf = array.array("i")
-        for i, rec in self.iter_records(columns=[name]):
+        records = tqdm(self.iter_records(columns=[name]), total=len(self), unit="doc",
+                       desc=f"reading field {name}", unit_scale=True, leave=False,
+                       disable=not progress, mininterval=0.5)
+        for i, rec in records:
             v = rec.get(name)
             if v is None:
                 buf.append(-1)

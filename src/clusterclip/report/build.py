@@ -233,11 +233,11 @@ def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.nda
     return out
 
 
-def _label_agreement(corpus, labels: np.ndarray, field: str
+def _label_agreement(corpus, labels: np.ndarray, field: str, progress: bool = False
                      ) -> tuple[dict[str, Any], dict[int, str]]:
     from clusterclip.report.metrics import table_agreement
 
-    codes, values = corpus.field_codes(field)  # streamed: 4 bytes per document
+    codes, values = corpus.field_codes(field, progress)  # streamed: 4 bytes per document
     k = int(labels.max()) + 1
     # Documents per (cluster, value), counted a chunk at a time (no N-long temporaries).
     table = np.zeros(k * (len(values) + 1), dtype=np.int64)
@@ -751,10 +751,12 @@ def write_report(root: Path, opts: ReportOptions, target: Path, counted: Counted
 
     c = _load(root, opts, counted)
     map_note = make_map()
-    agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field)
+    agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field,
+                                            opts.progress)
                            if opts.label_field is not None else (None, None))
     scores = _load_scores(root, c.labels)
-    readable = readable_clusters(c.corpus, c.labels, scores, c.k, seed=opts.seed)
+    readable = readable_clusters(c.corpus, c.labels, scores, c.k, seed=opts.seed,
+                                 progress=opts.progress)
     if counted.source and counted.source.get("note"):
         c.notes.append(counted.source["note"])
     sched = _Schedules()

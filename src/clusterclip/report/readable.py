@@ -58,15 +58,29 @@ def _text_blocks(corpus, labels: np.ndarray, indices: np.ndarray, block: int
         yield np.asarray(labels[indices[start:]], dtype=np.int64), texts
 
 
+def _counted(blocks: Iterator[tuple[np.ndarray, list[str | None]]], total: int,
+             progress: bool) -> Iterator[tuple[np.ndarray, list[str | None]]]:
+    """``blocks`` as they are, with a progress bar of their documents if ``progress``."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="top terms", unit="doc", unit_scale=True, leave=False,
+              disable=not progress) as bar:
+        for b in blocks:
+            yield b
+            bar.update(len(b[1]))
+
+
 def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: int,
                       block: int = TEXT_BLOCK, seed: int = 0,
-                      per_cluster: int = TERMS_PER_CLUSTER) -> dict[str, Any]:
+                      per_cluster: int = TERMS_PER_CLUSTER,
+                      progress: bool = False) -> dict[str, Any]:
     """Top terms and nearest documents of every cluster.
 
     ``corpus`` a :class:`~clusterclip.corpus.Corpus` (None: no terms, no texts),
     ``labels`` int[N], ``scores`` float[N] cosine to the centroid (None: no
     nearest documents). The terms come from at most ``per_cluster`` documents of
-    each cluster, drawn with ``seed`` (:func:`~clusterclip.report.terms.sample_documents`).
+    each cluster, drawn with ``seed`` (:func:`~clusterclip.report.terms.sample_documents`);
+    ``progress``: a progress bar of the documents read for them.
     Returns ``terms`` (K lists of strings), ``nearest`` (K int64 arrays of document
     indices), ``snippets`` (document index -> one line of at most
     :data:`SNIPPET_CHARS` characters) and ``terms_sample`` (None without a corpus, else
@@ -81,8 +95,9 @@ def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: 
         weights = None
         if (taken < sizes).any():  # scale the sampled clusters' counts to their size
             weights = np.divide(sizes, taken, out=np.ones(k), where=taken > 0)
-        terms = top_terms(count_terms(_text_blocks(corpus, labels, indices, block), k),
-                          TOP_TERMS, weights)
+        blocks = _counted(_text_blocks(corpus, labels, indices, block), indices.size,
+                          progress)
+        terms = top_terms(count_terms(blocks, k), TOP_TERMS, weights)
         sample = {"per_cluster": int(per_cluster), "seed": int(seed),
                   "documents_read": int(indices.size), "documents": int(sizes.sum()),
                   "clusters_sampled": int((taken < sizes).sum())}
