@@ -436,9 +436,10 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
 
     out = base / f"results-{tag}-{args.mode}.json"
+    num_samples = max(1, int(round(args.epochs * n)))
     earlier: dict = {}
     if args.reuse:
-        earlier = reusable(work, out, args.clusters, max(1, int(round(args.epochs * n))))
+        earlier = reusable(work, out, args.clusters, num_samples)
     else:
         shutil.rmtree(work, ignore_errors=True)
     cli = [sys.executable, "-m", "clusterclip.cli"]
@@ -446,7 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     # here; `fast` and the megatron export tokenize in parallel batches)
     env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    num_samples = max(1, int(round(args.epochs * n)))
     k = ["--clusters", str(args.clusters)]
     # untuned, as every figure in docs/scale.md (--tune auto would add the teacher's 2,000
     # documents once, from 20,000; bench_embed.py measures that)
