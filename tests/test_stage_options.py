@@ -102,3 +102,16 @@ def _stage(name):
 def test_the_output_stages_refuse_bad_options_when_made_naming_the_parameter(make, param):
     assert {"export", "group", "map", "report"} <= set(STAGES)
     test_bad_options_are_refused_when_made_naming_the_parameter(make, param)
+
+
+def test_a_library_caller_catches_every_refusal_as_a_value_error():
+    """A refusal is an InputError for the command line and a ValueError for a library
+    caller's ``except ValueError`` (scikit-learn's convention)."""
+    from clusterclip import make_sampler
+
+    with pytest.raises(ValueError, match="clip") as e:
+        _stage("sample").SampleOptions(num_samples=10, clip=0)
+    assert isinstance(e.value, InputError)
+    with pytest.raises(ValueError) as e:
+        make_sampler(np.zeros(5, dtype=np.int64), num_samples=4, strategy="no-such-strategy")
+    assert isinstance(e.value, InputError)

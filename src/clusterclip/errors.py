@@ -16,8 +16,11 @@ import re
 from collections.abc import Mapping
 
 
-class InputError(Exception):
+class InputError(ValueError):
     """Bad input from the user: a file, a line, an option value.
+
+    A :class:`ValueError`, so a library caller's ``except ValueError`` catches every
+    refusal (as scikit-learn's ``InvalidParameterError`` is one).
 
     The message must name the offending file, line or value, fit on one line
     and make sense without a traceback. ``params``: the parameter names the
