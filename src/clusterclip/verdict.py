@@ -1,30 +1,33 @@
-"""The one statistics rule of every verdict, and the experiment's computed verdict.
+"""The statistics of every verdict (``experiment``, ``search``, and any caller that pairs
+runs by seed): one family of paired comparisons, one declared primary, one decision.
 
-The rule (:func:`paired_difference`): differences between two arms are paired by
-seed (same initialisation, same held-out documents); their mean gets a paired-t
-95% confidence interval (scipy), and a difference is *measurable* only when that
-interval excludes 0. With one seed no interval exists, so no call is made. The
-half-width of the interval is the smallest mean difference these seeds can call
-measurable at the spread they showed (:attr:`Paired.detectable`). ``experiment``
-and ``search`` both use it.
+The rule (:func:`paired_difference`): differences between two arms are paired by seed
+(same initialisation, same held-out documents); their mean gets a paired-t 95% confidence
+interval and a two-sided p-value (scipy). The *primary* comparison, declared before any
+run, is tested alone at 5%: it is measurable when its interval excludes 0. Every other
+comparison is *secondary* and is measurable only when its Holm-adjusted p-value
+(:func:`holm`, over every comparison the verdict weighs) is below 5%.
+:func:`compare_family` applies it and decides (:data:`CATEGORIES`); :func:`first_line`
+says the decision in one line; :class:`SeedRule` is the stop rule of ``--seeds auto``.
 
-The experiment's verdict is pure: a results dict in (only ``config`` and each
-run's metric values and seed are read), plain data and sentences out.
+With one seed no interval exists, so no call is made. The half-width of the interval is
+the smallest mean difference these seeds can call measurable at the spread they showed
+(:attr:`Paired.detectable`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-#: The held-out losses the verdict speaks about, in order, with their names.
-VERDICT_METRICS = {"val_micro": "micro", "val_macro": "macro", "val_tail": "tail"}
 #: Confidence of the paired-t interval behind every "measurably".
 CONFIDENCE = 0.95
+#: The level every test is held to (the primary alone, the secondaries after Holm).
+LEVEL = 0.05
 
 BETTER = "measurably better than random"
 WORSE = "measurably worse than random"
@@ -37,17 +40,29 @@ GOALS = {"micro": "the corpus's own mix (micro held-out loss)",
          "macro": "balanced loss over the clusters (macro held-out loss)",
          "tail": "the smallest clusters (tail held-out loss)", "target": "target loss"}
 
+#: The decision categories of :func:`compare_family`: an arm is recommended (on the
+#: measurable primary or a Holm-measurable secondary); the primary arm is measurably worse
+#: and nothing is recommended; the primary's interval is narrower than the smallest effect
+#: of interest on both sides of 0 (no difference worth acting on); or none of these.
+RESOLVED_BETTER = "resolved-better"
+RESOLVED_WORSE = "resolved-worse"
+RESOLVED_EQUIVALENT = "resolved-equivalent"
+NOT_RESOLVED = "not resolved"
+CATEGORIES = (RESOLVED_BETTER, RESOLVED_WORSE, RESOLVED_EQUIVALENT, NOT_RESOLVED)
+
 
 @dataclass(frozen=True)
 class Paired:
     """Per-seed differences ``a - b`` (lower loss is better, so negative favours a):
-    their mean, sample std and paired-t 95% interval (None for one seed)."""
+    their mean, sample std, paired-t 95% interval and two-sided p-value (None for one
+    seed)."""
 
     mean: float
     n: int
     std: float | None = None
     low: float | None = None
     high: float | None = None
+    p: float | None = None
 
     @property
     def detectable(self) -> float | None:
@@ -57,7 +72,7 @@ class Paired:
 
     @property
     def measurable(self) -> bool:
-        """True when the interval excludes 0."""
+        """True when the interval excludes 0 (tested alone, at 5%)."""
         return self.low is not None and (self.low > 0 or self.high < 0)
 
     def call(self, other: str = "random") -> str:
@@ -79,13 +94,27 @@ class Paired:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mean": self.mean, "n": self.n, "std": self.std, "low": self.low,
-                "high": self.high, "detectable": self.detectable,
+                "high": self.high, "detectable": self.detectable, "p": self.p,
                 "measurable": self.measurable}
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> Paired:
+        """The :class:`Paired` of a :meth:`to_dict` (or a results.json entry)."""
+        return cls(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"],
+                   p=d.get("p"))
 
 
 def paired_difference(diffs: Sequence[float]) -> Paired:
     """The rule: mean of the per-seed differences with its paired-t interval at
-    :data:`CONFIDENCE` (``mean ± t(0.975, n - 1) s / sqrt(n)``)."""
+    :data:`CONFIDENCE` (``mean ± t(0.975, n - 1) s / sqrt(n)``) and the two-sided p-value
+    of the same t statistic.
+
+    Examples
+    --------
+    >>> p = paired_difference([-0.10, -0.12, -0.08])
+    >>> round(p.mean, 3), round(p.low, 3), round(p.high, 3), round(p.p, 4), p.measurable
+    (-0.1, -0.15, -0.05, 0.0131, True)
+    """
     from scipy import stats
 
     d = np.asarray(diffs, dtype=np.float64)
@@ -95,34 +124,274 @@ def paired_difference(diffs: Sequence[float]) -> Paired:
     if d.size < 2:
         return Paired(mean=mean, n=1)
     std = float(d.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, d.size - 1)) * std / math.sqrt(d.size)
-    return Paired(mean=mean, n=int(d.size), std=std, low=mean - half, high=mean + half)
+    se = std / math.sqrt(d.size)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, d.size - 1)) * se
+    if se > 0:
+        p = float(2 * stats.t.sf(abs(mean) / se, d.size - 1))
+    else:  # every seed gave the same difference: certain, unless it is 0
+        p = 1.0 if mean == 0 else 0.0
+    return Paired(mean=mean, n=int(d.size), std=std, low=mean - half, high=mean + half, p=p)
 
 
-def _paired_of(d: dict[str, Any]) -> Paired:
-    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"])
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (None, one seed: no test, and
+    counted as p = 1 in the family): the i-th smallest becomes
+    ``max over j <= i of min(1, (m - j) p_(j))``, ``m`` the family's size.
+
+    Examples
+    --------
+    >>> holm([0.01, 0.04, 0.03])
+    [0.03, 0.06, 0.06]
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: (1.0 if pvalues[i] is None else pvalues[i], i))
+    out: list[float | None] = [None] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        p = pvalues[i]
+        running = max(running, min(1.0, (m - rank) * (1.0 if p is None else p)))
+        out[i] = None if p is None else running
+    return out
 
 
-def best_arm(vs_random: dict[str, dict[str, Any]]) -> str | None:
-    """Of the arms' differences to random on one loss (``{arm: Paired.to_dict()}``), the
-    arm measurably better (interval below 0) with the lowest mean; None when none is."""
-    better = [a for a, d in vs_random.items() if d["measurable"] and d["mean"] < 0]
-    return min(better, key=lambda a: (vs_random[a]["mean"], a)) if better else None
+def seeds_to_resolve(p: Paired, min_effect: float, limit: int = 1000) -> int | None:
+    """The fewest seeds whose paired-t half-width, at the spread ``p`` showed, falls below
+    the larger of ``|p.mean|`` (then the interval would exclude 0 if the mean held) and
+    ``min_effect`` (then any difference left would be smaller than the effect of
+    interest); None for one seed or beyond ``limit``."""
+    from scipy import stats
+
+    if p.std is None:
+        return None
+    goal = max(abs(p.mean), min_effect)
+    for n in range(max(2, p.n), limit + 1):
+        if float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * p.std / math.sqrt(n) < goal:
+            return n
+    return None
 
 
-def decision(arm: str | None, goal: str, gain: dict[str, Any] | None,
-             cost: tuple[str, dict[str, Any]] | None, how: str = "", then: str = "") -> str:
-    """The first line a person acts on: ``Use `arm`<how> if <goal> is what matters: <gain>
-    against random sampling, at <cost> on <cost loss><then>.`` (the gain and the cost each
-    with its paired 95% interval), or :data:`KEEP_RANDOM` plus ``then``."""
-    if arm is None or gain is None:
-        return f"{KEEP_RANDOM}{then}."
-    text = (f"Use `{arm}`{how} if {GOALS[goal]} is what matters: "
-            f"{_paired_of(gain).interval(3)} against random sampling")
-    if cost is not None:
-        name, d = cost
-        text += f", at {_paired_of(d).interval(3)} on {GOALS[name]}"
-    return text + f"{then}."
+@dataclass(frozen=True)
+class SeedRule:
+    """The stop rule of ``--seeds auto``, fixed before any run: start with ``start``
+    seeds, add ``step`` at a time until the primary comparison is resolved (its interval
+    excludes 0, or its half-width is below ``min_effect``, the smallest effect of interest)
+    or ``cap`` seeds have run."""
+
+    start: int = 3
+    step: int = 3
+    cap: int = 12
+    min_effect: float = 0.005
+
+    def resolved(self, p: Paired) -> bool:
+        """The primary's interval excludes 0 or is narrower than ``min_effect``."""
+        return p.measurable or (p.detectable is not None and p.detectable < self.min_effect)
+
+    def next_count(self, p: Paired) -> int | None:
+        """The seeds to run next after ``p.n`` (None: stop)."""
+        if self.resolved(p) or p.n >= self.cap:
+            return None
+        return min(self.cap, p.n + self.step)
+
+    def describe(self, primary: str, unit: str = "nats per token") -> str:
+        """The rule in words, for results.md."""
+        return (f"seeds chosen by the rule fixed before any run (--seeds auto): start with "
+                f"{self.start}, add {self.step} at a time until the primary question "
+                f"({primary}) is resolved (its paired {CONFIDENCE:.0%} interval excludes 0, "
+                f"or its half-width is below {self.min_effect:g} {unit}, the smallest effect "
+                f"of interest), at most {self.cap}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "step": self.step, "cap": self.cap,
+                "min_effect": self.min_effect}
+
+
+def _key(c: Mapping[str, Any]) -> tuple[str, str, str]:
+    return c["arm"], c["baseline"], c["metric"]
+
+
+def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
+                   primary: tuple[str, str, str], *, reference: str = "random",
+                   min_effect: float = SeedRule.min_effect) -> dict[str, Any]:
+    """A family of paired comparisons with one declared primary, and its decision.
+
+    Parameters
+    ----------
+    diffs : mapping
+        ``{(arm, baseline, metric): per-seed differences arm - baseline}`` (a loss: below 0
+        favours ``arm``), paired by seed; the order of the mapping is the order of
+        preference among measurable secondaries (the first metric first).
+    primary : tuple
+        The ``(arm, baseline, metric)`` declared before the runs; one of ``diffs``.
+    reference : str
+        The baseline an arm must beat to be recommended (comparisons against another
+        baseline count in the family but recommend nothing).
+    min_effect : float
+        The smallest effect of interest: a primary whose interval's half-width is below it
+        (and includes 0) is :data:`RESOLVED_EQUIVALENT`.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``primary`` ({arm, baseline, metric}), ``family`` (the number of
+        comparisons weighed), ``level`` (0.05), ``min_effect``, ``seeds`` (the most paired
+        seeds), ``comparisons`` (one dict per comparison, in order: arm, baseline, metric,
+        primary, mean, n, std, low, high (the paired-t 95% interval), detectable, p,
+        p_holm, measurable: the primary by its interval alone, a secondary by p_holm <
+        0.05), ``category`` (one of :data:`CATEGORIES`), ``recommend`` (the comparison an
+        arm is recommended on, or None), ``seeds_to_resolve`` (for the primary:
+        :func:`seeds_to_resolve`) and ``agree`` (per metric where every arm against the
+        reference points the same way by more than ``min_effect``, at least two arms: metric,
+        low and high of their means).
+
+    Examples
+    --------
+    >>> fam = compare_family({("paced", "random", "macro"): [-0.01, -0.02, -0.015],
+    ...                       ("paced", "random", "tail"): [0.01, -0.03, 0.02]},
+    ...                      ("paced", "random", "macro"))
+    >>> fam["category"], fam["recommend"]["metric"], fam["family"]
+    ('resolved-better', 'macro', 2)
+    """
+    if primary not in diffs:
+        raise ValueError(f"primary {primary} is not among the comparisons")
+    pairs = {k: paired_difference(v) for k, v in diffs.items()}
+    adjusted = holm([p.p for p in pairs.values()])
+    comps = []
+    for (key, p), adj in zip(pairs.items(), adjusted, strict=True):
+        first = key == primary
+        comps.append({"arm": key[0], "baseline": key[1], "metric": key[2], "primary": first,
+                      **p.to_dict(), "p_holm": adj,
+                      "measurable": p.measurable if first else (adj is not None and
+                                                                 adj < LEVEL)})
+    prim = next(c for c in comps if c["primary"])
+    better = [c for c in comps if c["measurable"] and c["mean"] < 0
+              and c["baseline"] == reference]
+    metrics = list(dict.fromkeys(k[2] for k in diffs))
+    better.sort(key=lambda c: (not c["primary"], metrics.index(c["metric"]), c["mean"]))
+    recommend = better[0] if better else None
+    pp = pairs[primary]
+    if recommend is not None:
+        category = RESOLVED_BETTER
+    elif prim["measurable"]:
+        category = RESOLVED_WORSE
+    elif pp.detectable is not None and pp.detectable < min_effect:
+        category = RESOLVED_EQUIVALENT
+    else:
+        category = NOT_RESOLVED
+    return {"primary": dict(zip(("arm", "baseline", "metric"), primary, strict=True)),
+            "family": len(comps), "level": LEVEL, "min_effect": min_effect,
+            "seeds": max(p.n for p in pairs.values()), "comparisons": comps,
+            "category": category, "recommend": recommend,
+            "seeds_to_resolve": seeds_to_resolve(pp, min_effect),
+            "agree": _agree(comps, reference, min_effect)}
+
+
+def _agree(comps: list[dict[str, Any]], reference: str, min_effect: float
+           ) -> list[dict[str, Any]]:
+    """The metrics on which every arm's mean difference to ``reference`` points the same
+    way by more than ``min_effect`` (at least two arms)."""
+    out = []
+    for metric in dict.fromkeys(c["metric"] for c in comps):
+        means = [c["mean"] for c in comps if c["metric"] == metric
+                 and c["baseline"] == reference]
+        if len(means) >= 2 and (all(m < -min_effect for m in means) or
+                                all(m > min_effect for m in means)):
+            out.append({"metric": metric, "low": min(means), "high": max(means)})
+    return out
+
+
+def primary_of(family: Mapping[str, Any]) -> dict[str, Any]:
+    """The primary comparison's entry of a :func:`compare_family` result."""
+    return next(c for c in family["comparisons"] if c["primary"])
+
+
+def _significance(c: Mapping[str, Any], family: int) -> str:
+    if c["primary"]:
+        return f"p = {c['p']:.2g}, the primary question"
+    return f"Holm-adjusted p = {c['p_holm']:.2g} over {family} comparisons"
+
+
+def _with_p(c: Mapping[str, Any], family: int) -> str:
+    p = Paired.of(c)
+    return (f"{p.mean:+.3f} ({CONFIDENCE:.0%} CI {p.low:+.3f} to {p.high:+.3f}; "
+            f"{_significance(c, family)})")
+
+
+def first_line(family: Mapping[str, Any], *, names: Mapping[str, str], rerun: str,
+               runs_per_seed: int, how: Mapping[str, str] | None = None,
+               cost: str | None = None, arms: str = "the strategies", then: str = "",
+               seconds_per_run: float | None = None, cap: int | None = None) -> str:
+    """The decision in one line, from a :func:`compare_family` result.
+
+    ``names``: words for each metric (``macro`` -> ``macro held-out loss``); ``rerun``: the
+    option that sets the seeds (``--seeds``); ``runs_per_seed``: runs one more seed costs;
+    ``how``: words after an arm's name (`` sampling``); ``cost``: the metric whose
+    difference is the recommendation's price; ``arms``: what the arms are called; ``then``:
+    text before the final period of a recommendation; ``seconds_per_run``: measured, for
+    the time a rerun would take; ``cap``: the seeds ``--seeds auto`` stopped at, when it
+    did.
+    """
+    how = how or {}
+    fam, rec, prim = family["family"], family["recommend"], primary_of(family)
+    goal = GOALS.get(prim["metric"], names[prim["metric"]])
+    if family["seeds"] < 2:
+        return (f"No decision yet: with one seed no interval can be given; rerun with "
+                f"{rerun} 3 or more.")
+    if rec is not None:
+        goal = GOALS.get(rec["metric"], names[rec["metric"]])
+        text = (f"Use `{rec['arm']}`{how.get(rec['arm'], '')} if {goal} is what matters: "
+                f"{_with_p(rec, fam)} against {rec['baseline']} sampling")
+        price = next((c for c in family["comparisons"] if c["arm"] == rec["arm"] and
+                      c["baseline"] == rec["baseline"] and c["metric"] == cost), None)
+        if price is not None and cost != rec["metric"]:
+            text += f", at {Paired.of(price).interval(3)} on {GOALS.get(cost, names[cost])}"
+        if not rec["primary"]:
+            text += (f"; the primary question (`{prim['arm']}` on {names[prim['metric']]}) "
+                     f"is {_primary_state(family)}")
+        return text + f"{then}."
+    if family["category"] == RESOLVED_WORSE:
+        return (f"Keep {prim['baseline']} sampling: `{prim['arm']}` is measurably worse on "
+                f"{names[prim['metric']]}, the primary question: {_with_p(prim, fam)}; "
+                "nothing else beats it measurably.")
+    if family["category"] == RESOLVED_EQUIVALENT:
+        return (f"Keep {prim['baseline']} sampling: `{prim['arm']}` differs from it by less "
+                f"than the smallest effect of interest ({family['min_effect']:g}) on "
+                f"{names[prim['metric']]}, the primary question: "
+                f"{Paired.of(prim).interval(3)}; nothing else beats it measurably.")
+    return _not_resolved(family, names, rerun, runs_per_seed, arms, seconds_per_run, cap)
+
+
+def _primary_state(family: Mapping[str, Any]) -> str:
+    prim = primary_of(family)
+    if family["category"] == RESOLVED_BETTER and prim["measurable"]:
+        return "resolved the other way"
+    if prim["measurable"]:
+        return f"resolved worse ({Paired.of(prim).interval(3, inside=True)})"
+    return f"not resolved ({Paired.of(prim).interval(3, inside=True)})"
+
+
+def _not_resolved(family: Mapping[str, Any], names: Mapping[str, str], rerun: str,
+                  runs_per_seed: int, arms: str, seconds_per_run: float | None,
+                  cap: int | None) -> str:
+    """``Not resolved at 3 seeds: the smallest difference they could detect on macro is
+    0.012 (...); <arms> all point the same way on tail (-0.020 to -0.024). Run with
+    --seeds 10 (21 more runs) to resolve it.``"""
+    prim, n = primary_of(family), family["seeds"]
+    at = f"{n} seeds" + (" (the cap of --seeds auto)" if cap is not None and n >= cap else "")
+    text = (f"Not resolved at {at}: the smallest difference they could detect on "
+            f"{names[prim['metric']]} is {prim['detectable']:.3f} (`{prim['arm']}` − "
+            f"{prim['baseline']} {Paired.of(prim).interval(3, inside=True)})")
+    agree = [f"{names[a['metric']]} ({a['low']:+.3f} to {a['high']:+.3f})"
+             for a in family["agree"]]
+    if agree:
+        text += f"; {arms} all point the same way on " + " and ".join(agree)
+    need = family["seeds_to_resolve"]
+    if need is None:
+        return text + "; more seeds than are worth running would be needed to resolve it."
+    more = (need - n) * runs_per_seed
+    cost = f"{more} more runs"
+    if seconds_per_run:
+        cost += f", about {max(1, round(more * seconds_per_run / 60))} minutes"
+    return text + f". Run with {rerun} {need} ({cost}) to resolve it."
 
 
 def describe_model(config: dict[str, Any]) -> str:
@@ -140,114 +409,7 @@ def describe_model(config: dict[str, Any]) -> str:
             f"the first {config['max_doc_tokens'] - 1} {unit} of each document)")
 
 
-def _values(results: dict[str, Any], name: str, metric: str) -> dict[int, float]:
-    return {int(r["seed"]): float(r[metric]) for r in results["strategies"][name]["runs"]}
-
-
-def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
-    """Per verdict metric: the best strategy by mean loss over seeds and, for every
-    strategy but random, its paired difference to random and the call.
-
-    Returns ``{"seeds": int, "has_random": bool, "metrics": {metric: {"best": name,
-    "means": {name: mean}, "vs_random": {name: {"call", "mean", "std", "low", "high",
-    "detectable", "measurable", "n"}}}}}``. Only seeds run by both a strategy and random
-    are paired.
-    """
-    names = list(results["config"]["strategies"])
-    has_random = "random" in names
-    out: dict[str, Any] = {"has_random": has_random, "metrics": {}}
-    seeds = 0
-    for metric in VERDICT_METRICS:
-        vals = {n: _values(results, n, metric) for n in names}
-        means = {n: float(np.mean(list(v.values()))) for n, v in vals.items()}
-        best = min(names, key=lambda n: (means[n], names.index(n)))
-        entry: dict[str, Any] = {"best": best, "means": means, "vs_random": {}}
-        if has_random:
-            base = vals["random"]
-            for n in names:
-                if n == "random":
-                    continue
-                common = sorted(set(vals[n]) & set(base))
-                p = paired_difference([vals[n][s] - base[s] for s in common])
-                entry["vs_random"][n] = {"call": p.call(), **p.to_dict()}
-        seeds = max(seeds, max(len(v) for v in vals.values()))
-        out["metrics"][metric] = entry
-    out["seeds"] = seeds
-    return out
-
-
-def _ci(d: dict[str, Any], inside: bool = False) -> str:
-    return _paired_of(d).interval(inside=inside)
-
-
-def _headline(v: dict[str, Any], model: str) -> str:
-    """The one plain sentence a person can act on."""
-    lead = f"On this corpus, with {v['seeds']} seed{'s' if v['seeds'] != 1 else ''} of {model}: "
-    if not v["has_random"]:
-        best = ", ".join(f"{label} {v['metrics'][m]['best']}"
-                         for m, label in VERDICT_METRICS.items())
-        return (lead + "random sampling was not run, so no strategy is compared with it; "
-                f"lowest mean held-out loss: {best}.")
-    if not any(e["vs_random"] for e in v["metrics"].values()):
-        return lead + "only random sampling was run, so nothing is compared."
-    if v["seeds"] < 2:
-        return (lead + "with one seed no interval can be given, so no difference is called "
-                "measurable; rerun with --seeds 3 or more.")
-    found: dict[tuple[str, str], list[str]] = {}
-    total = 0
-    for metric, label in VERDICT_METRICS.items():
-        for name, d in v["metrics"][metric]["vs_random"].items():
-            total += 1
-            if d["measurable"]:
-                found.setdefault((name, d["call"]), []).append(
-                    f"on {label} loss ({_ci(d, inside=True)})")
-    if not found:
-        return (lead + "no strategy differs measurably from random on micro, macro or tail "
-                "held-out loss.")
-    parts = [f"{name} is {call} " + " and ".join(where) for (name, call), where in found.items()]
-    n_found = sum(len(w) for w in found.values())
-    tail = "; nothing else differs measurably." if n_found < total else "."
-    return lead + "; ".join(parts) + tail
-
-
-def experiment_decision(v: dict[str, Any]) -> str:
-    """The experiment's first line (:func:`decision`): the strategy to use for the first
-    loss of micro, macro, tail on which one beats random measurably, at its difference on
-    micro (on macro when the goal is micro); else keep random sampling."""
-    if not v["has_random"]:
-        return ("No decision: random sampling was not run, so nothing is compared with it; "
-                "rerun with random among --strategies.")
-    if not any(e["vs_random"] for e in v["metrics"].values()):
-        return "No decision: only random sampling was run, so nothing is compared."
-    if v["seeds"] < 2:
-        return ("No decision yet: with one seed no interval can be given; rerun with --seeds "
-                "3 or more.")
-    for metric, label in VERDICT_METRICS.items():
-        vs = v["metrics"][metric]["vs_random"]
-        arm = best_arm(vs)
-        if arm is not None:
-            other = "val_macro" if label == "micro" else "val_micro"
-            cost = (VERDICT_METRICS[other], v["metrics"][other]["vs_random"][arm])
-            return decision(arm, label, vs[arm], cost, how=" sampling")
-    return decision(None, "", None, None, then=" on micro, macro or tail held-out loss")
-
-
-def verdict_lines(results: dict[str, Any]) -> list[str]:
-    """The verdict as plain lines (no markup): the decision (:func:`experiment_decision`),
-    the one-sentence conclusion, one line per metric, then the rule. Used by results.md,
-    the CLI and the demo."""
-    v = compute_verdict(results)
-    lines = [experiment_decision(v), _headline(v, describe_model(results["config"]))]
-    for metric, label in VERDICT_METRICS.items():
-        e = v["metrics"][metric]
-        text = f"- {label}: lowest mean {e['best']} ({e['means'][e['best']]:.4f})"
-        parts = [f"{name} {_ci(d)}" + (f": {d['call']}" if d["call"] != ONE_SEED else "")
-                 for name, d in e["vs_random"].items()]
-        if parts:
-            text += "; vs random: " + "; ".join(parts)
-        lines.append(text + ".")
-    if any(e["vs_random"] for e in v["metrics"].values()) and v["seeds"] >= 2:
-        lines.append("Differences to random are paired by seed (same initialisation, same "
-                     f"held-out documents); one is measurable when its paired-t "
-                     f"{CONFIDENCE:.0%} confidence interval excludes 0.")
-    return lines
+def limits_line(config: dict[str, Any]) -> str:
+    """What the verdict rests on and what it cannot tell, for beside the decision."""
+    return (f"This verdict rests on {describe_model(config)}: it cannot tell how a larger "
+            "model, or one reading whole documents, would rank these mixtures.")
