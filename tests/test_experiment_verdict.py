@@ -28,7 +28,7 @@ def _results(random: list[float], diffs: dict[str, list[float]],
     ``by_metric`` gives a strategy's differences on one metric (``{"val_tail": {...}}``)."""
     def runs(name: str, d: list[float]) -> list[dict]:
         out = []
-        for s, (r, x) in enumerate(zip(random, d, strict=True)):
+        for s, r in enumerate(random):
             run = {"seed": s}
             for m in ("val_micro", "val_macro", "val_tail"):
                 run[m] = r + (by_metric or {}).get(m, {}).get(name, d)[s]
