@@ -310,6 +310,60 @@ def test_experiment_resumes_finished_runs_after_an_interruption(workdir, tmp_pat
         {k: v for k, v in res.items() if k not in ("timing", "wall_seconds")}
 
 
+def test_seeds_auto_stops_by_its_declared_rule_and_resumes_after_a_kill(workdir, tmp_path,
+                                                                        monkeypatch):
+    """``--seeds auto`` adds seeds until the declared primary is resolved or the cap: every
+    count it passed through was unresolved by the rule (recomputed from results.json's
+    per-seed values), the last one resolved or at the cap; the rule and the primary are in
+    results.json and results.md; a run killed after the first batch resumes to the same
+    seeds and the same bytes."""
+    import clusterclip.experiment.verdict as ev
+    from clusterclip.stages.experiment import run_experiment
+    from clusterclip.verdict import SeedRule, paired_difference
+
+    # small, for a fast test; one seed gives no interval, so it always adds a second
+    rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)
+    monkeypatch.setattr(ev, "SEED_RULE", rule)
+    kw = dict(strategies=("random", "paced"), seeds="auto", primary="paced:macro",
+              quick=True, tokens=4096, threads=1, progress=False)
+    whole = _copy_inputs(workdir, tmp_path / "whole")
+    res = run_experiment(whole, **kw)
+    n = res["config"]["seeds"]
+    assert res["config"]["auto_seeds"] and res["config"]["seed_rule"] == rule.to_dict()
+    assert res["primary"] == {"arm": "paced", "baseline": "random", "metric": "macro"}
+    diffs = [a["val_macro"] - b["val_macro"] for a, b in
+             zip(res["strategies"]["paced"]["runs"], res["strategies"]["random"]["runs"],
+                 strict=True)]
+    assert len(diffs) == n and 2 <= n <= 3
+    for k in range(1, n):  # every count before the last: not resolved, below the cap
+        assert not rule.resolved(paired_difference(diffs[:k]))
+    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+    fam = res["verdict"]
+    assert fam["seeds"] == n and fam["comparisons"][0]["primary"]
+    md = (whole / "experiment" / "results.md").read_text()
+    assert ("primary question, declared before the runs: `paced` against random on macro "
+            "held-out loss; seeds chosen by the rule fixed before any run (--seeds auto): "
+            "start with 1, add 1 at a time") in md
+
+    w = _copy_inputs(workdir, tmp_path / "w")
+    seen: list[tuple[str, int, bool]] = []
+    stop = 3  # within the second seed's batch
+
+    def kill(strategy: str, seed: int, reused: bool) -> None:
+        seen.append((strategy, seed, reused))
+        if len(seen) == stop:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(w, on_run=kill, **kw)
+    seen.clear()
+    again = run_experiment(w, on_run=lambda *a: seen.append(a), **kw)
+    assert again["config"]["seeds"] == n
+    assert [r for _, _, r in seen] == [True] * stop + [False] * (2 * n - stop)
+    assert (w / "experiment" / "results.json").read_bytes() == \
+        (whole / "experiment" / "results.json").read_bytes()
+
+
 def test_max_docs_subsamples_each_cluster_by_its_share(workdir):
     from clusterclip.errors import InputError
     from clusterclip.experiment import ExperimentConfig, compare_strategies
