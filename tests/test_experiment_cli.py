@@ -97,9 +97,14 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     # (CONTRACTS.md 3: the lines from the title up to the first "## " are the verdict)
     lines = md.splitlines()
     verdict = lines[2:lines.index("## Setup")]
-    assert lines[0].startswith("# ") and verdict[2].startswith("On this corpus, with 2 seeds "
-                                                               "of a 44k-parameter")
-    assert verdict[0].startswith(("Use `", "Keep random sampling: nothing here beats it"))
+    assert lines[0].startswith("# ") and verdict[2].startswith("This verdict rests on a "
+                                                               "44k-parameter byte-level LM")
+    assert verdict[0].startswith(("Use `", "Keep random sampling: ", "Not resolved at 2 seeds"))
+    assert verdict[4].startswith("Primary question, declared before the runs: `paced` against "
+                                 "random on macro held-out loss: ")
+    assert res["primary"] == {"arm": "paced", "baseline": "random", "metric": "macro"}
+    assert res["verdict"]["family"] == 9 and res["verdict"]["category"] in (
+        "resolved-better", "resolved-worse", "resolved-equivalent", "not resolved")
     assert any(ln.startswith("- macro: lowest mean") for ln in verdict)
     assert printed.startswith(verdict[0]) and "paired-t 95% confidence interval" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed

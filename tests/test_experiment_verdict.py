@@ -107,9 +107,10 @@ def test_a_raw_interval_that_excludes_zero_is_not_measurable_after_holm():
         f"{prim['low']:+.3f} to {prim['high']:+.3f}); the strategies all point the same way "
         f"on tail ({min(np.mean(v) for v in tail.values()):+.3f} to "
         f"{max(np.mean(v) for v in tail.values()):+.3f}). Run with --seeds {need} "
-        f"({(need - 3) * 4} more runs, about {round((need - 3) * 4 * 30 / 60)} minutes) to "
-        "resolve it.")
-    # the files leave the measured time out (they stay byte-identical)
+        f"({(need - 3) * 4} more runs) to resolve it. That is about "
+        f"{round((need - 3) * 4 * 30 / 60)} minutes at the 30 s per run measured here.")
+    # the files leave the measured time out (they stay byte-identical): the same line before
+    assert line.startswith(verdict_lines(res)[0])
     assert verdict_lines(res)[0].endswith(f"Run with --seeds {need} ({(need - 3) * 4} more "
                                           "runs) to resolve it.")
 

@@ -374,7 +374,8 @@ def _not_resolved(family: Mapping[str, Any], names: Mapping[str, str], rerun: st
                   cap: int | None) -> str:
     """``Not resolved at 3 seeds: the smallest difference they could detect on macro is
     0.012 (...); <arms> all point the same way on tail (-0.020 to -0.024). Run with
-    --seeds 10 (21 more runs) to resolve it.``"""
+    --seeds 10 (21 more runs) to resolve it.``, and with ``seconds_per_run`` the minutes
+    that would take."""
     prim, n = primary_of(family), family["seeds"]
     at = f"{n} seeds" + (" (the cap of --seeds auto)" if cap is not None and n >= cap else "")
     text = (f"Not resolved at {at}: the smallest difference they could detect on "
@@ -388,10 +389,11 @@ def _not_resolved(family: Mapping[str, Any], names: Mapping[str, str], rerun: st
     if need is None:
         return text + "; more seeds than are worth running would be needed to resolve it."
     more = (need - n) * runs_per_seed
-    cost = f"{more} more runs"
-    if seconds_per_run:
-        cost += f", about {max(1, round(more * seconds_per_run / 60))} minutes"
-    return text + f". Run with {rerun} {need} ({cost}) to resolve it."
+    text += f". Run with {rerun} {need} ({more} more runs) to resolve it."
+    if seconds_per_run:  # the printout's: the files keep no timing
+        text += (f" That is about {max(1, round(more * seconds_per_run / 60))} minutes at "
+                 f"the {seconds_per_run:.0f} s per run measured here.")
+    return text
 
 
 def describe_model(config: dict[str, Any]) -> str:
