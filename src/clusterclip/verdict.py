@@ -55,7 +55,21 @@ CATEGORIES = (RESOLVED_BETTER, RESOLVED_WORSE, RESOLVED_EQUIVALENT, NOT_RESOLVED
 class Paired:
     """Per-seed differences ``a - b`` (lower loss is better, so negative favours a):
     their mean, sample std, paired-t 95% interval and two-sided p-value (None for one
-    seed)."""
+    seed).
+
+    Parameters
+    ----------
+    mean : float
+        The mean difference.
+    n : int
+        The seeds paired.
+    std : float or None
+        Their sample standard deviation.
+    low, high : float or None
+        The paired-t 95% interval of the mean.
+    p : float or None
+        The two-sided p-value of the paired t test.
+    """
 
     mean: float
     n: int
@@ -76,8 +90,19 @@ class Paired:
         return self.low is not None and (self.low > 0 or self.high < 0)
 
     def call(self, other: str = "random") -> str:
-        """``measurably better than <other>``, ``measurably worse than <other>``, ``not
-        measurably different from <other>`` or the one-seed note."""
+        """The comparison in words, by the interval alone.
+
+        Parameters
+        ----------
+        other : str
+            The baseline's name.
+
+        Returns
+        -------
+        str
+            ``measurably better than <other>``, ``measurably worse than <other>``, ``not
+            measurably different from <other>`` or the one-seed note.
+        """
         if self.low is None:
             return ONE_SEED
         if not self.measurable:
@@ -85,32 +110,73 @@ class Paired:
         return f"measurably {'better' if self.mean < 0 else 'worse'} than {other}"
 
     def interval(self, digits: int = 4, inside: bool = False) -> str:
-        """``+0.0123 (95% CI -0.0040 to +0.0286)``, or ``+0.0123, one seed``; ``inside``
-        (for text already in parentheses): ``+0.0123, 95% CI -0.0040 to +0.0286``."""
+        """The mean and its interval in words.
+
+        Parameters
+        ----------
+        digits : int
+            Decimals shown.
+        inside : bool
+            For text already in parentheses: ``+0.0123, 95% CI -0.0040 to +0.0286``.
+
+        Returns
+        -------
+        str
+            ``+0.0123 (95% CI -0.0040 to +0.0286)``, or ``+0.0123, one seed``.
+        """
         if self.low is None:
             return f"{self.mean:+.{digits}f}, one seed"
         ci = f"{CONFIDENCE:.0%} CI {self.low:+.{digits}f} to {self.high:+.{digits}f}"
         return f"{self.mean:+.{digits}f}" + (f", {ci}" if inside else f" ({ci})")
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields, ``detectable`` and ``measurable`` as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            ``mean``, ``n``, ``std``, ``low``, ``high``, ``detectable``, ``p``,
+            ``measurable``.
+        """
         return {"mean": self.mean, "n": self.n, "std": self.std, "low": self.low,
                 "high": self.high, "detectable": self.detectable, "p": self.p,
                 "measurable": self.measurable}
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> Paired:
-        """The :class:`Paired` of a :meth:`to_dict` (or a results.json entry)."""
+        """The ``Paired`` of a ``to_dict`` (or of a results.json entry).
+
+        Parameters
+        ----------
+        d : mapping
+            At least ``mean``, ``n``, ``std``, ``low``, ``high`` (``p`` if there).
+
+        Returns
+        -------
+        Paired
+        """
         return cls(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"],
                    p=d.get("p"))
 
 
 def paired_difference(diffs: Sequence[float]) -> Paired:
-    """The rule: mean of the per-seed differences with its paired-t interval at
-    :data:`CONFIDENCE` (``mean ± t(0.975, n - 1) s / sqrt(n)``) and the two-sided p-value
-    of the same t statistic.
+    """The rule: mean of the per-seed differences with its paired-t 95% interval
+    (``mean ± t(0.975, n - 1) s / sqrt(n)``) and the two-sided p-value of the same t
+    statistic.
+
+    Parameters
+    ----------
+    diffs : sequence of float
+        Per-seed differences ``a - b``, paired by seed (at least one).
+
+    Returns
+    -------
+    Paired
+        With one difference: the mean alone (no std, interval or p).
 
     Examples
     --------
+    >>> from clusterclip.verdict import paired_difference
     >>> p = paired_difference([-0.10, -0.12, -0.08])
     >>> round(p.mean, 3), round(p.low, 3), round(p.high, 3), round(p.p, 4), p.measurable
     (-0.1, -0.15, -0.05, 0.0131, True)
@@ -134,12 +200,22 @@ def paired_difference(diffs: Sequence[float]) -> Paired:
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment of a family of p-values (None, one seed: no test, and
-    counted as p = 1 in the family): the i-th smallest becomes
+    """Holm's step-down adjustment of a family of p-values: the i-th smallest becomes
     ``max over j <= i of min(1, (m - j) p_(j))``, ``m`` the family's size.
+
+    Parameters
+    ----------
+    pvalues : sequence of float or None
+        The family's raw p-values; None (one seed: no test) counts as p = 1 in the family.
+
+    Returns
+    -------
+    list of float or None
+        The adjusted p-values in the same order (None where the raw one is None).
 
     Examples
     --------
+    >>> from clusterclip.verdict import holm
     >>> holm([0.01, 0.04, 0.03])
     [0.03, 0.06, 0.06]
     """
@@ -158,7 +234,22 @@ def seeds_to_resolve(p: Paired, min_effect: float, limit: int = 1000) -> int | N
     """The fewest seeds whose paired-t half-width, at the spread ``p`` showed, falls below
     the larger of ``|p.mean|`` (then the interval would exclude 0 if the mean held) and
     ``min_effect`` (then any difference left would be smaller than the effect of
-    interest); None for one seed or beyond ``limit``."""
+    interest).
+
+    Parameters
+    ----------
+    p : Paired
+        The comparison so far.
+    min_effect : float
+        The smallest effect of interest.
+    limit : int
+        The most seeds considered.
+
+    Returns
+    -------
+    int or None
+        None for one seed (no spread) or beyond ``limit``.
+    """
     from scipy import stats
 
     if p.std is None:
@@ -175,7 +266,19 @@ class SeedRule:
     """The stop rule of ``--seeds auto``, fixed before any run: start with ``start``
     seeds, add ``step`` at a time until the primary comparison is resolved (its interval
     excludes 0, or its half-width is below ``min_effect``, the smallest effect of interest)
-    or ``cap`` seeds have run."""
+    or ``cap`` seeds have run.
+
+    Parameters
+    ----------
+    start : int
+        The seeds of the first batch.
+    step : int
+        The seeds each later batch adds.
+    cap : int
+        The most seeds.
+    min_effect : float
+        The smallest effect of interest (in the loss's unit).
+    """
 
     start: int = 3
     step: int = 3
@@ -183,17 +286,51 @@ class SeedRule:
     min_effect: float = 0.005
 
     def resolved(self, p: Paired) -> bool:
-        """The primary's interval excludes 0 or is narrower than ``min_effect``."""
+        """Whether the primary is resolved.
+
+        Parameters
+        ----------
+        p : Paired
+            The primary comparison so far.
+
+        Returns
+        -------
+        bool
+            Its interval excludes 0 or its half-width is below ``min_effect``.
+        """
         return p.measurable or (p.detectable is not None and p.detectable < self.min_effect)
 
     def next_count(self, p: Paired) -> int | None:
-        """The seeds to run next after ``p.n`` (None: stop)."""
+        """The seed count to run next.
+
+        Parameters
+        ----------
+        p : Paired
+            The primary comparison at ``p.n`` seeds.
+
+        Returns
+        -------
+        int or None
+            The next count (at most ``cap``), or None to stop.
+        """
         if self.resolved(p) or p.n >= self.cap:
             return None
         return min(self.cap, p.n + self.step)
 
     def describe(self, primary: str, unit: str = "nats per token") -> str:
-        """The rule in words, for results.md."""
+        """The rule in words, for results.md.
+
+        Parameters
+        ----------
+        primary : str
+            The primary question in words.
+        unit : str
+            The unit of ``min_effect``.
+
+        Returns
+        -------
+        str
+        """
         return (f"seeds chosen by the rule fixed before any run (--seeds auto): start with "
                 f"{self.start}, add {self.step} at a time until the primary question "
                 f"({primary}) is resolved (its paired {CONFIDENCE:.0%} interval excludes 0, "
@@ -201,6 +338,12 @@ class SeedRule:
                 f"of interest), at most {self.cap}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The rule as a JSON-ready dict (``SeedRule(**d)`` rebuilds it).
+
+        Returns
+        -------
+        dict
+        """
         return {"start": self.start, "step": self.step, "cap": self.cap,
                 "min_effect": self.min_effect}
 
@@ -227,7 +370,7 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
         baseline count in the family but recommend nothing).
     min_effect : float
         The smallest effect of interest: a primary whose interval's half-width is below it
-        (and includes 0) is :data:`RESOLVED_EQUIVALENT`.
+        (and includes 0) is ``resolved-equivalent``.
 
     Returns
     -------
@@ -237,14 +380,19 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
         seeds), ``comparisons`` (one dict per comparison, in order: arm, baseline, metric,
         primary, mean, n, std, low, high (the paired-t 95% interval), detectable, p,
         p_holm, measurable: the primary by its interval alone, a secondary by p_holm <
-        0.05), ``category`` (one of :data:`CATEGORIES`), ``recommend`` (the comparison an
-        arm is recommended on, or None), ``seeds_to_resolve`` (for the primary:
-        :func:`seeds_to_resolve`) and ``agree`` (per metric where every arm against the
+        0.05), ``category`` (``resolved-better``: an arm is recommended, on the
+        measurable primary or a Holm-measurable secondary against ``reference``;
+        ``resolved-worse``: the primary arm is measurably worse and nothing is
+        recommended; ``resolved-equivalent``; ``not resolved``), ``recommend`` (the
+        comparison an arm is recommended on, or None), ``seeds_to_resolve`` (for the
+        primary: [`seeds_to_resolve`][clusterclip.verdict.seeds_to_resolve]) and
+        ``agree`` (per metric where every arm against the
         reference points the same way by more than ``min_effect``, at least two arms: metric,
         low and high of their means).
 
     Examples
     --------
+    >>> from clusterclip.verdict import compare_family
     >>> fam = compare_family({("paced", "random", "macro"): [-0.01, -0.02, -0.015],
     ...                       ("paced", "random", "tail"): [0.01, -0.03, 0.02]},
     ...                      ("paced", "random", "macro"))
@@ -320,15 +468,47 @@ def first_line(family: Mapping[str, Any], *, names: Mapping[str, str], rerun: st
                runs_per_seed: int, how: Mapping[str, str] | None = None,
                cost: str | None = None, arms: str = "the strategies", then: str = "",
                seconds_per_run: float | None = None, cap: int | None = None) -> str:
-    """The decision in one line, from a :func:`compare_family` result.
+    """The decision in one line, from a
+    [`compare_family`][clusterclip.verdict.compare_family] result.
 
-    ``names``: words for each metric (``macro`` -> ``macro held-out loss``); ``rerun``: the
-    option that sets the seeds (``--seeds``); ``runs_per_seed``: runs one more seed costs;
-    ``how``: words after an arm's name (`` sampling``); ``cost``: the metric whose
-    difference is the recommendation's price; ``arms``: what the arms are called; ``then``:
-    text before the final period of a recommendation; ``seconds_per_run``: measured, for
-    the time a rerun would take; ``cap``: the seeds ``--seeds auto`` stopped at, when it
-    did.
+    Parameters
+    ----------
+    family : mapping
+        The result of ``compare_family``.
+    names : mapping
+        Words for each metric (``macro`` -> ``macro held-out loss``).
+    rerun : str
+        The option that sets the seeds (``--seeds``).
+    runs_per_seed : int
+        The runs one more seed costs.
+    how : mapping, optional
+        Words after an arm's name (`` sampling``).
+    cost : str, optional
+        The metric whose difference is a recommendation's price.
+    arms : str
+        What the arms are called (``the strategies``).
+    then : str
+        Text before the final period of a recommendation.
+    seconds_per_run : float, optional
+        Measured seconds of one run: the time a rerun would take is added (the printout's;
+        the files keep no timing).
+    cap : int, optional
+        The cap of ``--seeds auto``, when it chose the seeds.
+
+    Returns
+    -------
+    str
+        ``Use `arm` ...`` (``resolved-better``), ``Keep random sampling: ...``
+        (``resolved-worse``, ``resolved-equivalent``), ``Not resolved at N seeds: ...``,
+        or ``No decision yet`` with one seed.
+
+    Examples
+    --------
+    >>> from clusterclip.verdict import compare_family, first_line
+    >>> fam = compare_family({("paced", "random", "macro"): [0.01, -0.02, 0.012]},
+    ...                      ("paced", "random", "macro"))
+    >>> first_line(fam, names={"macro": "macro"}, rerun="--seeds", runs_per_seed=2)[:54]
+    'Not resolved at 3 seeds: the smallest difference they '
     """
     how = how or {}
     fam, rec, prim = family["family"], family["recommend"], primary_of(family)
