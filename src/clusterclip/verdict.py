@@ -230,11 +230,17 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return out
 
 
+#: The power :func:`seeds_to_resolve` plans for: the chance that the interval excludes 0
+#: when the true difference is the one observed.
+POWER = 0.8
+
+
 def seeds_to_resolve(p: Paired, min_effect: float, limit: int = 1000) -> int | None:
-    """The fewest seeds whose paired-t half-width, at the spread ``p`` showed, falls below
-    the larger of ``|p.mean|`` (then the interval would exclude 0 if the mean held) and
-    ``min_effect`` (then any difference left would be smaller than the effect of
-    interest).
+    """The fewest seeds that would resolve the comparison at the spread ``p`` showed:
+    either its interval narrows below ``min_effect`` (``t(0.975, n - 1) s / sqrt(n) <
+    min_effect``: then any difference left is smaller than the effect of interest), or,
+    with 80% power, it excludes 0 if the true difference is the observed mean (``(t(0.975,
+    n - 1) + t(0.8, n - 1)) s / sqrt(n) < |mean|``).
 
     Parameters
     ----------
@@ -249,14 +255,21 @@ def seeds_to_resolve(p: Paired, min_effect: float, limit: int = 1000) -> int | N
     -------
     int or None
         None for one seed (no spread) or beyond ``limit``.
+
+    Examples
+    --------
+    >>> from clusterclip.verdict import paired_difference, seeds_to_resolve
+    >>> seeds_to_resolve(paired_difference([-0.01, -0.03, 0.005]), 0.005)
+    20
     """
     from scipy import stats
 
     if p.std is None:
         return None
-    goal = max(abs(p.mean), min_effect)
     for n in range(max(2, p.n), limit + 1):
-        if float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * p.std / math.sqrt(n) < goal:
+        se = p.std / math.sqrt(n)
+        t = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+        if t * se < min_effect or (t + float(stats.t.ppf(POWER, n - 1))) * se < abs(p.mean):
             return n
     return None
 
