@@ -609,6 +609,39 @@ def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
     assert _outputs(w) == searched["bytes"]
 
 
+def test_test_seeds_auto_adds_seeds_by_the_declared_rule(searched, tmp_path, monkeypatch):
+    """``--test-seeds auto`` on a copy of the searched work directory (its proxies and
+    first test seeds reused from the store): every count it passed through left `searched`
+    vs random on the objective unresolved by the rule, the last resolved or at the cap; the
+    rule is in results.json and results.md."""
+    import shutil
+
+    import clusterclip.search.output as so
+    from clusterclip.verdict import SeedRule, paired_difference
+
+    rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)  # one seed: never resolved
+    monkeypatch.setattr(so, "SEED_RULE", rule)
+    w = tmp_path / "w"
+    shutil.copytree(searched["w"], w)
+    assert _search(w, searched["target"], "--test-seeds", "auto") == 0
+    res = json.loads((w / "search" / "results.json").read_text())
+    n = len(res["test_seeds"])
+    assert res["test_seeds"] == [1, 2, 3][:n] and n >= 2
+    assert res["config"]["test_seeds"] == "auto" and res["config"]["seed_rule"] == \
+        rule.to_dict()
+    t = res["test"]
+    diffs = np.subtract(t["searched"]["target"], t["random"]["target"])
+    for k in range(1, n):
+        assert not rule.resolved(paired_difference(diffs[:k]))
+    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+    assert res["verdict"]["seeds"] == n
+    md = (w / "search" / "results.md").read_text()
+    assert ("Primary question, declared before the runs: `searched` against random on target "
+            "loss, tested alone at 5%; the other 8 comparisons are secondary") in md
+    assert "Test seeds: seeds chosen by the rule fixed before any run (--test-seeds auto): " \
+        "start with 1, add 1 at a time" in md
+
+
 def test_two_workers_give_the_serial_bytes_and_resume_after_ctrl_c(searched, tmp_path):
     """Proxies trained by 2 worker processes (``--workers 2``): killed by a Ctrl-C after
     three stored runs (exit 130, no worker left), then resumed, the search writes the bytes

@@ -330,7 +330,8 @@ class SeedRule:
             return None
         return min(self.cap, p.n + self.step)
 
-    def describe(self, primary: str, unit: str = "nats per token") -> str:
+    def describe(self, primary: str, unit: str = "nats per token",
+                 option: str = "--seeds") -> str:
         """The rule in words, for results.md.
 
         Parameters
@@ -339,12 +340,14 @@ class SeedRule:
             The primary question in words.
         unit : str
             The unit of ``min_effect``.
+        option : str
+            The option whose ``auto`` it is.
 
         Returns
         -------
         str
         """
-        return (f"seeds chosen by the rule fixed before any run (--seeds auto): start with "
+        return (f"seeds chosen by the rule fixed before any run ({option} auto): start with "
                 f"{self.start}, add {self.step} at a time until the primary question "
                 f"({primary}) is resolved (its paired {CONFIDENCE:.0%} interval excludes 0, "
                 f"or its half-width is below {self.min_effect:g} {unit}, the smallest effect "

@@ -418,6 +418,21 @@ def _overlap_setup(results: dict[str, Any]) -> str:
     return "" if not o else " Target and corpus: " + overlap_sentence(o)
 
 
+def _primary_setup(results: dict[str, Any]) -> str:
+    """The primary question, declared before the runs, the family's size and, with
+    ``--test-seeds auto``, the stop rule."""
+    obj = results["objective"]
+    what = f"`searched` against random on {METRIC_NAMES[obj]}"
+    n = _family(results)
+    text = (f"Primary question, declared before the runs: {what}, tested alone at 5%; the "
+            f"other {n - 1} comparisons are secondary, measurable only when their "
+            f"Holm-adjusted p over all {n} is below 0.05 (results.json: *verdict*).")
+    rule = results["config"].get("seed_rule")
+    if rule:
+        text += f" Test seeds: {SeedRule(**rule).describe(what, option='--test-seeds')}."
+    return text
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     c, d = results["config"], results["data"]
     obj = results["objective"]
@@ -441,7 +456,8 @@ def render_markdown(results: dict[str, Any]) -> str:
              + ", clip R and timing. Selection reads val only; the verdict trains random"
              + (", the prior (paced, clip 4)" if obj == "target" else "")
              + f" and the chosen mixture again with fresh seeds {results['test_seeds']} and "
-             "measures test." + _overlap_setup(results), "", *test_table(results), "",
+             "measures test." + _overlap_setup(results), "", _primary_setup(results), "",
+             *test_table(results), "",
              *_verify_section(results),
              "## Proxies", "", *proxies_table(results), "",
              "## Plots", "",

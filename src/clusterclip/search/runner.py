@@ -144,6 +144,10 @@ class SearchConfig:
             del d["verify_model"]  # unverified results keep their bytes
         if self.tokenizer is None:
             del d["tokenizer"]  # byte-level results keep their bytes
+        if self.test_seeds == AUTO:
+            from clusterclip.search.output import SEED_RULE
+
+            d["seed_rule"] = SEED_RULE.to_dict()
         d["experiment"] = self.experiment().to_dict()
         return d
 
