@@ -89,8 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "slow on CPU")
     p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
                    help="use a cluster-stratified subsample of at most this many documents, "
-                        "each cluster keeping its share (default %(default)s, which keeps the "
-                        "default run near 15 minutes on 2 cores; 0 = all)")
+                        "each cluster keeping its share (default %(default)s, which keeps "
+                        "each batch of 3 seeds of the default run near 15 minutes on 2 cores; "
+                        "0 = all)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     p.add_argument("--threads", type=THREADS, default=None,
                    help="torch CPU threads (default: 1 for the tiny and small models, which "
