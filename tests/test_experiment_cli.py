@@ -209,6 +209,12 @@ def test_the_bundled_minilm_tokenizer_trains_and_reports_bits_per_byte(workdir):
     (["--strategies", "random,bogus"], "unknown strategy"),
     (["--clip", "0"], "--clip"),
     (["--seeds", "0"], "--seeds"),
+    (["--seeds", "sometimes"], "--seeds"),
+    (["--primary", "paced:bogus"], "--primary"),
+    (["--primary", "paced"], "--primary"),
+    (["--primary", "mixture:macro"], "--primary"),  # a strategy that is not run
+    (["--primary", "paced:macro", "--strategies", "uniform,paced"], "--primary"),  # no random
+    (["--primary", "random:macro"], "--primary"),
 ])
 def test_bad_options_exit_2_without_output(workdir, tmp_path, capsys, args, message):
     w = tmp_path / "w"
