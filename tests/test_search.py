@@ -430,7 +430,9 @@ def test_a_target_from_the_corpus_is_counted_and_kept_out_of_training(searched, 
     total = sum(res["data"][k] for k in ("corpus_train", "corpus_val", "corpus_test"))
     assert total <= 280 - o["corpus_docs_excluded"]
     md = (w / "search" / "results.md").read_text().split("\n\n")
-    assert md[1].splitlines()[1] == (
+    # the first paragraph: the decision, what it rests on, then the overlap
+    assert md[1].splitlines()[1].startswith("This verdict rests on ")
+    assert md[1].splitlines()[2] == (
         "The target is mostly inside the corpus: 16 of the target's 24 documents (67%) are in "
         "the corpus (12 exact, 4 near copies at "
         f"cosine >= 0.95); their {o['corpus_docs_excluded']} corpus copies were kept out of "
