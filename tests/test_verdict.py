@@ -150,3 +150,21 @@ def test_the_seed_rule_stops_when_resolved_or_at_its_cap():
         counts.append(nxt)
         assert extra < 10
     assert counts == [3, 6, 9, 12]
+
+
+def test_a_secondary_recommendation_says_what_became_of_the_primary():
+    """The primary measurably worse, a secondary far better after Holm: the line recommends
+    the secondary's arm and says the primary was measurably worse, with its interval."""
+    from clusterclip.verdict import first_line
+
+    diffs = {("a", "random", "macro"): [0.02, 0.021, 0.019],
+             ("b", "random", "macro"): [-0.10, -0.101, -0.099]}
+    fam = compare_family(diffs, ("a", "random", "macro"))
+    assert fam["category"] == "resolved-better" and fam["recommend"]["arm"] == "b"
+    line = first_line(fam, names={"macro": "macro"}, rerun="--seeds", runs_per_seed=3,
+                      how={"b": " sampling"})
+    prim = paired_difference(diffs[("a", "random", "macro")])
+    assert line.startswith("Use `b` sampling if balanced loss over the clusters (macro "
+                           "held-out loss) is what matters: -0.100 (95% CI ")
+    assert line.endswith(f"; the primary question (`a` on macro) is measurably worse "
+                         f"({prim.interval(3, inside=True)}).")

@@ -557,12 +557,11 @@ def first_line(family: Mapping[str, Any], *, names: Mapping[str, str], rerun: st
 
 
 def _primary_state(family: Mapping[str, Any]) -> str:
+    """The primary's state when a secondary is recommended (so it is not measurably
+    better)."""
     prim = primary_of(family)
-    if family["category"] == RESOLVED_BETTER and prim["measurable"]:
-        return "resolved the other way"
-    if prim["measurable"]:
-        return f"resolved worse ({Paired.of(prim).interval(3, inside=True)})"
-    return f"not resolved ({Paired.of(prim).interval(3, inside=True)})"
+    state = "measurably worse" if prim["measurable"] else "not resolved"
+    return f"{state} ({Paired.of(prim).interval(3, inside=True)})"
 
 
 def _not_resolved(family: Mapping[str, Any], names: Mapping[str, str], rerun: str,
