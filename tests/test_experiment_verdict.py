@@ -98,7 +98,9 @@ def test_a_raw_interval_that_excludes_zero_is_not_measurable_after_holm():
     def resolves(n):  # narrower than 0.005, or 80% power against the observed mean
         se = prim["std"] / np.sqrt(n)
         t = stats.t.ppf(0.975, n - 1)
-        return t * se < 0.005 or (t + stats.t.ppf(0.8, n - 1)) * se < abs(prim["mean"])
+        nc = abs(prim["mean"]) / se
+        return t * se < 0.005 or stats.nct.sf(t, n - 1, nc) + stats.nct.cdf(-t, n - 1, nc) \
+            >= 0.8
 
     assert resolves(need) and not resolves(need - 1)
     line = verdict_lines(res, seconds_per_run=30.0)[0]
