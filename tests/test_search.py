@@ -299,6 +299,11 @@ def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
     assert fam["family"] == 9
     assert [c["p_holm"] for c in fam["comparisons"]] == pytest.approx(list(adj))
     measurable = [ps[0] < 0.05] + [a < 0.05 for a in adj[1:]]
+    # every comparison's call in results.json follows the family's rule, not its raw interval
+    for (a, b, m), ok in zip(pairs, measurable, strict=True):
+        d = res["comparisons"][f"{a} - {b}"][m]
+        assert d["measurable"] == ok
+        assert d["call"].startswith("measurably" if ok else "not measurably different")
     better = [k for k, ok in zip(pairs, measurable, strict=True)
               if ok and k[1] == "random" and diffs[k].mean() < 0]
     if better:

@@ -70,8 +70,11 @@ def comparisons(test: dict[str, dict[str, list[float]]], objective: str
     out: dict[str, dict[str, Any]] = {}
     for c in search_family(test, objective)["comparisons"]:
         b = c["baseline"]
-        call = (f"measurably {'better' if c['mean'] < 0 else 'worse'} than {b}"
-                if c["measurable"] else Paired.of(c).call(b))
+        if c["measurable"]:
+            call = f"measurably {'better' if c['mean'] < 0 else 'worse'} than {b}"
+        else:  # a secondary whose raw interval excludes 0 is still not measurable
+            call = f"not measurably different from {b}" if c["low"] is not None else \
+                Paired.of(c).call(b)
         out.setdefault(f"{c['arm']} - {b}", {})[c["metric"]] = {
             k: v for k, v in c.items() if k not in ("arm", "baseline", "metric")} | {
             "call": call}
@@ -203,8 +206,11 @@ def decision_line(results: dict[str, Any], seconds_per_run: float | None = None)
         comp = results["comparisons"]
         if "searched - prior" in comp and not comp["searched - prior"][rec["metric"]][
                 "measurable"]:
+            sp = comp["searched - prior"][rec["metric"]]
             then += ("; `searched` and `prior` do not differ measurably "
-                     f"({Paired.of(comp['searched - prior'][rec['metric']]).interval(3)})")
+                     f"({Paired.of(sp).interval(3, inside=True)}"
+                     + (f"; Holm-adjusted p {sp['p_holm']:.2g}" if sp.get("p_holm") is not None
+                        else "") + ")")
     auto = results["config"].get("test_seeds") == "auto"
     return first_line(fam, names=METRIC_NAMES, rerun="--test-seeds",
                       runs_per_seed=len(results["test"]), how=HOW, cost="micro",
@@ -321,7 +327,9 @@ def _price_lines(results: dict[str, Any]) -> list[str]:
         for m, d in results["comparisons"][key].items():
             if m == obj:
                 continue
-            tag = "measurable" if d["measurable"] else "within noise"
+            adj = d.get("p_holm")
+            tag = ("measurable" if d["measurable"] else "not measurable") + (
+                f" (Holm-adjusted p {adj:.2g})" if adj is not None else "")
             parts.append(f"{m} {Paired.of(d).interval()}, {tag}")
         if parts:
             out.append(f"- {key.replace(' - ', ' − ')}, other held-out losses: "
