@@ -4,6 +4,7 @@ hand-computed numbers."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -289,3 +290,41 @@ def test_random_alone_is_best_and_counts_its_seeds():
     assert lines[0] == "No decision: only random sampling was run, so nothing is compared."
     assert "- micro: lowest mean random (1.5500)." in lines
     assert not any("measurabl" in ln for ln in lines)  # nothing was compared
+
+
+def test_the_gap_trend_is_called_after_holm_over_the_strategies():
+    """The over-fitting sentence follows the rules of every verdict: each strategy's
+    per-seed excess-gap slopes get a paired-t p, and a trend is measurable only when that
+    p, Holm-adjusted over the strategies tested, is below 0.05 (recomputed here)."""
+    from scipy import stats
+
+    from clusterclip.experiment.output import gap_conclusion
+
+    reps = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    slopes = {"random": [0.0, 0.0, 0.0], "uniform": [0.010, 0.012, 0.011],
+              "paced": [0.004, -0.003, 0.0005]}
+
+    def runs(name):
+        return [{"seed": s, "per_cluster": {str(k): {
+            "gap": slopes[name][s] * math.log2(r), "repetition": r,
+            "size": 10, "loss": 2.0} for k, r in enumerate(reps)}} for s in range(3)]
+
+    res = {"config": {"strategies": list(slopes), "balance_by": "docs"},
+           "strategies": {n: {"runs": runs(n)} for n in slopes}}
+    lines = {ln.split(":")[0][2:]: ln for ln in gap_conclusion(res)}
+    # random's own gap (no trend: p 1), uniform's and paced's excess over random
+    ps = {"random": 1.0, **{n: stats.ttest_1samp(slopes[n], 0.0).pvalue
+                            for n in ("uniform", "paced")}}
+    order = sorted(ps, key=ps.get)
+    adj, run = {}, 0.0
+    for k, n in enumerate(order):
+        run = max(run, min(1.0, (3 - k) * ps[n]))
+        adj[n] = run
+    assert adj["uniform"] < 0.05 < adj["paced"]
+    assert lines["uniform"].startswith(
+        "- uniform: the excess gap over random grows measurably with repetition "
+        "(over-fitting of repeated clusters): +0.0110")
+    assert f"Holm-adjusted p {adj['uniform']:.2g} over 3 strategies" in lines["uniform"]
+    assert lines["paced"].startswith("- paced: the excess gap over random shows no "
+                                     "measurable trend")
+    assert lines["random"].startswith("- random: the gap shows no measurable trend")

@@ -11,7 +11,7 @@ import numpy as np
 
 from clusterclip.experiment.verdict import SEED_RULE, verdict_lines
 from clusterclip.lm.metrics import METRICS, schedule_keys
-from clusterclip.verdict import SeedRule, paired_difference
+from clusterclip.verdict import LEVEL, SeedRule, holm, paired_difference
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -362,29 +362,33 @@ def format_gap_table(results: dict[str, Any], markdown: bool = False) -> str:
 
 def gap_conclusion(results: dict[str, Any]) -> list[str]:
     """One computed sentence per strategy whose repetitions vary: does its excess gap
-    over random (its gap when random was not run) grow measurably with repetition? The
-    rule of every verdict (:func:`~clusterclip.verdict.paired_difference`):
-    the per-seed slopes' 95% t interval excludes 0."""
-    lines = []
+    over random (its gap when random was not run) grow measurably with repetition? By the
+    rules of every verdict (:mod:`clusterclip.verdict`): the per-seed slopes' paired-t 95%
+    interval and p, measurable when the p, Holm-adjusted over the strategies tested here,
+    is below 0.05."""
+    tests = []
     for name, e in gap_summary(results).items():
         slopes = e["excess_slopes"] if e["excess_slopes"] is not None else e["slopes"]
+        if not any(v is None for v in slopes):
+            tests.append((name, e, paired_difference(slopes)))
+    adjusted = holm([p.p for _, _, p in tests])
+    lines = []
+    for (name, e, p), adj in zip(tests, adjusted, strict=True):
         what = "excess gap over random" if e["excess_slopes"] is not None else "gap"
-        if any(v is None for v in slopes):
-            continue
-        p = paired_difference(slopes)
         label = strategy_name(name, results)
         if p.low is None:
             lines.append(f"- {label}: {what} slope {p.mean:+.4f} nats per doubling of "
                          "repetition (one seed: no interval, no call).")
             continue
-        if p.measurable and p.mean > 0:
+        if adj < LEVEL and p.mean > 0:
             call = "grows measurably with repetition (over-fitting of repeated clusters)"
-        elif p.measurable:
+        elif adj < LEVEL:
             call = "shrinks measurably with repetition"
         else:
             call = "shows no measurable trend with repetition"
-        lines.append(f"- {label}: the {what} {call}: {p.interval()} nats per "
-                     f"doubling (repetition up to {e['max_repetition']:.1f}).")
+        lines.append(f"- {label}: the {what} {call}: {p.interval()} nats per doubling, "
+                     f"Holm-adjusted p {adj:.2g} over {len(tests)} strategies (repetition up "
+                     f"to {e['max_repetition']:.1f}).")
     return lines
 
 
