@@ -97,9 +97,14 @@ def test_quick_experiment_reports_every_metric_and_learns(workdir, quick_run):
     # (CONTRACTS.md 3: the lines from the title up to the first "## " are the verdict)
     lines = md.splitlines()
     verdict = lines[2:lines.index("## Setup")]
-    assert lines[0].startswith("# ") and verdict[2].startswith("On this corpus, with 2 seeds "
-                                                               "of a 44k-parameter")
-    assert verdict[0].startswith(("Use `", "Keep random sampling: nothing here beats it"))
+    assert lines[0].startswith("# ") and verdict[2].startswith("This verdict rests on a "
+                                                               "44k-parameter byte-level LM")
+    assert verdict[0].startswith(("Use `", "Keep random sampling: ", "Not resolved at 2 seeds"))
+    assert verdict[4].startswith("Primary question, declared before the runs: `paced` against "
+                                 "random on macro held-out loss: ")
+    assert res["primary"] == {"arm": "paced", "baseline": "random", "metric": "macro"}
+    assert res["verdict"]["family"] == 9 and res["verdict"]["category"] in (
+        "resolved-better", "resolved-worse", "resolved-equivalent", "not resolved")
     assert any(ln.startswith("- macro: lowest mean") for ln in verdict)
     assert printed.startswith(verdict[0]) and "paired-t 95% confidence interval" in printed
     assert "clusterclip" in printed and "val micro" in printed and "max repetition" in printed
@@ -204,6 +209,12 @@ def test_the_bundled_minilm_tokenizer_trains_and_reports_bits_per_byte(workdir):
     (["--strategies", "random,bogus"], "unknown strategy"),
     (["--clip", "0"], "--clip"),
     (["--seeds", "0"], "--seeds"),
+    (["--seeds", "sometimes"], "--seeds"),
+    (["--primary", "paced:bogus"], "--primary"),
+    (["--primary", "paced"], "--primary"),
+    (["--primary", "mixture:macro"], "--primary"),  # a strategy that is not run
+    (["--primary", "paced:macro", "--strategies", "uniform,paced"], "--primary"),  # no random
+    (["--primary", "random:macro"], "--primary"),
 ])
 def test_bad_options_exit_2_without_output(workdir, tmp_path, capsys, args, message):
     w = tmp_path / "w"
@@ -308,6 +319,60 @@ def test_experiment_resumes_finished_runs_after_an_interruption(workdir, tmp_pat
     assert [r for _, _, r in seen] == [True] * 4
     assert {k: v for k, v in again.items() if k not in ("timing", "wall_seconds")} == \
         {k: v for k, v in res.items() if k not in ("timing", "wall_seconds")}
+
+
+def test_seeds_auto_stops_by_its_declared_rule_and_resumes_after_a_kill(workdir, tmp_path,
+                                                                        monkeypatch):
+    """``--seeds auto`` adds seeds until the declared primary is resolved or the cap: every
+    count it passed through was unresolved by the rule (recomputed from results.json's
+    per-seed values), the last one resolved or at the cap; the rule and the primary are in
+    results.json and results.md; a run killed after the first batch resumes to the same
+    seeds and the same bytes."""
+    import clusterclip.experiment.verdict as ev
+    from clusterclip.stages.experiment import run_experiment
+    from clusterclip.verdict import SeedRule, paired_difference
+
+    # small, for a fast test; one seed gives no interval, so it always adds a second
+    rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)
+    monkeypatch.setattr(ev, "SEED_RULE", rule)
+    kw = dict(strategies=("random", "paced"), seeds="auto", primary="paced:macro",
+              quick=True, tokens=4096, threads=1, progress=False)
+    whole = _copy_inputs(workdir, tmp_path / "whole")
+    res = run_experiment(whole, **kw)
+    n = res["config"]["seeds"]
+    assert res["config"]["auto_seeds"] and res["config"]["seed_rule"] == rule.to_dict()
+    assert res["primary"] == {"arm": "paced", "baseline": "random", "metric": "macro"}
+    diffs = [a["val_macro"] - b["val_macro"] for a, b in
+             zip(res["strategies"]["paced"]["runs"], res["strategies"]["random"]["runs"],
+                 strict=True)]
+    assert len(diffs) == n and 2 <= n <= 3
+    for k in range(1, n):  # every count before the last: not resolved, below the cap
+        assert not rule.resolved(paired_difference(diffs[:k]))
+    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+    fam = res["verdict"]
+    assert fam["seeds"] == n and fam["comparisons"][0]["primary"]
+    md = (whole / "experiment" / "results.md").read_text()
+    assert ("primary question, declared before the runs: `paced` against random on macro "
+            "held-out loss; seeds chosen by the rule fixed before any run (--seeds auto): "
+            "start with 1, add 1 at a time") in md
+
+    w = _copy_inputs(workdir, tmp_path / "w")
+    seen: list[tuple[str, int, bool]] = []
+    stop = 3  # within the second seed's batch
+
+    def kill(strategy: str, seed: int, reused: bool) -> None:
+        seen.append((strategy, seed, reused))
+        if len(seen) == stop:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(w, on_run=kill, **kw)
+    seen.clear()
+    again = run_experiment(w, on_run=lambda *a: seen.append(a), **kw)
+    assert again["config"]["seeds"] == n
+    assert [r for _, _, r in seen] == [True] * stop + [False] * (2 * n - stop)
+    assert (w / "experiment" / "results.json").read_bytes() == \
+        (whole / "experiment" / "results.json").read_bytes()
 
 
 def test_max_docs_subsamples_each_cluster_by_its_share(workdir):

@@ -5,7 +5,7 @@ import is still a dependency). Layers, from the bottom: the shared modules
 (``errors``, ``limits``, ``io``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
 ``data``), then ``corpus`` -> ``embedding`` -> ``clustering`` ->
 ``sampling``; a module of these may import its own layer and those below only.
-Everything else (``tokens``, ``dedup``, ``export``, ``report``, ``experiment``,
+Everything else (``tokens``, ``dedup``, ``export``, ``report``, ``verdict``, ``experiment``,
 ``workdir``, ``stages``, ``cli``, the package's own ``__init__``) sits above them.
 
 Two rules more (issue 29): only the stages, the command line and the work directory
@@ -153,6 +153,18 @@ def test_the_lower_layers_import_only_their_layer_and_below(graph):
     assert "clusterclip.tokens" not in set().union(*(graph[m] for m in graph
                                                      if _part(m) == "sampling"))
     assert "clusterclip.export" not in graph["clusterclip.sampling.hf"]
+
+
+def test_the_verdict_rules_live_below_experiment_and_search(graph):
+    """Issues 37 and 39: one module of verdict statistics that both commands import, which
+    imports neither of them; search no longer reaches into experiment for them."""
+    verdict = "clusterclip.verdict"
+    assert verdict in graph["clusterclip.experiment.verdict"]
+    assert verdict in graph["clusterclip.search.output"]
+    assert not {d for d in graph[verdict] if _part(d) in ("experiment", "search", "stages",
+                                                          "cli")}
+    search = [m for m in graph if _part(m) == "search"]
+    assert not any("clusterclip.experiment.verdict" in graph[m] for m in search)
 
 
 #: The most lines a function of ``src/clusterclip`` may span, from ``def`` to its last line

@@ -246,8 +246,11 @@ def test_search_writes_the_contract_outputs(searched):
     # the verdict: title, then the lines up to the first "## " (CONTRACTS.md 3)
     md = searched["bytes"]["results.md"].decode().splitlines()
     verdict = md[1:md.index("## Setup")]
-    assert md[0].startswith("# ") and verdict[3].startswith("On this corpus and target, with 2 "
-                                                           "fresh seeds of a 44k-parameter")
+    lead = next(ln for ln in verdict if ln.startswith("On this corpus"))
+    assert md[0].startswith("# ") and lead.startswith("On this corpus and target, with 2 "
+                                                      "fresh seeds of a 44k-parameter")
+    # what the verdict rests on, right below the decision
+    assert verdict[2].startswith("This verdict rests on a 44k-parameter byte-level LM")
     assert res["target_overlap"] == {"exact": 0, "near": 0, "target_docs": 24,
                                      "corpus_docs_excluded": 0, "threshold": 0.95,
                                      "val_copies_trained": False}
@@ -257,6 +260,8 @@ def test_search_writes_the_contract_outputs(searched):
                            "not measurably different from random") if p in line]
     assert len(phrases) == 1
     d = res["comparisons"]["searched - random"]["target"]
+    assert d["primary"] and res["primary"] == {"arm": "searched", "baseline": "random",
+                                               "metric": "target"}
     want = ("not measurably different from random" if not (d["low"] > 0 or d["high"] < 0)
             else "measurably better than random" if d["mean"] < 0
             else "measurably worse than random")
@@ -266,32 +271,55 @@ def test_search_writes_the_contract_outputs(searched):
         assert (w / "search" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _ci3(d) -> str:
-    return f"{d.mean:+.3f} (95% CI {d.low:+.3f} to {d.high:+.3f})"
-
-
 def test_the_first_line_is_the_decision_from_the_per_seed_numbers(searched):
-    """The decision recomputed from results.json's per-seed test losses by the one rule:
-    the arm measurably better than random on the objective (lowest mean), its gain and its
-    micro cost with their paired intervals, its coverage; else keep random sampling."""
-    from clusterclip.experiment.verdict import paired_difference
+    """The decision recomputed from results.json's per-seed test losses by the rules of
+    every verdict, independently of the code: the primary (searched vs random on the
+    objective) alone at 5%, the other 8 comparisons after Holm; an arm recommended only on
+    a measurable primary or a Holm-measurable secondary against random; else not resolved
+    (or worse, or within the smallest effect of interest). The search's verdict is the one
+    function the experiment's is (clusterclip.verdict.compare_family)."""
+    from scipy import stats
+
+    from clusterclip.search.output import search_family
+    from clusterclip.verdict import compare_family
 
     res = json.loads(searched["bytes"]["results.json"])
     first = searched["bytes"]["results.md"].decode().splitlines()[2]
     t = res["test"]
-    gain = {a: paired_difference(np.subtract(t[a]["target"], t["random"]["target"]))
-            for a in ("searched", "prior")}
-    better = [a for a, d in gain.items() if d.low is not None and d.high < 0]
-    if not better:
-        assert first.startswith("Keep random sampling: nothing here beats it measurably")
-        return
-    arm = min(better, key=lambda a: gain[a].mean)
-    cost = paired_difference(np.subtract(t[arm]["micro"], t["random"]["micro"]))
-    assert first.startswith(f"Use `{arm}`") and " if target loss is what matters: " in first
-    assert f"{_ci3(gain[arm])} against random sampling, at {_ci3(cost)} on the corpus's own " \
-        "mix (micro held-out loss)" in first
-    share = res["coverage"][arm]["docs_never_drawn"]
-    assert f"it never draws {share:.0%} of the corpus's training documents" in first
+    pairs = [(a, b, m) for m in ("target", "micro", "macro")
+             for a, b in (("searched", "random"), ("prior", "random"), ("searched", "prior"))]
+    diffs = {k: np.subtract(t[k[0]][k[2]], t[k[1]][k[2]]) for k in pairs}
+    ps = [stats.ttest_1samp(d, 0.0).pvalue for d in diffs.values()]
+    order = np.argsort(ps, kind="stable")
+    adj = np.empty(9)
+    adj[order] = np.maximum.accumulate([min(1.0, (9 - r) * ps[i]) for r, i in enumerate(order)])
+    fam = res["verdict"]
+    assert fam == search_family(t, "target") == compare_family(
+        {k: d.tolist() for k, d in diffs.items()}, ("searched", "random", "target"))
+    assert fam["family"] == 9
+    assert [c["p_holm"] for c in fam["comparisons"]] == pytest.approx(list(adj))
+    measurable = [ps[0] < 0.05] + [a < 0.05 for a in adj[1:]]
+    # every comparison's call in results.json follows the family's rule, not its raw interval
+    for (a, b, m), ok in zip(pairs, measurable, strict=True):
+        d = res["comparisons"][f"{a} - {b}"][m]
+        assert d["measurable"] == ok
+        assert d["call"].startswith("measurably" if ok else "not measurably different")
+    better = [k for k, ok in zip(pairs, measurable, strict=True)
+              if ok and k[1] == "random" and diffs[k].mean() < 0]
+    if better:
+        arm = better[0][0]
+        assert first.startswith(f"Use `{arm}`") and " is what matters: " in first
+        share = res["coverage"][arm]["docs_never_drawn"]
+        assert f"it never draws {share:.0%} of the corpus's training documents" in first
+    elif measurable[0]:
+        assert first.startswith("Keep random sampling: `searched` is measurably worse")
+    elif stats.t.ppf(0.975, len(diffs[pairs[0]]) - 1) * np.std(diffs[pairs[0]], ddof=1) / \
+            math.sqrt(len(diffs[pairs[0]])) < 0.005:
+        assert first.startswith("Keep random sampling: `searched` differs from it by less")
+    else:
+        assert first.startswith(f"Not resolved at {len(res['test_seeds'])} seeds: the "
+                                "smallest difference they could detect on target loss is ")
+        assert "Run with --test-seeds " in first
 
 
 def test_the_verdict_says_how_well_the_predictor_ranked_and_what_the_seeds_could_detect(
@@ -302,7 +330,7 @@ def test_the_verdict_says_how_well_the_predictor_ranked_and_what_the_seeds_could
     from results.json's per-proxy and per-seed numbers."""
     from scipy import stats
 
-    from clusterclip.experiment.verdict import paired_difference
+    from clusterclip.verdict import paired_difference
 
     res = json.loads(searched["bytes"]["results.json"])
     md = searched["bytes"]["results.md"].decode().splitlines()
@@ -407,7 +435,9 @@ def test_a_target_from_the_corpus_is_counted_and_kept_out_of_training(searched, 
     total = sum(res["data"][k] for k in ("corpus_train", "corpus_val", "corpus_test"))
     assert total <= 280 - o["corpus_docs_excluded"]
     md = (w / "search" / "results.md").read_text().split("\n\n")
-    assert md[1].splitlines()[1] == (
+    # the first paragraph: the decision, what it rests on, then the overlap
+    assert md[1].splitlines()[1].startswith("This verdict rests on ")
+    assert md[1].splitlines()[2] == (
         "The target is mostly inside the corpus: 16 of the target's 24 documents (67%) are in "
         "the corpus (12 exact, 4 near copies at "
         f"cosine >= 0.95); their {o['corpus_docs_excluded']} corpus copies were kept out of "
@@ -584,6 +614,39 @@ def test_a_killed_search_resumes_with_the_same_result(searched, tmp_path):
     assert not (w / "search" / "results.json").exists()
     assert _search(w, searched["target"]) == 0
     assert _outputs(w) == searched["bytes"]
+
+
+def test_test_seeds_auto_adds_seeds_by_the_declared_rule(searched, tmp_path, monkeypatch):
+    """``--test-seeds auto`` on a copy of the searched work directory (its proxies and
+    first test seeds reused from the store): every count it passed through left `searched`
+    vs random on the objective unresolved by the rule, the last resolved or at the cap; the
+    rule is in results.json and results.md."""
+    import shutil
+
+    import clusterclip.search.output as so
+    from clusterclip.verdict import SeedRule, paired_difference
+
+    rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)  # one seed: never resolved
+    monkeypatch.setattr(so, "SEED_RULE", rule)
+    w = tmp_path / "w"
+    shutil.copytree(searched["w"], w)
+    assert _search(w, searched["target"], "--test-seeds", "auto") == 0
+    res = json.loads((w / "search" / "results.json").read_text())
+    n = len(res["test_seeds"])
+    assert res["test_seeds"] == [1, 2, 3][:n] and n >= 2
+    assert res["config"]["test_seeds"] == "auto" and res["config"]["seed_rule"] == \
+        rule.to_dict()
+    t = res["test"]
+    diffs = np.subtract(t["searched"]["target"], t["random"]["target"])
+    for k in range(1, n):
+        assert not rule.resolved(paired_difference(diffs[:k]))
+    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+    assert res["verdict"]["seeds"] == n
+    md = (w / "search" / "results.md").read_text()
+    assert ("Primary question, declared before the runs: `searched` against random on target "
+            "loss, tested alone at 5%; the other 8 comparisons are secondary") in md
+    assert "Test seeds: seeds chosen by the rule fixed before any run (--test-seeds auto): " \
+        "start with 1, add 1 at a time" in md
 
 
 def test_two_workers_give_the_serial_bytes_and_resume_after_ctrl_c(searched, tmp_path):

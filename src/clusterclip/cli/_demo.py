@@ -135,10 +135,11 @@ def print_table(out: Any, emb: dict[str, Any], clu: dict[str, Any], smp: dict[st
             format_table,
             schedule_budget,
         )
+        from clusterclip.experiment.verdict import seconds_per_run
 
         print()
         print(f"LM experiment ({exp_size}): {exp['out_dir']}/results.md")
-        print("\n".join(verdict_lines(exp)))
+        print("\n".join(verdict_lines(exp, seconds_per_run(exp))))
         print()
         print("Held-out loss, lower is better, mean +- std over seeds:")
         print(format_table(exp))

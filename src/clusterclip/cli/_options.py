@@ -141,6 +141,7 @@ RESTARTS = integer(1, 10_000)  # --n-init
 COUNT = integer(1, 100_000)  # --runs, --windows
 COUNT_OR_ZERO = integer(0, 100_000)  # search fit --propose (0: none)
 SEED_COUNT = integer(1, 1_000)  # --seeds, --test-seeds
+SEED_COUNT_OR_AUTO = integer_or("auto", 1, 1_000)  # --seeds, --test-seeds: or auto
 ROUNDS = integer(1, 64)
 THREADS = integer(1, 4_096)
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clusterclip.cli._options import ALPHA, CLIP, EPOCHS, ROWS_OR_ZERO, SEED_COUNT, THREADS, TOKENS
+from clusterclip.cli._options import (
+    ALPHA,
+    CLIP,
+    EPOCHS,
+    ROWS_OR_ZERO,
+    SEED_COUNT_OR_AUTO,
+    THREADS,
+    TOKENS,
+)
 from clusterclip.cli._paths import add_path
 
 HELP = "train a small LM once per sampling strategy and compare held-out loss (W/experiment/)"
@@ -54,8 +62,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",
                    help="balance clusters by documents (the paper) or by tokens: cluster "
                         "weights divided by the cluster's mean document length (default docs)")
-    p.add_argument("--seeds", type=SEED_COUNT, default=3,
-                   help="seeds per strategy (model init and schedule), default 3")
+    from clusterclip.experiment.verdict import PRIMARY_METRIC, PRIMARY_STRATEGY, SEED_RULE
+
+    r = SEED_RULE
+    p.add_argument("--seeds", type=SEED_COUNT_OR_AUTO, default=None,
+                   help="seeds per strategy (model init and schedule), or auto (the default; "
+                        f"--quick: 3): start with {r.start}, add {r.step} at a time until the "
+                        "primary question is resolved (its paired 95%% interval excludes 0 "
+                        f"or is narrower than ±{r.min_effect:g} nats/token), at most {r.cap}")
+    p.add_argument("--primary", default=None, metavar="STRATEGY:METRIC",
+                   help="the primary question, declared before the runs: STRATEGY against "
+                        "random on METRIC (micro, macro or tail); tested alone at 5%%, every "
+                        "other comparison after Holm's correction (default "
+                        f"{PRIMARY_STRATEGY}:{PRIMARY_METRIC})")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=EPOCHS, default=None,
                         help="training budget per run in epochs-equivalent of the training "
@@ -70,8 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "slow on CPU")
     p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
                    help="use a cluster-stratified subsample of at most this many documents, "
-                        "each cluster keeping its share (default %(default)s, which keeps the "
-                        "default run near 15 minutes on 2 cores; 0 = all)")
+                        "each cluster keeping its share (default %(default)s, which keeps "
+                        "each batch of 3 seeds of the default run near 15 minutes on 2 cores; "
+                        "0 = all)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     p.add_argument("--threads", type=THREADS, default=None,
                    help="torch CPU threads (default: 1 for the tiny and small models, which "
@@ -95,14 +115,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
     results = run_experiment(
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
+        primary=args.primary,
         clip=args.clip, alpha=args.alpha, balance_by=args.balance_by, quick=args.quick,
         model=args.model, device=args.device, epochs=args.epochs, tokens=args.tokens,
         max_docs=args.max_docs, threads=args.threads, workers=args.workers,
         progress=not args.no_progress, mixture=args.mixture, tokenizer=args.tokenizer)
+    from clusterclip.experiment.verdict import seconds_per_run
+
     d = results["data"]
-    print("\n".join(verdict_lines(results)))
+    print("\n".join(verdict_lines(results, seconds_per_run(results))))
     print()
-    print(f"held-out loss, nats/token, mean ± std over {args.seeds} seed(s); "
+    print(f"held-out loss, nats/token, mean ± std over {results['config']['seeds']} seed(s); "
           f"{d['budget_tokens']:,} training tokens per run "
           f"({d['epochs_equivalent']:.2f} epochs), {d['valid_docs']} held-out docs "
           f"in {d['valid_clusters']} clusters")

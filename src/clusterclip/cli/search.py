@@ -14,7 +14,7 @@ from clusterclip.cli._options import (
     ROWS_OR_ZERO,
     SAMPLES,
     SEED,
-    SEED_COUNT,
+    SEED_COUNT_OR_AUTO,
     THREADS,
     TOKENS,
 )
@@ -42,9 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=ROUNDS, default=None,
                    help=f"rounds, each half the proxies of the one before (default "
                         f"{DEFAULT['rounds']})")
-    p.add_argument("--test-seeds", type=SEED_COUNT, default=None,
-                   help=f"fresh seeds of the test verdict (default {DEFAULT['test_seeds']}; "
-                        f"--quick {QUICK['test_seeds']})")
+    from clusterclip.search.output import SEED_RULE as r
+
+    p.add_argument("--test-seeds", type=SEED_COUNT_OR_AUTO, default=None,
+                   help=f"fresh seeds of the test verdict, or auto (default "
+                        f"{DEFAULT['test_seeds']}; --quick {QUICK['test_seeds']}): start with "
+                        f"{r.start}, add {r.step} at a time until searched vs random on the "
+                        "objective is resolved (its paired 95%% interval excludes 0 or is "
+                        f"narrower than ±{r.min_effect:g} nats/token), at most {r.cap}")
     add_proxy_options(p, DEFAULT["model"] if QUICK["model"] == DEFAULT["model"]
                       else f"{DEFAULT['model']}; --quick {QUICK['model']}")
     p.add_argument("--verify-model", choices=(*MODEL_PRESETS, NO_VERIFY), default=None,
@@ -232,5 +237,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"wrote {results['out_dir']}/mixture.json, results.md, results.json, "
               f"splits.npz and plots in {results['wall_seconds']:.0f} s")
-        print("\n".join(ln for ln in verdict_lines(results) if ln))
+        secs = results.get("timing", {}).get("run_seconds") or []
+        print("\n".join(ln for ln in verdict_lines(results, sum(secs) / len(secs) if secs
+                                                     else None) if ln))
     return 0

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.verdict import paired_difference, verdict_lines
+from clusterclip.experiment.verdict import SEED_RULE, verdict_lines
 from clusterclip.lm.metrics import METRICS, schedule_keys
+from clusterclip.verdict import LEVEL, SeedRule, holm, paired_difference
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -155,8 +156,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     if deltas:
         parts += ["", "Paired by seed (same initialisation), difference to random "
                   "(negative = lower loss than random), mean ± std of the per-seed "
-                  "differences; the verdict above calls one measurable when its paired-t 95% "
-                  "confidence interval excludes 0:", "", deltas]
+                  "differences; the verdict above gives each one's paired-t 95% interval, p and "
+                  "Holm-adjusted p (results.json: *verdict*):", "", deltas]
     parts += _schedule_section(results)
     parts += _gap_section(results)
     parts += ["", "## Curves and clusters", "",
@@ -188,7 +189,8 @@ def _setup(results: dict[str, Any]) -> list[str]:
         f"{m['n_heads']} heads, window {m['seq_len']}) is trained once per strategy and seed "
         f"on {d['budget_tokens']:,} tokens ({steps} steps of {c['train']['batch_size']} "
         f"windows; {budget}), from the same "
-        f"initialisation for the same seed. Seeds: {c['seeds']}; clip R = {c['clip']}; "
+        f"initialisation for the same seed. Seeds: {c['seeds']}{_seed_words(results)}; "
+        f"clip R = {c['clip']}; "
         f"alpha = {c['alpha']}; clusters balanced by {c['balance_by']}; "
         f"device {results['device']}.",
         "",
@@ -211,6 +213,20 @@ def _setup(results: dict[str, Any]) -> list[str]:
         "set's cluster mix, measured the same way at the same point; *gap* = val micro − "
         "train. Lower is better (uniform-byte baseline ln 256 = 5.545).",
     ]
+
+
+def _seed_words(results: dict[str, Any]) -> str:
+    """The declared primary question and, with ``--seeds auto``, the stop rule."""
+    p = results.get("primary")
+    if not p:
+        return ""
+    what = f"`{p['arm']}` against {p['baseline']} on {p['metric']} held-out loss"
+    text = f" (primary question, declared before the runs: {what}"
+    c = results["config"]
+    if c.get("auto_seeds"):
+        rule = SeedRule(**c["seed_rule"]) if c.get("seed_rule") else SEED_RULE
+        text += f"; {rule.describe(what)}"
+    return text + ")"
 
 
 def _schedule_section(results: dict[str, Any]) -> list[str]:
@@ -346,29 +362,33 @@ def format_gap_table(results: dict[str, Any], markdown: bool = False) -> str:
 
 def gap_conclusion(results: dict[str, Any]) -> list[str]:
     """One computed sentence per strategy whose repetitions vary: does its excess gap
-    over random (its gap when random was not run) grow measurably with repetition? The
-    rule of every verdict (:func:`~clusterclip.experiment.verdict.paired_difference`):
-    the per-seed slopes' 95% t interval excludes 0."""
-    lines = []
+    over random (its gap when random was not run) grow measurably with repetition? By the
+    rules of every verdict (:mod:`clusterclip.verdict`): the per-seed slopes' paired-t 95%
+    interval and p, measurable when the p, Holm-adjusted over the strategies tested here,
+    is below 0.05."""
+    tests = []
     for name, e in gap_summary(results).items():
         slopes = e["excess_slopes"] if e["excess_slopes"] is not None else e["slopes"]
+        if not any(v is None for v in slopes):
+            tests.append((name, e, paired_difference(slopes)))
+    adjusted = holm([p.p for _, _, p in tests])
+    lines = []
+    for (name, e, p), adj in zip(tests, adjusted, strict=True):
         what = "excess gap over random" if e["excess_slopes"] is not None else "gap"
-        if any(v is None for v in slopes):
-            continue
-        p = paired_difference(slopes)
         label = strategy_name(name, results)
         if p.low is None:
             lines.append(f"- {label}: {what} slope {p.mean:+.4f} nats per doubling of "
                          "repetition (one seed: no interval, no call).")
             continue
-        if p.measurable and p.mean > 0:
+        if adj < LEVEL and p.mean > 0:
             call = "grows measurably with repetition (over-fitting of repeated clusters)"
-        elif p.measurable:
+        elif adj < LEVEL:
             call = "shrinks measurably with repetition"
         else:
             call = "shows no measurable trend with repetition"
-        lines.append(f"- {label}: the {what} {call}: {p.interval()} nats per "
-                     f"doubling (repetition up to {e['max_repetition']:.1f}).")
+        lines.append(f"- {label}: the {what} {call}: {p.interval()} nats per doubling, "
+                     f"Holm-adjusted p {adj:.2g} over {len(tests)} strategies (repetition up "
+                     f"to {e['max_repetition']:.1f}).")
     return lines
 
 

@@ -118,6 +118,8 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     mixture: Mixture | None = None    # the schedule of strategy "mixture"
     tokenizer: str | None = None      # a local Hugging Face tokenizer folder; None: bytes
+    primary: str | None = None        # STRATEGY:METRIC; None: paced (or the first) on macro
+    auto_seeds: bool = False          # seeds by SEED_RULE (``seeds`` is then its start)
 
     @classmethod
     def quick(cls, **overrides: Any) -> ExperimentConfig:
@@ -188,6 +190,7 @@ class ExperimentConfig:
         check_clip(self.clip)
         if self.seeds < 1:
             raise InputError(f"seeds: must be >= 1, got {self.seeds}", params=("seeds",))
+        self._check_primary()
         if not math.isfinite(self.alpha):
             raise InputError(f"alpha: must be a finite number, got {self.alpha}",
                              params=("alpha",))
@@ -208,9 +211,36 @@ class ExperimentConfig:
         if self.tokenizer is not None:
             proxy_tokenizer(self.tokenizer)
 
+    def _check_primary(self) -> None:
+        from clusterclip.experiment.verdict import parse_primary
+
+        if self.primary is None:
+            return
+        strategy, _ = parse_primary(self.primary)
+        if strategy == "random" or strategy not in self.strategies or \
+                "random" not in self.strategies:
+            raise InputError(f"primary {self.primary}: the strategy must be one of "
+                             "strategies other than random, and random must be run too",
+                             params=("primary",))
+
+    def primary_pair(self) -> tuple[str, str] | None:
+        """The declared primary question (strategy, metric) against random."""
+        from clusterclip.experiment.verdict import default_primary, parse_primary
+
+        if self.primary is not None:
+            return parse_primary(self.primary)
+        return default_primary(self.strategies)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strategies"] = list(self.strategies)
+        for name in ("primary", "auto_seeds"):
+            if not d[name]:
+                del d[name]  # results without them keep their bytes
+        if self.auto_seeds:
+            from clusterclip.experiment.verdict import SEED_RULE
+
+            d["seed_rule"] = SEED_RULE.to_dict()
         if self.mixture is None:
             del d["mixture"]  # results without a mixture keep their bytes
         else:
@@ -387,7 +417,8 @@ def run_keys(data: ExperimentData, config: ExperimentConfig, device: str, thread
     run_inputs = {"docs": fingerprint([array_fingerprint(d) for d in data.docs]),
                   "labels": array_fingerprint(data.labels),
                   "config": {k: v for k, v in config.to_dict().items()
-                             if k not in ("strategies", "seeds", "mixture")},
+                             if k not in ("strategies", "seeds", "mixture", "primary",
+                                          "auto_seeds", "seed_rule")},
                   "device": device, "threads": threads,
                   "versions": {"clusterclip": __version__, "torch": torch.__version__},
                   "format": RUN_FORMAT}
@@ -490,7 +521,9 @@ def experiment_results(data: ExperimentData, budget: Budget, config: ExperimentC
     labels, valid_idx = data.labels, data.valid_idx
     weights = next((s.weights for n, s in specs.items() if s.weights is not None
                     and n not in MIXTURE_STRATEGIES), None)
-    return {
+    from clusterclip.experiment.verdict import experiment_family
+
+    out = {
         "config": config.to_dict(),
         "device": device,
         "data": {
@@ -521,6 +554,11 @@ def experiment_results(data: ExperimentData, budget: Budget, config: ExperimentC
         "run_keys": sorted(keys),
         "timing": timing,
     }
+    primary = config.primary_pair()
+    out["primary"] = None if primary is None else {
+        "arm": primary[0], "baseline": "random", "metric": primary[1]}
+    out["verdict"] = experiment_family(out)
+    return out
 
 
 # -- the experiment --------------------------------------------------------------------
@@ -574,13 +612,21 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     ``texts``: N documents (None = no text, excluded); ``labels``: int[N]
     cluster ids, -1 for excluded documents. Above ``config.max_docs``
     clustered documents a cluster-stratified subsample is used (the others
-    count as excluded). Returns a JSON-serialisable dict: ``config``,
-    ``data`` (split and budget figures), ``clusters``, and
+    count as excluded). Returns a JSON-serialisable dict: ``config`` (``seeds``: the
+    seeds run), ``primary`` (the declared primary question), ``data`` (split and budget
+    figures), ``clusters``, and
     ``strategies[name] = {"metrics": {metric: {mean, std, values}},
     "schedule": {stat: {mean, std, values}}`` (see :data:`SCHEDULE_STATS`),
     ``"vs_random": {metric: {mean, std, values}} (paired by seed), "runs": [...]}``,
-    and ``timing`` (seconds per run, the estimate and the reused runs: the only
+    ``verdict`` (:func:`clusterclip.experiment.verdict.experiment_family`: every
+    comparison's mean, paired-t 95% interval, p and Holm-adjusted p, and the decision's
+    category), and ``timing`` (seconds per run, the estimate and the reused runs: the only
     part that varies between identical runs).
+
+    ``config.auto_seeds``: seeds 0, 1, ... are added by
+    :data:`~clusterclip.experiment.verdict.SEED_RULE` (fixed before any run) until the
+    primary question is resolved or its cap is reached; a rerun after a kill finds the same
+    runs stored and so takes the same steps to the same seeds.
 
     ``groups``: int[N] near-duplicate group per document (``W/groups.npy``):
     each run's schedule then also counts ``max_group_repetition``.
@@ -592,7 +638,6 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     ``progress``).
     """
     import torch
-    from tqdm import tqdm
 
     if log is None:
         def log(msg: str) -> None:
@@ -606,19 +651,60 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     budget = plan_budget(data, config, specs)
     dev = torch.device(device)
     threads = default_threads(config.model) if threads is None else threads
-    keys = run_keys(data, config, dev.type, threads)
+    state = (data, budget, specs, config, dev.type, threads)
+    timing: dict[str, Any] = {"reused_runs": 0, "threads": threads}
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
+    n = config.seeds
+    while True:
+        part = replace(config, seeds=n)
+        keys = run_keys(data, part, dev.type, threads)
+        _train_seeds(state, keys, len(runs[config.strategies[0]]), runs, timing, log,
+                     workers=workers, progress=progress, store=store, on_run=on_run)
+        # without random and another strategy there is no primary: the seeds stay fixed
+        n = (_more_seeds(config, runs) if config.auto_seeds and config.primary_pair()
+             else None)
+        if n is None:
+            break
+    return experiment_results(data, budget, part, dev.type, specs, runs, list(keys.values()),
+                              timing)
+
+
+def _more_seeds(config: ExperimentConfig, runs: dict[str, list[dict[str, Any]]]
+                ) -> int | None:
+    """The seed count :data:`~clusterclip.experiment.verdict.SEED_RULE` asks for next, from
+    the primary question's differences so far (None: stop)."""
+    from clusterclip.experiment.verdict import SEED_RULE, VERDICT_METRICS
+    from clusterclip.verdict import paired_difference
+
+    strategy, label = config.primary_pair()
+    metric = next(m for m, lab in VERDICT_METRICS.items() if lab == label)
+    diffs = [a[metric] - b[metric] for a, b in zip(runs[strategy], runs["random"],
+                                                   strict=True)]
+    return SEED_RULE.next_count(paired_difference(diffs))
+
+
+def _train_seeds(state: tuple[Any, ...], keys: dict[tuple[str, int], str], first: int,
+                 runs: dict[str, list[dict[str, Any]]], timing: dict[str, Any],
+                 log: Callable[[str], None], *, workers: int, progress: bool,
+                 store: RunStore | None,
+                 on_run: Callable[[str, int, bool], None] | None) -> None:
+    """Train (or find stored) the runs of ``keys`` from seed ``first`` on, appending them
+    to ``runs`` in seed order; their seconds (a stored run's as recorded) to ``timing``."""
+    from tqdm import tqdm
+
+    data, budget, _, config, dev_type, threads = state
+    keys = {k: v for k, v in keys.items() if k[1] >= first}
     cached = {k: store.get(v) for k, v in keys.items()} if store is not None else {}
     todo = [k for k in keys if cached.get(k) is None]
-    timing: dict[str, Any] = {"reused_runs": len(keys) - len(todo), "threads": threads}
+    timing["reused_runs"] += len(keys) - len(todo)
     if todo:
-        est = _announce(log, config, data, dev, threads, len(todo), len(keys) - len(todo),
-                        budget.steps, workers)
-        timing["estimated_seconds"] = round(est, 1)
+        import torch
 
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in config.strategies}
+        est = _announce(log, config, data, torch.device(dev_type), threads, len(todo),
+                        len(keys) - len(todo), budget.steps, workers)
+        timing["estimated_seconds"] = round(timing.get("estimated_seconds", 0.0) + est, 1)
     bar = tqdm(total=budget.steps * len(todo), desc="experiment", unit="step",
                disable=not progress, dynamic_ncols=True)
-    state = (data, budget, specs, config, dev.type, threads)
 
     def here(run: tuple[str, int]) -> tuple[dict[str, Any], float]:
         bar.set_postfix_str(f"{run[0]} seed {run[1]}")
@@ -626,18 +712,19 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
     trained = pooled(workers, _run_state, state, _train_one, todo, here)
     with contextlib.closing(trained), bar:
-        for seed in range(config.seeds):
+        for seed in sorted({k[1] for k in keys}):
             for strategy in config.strategies:
                 run = cached.get((strategy, seed))
                 if run is None:
                     run, seconds = next(trained)
                     if workers > 1 and len(todo) > 1:  # a worker's run: whole, at its end
                         bar.update(budget.steps)
-                    timing[f"{strategy}/seed{seed}"] = seconds
                     if store is not None:
                         run = store.put(keys[(strategy, seed)], run, seconds)
+                else:
+                    seconds = store.seconds(keys[(strategy, seed)])
+                if seconds is not None:
+                    timing[f"{strategy}/seed{seed}"] = seconds
                 runs[strategy].append(run)
                 if on_run is not None:
                     on_run(strategy, seed, (strategy, seed) not in todo)
-    return experiment_results(data, budget, config, dev.type, specs, runs, list(keys.values()),
-                              timing)

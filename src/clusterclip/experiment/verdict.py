@@ -1,253 +1,215 @@
-"""The one statistics rule of every verdict, and the experiment's computed verdict.
+"""The experiment's computed verdict, by the rules of :mod:`clusterclip.verdict`.
 
-The rule (:func:`paired_difference`): differences between two arms are paired by
-seed (same initialisation, same held-out documents); their mean gets a paired-t
-95% confidence interval (scipy), and a difference is *measurable* only when that
-interval excludes 0. With one seed no interval exists, so no call is made. The
-half-width of the interval is the smallest mean difference these seeds can call
-measurable at the spread they showed (:attr:`Paired.detectable`). ``experiment``
-and ``search`` both use it.
+The family: every strategy but random against random, on micro, macro and tail held-out
+loss (3 strategies: 9 comparisons), paired by seed. The primary question, declared before
+the runs, is the default strategy (paced) against random on macro held-out loss unless
+``primary`` names another (``--primary STRATEGY:METRIC``); it is tested alone at 5%, the
+others after Holm's correction over the family.
 
-The experiment's verdict is pure: a results dict in (only ``config`` and each
-run's metric values and seed are read), plain data and sentences out.
+Pure: a results dict in (only ``config``, ``primary`` and each run's metric values and
+seed are read), plain data and sentences out.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from clusterclip.errors import InputError
+from clusterclip.verdict import (
+    CONFIDENCE,
+    ONE_SEED,
+    Paired,
+    SeedRule,
+    compare_family,
+    first_line,
+    limits_line,
+    primary_of,
+)
+
 #: The held-out losses the verdict speaks about, in order, with their names.
 VERDICT_METRICS = {"val_micro": "micro", "val_macro": "macro", "val_tail": "tail"}
-#: Confidence of the paired-t interval behind every "measurably".
-CONFIDENCE = 0.95
-
-BETTER = "measurably better than random"
-WORSE = "measurably worse than random"
-SAME = "not measurably different from random"
-ONE_SEED = "one seed: no interval can be given"
-#: The decision when no arm beats random sampling measurably.
-KEEP_RANDOM = "Keep random sampling: nothing here beats it measurably"
-#: The decision's words for each loss: what matters when it is the goal.
-GOALS = {"micro": "the corpus's own mix (micro held-out loss)",
-         "macro": "balanced loss over the clusters (macro held-out loss)",
-         "tail": "the smallest clusters (tail held-out loss)", "target": "target loss"}
+#: The primary question's loss unless ``--primary`` names another.
+PRIMARY_METRIC = "macro"
+#: The primary question's strategy unless ``--primary`` names another (the commands'
+#: default strategy); when it is not run, the first strategy run that is not random.
+PRIMARY_STRATEGY = "paced"
+#: The stop rule of ``--seeds auto`` (the smallest effect of interest in nats per token).
+SEED_RULE = SeedRule(start=3, step=3, cap=12, min_effect=0.005)
 
 
-@dataclass(frozen=True)
-class Paired:
-    """Per-seed differences ``a - b`` (lower loss is better, so negative favours a):
-    their mean, sample std and paired-t 95% interval (None for one seed)."""
-
-    mean: float
-    n: int
-    std: float | None = None
-    low: float | None = None
-    high: float | None = None
-
-    @property
-    def detectable(self) -> float | None:
-        """Half-width of the interval: at the spread these seeds showed, a mean difference
-        smaller than this cannot be called measurable (None for one seed)."""
-        return None if self.low is None else (self.high - self.low) / 2
-
-    @property
-    def measurable(self) -> bool:
-        """True when the interval excludes 0."""
-        return self.low is not None and (self.low > 0 or self.high < 0)
-
-    def call(self, other: str = "random") -> str:
-        """``measurably better than <other>``, ``measurably worse than <other>``, ``not
-        measurably different from <other>`` or the one-seed note."""
-        if self.low is None:
-            return ONE_SEED
-        if not self.measurable:
-            return f"not measurably different from {other}"
-        return f"measurably {'better' if self.mean < 0 else 'worse'} than {other}"
-
-    def interval(self, digits: int = 4, inside: bool = False) -> str:
-        """``+0.0123 (95% CI -0.0040 to +0.0286)``, or ``+0.0123, one seed``; ``inside``
-        (for text already in parentheses): ``+0.0123, 95% CI -0.0040 to +0.0286``."""
-        if self.low is None:
-            return f"{self.mean:+.{digits}f}, one seed"
-        ci = f"{CONFIDENCE:.0%} CI {self.low:+.{digits}f} to {self.high:+.{digits}f}"
-        return f"{self.mean:+.{digits}f}" + (f", {ci}" if inside else f" ({ci})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "n": self.n, "std": self.std, "low": self.low,
-                "high": self.high, "detectable": self.detectable,
-                "measurable": self.measurable}
+def parse_primary(text: str) -> tuple[str, str]:
+    """``STRATEGY:METRIC`` (metric micro, macro or tail) as a pair; InputError naming
+    ``primary`` otherwise."""
+    strategy, sep, metric = text.partition(":")
+    if not sep or not strategy or metric not in VERDICT_METRICS.values():
+        raise InputError(f"primary: expected STRATEGY:METRIC with METRIC one of "
+                         f"{', '.join(VERDICT_METRICS.values())}, got {text!r}",
+                         params=("primary",))
+    return strategy, metric
 
 
-def paired_difference(diffs: Sequence[float]) -> Paired:
-    """The rule: mean of the per-seed differences with its paired-t interval at
-    :data:`CONFIDENCE` (``mean ± t(0.975, n - 1) s / sqrt(n)``)."""
-    from scipy import stats
-
-    d = np.asarray(diffs, dtype=np.float64)
-    if d.size == 0:
-        raise ValueError("paired_difference needs at least one difference")
-    mean = float(d.mean())
-    if d.size < 2:
-        return Paired(mean=mean, n=1)
-    std = float(d.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, d.size - 1)) * std / math.sqrt(d.size)
-    return Paired(mean=mean, n=int(d.size), std=std, low=mean - half, high=mean + half)
+def default_primary(strategies: list[str] | tuple[str, ...]) -> tuple[str, str] | None:
+    """The declared primary when none is named: :data:`PRIMARY_STRATEGY` (else the first
+    strategy but random) against random on :data:`PRIMARY_METRIC`; None without random
+    or without another strategy."""
+    others = [s for s in strategies if s != "random"]
+    if "random" not in strategies or not others:
+        return None
+    return (PRIMARY_STRATEGY if PRIMARY_STRATEGY in others else others[0]), PRIMARY_METRIC
 
 
-def _paired_of(d: dict[str, Any]) -> Paired:
-    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"])
-
-
-def best_arm(vs_random: dict[str, dict[str, Any]]) -> str | None:
-    """Of the arms' differences to random on one loss (``{arm: Paired.to_dict()}``), the
-    arm measurably better (interval below 0) with the lowest mean; None when none is."""
-    better = [a for a, d in vs_random.items() if d["measurable"] and d["mean"] < 0]
-    return min(better, key=lambda a: (vs_random[a]["mean"], a)) if better else None
-
-
-def decision(arm: str | None, goal: str, gain: dict[str, Any] | None,
-             cost: tuple[str, dict[str, Any]] | None, how: str = "", then: str = "") -> str:
-    """The first line a person acts on: ``Use `arm`<how> if <goal> is what matters: <gain>
-    against random sampling, at <cost> on <cost loss><then>.`` (the gain and the cost each
-    with its paired 95% interval), or :data:`KEEP_RANDOM` plus ``then``."""
-    if arm is None or gain is None:
-        return f"{KEEP_RANDOM}{then}."
-    text = (f"Use `{arm}`{how} if {GOALS[goal]} is what matters: "
-            f"{_paired_of(gain).interval(3)} against random sampling")
-    if cost is not None:
-        name, d = cost
-        text += f", at {_paired_of(d).interval(3)} on {GOALS[name]}"
-    return text + f"{then}."
-
-
-def describe_model(config: dict[str, Any]) -> str:
-    """The proxy model in words, from a results dict's ``config``: parameters, window and
-    how much of each document it reads (it limits what a verdict means)."""
-    from clusterclip.lm.config import ModelConfig, format_parameters
-
-    m = ModelConfig(**config["model"])
-    size = format_parameters(m.num_parameters())
-    tok = config.get("tokenizer")
-    kind, unit = ("byte-level LM", "bytes") if tok is None else (
-        f"LM over the tokens of {tok} ({m.vocab_size:,}-token vocabulary)", "tokens")
-    return (f"a {size}-parameter {kind} ({m.n_layers} layer"
-            f"{'s' if m.n_layers != 1 else ''}, d={m.d_model}, window {m.seq_len}, reading "
-            f"the first {config['max_doc_tokens'] - 1} {unit} of each document)")
+def primary_of_results(results: dict[str, Any]) -> tuple[str, str] | None:
+    """The primary of a results dict: its ``config["primary"]`` or the default."""
+    named = results["config"].get("primary")
+    if named:
+        return parse_primary(named)
+    return default_primary(results["config"]["strategies"])
 
 
 def _values(results: dict[str, Any], name: str, metric: str) -> dict[int, float]:
     return {int(r["seed"]): float(r[metric]) for r in results["strategies"][name]["runs"]}
 
 
+def experiment_family(results: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`clusterclip.verdict.compare_family` of the experiment: every strategy but
+    random against random on micro, macro and tail (the primary's metric first), paired
+    by the seeds both ran; None without a primary (random, or every other, not run)."""
+    primary = primary_of_results(results)
+    if primary is None:
+        return None
+    names = list(results["config"]["strategies"])
+    by_label = {label: metric for metric, label in VERDICT_METRICS.items()}
+    order = [primary[1]] + [m for m in VERDICT_METRICS.values() if m != primary[1]]
+    diffs = {}
+    for label in order:
+        base = _values(results, "random", by_label[label])
+        for n in names:
+            if n == "random":
+                continue
+            vals = _values(results, n, by_label[label])
+            common = sorted(set(vals) & set(base))
+            diffs[(n, "random", label)] = [vals[s] - base[s] for s in common]
+    return compare_family(diffs, (primary[0], "random", primary[1]),
+                          min_effect=_rule(results).min_effect)
+
+
+def seconds_per_run(results: dict[str, Any]) -> float | None:
+    """The mean measured seconds of one run (``timing``, a stored run's as recorded), for
+    the time more seeds would take; None when none was timed (results.json keeps no
+    timing)."""
+    t = [v for k, v in results.get("timing", {}).items() if "/seed" in k]
+    return float(np.mean(t)) if t else None
+
+
+def _rule(results: dict[str, Any]) -> SeedRule:
+    r = results["config"].get("seed_rule")
+    return SeedRule(**r) if r else SEED_RULE
+
+
 def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
-    """Per verdict metric: the best strategy by mean loss over seeds and, for every
-    strategy but random, its paired difference to random and the call.
+    """Per verdict metric the best strategy by mean loss over seeds, and the family of
+    comparisons with random (:func:`experiment_family`).
 
     Returns ``{"seeds": int, "has_random": bool, "metrics": {metric: {"best": name,
-    "means": {name: mean}, "vs_random": {name: {"call", "mean", "std", "low", "high",
-    "detectable", "measurable", "n"}}}}}``. Only seeds run by both a strategy and random
-    are paired.
+    "means": {name: mean}}}, "family": compare_family(...) or None}``.
     """
     names = list(results["config"]["strategies"])
-    has_random = "random" in names
-    out: dict[str, Any] = {"has_random": has_random, "metrics": {}}
+    out: dict[str, Any] = {"has_random": "random" in names, "metrics": {}}
     seeds = 0
     for metric in VERDICT_METRICS:
         vals = {n: _values(results, n, metric) for n in names}
         means = {n: float(np.mean(list(v.values()))) for n, v in vals.items()}
         best = min(names, key=lambda n: (means[n], names.index(n)))
-        entry: dict[str, Any] = {"best": best, "means": means, "vs_random": {}}
-        if has_random:
-            base = vals["random"]
-            for n in names:
-                if n == "random":
-                    continue
-                common = sorted(set(vals[n]) & set(base))
-                p = paired_difference([vals[n][s] - base[s] for s in common])
-                entry["vs_random"][n] = {"call": p.call(), **p.to_dict()}
+        out["metrics"][metric] = {"best": best, "means": means}
         seeds = max(seeds, max(len(v) for v in vals.values()))
-        out["metrics"][metric] = entry
     out["seeds"] = seeds
+    out["family"] = experiment_family(results)
     return out
 
 
-def _ci(d: dict[str, Any], inside: bool = False) -> str:
-    return _paired_of(d).interval(inside=inside)
-
-
-def _headline(v: dict[str, Any], model: str) -> str:
-    """The one plain sentence a person can act on."""
-    lead = f"On this corpus, with {v['seeds']} seed{'s' if v['seeds'] != 1 else ''} of {model}: "
-    if not v["has_random"]:
-        best = ", ".join(f"{label} {v['metrics'][m]['best']}"
-                         for m, label in VERDICT_METRICS.items())
-        return (lead + "random sampling was not run, so no strategy is compared with it; "
-                f"lowest mean held-out loss: {best}.")
-    if not any(e["vs_random"] for e in v["metrics"].values()):
-        return lead + "only random sampling was run, so nothing is compared."
-    if v["seeds"] < 2:
-        return (lead + "with one seed no interval can be given, so no difference is called "
-                "measurable; rerun with --seeds 3 or more.")
-    found: dict[tuple[str, str], list[str]] = {}
-    total = 0
-    for metric, label in VERDICT_METRICS.items():
-        for name, d in v["metrics"][metric]["vs_random"].items():
-            total += 1
-            if d["measurable"]:
-                found.setdefault((name, d["call"]), []).append(
-                    f"on {label} loss ({_ci(d, inside=True)})")
-    if not found:
-        return (lead + "no strategy differs measurably from random on micro, macro or tail "
-                "held-out loss.")
-    parts = [f"{name} is {call} " + " and ".join(where) for (name, call), where in found.items()]
-    n_found = sum(len(w) for w in found.values())
-    tail = "; nothing else differs measurably." if n_found < total else "."
-    return lead + "; ".join(parts) + tail
-
-
-def experiment_decision(v: dict[str, Any]) -> str:
-    """The experiment's first line (:func:`decision`): the strategy to use for the first
-    loss of micro, macro, tail on which one beats random measurably, at its difference on
-    micro (on macro when the goal is micro); else keep random sampling."""
+def experiment_decision(v: dict[str, Any], results: dict[str, Any],
+                        seconds_per_run: float | None = None) -> str:
+    """The experiment's first line (:func:`clusterclip.verdict.first_line`): the strategy
+    to use on a measurable primary or a Holm-measurable secondary, at its difference on
+    micro (on macro when the goal is micro); else why random stays, or what the seeds could
+    resolve and how many would."""
     if not v["has_random"]:
         return ("No decision: random sampling was not run, so nothing is compared with it; "
                 "rerun with random among --strategies.")
-    if not any(e["vs_random"] for e in v["metrics"].values()):
+    fam = v["family"]
+    if fam is None:
         return "No decision: only random sampling was run, so nothing is compared."
-    if v["seeds"] < 2:
-        return ("No decision yet: with one seed no interval can be given; rerun with --seeds "
-                "3 or more.")
-    for metric, label in VERDICT_METRICS.items():
-        vs = v["metrics"][metric]["vs_random"]
-        arm = best_arm(vs)
-        if arm is not None:
-            other = "val_macro" if label == "micro" else "val_micro"
-            cost = (VERDICT_METRICS[other], v["metrics"][other]["vs_random"][arm])
-            return decision(arm, label, vs[arm], cost, how=" sampling")
-    return decision(None, "", None, None, then=" on micro, macro or tail held-out loss")
+    rec = fam["recommend"]
+    cost = "macro" if rec is not None and rec["metric"] == "micro" else "micro"
+    c = results["config"]
+    rule = _rule(results)
+    return first_line(fam, names={m: m for m in VERDICT_METRICS.values()}, rerun="--seeds",
+                      runs_per_seed=len(c["strategies"]),
+                      how={n: " sampling" for n in c["strategies"]}, cost=cost,
+                      arms="the strategies", seconds_per_run=seconds_per_run,
+                      cap=rule.cap if c.get("auto_seeds") else None)
 
 
-def verdict_lines(results: dict[str, Any]) -> list[str]:
+def _summary(v: dict[str, Any]) -> str:
+    """The primary question's result and how many secondaries are measurable."""
+    fam = v["family"]
+    prim = primary_of(fam)
+    p = Paired.of(prim)
+    state = (p.call() if p.low is not None else ONE_SEED)
+    second = [c for c in fam["comparisons"] if not c["primary"]]
+    found = [f"`{c['arm']}` on {c['metric']} ({Paired.of(c).interval(3, inside=True)}, "
+             f"Holm-adjusted p {c['p_holm']:.2g})" for c in second if c["measurable"]]
+    text = (f"Primary question, declared before the runs: `{prim['arm']}` against random on "
+            f"{prim['metric']} held-out loss: {p.interval(4)}"
+            + (f", p = {prim['p']:.2g}" if prim["p"] is not None else "") + f": {state}. ")
+    if not second:
+        return text + "No secondary comparison."
+    if found:
+        return text + (f"Of the {len(second)} secondary comparisons, measurable after Holm's "
+                       f"correction over all {fam['family']}: " + "; ".join(found) + ".")
+    return text + (f"None of the {len(second)} secondary comparisons is measurable after "
+                   f"Holm's correction over all {fam['family']} comparisons.")
+
+
+def verdict_lines(results: dict[str, Any], seconds_per_run: float | None = None
+                  ) -> list[str]:
     """The verdict as plain lines (no markup): the decision (:func:`experiment_decision`),
-    the one-sentence conclusion, one line per metric, then the rule. Used by results.md,
-    the CLI and the demo."""
+    what the verdict rests on and cannot tell, the primary question and the secondaries,
+    one line per metric, then the rule. Used by results.md, the CLI and the demo
+    (``seconds_per_run``: the measured seconds of one run, for the time a rerun takes; the
+    files leave it out, so that they stay byte-identical)."""
     v = compute_verdict(results)
-    lines = [experiment_decision(v), _headline(v, describe_model(results["config"]))]
+    lines = [experiment_decision(v, results, seconds_per_run), limits_line(results["config"])]
+    fam = v["family"]
+    if fam is not None and v["seeds"] >= 2:
+        lines.append(_summary(v))
     for metric, label in VERDICT_METRICS.items():
         e = v["metrics"][metric]
         text = f"- {label}: lowest mean {e['best']} ({e['means'][e['best']]:.4f})"
-        parts = [f"{name} {_ci(d)}" + (f": {d['call']}" if d["call"] != ONE_SEED else "")
-                 for name, d in e["vs_random"].items()]
+        parts = [_comparison(c) for c in (fam["comparisons"] if fam else [])
+                 if c["metric"] == label]
         if parts:
             text += "; vs random: " + "; ".join(parts)
         lines.append(text + ".")
-    if any(e["vs_random"] for e in v["metrics"].values()) and v["seeds"] >= 2:
-        lines.append("Differences to random are paired by seed (same initialisation, same "
-                     f"held-out documents); one is measurable when its paired-t "
-                     f"{CONFIDENCE:.0%} confidence interval excludes 0.")
+    if fam is not None and v["seeds"] >= 2:
+        prim = primary_of(fam)
+        lines.append(
+            f"Differences to random are paired by seed (same initialisation, same held-out "
+            f"documents), {fam['family']} comparisons. The primary question (`{prim['arm']}` "
+            f"on {prim['metric']}) is tested alone: measurable when its paired-t "
+            f"{CONFIDENCE:.0%} confidence interval excludes 0; every other comparison is "
+            f"measurable only when its Holm-adjusted p over the {fam['family']} is below "
+            f"{fam['level']:.2f}.")
     return lines
+
+
+def _comparison(c: dict[str, Any]) -> str:
+    p = Paired.of(c)
+    if p.low is None:
+        return f"{c['arm']} {p.interval()}"
+    adj = "" if c["primary"] else f", Holm {c['p_holm']:.2g}"
+    what = "measurable" if c["measurable"] else "not measurable"
+    return (f"{c['arm']} {p.interval()}, p {c['p']:.2g}{adj}: {what}"
+            + (" (primary)" if c["primary"] else ""))

@@ -4,8 +4,10 @@ super-cluster).
 
 ``results.md`` opens with the computed verdict (CONTRACTS.md section 3: the lines
 from the title to the first ``## `` heading), its first line the decision
-(:func:`decision_line`). Every difference is paired by seed and called by the one rule
-of :func:`clusterclip.experiment.verdict.paired_difference`. The line on the searched
+(:func:`decision_line`). Every difference is paired by seed and weighed by the rules of
+:mod:`clusterclip.verdict` (:func:`search_family`): the primary question, declared before
+the runs, is `searched` against random on the objective, tested alone at 5%; the other
+comparisons count only after Holm's correction over the family. The line on the searched
 mixture names it ``searched`` and says ``measurably better than random``, ``measurably
 worse than random`` or ``not measurably different from random``, so that scripts can
 read it.
@@ -19,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.verdict import (
+from clusterclip.verdict import (
     CONFIDENCE,
     Paired,
-    best_arm,
-    decision,
+    SeedRule,
+    compare_family,
     describe_model,
-    paired_difference,
+    first_line,
+    limits_line,
 )
 
 RESULTS_FORMAT = 1
@@ -42,19 +45,40 @@ def _proxy(p: Any, predicted: float | None, loo: float | None) -> dict[str, Any]
             "predicted": predicted, "loo_predicted": loo}
 
 
-def comparisons(test: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
-    """``{"searched - random": {metric: {mean, low, high, detectable, measurable, call, n,
-    std}}, ...}`` for the arms that ran, paired by seed."""
+#: The stop rule of ``--test-seeds auto`` (the smallest effect of interest in nats per
+#: token of the objective).
+SEED_RULE = SeedRule()
+
+
+def search_family(test: dict[str, dict[str, list[float]]], objective: str,
+                  min_effect: float = SEED_RULE.min_effect) -> dict[str, Any]:
+    """:func:`clusterclip.verdict.compare_family` of the search: every comparison of
+    :data:`COMPARISONS` whose arms ran, on every metric they have (the objective first),
+    paired by test seed; the primary is `searched` against random on ``objective``."""
+    metrics = [objective] + [m for m in METRIC_NAMES if m != objective]
+    diffs = {(a, b, m): np.subtract(test[a][m], test[b][m]).tolist()
+             for m in metrics for a, b in COMPARISONS
+             if a in test and b in test and m in test[a]}
+    return compare_family(diffs, ("searched", "random", objective), min_effect=min_effect)
+
+
+def comparisons(test: dict[str, dict[str, list[float]]], objective: str
+                ) -> dict[str, dict[str, Any]]:
+    """``{"searched - random": {metric: {mean, low, high, detectable, p, p_holm, primary,
+    measurable, call, n, std}}, ...}`` for the arms that ran, paired by seed: the entries of
+    :func:`search_family` (a secondary is measurable only after Holm's correction)."""
     out: dict[str, dict[str, Any]] = {}
-    for a, b in COMPARISONS:
-        if a not in test or b not in test:
-            continue
-        out[f"{a} - {b}"] = {}
-        for m in METRIC_NAMES:
-            if m in test[a]:
-                p = paired_difference(np.subtract(test[a][m], test[b][m]))
-                out[f"{a} - {b}"][m] = {**p.to_dict(), "call": p.call(b)}
-    return out
+    for c in search_family(test, objective)["comparisons"]:
+        b = c["baseline"]
+        if c["measurable"]:
+            call = f"measurably {'better' if c['mean'] < 0 else 'worse'} than {b}"
+        else:  # a secondary whose raw interval excludes 0 is still not measurable
+            call = f"not measurably different from {b}" if c["low"] is not None else \
+                Paired.of(c).call(b)
+        out.setdefault(f"{c['arm']} - {b}", {})[c["metric"]] = {
+            k: v for k, v in c.items() if k not in ("arm", "baseline", "metric")} | {
+            "call": call}
+    return {k: out[k] for k in (f"{a} - {b}" for a, b in COMPARISONS) if k in out}
 
 
 def coverage(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -87,7 +111,8 @@ def verify_dict(model: str, vdata: Any, vtest: dict[str, Any], test: dict[str, A
                             if k not in ("fed_share", "coverage", "bits_per_byte")}
                      for name, arm in vtest.items()},
             "bits_per_byte": {name: arm["bits_per_byte"] for name, arm in vtest.items()},
-            "coverage": coverage(vtest), "comparisons": comparisons(vtest),
+            "coverage": coverage(vtest), "comparisons": comparisons(vtest, objective),
+            "verdict": search_family(vtest, objective),
             "order": {"proxy": sorted(arms, key=lambda a: proxy[arms.index(a)]),
                       "verify": sorted(arms, key=lambda a: there[arms.index(a)])},
             "spearman": _spearman(proxy, there)}
@@ -137,7 +162,9 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
         "parameters": {"proxy": data.config.model.num_parameters(),
                        "verify": None if verify is None else verify["parameters"]},
         "verify": verify,
-        "comparisons": comparisons(test),
+        "comparisons": comparisons(test, objective),
+        "primary": {"arm": "searched", "baseline": "random", "metric": objective},
+        "verdict": search_family(test, objective),
         "run_keys": run_keys,
         "timing": timing,
         "splits": splits,
@@ -145,10 +172,6 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
 
 
 # -- the verdict -----------------------------------------------------------------------
-
-def _paired(d: dict[str, Any]) -> Paired:
-    return Paired(mean=d["mean"], n=d["n"], std=d["std"], low=d["low"], high=d["high"])
-
 
 def _arm(results: dict[str, Any]) -> str:
     c = results["chosen"]
@@ -169,39 +192,41 @@ def _coverage_words(results: dict[str, Any], arm: str) -> str:
             f"({c['tokens_never_drawn']:.0%} of their tokens)")
 
 
-def decision_line(results: dict[str, Any]) -> str:
-    """The first line: the arm to use if the objective is what matters, its gain over
-    random and its cost on the corpus's own mix (micro), each with its paired 95% interval,
-    and how much of the corpus it never draws; or keep random sampling."""
-    obj = results["objective"]
-    comp = results["comparisons"]
-    if len(results["test_seeds"]) < 2:
-        return ("No decision yet: with one test seed no interval can be given; rerun with "
-                "--test-seeds 3 or more.")
-    vs = {k.split(" - ")[0]: d[obj] for k, d in comp.items() if k.endswith(" - random")}
-    arm = best_arm(vs)
-    if arm is None:
-        parts = [f"`{a}` {_paired(d).interval(3)}" for a, d in vs.items()]
-        return decision(None, obj, None, None, then=f" on {METRIC_NAMES[obj]} (against "
-                        "random: " + "; ".join(parts) + ")")
-    then = f"; {_coverage_words(results, arm)}"
-    if "searched - prior" in comp and not comp["searched - prior"][obj]["measurable"]:
-        then += ("; `searched` and `prior` do not differ measurably "
-                 f"({_paired(comp['searched - prior'][obj]).interval(3)})")
-    return decision(arm, obj, vs[arm], ("micro", comp[f"{arm} - random"]["micro"]),
-                    how=HOW[arm], then=then)
+def decision_line(results: dict[str, Any], seconds_per_run: float | None = None) -> str:
+    """The first line (:func:`clusterclip.verdict.first_line` of :func:`search_family`): the
+    arm to use on a measurable primary (`searched` against random on the objective) or a
+    Holm-measurable secondary, its gain over random and its cost on the corpus's own mix
+    (micro), each with its paired 95% interval, and how much of the corpus it never draws;
+    else why random stays, or what the seeds could resolve and how many would."""
+    fam = search_family(results["test"], results["objective"])
+    rec = fam["recommend"]
+    then = ""
+    if rec is not None:
+        then = f"; {_coverage_words(results, rec['arm'])}"
+        comp = results["comparisons"]
+        if "searched - prior" in comp and not comp["searched - prior"][rec["metric"]][
+                "measurable"]:
+            sp = comp["searched - prior"][rec["metric"]]
+            then += ("; `searched` and `prior` do not differ measurably "
+                     f"({Paired.of(sp).interval(3, inside=True)}"
+                     + (f"; Holm-adjusted p {sp['p_holm']:.2g}" if sp.get("p_holm") is not None
+                        else "") + ")")
+    auto = results["config"].get("test_seeds") == "auto"
+    return first_line(fam, names=METRIC_NAMES, rerun="--test-seeds",
+                      runs_per_seed=len(results["test"]), how=HOW, cost="micro",
+                      arms="the arms", then=then, seconds_per_run=seconds_per_run,
+                      cap=SEED_RULE.cap if auto else None)
 
 
 def _decided(results: dict[str, Any]) -> str | None:
-    obj = results["objective"]
-    return best_arm({k.split(" - ")[0]: d[obj] for k, d in results["comparisons"].items()
-                     if k.endswith(" - random")})
+    rec = search_family(results["test"], results["objective"])["recommend"]
+    return None if rec is None else rec["arm"]
 
 
-def _first_line(results: dict[str, Any]) -> str:
+def _first_line(results: dict[str, Any], seconds_per_run: float | None = None) -> str:
     """:func:`decision_line`, with `prior` defined where it first appears, and a warning
     when the verification one size up decides otherwise."""
-    line = decision_line(results).replace("`prior`", PRIOR, 1)
+    line = decision_line(results, seconds_per_run).replace("`prior`", PRIOR, 1)
     v = results.get("verify")
     if v and len(results["test_seeds"]) > 1 and _decided(_at_verify(results)) != \
             _decided(results):
@@ -209,11 +234,13 @@ def _first_line(results: dict[str, Any]) -> str:
     return line
 
 
-def verdict_lines(results: dict[str, Any]) -> list[str]:
-    """The verdict as markdown lines: the decision (:func:`decision_line`), the target's
-    overlap with the corpus when notable, the plain sentence, one line per comparison, the
-    price on the other losses, coverage, the smallest detectable difference, the
-    predictor."""
+def verdict_lines(results: dict[str, Any], seconds_per_run: float | None = None
+                  ) -> list[str]:
+    """The verdict as markdown lines: the decision (:func:`decision_line`; with
+    ``seconds_per_run``, measured, the time more seeds would take), what it rests on and
+    cannot tell, the target's overlap with the corpus when notable, the plain sentence, one
+    line per comparison, the price on the other losses, coverage, the smallest detectable
+    difference, the predictor."""
     from clusterclip.search.overlap import NOTABLE, overlap_sentence
 
     obj = results["objective"]
@@ -221,7 +248,7 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
     n = len(results["test_seeds"])
     model = describe_model(results["config"]["experiment"])
     sr = comp["searched - random"][obj]
-    lines = [_first_line(results)]
+    lines = [_first_line(results, seconds_per_run), limits_line(results["config"]["experiment"])]
     o = results.get("target_overlap")
     if o and o["exact"] + o["near"] > NOTABLE * max(1, o["target_docs"]):
         lines.append(overlap_sentence(o))  # the first paragraph
@@ -231,7 +258,7 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
     lead = (f"On this corpus{' and target' if obj == 'target' else ''}, with {n} fresh "
             f"seed{'s' if n != 1 else ''} of {model}: `searched` (the searched mixture, "
             f"{_arm(results)}) is {sr['call']} on {METRIC_NAMES[obj]} "
-            f"({_paired(sr).interval(inside=True)})")
+            f"({Paired.of(sr).interval(inside=True)})")
     if sr["detectable"] is not None and not sr["measurable"]:
         lead += (f"; these seeds cannot tell a difference smaller than ±{sr['detectable']:.4f} "
                  "from noise")
@@ -241,10 +268,19 @@ def verdict_lines(results: dict[str, Any]) -> list[str]:
     for key, by_metric in comp.items():
         d = by_metric[obj]
         name = "`searched`" if key.startswith("searched") else key.split(" - ")[0]
+        test = ("p = " + f"{d['p']:.2g}" + (", the primary question, tested alone" if
+                                            d["primary"] else f", Holm-adjusted "
+                                            f"{d['p_holm']:.2g} over {_family(results)} "
+                                            "comparisons")) if d.get("p") is not None else ""
         lines.append(f"- {name} vs {key.split(' - ')[1]}, {METRIC_NAMES[obj]} (the objective): "
-                     f"{_paired(d).interval()}: {d['call']}.")
+                     f"{Paired.of(d).interval()}" + (f", {test}" if test else "")
+                     + f": {d['call']}.")
     return lines + _price_lines(results) + [_coverage_line(results), _detectable_line(results),
                                             _predictor_line(results)]
+
+
+def _family(results: dict[str, Any]) -> int:
+    return sum(len(by_metric) for by_metric in results["comparisons"].values())
 
 
 def _at_verify(results: dict[str, Any]) -> dict[str, Any]:
@@ -291,8 +327,10 @@ def _price_lines(results: dict[str, Any]) -> list[str]:
         for m, d in results["comparisons"][key].items():
             if m == obj:
                 continue
-            tag = "measurable" if d["measurable"] else "within noise"
-            parts.append(f"{m} {_paired(d).interval()}, {tag}")
+            adj = d.get("p_holm")
+            tag = ("measurable" if d["measurable"] else "not measurable") + (
+                f" (Holm-adjusted p {adj:.2g})" if adj is not None else "")
+            parts.append(f"{m} {Paired.of(d).interval()}, {tag}")
         if parts:
             out.append(f"- {key.replace(' - ', ' − ')}, other held-out losses: "
                        + "; ".join(parts) + ".")
@@ -376,7 +414,7 @@ def _verify_section(results: dict[str, Any]) -> list[str]:
             f"({describe_model(v['experiment'])}, {v['budget_tokens']:,} training tokens, "
             f"{v['steps']} steps).", "", *test_table(at), "",
             *[f"- {k}, {METRIC_NAMES[results['objective']]}: "
-              f"{_paired(d[results['objective']]).interval()}: "
+              f"{Paired.of(d[results['objective']]).interval()}: "
               f"{d[results['objective']]['call']}." for k, d in v["comparisons"].items()],
             ""]
 
@@ -386,6 +424,21 @@ def _overlap_setup(results: dict[str, Any]) -> str:
 
     o = results.get("target_overlap")
     return "" if not o else " Target and corpus: " + overlap_sentence(o)
+
+
+def _primary_setup(results: dict[str, Any]) -> str:
+    """The primary question, declared before the runs, the family's size and, with
+    ``--test-seeds auto``, the stop rule."""
+    obj = results["objective"]
+    what = f"`searched` against random on {METRIC_NAMES[obj]}"
+    n = _family(results)
+    text = (f"Primary question, declared before the runs: {what}, tested alone at 5%; the "
+            f"other {n - 1} comparisons are secondary, measurable only when their "
+            f"Holm-adjusted p over all {n} is below 0.05 (results.json: *verdict*).")
+    rule = results["config"].get("seed_rule")
+    if rule:
+        text += f" Test seeds: {SeedRule(**rule).describe(what, option='--test-seeds')}."
+    return text
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -411,7 +464,8 @@ def render_markdown(results: dict[str, Any]) -> str:
              + ", clip R and timing. Selection reads val only; the verdict trains random"
              + (", the prior (paced, clip 4)" if obj == "target" else "")
              + f" and the chosen mixture again with fresh seeds {results['test_seeds']} and "
-             "measures test." + _overlap_setup(results), "", *test_table(results), "",
+             "measures test." + _overlap_setup(results), "", _primary_setup(results), "",
+             *test_table(results), "",
              *_verify_section(results),
              "## Proxies", "", *proxies_table(results), "",
              "## Plots", "",

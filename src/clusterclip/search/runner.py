@@ -48,7 +48,11 @@ QUICK = {"runs": 24, "rounds": 3, "test_seeds": 3, "model": "small", "verify_mod
 #: ``--quick``'s worker processes when ``--workers`` is not given: at most the CPUs each
 #: rank may use (the results are the same for every count).
 QUICK_WORKERS = 2
-DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": 5, "model": "small", "verify_model": "base"}
+#: The default's test seeds are ``auto``: :data:`~clusterclip.search.output.SEED_RULE`.
+DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": "auto", "model": "small",
+           "verify_model": "base"}
+#: ``test_seeds`` that adds seeds by the stop rule.
+AUTO = "auto"
 #: ``--verify-model none``: no verification.
 NO_VERIFY = "none"
 
@@ -78,7 +82,7 @@ class SearchConfig:
     text_field: str = "text"
     runs: int = DEFAULT["runs"]
     rounds: int = DEFAULT["rounds"]
-    test_seeds: int = DEFAULT["test_seeds"]
+    test_seeds: int | str = DEFAULT["test_seeds"]
     model: str = DEFAULT["model"]
     quick: bool = False
     seed: int = 0
@@ -99,6 +103,8 @@ class SearchConfig:
     def validate(self) -> None:
         for name in ("runs", "rounds", "test_seeds"):
             v = getattr(self, name)
+            if name == "test_seeds" and v == AUTO:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"{name}: must be an integer >= 1, got {v}", params=(name,))
         if self.rounds > self.runs:
@@ -138,6 +144,10 @@ class SearchConfig:
             del d["verify_model"]  # unverified results keep their bytes
         if self.tokenizer is None:
             del d["tokenizer"]  # byte-level results keep their bytes
+        if self.test_seeds == AUTO:
+            from clusterclip.search.output import SEED_RULE
+
+            d["seed_rule"] = SEED_RULE.to_dict()
         d["experiment"] = self.experiment().to_dict()
         return d
 
@@ -234,9 +244,45 @@ def test_arms(space: SearchSpace, chosen: ScheduleSpec) -> dict[str, ScheduleSpe
     return arms
 
 
-def test_seeds(config: SearchConfig) -> list[int]:
-    """Fresh seeds for the verdict: none of them is the proxies' seed."""
-    return [config.seed + 1 + i for i in range(config.test_seeds)]
+def test_seeds(config: SearchConfig, count: int | None = None) -> list[int]:
+    """Fresh seeds for the verdict (``count`` of them, else the configuration's; ``auto``:
+    the stop rule's start): none of them is the proxies' seed."""
+    from clusterclip.search.output import SEED_RULE
+
+    if count is None:
+        count = SEED_RULE.start if config.test_seeds == AUTO else int(config.test_seeds)
+    return [config.seed + 1 + i for i in range(count)]
+
+
+def verdict_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], config: SearchConfig,
+                  objective: str) -> tuple[dict[str, dict[str, Any]], list[int]]:
+    """:func:`run_tests` at :func:`test_seeds`; with ``test_seeds`` auto, more seeds by
+    :data:`~clusterclip.search.output.SEED_RULE` (fixed before any run) until `searched`
+    against random on ``objective`` is resolved or the cap is reached. A rerun after a kill
+    finds the same runs stored and takes the same steps. Returns ``(tests, seeds)``."""
+    from clusterclip.search.output import SEED_RULE
+    from clusterclip.verdict import paired_difference
+
+    seeds = test_seeds(config)
+    recs = _test_records(trainer, arms, seeds)
+    while config.test_seeds == AUTO:
+        tests = summarise_tests(arms, recs)
+        diffs = np.subtract(tests["searched"][objective], tests["random"][objective])
+        n = SEED_RULE.next_count(paired_difference(diffs))
+        if n is None:
+            break
+        more = test_seeds(config, n)[len(seeds):]
+        for name, new in _test_records(trainer, arms, more).items():
+            recs[name] += new
+        seeds += more
+    return summarise_tests(arms, recs), seeds
+
+
+def _test_records(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[int]
+                  ) -> dict[str, list[dict[str, Any]]]:
+    jobs = [(spec, s, trainer.data.test) for spec in arms.values() for s in seeds]
+    recs = trainer.run_all(jobs, "search test runs")
+    return {name: recs[i * len(seeds):(i + 1) * len(seeds)] for i, name in enumerate(arms)}
 
 
 def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[int]
@@ -244,11 +290,15 @@ def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[
     """``test[name][metric]``: per seed, in seed order (and ``fed_share``, the mean over
     seeds of each cluster's share of the fed tokens; ``coverage``, per seed, the shares
     of the training documents and tokens never drawn)."""
-    jobs = [(spec, s, trainer.data.test) for spec in arms.values() for s in seeds]
-    recs = trainer.run_all(jobs, "search test runs")
+    return summarise_tests(arms, _test_records(trainer, arms, seeds))
+
+
+def summarise_tests(arms: dict[str, ScheduleSpec], recs: dict[str, list[dict[str, Any]]]
+                    ) -> dict[str, dict[str, Any]]:
+    """:func:`run_tests`'s dict from each arm's run records, in seed order."""
     out: dict[str, dict[str, Any]] = {}
-    for i, name in enumerate(arms):
-        part = recs[i * len(seeds):(i + 1) * len(seeds)]
+    for name in arms:
+        part = recs[name]
         out[name] = {m: [r[m] for r in part] for m in ("target", "micro", "macro")
                      if m in part[0]}
         out[name]["fed_share"] = np.round(np.mean([r["fed_share"] for r in part], axis=0),
@@ -274,7 +324,7 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     from clusterclip.lm.runs import estimate_seconds, format_seconds, torch_settings
 
     exp = data.config
-    n_test = config.test_seeds * (3 if config.targets else 2)
+    n_test = len(test_seeds(config)) * (3 if config.targets else 2)
     runs = config.runs + n_test
     _, world = D.rank_and_world()
     def timed(d: ProxyData, n: int) -> float:
@@ -289,7 +339,9 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     est /= world * workers
     sizes = "/".join(map(str, round_sizes(config.runs, config.rounds)))
     log(f"search: {config.runs} proxies in {len(round_sizes(config.runs, config.rounds))} "
-        f"rounds ({sizes}) + {n_test} test runs ({config.test_seeds} fresh seeds), "
+        f"rounds ({sizes}) + {n_test} test runs ({len(test_seeds(config))} fresh seeds"
+        + (", more by --test-seeds auto's rule until the verdict is resolved"
+           if config.test_seeds == AUTO else "") + "), "
         f"{data.budget.steps} steps each of a {size(exp.model.num_parameters())}-parameter "
         f"model; estimated {format_seconds(est)} of training on {world} process(es) x "
         f"{workers} worker(s) of {threads} thread(s) (from a "
@@ -352,21 +404,20 @@ def search(inputs: SearchInputs, config: SearchConfig, target: Target | None, de
                                       on_main=D.on_main, log=log)
     chosen = result.proxies[result.chosen].candidate
     arms = test_arms(space, spec_of(chosen))
-    tests = run_tests(trainer, arms, test_seeds(config))
+    objective = "target" if space.prior is not None else "macro"
+    tests, seeds = verdict_tests(trainer, arms, config, objective)
     verify, vtiming = None, {}
     if vdata is not None:
         vtrainer = ProxyTrainer(vdata, device, threads, store, progress=progress, log=log,
                                 workers=workers, pools=pools)
-        verify = verify_dict(config.verify_model, vdata, run_tests(vtrainer, arms,
-                                                                   test_seeds(config)),
-                             tests, "target" if space.prior is not None else "macro")
+        verify = verify_dict(config.verify_model, vdata, run_tests(vtrainer, arms, seeds),
+                             tests, objective)
         trainer.keys |= vtrainer.keys
         vtiming = {"verify_trained_runs": vtrainer.trained,
                    "verify_reused_runs": vtrainer.reused}
     seconds = time.perf_counter() - t0
     keys = sorted(set().union(*D.gather_objects(trainer.keys)))
-    return results_dict(config, data, splits, space, histogram, result, tests,
-                        test_seeds(config), keys,
+    return results_dict(config, data, splits, space, histogram, result, tests, seeds, keys,
                         {"seconds": round(seconds, 1), "trained_runs": trainer.trained,
                          "reused_runs": trainer.reused, "run_seconds": trainer.seconds,
                          **vtiming}, inputs.overlap, verify)

@@ -157,7 +157,8 @@ def run(w: Workdir, options: ExperimentStageOptions,
 
 
 def run_experiment(workdir: str | os.PathLike[str], *,
-                   strategies: Sequence[str] = DEFAULT_STRATEGIES, seeds: int = 3,
+                   strategies: Sequence[str] = DEFAULT_STRATEGIES,
+                   seeds: int | str | None = None, primary: str | None = None,
                    clip: int = 4, alpha: float = 0.0, balance_by: str = "docs",
                    quick: bool = False, model: str | None = None, device: str = "cpu",
                    epochs: float | None = None, tokens: int | None = None,
@@ -168,11 +169,20 @@ def run_experiment(workdir: str | os.PathLike[str], *,
                    tokenizer: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """:func:`run` on the work directory at ``workdir`` with the options of
     :meth:`~clusterclip.experiment.runner.ExperimentConfig.from_options` (``max_docs`` None
-    or 0: all documents); a full ``config`` overrides them."""
+    or 0: all documents; ``seeds`` a count or ``"auto"``, None: auto, or 3 when ``quick``;
+    ``primary``: ``STRATEGY:METRIC``); a full ``config`` overrides them."""
+    if seeds is None:
+        seeds = 3 if quick else "auto"
+    auto = seeds == "auto"
+    if auto:
+        from clusterclip.experiment.verdict import SEED_RULE
+
+        seeds = SEED_RULE.start
     if config is None:
         config = ExperimentConfig.from_options(
             quick=quick, model=model, epochs=epochs, tokens=tokens, strategies=tuple(strategies),
-            seeds=seeds, clip=clip, alpha=alpha, balance_by=balance_by,
+            seeds=seeds, auto_seeds=auto, primary=primary, clip=clip, alpha=alpha,
+            balance_by=balance_by,
             max_docs=max_docs or None, tokenizer=tokenizer and str(tokenizer))
     options = ExperimentStageOptions(config, device=device, threads=threads, workers=workers,
                                      mixture=mixture, progress=progress)
