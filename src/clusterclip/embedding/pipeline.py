@@ -637,7 +637,8 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                 "valid_path": str(root / "valid.npy"), "corpus": str(root / "corpus"),
                 "shards": n_shards, "shards_reused": n_shards - len(todo),
                 "shards_computed": len(todo), "documents_embedded": int(sum(counts)),
-                "processes": world, "workers": n_workers, "fingerprint": fp, **_runtime_info(emb, tuning)}
+                "processes": world, "workers": n_workers, "fingerprint": fp,
+                **_runtime_info(emb, tuning)}
 
     return D.on_main(finish)
 
