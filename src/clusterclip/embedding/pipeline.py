@@ -57,6 +57,9 @@ FIRST_SHARD = 256
 ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
 SAMPLE_SIZE = 10_000
+# Documents from which the fast embedder's shards go to worker processes by default (each
+# starts in about a second: below this, one process is as quick).
+POOL_MIN_DOCUMENTS = 1 << 15
 EMBEDDERS = ("minilm", "hf", "fast", "model2vec")
 BACKENDS = ("auto", "torch", "onnx")
 
@@ -426,16 +429,18 @@ def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: li
     return done
 
 
-def embed_workers(workers: int | None, embedder: str) -> int:
-    """Worker processes that embed a rank's shards: 1 but for ``--embedder fast`` (one
-    Python thread per process; the neural embedders' libraries use every core already);
-    ``workers`` when given, else the CPUs this process may use
+def embed_workers(workers: int | None, embedder: str, documents: int) -> int:
+    """Worker processes that embed a rank's shards of ``documents`` documents: 1 but for
+    ``--embedder fast`` (one Python thread per process; the neural embedders' libraries use
+    every core already); ``workers`` when given, else the CPUs this process may use
     (:func:`clusterclip.pool.available_cpus`) shared by the ranks on this node
-    (``LOCAL_WORLD_SIZE`` under ``torchrun``)."""
+    (``LOCAL_WORLD_SIZE`` under ``torchrun``), and 1 below :data:`POOL_MIN_DOCUMENTS`."""
     if embedder != "fast":
         return 1
     if workers is not None:
         return workers
+    if documents < POOL_MIN_DOCUMENTS:
+        return 1
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     return max(1, available_cpus() // max(1, local))
 
@@ -614,7 +619,8 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     todo = D.on_main(missing)
     mine = todo[rank::world]
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
-    n_workers = max(1, min(embed_workers(workers, embedder), len(mine)))
+    todo_docs = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in mine)
+    n_workers = max(1, min(embed_workers(workers, embedder, todo_docs), len(mine)))
     embedded = embed_shards_pooled(corpus, root / "corpus", emb, shard_dir, mine,
                                    workers=n_workers, bounds=bounds,
                                    dtype=dtype, progress=progress, desc=desc, known=known)

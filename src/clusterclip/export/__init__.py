@@ -236,14 +236,11 @@ def read_parquet_batches(directory: str | os.PathLike[str], names: list[str] | N
                                    use_threads=False)
 
 
-def export_workers(workers: int | None) -> int:
-    """Processes tokenizing for ``--format megatron``: ``workers``, else the CPUs this
-    process may use (:func:`clusterclip.pool.available_cpus`); InputError below 1."""
-    from clusterclip.pool import available_cpus
-
-    if workers is None:
-        return available_cpus()
-    if workers < 1:
+def export_workers(workers: int | None) -> int | None:
+    """``workers`` checked: None (the default: the CPUs this process may use, one for a
+    small export; :func:`clusterclip.export.megatron.write_verified`) or at least 1
+    (InputError otherwise)."""
+    if workers is not None and workers < 1:
         raise InputError(f"workers must be >= 1, got {workers}", params=("workers",))
     return workers
 
@@ -266,7 +263,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     was read from: its path and SHA-256 under ``"schedule"``); RuntimeError if the
     re-read output does not match (nothing is moved into place). ``workers`` (megatron):
     processes that tokenize side by side, the same bytes for any number (None: the CPUs
-    this process may use, :func:`clusterclip.pool.available_cpus`).
+    this process may use, one for a small export).
     """
     from clusterclip.io import atomic_output_dir, check_output_dir, sha256_file, write_json
 

@@ -61,8 +61,8 @@ TOKENIZE_BATCH = 256
 #: tokenizing dominates the export's time): at most this many tokens, least recently used
 #: evicted (64 MiB as uint16, 128 MiB as int32).
 CACHE_TOKENS = 1 << 25
-#: Positions from which worker processes tokenize (below, starting them, a second or two
-#: each, would cost more than they save).
+#: Positions from which worker processes tokenize by default (below, starting them, a
+#: second or two each, would cost more than they save).
 POOL_MIN_POSITIONS = 1 << 16
 
 
@@ -200,22 +200,37 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _
     from clusterclip.pool import worker_pool
 
     ahead: deque[tuple[Any, ...]] = deque()
+    # Documents missing from the cache that a queued block sends to be tokenized, by how
+    # many queued blocks need them: a later block takes them from the earlier one's result
+    # (``fresh``) instead of sending them again; the last one puts them in the cache.
+    wanted: dict[int, int] = {}
+    fresh: dict[int, np.ndarray] = {}
 
     def jobs() -> Iterator[list[str]]:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
             uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
             arrays = [cache.get(d) for d in uniq.tolist()]
-            missing = [k for k, a in enumerate(arrays) if a is None]
-            ahead.append((batch, docs, uniq, arrays, missing, inverse))
-            yield [batch["text"][int(first[k])] for k in missing]
+            send = []
+            for k in (k for k, a in enumerate(arrays) if a is None):
+                d = int(uniq[k])
+                if d not in wanted:
+                    send.append(k)
+                wanted[d] = wanted.get(d, 0) + 1
+            ahead.append((batch, docs, uniq, arrays, send, inverse))
+            yield [batch["text"][int(first[k])] for k in send]
 
     with worker_pool(workers, _tokenizer_state, (tokenizer, eod, dtype)) as imap:
         for new in imap(_tokenize_job, jobs()):
-            batch, docs, uniq, arrays, missing, inverse = ahead.popleft()
-            for k, arr in zip(missing, new, strict=True):
-                arrays[k] = arr
-                cache.put(int(uniq[k]), arr)
+            batch, docs, uniq, arrays, send, inverse = ahead.popleft()
+            fresh.update((int(uniq[k]), arr) for k, arr in zip(send, new, strict=True))
+            for k in (k for k, a in enumerate(arrays) if a is None):
+                d = int(uniq[k])
+                arrays[k] = fresh[d]
+                wanted[d] -= 1
+                if not wanted[d]:
+                    del wanted[d]
+                    cache.put(d, fresh.pop(d))
             yield batch, docs, arrays, inverse
 
 
@@ -317,14 +332,16 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
 
 def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
                    schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
-                   count: int, cache_tokens: int | None = None, workers: int = 1
+                   count: int, cache_tokens: int | None = None, workers: int | None = None
                    ) -> dict[str, Any]:
     """Write ``batches`` (from :func:`clusterclip.export.iter_batches`) into ``directory``,
     re-read and check it; return the format's part of the summary. ``workers``: processes
-    tokenizing side by side (:func:`_tokenized`; the same bytes for any number; one below
-    :data:`POOL_MIN_POSITIONS` positions)."""
-    if count < POOL_MIN_POSITIONS:
-        workers = 1
+    tokenizing side by side (:func:`_tokenized`; the same bytes for any number); None: the
+    CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
+    if workers is None:
+        from clusterclip.pool import available_cpus
+
+        workers = 1 if count < POOL_MIN_POSITIONS else available_cpus()
     written = _write(batches, directory, tokenizer, count, cache_tokens, workers)
     _check(directory, written, schedule, labels, first, step, count)
     return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,
