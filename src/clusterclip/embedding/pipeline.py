@@ -465,14 +465,14 @@ def embed_shards_pooled(corpus: Corpus, corpus_dir: Path, embedder: Embedder,
         return embed_shards(corpus, embedder, shard_dir, shards,
                             bounds=bounds, dtype=dtype, progress=progress, desc=desc,
                             known=known)
-    known = known or {}
-    parts = []
-    for w in range(workers):
-        mine = shards[w::workers]
-        lo = [int(bounds[s]) for s in mine]
-        hi = [int(bounds[s + 1]) for s in mine]
-        parts.append((mine, {i: t for i, t in known.items()
-                             if any(a <= i < b for a, b in zip(lo, hi, strict=True))}))
+    # Worker w embeds shards[w::workers], with the texts already read of those shards.
+    worker_of = {s: j % workers for j, s in enumerate(shards)}
+    parts: list[tuple[list[int], dict[int, str]]] = [(shards[w::workers], {})
+                                                     for w in range(workers)]
+    for i, t in (known or {}).items():
+        w = worker_of.get(int(np.searchsorted(bounds, i, side="right")) - 1)
+        if w is not None:
+            parts[w][1][i] = t
     queue = multiprocessing.get_context("spawn").Queue()
     total = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in shards)
     with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
