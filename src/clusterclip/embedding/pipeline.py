@@ -488,7 +488,8 @@ def embed_shards_pooled(corpus: Corpus, corpus_dir: Path, embedder: Embedder,
                 done = sum(imap(_embed_worker_shards, parts))
         finally:
             queue.put(None)
-            reader.join()
+            # Bounded: a worker terminated on an error may have left the queue unusable.
+            reader.join(timeout=10)
     return done
 
 
