@@ -149,6 +149,51 @@ def test_sample_vectors_are_reused_bit_for_bit(texts):
     assert not reused[-2].any()  # a text without words stays a zero row
 
 
+@pytest.fixture(scope="module")
+def prepared(texts):
+    """A prepared (centred) embedder with its compiled loops where built, and one without."""
+    from clusterclip.embedding.static import StaticEmbedder
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CLUSTERCLIP_KERNEL", "off")
+        ref = StaticEmbedder(max_length=40, progress=False)
+    fast = StaticEmbedder(max_length=40, progress=False)
+    for e in (fast, ref):
+        e.prepare(texts[:200])
+    return fast, ref
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(_ALPHABET | st.sampled_from(["the ", "cat ", "data. "]), max_size=30)
+                .map("".join), min_size=1, max_size=12),
+       st.integers(1, 5), st.randoms(use_true_random=False))
+def test_a_documents_vector_does_not_depend_on_its_batch(prepared, batch, size, rnd):
+    """Issue 35 (4): each document's vector is a function of its text alone, bit for
+    bit: any batch size, any neighbours, any order, the document alone, with or without
+    the compiled loops (sums in a fixed order; norms accumulated column by column, so no
+    reduction kernel or SIMD width enters)."""
+    fast, ref = prepared
+    alone = np.stack([fast.encode([t])[0] for t in batch]).view(np.uint32)
+    for emb in (fast, ref):
+        emb.batch_size = size
+        assert np.array_equal(emb.encode(batch).view(np.uint32), alone)
+        order = list(range(len(batch)))
+        rnd.shuffle(order)
+        assert np.array_equal(emb.encode([batch[i] for i in order]).view(np.uint32),
+                              alone[order])
+
+
+def test_unit_rows_is_the_l2_normalisation_row_by_row():
+    from clusterclip.embedding.base import l2_normalize, unit_rows
+
+    x = np.random.default_rng(3).standard_normal((50, 33)).astype(np.float32) * 1e3
+    x[7] = 0.0
+    got = unit_rows(x)
+    assert np.allclose(got, l2_normalize(x), rtol=0, atol=1e-7) and not got[7].any()
+    assert np.array_equal(np.concatenate([unit_rows(x[i:i + 1]) for i in range(50)]), got)
+    assert np.array_equal(unit_rows(np.asfortranarray(x)), got)
+
+
 def test_empty_and_wordless_batches(texts):
     from clusterclip.embedding.static import StaticEmbedder
 
@@ -277,3 +322,29 @@ def test_distilled_token_vectors_are_sentence_transformers_token_embeddings():
     assert got.shape == (100, 384) and got.dtype == np.float32
     np.testing.assert_allclose(got, ref.mean(1).numpy(), atol=1e-5)
     assert np.abs(got[:, None] - got[None]).sum(2)[np.triu_indices(100, 1)].min() > 0
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.lists(st.lists(_ALPHABET | st.sampled_from(["the ", "cat ", "data. "]), max_size=20)
+                .map("".join), min_size=5, max_size=14),
+       st.integers(1, 4), st.integers(1, 3))
+def test_the_embed_stage_writes_the_same_bytes_with_any_number_of_workers(
+        tmp_path_factory, batch, batch_size, shard_size):
+    """Issue 40: ``--embedder fast`` on 2 worker processes (each embedding every other
+    shard into the one rows file) writes the bytes one process writes, for any corpus,
+    batch size and shard layout."""
+    from _helpers import embed_into
+
+    _cached_table()
+    tmp = tmp_path_factory.mktemp("workers")
+    corpus = tmp / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"doc {t}"}) + "\n" for t in batch),
+                      encoding="utf-8")
+    got = []
+    for workers in (1, 2):
+        info = embed_into(tmp / f"w{workers}", [str(corpus)], embedder="fast",
+                          batch_size=batch_size, shard_size=shard_size, workers=workers,
+                          progress=False)
+        assert info["shards_computed"] == info["shards"] and info["workers"] == workers
+        got.append((tmp / f"w{workers}" / "embeddings.npy").read_bytes())
+    assert got[0] == got[1]

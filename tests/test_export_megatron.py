@@ -13,6 +13,8 @@ from collections import Counter
 import numpy as np
 import pytest
 from _helpers import child_env, docs_recipe, docs_recipe_command, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 # the corpora, labels, schedules and the work directory of the other formats' tests
 from test_export import bundled, multi, workdir  # noqa: F401
@@ -125,6 +127,21 @@ def test_bytes_are_deterministic(multi, tmp_path, tok):
     assert a == sorted(p.name for p in (tmp_path / "y").iterdir())
     for name in a:
         assert (tmp_path / "x" / name).read_bytes() == (tmp_path / "y" / name).read_bytes()
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(40, 500), st.integers(7, 120))
+def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positions, block):
+    """Issue 40: with 2 processes tokenizing blocks ahead of the writer, the .bin/.idx, the
+    sidecar and the summary are byte for byte those of 1, for any schedule and block (blocks
+    in flight share the documents they both lack: tokenized once)."""
+    corpus, labels, schedule = multi
+    tmp = tmp_path_factory.mktemp("workers")
+    for w in (1, 2):
+        export_schedule(corpus, labels, schedule[:positions], tmp / f"w{w}", fmt="megatron",
+                        tokenizer=tok, block=block, workers=w)
+    for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
+        assert (tmp / "w1" / name).read_bytes() == (tmp / "w2" / name).read_bytes()
 
 
 def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):

@@ -186,3 +186,30 @@ def _valid_groups(labels: np.ndarray) -> np.ndarray:
         members = np.flatnonzero(labels == k)
         groups[members] = members[(np.arange(members.size) // 2) * 2]
     return groups
+
+
+def test_running_sample_imports_only_what_sample_needs(tmp_path):
+    """Issue 40: ``clusterclip sample`` builds its own parser only, so it imports no other
+    command's module, no embedding, clustering, torch or stage code (a whole process at the
+    issue's shape spent 0.3 s in imports and parser building)."""
+    import subprocess
+    import sys
+
+    from _helpers import child_env
+
+    np.save(tmp_path / "labels.npy", np.array([0, 1, 1, 2, 0], dtype=np.int64))
+    code = ("import sys; from clusterclip.cli import main; "
+            f"rc = main(['sample', '--labels', {str(tmp_path / 'labels.npy')!r}, "
+            f"'--num-samples', '7', '--out', {str(tmp_path / 's.npy')!r}, '--no-progress']); "
+            "print(' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert np.load(tmp_path / "s.npy").size == 7
+    loaded = set(out)
+    assert "clusterclip.cli.sample" in loaded
+    others = {f"clusterclip.cli.{c}" for c in ("embed", "cluster", "run", "export", "report",
+                                                "search", "experiment", "demo")}
+    assert not loaded & others
+    for heavy in ("torch", "clusterclip.embedding", "clusterclip.clustering",
+                  "clusterclip.stages", "importlib.metadata"):
+        assert heavy not in loaded, heavy

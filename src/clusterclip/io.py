@@ -667,8 +667,43 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+# SHA-256 of files this process wrote through a HashingWriter, by what identified each file
+# when it was closed (device, inode, size, modification time in ns; a rename keeps them).
+_WRITTEN_DIGESTS: dict[tuple[int, int, int, int], str] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class HashingWriter:
+    """A binary file's ``write``, hashed (SHA-256) as it goes, so that the digest of a
+    large output (``sample --out``'s record) costs no second read: after
+    :meth:`finish`, :func:`sha256_file` of the file, wherever it is moved, returns the
+    digest while the file keeps its device, inode, size and modification time."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self._h = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self._h.update(data)
+        return self._f.write(data)
+
+    def finish(self) -> str:
+        """Flush the file, remember its digest; returns it (hex)."""
+        self._f.flush()
+        digest = self._h.hexdigest()
+        _WRITTEN_DIGESTS[_identity(os.fstat(self._f.fileno()))] = digest
+        return digest
+
+
 def sha256_file(path: str | os.PathLike[str], chunk_bytes: int = 1 << 22) -> str:
-    """Hex SHA-256 of a file's bytes, read in chunks."""
+    """Hex SHA-256 of a file's bytes, read in chunks (not read again when this process
+    wrote it through a :class:`HashingWriter` and it is as written)."""
+    known = _WRITTEN_DIGESTS.get(_identity(os.stat(path)))
+    if known is not None:
+        return known
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(chunk_bytes):

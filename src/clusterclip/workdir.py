@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import importlib.metadata
 import json
 import os
 import sys
@@ -103,6 +102,8 @@ _HELD: dict[str, list[Any]] = {}
 
 def library_versions() -> dict[str, str]:
     """Versions of the libraries that can change results, as installed."""
+    import importlib.metadata  # here: commands that never record a stage skip its import
+
     out = {}
     for name in _VERSIONED:
         try:

@@ -79,8 +79,9 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only`` (a command's name), every command is there
-    but only that one has its options (they may import what a choice list needs, e.g. the
-    sampler's strategies), so running one command imports nothing another one needs."""
+    but only that one is imported and has its help and options (they may import what a
+    choice list needs, e.g. the sampler's strategies), so running one command imports
+    nothing another one needs."""
     parser = _Parser(
         prog="clusterclip",
         description="Balance LLM training data by semantic cluster: embed a corpus, cluster it "
@@ -88,6 +89,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"clusterclip {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
+        if only is not None and name != only:
+            # Only the command run is imported (its one line of help is never shown here).
+            sub.add_parser(name)
+            continue
         module = importlib.import_module(f"clusterclip.cli.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         if only is None or name == only:

@@ -194,6 +194,9 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="storage dtype of embeddings.npy (default: float32)")
+    g.add_argument("--embed-workers", type=THREADS, default=None, metavar="N",
+                   help="--embedder fast: worker processes embedding shards side by side "
+                        "(the same bytes for any N; default: the CPUs this process may use)")
 
 
 def add_kmeans_options(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from clusterclip.cli._paths import add_path
 
 HELP = "embed a corpus (.jsonl, .jsonl.gz, .parquet or folders) into W/embeddings.npy"
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
-PARAM_FLAGS = {"n_clusters": "--clusters"}
+PARAM_FLAGS = {"n_clusters": "--clusters", "workers": "--embed-workers"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,7 +57,7 @@ def embed_options(args: argparse.Namespace) -> dict:
                 pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
                 device=args.device, dtype=args.dtype, backend=args.embed_backend,
                 precision=args.precision, tune=args.tune, tune_seed=args.tune_seed,
-                progress=not args.no_progress)
+                workers=args.embed_workers, progress=not args.no_progress)
 
 
 def summary_text(info: dict) -> str:

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clusterclip.cli._options import RANK, ROWS, WORLD_SIZE, add_overwrite_option
+from clusterclip.cli._options import RANK, ROWS, THREADS, WORLD_SIZE, add_overwrite_option
 from clusterclip.cli._paths import add_path
 
 HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--format megatron only (required there): a folder holding a Hugging "
                         "Face tokenizer, loaded offline; each document becomes its token ids "
                         "(no special tokens) + the tokenizer's eos (else sep) token")
+    p.add_argument("--workers", type=THREADS, default=None, metavar="N",
+                   help="--format megatron: processes tokenizing side by side (the same "
+                        "bytes for any N; default: the CPUs this process may use)")
     add_overwrite_option(p)
 
 
@@ -68,10 +71,14 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "megatron" and args.rows_per_shard is not None:
         raise InputError("--rows-per-shard does not apply to --format megatron "
                          "(it writes one .bin/.idx pair)")
+    if args.format != "megatron" and args.workers is not None:
+        raise InputError(f"--workers applies to --format megatron only (it tokenizes), not "
+                         f"--format {args.format}")
     rows = {} if args.rows_per_shard is None else {"rows_per_shard": args.rows_per_shard}
     options = export.ExportOptions(args.out, format=args.format, schedule=args.schedule,
                                    rank=args.rank, world_size=args.world_size,
-                                   overwrite=args.overwrite, tokenizer=args.tokenizer, **rows)
+                                   overwrite=args.overwrite, tokenizer=args.tokenizer,
+                                   workers=args.workers, **rows)
     s = export.run(Workdir(args.workdir, create=False), options)
     share = (f"rank {s['rank']} of {s['world_size']}: positions {s['first_position']}, "
              f"{s['first_position'] + s['world_size']}, ... of "
@@ -99,7 +106,8 @@ def _run_atlas(args: argparse.Namespace) -> int:
         ("--schedule", args.schedule, None),
         ("--rank", args.rank, 0), ("--world-size", args.world_size, 1),
         ("--rows-per-shard", args.rows_per_shard, None),
-        ("--tokenizer", args.tokenizer, None)) if v != default]
+        ("--tokenizer", args.tokenizer, None), ("--workers", args.workers, None))
+        if v != default]
     if given:
         raise InputError(f"{', '.join(given)} does not apply to --format atlas (it writes the "
                          "documents of the report's map, not a schedule)")

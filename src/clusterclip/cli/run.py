@@ -28,7 +28,7 @@ HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus 
         "directory")
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
 PARAM_FLAGS = {"n_clusters": "--clusters", "groups": "--dedup",
-               "threshold": "--dedup-threshold"}
+               "threshold": "--dedup-threshold", "workers": "--embed-workers"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,31 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return x / np.maximum(norms, eps)
 
 
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows of ``x`` (n x d) scaled to unit L2 norm in one fixed order of arithmetic.
+
+    Each row's sum of squares is accumulated in float64 column by column (element-wise
+    operations only: no reduction kernel, no BLAS), so a row's result depends on that
+    row alone, not on the other rows, the batch, the memory layout or the CPU's SIMD
+    width. Returns float32; all-zero rows stay zero.
+
+    Examples
+    --------
+    >>> unit_rows(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    x64 = np.asarray(x, dtype=np.float64)
+    acc = np.zeros(len(x64), dtype=np.float64)
+    for c in range(x64.shape[1] if x64.ndim == 2 else 0):
+        col = x64[:, c]
+        acc += col * col  # exact products of float32 values; fixed order of sums
+    norm = np.sqrt(acc)
+    out = np.zeros(x64.shape, dtype=np.float32)
+    nz = norm > 0
+    out[nz] = (x64[nz] / norm[nz, None]).astype(np.float32)
+    return out
+
+
 def length_bucketed_batches(lengths: Sequence[int] | np.ndarray,
                             batch_size: int) -> list[np.ndarray]:
     """Split positions ``0..n-1`` into batches of similar length, longest first.

@@ -46,6 +46,7 @@ from clusterclip.corpus.index import foreign_files
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
 from clusterclip.io import atomic_path, save_npy, write_json, write_marker
+from clusterclip.pool import available_cpus, worker_pool
 
 STAGE = "embed"
 PIPELINE_VERSION = 1
@@ -56,6 +57,9 @@ FIRST_SHARD = 256
 ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
 SAMPLE_SIZE = 10_000
+# Documents from which the fast embedder's shards go to worker processes by default (each
+# starts in about a second: below this, one process is as quick).
+POOL_MIN_DOCUMENTS = 1 << 15
 EMBEDDERS = ("minilm", "hf", "fast", "model2vec")
 BACKENDS = ("auto", "torch", "onnx")
 
@@ -388,13 +392,15 @@ def _texts_at(corpus: Corpus, indices: np.ndarray, known: dict[int, str]) -> Ite
 
 def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: list[int], *,
                  bounds: np.ndarray, dtype: str, progress: bool = True,
-                 desc: str = "embedding", known: dict[int, str] | None = None) -> int:
+                 desc: str = "embedding", known: dict[int, str] | None = None,
+                 on_batch: Callable[[int], object] | None = None) -> int:
     """Embed ``shards`` (ascending shard numbers) of ``corpus`` into the rows file
     ``shard_dir/ROWS`` (made by :func:`allocate_rows`); texts in ``known`` (index ->
     text) are not read again.
 
     Shard ``s`` writes rows [bounds[s], bounds[s+1]) (:func:`shard_bounds`) in corpus
-    order, zeros for excluded documents, then its ``.done`` record. Returns documents
+    order, zeros for excluded documents, then its ``.done`` record. ``on_batch(n)``: called
+    after each batch of ``n`` documents instead of a progress bar. Returns documents
     embedded.
     """
     from tqdm import tqdm
@@ -406,13 +412,14 @@ def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: li
     done = 0
     fd = os.open(path, os.O_WRONLY)
     try:
-        with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
+        with tqdm(total=total, desc=desc, unit="doc",
+                  disable=not progress or on_batch is not None) as bar:
             for s, idx, texts in _shard_texts(corpus, shards, bounds, known):
                 start, stop = int(bounds[s]), int(bounds[s + 1])
                 rows = np.zeros((stop - start, embedder.dim), dtype=np.float32)
                 if len(texts):
                     # The bar moves per batch: a shard can take minutes on a CPU.
-                    rows[idx - start] = embedder.encode(texts, on_batch=bar.update)
+                    rows[idx - start] = embedder.encode(texts, on_batch=on_batch or bar.update)
                 _pwrite_all(fd, rows.astype(dtype).tobytes(), offset + start * row_bytes)
                 write_json(shard_dir / f"{shard_name(s)}.done",
                            {"shard": s, "start": start, "stop": stop, "documents": len(texts)})
@@ -420,6 +427,84 @@ def embed_shards(corpus: Corpus, embedder: Embedder, shard_dir: Path, shards: li
     finally:
         os.close(fd)
     return done
+
+
+def embed_workers(workers: int | None, embedder: str, documents: int) -> int:
+    """Worker processes that embed a rank's shards of ``documents`` documents: 1 but for
+    ``--embedder fast`` (one Python thread per process; the neural embedders' libraries use
+    every core already); ``workers`` when given, else the CPUs this process may use
+    (:func:`clusterclip.pool.available_cpus`) shared by the ranks on this node
+    (``LOCAL_WORLD_SIZE`` under ``torchrun``), and 1 below :data:`POOL_MIN_DOCUMENTS`."""
+    if embedder != "fast":
+        return 1
+    if workers is not None:
+        return workers
+    if documents < POOL_MIN_DOCUMENTS:
+        return 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, available_cpus() // max(1, local))
+
+
+def embed_shards_pooled(corpus: Corpus, corpus_dir: Path, embedder: Embedder,
+                        shard_dir: Path, shards: list[int], *, workers: int,
+                        bounds: np.ndarray, dtype: str, progress: bool = True,
+                        desc: str = "embedding", known: dict[int, str] | None = None) -> int:
+    """:func:`embed_shards` of ``corpus`` (loaded from ``corpus_dir``) by ``workers``
+    processes (:func:`clusterclip.pool.worker_pool`), each holding a copy of ``embedder``
+    and embedding every ``workers``-th of ``shards`` in one pass over the corpus files. Each
+    shard writes its own rows, and a document's vector depends on its text alone, so the
+    rows file gets the same bytes for any number of workers. The parent shows one progress
+    bar. Returns documents embedded."""
+    import multiprocessing
+    import threading
+
+    from tqdm import tqdm
+
+    workers = max(1, min(workers, len(shards)))
+    if workers == 1:
+        return embed_shards(corpus, embedder, shard_dir, shards,
+                            bounds=bounds, dtype=dtype, progress=progress, desc=desc,
+                            known=known)
+    # Worker w embeds shards[w::workers], with the texts already read of those shards.
+    worker_of = {s: j % workers for j, s in enumerate(shards)}
+    parts: list[tuple[list[int], dict[int, str]]] = [(shards[w::workers], {})
+                                                     for w in range(workers)]
+    for i, t in (known or {}).items():
+        w = worker_of.get(int(np.searchsorted(bounds, i, side="right")) - 1)
+        if w is not None:
+            parts[w][1][i] = t
+    queue = multiprocessing.get_context("spawn").Queue()
+    total = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in shards)
+    with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
+        def follow() -> None:
+            for n in iter(queue.get, None):
+                bar.update(n)
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        try:
+            with worker_pool(workers, _embed_worker_state,
+                             (corpus_dir, embedder, shard_dir, bounds, dtype, queue)) as imap:
+                done = sum(imap(_embed_worker_shards, parts))
+        finally:
+            queue.put(None)
+            # Bounded: a worker terminated on an error may have left the queue unusable.
+            reader.join(timeout=10)
+    return done
+
+
+def _embed_worker_state(corpus_dir: Path, embedder: Embedder, shard_dir: Path,
+                        bounds: np.ndarray, dtype: str, queue: Any) -> dict[str, Any]:
+    return {"corpus": Corpus.load(corpus_dir), "embedder": embedder, "shard_dir": shard_dir,
+            "bounds": bounds, "dtype": dtype, "queue": queue}
+
+
+def _embed_worker_shards(state: dict[str, Any],
+                         part: tuple[list[int], dict[int, str]]) -> int:
+    shards, known = part
+    return embed_shards(state["corpus"], state["embedder"], state["shard_dir"], shards,
+                        bounds=state["bounds"], dtype=state["dtype"], known=known,
+                        on_batch=state["queue"].put)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
@@ -494,11 +579,12 @@ def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
 
 
 def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
-               trust_remote_code: bool, kept: list[str | None] | None = None
-               ) -> dict[str, Any]:
+               trust_remote_code: bool, kept: list[str | None] | None = None,
+               workers: int | None = None) -> dict[str, Any]:
     """Embed the missing shards on every rank into the rows file; rank 0 moves it into
     place (the stage info). ``kept``: every document's text (None where excluded) when
-    the scan kept them, else empty."""
+    the scan kept them, else empty. ``workers``: processes per rank
+    (:func:`embed_workers`; the same bytes for any number)."""
     rank, world = D.rank_and_world()
     shard_dir = root / "embed"
     dtype, shard_size, embedder = params["dtype"], params["shard_size"], params["embedder"]
@@ -534,8 +620,11 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     todo = D.on_main(missing)
     mine = todo[rank::world]
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
-    embedded = embed_shards(corpus, emb, shard_dir, mine, bounds=bounds, dtype=dtype,
-                            progress=progress, desc=desc, known=known)
+    todo_docs = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in mine)
+    n_workers = max(1, min(embed_workers(workers, embedder, todo_docs), len(mine)))
+    embedded = embed_shards_pooled(corpus, root / "corpus", emb, shard_dir, mine,
+                                   workers=n_workers, bounds=bounds,
+                                   dtype=dtype, progress=progress, desc=desc, known=known)
     counts = D.gather_objects(embedded)
     D.barrier()
 
@@ -555,7 +644,8 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
                 "valid_path": str(root / "valid.npy"), "corpus": str(root / "corpus"),
                 "shards": n_shards, "shards_reused": n_shards - len(todo),
                 "shards_computed": len(todo), "documents_embedded": int(sum(counts)),
-                "processes": world, "fingerprint": fp, **_runtime_info(emb, tuning)}
+                "processes": world, "workers": n_workers, "fingerprint": fp,
+                **_runtime_info(emb, tuning)}
 
     return D.on_main(finish)
 

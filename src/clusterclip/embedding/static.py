@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder, l2_normalize
+from clusterclip.embedding.base import MINILM_MAX_LENGTH, Embedder, unit_rows
 from clusterclip.embedding.transformer import (
     _local_model,
     bundled_minilm_path,
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     from clusterclip.embedding.tune import TunePlan
 
 # Changes whenever a recipe changes the vectors (part of the embed stage's identity).
-STATIC_VERSION = 4
+# 5: vectors normalised in a fixed order (base.unit_rows), whatever the batch or the CPU.
+STATIC_VERSION = 5
 # Version of the raw distilled token vectors cached on disk (unchanged since 2).
 _RAW_VERSION = 2
 # SIF constant: a token's weight is a / (a + p), p its Zipf probability by id.
@@ -283,6 +284,21 @@ class StaticEmbedder(Embedder):
         self._forget_sample()
         self._reset_cache()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """For worker processes (:func:`clusterclip.embedding.pipeline.embed_shards` with
+        workers): the table, tokenizer, weights and centre as they are; the word caches
+        start empty there (the vectors do not depend on them) and the tuning plan, whose
+        teacher is no longer needed once the table is tuned, is dropped."""
+        state = dict(self.__dict__)
+        state.update(_kernel=self._kernel is not None, tune_plan=None,
+                     _words_cache=None, _chunks_cache=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._kernel = _kernel if state["_kernel"] else None
+        self._reset_cache()
+
     def identity(self) -> dict[str, Any]:
         ident = {**super().identity(), "static_version": STATIC_VERSION,
                  "table": self.table_kind, "model": model_identity(self.path)}
@@ -329,7 +345,7 @@ class StaticEmbedder(Embedder):
             part = list(sample_texts[:_CENTRE_SAMPLE])
             if part:
                 sums = self._sums(part)
-                x = l2_normalize(sums).astype(np.float64)
+                x = unit_rows(sums).astype(np.float64)
                 self.centre = x[np.any(x != 0, axis=1)].mean(0).astype(np.float32)
                 # encode() takes these texts' sums from here (the embed stage's sample is
                 # part of its corpus): the same vectors, computed once.
@@ -560,10 +576,11 @@ class StaticEmbedder(Embedder):
             out[start:start + len(part)] = self._sums(part)
             if on_batch is not None:
                 on_batch(len(part))
-        out = l2_normalize(out)
+        # Normalised in a fixed order: a row's bits depend on its text alone.
+        out = unit_rows(out)
         if self.centre is not None:
             empty = ~np.any(out != 0, axis=1)
-            out = l2_normalize(out - self.centre)
+            out = unit_rows(out - self.centre)
             out[empty] = 0.0
         return out
 

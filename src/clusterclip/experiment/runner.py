@@ -45,7 +45,6 @@ from clusterclip.lm.metrics import (
     schedule_stats,
     summarize,
 )
-from clusterclip.lm.pool import pooled
 from clusterclip.lm.runs import (
     RUN_FORMAT,
     Budget,
@@ -60,6 +59,7 @@ from clusterclip.lm.runs import (
     train_on_schedule,
     usable_cpus,
 )
+from clusterclip.pool import pooled
 from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
 from clusterclip.sampling.clip import quartile_clusters
 from clusterclip.sampling.mixture import Mixture, Stage
@@ -633,7 +633,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     ``store``: finished runs are saved there under :func:`run_keys` and reused when
     found. ``on_run(strategy, seed, reused)`` is called after each run (an exception
     there stops the experiment; finished runs stay stored). ``workers`` > 1: as many worker
-    processes (:mod:`~clusterclip.lm.pool`, the same results). ``log`` receives
+    processes (:mod:`~clusterclip.pool`, the same results). ``log`` receives
     the time estimate printed before training (default: stderr when
     ``progress``).
     """

@@ -236,12 +236,22 @@ def read_parquet_batches(directory: str | os.PathLike[str], names: list[str] | N
                                    use_threads=False)
 
 
+def export_workers(workers: int | None) -> int | None:
+    """``workers`` checked: None (the default: the CPUs this process may use, one for a
+    small export; :func:`clusterclip.export.megatron.write_verified`) or at least 1
+    (InputError otherwise)."""
+    if workers is not None and workers < 1:
+        raise InputError(f"workers must be >= 1, got {workers}", params=("workers",))
+    return workers
+
+
 def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     out: str | os.PathLike[str], *, fmt: str = "parquet", rank: int = 0,
                     world_size: int = 1, rows_per_shard: int = 1_000_000,
                     row_group: int = 1 << 14, block: int = 1 << 14, overwrite: bool = False,
                     source: str = "schedule", tokenizer: Any = None,
-                    schedule_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                    schedule_file: str | os.PathLike[str] | None = None,
+                    workers: int | None = None) -> dict[str, Any]:
     """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
 
     ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
@@ -251,7 +261,9 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     position outside the corpus or on an excluded document. Returns the summary
     also written to ``out/_export.json`` (with ``schedule_file``, the file ``schedule``
     was read from: its path and SHA-256 under ``"schedule"``); RuntimeError if the
-    re-read output does not match (nothing is moved into place).
+    re-read output does not match (nothing is moved into place). ``workers`` (megatron):
+    processes that tokenize side by side, the same bytes for any number (None: the CPUs
+    this process may use, one for a small export).
     """
     from clusterclip.io import atomic_output_dir, check_output_dir, sha256_file, write_json
 
@@ -262,6 +274,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     ("block", block)):
         if v < 1:
             raise InputError(f"{name} must be >= 1, got {v}", params=(name,))
+    n_workers = export_workers(workers)
     first, count = rank_share(len(schedule), rank, world_size)
     if len(labels) != len(corpus):
         raise InputError(f"labels hold {len(labels)} documents, the corpus {len(corpus)}")
@@ -279,7 +292,9 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                        "rank": rank, "world_size": world_size, "first_position": first,
                        "position_step": world_size, "text_field": corpus.text_field,
                        **_megatron.write_verified(batches, tmp, tokenizer, schedule, labels,
-                                                  first, world_size, count), **origin}
+                                                  first, world_size, count,
+                                                  workers=n_workers),
+                       **origin}
             write_json(tmp / SUMMARY, summary)
             return summary
         if fmt == "parquet":

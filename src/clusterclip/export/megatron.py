@@ -61,6 +61,9 @@ TOKENIZE_BATCH = 256
 #: tokenizing dominates the export's time): at most this many tokens, least recently used
 #: evicted (64 MiB as uint16, 128 MiB as int32).
 CACHE_TOKENS = 1 << 25
+#: Positions from which worker processes tokenize by default (below, starting them, a
+#: second or two each, would cost more than they save).
+POOL_MIN_POSITIONS = 1 << 16
 
 
 def indexed_dataset() -> Any:
@@ -176,8 +179,74 @@ def _block_tokens(tokenizer: Any, batch: dict[str, list[Any]], docs: np.ndarray,
     return arrays, inverse  # type: ignore[return-value]
 
 
+def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _TokenCache,
+               eod: int, dtype: Any, workers: int
+               ) -> Iterator[tuple[dict[str, list[Any]], np.ndarray, list[np.ndarray],
+                                   np.ndarray]]:
+    """``(batch, docs, arrays, inverse)`` of each block in order (:func:`_block_tokens`).
+
+    With ``workers`` > 1 the texts not in the cache are tokenized by worker processes
+    (:func:`clusterclip.pool.worker_pool`, each holding a copy of the tokenizer), a few
+    blocks ahead of the one written; a text's tokens do not depend on who tokenized it or
+    when, so the output is the same for any number of workers (only which repeats the
+    cache saves may differ)."""
+    if workers <= 1:
+        for batch in batches:
+            docs = np.asarray(batch["doc_index"], dtype=np.int64)
+            yield (batch, docs, *_block_tokens(tokenizer, batch, docs, cache, eod, dtype))
+        return
+    from collections import deque
+
+    from clusterclip.pool import worker_pool
+
+    ahead: deque[tuple[Any, ...]] = deque()
+    # Documents missing from the cache that a queued block sends to be tokenized, by how
+    # many queued blocks need them: a later block takes them from the earlier one's result
+    # (``fresh``) instead of sending them again; the last one puts them in the cache.
+    wanted: dict[int, int] = {}
+    fresh: dict[int, np.ndarray] = {}
+
+    def jobs() -> Iterator[list[str]]:
+        for batch in batches:
+            docs = np.asarray(batch["doc_index"], dtype=np.int64)
+            uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
+            arrays = [cache.get(d) for d in uniq.tolist()]
+            send = []
+            for k in (k for k, a in enumerate(arrays) if a is None):
+                d = int(uniq[k])
+                if d not in wanted:
+                    send.append(k)
+                wanted[d] = wanted.get(d, 0) + 1
+            ahead.append((batch, docs, uniq, arrays, send, inverse))
+            yield [batch["text"][int(first[k])] for k in send]
+
+    with worker_pool(workers, _tokenizer_state, (tokenizer, eod, dtype)) as imap:
+        for new in imap(_tokenize_job, jobs()):
+            batch, docs, uniq, arrays, send, inverse = ahead.popleft()
+            fresh.update((int(uniq[k]), arr) for k, arr in zip(send, new, strict=True))
+            for k in (k for k, a in enumerate(arrays) if a is None):
+                d = int(uniq[k])
+                arrays[k] = fresh[d]
+                wanted[d] -= 1
+                if not wanted[d]:
+                    del wanted[d]
+                    cache.put(d, fresh.pop(d))
+            yield batch, docs, arrays, inverse
+
+
+def _tokenizer_state(tokenizer: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]:
+    # One process per core already: the tokenizer's own threads would only compete.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    return tokenizer, eod, dtype
+
+
+def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]) -> list[np.ndarray]:
+    tokenizer, eod, dtype = state
+    return token_ids(tokenizer, texts, eod, dtype)
+
+
 def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
-           count: int, cache_tokens: int | None = None) -> dict[str, Any]:
+           count: int, cache_tokens: int | None = None, workers: int = 1) -> dict[str, Any]:
     """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check)."""
     m = indexed_dataset()
     dtype = token_dtype(tokenizer)
@@ -191,11 +260,10 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
     cache = _TokenCache(CACHE_TOKENS if cache_tokens is None else cache_tokens)
     rows = 0
     try:
-        for batch in batches:
-            docs = np.asarray(batch["doc_index"], dtype=np.int64)
+        # each distinct document of a block is tokenized once (or found in the cache)
+        for batch, docs, arrays, inverse in _tokenized(batches, tokenizer, cache, eod, dtype,
+                                                       workers):
             n = len(docs)
-            # each distinct document of the block is tokenized once (or found in the cache)
-            arrays, inverse = _block_tokens(tokenizer, batch, docs, cache, eod, dtype)
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
             for j in inverse.tolist():
                 arr = arrays[j]
@@ -264,10 +332,17 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
 
 def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
                    schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
-                   count: int, cache_tokens: int | None = None) -> dict[str, Any]:
+                   count: int, cache_tokens: int | None = None, workers: int | None = None
+                   ) -> dict[str, Any]:
     """Write ``batches`` (from :func:`clusterclip.export.iter_batches`) into ``directory``,
-    re-read and check it; return the format's part of the summary."""
-    written = _write(batches, directory, tokenizer, count, cache_tokens)
+    re-read and check it; return the format's part of the summary. ``workers``: processes
+    tokenizing side by side (:func:`_tokenized`; the same bytes for any number); None: the
+    CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
+    if workers is None:
+        from clusterclip.pool import available_cpus
+
+        workers = 1 if count < POOL_MIN_POSITIONS else available_cpus()
+    written = _write(batches, directory, tokenizer, count, cache_tokens, workers)
     _check(directory, written, schedule, labels, first, step, count)
     return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,
             "documents": DOCUMENTS, "documents_columns": list(DOCUMENT_COLUMNS),

@@ -11,8 +11,9 @@
   bits per byte, what a schedule fed;
 - :mod:`~clusterclip.lm.runs`: one run on one schedule (:class:`~clusterclip.lm.runs.ScheduleSpec`,
   :class:`~clusterclip.lm.runs.Budget`) and the store of finished runs
-  (:class:`~clusterclip.lm.runs.RunStore`);
-- :mod:`~clusterclip.lm.pool`: runs in worker processes.
+  (:class:`~clusterclip.lm.runs.RunStore`).
+
+Runs in worker processes: :mod:`clusterclip.pool` (shared with the embedder and the export).
 
 It reads no work directory: arrays, paths and options in, arrays and dicts out.
 """

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, check_free_space
+from clusterclip.io import HashingWriter, atomic_path, check_free_space
 from clusterclip.limits import MAX_SAMPLES
 from clusterclip.sampling.budget import plan_schedule
 from clusterclip.sampling.factory import make_sampler
@@ -105,10 +105,12 @@ def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool
 
         bar = tqdm(total=n, desc="sample", unit="idx", unit_scale=True, leave=False)
     try:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as raw:
             # The .npy header, then the blocks appended in order: the bytes of
             # np.save, with memory bounded by a block (sequential writes cost a
-            # quarter of filling a memory map, whose page faults dominated).
+            # quarter of filling a memory map, whose page faults dominated). Hashed as
+            # written (in the writer's thread), for the output's ownership record.
+            f = HashingWriter(raw)
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
                     "fortran_order": False, "shape": (n,)})
@@ -124,6 +126,7 @@ def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool
                         break
             if i != n:
                 raise RuntimeError(f"schedule ended after {i} of {n} positions")
+            f.finish()
     finally:
         if bar is not None:
             bar.close()

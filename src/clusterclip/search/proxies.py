@@ -147,7 +147,7 @@ def _worker_run(state: tuple[ProxyData, str, int],
 class ProxyTrainer:
     """Trains and measures runs, each once (the store keeps them); with ``workers`` > 1,
     a batch's runs are trained by that many worker processes at once
-    (:mod:`clusterclip.lm.pool`), each run at the same ``threads`` as alone."""
+    (:mod:`clusterclip.pool`), each run at the same ``threads`` as alone."""
 
     def __init__(self, data: ProxyData, device: str, threads: int, store: RunStore,
                  progress: bool = True, log: Callable[[str], None] = lambda m: None,
@@ -229,7 +229,7 @@ class ProxyTrainer:
         """:func:`train_proxy` over ``jobs``, in order: by this trainer's worker pool (started
         at its first batch of more than one run and kept in ``pools``; without ``pools``,
         a pool for this batch), else in this process."""
-        from clusterclip.lm.pool import pooled, worker_pool
+        from clusterclip.pool import pooled, worker_pool
 
         state = (self.data, self.device, self.threads)
         if self.pools is None or self.workers <= 1 or len(jobs) <= 1:

@@ -70,12 +70,11 @@ def embed_texts(params: dict[str, Any], corpus: Any, texts: list[str], device: s
                 ) -> np.ndarray:
     """float32 unit rows: ``texts`` embedded by W's embedder (``params``: its embed
     stage's parameters; see :func:`_embedder`)."""
-    from clusterclip.embedding.base import l2_normalize
-
     if not texts:
         return np.zeros((0, 1), dtype=np.float32)
-    return l2_normalize(np.asarray(_embedder(params, corpus, device).encode(texts),
-                                   dtype=np.float32))
+    # Embedders return unit rows already; normalising them again would change their last
+    # bits, and the stage's rows must come out the same.
+    return np.asarray(_embedder(params, corpus, device).encode(texts), dtype=np.float32)
 
 
 def target_histogram(X: np.ndarray, centroids: np.ndarray, metric: str, device: str

@@ -39,7 +39,10 @@ class EmbedOptions:
     (:data:`clusterclip.embedding.pipeline.DEFAULT_MAX_LENGTH`). ``backend``,
     ``precision``, ``tune``, ``tune_seed``: see
     :func:`clusterclip.embedding.pipeline.make_embedder`. ``shard_size``: documents per
-    resumable shard; ``keep_shards``: keep ``W/embed/`` at the end.
+    resumable shard; ``keep_shards``: keep ``W/embed/`` at the end. ``workers``: processes
+    that embed with ``--embedder fast`` (None: the CPUs this process may use,
+    :func:`clusterclip.embedding.pipeline.embed_workers`); not part of the stage's identity,
+    since any number gives the same bytes.
     """
 
     inputs: tuple[str, ...] = ()
@@ -61,12 +64,16 @@ class EmbedOptions:
     precision: str = "auto"
     tune: int | str = AUTO_TUNE  # clusterclip.embedding.tune.resolve_tune
     tune_seed: int = 0
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
         if self.shard_size < 1:
             raise InputError(f"shard_size {self.shard_size}: must be at least 1",
                              params=("shard_size",))
+        if self.workers is not None and self.workers < 1:
+            raise InputError(f"workers {self.workers}: must be at least 1",
+                             params=("workers",))
         # a bad combination fails now, before W or the corpus is touched
         self.identity()
 
@@ -122,7 +129,8 @@ def run(w: Workdir, options: EmbedOptions, *, n_clusters: int | None = None,
                             n_clusters=n_clusters, corpus_opts=corpus_opts,
                             progress=o.progress, check_corpus=check_corpus)
         return embed_rows(root, fp, params, progress=o.progress,
-                          trust_remote_code=o.trust_remote_code, kept=kept)
+                          trust_remote_code=o.trust_remote_code, kept=kept,
+                          workers=o.workers)
 
     with w.locked():
         info = w.run_stage(STAGE, key=key, params=params,

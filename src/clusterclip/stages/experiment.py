@@ -47,8 +47,8 @@ class ExperimentStageOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        from clusterclip.lm.pool import check_workers
         from clusterclip.lm.runs import check_device
+        from clusterclip.pool import check_workers
 
         self.config.validate()  # before reading anything: bad options fail fast
         check_workers(self.threads, self.workers)

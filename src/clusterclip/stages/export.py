@@ -23,8 +23,10 @@ class ExportOptions:
     :data:`ATLAS`; ``schedule``: a schedule ``.npy`` (None: ``W/schedule.npy``);
     ``rank``/``world_size``: the share exported; ``rows_per_shard``: rows per output file;
     ``overwrite``: replace a folder an earlier ``export`` did not write; ``tokenizer``
-    (megatron only): a tokenizer or the folder of one. Checked on construction (InputError
-    naming the parameter); the rank, the tokenizer and the libraries when run."""
+    (megatron only): a tokenizer or the folder of one; ``workers`` (megatron only): processes
+    tokenizing side by side (None: the CPUs this process may use; the same bytes for any
+    number). Checked on construction (InputError naming the parameter); the rank, the
+    tokenizer and the libraries when run."""
 
     out: str | os.PathLike[str]
     format: str = "parquet"
@@ -34,11 +36,13 @@ class ExportOptions:
     rows_per_shard: int = 1_000_000
     overwrite: bool = False
     tokenizer: Any = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
-        from clusterclip.export import check_format
+        from clusterclip.export import check_format, export_workers
 
         check_format(self.format, also=(ATLAS,))
+        export_workers(self.workers)
         if self.rows_per_shard < 1:
             raise InputError(f"rows_per_shard must be >= 1, got {self.rows_per_shard}",
                              params=("rows_per_shard",))
@@ -116,7 +120,7 @@ def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any
     return export_schedule(corpus, labels, s, o.out, fmt=o.format, rank=o.rank,
                            world_size=o.world_size, rows_per_shard=o.rows_per_shard,
                            overwrite=o.overwrite, source=str(path), tokenizer=tokenizer,
-                           schedule_file=path)
+                           schedule_file=path, workers=o.workers)
 
 
 def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:

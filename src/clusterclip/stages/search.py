@@ -45,8 +45,8 @@ class SearchStageOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        from clusterclip.lm.pool import check_workers
         from clusterclip.lm.runs import default_threads
+        from clusterclip.pool import check_workers
 
         self.config.validate()
         if self.threads is None:

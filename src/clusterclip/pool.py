@@ -1,4 +1,7 @@
-"""Local worker processes that train independent runs side by side.
+"""Local worker processes: independent items computed side by side, results in order.
+
+Used by the fast embedder's shards (:mod:`clusterclip.embedding.pipeline`), the Megatron
+export's tokenization (:mod:`clusterclip.export.megatron`) and the LM runs below.
 
 A tiny byte-level LM does not keep two cores busy from one process (a second torch
 thread mostly waits, and a thread count is part of a run's floats), so independent
@@ -18,7 +21,9 @@ store.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -37,6 +42,15 @@ def check_workers(threads: int | None, workers: int) -> None:
             raise InputError(f"{name}: must be >= 1, got {n}", params=(name,))
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; ``taskset``, cgroups' cpusets),
+    the default number of workers of the commands that use them."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _start(init: Callable[..., Any], initargs: tuple[Any, ...]) -> None:
     global _STATE
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
@@ -53,14 +67,27 @@ def worker_pool(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...
                 ) -> Iterator[Callable[[Callable[[Any, Any], T], Iterable[Any]], Iterator[T]]]:
     """``workers`` processes, each holding ``init(*initargs)`` (module-level, picklable);
     yields ``imap(fn, items)``: ``fn(state, item)`` for each item, computed by the workers,
-    results in item order as they are ready (``fn`` module-level). On leaving the block by
+    results in item order as they are ready (``fn`` module-level; ``items`` read lazily,
+    at most ``2 * workers`` ahead of the results taken). On leaving the block by
     an exception (KeyboardInterrupt included) every worker is terminated and joined."""
     import multiprocessing
 
     pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start,
                                                      initargs=(init, initargs))
+
+    def imap(fn: Callable[[Any, Any], T], items: Iterable[Any]) -> Iterator[T]:
+        # At most two items per worker in flight: ``items`` is consumed as results are
+        # taken, so a long stream (the export's batches) is never read ahead in full.
+        pending: deque[Any] = deque()
+        for x in items:
+            pending.append(pool.apply_async(_call, ((fn, x),)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
     try:
-        yield lambda fn, items: pool.imap(_call, [(fn, x) for x in items])
+        yield imap
     except BaseException:
         pool.terminate()
         pool.join()
