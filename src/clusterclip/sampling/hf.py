@@ -112,13 +112,48 @@ def schedule_dataset(dataset: Any, schedule: Any = None, *, rank: int = 0, world
     return dataset.select(idx)
 
 
+class _OnlineMixing:
+    """``ClusterClipTrainer``'s online mixing (before ``transformers.Trainer`` in its
+    bases): the row-number column, each row's loss to the mixer, the checkpoint's state."""
+
+    clusterclip_mixer: Any
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()
+        if self.clusterclip_mixer is not None and ROW not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, ROW]
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any],
+                     return_outputs: bool = False, **kwargs: Any) -> Any:
+        clusters = inputs.pop(CLUSTER, None)
+        if clusters is None or not model.training:
+            return super().compute_loss(model, inputs, return_outputs, **kwargs)
+        loss, outputs = super().compute_loss(model, inputs, True, **kwargs)
+        per_row, rows = _row_losses(outputs["logits"], inputs["labels"])
+        self.clusterclip_mixer.observe(clusters.cpu().numpy()[rows], per_row)
+        return (loss, outputs) if return_outputs else loss
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if self.clusterclip_mixer is not None:
+            ds = self.train_dataset
+            if not hasattr(ds, "add_column"):
+                raise InputError("online mixing needs a datasets.Dataset as "
+                                 "train_dataset (its rows get their cluster ids)",
+                                 params=("mixer",))
+            if ROW not in ds.column_names:
+                self.train_dataset = ds.add_column(ROW, list(range(len(ds))))
+            if resume_from_checkpoint:
+                _load_online(self, resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+
 @functools.cache
 def _trainer_class() -> type:
     import transformers
 
     from clusterclip.sampling.torch import ClusterClipTorchSampler
 
-    class ClusterClipTrainer(transformers.Trainer):
+    class ClusterClipTrainer(_OnlineMixing, transformers.Trainer):
         """``transformers.Trainer`` whose training rows come from ``train_sampler``.
 
         ``train_sampler``: a :class:`ClusterClipTorchSampler` over the global
@@ -166,34 +201,6 @@ def _trainer_class() -> type:
             super().__init__(*args, **kwargs)
             self.clusterclip_sampler = train_sampler
             self.clusterclip_mixer = mixer
-
-        def _set_signature_columns_if_needed(self) -> None:
-            super()._set_signature_columns_if_needed()
-            if self.clusterclip_mixer is not None and ROW not in self._signature_columns:
-                self._signature_columns = [*self._signature_columns, ROW]
-
-        def compute_loss(self, model: Any, inputs: dict[str, Any],
-                         return_outputs: bool = False, **kwargs: Any) -> Any:
-            clusters = inputs.pop(CLUSTER, None)
-            if clusters is None or not model.training:
-                return super().compute_loss(model, inputs, return_outputs, **kwargs)
-            loss, outputs = super().compute_loss(model, inputs, True, **kwargs)
-            per_row, rows = _row_losses(outputs["logits"], inputs["labels"])
-            self.clusterclip_mixer.observe(clusters.cpu().numpy()[rows], per_row)
-            return (loss, outputs) if return_outputs else loss
-
-        def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if self.clusterclip_mixer is not None:
-                ds = self.train_dataset
-                if not hasattr(ds, "add_column"):
-                    raise InputError("online mixing needs a datasets.Dataset as "
-                                     "train_dataset (its rows get their cluster ids)",
-                                     params=("mixer",))
-                if ROW not in ds.column_names:
-                    self.train_dataset = ds.add_column(ROW, list(range(len(ds))))
-                if resume_from_checkpoint:
-                    _load_online(self, resume_from_checkpoint)
-            return super().train(resume_from_checkpoint, *args, **kwargs)
 
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> ClusterClipTorchSampler:
             dataset = args[0] if args else kwargs.get("train_dataset")

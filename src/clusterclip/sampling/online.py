@@ -38,8 +38,21 @@ STATE_VERSION = 1
 
 
 def torch_all_reduce(values: np.ndarray) -> np.ndarray:
-    """Sum an int64 array over the ranks of the initialised ``torch.distributed`` group
-    (one ``all_reduce``); the array itself where there is no group (or one rank)."""
+    """Sum an int64 array over the ranks of the initialised ``torch.distributed`` group.
+
+    The default ``reduce`` of [`OnlineMixer`][clusterclip.sampling.online.OnlineMixer].
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        This rank's int64 array (the same shape on every rank).
+
+    Returns
+    -------
+    numpy.ndarray
+        The element-wise sum over the ranks (one ``all_reduce``); ``values`` itself
+        where ``torch.distributed`` is not initialised or has one rank.
+    """
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized() \
             or dist.get_world_size() == 1:
