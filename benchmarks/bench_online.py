@@ -3,6 +3,9 @@
     python benchmarks/bench_online.py                      # K = 100 and 1,000; timing at
                                                            # K = 1,000 and 10,000
     python benchmarks/bench_online.py --gap-k 100 --seeds 2 --time-k 1000   # a quick look
+    python benchmarks/bench_online.py --results W/experiment/results.json
+        # an experiment with --strategies random,paced,online: online - paced and
+        # online - random per loss, paired by seed, Holm over the three losses
 
 The learner: cluster k's loss after n of its documents is
 ``e_k + b_k (n + 1) ** -a_k`` (a_k in [0.05, 1], b_k in [0.5, 4], e_k in [1, 3],
@@ -159,6 +162,50 @@ def timing(K: int, clip: int, batch: int, reps: int = 5) -> dict[str, float]:
             "state_json_bytes": len(json.dumps(mixer.state_dict()))}
 
 
+def holm_paired(results: dict, a: str, b: str, metrics=("val_micro", "val_macro", "val_tail"),
+                alpha: float = 0.05) -> list[dict]:
+    """``a - b`` per metric of an experiment's results.json, paired by seed: mean, paired-t
+    p-value, Holm-adjusted over the metrics, and the interval at the Holm level of its
+    rank (step-down: the i-th smallest p at 1 - alpha / (m - i + 1))."""
+    from scipy import stats
+
+    runs = {s: {r["seed"]: r for r in results["strategies"][s]["runs"]} for s in (a, b)}
+    seeds = sorted(set(runs[a]) & set(runs[b]))
+    rows = []
+    for m in metrics:
+        d = np.array([runs[a][s][m] - runs[b][s][m] for s in seeds])
+        se = d.std(ddof=1) / np.sqrt(d.size)
+        p = float(2 * stats.t.sf(abs(d.mean() / se), d.size - 1)) if se > 0 else 0.0
+        rows.append({"metric": m, "n": int(d.size), "mean": float(d.mean()), "se": float(se),
+                     "p": p})
+    order = sorted(range(len(rows)), key=lambda i: rows[i]["p"])
+    running, still = 0.0, True
+    for rank, i in enumerate(order):
+        r, level = rows[i], alpha / (len(rows) - rank)
+        running = max(running, min(1.0, r["p"] * (len(rows) - rank)))
+        half = float(stats.t.ppf(1 - level / 2, r["n"] - 1)) * r["se"]
+        still = still and r["p"] <= level
+        r.update(p_holm=running, low=r["mean"] - half, high=r["mean"] + half,
+                 confidence=1 - level, measurable=bool(still))
+    return rows
+
+
+def report_experiment(paths: list[str]) -> None:
+    """online - paced and online - random, per corpus, Holm over the three losses."""
+    for path in paths:
+        with open(path) as f:
+            res = json.load(f)
+        for base in ("paced", "random"):
+            if base not in res["strategies"] or "online" not in res["strategies"]:
+                continue
+            print(f"\n{path}: online - {base}")
+            for r in holm_paired(res, "online", base):
+                call = "measurable" if r["measurable"] else "not measurable"
+                print(f"  {r['metric']}: {r['mean']:+.4f} ({100 * r['confidence']:.1f}% CI "
+                      f"{r['low']:+.4f} to {r['high']:+.4f}; Holm p {r['p_holm']:.3f}, "
+                      f"n = {r['n']}): {call}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gap-k", default="100,1000")
@@ -168,7 +215,14 @@ def main() -> None:
     ap.add_argument("--clip", type=int, default=4)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--results", nargs="*", default=None,
+                    help="instead: experiment results.json files with online, paced "
+                         "(random): online - paced (random) per loss, paired by seed, "
+                         "Holm over the three losses")
     a = ap.parse_args()
+    if a.results:
+        report_experiment(a.results)
+        return
     out: dict[str, list] = {"gap": [], "timing": []}
     for K in [int(x) for x in a.gap_k.split(",") if x]:
         out["gap"] += gap_rows(K, a.seeds, a.epochs, a.clip, a.batch)
