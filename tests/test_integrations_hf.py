@@ -421,3 +421,43 @@ def test_trainer_with_an_online_mixer_follows_its_calls_and_resumes_to_the_same_
     assert all(torch.equal(a, b) for a, b in zip(rest, seen[5:], strict=True))
     assert len(rest) == 7
     assert state2["weights_calls"] == calls and mixer_state2 == mixer_state
+
+
+_DDP_ONLINE_WORKER = _DDP_WORKER.replace(
+    "from clusterclip.sampling.torch import ClusterClipTorchSampler",
+    "from clusterclip.sampling.torch import ClusterClipTorchSampler\n"
+    "from clusterclip import OnlineMixer").replace(
+    "sampler = ClusterClipTorchSampler(labels, T, seed=3, rank=0, world_size=1)",
+    "sampler = ClusterClipTorchSampler(labels, T, strategy='paced', clip=4, seed=3, rank=0, "
+    "world_size=1)\nmixer = OnlineMixer(sampler, every=4, min_count=2)").replace(
+    "train_sampler=sampler).train()",
+    "train_sampler=sampler, mixer=mixer, labels=labels).train()").replace(
+    '"batches": seen}',
+    '"batches": seen, "calls": sampler.sampler.state_dict().get("weights_calls", []), '
+    '"mixer": mixer.state_dict()}')
+
+
+@pytest.mark.slow
+def test_trainer_online_mixing_under_two_gloo_ranks_makes_the_same_calls_on_both(tmp_path):
+    """Each rank observes its own micro-batches; the mixer's all_reduce gives both ranks
+    the same state and the same set_weights calls, and the batches follow them."""
+    pytest.importorskip("accelerate")
+    assert "mixer=mixer" in _DDP_ONLINE_WORKER and "OnlineMixer(sampler" in _DDP_ONLINE_WORKER
+    script = tmp_path / "worker.py"
+    script.write_text(_DDP_ONLINE_WORKER)
+    logs = tmp_path / "logs"
+    res = torchrun("--log-dir", logs, "--tee", "3", script, tmp_path, env=child_env(),
+                   timeout=240)
+    assert res.returncode == 0, (f"torchrun exit {res.returncode}\n{_rank_logs(logs)}\n"
+                                 f"--- torchrun's stderr:\n{res.stderr[-3000:]}")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    T, B, W = ranks[0]["T"], 2, 2
+    assert ranks[0]["calls"] == ranks[1]["calls"] and len(ranks[0]["calls"]) >= 1
+    assert ranks[0]["mixer"] == ranks[1]["mixer"]
+    assert sum(ranks[0]["mixer"]["counts"]) == T  # both ranks' rows, summed
+    ref = ClusterClipSampler(np.arange(60) % 3, T, strategy="paced", clip=4, seed=3)
+    for at, w in ranks[0]["calls"]:
+        ref.set_weights(w, at=at)
+    full = list(ref)
+    for r, got in enumerate(ranks):
+        assert got["batches"] == [full[(k * W + r) * B:(k * W + r + 1) * B] for k in range(6)]

@@ -8,8 +8,10 @@
 - ``ClusterClipTrainer``: a ``transformers.Trainer`` that draws its training
   rows from a
   [`ClusterClipTorchSampler`][clusterclip.sampling.torch.ClusterClipTorchSampler]
-  instead of its own ``RandomSampler`` (which would silently undo the order).
-  Imports ``transformers`` on first use only.
+  instead of its own ``RandomSampler`` (which would silently undo the order);
+  with ``mixer=`` (an [`OnlineMixer`][clusterclip.sampling.online.OnlineMixer])
+  and ``labels=``, each training row's loss goes to the mixer by cluster and each
+  checkpoint holds the mixer. Imports ``transformers`` on first use only.
 
 A ``DataLoader`` over a ``datasets.Dataset`` takes the torch sampler as is:
 ``DataLoader(dataset, batch_size=8, sampler=ClusterClipTorchSampler(...))``.
