@@ -375,3 +375,89 @@ def test_trainer_under_two_gloo_ranks_consumes_the_schedule_step_by_step(tmp_pat
     for step in range(3):  # over both ranks, each optimizer step takes the next G positions
         taken = _flat(got["batches"][step * GA + m] for got in ranks for m in range(GA))
         assert sorted(taken) == sorted(full[step * B * GA * W:(step + 1) * B * GA * W])
+
+
+# -- online mixing through the Trainer --------------------------------------------------------
+
+def test_trainer_with_an_online_mixer_follows_its_calls_and_resumes_to_the_same_schedule(
+        dataset, docs, tmp_path, one_thread):
+    """ClusterClipTrainer(mixer=..., labels=...) feeds the mixer each row's loss by cluster;
+    the batches are the schedule with the mixer's set_weights calls, and a run resumed
+    from a checkpoint trains the rest of that schedule and makes the same calls."""
+    pytest.importorskip("accelerate")
+    from transformers import TrainingArguments
+
+    from clusterclip import OnlineMixer
+    from clusterclip.sampling.hf import ClusterClipTrainer
+
+    _, labels = docs
+    tokenized = _tokenized(dataset)
+    T = 96
+
+    def train(resume):
+        model = _tiny_gpt2()
+        seen = _record_inputs(model)
+        args = TrainingArguments(str(tmp_path / "out"), max_steps=12,
+                                 per_device_train_batch_size=8, save_strategy="steps",
+                                 save_steps=5, report_to="none", disable_tqdm=True)
+        sampler = ClusterClipTorchSampler(labels, T, strategy="paced", clip=4, seed=1,
+                                          world_size=1)
+        mixer = OnlineMixer(sampler, every=16, min_count=4)
+        ClusterClipTrainer(model=model, args=args, train_dataset=tokenized,
+                           data_collator=_collate, train_sampler=sampler, mixer=mixer,
+                           labels=labels).train(resume_from_checkpoint=resume)
+        return seen, sampler.sampler.state_dict(), mixer.state_dict()
+
+    seen, state, mixer_state = train(None)
+    calls = state["weights_calls"]
+    assert mixer_state["calls"] == len(calls) >= 3
+    assert sum(mixer_state["counts"]) == T  # every trained row observed, once
+    ref = ClusterClipSampler(labels, T, strategy="paced", clip=4, seed=1)
+    for at, w in calls:
+        ref.set_weights(w, at=at)
+    assert all(torch.equal(a, b) for a, b in
+               zip(seen, _batches_of(tokenized, list(ref), 8), strict=True))
+    rest, state2, mixer_state2 = train(str(tmp_path / "out" / "checkpoint-5"))
+    assert all(torch.equal(a, b) for a, b in zip(rest, seen[5:], strict=True))
+    assert len(rest) == 7
+    assert state2["weights_calls"] == calls and mixer_state2 == mixer_state
+
+
+_DDP_ONLINE_WORKER = _DDP_WORKER.replace(
+    "from clusterclip.sampling.torch import ClusterClipTorchSampler",
+    "from clusterclip.sampling.torch import ClusterClipTorchSampler\n"
+    "from clusterclip import OnlineMixer").replace(
+    "sampler = ClusterClipTorchSampler(labels, T, seed=3, rank=0, world_size=1)",
+    "sampler = ClusterClipTorchSampler(labels, T, strategy='paced', clip=4, seed=3, rank=0, "
+    "world_size=1)\nmixer = OnlineMixer(sampler, every=4, min_count=2)").replace(
+    "train_sampler=sampler).train()",
+    "train_sampler=sampler, mixer=mixer, labels=labels).train()").replace(
+    '"batches": seen}',
+    '"batches": seen, "calls": sampler.sampler.state_dict().get("weights_calls", []), '
+    '"mixer": mixer.state_dict()}')
+
+
+@pytest.mark.slow
+def test_trainer_online_mixing_under_two_gloo_ranks_makes_the_same_calls_on_both(tmp_path):
+    """Each rank observes its own micro-batches; the mixer's all_reduce gives both ranks
+    the same state and the same set_weights calls, and the batches follow them."""
+    pytest.importorskip("accelerate")
+    assert "mixer=mixer" in _DDP_ONLINE_WORKER and "OnlineMixer(sampler" in _DDP_ONLINE_WORKER
+    script = tmp_path / "worker.py"
+    script.write_text(_DDP_ONLINE_WORKER)
+    logs = tmp_path / "logs"
+    res = torchrun("--log-dir", logs, "--tee", "3", script, tmp_path, env=child_env(),
+                   timeout=240)
+    assert res.returncode == 0, (f"torchrun exit {res.returncode}\n{_rank_logs(logs)}\n"
+                                 f"--- torchrun's stderr:\n{res.stderr[-3000:]}")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    T, B, W = ranks[0]["T"], 2, 2
+    assert ranks[0]["calls"] == ranks[1]["calls"] and len(ranks[0]["calls"]) >= 1
+    assert ranks[0]["mixer"] == ranks[1]["mixer"]
+    assert sum(ranks[0]["mixer"]["counts"]) == T  # both ranks' rows, summed
+    ref = ClusterClipSampler(np.arange(60) % 3, T, strategy="paced", clip=4, seed=3)
+    for at, w in ranks[0]["calls"]:
+        ref.set_weights(w, at=at)
+    full = list(ref)
+    for r, got in enumerate(ranks):
+        assert got["batches"] == [full[(k * W + r) * B:(k * W + r + 1) * B] for k in range(6)]

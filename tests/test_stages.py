@@ -332,8 +332,9 @@ def test_a_bad_staged_file_is_one_line_naming_the_file_and_field_exit_2(tmp_path
 
 
 def test_docs_adaptive_loop_recipe_reweighs_and_resumes_after_a_crash(tmp_path, monkeypatch):
-    """The recipe of docs/integrations.md, run as written: it re-weighs every 5 steps, the
-    schedule follows its calls, and a crash mid-run resumes with exactly the rest."""
+    """The recipe of docs/integrations.md, run as written: the mixer re-weighs every 40
+    positions, the schedule follows its calls, and a crash mid-run resumes with exactly
+    the rest."""
     torch = pytest.importorskip("torch")
     from _helpers import docs_recipe
 
@@ -346,15 +347,20 @@ def test_docs_adaptive_loop_recipe_reweighs_and_resumes_after_a_crash(tmp_path, 
     class Crash(Exception):
         pass
 
+    model = Path("model.json")  # the "model": what each cluster has been trained on
+
     def run(stop_at=None):
         trained = []
 
-        def train_step(batch):  # a per-document loss that differs by cluster and document
+        def train_step(batch):  # a loss that falls with what its cluster has seen
             if len(trained) == stop_at:
                 raise Crash
+            done = np.array(json.loads(model.read_text())) if model.exists() else np.zeros(5)
             trained.append(batch["doc"].tolist())
-            d = batch["doc"].double()
-            return (1 + torch.tensor(labels)[batch["doc"]]) * (1 + (d * 0.618) % 1)
+            k = torch.tensor(labels)[batch["doc"]]
+            loss = 1 + (1 + k) * (torch.tensor(done)[k] + 1) ** -0.5
+            model.write_text(json.dumps((done + np.bincount(k, minlength=5)).tolist()))
+            return loss
 
         code = docs_recipe("adaptive-loop")
         try:
@@ -366,11 +372,13 @@ def test_docs_adaptive_loop_recipe_reweighs_and_resumes_after_a_crash(tmp_path, 
     whole = run()
     state = json.loads(Path("adaptive.json").read_text())["sampler"]
     calls = state["weights_calls"]
-    assert [at for at, _ in calls] == list(range(40, 401, 40))  # every 5 steps of 8
+    assert [at for at, _ in calls] == list(range(40, 400, 40))  # every 5 steps of 8
+    assert calls[-1][1][4] > calls[-1][1][0]  # towards the cluster whose loss falls most
     ref = make_sampler(labels, 400, strategy="paced", clip=4, seed=0)
     assert np.array_equal(_drive(ref, [(at, np.array(w)) for at, w in calls])[0], whole)
     assert len(whole) == 400 and np.bincount(whole).max() <= 4
     Path("adaptive.json").unlink()
+    model.unlink()
     head = run(stop_at=13)
     rest = run()
     assert head + rest == whole

@@ -19,12 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ClusterClipSampler", "__version__", "make_sampler"]
+__all__ = ["ClusterClipSampler", "OnlineMixer", "__version__", "make_sampler"]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import clusterclip.<stage>` never pays for the sampler's imports.
-    if name in ("ClusterClipSampler", "make_sampler"):
+    if name in ("ClusterClipSampler", "OnlineMixer", "make_sampler"):
         from clusterclip import sampling
 
         return getattr(sampling, name)

@@ -75,7 +75,10 @@ ANNEAL = "anneal"
 ANNEAL_FROM = 0.8
 #: The strategies that read the mixture file.
 MIXTURE_STRATEGIES = (MIXTURE, ANNEAL)
-EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE, ANNEAL)
+#: The strategy name of online mixing: paced, re-weighed during training by an
+#: :class:`~clusterclip.sampling.online.OnlineMixer` fed each document's training loss.
+ONLINE = "online"
+EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE, ANNEAL, ONLINE)
 #: Default budget in epochs-equivalent of the training tokens: enough that, on the
 #: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
 #: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
@@ -370,7 +373,10 @@ def strategy_specs(data: ExperimentData, config: ExperimentConfig) -> dict[str, 
                                          data.num_clusters)
     specs = {}
     for s in config.strategies:
-        if s not in MIXTURE_STRATEGIES:
+        if s == ONLINE:
+            specs[s] = replace(ScheduleSpec.for_strategy("paced", config.clip, config.alpha,
+                                                         weights), online=True)
+        elif s not in MIXTURE_STRATEGIES:
             specs[s] = ScheduleSpec.for_strategy(s, config.clip, config.alpha, weights)
         elif config.mixture is None:
             raise InputError(f"strategies {s}: no mixture given (run `clusterclip search` "
@@ -455,8 +461,17 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
                 "train_loss": float(tr[0].sum() / tr[1].sum())}
 
     sampler = schedule_sampler(spec, data.train_labels, data.doc_tokens, budget, seed)
+    observe = None
+    if spec.online:
+        from clusterclip.sampling.online import OnlineMixer
+
+        sizes = sampler.cluster_sizes
+        prior = (sizes.astype(np.float64) ** spec.alpha * (sizes > 0) if spec.weights is None
+                 else np.asarray(spec.weights)[:sizes.size])
+        mixer = OnlineMixer(sampler, seed=seed, prior=prior)
+        observe = lambda idx, losses: mixer.observe(data.train_labels[idx], losses)  # noqa: E731
     _, log, fed = train_on_schedule(config.model, config.train, data.docs, sampler,
-                                    budget.steps, seed, device, evaluate, on_step)
+                                    budget.steps, seed, device, evaluate, on_step, observe)
     ls, nt = last["valid"]  # the evaluations at the last step
     tls, tnt = last["train"]
     val = summarize(ls, nt, data.labels[data.valid_idx], data.cluster_sizes)

@@ -31,6 +31,9 @@ from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_opti
 #: second thread when idle and collapse when another process holds a core, so they use 1; ``base``
 #: uses every CPU this process may run on.
 PRESET_THREADS = {"tiny": 1, "small": 1, "base": None, "medium": None, "large": None}
+#: An online run's schedule is this much longer than its starting schedule's (within the
+#: clip's capacity), so that re-weighing towards longer documents cannot exhaust it.
+ONLINE_MARGIN = 1.25
 #: Version of a stored run's content and of how its schedule is built; part of its key.
 #: 2: paced sized to the budget, late tail share recorded.
 RUN_FORMAT = 2
@@ -107,6 +110,8 @@ class ScheduleSpec:
     weights: tuple[float, ...] | None = None
     #: a staged mixture's stages (``Stage``: until, weights, timing), or None
     stages: tuple[Any, ...] | None = None
+    #: re-weighed during training by an online mixer (``strategy`` is where it starts)
+    online: bool = False
 
     @classmethod
     def for_strategy(cls, strategy: str, clip: int, alpha: float,
@@ -196,10 +201,13 @@ def schedule_sampler(spec: ScheduleSpec, train_labels: np.ndarray, doc_tokens: n
         eligible = train_labels >= 0
         eligible[eligible] = drawn[train_labels[eligible]]
         t = min(t, spec.clip * int(np.count_nonzero(eligible)))
+    cap = t
     if spec.strategy in LENGTH_DEPENDENT_STRATEGIES or spec.stages:  # stages: shares of T
         t = schedule_length_for_tokens(
             lambda n: make_sampler(train_labels, n, **kwargs),
             np.where(train_labels >= 0, doc_tokens, 0), budget.needed, t)
+    if spec.online:  # re-weighed towards other documents: room for longer ones
+        t = min(cap, math.ceil(t * ONLINE_MARGIN))
     return make_sampler(train_labels, num_samples=t, **kwargs)
 
 
@@ -220,20 +228,70 @@ def schedule_stream(sampler: Any, docs: Sequence[np.ndarray], fed: list[int],
 def train_on_schedule(model_cfg: ModelConfig, train_cfg: TrainConfig, docs: Sequence[np.ndarray],
                       sampler: Any, steps: int, seed: int, device: Any,
                       evaluate: Callable[[Any], dict[str, float]],
-                      on_step: Callable[[int], None] | None = None
+                      on_step: Callable[[int], None] | None = None,
+                      observe: Callable[[np.ndarray, np.ndarray], Any] | None = None
                       ) -> tuple[Any, dict[str, Any], np.ndarray]:
     """Train a fresh model (initialised from ``seed``) on ``steps`` batches packed from
     ``sampler``'s schedule of ``docs``. Returns ``(model, log, fed)``: the trained model,
     :func:`~clusterclip.lm.train.train_run`'s log (``evaluate`` draws the curve)
-    and int64 indices of the documents packed, in order."""
+    and int64 indices of the documents packed, in order.
+
+    ``observe(indices, losses)``, when given, gets after each step the documents whose
+    last token that step trained and each one's training loss (mean nats per token over
+    all its tokens, from the steps that trained them; :class:`DocumentLosses`), e.g. an
+    online mixer's ``observe``; the sampler is then read one index at a time, so that a
+    ``set_weights`` there applies from the next document packed."""
     from clusterclip.lm.train import train_run
 
     fed: list[int] = []
-    windows = pack_sequences(schedule_stream(sampler, docs, fed), model_cfg.seq_len,
-                             model_cfg.eos)
+    windows = pack_sequences(schedule_stream(sampler, docs, fed, 1 if observe else 256),
+                             model_cfg.seq_len, model_cfg.eos)
+    on_batch = None if observe is None else DocumentLosses(docs, fed, observe)
     model, log = train_run(model_cfg, train_cfg, windows, steps, seed, device, evaluate,
-                           on_step=on_step)
+                           on_step=on_step, on_batch=on_batch)
     return model, log, np.array(fed, dtype=np.int64)
+
+
+class DocumentLosses:
+    """Per-document training losses from per-token ones, for packed windows.
+
+    Called as ``on_batch(step, token_losses)`` of :func:`~clusterclip.lm.train.train_run`
+    with the (batch, seq_len) losses of consecutive windows of the stream that
+    :func:`~clusterclip.lm.data.pack_sequences` packs from ``docs[fed[0]], docs[fed[1]],
+    ...`` (``fed`` grows as the packer pulls documents). A document that spans windows or
+    steps is reported once, when its last token is trained: ``observe(indices,
+    losses)`` with its mean loss per token.
+    """
+
+    def __init__(self, docs: Sequence[np.ndarray], fed: list[int],
+                 observe: Callable[[np.ndarray, np.ndarray], Any]) -> None:
+        self.docs, self.fed, self.observe = docs, fed, observe
+        self.next_doc, self.doc_start, self.pos = 0, 1, 1  # stream positions (targets)
+        self.acc_sum, self.acc_n = 0.0, 0  # the current document's tokens so far
+
+    def __call__(self, step: int, token_losses: np.ndarray) -> None:
+        flat = np.asarray(token_losses, np.float64).ravel()
+        p0 = cur = self.pos
+        p1 = self.pos = p0 + flat.size
+        idx: list[int] = []
+        losses: list[float] = []
+        while self.next_doc < len(self.fed) and cur < p1:
+            i = self.fed[self.next_doc]
+            end = self.doc_start + self.docs[i].size
+            upto = min(end, p1)
+            if upto > cur:
+                self.acc_sum += float(flat[cur - p0:upto - p0].sum())
+                self.acc_n += upto - cur
+                cur = upto
+            if upto < end:
+                break
+            if self.acc_n:
+                idx.append(i)
+                losses.append(self.acc_sum / self.acc_n)
+            self.next_doc, self.doc_start = self.next_doc + 1, end
+            self.acc_sum, self.acc_n = 0.0, 0
+        if idx:
+            self.observe(np.array(idx, np.int64), np.array(losses))
 
 
 def estimate_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, device: Any,

@@ -62,7 +62,9 @@ def evaluate_documents(model: ByteLM, docs: Sequence[np.ndarray], batch_size: in
 def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[np.ndarray],
               steps: int, seed: int, device: torch.device,
               evaluate: Callable[[ByteLM], float | dict[str, float]],
-              on_step: Callable[[int], None] | None = None) -> tuple[ByteLM, dict[str, Any]]:
+              on_step: Callable[[int], None] | None = None,
+              on_batch: Callable[[int, np.ndarray], None] | None = None
+              ) -> tuple[ByteLM, dict[str, Any]]:
     """Train a fresh model on ``steps`` batches of packed windows.
 
     The model is initialised from ``torch.manual_seed(seed)`` alone, so every
@@ -78,7 +80,9 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
     **evaluate(model)}], "tokens": int}``; ``batch_loss`` is the mean loss of
     the training batches since the previous point (None at step 0): a running
     average over a model that kept improving, so it sits above a loss measured
-    at the point itself.
+    at the point itself. ``on_batch(step, token_losses)``, when given, gets each
+    step's (batch_size, seq_len) float64 per-target-token losses before the update
+    (the loss is then their mean: the same value, summed in another order).
     """
     torch.manual_seed(seed)
     model = ByteLM(model_cfg).to(device)
@@ -110,8 +114,14 @@ def train_run(model_cfg: ModelConfig, train_cfg: TrainConfig, windows: Iterator[
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, train_cfg)
         logits = model(data[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, model_cfg.vocab_size).float(),
-                               data[:, 1:].reshape(-1))
+        if on_batch is None:
+            loss = F.cross_entropy(logits.reshape(-1, model_cfg.vocab_size).float(),
+                                   data[:, 1:].reshape(-1))
+        else:
+            tok = F.cross_entropy(logits.reshape(-1, model_cfg.vocab_size).float(),
+                                  data[:, 1:].reshape(-1), reduction="none")
+            loss = tok.mean()
+            on_batch(step, tok.detach().double().view(data.shape[0], -1).cpu().numpy())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)

@@ -13,11 +13,13 @@ weights, clip and timing as a file) live in
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.groups import GroupClipSampler
 from clusterclip.sampling.mixture import Mixture, Stage, read_mixture, write_mixture
+from clusterclip.sampling.online import OnlineMixer
 from clusterclip.sampling.sampler import ClusterClipSampler
 from clusterclip.sampling.schedule import write_schedule
 from clusterclip.sampling.spec import STRATEGIES, SamplerSpec
 from clusterclip.sampling.stream import BaseSampler
 
 __all__ = ["STRATEGIES", "BaseSampler", "ClusterClipSampler", "GroupClipSampler", "Mixture",
+           "OnlineMixer",
            "SamplerSpec", "Stage", "make_sampler", "read_mixture", "write_mixture",
            "write_schedule"]
