@@ -18,7 +18,7 @@ plants = st.lists(st.tuples(st.integers(0, 10**6), st.lists(names, max_size=2), 
 
 def listed(folder: Path) -> set[str]:
     """The files the folder's marker says clusterclip wrote."""
-    return set(json.loads((folder / MARKER).read_text(encoding="utf-8"))["entries"])
+    return set(json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"])
 
 
 def plant(folder: Path, spec: list) -> dict[Path, bytes]:
