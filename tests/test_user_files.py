@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _report_workdir import make_report_workdir
-from _user_files import assert_kept, plant, plants, unplant
+from _user_files import TAMPERS, assert_kept, plant, plants, tamper, unplant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,6 +85,45 @@ def test_every_planted_file_survives_reruns(workdir, tmp_path, command, spec):
             assert_kept(folder, planted)
     finally:  # the next example starts from our files alone
         unplant(planted)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(TAMPERS), spec=plants)
+def test_a_tampered_record_is_refused_and_every_planted_file_survives(
+        workdir, tmp_path_factory, command, kind, spec):
+    """A record whose entries climb out of the folder, are absolute, pass through a link,
+    list the user's own files, or are copied, older or garbage: every rerun, with and
+    without --overwrite, is refused in one line naming the entry, and every planted file
+    (inside the folder and out) keeps its bytes (issue 35)."""
+    import shutil
+
+    make, where, overwrite = COMMANDS[command]
+    base = tmp_path_factory.mktemp("tamper")
+    d = base / "out"
+    folder = d if where == "D" else workdir / where.split("/", 1)[1]
+    if not folder.exists():
+        assert quiet(make(workdir, d)) == (0, ""), command
+    keep = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    planted = plant(folder, spec)
+    say, more = tamper(folder, kind, base / "user")
+    every = {**planted, **more}
+    try:
+        for extra in ([], ["--overwrite"] if overwrite else []):
+            rc, err = quiet([*make(workdir, d), *extra])
+            assert rc == 2 and len(err.splitlines()) == 1 and say in err, (command, kind, err)
+            for path, content in every.items():
+                assert path.read_bytes() == content, path
+    finally:  # the next example starts from our files alone
+        if (folder / "linkdir").is_symlink():
+            (folder / "linkdir").unlink()
+        unplant(planted)
+        for p in [p for p in folder.rglob("*") if p.is_file() and p not in keep]:
+            p.unlink()
+        for p, content in keep.items():
+            p.write_bytes(content)
+        shutil.rmtree(base / "user")
 
 
 def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):

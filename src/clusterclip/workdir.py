@@ -53,10 +53,14 @@ from typing import TYPE_CHECKING, Any
 
 from clusterclip.errors import InputError
 from clusterclip.io import (
+    MARKER,
     OVERWRITE_COMMANDS,
     fingerprint,
     marker_of,
+    parse_json,
     pid_alive,
+    read_json,
+    read_marker,
     remove_stale_temporaries,
     sha256_file,
     write_json,
@@ -169,8 +173,8 @@ def _is_lock_record(data: bytes) -> bool:
     if not data.strip():
         return True
     try:
-        rec = json.loads(data)
-    except ValueError:
+        rec = parse_json(data, "lock")
+    except InputError:
         return False
     return isinstance(rec, dict) and {"pid", "command", "since"} <= rec.keys()
 
@@ -218,9 +222,9 @@ class Workdir:
                 out.append((self.path(name), "part of the work directory:", False))
         inputs = set(self.manifest.get("inputs", {}))
         try:
-            meta = json.loads(self.path(CORPUS_META).read_text(encoding="utf-8"))
+            meta = read_json(self.path(CORPUS_META))
             inputs |= {str(f["path"]) for f in meta.get("files", [])}
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, InputError, AttributeError, TypeError, KeyError):
             pass
         root = self.root.resolve()
 
@@ -414,20 +418,20 @@ class Workdir:
         refused after the corpus scan): nothing would resume from it."""
         if before is None:
             return False
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        with contextlib.suppress(OSError, InputError, KeyError, TypeError, AttributeError):
             if set(os.listdir(self.root)) - {LOCK, MANIFEST} == before:
                 if not self.manifest_path.exists():
                     return True
-                stages = json.loads(self.manifest_path.read_text(encoding="utf-8"))["stages"]
+                stages = read_json(self.manifest_path)["stages"]
                 return all(s.get("status") != "finished" for s in stages.values())
         return False
 
     def _holder(self) -> str:
         try:
-            rec = json.loads((self.root / LOCK).read_text(encoding="utf-8"))
+            rec = read_json(self.root / LOCK)
             if pid_alive(int(rec["pid"])):
                 return f"pid {rec['pid']} (`{rec['command']}`, since {rec['since']})"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, InputError, ValueError, KeyError, TypeError):
             pass
         return "another process (that has not yet recorded itself)"
 
@@ -435,10 +439,7 @@ class Workdir:
     def _load(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             return {"version": 1, "inputs": {}, "stages": {}}
-        try:
-            rec = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(f"{self.manifest_path}: not a valid manifest ({e})") from None
+        rec = read_json(self.manifest_path, "a clusterclip manifest")
         if not (isinstance(rec, dict) and isinstance(rec.get("inputs"), dict)
                 and isinstance(rec.get("stages"), dict)):
             raise InputError(f"{self.manifest_path}: not a clusterclip manifest (no inputs and "
@@ -657,6 +658,11 @@ class Workdir:
                 # user's (e.g. made after we removed ours), unless the stage that writes
                 # it was killed before it could mark it. --overwrite: any clusterclip
                 # marker, never a folder without one.
+                rec = read_marker(p)
+                if rec is not None and rec["problem"] is not None:
+                    raise InputError(f"{p}: its {MARKER} is not a record clusterclip can "
+                                     f"trust ({rec['problem']}), so its files may be yours; "
+                                     f"move it away or use another work directory")
                 killed = producer is not None and (self.stage(producer) or {}).get(
                     "status", "done") != "done"
                 mark = marker_of(p)
