@@ -97,10 +97,21 @@ def test_a_tampered_record_is_refused_and_every_planted_file_survives(
     list the user's own files, or are copied, older or garbage: every rerun, with and
     without --overwrite, is refused in one line naming the entry, and every planted file
     (inside the folder and out) keeps its bytes (issue 35)."""
+    tampered_rerun(workdir, tmp_path_factory.mktemp("tamper"), command, kind, spec)
+
+
+@pytest.mark.parametrize("kind", TAMPERS)
+def test_every_tampering_of_an_export_record_is_refused(workdir, tmp_path, kind):
+    tampered_rerun(workdir, tmp_path, "export-parquet", kind, [(0, ["a"], "x", b"mine")])
+
+
+def tampered_rerun(workdir: Path, base: Path, command: str, kind: str, spec: list) -> None:
+    """Tamper with the record of ``command``'s folder as ``kind`` says, plant ``spec``,
+    rerun (and with --overwrite): refused in one line, every planted file as it was; then
+    put the folder back as it was."""
     import shutil
 
     make, where, overwrite = COMMANDS[command]
-    base = tmp_path_factory.mktemp("tamper")
     d = base / "out"
     folder = d if where == "D" else workdir / where.split("/", 1)[1]
     if not folder.exists():
@@ -147,6 +158,18 @@ def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):
     ours.write_bytes(before)  # the user's bytes under our name: theirs now
     rc, err = quiet([*base, ours])
     assert rc == 2 and "was not written by" in err and ours.read_bytes() == before
+    # a forged record beside a file of the user's: a dead writer, another file's digest,
+    # garbage, a link to a record of ours
+    import json
+
+    from _user_files import digest
+
+    for forged in ({"written_by": "clusterclip sample", "writing_pid": 2**22 + 7},
+                   {"written_by": "clusterclip sample", **digest(b"ours")},
+                   {"written_by": "clusterclip sample", "replacing": digest(b"x")}, "[" * 9999):
+        record_of(mine).write_text(forged if isinstance(forged, str) else json.dumps(forged))
+        rc, err = quiet([*base, mine])
+        assert rc == 2 and "was not written by" in err and mine.read_bytes() == before, forged
 
 
 def test_an_export_of_another_workdir_is_replaced_only_when_asked(workdir, tmp_path):

@@ -548,11 +548,16 @@ def refuse_cwd(out: str | os.PathLike[str], option: str) -> None:
 def refuse_protected(out: str | os.PathLike[str],
                      protected: tuple[tuple[Path, str, bool], ...], option: str) -> None:
     """InputError when ``out`` is, contains or (for ``inside_ok`` false) lies inside a
-    ``protected`` path or one the running command declared (:func:`declared_inputs`)."""
+    ``protected`` path or one the running command declared (:func:`declared_inputs`).
+    ``inside_ok`` may also be a tuple of paths: inside only those (or at them) is allowed
+    (a work directory and the parts of it the command writes as an output)."""
     out = Path(out)
     real = out.resolve()
     for path, what, inside_ok in (*protected, *_DECLARED.get()):
         p = Path(path).resolve()
+        if isinstance(inside_ok, tuple):
+            inside_ok = any(real == q.resolve() or q.resolve() in real.parents
+                            for q in map(Path, inside_ok))
         if real == p or real in p.parents or (not inside_ok and p in real.parents):
             where = "is" if real == p else ("contains" if real in p.parents else "is inside")
             raise InputError(f"{option} {out}: {where} {what} {path}; choose another path")

@@ -212,11 +212,14 @@ class Workdir:
         return self.root.joinpath(*parts)
 
     def protected(self, own: Sequence[str] = (), parts: bool = True
-                  ) -> tuple[tuple[Path, str, bool], ...]:
+                  ) -> tuple[tuple[Path, str, Any], ...]:
         """What an ``--out`` folder must never replace: this directory, what the stages
         write inside it (except ``own``; none without ``parts``), and every input file the
         manifest knows."""
-        out: list[tuple[Path, str, bool]] = [(self.root, "the work directory", True)]
+        # Nothing may lie inside W but the parts the command owns (its stages, which
+        # write their own parts, check with ``parts`` false).
+        inside: Any = tuple(self.path(n) for n in own) if parts else True
+        out: list[tuple[Path, str, Any]] = [(self.root, "the work directory", inside)]
         for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}) if parts else []:
             if name not in own:
                 out.append((self.path(name), "part of the work directory:", False))
