@@ -939,3 +939,51 @@ def test_search_with_a_huge_runs_is_refused_before_the_manifest_changes(tmp_path
     line = one_error_line(proc)
     assert "argument --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
     assert (w / "manifest.json").read_bytes() == before and not (w / "search").exists()
+
+
+# -- issue 35 ---------------------------------------------------------------------------
+@pytest.mark.parametrize("size", ["64k", "1m"])
+def test_a_full_disk_leaves_the_stage_failed_not_running(tmp_path, pydocs_path, size):
+    """``embed`` into a work directory on a small tmpfs (a private mount namespace, where
+    ``unshare`` may make one) that fills up: one line, exit 2, and the manifest, if any,
+    never says ``running`` (its record is written over the reserved room)."""
+    import gzip
+    import shutil
+    import subprocess
+
+    from _helpers import child_env, cli_command
+
+    docs = tmp_path / "docs.jsonl"
+    with gzip.open(pydocs_path) as f, open(docs, "wb") as g:
+        shutil.copyfileobj(f, g)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    embed = " ".join(map(str, cli_command("embed", docs, "--workdir", mnt / "W", "--embedder",
+                                          "fast", "--no-progress")))
+    script = (f"mount -t tmpfs -o size={size} tmpfs {mnt} && {embed} 2>{tmp_path}/err; "
+              f"echo $?; cat {mnt}/W/manifest.json 2>/dev/null; true")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                       env=child_env(), timeout=300)
+    if r.returncode != 0 or not r.stdout.strip():
+        pytest.skip(f"no tmpfs can be mounted here ({r.stderr.strip()[:80]})")
+    rc, _, manifest = r.stdout.partition("\n")
+    err = (tmp_path / "err").read_text().strip().splitlines()
+    assert rc == "2" and len(err) == 1 and "(nothing half-written is left)" in err[0], err
+    if manifest.strip():
+        stage = json.loads(manifest)["stages"]["embed"]
+        assert stage["status"] == "failed" and stage["error"], stage
+
+
+def test_abbreviated_options_are_refused_on_every_parser(capsys):
+    """``experiment --seed 5`` is not ``--seeds 5``; nor is any prefix of an option taken
+    for it, on a command or a sub-command."""
+    for argv, bad in ((["experiment", "--workdir", "W", "--seed", "5"], "--seed"),
+                      (["sample", "--labels", "l.npy", "--num-sam", "5", "--out", "x"],
+                       "--num-samples"),
+                      (["search", "fit", "--ratio", "r.csv"], "--ratios")):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # a sub-command's parser exits itself
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2 and bad in err and "error" in err, err

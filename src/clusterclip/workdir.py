@@ -63,13 +63,15 @@ from clusterclip.io import (
     read_marker,
     remove_stale_temporaries,
     sha256_file,
-    write_json,
+    write_text,
 )
 
 if TYPE_CHECKING:
     import numpy as np
 
 MANIFEST = "manifest.json"
+# Bytes reserved in a running stage's manifest for its ``failed`` record (error <= 500).
+_FAIL_ROOM = 2048
 LOCK = ".lock"
 # The names of the artifacts in W, said once: every stage, loader and message reads these.
 CORPUS = "corpus"
@@ -456,11 +458,26 @@ class Workdir:
         if not self.read_only():
             self.manifest = self._load()
 
-    def save(self) -> None:
+    def save(self, reserve: int = 0) -> None:
         """Write the manifest (not on a read-only file system, where a command that only
-        reads W, e.g. ``export``, runs without recording itself)."""
+        reads W, e.g. ``export``, runs without recording itself). ``reserve``: spaces
+        after the JSON, room that :meth:`_save_in_place` may write over on a full disk."""
         if not self.read_only():
-            write_json(self.manifest_path, self.manifest)
+            write_text(self.manifest_path, json.dumps(self.manifest, indent=2,
+                                                      sort_keys=True) + "\n" + " " * reserve)
+
+    def _save_in_place(self) -> None:
+        """Write the manifest over the bytes of the one there (no new block on most file
+        systems: what a full disk still allows), padded with spaces to its length; OSError
+        when it does not fit."""
+        text = (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()
+        with open(self.manifest_path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if len(text) > size:
+                raise OSError(errno.ENOSPC, "the record does not fit", str(self.manifest_path))
+            f.write(text + b" " * (size - len(text)))
+            f.flush()
+            os.fsync(f.fileno())
 
     def input_record(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """``{path, size, sha256}`` of an input file.
@@ -527,6 +544,7 @@ class Workdir:
               upstream: Mapping[str, Any] | None = None,
               inputs: Sequence[Mapping[str, Any]] = (), outputs: Sequence[str] = ()) -> None:
         """Record that a stage started (its old outputs are no longer trusted)."""
+        before = self.manifest["stages"].get(name)
         self.manifest["stages"][name] = {
             "status": "running",
             "fingerprint": fingerprint,
@@ -538,7 +556,8 @@ class Workdir:
             "started": _now(),
             "versions": library_versions(),
         }
-        self.save()
+        # room for the record that replaces this one if the work fails on a full disk
+        self.save(reserve=_FAIL_ROOM + len(json.dumps({"stages": {name: before}}, indent=2)))
 
     def finish(self, name: str, fingerprint: str, outputs: Sequence[str],
                info: dict[str, Any] | None = None) -> None:
@@ -561,7 +580,7 @@ class Workdir:
             if all(_stat_identity(self.path(o)) == stats.get(o)
                    for o in before.get("outputs") or []):
                 self.manifest["stages"][name] = before
-                self.save()
+                self._save_anyway()
                 return
         rec = self.manifest["stages"][name]
         interrupted = isinstance(error, KeyboardInterrupt)
@@ -569,7 +588,15 @@ class Workdir:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         rec["error"] = None if interrupted else text[:500]
         rec["ended"] = _now()
-        self.save()
+        self._save_anyway()
+
+    def _save_anyway(self) -> None:
+        """Save the manifest; on a full disk (or any error writing a new file), over the
+        old one's bytes, in the room :meth:`begin` reserved."""
+        try:
+            self.save()
+        except OSError:
+            self._save_in_place()
 
     # -- what a stage reads ------------------------------------------------
     def require(self, name: str) -> str:
@@ -759,7 +786,12 @@ class Workdir:
                 raise
 
             def done() -> dict[str, Any]:
-                self.finish(name, run.fingerprint, outputs, info)
+                try:
+                    self.finish(name, run.fingerprint, outputs, info)
+                except BaseException as e:  # e.g. a full disk: never left `running`
+                    with contextlib.suppress(Exception):
+                        self._abandon(name, given.get("before"), outputs, e)
+                    raise
                 return info
 
             return {**on_main(done), "skipped": False}
