@@ -535,10 +535,25 @@ class Workdir:
         rec = self.stage(name)
         if not (rec and rec.get("status") == "done" and rec.get("fingerprint") == fingerprint):
             return False
+        return not self.changed_outputs(name)
+
+    def _say_why_again(self, name: str, fingerprint: str) -> None:
+        """On stderr: why stage ``name``, done with ``fingerprint``, runs again (an output
+        changed or gone: edited, or the work directory copied without ``cp -p``)."""
+        changed = self.changed_outputs(name) if (self.stage(name) or {}).get(
+            "fingerprint") == fingerprint else []
+        if changed:
+            print(f"{name}: {changed[0]} is not as `{name}` wrote it (missing, or its size or "
+                  f"modification time changed: edited, or copied without `cp -p`); running "
+                  f"`{name}` again", file=sys.stderr, flush=True)
+
+    def changed_outputs(self, name: str) -> list[Path]:
+        """The outputs of stage ``name`` that are missing or not as it recorded them
+        (size and modification time; a folder's modification time)."""
+        rec = self.stage(name) or {}
         stats = rec.get("output_stats") or {}
-        return all(self.path(o).exists() and (o not in stats
-                                               or _stat_identity(self.path(o)) == stats[o])
-                   for o in rec.get("outputs", []))
+        return [self.path(o) for o in rec.get("outputs", []) if not self.path(o).exists()
+                or (o in stats and _stat_identity(self.path(o)) != stats[o])]
 
     def begin(self, name: str, fingerprint: str, params: dict[str, Any], *,
               upstream: Mapping[str, Any] | None = None,
@@ -766,6 +781,8 @@ class Workdir:
                 if cache and self.is_current(name, fp):
                     self.save()  # the refreshed input-hash cache
                     return {"current": True, "info": self.stage(name).get("info", {})}
+                if cache:
+                    self._say_why_again(name, fp)
                 self._check_writable(name, [*outputs, *scratch])
                 self._check_owned(name, [*outputs, *scratch], files, overwrite)
                 given["before"] = json.loads(json.dumps(self.stage(name)))
