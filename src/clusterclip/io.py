@@ -281,7 +281,8 @@ def _entry_problem(root: Path, rel: str, digests: list[Any]) -> str | None:
         return "is not a regular file"
     if root.resolve() not in p.resolve().parents:
         return "resolves to a path outside the folder"
-    if not any(file_digest(p) == {"sha256": d["sha256"], "size": d["size"]} for d in digests):
+    if digests and not any(file_digest(p) == {"sha256": d["sha256"], "size": d["size"]}
+                           for d in digests):
         return "no longer has the size and SHA-256 recorded (changed since clusterclip wrote it)"
     return None
 

@@ -221,7 +221,7 @@ class Workdir:
         # Nothing may lie inside W but the parts the command owns (its stages, which
         # write their own parts, check with ``parts`` false).
         inside: Any = tuple(self.path(n) for n in own) if parts else True
-        out: list[tuple[Path, str, Any]] = []
+        out: list[tuple[Path, str, Any]] = [(self.root, "the work directory", True)]
         for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}) if parts else []:
             if name not in own:
                 out.append((self.path(name), "part of the work directory:", False))
@@ -244,7 +244,7 @@ class Workdir:
             return bool(rel.parts) and rel.parts[0] in PRODUCERS
 
         out += [(Path(p), "the input file", False) for p in sorted(inputs) if not own_part(p)]
-        # last: a part or an input in W is named before "inside the work directory"
+        # again, last: a part or an input in W is named before "inside the work directory"
         return (*out, (self.root, "the work directory", inside))
 
     # -- loaders: each artifact read one way, checked (InputError naming the file) --
