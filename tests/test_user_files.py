@@ -100,9 +100,12 @@ def test_a_tampered_record_is_refused_and_every_planted_file_survives(
     tampered_rerun(workdir, tmp_path_factory.mktemp("tamper"), command, kind, spec)
 
 
-@pytest.mark.parametrize("kind", TAMPERS)
-def test_every_tampering_of_an_export_record_is_refused(workdir, tmp_path, kind):
-    tampered_rerun(workdir, tmp_path, "export-parquet", kind, [(0, ["a"], "x", b"mine")])
+@pytest.mark.parametrize("command,kind", [("export-parquet", k) for k in TAMPERS] + [
+    ("group", "dotdot"), ("report", "climbing"), ("map", "symlinked"), ("sweep", "absolute"),
+    ("dedup-keep-one", "copied")])
+def test_every_tampering_is_refused(workdir, tmp_path, command, kind):
+    """Each way of tampering on an export's record, and one on each kind of folder."""
+    tampered_rerun(workdir, tmp_path, command, kind, [(0, ["a"], "x", b"mine")])
 
 
 def tampered_rerun(workdir: Path, base: Path, command: str, kind: str, spec: list) -> None:
