@@ -6,10 +6,13 @@ output under the final name. Temporaries are named
 ``.NAME.clusterclip-PID-XXXXXXXX.tmp`` (PID: the writing process), so that a
 later run can recognise and remove those of a killed process, and nothing
 else. An output *folder* carries a marker file (:data:`MARKER`) naming the
-command that wrote it and every file it wrote there: a rerun replaces or removes
-only those, and a non-empty folder without the marker is never written
+command that wrote it and every file it wrote there with its size and SHA-256: a
+rerun replaces or removes only those, only while they are plain files inside the
+folder that still have them (:func:`owned_files`; any other entry is refused), and
+a non-empty folder without a marker of ours is never written
 (:func:`check_output_dir`, :func:`atomic_output_dir`). A single output file is
-replaced only when the record beside it says we wrote it (:func:`owned_file`).
+replaced only when the record beside it says we wrote it as it is
+(:func:`owned_file`). Every JSON file is read by :func:`read_json`.
 """
 
 from __future__ import annotations
