@@ -266,3 +266,26 @@ def test_a_users_file_where_an_export_writes_is_refused_before_any_work(workdir,
     assert rc == 2 and err.endswith(f"where it would write its own; move them away or "
                                     f"choose another folder: {d / 'part-00001.parquet'}")
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+@pytest.mark.parametrize("kind", TAMPERS)
+def test_a_folder_written_piece_by_piece_checks_its_record_before_any_run(tmp_path, kind):
+    """``W/search`` and ``W/experiment`` are marked before their first run: a tampered
+    record is refused then (not after the runs), and every planted file keeps its bytes."""
+    from _user_files import digest
+
+    from clusterclip.errors import InputError
+    from clusterclip.io import MARKER, mark_output, write_marker
+
+    folder = tmp_path / "search"
+    (folder / "runs").mkdir(parents=True)
+    (folder / "runs" / "a.json").write_bytes(b"{}")
+    write_marker(folder, "search", files={"runs/a.json": digest(b"{}")})
+    say, planted = tamper(folder, kind, tmp_path / "user")
+    before = (folder / MARKER).read_bytes()
+    with pytest.raises(InputError) as e:
+        mark_output(folder, "search")
+    assert say in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert (folder / MARKER).read_bytes() == before
+    for path, content in planted.items():
+        assert path.read_bytes() == content

@@ -342,8 +342,11 @@ def mark_output(directory: str | os.PathLike[str], command: str) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     rec = read_marker(d)
+    if rec is not None and (rec["problem"] is not None or rec["files"] is None):
+        _check_ours(d, command, rec, True, "--out", None)  # refused: not a record to trust
+    files = owned_files(d, rec)  # an entry not to be honoured: refused before any work
     if rec is None or rec["command"] != command:
-        write_marker(d, command, files=owned_files(d, rec))
+        write_marker(d, command, files=files)
     return d
 
 
