@@ -57,7 +57,7 @@ def unplant(planted: dict[Path, bytes]) -> None:
 
 # Ways to tamper with an output folder's record (issue 35); each must be refused.
 TAMPERS = ("climbing", "absolute", "symlinked", "dotdot", "copied", "older", "users-own",
-           "garbage")
+           "garbage", "appended", "listed")
 
 
 def digest(data: bytes) -> dict:
@@ -100,6 +100,14 @@ def tamper(folder: Path, kind: str, outside: Path) -> tuple[str, dict[Path, byte
     elif kind == "older":
         rec = {"written_by": rec["written_by"], "entries": sorted(rec["files"])}
         say = "older record"
+    elif kind == "appended":  # as the issue shows it: a path added to the list alone
+        rec["entries"].append(os.path.relpath(victim, folder))
+        say = f"lists {rec['entries'][-1]!r}, which is not a plain path inside the folder"
+    elif kind == "listed":  # the user's own file added to the list alone
+        (folder / "user-notes.txt").write_bytes(b"mine")
+        planted[folder / "user-notes.txt"] = b"mine"
+        rec["entries"].append("user-notes.txt")
+        say = "lists 'user-notes.txt', which has no size and SHA-256 recorded"
     elif kind == "garbage":
         rec_path.write_bytes(b'{"written_by": "clusterclip export", "files": [1,')
         return "not a record clusterclip can trust", planted

@@ -213,7 +213,8 @@ def write_marker(directory: str | os.PathLike[str], command: str, *,
     rerun from elsewhere does not replace without ``--overwrite``. Without ``files`` the
     marker only names the command (a folder whose files are checked otherwise)."""
     rec: dict[str, Any] = {"written_by": f"clusterclip {command}"}
-    if files is not None:
+    if files is not None:  # "entries": the paths alone, as older records list them
+        rec["entries"] = sorted({*files, *(replacing or {})})
         rec["files"] = {k: dict(files[k]) for k in sorted(files)}
     if replacing:
         rec["replacing"] = {k: dict(replacing[k]) for k in sorted(replacing)}
@@ -224,7 +225,8 @@ def write_marker(directory: str | os.PathLike[str], command: str, *,
 
 def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The marker in ``directory``, or None when it has none: ``{"command", "files"
-    (None: a marker that lists none), "replacing", "source", "problem"}``; ``problem``
+    (path -> digest, None for a path its ``entries`` list without one; None: a marker
+    that lists none), "replacing", "source", "problem"}``; ``problem``
     says why it is not a record of ours that can be trusted (then ``command`` is None):
     not JSON, not of our form, or an older record that lists its files without their
     sizes and hashes. Its entries are checked against the folder by :func:`owned_files`."""
@@ -249,6 +251,11 @@ def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     for name, value in (("files", files), ("replacing", replacing or {})):
         if value is not None and not isinstance(value, dict):
             return {**rec, "problem": f"its {name!r} is not an object"}
+    entries = data.get("entries", [])
+    if not (isinstance(entries, list) and all(isinstance(e, str) for e in entries)):
+        return {**rec, "problem": "its 'entries' is not a list of paths"}
+    if files is not None:  # a path in "entries" without a digest is checked (and refused)
+        files = {**dict.fromkeys(entries), **files}
     if source is not None and not isinstance(source, str):
         return {**rec, "problem": "its 'source' is not a path"}
     return {**rec, "command": written.removeprefix("clusterclip "), "files": files,
@@ -305,8 +312,10 @@ def owned_files(directory: str | os.PathLike[str], rec: dict[str, Any] | None,
     out: dict[str, dict[str, Any]] = {}
     replacing = rec["replacing"]
     for rel in sorted(set(rec["files"]) | set(replacing), key=str):
-        digests = [d[rel] for d in (rec["files"], replacing) if rel in d]
-        why = _entry_problem(root, rel, digests) if isinstance(rel, str) else "is not a path"
+        digests = [d[rel] for d in (rec["files"], replacing) if d.get(rel) is not None]
+        why = _entry_problem(root, rel, digests)
+        if why in (None, "missing") and not digests:
+            why = "has no size and SHA-256 recorded"
         if why == "missing":
             continue
         if why is not None:
