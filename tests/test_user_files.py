@@ -289,3 +289,45 @@ def test_a_folder_written_piece_by_piece_checks_its_record_before_any_run(tmp_pa
     assert (folder / MARKER).read_bytes() == before
     for path, content in planted.items():
         assert path.read_bytes() == content
+
+
+@pytest.mark.parametrize("command", ["cluster", "assign"])
+def test_cluster_and_assign_out_rerun_and_never_replace_a_users_file(tmp_path, command):
+    """``cluster --embeddings E --out O`` and ``assign --out O`` write fixed names in place:
+    a rerun replaces them (the record lists them with their digests), a file of the user's
+    beside them stays, and one of the user's at such a name (or under a copied record) is
+    refused, kept byte for byte."""
+    import shutil
+
+    from clusterclip.io import MARKER
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 8)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    emb, cent = tmp_path / "emb.npy", tmp_path / "cent.npy"
+    np.save(emb, X)
+    np.save(cent, X[:3])
+
+    def argv(out: Path, k: int = 3) -> list:
+        return (["cluster", "--embeddings", emb, "--clusters", k, "--out", out, "--no-progress"]
+                if command == "cluster" else
+                ["assign", "--centroids", cent, "--embeddings", emb, "--out", out])
+
+    out = tmp_path / "O"
+    assert quiet(argv(out)) == (0, "")
+    (out / "notes.txt").write_bytes(b"mine")
+    assert quiet(argv(out, 4)) == (0, "")  # a rerun replaces our files
+    assert (out / "notes.txt").read_bytes() == b"mine"
+    ours = (out / "labels.npy").read_bytes()
+    (out / "labels.npy").write_bytes(b"my labels")
+    rc, err = quiet(argv(out))
+    assert rc == 2 and "lists 'labels.npy', which no longer has the size" in err, err
+    assert (out / "labels.npy").read_bytes() == b"my labels"
+    (out / "labels.npy").write_bytes(ours)
+    user = tmp_path / "U"
+    user.mkdir()
+    (user / "labels.npy").write_bytes(b"my labels")
+    shutil.copy(out / MARKER, user / MARKER)  # a record copied into a folder of the user's
+    rc, err = quiet(argv(user))
+    assert rc == 2 and "'labels.npy'" in err, err
+    assert (user / "labels.npy").read_bytes() == b"my labels"

@@ -365,7 +365,12 @@ def record_written(directory: str | os.PathLike[str], command: str,
     --out``'s fixed names) in its marker with their sizes and hashes, with the earlier
     files of ours still as written; names that are not plain files there are left out."""
     d = Path(directory)
-    files = owned_files(d, read_marker(d))
+    names = list(names)
+    rec = read_marker(d)
+    if rec is not None and rec["files"] is not None:  # the names just written: new digests
+        rec = {**rec, "files": {k: v for k, v in rec["files"].items() if k not in names},
+               "replacing": {k: v for k, v in rec["replacing"].items() if k not in names}}
+    files = owned_files(d, rec)
     for rel in names:
         if _entry_problem(d, rel, []) is None and (d / rel).is_file():
             files[rel] = file_digest(d / rel)
