@@ -939,3 +939,193 @@ def test_search_with_a_huge_runs_is_refused_before_the_manifest_changes(tmp_path
     line = one_error_line(proc)
     assert "argument --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
     assert (w / "manifest.json").read_bytes() == before and not (w / "search").exists()
+
+
+# -- issue 35 ---------------------------------------------------------------------------
+@pytest.mark.parametrize("size", ["64k", "1m"])
+def test_a_full_disk_leaves_the_stage_failed_not_running(tmp_path, pydocs_path, size):
+    """``embed`` into a work directory on a small tmpfs (a private mount namespace, where
+    ``unshare`` may make one) that fills up: one line, exit 2, and the manifest, if any,
+    never says ``running`` (its record is written over the reserved room)."""
+    import gzip
+    import shutil
+    import subprocess
+
+    from _helpers import child_env, cli_command
+
+    docs = tmp_path / "docs.jsonl"
+    with gzip.open(pydocs_path) as f, open(docs, "wb") as g:
+        shutil.copyfileobj(f, g)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    embed = " ".join(map(str, cli_command("embed", docs, "--workdir", mnt / "W", "--embedder",
+                                          "fast", "--no-progress")))
+    script = (f"mount -t tmpfs -o size={size} tmpfs {mnt} && {embed} 2>{tmp_path}/err; "
+              f"echo $?; cat {mnt}/W/manifest.json 2>/dev/null; true")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                       env=child_env(), timeout=300)
+    if r.returncode != 0 or not r.stdout.strip():
+        pytest.skip(f"no tmpfs can be mounted here ({r.stderr.strip()[:80]})")
+    rc, _, manifest = r.stdout.partition("\n")
+    err = (tmp_path / "err").read_text().strip().splitlines()
+    assert rc == "2" and len(err) == 1 and "(nothing half-written is left)" in err[0], err
+    if manifest.strip():
+        stage = json.loads(manifest)["stages"]["embed"]
+        assert stage["status"] == "failed" and stage["error"], stage
+
+
+def test_abbreviated_options_are_refused_on_every_parser(capsys):
+    """``experiment --seed 5`` is not ``--seeds 5``; nor is any prefix of an option taken
+    for it, on a command or a sub-command."""
+    for argv, bad in ((["experiment", "--workdir", "W", "--seed", "5"], "--seed"),
+                      (["sample", "--labels", "l.npy", "--num-sam", "5", "--out", "x"],
+                       "--num-samples"),
+                      (["search", "fit", "--ratio", "r.csv"], "--ratios")):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # a sub-command's parser exits itself
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2 and bad in err and "error" in err, err
+
+
+def test_clusters_csv_writes_formula_like_text_as_text(tmp_path, capsys):
+    """A document starting ``=HYPERLINK(`` or ``@SUM(`` is the nearest text of a cluster:
+    clusters.csv holds it with a leading ``'``, so no spreadsheet runs it."""
+    import csv
+
+    from clusterclip.workdir import Workdir
+
+    starts = ['=HYPERLINK("http://x","y")', "@SUM(1)", "+1", "-1", "\tx"]
+    records = [{"text": f"{starts[i % 5]} doc {i} alpha beta"} for i in range(30)]
+    w = Workdir(_grouping_workdir(tmp_path, records))
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 8)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    labels = np.load(w.path("labels.npy"))
+    C = np.stack([X[labels == k].mean(0) for k in range(3)])
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    np.save(w.path("embeddings.npy"), X)
+    np.save(w.path("centroids.npy"), C.astype(np.float32))
+    np.save(w.path("scores.npy"), (X * C[labels]).sum(1).astype(np.float32))
+    assert main(["report", "--workdir", str(w.root), "--no-schedule", "--strategies", "random",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    with open(w.path("report", "clusters.csv"), newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3
+    for row in rows:
+        for cell in row.values():
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), row
+        assert row["nearest_text"].startswith("'") and "doc" in row["nearest_text"], row
+
+
+@pytest.mark.parametrize("text,say", [
+    ('{"format_version": 1, "weights": [1, 1, 1], "weights": [1, 2, 3], "clip": 4, '
+     '"timing": "paced"}', "duplicate key 'weights'"),
+    ('{"format_version": 1, "weights": ' + "[" * 100000 + "]" * 100000 + "}",
+     "JSON nested deeper than 64 levels"),
+    ('{"format_version": 1, "weights": [1, 1, 1], "clip": 4, "timing": "paced", "x": '
+     + "[" * 70 + "]" * 70 + "}", "JSON nested deeper than 64 levels")],
+    ids=["duplicate", "deep-100000", "deep-70"])
+def test_a_mixture_with_duplicate_keys_or_deep_nesting_is_one_line(tmp_path, capsys, text,
+                                                                   say):
+    w = _grouping_workdir(tmp_path)
+    m = tmp_path / "m.json"
+    m.write_text(text)
+    out = tmp_path / "s.npy"
+    assert main(["sample", "--labels", str(w / "labels.npy"), "--num-samples", "30", "--out",
+                 str(out), "--mixture", str(m), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"error: {m}: {say}" in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("which", ["manifest", "record"])
+def test_a_deep_manifest_or_record_is_one_line_and_kept(tmp_path, capsys, which):
+    """A work directory's manifest or an output folder's record nested 100,000 levels deep:
+    one line naming it (no RecursionError), exit 2, the file kept as it was."""
+    w = _grouping_workdir(tmp_path)
+    g = tmp_path / "G"
+    argv = ["group", "--workdir", str(w), "--out", str(g), "--no-progress"]
+    assert main(argv) == 0
+    path = w / "manifest.json" if which == "manifest" else g / ".clusterclip-output"
+    deep = "[" * 100000 + "]" * 100000
+    path.write_text(deep)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "JSON nested deeper than 64 levels" in err[0], err
+    assert str(path if which == "manifest" else g) in err[0], err
+    assert path.read_text() == deep
+
+
+@pytest.mark.parametrize("argv", [["export", "--workdir", "{w}", "--format", "parquet",
+                                   "--out", "{w}/newsub"],
+                                  ["sample", "--labels", "{w}/labels.npy", "--num-samples",
+                                   "10", "--out", "{w}/x.npy", "--no-progress"]])
+def test_an_output_below_the_work_directory_is_refused(tmp_path, capsys, argv):
+    from clusterclip.workdir import Workdir
+
+    w = _grouping_workdir(tmp_path)
+    Workdir(w).save()  # a work directory has its manifest
+    np.save(w / "schedule.npy", np.arange(10, dtype=np.int64))
+    before = sorted(p.name for p in w.iterdir())
+    assert main([a.format(w=w) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is inside the work directory {w}" in err[0], err
+    assert sorted(p.name for p in w.iterdir()) == before
+
+
+@pytest.mark.parametrize("weights,say", [([1, 1, 1, 1], "one per cluster id: 3 numbers"),
+                                         (["1", "1", "1"], "must be numbers"),
+                                         ([True, 1, 1], "must be numbers"),
+                                         ([1, None, 1], "must be numbers")])
+def test_set_weights_refuses_what_a_mixture_file_refuses(weights, say):
+    s = ClusterClipSampler(np.arange(30) % 3, 60, strategy="paced", clip=4)
+    with pytest.raises(InputError, match=say):
+        s.set_weights(weights)
+
+
+def test_sample_draws_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
+    w = _grouping_workdir(tmp_path)
+    proc = cli("sample", "--labels", str(w / "labels.npy"), "--num-samples", "100",
+               "--out", str(tmp_path / "s.npy"))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_megatron_without_a_tokenizer_is_refused_before_megatron_loads(tmp_path):
+    """The refusal comes before the writer's libraries are imported (they take seconds)."""
+    import subprocess
+    import sys
+
+    from _helpers import child_env
+
+    w = _grouping_workdir(tmp_path)
+    np.save(w / "schedule.npy", np.arange(10, dtype=np.int64))
+    code = ("import sys; from clusterclip.cli import main; "
+            f"rc = main(['export', '--workdir', {str(w)!r}, '--format', 'megatron', "
+            f"'--out', {str(tmp_path / 'E')!r}]); "
+            "print(rc, sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'megatron', 'torch', 'transformers'}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=child_env(), timeout=120)
+    assert r.stdout.strip() == "2 []", (r.stdout, r.stderr)
+    assert "--format megatron needs --tokenizer" in r.stderr
+
+
+def test_a_copied_work_directory_says_why_it_embeds_again(tmp_path, capsys):
+    import shutil
+
+    docs = small_corpus(tmp_path / "docs.jsonl")
+    w = tmp_path / "W"
+    argv = ["embed", str(docs), "--embedder", "fast", "--no-progress", "--workdir"]
+    assert main([*argv, str(w)]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(w, copy, copy_function=shutil.copy, ignore=shutil.ignore_patterns(".lock"))
+    capsys.readouterr()
+    assert main([*argv, str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert f"embed: {copy}/" in err and "copied without `cp -p`" in err, err
+    assert main([*argv, str(copy)]) == 0  # now current: nothing said
+    assert "copied without" not in capsys.readouterr().err

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _report_workdir import make_report_workdir
-from _user_files import assert_kept, plant, plants, unplant
+from _user_files import TAMPERS, assert_kept, plant, plants, tamper, unplant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,6 +87,59 @@ def test_every_planted_file_survives_reruns(workdir, tmp_path, command, spec):
         unplant(planted)
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(TAMPERS), spec=plants)
+def test_a_tampered_record_is_refused_and_every_planted_file_survives(
+        workdir, tmp_path_factory, command, kind, spec):
+    """A record whose entries climb out of the folder, are absolute, pass through a link,
+    list the user's own files, or are copied, older or garbage: every rerun, with and
+    without --overwrite, is refused in one line naming the entry, and every planted file
+    (inside the folder and out) keeps its bytes (issue 35)."""
+    tampered_rerun(workdir, tmp_path_factory.mktemp("tamper"), command, kind, spec)
+
+
+@pytest.mark.parametrize("command,kind", [("export-parquet", k) for k in TAMPERS] + [
+    ("group", "dotdot"), ("report", "climbing"), ("map", "symlinked"), ("sweep", "absolute"),
+    ("dedup-keep-one", "copied")])
+def test_every_tampering_is_refused(workdir, tmp_path, command, kind):
+    """Each way of tampering on an export's record, and one on each kind of folder."""
+    tampered_rerun(workdir, tmp_path, command, kind, [(0, ["a"], "x", b"mine")])
+
+
+def tampered_rerun(workdir: Path, base: Path, command: str, kind: str, spec: list) -> None:
+    """Tamper with the record of ``command``'s folder as ``kind`` says, plant ``spec``,
+    rerun (and with --overwrite): refused in one line, every planted file as it was; then
+    put the folder back as it was."""
+    import shutil
+
+    make, where, overwrite = COMMANDS[command]
+    d = base / "out"
+    folder = d if where == "D" else workdir / where.split("/", 1)[1]
+    if not folder.exists():
+        assert quiet(make(workdir, d)) == (0, ""), command
+    keep = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    planted = plant(folder, spec)
+    say, more = tamper(folder, kind, base / "user")
+    every = {**planted, **more}
+    try:
+        for extra in ([], ["--overwrite"] if overwrite else []):
+            rc, err = quiet([*make(workdir, d), *extra])
+            assert rc == 2 and len(err.splitlines()) == 1 and say in err, (command, kind, err)
+            for path, content in every.items():
+                assert path.read_bytes() == content, path
+    finally:  # the next example starts from our files alone
+        if (folder / "linkdir").is_symlink():
+            (folder / "linkdir").unlink()
+        unplant(planted)
+        for p in [p for p in folder.rglob("*") if p.is_file() and p not in keep]:
+            p.unlink()
+        for p, content in keep.items():
+            p.write_bytes(content)
+        shutil.rmtree(base / "user")
+
+
 def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):
     """``sample --out`` never replaces a .npy of the user's (nor one the user put over
     ours); its own, recorded beside it, is replaced by a rerun."""
@@ -108,6 +161,18 @@ def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):
     ours.write_bytes(before)  # the user's bytes under our name: theirs now
     rc, err = quiet([*base, ours])
     assert rc == 2 and "was not written by" in err and ours.read_bytes() == before
+    # a forged record beside a file of the user's: a dead writer, another file's digest,
+    # garbage, a link to a record of ours
+    import json
+
+    from _user_files import digest
+
+    for forged in ({"written_by": "clusterclip sample", "writing_pid": 2**22 + 7},
+                   {"written_by": "clusterclip sample", **digest(b"ours")},
+                   {"written_by": "clusterclip sample", "replacing": digest(b"x")}, "[" * 9999):
+        record_of(mine).write_text(forged if isinstance(forged, str) else json.dumps(forged))
+        rc, err = quiet([*base, mine])
+        assert rc == 2 and "was not written by" in err and mine.read_bytes() == before, forged
 
 
 def test_an_export_of_another_workdir_is_replaced_only_when_asked(workdir, tmp_path):
@@ -201,3 +266,68 @@ def test_a_users_file_where_an_export_writes_is_refused_before_any_work(workdir,
     assert rc == 2 and err.endswith(f"where it would write its own; move them away or "
                                     f"choose another folder: {d / 'part-00001.parquet'}")
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+@pytest.mark.parametrize("kind", TAMPERS)
+def test_a_folder_written_piece_by_piece_checks_its_record_before_any_run(tmp_path, kind):
+    """``W/search`` and ``W/experiment`` are marked before their first run: a tampered
+    record is refused then (not after the runs), and every planted file keeps its bytes."""
+    from _user_files import digest
+
+    from clusterclip.errors import InputError
+    from clusterclip.io import MARKER, mark_output, write_marker
+
+    folder = tmp_path / "search"
+    (folder / "runs").mkdir(parents=True)
+    (folder / "runs" / "a.json").write_bytes(b"{}")
+    write_marker(folder, "search", files={"runs/a.json": digest(b"{}")})
+    say, planted = tamper(folder, kind, tmp_path / "user")
+    before = (folder / MARKER).read_bytes()
+    with pytest.raises(InputError) as e:
+        mark_output(folder, "search")
+    assert say in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert (folder / MARKER).read_bytes() == before
+    for path, content in planted.items():
+        assert path.read_bytes() == content
+
+
+@pytest.mark.parametrize("command", ["cluster", "assign"])
+def test_cluster_and_assign_out_rerun_and_never_replace_a_users_file(tmp_path, command):
+    """``cluster --embeddings E --out O`` and ``assign --out O`` write fixed names in place:
+    a rerun replaces them (the record lists them with their digests), a file of the user's
+    beside them stays, and one of the user's at such a name (or under a copied record) is
+    refused, kept byte for byte."""
+    import shutil
+
+    from clusterclip.io import MARKER
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 8)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    emb, cent = tmp_path / "emb.npy", tmp_path / "cent.npy"
+    np.save(emb, X)
+    np.save(cent, X[:3])
+
+    def argv(out: Path, k: int = 3) -> list:
+        return (["cluster", "--embeddings", emb, "--clusters", k, "--out", out, "--no-progress"]
+                if command == "cluster" else
+                ["assign", "--centroids", cent, "--embeddings", emb, "--out", out])
+
+    out = tmp_path / "O"
+    assert quiet(argv(out)) == (0, "")
+    (out / "notes.txt").write_bytes(b"mine")
+    assert quiet(argv(out, 4)) == (0, "")  # a rerun replaces our files
+    assert (out / "notes.txt").read_bytes() == b"mine"
+    ours = (out / "labels.npy").read_bytes()
+    (out / "labels.npy").write_bytes(b"my labels")
+    rc, err = quiet(argv(out))
+    assert rc == 2 and "lists 'labels.npy', which no longer has the size" in err, err
+    assert (out / "labels.npy").read_bytes() == b"my labels"
+    (out / "labels.npy").write_bytes(ours)
+    user = tmp_path / "U"
+    user.mkdir()
+    (user / "labels.npy").write_bytes(b"my labels")
+    shutil.copy(out / MARKER, user / MARKER)  # a record copied into a folder of the user's
+    rc, err = quiet(argv(user))
+    assert rc == 2 and "'labels.npy'" in err, err
+    assert (user / "labels.npy").read_bytes() == b"my labels"

@@ -6,10 +6,13 @@ output under the final name. Temporaries are named
 ``.NAME.clusterclip-PID-XXXXXXXX.tmp`` (PID: the writing process), so that a
 later run can recognise and remove those of a killed process, and nothing
 else. An output *folder* carries a marker file (:data:`MARKER`) naming the
-command that wrote it and every file it wrote there: a rerun replaces or removes
-only those, and a non-empty folder without the marker is never written
+command that wrote it and every file it wrote there with its size and SHA-256: a
+rerun replaces or removes only those, only while they are plain files inside the
+folder that still have them (:func:`owned_files`; any other entry is refused), and
+a non-empty folder without a marker of ours is never written
 (:func:`check_output_dir`, :func:`atomic_output_dir`). A single output file is
-replaced only when the record beside it says we wrote it (:func:`owned_file`).
+replaced only when the record beside it says we wrote it as it is
+(:func:`owned_file`). Every JSON file is read by :func:`read_json`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
+            hook = (_BEFORE_REPLACE.get() or {}).get(str(final.resolve()))
+            if hook is not None:
+                hook(tmp)
             os.replace(tmp, final)
     except BaseException:
         if tmp.is_dir():
@@ -114,46 +120,261 @@ def remove_stale_temporaries(directory: str | os.PathLike[str], name: str | None
     return removed
 
 
+# Bounds of every JSON file clusterclip reads (read_json): deeper nesting or a larger file
+# is refused, so that no reader recurses without end or reads a file of any size.
+JSON_MAX_DEPTH = 64
+JSON_MAX_BYTES = 1 << 30
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _depth(obj: Any) -> int:
+    """The nesting depth of ``obj`` (a scalar: 0), computed without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, dict | list):
+            deepest = max(deepest, d)
+            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
+    return deepest
+
+
+def parse_json(text: str | bytes, source: str, what: str = "", *,
+               max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """Parse ``text`` as JSON; anything else is an InputError ``"SOURCE: PROBLEM"``
+    (``source``: a file, a file and line; ``what`` it should hold, if given, ends the
+    message): not JSON (with its line and column), a key given twice in one object,
+    nesting deeper than ``max_depth`` levels, a number of more digits than Python reads."""
+    tail = f" (expected {what})" if what else ""
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as e:
+        raise InputError(f"{source}: {e} (each key may appear once in an object){tail}"
+                         ) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source}: not JSON (line {e.lineno} column {e.colno}: "
+                         f"{e.msg}){tail}") from None
+    except RecursionError:
+        raise InputError(f"{source}: JSON nested deeper than {max_depth} levels{tail}"
+                         ) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{source}: not UTF-8 text (byte {e.start}){tail}") from None
+    except ValueError as e:  # an integer of more digits than Python reads
+        msg = str(e).split(";")[0].splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"{source}: a number out of range ({msg}){tail}") from None
+    if _depth(obj) > max_depth:
+        raise InputError(f"{source}: JSON nested deeper than {max_depth} levels{tail}")
+    return obj
+
+
+def read_json(path: str | os.PathLike[str], what: str = "", *,
+              max_depth: int = JSON_MAX_DEPTH, max_bytes: int = JSON_MAX_BYTES) -> Any:
+    """Read the JSON file ``path``: the one reader of every JSON file clusterclip reads
+    (mixtures, records, manifests, stored runs, indexes). Anything but JSON of at most
+    ``max_bytes`` bytes and ``max_depth`` levels, with no key given twice in one object,
+    is an InputError naming the file (see :func:`parse_json`; ``what``: what it should
+    hold), as is a file that cannot be read; ``FileNotFoundError`` stays itself, for the
+    callers that treat a missing file apart."""
+    tail = f" (expected {what})" if what else ""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e}){tail}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{path}: larger than {max_bytes:,} bytes, more than a JSON file "
+                         f"clusterclip reads{tail}")
+    return parse_json(data, str(path), what, max_depth=max_depth)
+
+
 def write_marker(directory: str | os.PathLike[str], command: str, *,
-                 entries: Iterable[str] | None = None, source: str | None = None) -> None:
+                 files: Mapping[str, Mapping[str, Any]] | None = None,
+                 replacing: Mapping[str, Mapping[str, Any]] | None = None,
+                 source: str | None = None) -> None:
     """Mark ``directory`` as an output of ``clusterclip COMMAND`` (byte-stable content,
-    written atomically): with ``entries``, the paths (relative, ``/``-separated) of every
-    file the command wrote there, the only ones a rerun replaces or removes; with
-    ``source``, what it was made from (a work directory), which a rerun from elsewhere
-    does not replace without ``--overwrite``."""
+    written atomically): with ``files``, every file the command wrote there (relative,
+    ``/``-separated path -> its ``{"size", "sha256"}``, :func:`file_digest`), the only
+    ones a rerun replaces or removes, and only while they still have that size and hash;
+    with ``replacing``, the files being moved in (a path listed there is ours when it has
+    either digest); with ``source``, what it was made from (a work directory), which a
+    rerun from elsewhere does not replace without ``--overwrite``. Without ``files`` the
+    marker only names the command (a folder whose files are checked otherwise)."""
     rec: dict[str, Any] = {"written_by": f"clusterclip {command}"}
-    if entries is not None:
-        rec["entries"] = sorted(set(entries))
+    if files is not None:  # "entries": the paths alone, as older records list them
+        rec["entries"] = sorted({*files, *(replacing or {})})
+        rec["files"] = {k: dict(files[k]) for k in sorted(files)}
+    if replacing:
+        rec["replacing"] = {k: dict(replacing[k]) for k in sorted(replacing)}
     if source is not None:
         rec["source"] = str(source)
     write_text(Path(directory) / MARKER, json.dumps(rec, sort_keys=True) + "\n")
 
 
 def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """``{"command", "entries" (None: an older marker that lists none), "source"}`` of the
-    marker in ``directory``, or None when it has none (or not one of ours)."""
-    try:
-        rec = json.loads((Path(directory) / MARKER).read_text(encoding="utf-8"))
-        command = str(rec["written_by"]).removeprefix("clusterclip ")
-        entries = rec.get("entries")
-        if entries is not None and not (isinstance(entries, list)
-                                        and all(isinstance(e, str) for e in entries)):
-            return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    """The marker in ``directory``, or None when it has none: ``{"command", "files"
+    (path -> digest, None for a path its ``entries`` list without one; None: a marker
+    that lists none), "replacing", "source", "problem"}``; ``problem``
+    says why it is not a record of ours that can be trusted (then ``command`` is None):
+    not JSON, not of our form, or an older record that lists its files without their
+    sizes and hashes. Its entries are checked against the folder by :func:`owned_files`."""
+    path = Path(directory) / MARKER
+    if not os.path.lexists(path):
         return None
-    return {"command": command, "entries": entries, "source": rec.get("source")}
+    rec: dict[str, Any] = {"command": None, "files": None, "replacing": {}, "source": None,
+                           "problem": None}
+    try:
+        if path.is_symlink() or not path.is_file():
+            raise InputError("a symbolic link or not a file")
+        data = read_json(path)
+    except (InputError, OSError) as e:
+        return {**rec, "problem": str(e).removeprefix(f"{path}: ")}
+    written = data.get("written_by") if isinstance(data, dict) else None
+    if not (isinstance(written, str) and written.startswith("clusterclip ")):
+        return {**rec, "problem": "it does not say which clusterclip command wrote it"}
+    if "entries" in data and "files" not in data:
+        return {**rec, "problem": "it is an older record that lists its files without their "
+                                  "sizes and SHA-256"}
+    files, replacing, source = (data.get(k) for k in ("files", "replacing", "source"))
+    for name, value in (("files", files), ("replacing", replacing or {})):
+        if value is not None and not isinstance(value, dict):
+            return {**rec, "problem": f"its {name!r} is not an object"}
+    entries = data.get("entries", [])
+    if not (isinstance(entries, list) and all(isinstance(e, str) for e in entries)):
+        return {**rec, "problem": "its 'entries' is not a list of paths"}
+    if files is not None:  # a path in "entries" without a digest is checked (and refused)
+        files = {**dict.fromkeys(entries), **files}
+    if source is not None and not isinstance(source, str):
+        return {**rec, "problem": "its 'source' is not a path"}
+    return {**rec, "command": written.removeprefix("clusterclip "), "files": files,
+            "replacing": replacing or {}, "source": source}
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _is_digest(info: Any) -> bool:
+    return (isinstance(info, dict) and type(info.get("size")) is int and info["size"] >= 0
+            and isinstance(info.get("sha256"), str) and bool(_SHA256.match(info["sha256"])))
+
+
+def _entry_problem(root: Path, rel: str, digests: list[Any]) -> str | None:
+    """Why the record's entry ``rel`` (one of ``digests`` expected) cannot be honoured, or
+    None; ``"missing"`` when no file is there (nothing of ours to replace or remove)."""
+    parts = rel.split("/")
+    if not rel or "\x00" in rel or os.path.isabs(rel):
+        return "is not a relative path"
+    if any(x in ("", ".", "..") for x in parts):
+        return "is not a plain path inside the folder ('..', '.' or an empty part)"
+    if not all(_is_digest(d) for d in digests):
+        return "lists no size and SHA-256"
+    p = root
+    for part in parts:
+        p = p / part
+        if p.is_symlink():
+            return f"is or lies below the symbolic link {p}"
+        if not p.exists():
+            return "missing"
+    if not p.is_file():
+        return "is not a regular file"
+    if root.resolve() not in p.resolve().parents:
+        return "resolves to a path outside the folder"
+    if digests and not any(file_digest(p) == {"sha256": d["sha256"], "size": d["size"]}
+                           for d in digests):
+        return "no longer has the size and SHA-256 recorded (changed since clusterclip wrote it)"
+    return None
+
+
+def owned_files(directory: str | os.PathLike[str], rec: dict[str, Any] | None,
+                option: str = "--out") -> dict[str, dict[str, Any]]:
+    """The files of ``directory`` that its marker ``rec`` (:func:`read_marker`) lists and
+    that are still as clusterclip wrote them (path -> digest as they are now): the only
+    ones a command may replace or remove. None or a marker that lists no files: none.
+    An entry that is not a plain relative path inside the folder (``..``, absolute, a
+    symbolic link on its way, resolving elsewhere), or whose file no longer has the
+    recorded size and SHA-256, is an InputError naming it (before any work); a listed
+    file that is gone is left out."""
+    if rec is None or rec["problem"] is not None or rec["files"] is None:
+        return {}
+    root = Path(directory)
+    out: dict[str, dict[str, Any]] = {}
+    replacing = rec["replacing"]
+    for rel in sorted(set(rec["files"]) | set(replacing), key=str):
+        digests = [d[rel] for d in (rec["files"], replacing) if d.get(rel) is not None]
+        why = _entry_problem(root, rel, digests)
+        if why in (None, "missing") and not digests:
+            why = "has no size and SHA-256 recorded"
+        if why == "missing":
+            continue
+        if why is not None:
+            raise InputError(f"{option} {root}: its {MARKER} lists {rel!r}, which {why}; "
+                             f"clusterclip replaces nothing there: remove that entry, or "
+                             f"choose another folder")
+        out[rel] = file_digest(root / rel)
+    return out
+
+
+_DIGESTS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
+
+
+def file_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"sha256", "size"}`` of the file ``path`` (links followed); the hash is reused
+    within one process while the file's inode, size, mtime and ctime are unchanged."""
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    hit = _DIGESTS.get(os.fspath(path))
+    if hit is not None and hit[0] == key:
+        return dict(hit[1])
+    digest = {"sha256": sha256_file(path), "size": st.st_size}
+    if len(_DIGESTS) > 4096:
+        _DIGESTS.clear()
+    _DIGESTS[os.fspath(path)] = (key, digest)
+    return dict(digest)
 
 
 def mark_output(directory: str | os.PathLike[str], command: str) -> Path:
     """Create ``directory`` if needed and mark it as ``command``'s before a command writes
-    into it piece by piece (stored runs), keeping the list of files an earlier marker of
-    ``command`` gives; :func:`atomic_output_dir` lists the new files at the end."""
+    into it piece by piece (stored runs), keeping the files an earlier marker lists (and
+    that are still as written); :func:`atomic_output_dir` lists the new files at the end."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     rec = read_marker(d)
+    if rec is not None and (rec["problem"] is not None or rec["files"] is None):
+        _check_ours(d, command, rec, True, "--out", None)  # refused: not a record to trust
+    files = owned_files(d, rec)  # an entry not to be honoured: refused before any work
     if rec is None or rec["command"] != command:
-        write_marker(d, command, entries=None if files_under(d) else [])
+        write_marker(d, command, files=files)
     return d
+
+
+def record_written(directory: str | os.PathLike[str], command: str,
+                   names: Iterable[str]) -> None:
+    """List ``names`` (files a command wrote in place in ``directory``, e.g. ``cluster
+    --out``'s fixed names) in its marker with their sizes and hashes, with the earlier
+    files of ours still as written; names that are not plain files there are left out."""
+    d = Path(directory)
+    names = list(names)
+    rec = read_marker(d)
+    if rec is not None and rec["files"] is not None:  # the names just written: new digests
+        rec = {**rec, "files": {k: v for k, v in rec["files"].items() if k not in names},
+               "replacing": {k: v for k, v in rec["replacing"].items() if k not in names}}
+    files = owned_files(d, rec)
+    for rel in names:
+        if _entry_problem(d, rel, []) is None and (d / rel).is_file():
+            files[rel] = file_digest(d / rel)
+    write_marker(d, command, files=files)
 
 
 def unmark_unused(directory: str | os.PathLike[str]) -> None:
@@ -162,13 +383,14 @@ def unmark_unused(directory: str | os.PathLike[str]) -> None:
     d = Path(directory)
     rec = read_marker(d)
     with contextlib.suppress(OSError):
-        if rec is not None and rec["entries"] == [] and os.listdir(d) == [MARKER]:
+        if rec is not None and rec["files"] == {} and not rec["replacing"] \
+                and os.listdir(d) == [MARKER]:
             (d / MARKER).unlink()
             d.rmdir()
 
 
 def marker_of(directory: str | os.PathLike[str]) -> str | None:
-    """The command whose marker ``directory`` carries, or None."""
+    """The command whose marker ``directory`` carries, or None (none, or not ours)."""
     rec = read_marker(directory)
     return None if rec is None else rec["command"]
 
@@ -288,16 +510,15 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
         if not out.is_dir():
             raise InputError(f"{option} {out}: exists and is not a directory")
         rec = read_marker(out)
+        _check_ours(out, command, rec, overwrite, option, source)
+        ours = owned_files(out, rec, option)  # an entry not to be honoured: refused here
         if rec is not None:
             remove_stale_temporaries(out)
-        _check_ours(out, command, rec, overwrite, option, source)
-        if rec is not None and rec["entries"] is not None:
-            clash = _clashes(writes, sorted(set(files_under(out)) - set(rec["entries"])),
-                             glob=True)
-            if clash:
-                raise InputError(_foreign_message(option, out, clash, (
-                    "holds files clusterclip did not write where it would write its own; "
-                    "move them away or choose another folder")))
+        clash = _clashes(writes, sorted(set(files_under(out)) - set(ours)), glob=True)
+        if clash:
+            raise InputError(_foreign_message(option, out, clash, (
+                "holds files clusterclip did not write where it would write its own; "
+                "move them away or choose another folder")))
     check_writable(out, option)
     remove_stale_temporaries(real.parent, real.name)
     return out
@@ -308,16 +529,21 @@ def _check_ours(out: Path, command: str, rec: dict[str, Any] | None, overwrite: 
     """InputError when the existing folder ``out`` (marker ``rec``) is not ``command``'s
     to write (see :func:`check_output_dir`)."""
     can = command in OVERWRITE_COMMANDS
+    never = (" (--overwrite never replaces a folder clusterclip did not write)" if can
+             else " or move it away")
     if rec is None:
         names = sorted(p.name for p in out.iterdir())
         if names:
-            hint = " (--overwrite never replaces a folder clusterclip did not write)" if can \
-                else " or move it away"
             raise InputError(_foreign_message(
                 option, out, names, f"exists, is not empty and was not written by "
                 f"`clusterclip {command}` (no {MARKER} file); choose a new or empty "
-                f"folder{hint}; it holds"))
+                f"folder{never}; it holds"))
         return
+    if rec["problem"] is not None or rec["files"] is None:
+        why = rec["problem"] or "it lists no files with their sizes and SHA-256"
+        raise InputError(f"{option} {out}: its {MARKER} is not a record clusterclip can "
+                         f"trust ({why}), so its files may be yours; choose a new or empty "
+                         f"folder{never}")
     if overwrite:
         return
     hint = (", or pass --overwrite to replace the files it wrote there (and only those)"
@@ -343,11 +569,16 @@ def refuse_cwd(out: str | os.PathLike[str], option: str) -> None:
 def refuse_protected(out: str | os.PathLike[str],
                      protected: tuple[tuple[Path, str, bool], ...], option: str) -> None:
     """InputError when ``out`` is, contains or (for ``inside_ok`` false) lies inside a
-    ``protected`` path or one the running command declared (:func:`declared_inputs`)."""
+    ``protected`` path or one the running command declared (:func:`declared_inputs`).
+    ``inside_ok`` may also be a tuple of paths: inside only those (or at them) is allowed
+    (a work directory and the parts of it the command writes as an output)."""
     out = Path(out)
     real = out.resolve()
     for path, what, inside_ok in (*protected, *_DECLARED.get()):
         p = Path(path).resolve()
+        if isinstance(inside_ok, tuple):
+            inside_ok = any(real == q.resolve() or q.resolve() in real.parents
+                            for q in map(Path, inside_ok))
         if real == p or real in p.parents or (not inside_ok and p in real.parents):
             where = "is" if real == p else ("contains" if real in p.parents else "is inside")
             raise InputError(f"{option} {out}: {where} {what} {path}; choose another path")
@@ -429,42 +660,64 @@ def record_of(path: str | os.PathLike[str]) -> Path:
 
 
 def _written_by(path: Path, command: str) -> bool:
-    """True when ``path``'s record says ``clusterclip COMMAND`` wrote it as it is now (its
-    size and SHA-256), or that a process of ours that no longer runs was replacing it."""
+    """True when ``path``'s record says ``clusterclip COMMAND`` wrote it as it is now: a
+    plain file with the size and SHA-256 the record gives (or gives as ``replacing``)."""
     try:
-        rec = json.loads(record_of(path).read_text(encoding="utf-8"))
-        if rec["written_by"] != f"clusterclip {command}" or path.is_symlink():
+        rec = read_json(record_of(path))
+        if not isinstance(rec, dict) or rec.get("written_by") != f"clusterclip {command}" \
+                or path.is_symlink() or not path.is_file():
             return False
-        if "writing_pid" in rec:
-            return not pid_alive(int(rec["writing_pid"]))
-        return bool(path.stat().st_size == rec["size"] and sha256_file(path) == rec["sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
+        now = file_digest(path)
+        return any(_is_digest(d) and {"sha256": d["sha256"], "size": d["size"]} == now
+                   for d in (rec, rec.get("replacing")))
+    except (OSError, InputError):
         return False
+
+
+# Called with the temporary about to replace a file (by its resolved path) in atomic_path:
+# owned_file records the new file's digest before it takes the name.
+_BEFORE_REPLACE: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "clusterclip_before_replace", default=None)
 
 
 @contextlib.contextmanager
 def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
-    """Write the single output file ``path`` in the body (atomically), recorded as
-    ``clusterclip COMMAND``'s in a hidden file beside it (:func:`record_of`): first as being
-    written by this process (a kill leaves the name ours), then with the new file's size
-    and SHA-256. :func:`check_output_file` with ``owner`` replaces only such a file. On an
-    error the record is put back as it was."""
+    """Write the single output file ``path`` in the body (atomically, through
+    :func:`atomic_path`), recorded as ``clusterclip COMMAND``'s in a hidden file beside it
+    (:func:`record_of`) with its size and SHA-256: just before the new file takes the
+    name, the record lists the old file's digest and the new one's (a kill leaves the name
+    ours either way), then the new one's only. :func:`check_output_file` with ``owner``
+    replaces only such a file. On an error the record describes the file then there, if
+    it is one of these, else it is put back as it was."""
     p = Path(path)
     rec = record_of(p)
-    before = rec.read_bytes() if rec.is_file() else None
+    before = rec.read_bytes() if rec.is_file() and not rec.is_symlink() else None
     tag = f"clusterclip {command}"
-    write_json(rec, {"written_by": tag, "writing_pid": os.getpid()})
+    old = file_digest(p) if _written_by(p, command) else {}
+    seen: list[dict[str, Any]] = [old] if old else []
+
+    def record_new(tmp: Path) -> None:
+        seen.append(file_digest(tmp))
+        write_json(rec, {"written_by": tag, **old, "replacing": seen[-1]})
+
+    token = _BEFORE_REPLACE.set({**(_BEFORE_REPLACE.get() or {}),
+                                  str(p.resolve()): record_new})
     try:
         yield p
     except BaseException:
-        if before is None:
+        now = file_digest(p) if p.is_file() and not p.is_symlink() else None
+        if now is not None and now in seen:
+            write_json(rec, {"written_by": tag, **now})
+        elif before is None:
             with contextlib.suppress(OSError):
                 rec.unlink()
         else:
             with atomic_path(rec) as tmp:
                 tmp.write_bytes(before)
         raise
-    write_json(rec, {"written_by": tag, "size": p.stat().st_size, "sha256": sha256_file(p)})
+    finally:
+        _BEFORE_REPLACE.reset(token)
+    write_json(rec, {"written_by": tag, **file_digest(p)})
 
 
 @contextlib.contextmanager
@@ -505,40 +758,43 @@ def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = No
     """Move the files of ``tmp`` into ``out`` (which :func:`check_output_dir` allowed).
 
     A new ``out`` is ``tmp`` renamed (one step). Into an existing one, only the files its
-    marker lists are replaced or removed: first the marker lists the old and the new
-    files (so a kill in between leaves nothing of ours unlisted), then each new file is
-    renamed into place, the old ones no longer written are removed (and their folders,
-    once empty), and the marker lists the new files. Every other file stays as it is; one
-    in the way of a new file is refused (InputError) before anything moves."""
-    adopt = set(adopt)
-    new = set(files_under(tmp)) | adopt
+    marker lists and that are still as written (:func:`owned_files`) are replaced or
+    removed: first the marker lists the old files and, as ``replacing``, the new ones
+    with their sizes and hashes (so a kill in between leaves nothing of ours unlisted),
+    then each new file is renamed into place, the old ones no longer written are removed
+    (and their folders, once empty), and the marker lists the new files. Every other file
+    stays as it is; one in the way of a new file is refused (InputError) before anything
+    moves. ``adopt``: plain files already in ``out`` that this run wrote, listed as they
+    are."""
+    adopted = {rel: file_digest(out / rel) for rel in sorted(set(adopt))
+               if _entry_problem(out, rel, []) is None and (out / rel).is_file()}
+    moved = {rel: file_digest(tmp / rel) for rel in files_under(tmp)}
+    new = {**adopted, **moved}
     if not os.path.lexists(out):
-        write_marker(tmp, command, entries=new, source=source)
+        write_marker(tmp, command, files=new, source=source)
         try:
             os.rename(tmp, out)
             return
         except OSError as e:  # made meanwhile: merged below
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-    rec = read_marker(out)
-    present = set(files_under(out))
-    old = (present & new) if rec is None or rec["entries"] is None else set(rec["entries"])
-    clash = _clashes(new - adopt, sorted(present - old))
+    old = owned_files(out, read_marker(out), option)
+    clash = _clashes(moved, sorted(set(files_under(out)) - set(old) - set(adopted)))
     if clash:
         raise InputError(_foreign_message(option, out, clash, (
             "holds files clusterclip did not write where it would write its own; move them "
             "away or choose another folder")))
-    write_marker(out, command, entries=old | new, source=source)
-    for rel in sorted(old - new):
+    write_marker(out, command, files={**old, **adopted}, replacing=moved, source=source)
+    for rel in sorted(set(old) - set(new)):
         _remove_ours(out, rel)
-    for rel in sorted(new - adopt):
+    for rel in sorted(moved):
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         if dst.is_dir() and not dst.is_symlink():
             raise InputError(f"{option} {out}: {dst} is a folder where clusterclip writes a "
                              f"file; move it away")
         os.replace(tmp / rel, dst)
-    write_marker(out, command, entries=new, source=source)
+    write_marker(out, command, files=new, source=source)
 
 
 def _remove_ours(out: Path, rel: str) -> None:

@@ -52,19 +52,25 @@ from typing import TYPE_CHECKING, Any
 
 from clusterclip.errors import InputError
 from clusterclip.io import (
+    MARKER,
     OVERWRITE_COMMANDS,
     fingerprint,
     marker_of,
+    parse_json,
     pid_alive,
+    read_json,
+    read_marker,
     remove_stale_temporaries,
     sha256_file,
-    write_json,
+    write_text,
 )
 
 if TYPE_CHECKING:
     import numpy as np
 
 MANIFEST = "manifest.json"
+# Bytes reserved in a running stage's manifest for its ``failed`` record (error <= 500).
+_FAIL_ROOM = 2048
 LOCK = ".lock"
 # The names of the artifacts in W, said once: every stage, loader and message reads these.
 CORPUS = "corpus"
@@ -170,8 +176,8 @@ def _is_lock_record(data: bytes) -> bool:
     if not data.strip():
         return True
     try:
-        rec = json.loads(data)
-    except ValueError:
+        rec = parse_json(data, "lock")
+    except InputError:
         return False
     return isinstance(rec, dict) and {"pid", "command", "since"} <= rec.keys()
 
@@ -209,19 +215,22 @@ class Workdir:
         return self.root.joinpath(*parts)
 
     def protected(self, own: Sequence[str] = (), parts: bool = True
-                  ) -> tuple[tuple[Path, str, bool], ...]:
+                  ) -> tuple[tuple[Path, str, Any], ...]:
         """What an ``--out`` folder must never replace: this directory, what the stages
         write inside it (except ``own``; none without ``parts``), and every input file the
         manifest knows."""
-        out: list[tuple[Path, str, bool]] = [(self.root, "the work directory", True)]
+        # Nothing may lie inside W but the parts the command owns (its stages, which
+        # write their own parts, check with ``parts`` false).
+        inside: Any = tuple(self.path(n) for n in own) if parts else True
+        out: list[tuple[Path, str, Any]] = [(self.root, "the work directory", True)]
         for name in sorted(set(PRODUCERS) | {MANIFEST, LOCK}) if parts else []:
             if name not in own:
                 out.append((self.path(name), "part of the work directory:", False))
         inputs = set(self.manifest.get("inputs", {}))
         try:
-            meta = json.loads(self.path(CORPUS_META).read_text(encoding="utf-8"))
+            meta = read_json(self.path(CORPUS_META))
             inputs |= {str(f["path"]) for f in meta.get("files", [])}
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, InputError, AttributeError, TypeError, KeyError):
             pass
         root = self.root.resolve()
 
@@ -236,7 +245,8 @@ class Workdir:
             return bool(rel.parts) and rel.parts[0] in PRODUCERS
 
         out += [(Path(p), "the input file", False) for p in sorted(inputs) if not own_part(p)]
-        return tuple(out)
+        # again, last: a part or an input in W is named before "inside the work directory"
+        return (*out, (self.root, "the work directory", inside))
 
     # -- loaders: each artifact read one way, checked (InputError naming the file) --
     def embeddings(self) -> np.ndarray:
@@ -415,20 +425,20 @@ class Workdir:
         refused after the corpus scan): nothing would resume from it."""
         if before is None:
             return False
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        with contextlib.suppress(OSError, InputError, KeyError, TypeError, AttributeError):
             if set(os.listdir(self.root)) - {LOCK, MANIFEST} == before:
                 if not self.manifest_path.exists():
                     return True
-                stages = json.loads(self.manifest_path.read_text(encoding="utf-8"))["stages"]
+                stages = read_json(self.manifest_path)["stages"]
                 return all(s.get("status") != "finished" for s in stages.values())
         return False
 
     def _holder(self) -> str:
         try:
-            rec = json.loads((self.root / LOCK).read_text(encoding="utf-8"))
+            rec = read_json(self.root / LOCK)
             if pid_alive(int(rec["pid"])):
                 return f"pid {rec['pid']} (`{rec['command']}`, since {rec['since']})"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, InputError, ValueError, KeyError, TypeError):
             pass
         return "another process (that has not yet recorded itself)"
 
@@ -436,10 +446,7 @@ class Workdir:
     def _load(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             return {"version": 1, "inputs": {}, "stages": {}}
-        try:
-            rec = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(f"{self.manifest_path}: not a valid manifest ({e})") from None
+        rec = read_json(self.manifest_path, "a clusterclip manifest")
         if not (isinstance(rec, dict) and isinstance(rec.get("inputs"), dict)
                 and isinstance(rec.get("stages"), dict)):
             raise InputError(f"{self.manifest_path}: not a clusterclip manifest (no inputs and "
@@ -453,11 +460,26 @@ class Workdir:
         if not self.read_only():
             self.manifest = self._load()
 
-    def save(self) -> None:
+    def save(self, reserve: int = 0) -> None:
         """Write the manifest (not on a read-only file system, where a command that only
-        reads W, e.g. ``export``, runs without recording itself)."""
+        reads W, e.g. ``export``, runs without recording itself). ``reserve``: spaces
+        after the JSON, room that :meth:`_save_in_place` may write over on a full disk."""
         if not self.read_only():
-            write_json(self.manifest_path, self.manifest)
+            write_text(self.manifest_path, json.dumps(self.manifest, indent=2,
+                                                      sort_keys=True) + "\n" + " " * reserve)
+
+    def _save_in_place(self) -> None:
+        """Write the manifest over the bytes of the one there (no new block on most file
+        systems: what a full disk still allows), padded with spaces to its length; OSError
+        when it does not fit."""
+        text = (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()
+        with open(self.manifest_path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if len(text) > size:
+                raise OSError(errno.ENOSPC, "the record does not fit", str(self.manifest_path))
+            f.write(text + b" " * (size - len(text)))
+            f.flush()
+            os.fsync(f.fileno())
 
     def input_record(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """``{path, size, sha256}`` of an input file.
@@ -515,15 +537,31 @@ class Workdir:
         rec = self.stage(name)
         if not (rec and rec.get("status") == "done" and rec.get("fingerprint") == fingerprint):
             return False
+        return not self.changed_outputs(name)
+
+    def _say_why_again(self, name: str, fingerprint: str) -> None:
+        """On stderr: why stage ``name``, done with ``fingerprint``, runs again (an output
+        changed or gone: edited, or the work directory copied without ``cp -p``)."""
+        changed = self.changed_outputs(name) if (self.stage(name) or {}).get(
+            "fingerprint") == fingerprint else []
+        if changed:
+            print(f"{name}: {changed[0]} is not as `{name}` wrote it (missing, or its size or "
+                  f"modification time changed: edited, or copied without `cp -p`); running "
+                  f"`{name}` again", file=sys.stderr, flush=True)
+
+    def changed_outputs(self, name: str) -> list[Path]:
+        """The outputs of stage ``name`` that are missing or not as it recorded them
+        (size and modification time; a folder's modification time)."""
+        rec = self.stage(name) or {}
         stats = rec.get("output_stats") or {}
-        return all(self.path(o).exists() and (o not in stats
-                                               or _stat_identity(self.path(o)) == stats[o])
-                   for o in rec.get("outputs", []))
+        return [self.path(o) for o in rec.get("outputs", []) if not self.path(o).exists()
+                or (o in stats and _stat_identity(self.path(o)) != stats[o])]
 
     def begin(self, name: str, fingerprint: str, params: dict[str, Any], *,
               upstream: Mapping[str, Any] | None = None,
               inputs: Sequence[Mapping[str, Any]] = (), outputs: Sequence[str] = ()) -> None:
         """Record that a stage started (its old outputs are no longer trusted)."""
+        before = self.manifest["stages"].get(name)
         self.manifest["stages"][name] = {
             "status": "running",
             "fingerprint": fingerprint,
@@ -535,7 +573,8 @@ class Workdir:
             "started": _now(),
             "versions": library_versions(),
         }
-        self.save()
+        # room for the record that replaces this one if the work fails on a full disk
+        self.save(reserve=_FAIL_ROOM + len(json.dumps({"stages": {name: before}}, indent=2)))
 
     def finish(self, name: str, fingerprint: str, outputs: Sequence[str],
                info: dict[str, Any] | None = None) -> None:
@@ -558,7 +597,7 @@ class Workdir:
             if all(_stat_identity(self.path(o)) == stats.get(o)
                    for o in before.get("outputs") or []):
                 self.manifest["stages"][name] = before
-                self.save()
+                self._save_anyway()
                 return
         rec = self.manifest["stages"][name]
         interrupted = isinstance(error, KeyboardInterrupt)
@@ -566,7 +605,15 @@ class Workdir:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         rec["error"] = None if interrupted else text[:500]
         rec["ended"] = _now()
-        self.save()
+        self._save_anyway()
+
+    def _save_anyway(self) -> None:
+        """Save the manifest; on a full disk (or any error writing a new file), over the
+        old one's bytes, in the room :meth:`begin` reserved."""
+        try:
+            self.save()
+        except OSError:
+            self._save_in_place()
 
     # -- what a stage reads ------------------------------------------------
     def require(self, name: str) -> str:
@@ -658,6 +705,11 @@ class Workdir:
                 # user's (e.g. made after we removed ours), unless the stage that writes
                 # it was killed before it could mark it. --overwrite: any clusterclip
                 # marker, never a folder without one.
+                rec = read_marker(p)
+                if rec is not None and rec["problem"] is not None:
+                    raise InputError(f"{p}: its {MARKER} is not a record clusterclip can "
+                                     f"trust ({rec['problem']}), so its files may be yours; "
+                                     f"move it away or use another work directory")
                 killed = producer is not None and (self.stage(producer) or {}).get(
                     "status", "done") != "done"
                 mark = marker_of(p)
@@ -731,6 +783,8 @@ class Workdir:
                 if cache and self.is_current(name, fp):
                     self.save()  # the refreshed input-hash cache
                     return {"current": True, "info": self.stage(name).get("info", {})}
+                if cache:
+                    self._say_why_again(name, fp)
                 self._check_writable(name, [*outputs, *scratch])
                 self._check_owned(name, [*outputs, *scratch], files, overwrite)
                 given["before"] = json.loads(json.dumps(self.stage(name)))
@@ -751,7 +805,12 @@ class Workdir:
                 raise
 
             def done() -> dict[str, Any]:
-                self.finish(name, run.fingerprint, outputs, info)
+                try:
+                    self.finish(name, run.fingerprint, outputs, info)
+                except BaseException as e:  # e.g. a full disk: never left `running`
+                    with contextlib.suppress(Exception):
+                        self._abandon(name, given.get("before"), outputs, e)
+                    raise
                 return info
 
             return {**on_main(done), "skipped": False}

@@ -18,6 +18,7 @@ import importlib
 import os
 import re
 import sys
+from typing import Any
 
 from clusterclip import __version__
 from clusterclip.errors import InputError, flag_message
@@ -38,14 +39,16 @@ def os_error_message(e: OSError, written: list[str]) -> str | None:
     """One line for an OS error of :data:`USER_ERRNOS`, else None: the file (a temporary
     named by what it becomes), or else ``written`` (what the command writes, e.g.
     ``"--out E"``), then the cause. Errors of pyarrow's C++ writers carry their errno
-    only in the message."""
+    only in the message; numpy's ``tofile`` says only that a write was cut short."""
     code = e.errno
     if code is None:
         found = re.search(r"\[errno (\d+)\]", str(e), re.I)
         code = int(found[1]) if found else None
-    if code not in USER_ERRNOS:
+    short = code is None and re.fullmatch(r"\d+ requested and \d+ written", str(e))
+    if code not in USER_ERRNOS and not short:
         return None
-    cause = os.strerror(code)
+    cause = ("a write was cut short (a full disk or a file size limit)" if short
+             else os.strerror(code))
     if e.filename is not None:
         names = [e.filename] + ([] if e.filename2 is None else [e.filename2])
         where = " -> ".join(_TMP_NAME.sub(r"\1", os.fsdecode(n)) for n in names)
@@ -59,6 +62,13 @@ _TMP_NAME = re.compile(r"\.([^/]+)\.clusterclip-\d+-[A-Za-z0-9_]+\.tmp")
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every parser and sub-parser of the command line: no abbreviated options (``--seed``
+    of ``experiment`` would otherwise silently mean ``--seeds``), errors exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's own errors exit 2 too
         self.exit(2, f"{self.prog}: error: {message}\n")
 

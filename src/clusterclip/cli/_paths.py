@@ -87,6 +87,15 @@ def _workdir_of(path: Path) -> Path | None:
     return None
 
 
+def _ours(folder: Path, parser: argparse.ArgumentParser) -> bool:
+    """True when ``folder`` carries the marker of the command ``parser`` parses (``cluster
+    --embeddings ... --out O`` keeps its manifest in O: O is its output, not a work
+    directory to protect from it)."""
+    from clusterclip.io import marker_of
+
+    return marker_of(folder) == parser.prog.removeprefix("clusterclip ")
+
+
 def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace,
                     parts: bool = True) -> tuple[tuple[Path, str, bool], ...]:
     """What no output of this command may be, contain or lie in: ``(path, what, inside_ok)``
@@ -110,6 +119,8 @@ def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace,
             if role == "input":
                 out.append((p, f"the {_option(a)} input", False))
             w = _workdir_of(p)
+            if w is not None and role == "output_dir" and w == p and _ours(p, parser):
+                continue  # an earlier output of this command that keeps a manifest
             if w is not None and w.resolve() not in workdirs:
                 workdirs[w.resolve()] = ()
                 found.add(w.resolve())

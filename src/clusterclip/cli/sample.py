@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,7 @@ def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]
                          f"unknown: give --tokens T.npy (tokens per document) for "
                          f"--num-tokens / --balance-by tokens")
     return count_tokens(w, TokensOptions(tokenizer=args.tokenizer,
-                                         progress=not args.no_progress))
+                                         progress=sys.stderr.isatty() and not args.no_progress))
 
 
 def _run(args: argparse.Namespace, tokens: Any = None,
@@ -239,7 +240,8 @@ def _run(args: argparse.Namespace, tokens: Any = None,
             strategy=args.strategy,
             clip=clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
             world_size=args.world_size, consumed_samples=args.consumed_samples,
-            cluster_weights=weights, groups=groups, progress=not args.no_progress,
+            cluster_weights=weights, groups=groups,
+            progress=sys.stderr.isatty() and not args.no_progress,
             **mixture)
     if why is not None and summary.get("clip") is not None:
         summary["clip_default"] = why

@@ -27,7 +27,17 @@ from clusterclip.clustering.kmeans import (
     default_fit_sample,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import check_output_dir, load_npy, save_npy, write_json, write_marker
+from clusterclip.io import (
+    check_output_dir,
+    load_npy,
+    mark_output,
+    record_written,
+    save_npy,
+    write_json,
+)
+
+# What ``assign --out`` writes there (fixed names).
+ASSIGN_FILES = ("labels.npy", "scores.npy", "assign.json")
 
 
 def open_embeddings(path: Path) -> np.memmap:
@@ -218,7 +228,8 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
     valid = open_valid(valid_path, X.shape[0])
     ins = [Path(centroids_path), emb] + ([] if valid_path is None else [Path(valid_path)])
     out = D.on_main(lambda: check_output_dir(
-        out_dir, "assign", protected=tuple((p, "the input file", False) for p in ins)))
+        out_dir, "assign", protected=tuple((p, "the input file", False) for p in ins),
+        writes=ASSIGN_FILES))
     rank, world = D.rank_and_world()
     start, stop = D.shard_bounds(X.shape[0], rank, world)
     labels, scores = assign(X[start:stop], C, metric=metric, device=device,
@@ -237,7 +248,7 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
     if D.is_main():
         assert labels_all is not None and scores_all is not None
         out.mkdir(parents=True, exist_ok=True)
-        write_marker(out, "assign")
+        mark_output(out, "assign")
         save_npy(out / "labels.npy", labels_all.astype(np.int32))
         save_npy(out / "scores.npy", scores_all.astype(np.float32))
         counts = np.bincount(labels_all[labels_all >= 0], minlength=C.shape[0])
@@ -247,5 +258,6 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
                 "n_excluded": int((labels_all < 0).sum()), "n_clusters": int(C.shape[0]),
                 "empty_clusters": int((counts == 0).sum())}
         write_json(out / "assign.json", info)
+        record_written(out, "assign", ASSIGN_FILES)
         result.update(info)
     return result

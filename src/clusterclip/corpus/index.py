@@ -334,9 +334,11 @@ class Corpus:
     @classmethod
     def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Corpus:
         """Read an index written by :meth:`save` (arrays memory-mapped when ``mmap``)."""
+        from clusterclip.io import read_json
+
         d = Path(directory)
         try:
-            meta = json.loads((d / "corpus.json").read_text(encoding="utf-8"))
+            meta = read_json(d / "corpus.json", "a corpus index")
             arrays = {k: np.load(d / f"{k}.npy", mmap_mode="r" if mmap else None,
                                  allow_pickle=False) for k in _ARRAYS}
         except (OSError, ValueError) as e:

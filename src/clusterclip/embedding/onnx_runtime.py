@@ -53,7 +53,14 @@ from clusterclip.embedding.transformer import (
     transformer_folder,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, cache_dir, fingerprint, sha256_file, write_json
+from clusterclip.io import (
+    atomic_path,
+    cache_dir,
+    fingerprint,
+    read_json,
+    sha256_file,
+    write_json,
+)
 
 # Changes whenever the export recipe changes the graph (part of the cache key and of
 # the embed stage's identity).
@@ -147,8 +154,8 @@ class _Export:
 
     def record(self) -> dict[str, Any]:
         try:
-            rec = json.loads((self.folder / "export.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            rec = read_json(self.folder / "export.json")
+        except (OSError, InputError):
             return {}
         return rec if isinstance(rec, dict) and rec.get("key") == self.key else {}
 
@@ -443,16 +450,18 @@ def _max_tokens(path: Path, kind: str, max_length: int, max_positions: int) -> i
     limit = max_positions or max_length
     if kind != "hf":
         try:
-            cfg = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
+            cfg = read_json(path / "sentence_bert_config.json")
             limit = int(cfg.get("max_seq_length") or limit)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError, AttributeError, InputError):
             pass
     return min(max_length, limit)
 
 
 def _st_lowercases(path: Path) -> bool:
     try:
-        cfg = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = read_json(path / "sentence_bert_config.json")
+    except (OSError, InputError):
+        return False
+    if not isinstance(cfg, dict):
         return False
     return bool(cfg.get("do_lower_case", False))

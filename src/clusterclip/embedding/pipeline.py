@@ -31,7 +31,6 @@ size. The layout is a function of N and S alone, so the same corpus gets the sam
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -45,7 +44,7 @@ from clusterclip.corpus import Corpus, scan_into
 from clusterclip.corpus.index import foreign_files
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, save_npy, write_json, write_marker
+from clusterclip.io import atomic_path, read_json, save_npy, write_json, write_marker
 from clusterclip.pool import available_cpus, worker_pool
 
 STAGE = "embed"
@@ -723,6 +722,6 @@ def _check_clusters(stats: dict[str, Any], n_clusters: int | None) -> None:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path)
+    except (OSError, InputError):
         return None

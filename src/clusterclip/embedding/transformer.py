@@ -3,7 +3,6 @@ local Hugging Face ``AutoModel`` with mean or first-token pooling."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
+from clusterclip.io import parse_json, read_json
 
 
 def bundled_minilm_path() -> Path:
@@ -52,8 +52,8 @@ def transformer_folder(model_path: Path) -> Path:
     """The folder of a sentence-transformers model's Transformer module (``modules.json``;
     the model folder itself when it has none)."""
     try:
-        modules = json.loads((model_path / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        modules = read_json(model_path / "modules.json")
+    except (OSError, InputError):
         return model_path
     for m in modules if isinstance(modules, list) else []:
         if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer"):
@@ -117,10 +117,10 @@ def safetensors_header(path: Path) -> dict[str, Any] | str:
         if n < 2 or n > min(size - 8, 100 << 20):
             return f"not a whole safetensors file ({size:,} bytes, its header says otherwise)"
         try:
-            meta = json.loads(f.read(n))
+            meta = parse_json(f.read(n), str(path))
             end = max((int(v["data_offsets"][1]) for k, v in meta.items()
                        if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        except (InputError, ValueError, TypeError, KeyError, IndexError, AttributeError):
             return "not a safetensors file (its header is not one)"
     if 8 + n + end > size:
         return f"truncated: {size:,} bytes of the {8 + n + end:,} its header lists"

@@ -27,7 +27,6 @@ embeds at most a tenth of it), untuned otherwise.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ import numpy as np
 
 from clusterclip.embedding.base import MINILM_MAX_LENGTH, l2_normalize
 from clusterclip.errors import InputError
-from clusterclip.io import cache_dir, fingerprint, save_npy, write_json
+from clusterclip.io import cache_dir, fingerprint, read_json, save_npy, write_json
 
 TUNE_VERSION = 1
 # Tokens per document for the teacher (MiniLM's own limit).
@@ -129,8 +128,8 @@ def _load(path: Path | None, shape: tuple[int, ...]) -> tuple[np.ndarray, dict] 
         return None
     try:
         table = np.load(path, allow_pickle=False)
-        report = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        report = read_json(path.with_suffix(".json"))
+    except (OSError, ValueError, InputError):
         return None  # a damaged cache is rebuilt
     if table.shape != shape or table.dtype != np.float32:
         return None

@@ -75,17 +75,24 @@ def indexed_dataset() -> Any:
     return m
 
 
-def check_tokenizer_option(fmt: str, tokenizer: Any) -> Any:
-    """The tokenizer for ``fmt``: required for megatron (a path is loaded offline with
-    :func:`clusterclip.tokens.load_tokenizer`), refused for every other format."""
-    if fmt != "megatron":
-        if tokenizer is not None:
-            raise InputError(f"tokenizer is only for format megatron, not format {fmt}",
-                             params=("tokenizer", "format"))
-        return None
-    if tokenizer is None:
+def check_tokenizer_given(fmt: str, tokenizer: Any) -> None:
+    """InputError unless a tokenizer is given for megatron and only for megatron (reads
+    nothing, imports nothing: checked before the writer's libraries are imported)."""
+    if fmt != "megatron" and tokenizer is not None:
+        raise InputError(f"tokenizer is only for format megatron, not format {fmt}",
+                         params=("tokenizer", "format"))
+    if fmt == "megatron" and tokenizer is None:
         raise InputError("format megatron needs tokenizer PATH (a folder holding a "
                          "Hugging Face AutoTokenizer)", params=("format", "tokenizer"))
+
+
+def check_tokenizer_option(fmt: str, tokenizer: Any) -> Any:
+    """The tokenizer for ``fmt``: required for megatron (a path is loaded offline with
+    :func:`clusterclip.tokens.load_tokenizer`), refused for every other format
+    (:func:`check_tokenizer_given`)."""
+    check_tokenizer_given(fmt, tokenizer)
+    if fmt != "megatron":
+        return None
     if isinstance(tokenizer, (str, os.PathLike)):
         from clusterclip.tokens import load_tokenizer
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.io import read_json
 from clusterclip.lm.config import MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import pack_sequences
 from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
@@ -352,8 +353,8 @@ class RunStore:
 
     def get(self, key: str) -> dict[str, Any] | None:
         try:
-            rec = json.loads(self._path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            rec = read_json(self._path(key))
+        except (OSError, InputError):
             return None  # missing or unreadable: train it again
         return rec.get("run") if isinstance(rec, dict) and rec.get("key") == key else None
 
@@ -370,9 +371,9 @@ class RunStore:
     def seconds(self, key: str) -> float | None:
         """The training seconds recorded with a stored run."""
         try:
-            rec = json.loads(self._path(key).read_text(encoding="utf-8"))
+            rec = read_json(self._path(key))
             return float(rec["seconds"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, InputError, ValueError, KeyError, TypeError):
             return None
 
     def _stored(self) -> list[str]:
@@ -381,8 +382,8 @@ class RunStore:
         keys = []
         for f in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
             try:
-                rec = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                rec = read_json(f)
+            except (OSError, InputError):
                 continue
             if len(f.stem) == 16 and isinstance(rec, dict) and rec.get("key") == f.stem:
                 keys.append(f.stem)

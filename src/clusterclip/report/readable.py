@@ -123,10 +123,17 @@ def csv_columns(readable: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
     return ["top_terms", "nearest_docs", "nearest_text"], rows
 
 
+# A cell starting with one of these is a formula to a spreadsheet (=HYPERLINK(...)).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def csv_line(fields: list[str]) -> str:
-    """One CSV line (RFC 4180 quoting where needed), without the line end."""
+    """One CSV line (RFC 4180 quoting where needed), without the line end; a field a
+    spreadsheet would run as a formula (starting with ``= + - @``, a tab or a carriage
+    return: text of the corpus) is written with a leading ``'``, as text."""
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow(fields)
+    csv.writer(buf, lineterminator="").writerow(
+        ["'" + f if f.startswith(_FORMULA_START) else f for f in fields])
     return buf.getvalue()
 
 

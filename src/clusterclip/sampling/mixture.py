@@ -33,7 +33,6 @@ one with [`write_mixture`][clusterclip.sampling.mixture.write_mixture].
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
@@ -43,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import sha256_file, write_json
+from clusterclip.io import read_json, sha256_file, write_json
 from clusterclip.limits import MAX_CLIP, int_problem, real_problem, shown, weight_span_problem
 
 MIXTURE_FORMAT_VERSION = 1
@@ -317,14 +316,9 @@ def read_mixture(path: str | os.PathLike[str], num_clusters: int | None = None) 
     clusterclip.errors.InputError: ...mixture.json: the mixture has 2 weights but the labels ...
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
+        data = read_json(path, "a mixture file")
+    except FileNotFoundError as e:
         raise InputError(f"{path}: cannot read the mixture ({e.strerror or e})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not a mixture file (not JSON: {e})") from None
-    except ValueError as e:  # an integer of more digits than Python reads
-        raise InputError(f"{path}: a number out of range ({str(e).split(';')[0]})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a mixture file (a JSON object is expected)")
     version = data.get("format_version")

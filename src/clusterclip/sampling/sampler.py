@@ -377,8 +377,20 @@ class ClusterClipSampler(BaseSampler):
         self._replan([c for c in self._calls if c[0] < at] + [(at, w)])
 
     def _new_weights(self, weights: Any, what: str) -> np.ndarray:
-        """``weights`` checked against this sampler's clusters (InputError)."""
+        """``weights`` checked against this sampler's clusters (InputError): numbers (no
+        strings, no booleans), exactly one per cluster id, as a mixture file's."""
         sizes = self.cluster_sizes
+        try:
+            a = np.asarray(weights)
+        except (TypeError, ValueError):
+            a = np.asarray(None)
+        if a.dtype.kind not in "iuf" or (isinstance(weights, list | tuple) and any(
+                isinstance(x, bool | np.bool_) for x in weights)):
+            raise InputError(f"{what}: weights must be numbers (not text, booleans or "
+                             f"None), one per cluster id", params=("weights",))
+        if a.ndim != 1 or a.size != sizes.size:
+            raise InputError(f"{what}: weights must be one per cluster id: {sizes.size} "
+                             f"numbers, got shape {a.shape}", params=("weights",))
         try:
             w = _checked_weights(weights, sizes.size, sizes > 0)
         except InputError as e:

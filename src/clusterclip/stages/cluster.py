@@ -29,8 +29,17 @@ from clusterclip.clustering.kmeans import (
     DEFAULT_TOL,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import check_output_dir, write_json, write_marker
-from clusterclip.workdir import CENTROIDS, EMBEDDINGS, LABELS, SCORES, SWEEP, VALID, Workdir
+from clusterclip.io import check_output_dir, mark_output, record_written, write_json
+from clusterclip.workdir import (
+    CENTROIDS,
+    EMBEDDINGS,
+    LABELS,
+    MANIFEST,
+    SCORES,
+    SWEEP,
+    VALID,
+    Workdir,
+)
 
 STAGE = "cluster"
 OUTPUTS = (LABELS, SCORES, CENTROIDS)
@@ -153,19 +162,22 @@ def run_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
                               fit_sample=o.fit_sample)
     out = check_output_dir(out_dir, STAGE, protected=((emb, "the input file", False),)
                            + (() if valid_path is None
-                              else ((Path(valid_path), "the input file", False),)))
+                              else ((Path(valid_path), "the input file", False),)),
+                           writes=(*OUTPUTS, MANIFEST))
     created = not out.exists()
     paths = tuple(out / name for name in OUTPUTS)
     try:
         wd = Workdir(out)
         if D.is_main():
-            write_marker(out, STAGE)
+            mark_output(out, STAGE)
         result = wd.run_stage(
             STAGE, key=params, inputs=[emb] + ([] if valid_path is None else [valid_path]),
             params={**params, "device": o.device, "chunk_rows": o.chunk_rows,
                     "embeddings": str(emb.resolve())},
             outputs=OUTPUTS, work=lambda run: F.fit_and_write(
                 paths, X, valid, params, o.device, o.chunk_rows, o.progress))
+        if D.is_main():
+            record_written(out, STAGE, (*OUTPUTS, MANIFEST))
     except BaseException:
         if created and D.is_main():  # a folder this call made, holding no output yet
             shutil.rmtree(out, ignore_errors=True)

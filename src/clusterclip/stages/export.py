@@ -59,10 +59,11 @@ def run(w: Workdir, options: ExportOptions) -> dict[str, Any]:
     if options.format == ATLAS:
         return _run_atlas(w, options)
     from clusterclip.export import SUMMARY, WRITES, require
-    from clusterclip.export.megatron import check_tokenizer_option
+    from clusterclip.export.megatron import check_tokenizer_given, check_tokenizer_option
     from clusterclip.io import check_output_dir, made_from
 
     o = options
+    check_tokenizer_given(o.format, o.tokenizer)  # before the writer's libraries load
     tok_path = str(o.tokenizer) if isinstance(o.tokenizer, (str, os.PathLike)) else None
     sched = Path(o.schedule).resolve() if o.schedule is not None else None
     protected = w.protected()

@@ -4,7 +4,6 @@ runs (or reuses) the ``map`` stage for the page's map."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +75,9 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
                     overwrite=opts.overwrite)
     if built:
         return built
-    return json.loads((target / "summary.json").read_text(encoding="utf-8"))
+    from clusterclip.io import read_json
+
+    return read_json(target / "summary.json", "a report summary")
 
 
 def current_groups(w: Workdir) -> np.ndarray | None:
