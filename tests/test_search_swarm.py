@@ -238,32 +238,36 @@ def test_propose_train_fit_propose_choose_finds_the_known_optimum(world, tmp_pat
                             "--out", tmp_path / "P")
     assert rc == 0, err
     ratios = rows_of(tmp_path / "P" / "ratios.csv")
-    assert ratios[0] == ["run", "cluster_0", "cluster_1", "cluster_2", "clip", "timing"]
+    assert ratios[0] == ["run", "cluster_0", "cluster_1", "cluster_2", "clip", "timing",
+                         "origin"]
     ids = [r[0] for r in ratios[1:]]
     assert len(ids) == len(set(ids)) == 10
     for row in ratios[1:]:  # each row's mixture file: the same weights, clip and timing
         mix = json.loads((tmp_path / "P" / "mixtures" / f"{row[0]}.json").read_text())
         assert mix["run"] == row[0] and mix["clip"] == int(row[4]) and mix["timing"] == row[5]
+        assert mix["origin"] == row[6]
         np.testing.assert_allclose(mix["weights"], [float(x) for x in row[1:4]], atol=1e-11)
     all_r = [ratios[0]] + ratios[1:]
-    all_m = trainer(tmp_path / "P" / "ratios.csv", 0)
-    for rnd in range(3):
-        R = write_rows(tmp_path / f"R{rnd}.csv", all_r)
-        M = write_rows(tmp_path / f"M{rnd}.csv", all_m)
-        rc, out, err = run_main(capsys, "search", "fit", "--ratios", R, "--metrics", M,
-                                "--objective", "val_loss", "--workdir", w, "--propose", 6,
-                                "--seed", rnd, "--out", tmp_path / f"F{rnd}")
+    tables = [tmp_path / "P" / "ratios.csv"]
+    metrics = [write_rows(tmp_path / "M0.csv", trainer(tables[0], 0))]
+    for rnd in range(3):  # the rounds as written, one table each: no CSV edited by hand
+        rc, out, err = run_main(capsys, "search", "fit", "--ratios", *tables, "--metrics",
+                                *metrics, "--objective", "val_loss", "--workdir", w,
+                                "--propose", 6, "--seed", rnd, "--out", tmp_path / f"F{rnd}")
         assert rc == 0, err
         new = rows_of(tmp_path / f"F{rnd}" / "proposals.csv")
         assert new[0] == ratios[0] and len(new) == 7
+        assert {r[6] for r in new[1:]} == {f"round {rnd + 2}"}
         new_ids = [r[0] for r in new[1:]]
         assert not set(new_ids) & {r[0] for r in all_r[1:]}, "a proposal repeats a run"
+        for row in new[1:]:  # every proposal is trainable: its own mixture file
+            mix = json.loads((tmp_path / f"F{rnd}" / "mixtures" / f"{row[0]}.json").read_text())
+            assert mix["clip"] == int(row[4]) and mix["timing"] == row[5]
         all_r += new[1:]
-        all_m += trainer(tmp_path / f"F{rnd}" / "proposals.csv", rnd + 1)[1:]
-    R = write_rows(tmp_path / "R.csv", all_r)
-    M = write_rows(tmp_path / "M.csv", all_m)
-    rc, out, err = run_main(capsys, "search", "fit", "--ratios", R, "--metrics", M,
-                            "--objective", "val_loss", "--workdir", w, "--choose",
+        tables.append(tmp_path / f"F{rnd}" / "proposals.csv")
+        metrics.append(write_rows(tmp_path / f"M{rnd + 1}.csv", trainer(tables[-1], rnd + 1)))
+    rc, out, err = run_main(capsys, "search", "fit", "--ratios", *tables, "--metrics",
+                            *metrics, "--objective", "val_loss", "--workdir", w, "--choose",
                             "--out", tmp_path / "F")
     assert rc == 0, err
     fit = json.loads((tmp_path / "F" / "fit.json").read_text())
