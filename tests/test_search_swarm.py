@@ -340,6 +340,14 @@ def test_propose_with_a_target_proposes_the_prior_of_its_documents_in_w(world, t
     X = np.load(w / "embeddings.npy")[:12]  # the same texts as W embedded them
     C = np.load(w / "centroids.npy")[:3]
     hist = np.bincount(np.argmax(X @ C.T, axis=1), minlength=3)
+    # its 12 documents are corpus documents: the guard keeps their copies out (the prior
+    # is the target's share over what is left to train on)
+    record = json.loads((tmp_path / "P" / "round.json").read_text())
+    assert record["target_overlap"]["exact"] == 12 and len(record["exclude"]) >= 12
+    assert set(range(12)) <= set(record["exclude"])
+    assert "12 exact" in out
+    labels = labels.copy()
+    labels[record["exclude"]] = -1
     natural = np.bincount(labels[labels >= 0], minlength=3) / np.count_nonzero(labels >= 0)
     mixes = [json.loads(p.read_text()) for p in (tmp_path / "P" / "mixtures").glob("*.json")]
     prior = [m for m in mixes if m["origin"] == "prior"]
