@@ -101,7 +101,15 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
                    help="split the --target in halves by --seed: OUT/target_val.jsonl (the "
                         "prior is drawn from it; fit on its loss) and OUT/target_test.jsonl "
                         "(keep it for the verdict); every half's corpus copies are kept out")
-    p.add_argument("--runs", type=COUNT, required=True, help="candidates (proxy runs) to propose")
+    p.add_argument("--runs", type=COUNT, default=None,
+                   help="candidates (proxy runs) to propose (required without --verify)")
+    add_path(p, "--verify", role="input", default=None, metavar="FIT_DIR",
+             help="the verification round instead: the chosen mixture of FIT_DIR (the --out "
+                  "of `search fit --choose`), natural and, with --target, the prior, each "
+                  "drawn with --seeds fresh seeds; ratios.csv gains `arm` and `seed`; then "
+                  "`search fit --verdict`")
+    p.add_argument("--seeds", type=COUNT, default=3,
+                   help="with --verify: fresh seeds per arm (default: 3; at least 2)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: ratios.csv, mixtures/<run>.json, with --format runs/<run>/ "
                   "(created, or replaced when written by an earlier `search propose`)")
@@ -145,6 +153,10 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--propose", type=COUNT_OR_ZERO, default=0, metavar="N",
                    help="N new mixtures for the next round: OUT/proposals.csv, and with "
                         "--workdir OUT/mixtures/<run>.json and OUT/round.json (default: 0)")
+    p.add_argument("--verdict", action="store_true",
+                   help="the verdict of a verification round (`search propose --verify`): "
+                        "each arm against natural paired by seed, Holm-corrected; writes "
+                        "OUT/verdict.json and OUT/verdict.md (first line: the decision)")
     p.add_argument("--choose", action="store_true",
                    help="OUT/mixture.json: the run with the best predicted objective")
     _budget(p, "with --workdir: proposals respect the clip's capacity; default: the "
@@ -164,18 +176,36 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_propose(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
     from clusterclip.search.propose import ProposeRequest
     from clusterclip.stages.search import propose
 
-    req = ProposeRequest(workdir=args.workdir, runs=args.runs, out=args.out,
+    if args.runs is None and args.verify is None:
+        raise InputError("--runs: required (the candidates to propose), or give --verify "
+                         "FIT_DIR")
+    if args.runs is not None and args.verify is not None:
+        raise InputError("--runs does not apply with --verify (its runs are its arms x "
+                         "--seeds)")
+    req = ProposeRequest(workdir=args.workdir, runs=args.runs or 0, out=args.out,
                          targets=tuple(args.target or ()), text_field=args.text_field,
                          num_tokens=args.num_tokens, num_samples=args.num_samples,
                          fmt=args.fmt, seed=args.seed, tokenizer=args.tokenizer,
                          device=args.device, blend=args.blend == "megatron",
-                         split_target=args.split_target)
+                         split_target=args.split_target, verify=args.verify,
+                         seeds=args.seeds)
     s = propose(req)
     if s["target_overlap"] is not None:
         print(overlap_line(s["target_overlap"]))
+    if req.verify is not None:
+        print(f"verification round: arms {', '.join(s['arms'])} x seeds "
+              f"{', '.join(map(str, s['seeds']))} ({s['runs']} runs): {args.out}/ratios.csv, "
+              f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else ""))
+        print(f"next: train one run per row, write metrics.csv (first column `run`), then "
+              f"`clusterclip search fit --verdict --ratios {args.out}/ratios.csv --metrics "
+              f"metrics.csv --objective COLUMN --out VERDICT`")
+        return 0
+    if s["short"]:
+        print(s["short"])
     what = f"{s['groups']} {s['kind']}s"
     print(f"proposed {s['runs']} mixtures over {what}: {args.out}/ratios.csv, "
           f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else "")
@@ -194,9 +224,31 @@ def overlap_line(o: dict[str, Any]) -> str:
             "candidate")
 
 
+def _run_verdict(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
+    from clusterclip.search.verify import run_verdict
+
+    if len(args.ratios) != 1 or len(args.metrics) != 1:
+        raise InputError("--verdict: give one --ratios (the verification round's ratios.csv) "
+                         "and one --metrics table")
+    other = [f for f, v in (("--workdir", args.workdir), ("--predict", args.predict),
+                            ("--propose", args.propose), ("--choose", args.choose),
+                            ("--format", args.fmt)) if v]
+    if other:
+        raise InputError(f"{other[0]} does not apply with --verdict")
+    r = run_verdict(args.ratios[0], args.metrics[0], list(args.objective), args.maximize,
+                    args.out)
+    print(r["decision"])
+    print(f"wrote verdict.json, verdict.md in {args.out}")
+    return 0
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from clusterclip.search.fit import FitRequest, fit_swarm
     from clusterclip.stages.search import load_corpus, workdir_space
+
+    if args.verdict:
+        return _run_verdict(args)
 
     req = FitRequest(ratios=tuple(args.ratios), metrics=tuple(args.metrics),
                      objective=tuple(args.objective), out=args.out, maximize=args.maximize,

@@ -264,11 +264,20 @@ class ProposeRequest:
     device: str = "cpu"
     blend: bool = False
     split_target: bool = False
+    verify: str | None = None
+    seeds: int = 3
 
     def check(self) -> None:
         """The options alone, before any file is read."""
-        if self.runs < 1:
-            raise InputError(f"--runs: must be >= 1, got {self.runs}")
+        if self.verify is None and self.runs < 1:
+            raise InputError(f"--runs: must be >= 1, got {self.runs} (or give --verify "
+                             "FIT_DIR)")
+        if self.verify is not None and self.seeds < 2:
+            raise InputError(f"--seeds: must be >= 2 (a paired interval needs two), got "
+                             f"{self.seeds}")
+        if self.verify is not None and self.blend:
+            raise InputError("--blend does not apply with --verify (each run is a schedule "
+                             "drawn with its seed)")
         if self.seed < 0:
             raise InputError(f"--seed: must be >= 0, got {self.seed}")
         for name, v in (("--num-tokens", self.num_tokens), ("--num-samples", self.num_samples)):

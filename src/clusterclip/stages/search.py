@@ -215,6 +215,12 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
                          exclude=exclude, overlap=overlap)
 
 
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
 def load_corpus(workdir: str | os.PathLike[str]) -> Any:
     """The corpus of work directory ``workdir`` (``W/corpus/``)."""
     from clusterclip.corpus import Corpus
@@ -277,6 +283,11 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
     from clusterclip.search.target import read_target
 
     req.check()
+    chosen = None
+    if req.verify is not None:
+        from clusterclip.search.verify import check_verify_folder
+
+        chosen = check_verify_folder(req.verify)
     target = read_target(list(req.targets), req.text_field) if req.targets else None
     tokenizer = export_tokenizer(req)
     check_output_dir(req.out, "search propose")
@@ -293,6 +304,11 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
                 rows, test = target_splits(target.rows_per_file, target.usable, req.seed)
                 extra = _write_split(target, rows, test)
             histogram, exclude, overlap = target_guard(w, target, req.device, rows)
+        if chosen is not None:  # its own exclusions stay, with the target's
+            from clusterclip.sampling.mixture import read_exclusions
+
+            kept = read_exclusions(chosen, int(np.load(w.path("labels.npy"), mmap_mode="r").size))
+            exclude = np.union1d(kept, np.zeros(0, np.int64) if exclude is None else exclude)
         ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
                            num_samples=req.num_samples,
                            tokenizer=req.tokenizer if req.num_tokens else None,
@@ -303,4 +319,9 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
 
             return Corpus.load(w.path("corpus"))
 
+        if chosen is not None:
+            from clusterclip.search.verify import write_verification
+
+            return write_verification(req, ws, chosen, corpus, tokenizer,
+                                      log or _stderr, extra)
         return write_proposals(req, ws, corpus, tokenizer, target is not None, log, extra)
