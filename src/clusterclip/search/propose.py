@@ -386,7 +386,10 @@ def export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate],
                        seed=seed)
         schedule = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
         export_schedule(corpus, ws.labels, schedule, tmp / "runs" / rid, fmt=draw.fmt,
-                        source=str(path), tokenizer=tokenizer)
+                        source=str(path), tokenizer=tokenizer, doc_tokens=ws.doc_tokens,
+                        token_method="the tokens per document that --num-tokens counts "
+                                     "(W's token counts: the tokenizer given, else the "
+                                     "estimate)")
         log(f"{command}: {i + 1}/{len(ids)} {rid}: {len(schedule):,} positions "
             f"exported as {draw.fmt}")
 

@@ -123,9 +123,10 @@ def decision(result: dict[str, Any], objective: str, price: dict[str, dict[str, 
     differences), else keep natural."""
     chosen = result["arms"].get(PRIMARY)
     if chosen is None or not chosen["better"]:
-        got = "" if chosen is None else f" (chosen: {_words(chosen)})"
-        return (f"Keep natural sampling: the chosen mixture is not measurably better on "
-                f"{objective}{got}.")
+        how = "measurably worse" if chosen is not None and chosen["measurable"] else \
+            "not measurably better"
+        got = "" if chosen is None else f": {_words(chosen)} against natural"
+        return f"Keep natural sampling: the chosen mixture is {how} on {objective}{got}."
     text = (f"Use the chosen mixture ({result['chosen_run']}) if {objective} is what "
             f"matters: {_words(chosen)} against natural")
     if price:
