@@ -1,0 +1,311 @@
+"""The own-trainer loop at K = 64 (issue 36): ``search propose`` -> train -> ``search fit
+--propose --format parquet`` -> train -> ``search fit --choose`` -> ``search propose
+--verify`` -> train -> ``search fit --verdict``, with a trainer of the test's own (a byte
+bigram model fitted to each exported run, in bits per byte), a target planted in the
+corpus, and every refusal: one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clusterclip.cli import main
+
+BUDGET = 300
+K = 64
+
+
+def rows_of(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def write_rows(path: Path, rows: list[list]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    return path
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def bigram_bits_per_byte(train: list[str], evaluate: list[str]) -> float:
+    """A byte bigram model (add-one counts) fitted to ``train``: its bits per byte on
+    ``evaluate``."""
+    counts = np.ones((256, 256))
+    for t in train:
+        b = np.frombuffer(t.encode("utf-8"), dtype=np.uint8)
+        np.add.at(counts, (b[:-1], b[1:]), 1)
+    logp = np.log2(counts / counts.sum(axis=1, keepdims=True))
+    bits = n = 0.0
+    for t in evaluate:
+        b = np.frombuffer(t.encode("utf-8"), dtype=np.uint8)
+        bits -= float(logp[b[:-1], b[1:]].sum())
+        n += b.size - 1
+    return bits / n
+
+
+def train(folder: Path, table: str, evaluate: list[str]) -> list[list]:
+    """The test's trainer on every run of ``folder/table``: reads ``runs/<run>/`` (Parquet)
+    and writes the metrics rows (first column ``run``)."""
+    import pyarrow.parquet as pq
+
+    out: list[list] = [["run", "bpb"]]
+    for row in rows_of(folder / table)[1:]:
+        texts = pq.read_table(folder / "runs" / row[0]).column("text").to_pylist()
+        out.append([row[0], repr(bigram_bits_per_byte(texts, evaluate))])
+    return out
+
+
+def texts_of(path: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory, pydocs_path):
+    """A work directory of 640 documents in 64 clusters (16 super-clusters) and a target
+    of 30 of its documents (whitespace changed) plus 10 of its own; round 1 proposed with
+    the target split in halves and exported as Parquet, trained, fitted with round 2
+    proposed and exported, trained."""
+    root = tmp_path_factory.mktemp("loop")
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as f:
+        recs = [json.loads(next(f))["text"] for _ in range(700)]
+    corpus, own = recs[:640], recs[640:650]
+    (root / "docs.jsonl").write_text("".join(json.dumps({"text": t[:600]}) + "\n"
+                                             for t in corpus), encoding="utf-8")
+    planted = [t[:600] for t in corpus[::21][:30]]
+    (root / "t.jsonl").write_text("".join(json.dumps({"text": "  " + t.replace(" ", "  ")
+                                                      + "\n"}) + "\n" for t in planted)
+                                  + "".join(json.dumps({"text": t[:600]}) + "\n" for t in own),
+                                  encoding="utf-8")
+    w = root / "W"
+    assert main(["run", str(root / "docs.jsonl"), "--workdir", str(w), "--clusters", str(K),
+                 "--embedder", "fast", "--num-samples", "100", "--no-progress"]) == 0
+    assert main(["search", "propose", "--workdir", str(w), "--target", str(root / "t.jsonl"),
+                 "--split-target", "--runs", "12", "--num-samples", str(BUDGET),
+                 "--format", "parquet", "--out", str(root / "P")]) == 0
+    val = texts_of(root / "P" / "target_val.jsonl")
+    m0 = write_rows(root / "M0.csv", train(root / "P", "ratios.csv", val))
+    assert main(["search", "fit", "--ratios", str(root / "P" / "ratios.csv"), "--metrics",
+                 str(m0), "--objective", "bpb", "--workdir", str(w), "--propose", "4",
+                 "--format", "parquet", "--out", str(root / "F1")]) == 0
+    m1 = write_rows(root / "M1.csv", train(root / "F1", "proposals.csv", val))
+    return {"root": root, "W": w, "planted": planted, "M0": m0, "M1": m1,
+            "tables": [root / "P" / "ratios.csv", root / "F1" / "proposals.csv"]}
+
+
+def _same_schedule(capsys, w: Path, mixture: Path, schedule: Path, out: Path) -> np.ndarray:
+    """``sample --mixture`` of ``mixture`` with its own budget and seed: equal to
+    ``schedule`` byte for byte; returns it."""
+    m = json.loads(mixture.read_text())
+    rc, _, err = run_main(capsys, "sample", "--labels", w / "labels.npy", "--mixture", mixture,
+                          "--num-samples", m["budget"]["num_samples"], "--seed", m["seed"],
+                          "--out", out, "--no-progress")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(out), np.load(schedule))
+    return np.load(out)
+
+
+def test_the_target_copies_are_counted_and_no_candidate_holds_one(loop, capsys):
+    import pyarrow.parquet as pq
+
+    from clusterclip.search.overlap import normalise
+
+    root, w = loop["root"], loop["W"]
+    record = json.loads((root / "P" / "round.json").read_text())
+    overlap = record["target_overlap"]
+    assert overlap["exact"] == 30 and overlap["target_docs"] == 40
+    assert (root / "P" / "target_val.jsonl").is_file()
+    assert (root / "P" / "target_test.jsonl").is_file()
+    excluded = set(record["exclude"])
+    planted = {normalise(t) for t in loop["planted"]}
+    docs = texts_of(root / "docs.jsonl")
+    assert {i for i, t in enumerate(docs) if normalise(t) in planted} <= excluded
+    for folder, table in (("P", "ratios.csv"), ("F1", "proposals.csv")):
+        for row in rows_of(root / folder / table)[1:]:
+            t = pq.read_table(root / folder / "runs" / row[0])
+            assert not planted & {normalise(x) for x in t.column("text").to_pylist()}
+            mix = root / folder / "mixtures" / f"{row[0]}.json"
+            assert set(json.loads(mix.read_text())["exclude"]) == excluded
+            got = _same_schedule(capsys, w, mix, root / folder / "schedules" / f"{row[0]}.npy",
+                                 root / "s.npy")
+            assert not set(got.tolist()) & excluded
+            summary = json.loads((root / folder / "runs" / row[0] / "_export.json").read_text())
+            size = sum(len(x.encode("utf-8")) for x in t.column("text").to_pylist())
+            assert summary["tokens"] == {"total": size, "unit": "utf-8 bytes",
+                                         "method": summary["tokens"]["method"]}
+
+
+def test_round_two_is_trainable_and_every_row_names_its_mixture(loop):
+    import pyarrow.parquet as pq
+
+    root = loop["root"]
+    head = rows_of(root / "P" / "ratios.csv")[0]
+    assert head[:2] == ["run", "super_cluster_0"] and head[-3:] == ["clip", "timing", "origin"]
+    origins = [r[-1] for r in rows_of(root / "P" / "ratios.csv")[1:]]
+    assert origins[:2] == ["natural", "uniform"] and "prior" in origins
+    new = rows_of(root / "F1" / "proposals.csv")
+    assert new[0] == head and len(new) == 5 and {r[-1] for r in new[1:]} == {"round 2"}
+    for row in new[1:]:
+        mix = json.loads((root / "F1" / "mixtures" / f"{row[0]}.json").read_text())
+        w = np.array(mix["weights"])
+        groups = np.array(json.loads((root / "F1" / "round.json").read_text())["groups"])
+        g = np.bincount(groups, weights=w, minlength=16)
+        np.testing.assert_allclose(g, [float(x) for x in row[1:17]], atol=1e-11)
+        doc = np.array(pq.read_table(root / "F1" / "runs" / row[0]).column("doc_index"))
+        np.testing.assert_array_equal(doc, np.load(root / "F1" / "schedules" / f"{row[0]}.npy"))
+
+
+@pytest.mark.parametrize("round2_best", [False, True])
+def test_the_chosen_mixture_is_the_trained_runs_file(loop, tmp_path, capsys, round2_best):
+    """--choose writes the chosen run's own file (weights, clip, timing, exclusions, budget,
+    seed) and `sample --mixture` of it reproduces the run's schedule; with metrics where
+    round 2's runs are best, a round-2 run likewise."""
+    root, w = loop["root"], loop["W"]
+    m1 = loop["M1"]
+    if round2_best:  # a metrics table in which round 2's runs are far the best
+        rows = rows_of(m1)
+        m1 = write_rows(tmp_path / "M1.csv", [rows[0]] + [[r[0], repr(float(r[1]) - 1.0)]
+                                                          for r in rows[1:]])
+    rc, out, err = run_main(capsys, "search", "fit", "--ratios", *loop["tables"], "--metrics",
+                            loop["M0"], m1, "--objective", "bpb", "--workdir", w, "--choose",
+                            "--out", tmp_path / "F")
+    assert rc == 0, err
+    assert "noise share" in out and "length scales at a bound" in out
+    assert "caution: 16 runs, fewer than the 48" in out
+    fit = json.loads((tmp_path / "F" / "fit.json").read_text())
+    assert fit["runs"] == 16 and fit["bearing"]["caution"]
+    chosen = json.loads((tmp_path / "F" / "mixture.json").read_text())
+    run = fit["chosen"]["run"]
+    folder = root / ("F1" if run in {r[0] for r in rows_of(loop["tables"][1])[1:]} else "P")
+    if round2_best:
+        assert folder.name == "F1"
+    own = json.loads((folder / "mixtures" / f"{run}.json").read_text())
+    for key in ("weights", "clip", "timing", "exclude", "budget", "seed", "run", "origin"):
+        assert chosen[key] == own[key], key
+    _same_schedule(capsys, w, tmp_path / "F" / "mixture.json",
+                   folder / "schedules" / f"{run}.npy", tmp_path / "s.npy")
+
+
+def test_the_verification_round_and_its_verdict_recomputed(loop, tmp_path, capsys):
+    from scipy import stats
+
+    root, w = loop["root"], loop["W"]
+    rc, _, err = run_main(capsys, "search", "fit", "--ratios", *loop["tables"], "--metrics",
+                          loop["M0"], loop["M1"], "--objective", "bpb", "--workdir", w,
+                          "--choose", "--out", tmp_path / "F")
+    assert rc == 0, err
+    rc, out, err = run_main(capsys, "search", "propose", "--workdir", w, "--target",
+                            root / "t.jsonl", "--verify", tmp_path / "F", "--seeds", 3,
+                            "--num-samples", BUDGET, "--format", "parquet", "--out",
+                            tmp_path / "V")
+    assert rc == 0, err
+    rows = rows_of(tmp_path / "V" / "ratios.csv")
+    head = rows[0]
+    arms = [r[head.index("arm")] for r in rows[1:]]
+    seeds = [int(r[head.index("seed")]) for r in rows[1:]]
+    assert sorted(set(arms)) == ["chosen", "natural", "prior"] and len(rows) == 10
+    chosen_seed = json.loads((tmp_path / "F" / "mixture.json").read_text())["seed"]
+    assert chosen_seed not in seeds and len(set(seeds)) == 3
+    test = texts_of(root / "P" / "target_test.jsonl")
+    mv = write_rows(tmp_path / "MV.csv", train(tmp_path / "V", "ratios.csv", test))
+    rc, out, err = run_main(capsys, "search", "fit", "--verdict", "--ratios",
+                            tmp_path / "V" / "ratios.csv", "--metrics", mv, "--objective", "bpb",
+                            "--out", tmp_path / "VD")
+    assert rc == 0, err
+    verdict = json.loads((tmp_path / "VD" / "verdict.json").read_text())
+    first = (tmp_path / "VD" / "verdict.md").read_text().splitlines()[0]
+    assert first == verdict["decision"] and first in out
+    y = {r[0]: float(r[1]) for r in rows_of(mv)[1:]}
+    by = {(a, s): y[r[0]] for a, s, r in zip(arms, seeds, rows[1:], strict=True)}
+    raw = {}
+    for arm in ("chosen", "prior"):
+        d = np.array([by[(arm, s)] - by[("natural", s)] for s in sorted(set(seeds))])
+        got = verdict["arms"][arm]
+        np.testing.assert_allclose(got["differences"], d, rtol=0, atol=1e-15)
+        t = stats.ttest_rel([by[(arm, s)] for s in sorted(set(seeds))],
+                            [by[("natural", s)] for s in sorted(set(seeds))])
+        half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+        assert got["low"] == pytest.approx(d.mean() - half) and got["p"] == pytest.approx(t.pvalue)
+        raw[arm] = t.pvalue
+    lo, hi = sorted(raw.values())
+    holm = {a: min(1.0, 2 * p) if p == lo else max(min(1.0, 2 * lo), p) for a, p in raw.items()}
+    for arm in raw:
+        assert verdict["arms"][arm]["p_holm"] == pytest.approx(holm[arm])
+    better = verdict["arms"]["chosen"]["p_holm"] < 0.05 and verdict["arms"]["chosen"]["mean"] < 0
+    assert first.startswith("Use the chosen mixture" if better else "Keep natural sampling")
+
+
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=8), st.sampled_from([0.01, 0.05, 0.1]))
+def test_holm_rejects_what_the_step_down_procedure_rejects(p, alpha):
+    from clusterclip.search.verify import holm
+
+    adj = holm(p)
+    order = sorted(range(len(p)), key=lambda i: (p[i], i))
+    rejected = set()
+    for rank, i in enumerate(order):  # Holm's procedure as published: stop at the first keep
+        if p[i] > alpha / (len(p) - rank):
+            break
+        rejected.add(i)
+    assert {i for i, a in enumerate(adj) if a <= alpha} == rejected
+    assert all(a >= q for a, q in zip(adj, p, strict=True)) and max(adj) <= 1
+
+
+@pytest.mark.parametrize("case", ["missing mixture file", "tables and metrics",
+                                  "mismatched rounds", "verify without a fit",
+                                  "clip out of range", "wide table"])
+def test_loop_refusals_are_one_line_exit_2_and_write_nothing(loop, tmp_path, capsys, case):
+    root, w = loop["root"], loop["W"]
+    tables, metrics = list(loop["tables"]), [loop["M0"], loop["M1"]]
+    args = None
+    if case == "missing mixture file":  # the table copied away from its mixture files
+        tables, metrics = [write_rows(tmp_path / "R.csv", rows_of(tables[0]))], metrics[:1]
+        want = "has no mixture file"
+    elif case == "tables and metrics":
+        metrics = metrics[:1]
+        want = "one metrics table per ratios table"
+    elif case == "mismatched rounds":  # round 2 claims other kept-out documents
+        other = tmp_path / "F1"
+        other.mkdir()
+        (other / "proposals.csv").write_bytes((root / "F1" / "proposals.csv").read_bytes())
+        rec = json.loads((root / "F1" / "round.json").read_text())
+        rec["exclude"] = rec["exclude"][1:]
+        (other / "round.json").write_text(json.dumps(rec))
+        tables[1] = other / "proposals.csv"
+        want = "the rounds do not match"
+    elif case == "verify without a fit":
+        (tmp_path / "empty").mkdir()
+        args = ["search", "propose", "--workdir", w, "--verify", tmp_path / "empty",
+                "--out", tmp_path / "F"]
+        want = "no fit.json"
+    elif case == "clip out of range":
+        rows = rows_of(tables[0])
+        rows[3][rows[0].index("clip")] = str(2**20 + 1)
+        tables, metrics = [write_rows(tmp_path / "R.csv", rows)], metrics[:1]
+        want = "line 4, column 'clip'"
+    else:  # 100,000 columns: refused at once, before the fit
+        wide = [["run", *(f"d{j}" for j in range(100_000))]] + [
+            [f"r{i}", *(["1"] * 100_000)] for i in range(5)]
+        args = ["search", "fit", "--ratios", write_rows(tmp_path / "R.csv", wide), "--metrics",
+                write_rows(tmp_path / "M.csv", [["run", "bpb"]] + [[f"r{i}", "1"]
+                                                                   for i in range(5)]),
+                "--objective", "bpb", "--out", tmp_path / "F"]
+        want = "100,000 weight columns"
+    if args is None:
+        args = ["search", "fit", "--ratios", *tables, "--metrics", *metrics, "--objective",
+                "bpb", "--workdir", w, "--choose", "--out", tmp_path / "F"]
+    rc, out, err = run_main(capsys, *args)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert want in err and err.startswith(f"clusterclip search {args[1]}: error: "), err
+    assert not (tmp_path / "F").exists()
