@@ -309,3 +309,28 @@ def test_loop_refusals_are_one_line_exit_2_and_write_nothing(loop, tmp_path, cap
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert want in err and err.startswith(f"clusterclip search {args[1]}: error: "), err
     assert not (tmp_path / "F").exists()
+
+
+def test_fit_outputs_do_not_depend_on_the_rows_order(tmp_path, capsys):
+    """The same runs in another row order (RegMix's published tables, shuffled) give the
+    same bytes: predictions, proposals, the chosen mixture and fit.json but its paths."""
+    data = Path(__file__).resolve().parent / "data" / "regmix"
+    obj = "metric/the_pile_pile_cc_val_loss"
+    rat, met = rows_of(data / "ratios_1m_train.csv")[:31], rows_of(data / "metrics_1m_train.csv")
+    rng = np.random.default_rng(0)
+    outs = []
+    for name, order in (("a", np.arange(30)), ("b", rng.permutation(30))):
+        (tmp_path / name).mkdir()
+        r = write_rows(tmp_path / name / "R.csv", [rat[0]] + [rat[1 + i] for i in order])
+        m = write_rows(tmp_path / name / "M.csv", [met[0]] + [met[1 + i] for i in order[::-1]])
+        rc, _, err = run_main(capsys, "search", "fit", "--ratios", r, "--metrics", m,
+                              "--objective", obj, "--predict", data / "ratios_1m_test.csv",
+                              "--propose", 3, "--choose", "--out", tmp_path / name / "F")
+        assert rc == 0, err
+        outs.append(tmp_path / name / "F")
+    for f in ("predictions.csv", "proposals.csv", "mixture.json"):
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f
+    a, b = (json.loads((o / "fit.json").read_text()) for o in outs)
+    for d in (a, b):
+        del d["ratios"], d["metrics"]
+    assert a == b
