@@ -244,12 +244,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     schedule_file: str | os.PathLike[str] | None = None,
                     doc_tokens: np.ndarray | None = None,
                     token_method: str = "") -> dict[str, Any]:
-    """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
-
-    The summary of a row format (parquet, hf, mds) gives the rows' size under
-    ``tokens``: with ``doc_tokens`` (int[N] tokens per document, counted by
-    ``token_method``) their tokens, else the UTF-8 bytes of their texts (what a
-    byte-level trainer reads), so a trainer's ``--train-iters`` can be sized from it.
+    """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``
+    (``doc_tokens``, ``token_method``: the size under ``tokens``, see :func:`_counting`).
 
     ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
     (a memory map is read in blocks). Refuses (InputError, before any work) an
@@ -324,7 +320,10 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
 def _counting(batches: Iterator[dict[str, list[Any]]], doc_tokens: np.ndarray | None,
               method: str) -> tuple[Iterator[dict[str, list[Any]]], dict[str, Any]]:
     """``batches`` passed through, and the dict their size is summed into as they pass:
-    ``{"total", "unit", "method"}`` (tokens of ``doc_tokens``, else UTF-8 bytes)."""
+    ``{"total", "unit", "method"}``, what a row format's (parquet, hf, mds) summary gives
+    under ``tokens`` so a trainer's ``--train-iters`` can be sized from it: with
+    ``doc_tokens`` (int[N] tokens per document, counted by ``method``) their tokens, else
+    the UTF-8 bytes of their texts (what a byte-level trainer reads)."""
     size: dict[str, Any] = {"total": 0, "unit": "tokens" if doc_tokens is not None else
                             "utf-8 bytes",
                             "method": method if doc_tokens is not None else

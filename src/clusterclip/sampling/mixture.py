@@ -439,6 +439,7 @@ def read_exclusions(path: str | os.PathLike[str], num_docs: int) -> np.ndarray:
     --------
     >>> import os, tempfile
     >>> from clusterclip.sampling import Mixture, write_mixture
+    >>> from clusterclip.sampling.mixture import read_exclusions
     >>> path = os.path.join(tempfile.mkdtemp(), "mixture.json")
     >>> write_mixture(path, Mixture((1.0, 2.0), 4, "paced", ""), exclude=[5, 2])
     >>> read_exclusions(path, num_docs=10).tolist()
