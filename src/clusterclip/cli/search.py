@@ -268,7 +268,10 @@ def run_fit(args: argparse.Namespace) -> int:
     if b["caution"]:
         print(f"caution: {b['caution']}")
     made = ["fit.json"] + (["predictions.csv"] if args.predict else []) \
-        + ([f"proposals.csv ({r.get('proposals', 0)} mixtures)"] if args.propose else []) \
+        + ([f"proposals.csv ({r.get('proposals', 0)} mixtures)"
+            + (", mixtures/<run>.json, round.json" if args.workdir else "")
+            + (f", schedules/ and runs/<run>/ ({args.fmt})" if args.fmt else "")]
+           if args.propose else []) \
         + ([f"mixture.json (run {r['chosen']['run']})"] if args.choose else [])
     print(f"wrote {', '.join(made)} in {args.out}")
     return 0

@@ -339,7 +339,6 @@ def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], 
         short = (f"search propose: {len(cands)} of the {req.runs} candidates asked: the others "
                  f"drawn were repeats or asked a cluster for more than its clip allows at "
                  f"{ws.space.needed:,} {ws.unit}; a smaller budget or fewer runs fits")
-        log(short)
     objective = "target" if targeted else "the user's"
     draw = Draw(req.num_tokens, req.num_samples, req.seed, req.fmt)
     with atomic_output_dir(req.out, "search propose") as tmp:
