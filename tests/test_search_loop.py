@@ -340,12 +340,10 @@ def test_propose_says_why_it_wrote_fewer_candidates_than_asked(loop, tmp_path, c
     """Near the clip's capacity many draws are infeasible: the command says how many it
     wrote of those asked, and why, and round.json records both."""
     rc, out, err = run_main(capsys, "search", "propose", "--workdir", loop["W"], "--runs", 24,
-                            "--num-samples", 2200, "--out", tmp_path / "P")
+                            "--num-samples", 2500, "--out", tmp_path / "P")
     assert rc == 0, err
     got = len(rows_of(tmp_path / "P" / "ratios.csv")) - 1
     record = json.loads((tmp_path / "P" / "round.json").read_text())
     assert (record["runs_asked"], record["runs"]) == (24, got)
-    if got < 24:
-        assert f"{got} of the 24 candidates asked" in out and "clip" in record["short"]
-    else:
-        assert record["short"] is None
+    assert got < 24  # 2,500 of the 4 x 640 documents clip 4 allows: some draws do not fit
+    assert f"{got} of the 24 candidates asked" in out and "clip" in record["short"]
