@@ -5,13 +5,13 @@ candidates read back with pyarrow, and every refusal: one line, exit 2, nothing 
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import rows_of, run_main, write_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,24 +19,6 @@ from clusterclip.cli import main
 
 DATA = Path(__file__).resolve().parent / "data" / "regmix"
 OBJ = "metric/the_pile_pile_cc_val_loss"
-
-
-def rows_of(path: Path) -> list[list[str]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.reader(f))
-
-
-def write_rows(path: Path, rows: list[list]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
-    return path
-
-
-def run_main(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # -- the published layouts -------------------------------------------------------------
