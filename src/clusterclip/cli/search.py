@@ -267,6 +267,8 @@ def run_fit(args: argparse.Namespace) -> int:
             f"{b['length_scales']} length scales at a bound")
     if b["caution"]:
         print(f"caution: {b['caution']}")
+    if r.get("target_overlap") and args.propose:
+        print(overlap_line(r["target_overlap"]))
     made = ["fit.json"] + (["predictions.csv"] if args.predict else []) \
         + ([f"proposals.csv ({r.get('proposals', 0)} mixtures)"
             + (", mixtures/<run>.json, round.json" if args.workdir else "")

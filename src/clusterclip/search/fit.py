@@ -1,7 +1,8 @@
 """``clusterclip search fit``: the predictor fitted on a swarm that the user's trainer ran.
 
-Reads the swarm layout (:mod:`~clusterclip.search.swarm`: a ratios and a metrics
-table joined on the run id), fits the search's own predictor
+Reads the swarm layout (:mod:`~clusterclip.search.swarm`: ratios and metrics tables,
+one pair per round, joined on the run id; the rows taken in the order of their ids, so
+the output does not depend on the rows' order), fits the search's own predictor
 (:class:`~clusterclip.search.predictor.Predictor`, on the features of
 :meth:`~clusterclip.search.space.SearchSpace.features`) to the objective (one
 metric column or the mean of several; ``maximize`` for accuracies) and writes
@@ -13,8 +14,10 @@ and ``mixture.json`` (the run with the best predicted objective).
 
 Without a work directory the columns are whatever the user mixed (RegMix's 17 Pile
 domains); with one they are its clusters or super-clusters
-(:func:`clusterclip.stages.search.workdir_space`), and ``mixture.json`` is the
-per-cluster mixture that ``sample --mixture`` reads.
+(:func:`clusterclip.stages.search.workdir_space`), every row is its own mixture file
+beside its table, the proposals are written as a trainable round and ``mixture.json`` is
+the chosen run's own file (:mod:`clusterclip.search.rounds`). ``fit.json``'s
+``bearing`` says what the fit can bear (:func:`bearing`).
 """
 
 from __future__ import annotations
@@ -251,6 +254,8 @@ def fit_swarm(req: FitRequest, workdir_space: Callable[..., Any] | None = None,
     rho, _ = loo_rank_correlation(X, y, model)
     fitted = sign * model.predict(X)[0]
     report = _report(req, swarm, columns, model, rho)
+    if ws is not None and ws.overlap is not None:
+        report["target_overlap"] = ws.overlap  # the rounds' guard, kept for the next
     with atomic_output_dir(req.out, "search fit") as tmp:
         if predict is not None:
             _write_predictions(tmp, space, predict, model, sign)

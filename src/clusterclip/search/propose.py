@@ -10,12 +10,17 @@ folder, atomically:
 - ``ratios.csv``: the swarm layout (:mod:`~clusterclip.search.swarm`): ``run``
   (a stable id from the mixture's content), one column per group
   (``cluster_K`` up to :data:`~clusterclip.search.space.MAX_DIRECT_CLUSTERS`
-  clusters, else ``super_cluster_G``), ``clip`` and ``timing``;
+  clusters, else ``super_cluster_G``), ``clip``, ``timing`` and ``origin``;
 - ``mixtures/<run>.json``: each candidate as a mixture file (per cluster) that
-  ``sample``, ``run``, ``export`` and ``experiment`` read;
+  ``sample``, ``run``, ``export`` and ``experiment`` read, with the budget and seed its
+  schedule is drawn with and the documents it keeps out (``exclude``);
+- ``round.json``: the round's record (:func:`write_round`), which ``search fit`` reads
+  to draw the next round alike (:mod:`clusterclip.search.rounds`);
 - with a format and a budget, ``runs/<run>/``: each candidate's exact schedule
   exported as ``export --format`` writes it (read back and verified).
 
+With a target, the offline search's overlap guard keeps every corpus copy of a target
+document out of every candidate (:func:`clusterclip.stages.search.target_guard`).
 With a budget (``--num-tokens`` or ``--num-samples``) every candidate respects the
 clip: no cluster is asked for more than R times its tokens (or documents)
 (:class:`CappedSpace`), so the mixture trained is the mixture proposed.
