@@ -132,7 +132,7 @@ def test_a_killed_fit_leaves_nothing_half_written(tmp_path, capsys, monkeypatch)
 
 FIT_REFUSALS = ["objective column", "no common id", "negative weight", "nan weight",
                 "inf weight", "predict columns", "workdir columns", "propose negative",
-                "not a number"]
+                "not a number", "format without workdir"]
 
 
 @pytest.mark.parametrize("case", FIT_REFUSALS)
@@ -157,16 +157,19 @@ def test_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, ca
         args["--workdir"] = world["W"]
     elif case == "propose negative":
         args["--propose"] = "-1"
+    elif case == "format without workdir":
+        args.update({"--propose": "2", "--format": "parquet"})
     cmd = ["search", "fit", *[x for k, v in args.items() for x in ([k] if v is None else [k, v])]]
     rc, out, err = run_main(capsys, *cmd)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    # our refusals, or argparse's for a number out of range (named after the subcommand)
-    assert err.startswith(("clusterclip search: error: ", "clusterclip search fit: error: "))
+    # ours or argparse's (a number out of range): both named after the subcommand
+    assert err.startswith("clusterclip search fit: error: ")
     assert not (tmp_path / "fit").exists()
     want = {"objective column": "metric/no_such_loss", "no common id": "no run id",
             "negative weight": "negative", "nan weight": "not finite", "inf weight": "not finite",
             "predict columns": "train_the_pile_other", "workdir columns": "do not match",
-            "propose negative": "--propose", "not a number": "line 5"}[case]
+            "propose negative": "--propose", "not a number": "line 5",
+            "format without workdir": "need --workdir"}[case]
     assert want in err
 
 
@@ -352,6 +355,7 @@ def test_propose_refusals_are_one_line_exit_2_and_write_nothing(world, tmp_path,
         args[3] = tmp_path / "nope"
     rc, out, err = run_main(capsys, *args)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("clusterclip search propose: error: "), err
     assert not (tmp_path / "P").exists()
 
 

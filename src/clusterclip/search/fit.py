@@ -357,6 +357,10 @@ def _space(req: FitRequest, r: Ratios, workdir_space: Callable[..., Any] | None,
     from clusterclip.search.rounds import check_record, with_prior
 
     draw = _draw(req, record)
+    if draw.fmt is not None and not draw.budget():
+        raise InputError(f"--format {draw.fmt}: give the budget each proposal's schedule is "
+                         "exported for (--num-tokens or --num-samples; the rounds' "
+                         "round.json has none)")
     ws = workdir_space(req.workdir, num_tokens=draw.num_tokens, num_samples=draw.num_samples,
                        tokenizer=req.tokenizer if draw.num_tokens else None,
                        exclude=None if record is None else np.asarray(record["exclude"],
