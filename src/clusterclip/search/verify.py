@@ -150,8 +150,8 @@ def verify_candidates(space: Any, chosen: Any, seeds: list[int]
 
     fixed = {c.origin: c for c in fixed_candidates(space)}
     if BASE not in fixed:
-        raise InputError(f"--verify: the natural mixture cannot be drawn at this budget within "
-                         f"its clip ({fixed_candidates.__name__}); give a smaller budget")
+        raise InputError("--verify: the natural mixture cannot be drawn at this budget "
+                         "within the default clip; give a smaller budget")
     arms = [(PRIMARY, chosen), (BASE, fixed[BASE])] + (
         [("prior", fixed["prior"])] if "prior" in fixed else [])
     cands, ids, out_seeds, names = [], [], [], []
