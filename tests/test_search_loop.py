@@ -329,3 +329,21 @@ def test_propose_says_why_it_wrote_fewer_candidates_than_asked(loop, tmp_path, c
     assert (record["runs_asked"], record["runs"]) == (24, got)
     assert got < 24  # 2,500 of the 4 x 640 documents clip 4 allows: some draws do not fit
     assert f"{got} of the 24 candidates asked" in out and "clip" in record["short"]
+
+
+def test_a_token_budget_export_gives_its_tokens(loop, tmp_path, capsys):
+    """With --num-tokens, a Parquet candidate's _export.json gives the tokens of its rows
+    as W counts them (the counts the budget was drawn with)."""
+    from clusterclip.stages.tokens import TokensOptions
+    from clusterclip.stages.tokens import run as count_tokens
+    from clusterclip.workdir import Workdir
+
+    rc, _, err = run_main(capsys, "search", "propose", "--workdir", loop["W"], "--runs", 3,
+                          "--num-tokens", 20_000, "--format", "parquet", "--out", tmp_path / "P")
+    assert rc == 0, err
+    tokens, _ = count_tokens(Workdir(loop["W"], create=False), TokensOptions(progress=False))
+    for row in rows_of(tmp_path / "P" / "ratios.csv")[1:]:
+        summary = json.loads((tmp_path / "P" / "runs" / row[0] / "_export.json").read_text())
+        schedule = np.load(tmp_path / "P" / "schedules" / f"{row[0]}.npy")
+        assert summary["tokens"]["unit"] == "tokens"
+        assert summary["tokens"]["total"] == int(np.asarray(tokens)[schedule].sum()) >= 20_000
