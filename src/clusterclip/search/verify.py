@@ -191,12 +191,12 @@ def run_verdict(ratios: str, metrics: str, objective: list[str], maximize: bool,
     result = {"format_version": VERDICT_FORMAT, "objective": label,
               "direction": "maximize" if maximize else "minimize", "base": BASE,
               "primary": PRIMARY, "chosen_run": origin.get(PRIMARY, PRIMARY),
-              "rule": f"paired by seed, paired-t {95}% interval, Holm-adjusted p < {ALPHA} "
-                      "over the arms compared with natural",
+              "rule": f"paired by seed, paired-t 95% interval, measurable when the "
+                      f"Holm-adjusted p over the arms compared with natural is < {ALPHA}",
               "arms": arms, "price": price}
     result["decision"] = decision(result, label, price)
-    lines = [result["decision"], "", f"Each arm against natural on {label}, paired by seed "
-             f"(arm minus natural; {result['rule']}):", ""]
+    lines = [result["decision"], "", f"Each arm against natural on {label}, arm minus "
+             f"natural ({result['rule']}):", ""]
     lines += [f"- {a}: {_words(r)}" for a, r in arms.items()]
     lines += ["", "| arm | seed | " + label + " |", "|---|---|---|"]
     lines += [f"| {a} | {s} | {v!r} |" for a in sorted(values) for s, v in

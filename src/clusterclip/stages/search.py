@@ -294,7 +294,8 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
     w = Workdir(req.workdir, create=False)
     with w.locked():
         w.upstream(["labels.npy", "centroids.npy"]
-                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else []))
+                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else [])
+                   + (["embeddings.npy"] if target else []))  # the overlap guard's
         histogram = exclude = overlap = extra = None
         if target is not None:
             rows = np.flatnonzero(target.usable)
