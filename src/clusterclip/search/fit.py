@@ -286,7 +286,9 @@ def _tokenizer(req: FitRequest) -> Any:
     from clusterclip.export import require
 
     require(req.fmt)
-    return _megatron.check_tokenizer_option(req.fmt, req.tokenizer)
+    # a tokenizer with another format counts the --num-tokens budget, nothing more
+    return _megatron.check_tokenizer_option(req.fmt, req.tokenizer if req.fmt == "megatron"
+                                            else None)
 
 
 def _row_candidates(space: SearchSpace, swarm: Swarm, files: bool) -> list[Candidate]:

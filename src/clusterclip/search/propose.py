@@ -320,7 +320,8 @@ def export_tokenizer(req: ProposeRequest) -> Any:
     require(fmt)
     if req.fmt is not None:
         require(req.fmt)
-    return _megatron.check_tokenizer_option(fmt, req.tokenizer)
+    # a tokenizer with another format counts the --num-tokens budget, nothing more
+    return _megatron.check_tokenizer_option(fmt, req.tokenizer if fmt == "megatron" else None)
 
 
 def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], Any],
@@ -390,7 +391,8 @@ def export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate],
                        seed=seed)
         schedule = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
         export_schedule(corpus, ws.labels, schedule, tmp / "runs" / rid, fmt=draw.fmt,
-                        source=str(path), tokenizer=tokenizer, doc_tokens=ws.doc_tokens,
+                        source=str(path), doc_tokens=ws.doc_tokens,
+                        tokenizer=tokenizer if draw.fmt == "megatron" else None,
                         token_method="the tokens per document that --num-tokens counts "
                                      "(W's token counts: the tokenizer given, else the "
                                      "estimate)")
