@@ -364,3 +364,55 @@ def test_a_token_budget_export_gives_its_tokens(loop, tmp_path, capsys, tokenize
         schedule = np.load(tmp_path / "P" / "schedules" / f"{row[0]}.npy")
         assert summary["tokens"]["unit"] == "tokens"
         assert summary["tokens"]["total"] == int(np.asarray(tokens)[schedule].sum()) >= 20_000
+
+
+# -- one search: the offline search's rounds are `search propose` / `search fit --propose` --
+
+
+def test_the_offline_rounds_are_what_propose_and_fit_write(loop, tmp_path, capsys):
+    """The offline search's round loop (:func:`clusterclip.search.core.run_search`) on the
+    work directory's space, with an objective known in place of training, against
+    ``search propose`` then ``search fit --propose`` on the same work directory, budget
+    and seed, the same objective in the metrics table: round 1 and round 2 are the same
+    runs (ids, per-cluster weights, clip, timing), in the same order, at K = 64 (the
+    super-cluster rule)."""
+    import math
+
+    from clusterclip.sampling.mixture import read_mixture
+    from clusterclip.search.core import SearchOptions, row_id, run_search
+    from clusterclip.stages.search import workdir_space
+
+    w = loop["W"]
+    ws = workdir_space(w, num_samples=BUDGET)
+    best = np.random.default_rng(3).dirichlet(np.ones(len(ws.names)))
+
+    def f(weights, clip, timing):
+        g = ws.space.group_sums(weights)
+        return float(np.sum((g - best) ** 2) + 0.01 * math.log2(clip)
+                     + 0.02 * (timing == "paced"))
+
+    res = run_search(ws.space, lambda cands, r: [{"objective": f(c.weights, c.clip, c.timing)}
+                                                 for c in cands],
+                     SearchOptions(runs=12, rounds=2, seed=5))
+    assert [r["proxies"] for r in res.rounds] == [8, 4]
+    rc, _, err = run_main(capsys, "search", "propose", "--workdir", w, "--runs", 8,
+                          "--num-samples", BUDGET, "--seed", 5, "--out", tmp_path / "P")
+    assert rc == 0, err
+    metrics = [["run", "loss"]]
+    for row in rows_of(tmp_path / "P" / "ratios.csv")[1:]:
+        m = read_mixture(tmp_path / "P" / "mixtures" / f"{row[0]}.json", ws.space.num_clusters)
+        metrics.append([row[0], repr(f(m.weights, m.clip, m.timing))])
+    write_rows(tmp_path / "M.csv", metrics)
+    rc, _, err = run_main(capsys, "search", "fit", "--ratios", tmp_path / "P" / "ratios.csv",
+                          "--metrics", tmp_path / "M.csv", "--objective", "loss", "--workdir",
+                          w, "--propose", 4, "--seed", 5, "--out", tmp_path / "F")
+    assert rc == 0, err
+    for folder, table, r in (("P", "ratios.csv", 0), ("F", "proposals.csv", 1)):
+        offline = [p.candidate for p in res.proxies if p.round == r]
+        rows = rows_of(tmp_path / folder / table)[1:]
+        assert [row[0] for row in rows] == [row_id(ws.space, c) for c in offline]
+        for row, c in zip(rows, offline, strict=True):
+            m = read_mixture(tmp_path / folder / "mixtures" / f"{row[0]}.json",
+                             ws.space.num_clusters)
+            assert (m.clip, m.timing) == (c.clip, c.timing)
+            np.testing.assert_allclose(m.weights, c.weights, rtol=0, atol=1e-12)

@@ -9,8 +9,8 @@ metric column or the mean of several; ``maximize`` for accuracies) and writes
 into one folder, atomically: ``fit.json`` (the runs used and skipped, the
 objective, the leave-one-out rank correlation, the predictor), and on request
 ``predictions.csv`` (a table of candidates ranked), ``proposals.csv`` (the next
-round, from the search's own proposal code :func:`clusterclip.search.core.propose`)
-and ``mixture.json`` (the run with the best predicted objective).
+round: the offline search's own :func:`clusterclip.search.core.next_round`) and
+``mixture.json`` (the run with the best predicted objective).
 
 Without a work directory the columns are whatever the user mixed (RegMix's 17 Pile
 domains); with one they are its clusters or super-clusters
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.search.core import Proxy, propose
+from clusterclip.search.core import Proxy, next_round, row_id
 from clusterclip.search.predictor import (
     LENGTH_SCALE_BOUNDS,
     MIN_FIT,
@@ -50,13 +50,10 @@ from clusterclip.search.swarm import (
     ratios_rows,
     read_objective,
     read_ratios,
-    run_id,
     write_csv,
 )
 
 FIT_FORMAT = 2
-#: Proposals drawn per proposal asked for (duplicates and repeats are dropped after).
-OVERDRAW = 4
 #: Runs the docs recommend for round 1 (docs/search-own-trainer.md: 48 proxies ranked
 #: unseen mixtures at Spearman 0.97); fewer: fit.json and the printout say so.
 RECOMMENDED_RUNS = 48
@@ -195,34 +192,6 @@ def _features(space: SearchSpace, cands: list[Candidate]) -> np.ndarray:
     return np.stack([space.features(c) for c in cands])
 
 
-def row_id(space: SearchSpace, c: Candidate, settings: bool) -> str:
-    """The run id of ``c`` as a row of a ratios table (its group weights, and its clip and
-    timing where the table has them): equal ids, equal rows."""
-    return run_id(space.group_sums(c.weights), c.clip if settings else None,
-                  c.timing if settings else None)
-
-
-def next_round(space: SearchSpace, proxies: list[Proxy], n: int, seed: int,
-               settings: bool, model: Predictor | None = None,
-               ids: tuple[str, ...] = ()) -> list[Candidate]:
-    """``n`` new mixtures from the search's proposal code, none a repeat (as a row of the
-    table) of a run, of a run id in ``ids`` or of another proposal; without ``settings``
-    (the table has no clip and timing) every proposal keeps the default clip and timing."""
-    pool = propose(space, proxies, n * OVERDRAW, 1, seed, model=model)
-    out: list[Candidate] = []
-    taken = set(ids) | {row_id(space, p.candidate, settings) for p in proxies}
-    for c in pool:
-        if not settings:
-            c = replace(c, clip=DEFAULT_CLIP, timing=DEFAULT_TIMING)
-        key = row_id(space, c, settings)
-        if key not in taken:
-            taken.add(key)
-            out.append(c)
-        if len(out) == n:
-            break
-    return out
-
-
 def _group_rows(space: SearchSpace, cands: list[Candidate]) -> np.ndarray:
     return np.stack([space.group_sums(c.weights) for c in cands])
 
@@ -263,8 +232,9 @@ def fit_swarm(req: FitRequest, workdir_space: Callable[..., Any] | None = None,
             proxies = [Proxy(i, 0, c, {"objective": float(v)})
                        for i, (c, v) in enumerate(zip(cands, y, strict=True))]
             settings = swarm.ratios.clip is not None and swarm.ratios.timing is not None
-            new = next_round(space, proxies, req.propose, req.seed, settings, model,
-                             swarm.ratios.ids)
+            # the round after those given: the offline search's round len(req.ratios)
+            new = next_round(space, proxies, req.propose, len(req.ratios), req.seed,
+                             settings=settings, model=model, ids=swarm.ratios.ids)
             new = [replace(c, origin=f"round {len(req.ratios) + 1}") for c in new]
             report["proposals"] = len(new)
             if ws is None:

@@ -104,7 +104,8 @@ def row_candidates(space: SearchSpace, ratios: Any, rows: list[int], folders: li
             continue
         m = read_mixture(f, space.num_clusters)
         w = np.asarray(m.weights, dtype=np.float64)
-        w = w / w.sum()
+        if abs(float(w.sum()) - 1.0) > ROW_TOLERANCE:  # a file the rounds wrote sums to 1:
+            w = w / w.sum()  # its weights are the run's, bit for bit (the offline search's)
         same = np.abs(space.group_sums(w) - ratios.weights[i]).max() <= ROW_TOLERANCE
         if ratios.clip is not None:
             same &= ratios.clip[i] == m.clip
