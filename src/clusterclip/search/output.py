@@ -25,7 +25,6 @@ from clusterclip.experiment.verdict import (
     best_arm,
     decision,
     describe_model,
-    paired_difference,
 )
 
 RESULTS_FORMAT = 1
@@ -44,7 +43,10 @@ def _proxy(p: Any, predicted: float | None, loo: float | None) -> dict[str, Any]
 
 def comparisons(test: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
     """``{"searched - random": {metric: {mean, low, high, detectable, measurable, call, n,
-    std}}, ...}`` for the arms that ran, paired by seed."""
+    std}}, ...}`` for the arms that ran, paired by seed: each comparison by the own-trainer
+    loop's verdict (:func:`clusterclip.search.verify.verdict_of`)."""
+    from clusterclip.search.verify import verdict_of
+
     out: dict[str, dict[str, Any]] = {}
     for a, b in COMPARISONS:
         if a not in test or b not in test:
@@ -52,7 +54,8 @@ def comparisons(test: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, 
         out[f"{a} - {b}"] = {}
         for m in METRIC_NAMES:
             if m in test[a]:
-                p = paired_difference(np.subtract(test[a][m], test[b][m]))
+                r = verdict_of({x: dict(enumerate(test[x][m])) for x in (a, b)}, base_arm=b)[a]
+                p = _paired(r)
                 out[f"{a} - {b}"][m] = {**p.to_dict(), "call": p.call(b)}
     return out
 

@@ -235,8 +235,12 @@ def test_arms(space: SearchSpace, chosen: ScheduleSpec) -> dict[str, ScheduleSpe
 
 
 def test_seeds(config: SearchConfig) -> list[int]:
-    """Fresh seeds for the verdict: none of them is the proxies' seed."""
-    return [config.seed + 1 + i for i in range(config.test_seeds)]
+    """Fresh seeds for the verdict: none of them is the proxies' seed (those the
+    own-trainer loop's verification round draws, :func:`clusterclip.search.verify.fresh_seeds`,
+    after the proxies' seed)."""
+    from clusterclip.search.verify import fresh_seeds
+
+    return fresh_seeds(config.test_seeds, config.seed)
 
 
 def run_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], seeds: list[int]

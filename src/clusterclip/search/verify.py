@@ -53,19 +53,19 @@ def _p_value(d: np.ndarray) -> float:
     return float(2 * stats.t.sf(abs(t), d.size - 1))
 
 
-def verdict_of(values: dict[str, dict[int, float]], maximize: bool = False
-               ) -> dict[str, dict[str, Any]]:
-    """Each arm of ``values`` (``{arm: {seed: objective}}``) against :data:`BASE`, paired by
-    seed: ``{arm: {seeds, differences, mean, n, std, low, high, p, p_holm, measurable,
-    better}}`` (differences arm minus natural; ``better``: lower, or higher with
-    ``maximize``, and measurable). The statistics are
-    :func:`clusterclip.experiment.verdict.paired_difference`'s; the Holm adjustment runs
-    over all the arms compared."""
+def verdict_of(values: dict[str, dict[int, float]], maximize: bool = False,
+               base_arm: str = BASE) -> dict[str, dict[str, Any]]:
+    """Each arm of ``values`` (``{arm: {seed: objective}}``) against ``base_arm`` (natural;
+    the offline search's random sampling), paired by seed: ``{arm: {seeds, differences,
+    mean, n, std, low, high, p, p_holm, measurable, better}}`` (differences arm minus the
+    base; ``better``: lower, or higher with ``maximize``, and measurable). The statistics
+    are :func:`clusterclip.experiment.verdict.paired_difference`'s; the Holm adjustment
+    runs over all the arms compared."""
     from clusterclip.experiment.verdict import paired_difference
 
-    base = values[BASE]
+    base = values[base_arm]
     out: dict[str, dict[str, Any]] = {}
-    for arm in sorted(a for a in values if a != BASE):
+    for arm in sorted(a for a in values if a != base_arm):
         seeds = sorted(set(values[arm]) & set(base))
         d = np.array([values[arm][s] - base[s] for s in seeds], dtype=np.float64)
         pd = paired_difference(d)
