@@ -234,10 +234,12 @@ def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
     cluster (the prior), and the offline search's overlap guard over all its documents
     (:mod:`clusterclip.search.overlap`: exact copies after whitespace normalisation, near
     copies by cosine at W's dedup threshold): the corpus copies of any target document,
-    int64, kept out of training, and ``target_overlap`` ``{exact, near, target_docs,
-    corpus_docs_excluded, threshold}``."""
+    int64, kept out of training, and ``target_overlap``: the offline search's record
+    (:func:`clusterclip.search.overlap.summary`: ``{exact, near, target_docs,
+    corpus_docs_excluded, threshold, val_copies_trained}``)."""
     from clusterclip.io import load_npy
     from clusterclip.search.overlap import find_overlap
+    from clusterclip.search.overlap import summary as overlap_summary
     from clusterclip.search.target import embed_texts, target_histogram
     from clusterclip.stages.dedup import workdir_threshold
     from clusterclip.stages.experiment import load_inputs
@@ -254,11 +256,9 @@ def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
     threshold = workdir_threshold(w)
     E = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
     ov = find_overlap(target.texts, texts, X, E, usable, threshold)
-    exclude = np.flatnonzero(ov.copies_of(usable, labels.size)).astype(np.int64)
-    return histogram, exclude, {"exact": int(ov.exact.sum()), "near": int(ov.near.sum()),
-                                "target_docs": ov.target_docs,
-                                "corpus_docs_excluded": int(exclude.size),
-                                "threshold": ov.threshold}
+    copies = ov.copies_of(usable, labels.size)  # all of them: no copy is ever trained on
+    return (histogram, np.flatnonzero(copies).astype(np.int64),
+            overlap_summary(ov, copies, val_kept=False))
 
 
 def _write_split(target: Target, val: np.ndarray, test: np.ndarray) -> Callable[[Any], None]:
