@@ -366,7 +366,8 @@ def test_the_offline_rounds_are_what_propose_and_fit_write(loop, tmp_path, capsy
     ``search propose`` then ``search fit --propose`` on the same work directory, budget
     and seed, the same objective in the metrics table: round 1 and round 2 are the same
     runs (ids, per-cluster weights, clip, timing), in the same order, at K = 64 (the
-    super-cluster rule)."""
+    super-cluster rule), and ``fit --choose`` on both rounds chooses the offline search's
+    run."""
     import math
 
     from clusterclip.sampling.mixture import read_mixture
@@ -407,6 +408,22 @@ def test_the_offline_rounds_are_what_propose_and_fit_write(loop, tmp_path, capsy
                              ws.space.num_clusters)
             assert (m.clip, m.timing) == (c.clip, c.timing)
             np.testing.assert_allclose(m.weights, c.weights, rtol=0, atol=1e-12)
+    # the two rounds fitted by `search fit --choose`: the offline search's choice
+    metrics = [["run", "loss"]]
+    for row in rows_of(tmp_path / "F" / "proposals.csv")[1:]:
+        m = read_mixture(tmp_path / "F" / "mixtures" / f"{row[0]}.json", ws.space.num_clusters)
+        metrics.append([row[0], repr(f(m.weights, m.clip, m.timing))])
+    write_rows(tmp_path / "M2.csv", metrics)
+    rc, _, err = run_main(capsys, "search", "fit", "--ratios", tmp_path / "P" / "ratios.csv",
+                          tmp_path / "F" / "proposals.csv", "--metrics", tmp_path / "M.csv",
+                          tmp_path / "M2.csv", "--objective", "loss", "--workdir", w,
+                          "--choose", "--out", tmp_path / "C")
+    assert rc == 0, err
+    chosen = json.loads((tmp_path / "C" / "mixture.json").read_text())
+    assert chosen["run"] == row_id(ws.space, res.proxies[res.chosen].candidate)
+    assert chosen["observed"] == res.proxies[res.chosen].objective
+    fit = json.loads((tmp_path / "C" / "fit.json").read_text())
+    assert fit["loo_spearman"] == pytest.approx(res.spearman, abs=1e-9)
 
 
 @given(st.lists(st.tuples(st.floats(2.0, 3.0), st.floats(2.0, 3.0), st.floats(2.0, 3.0)),

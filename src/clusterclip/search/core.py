@@ -223,14 +223,32 @@ def run_search(space: SearchSpace, evaluate: Evaluate, options: SearchOptions, *
     return on_main(lambda: _choose(space, proxies, summary))
 
 
+def fit_runs(space: SearchSpace, cands: list[Candidate], y: np.ndarray
+             ) -> tuple[Predictor | None, np.ndarray, float | None, np.ndarray]:
+    """The fit of both loops on finished runs (``cands``, their objective ``y``, lower is
+    better): ``(predictor, scores, spearman, loo)``: the predictor (None below its
+    minimum of runs), its value at each run (the observed one without a predictor), the
+    leave-one-out rank correlation and predictions
+    (:func:`~clusterclip.search.predictor.loo_rank_correlation`)."""
+    X = np.stack([space.features(c) for c in cands])
+    y = np.asarray(y, dtype=np.float64)
+    model = Predictor().fit(X, y) if len(cands) >= MIN_FIT else None
+    scores = y.copy() if model is None else model.predict(X)[0]
+    spearman, loo = loo_rank_correlation(X, y, model)
+    return model, scores, spearman, loo
+
+
+def choose(scores: np.ndarray, y: np.ndarray) -> int:
+    """The choice of both loops: the run with the best (lowest) predicted ``scores``, ties
+    broken by the observed ``y``, then by position."""
+    return int(np.lexsort((np.arange(len(y)), y, scores))[0])
+
+
 def _choose(space: SearchSpace, proxies: list[Proxy], summary: list[dict[str, Any]]
             ) -> SearchResult:
-    model = _fit(space, proxies)
-    scores = _scores(space, proxies, model)
-    chosen = int(np.lexsort((np.arange(len(proxies)), [p.objective for p in proxies],
-                             scores))[0])
-    X = np.stack([space.features(p.candidate) for p in proxies])
-    spearman, loo = loo_rank_correlation(X, np.array([p.objective for p in proxies]))
+    y = np.array([p.objective for p in proxies])
+    model, scores, spearman, loo = fit_runs(space, [p.candidate for p in proxies], y)
+    chosen = choose(scores, y)
     return SearchResult(
         proxies=proxies, chosen=chosen,
         predicted=[None if model is None else float(v) for v in scores],

@@ -30,12 +30,11 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.search.core import Proxy, next_round, row_id
+from clusterclip.search.core import Proxy, choose, fit_runs, next_round, row_id
 from clusterclip.search.predictor import (
     LENGTH_SCALE_BOUNDS,
     MIN_FIT,
     Predictor,
-    loo_rank_correlation,
 )
 from clusterclip.search.space import (
     DEFAULT_CLIP,
@@ -217,11 +216,10 @@ def fit_swarm(req: FitRequest, workdir_space: Callable[..., Any] | None = None,
         predict = check_same_columns(swarm.ratios, predict, "--predict")
     sign = -1.0 if req.maximize else 1.0
     cands = _row_candidates(space, swarm, ws is not None)
-    X = _features(space, cands)
     y = sign * swarm.y
-    model = Predictor().fit(X, y)
-    rho, _ = loo_rank_correlation(X, y, model)
-    fitted = sign * model.predict(X)[0]
+    model, scores, rho, _ = fit_runs(space, cands, y)  # the offline search's fit
+    assert model is not None  # load_swarm: at least the predictor's minimum of runs
+    fitted = sign * scores
     report = _report(req, swarm, columns, model, rho)
     if ws is not None and ws.overlap is not None:
         report["target_overlap"] = ws.overlap  # the rounds' guard, kept for the next
@@ -429,8 +427,7 @@ def _write_choice(tmp: Path, req: FitRequest, swarm: Swarm, cands: list[Candidat
     from clusterclip.sampling.mixture import Mixture, write_mixture
 
     sign = -1.0 if req.maximize else 1.0
-    order = np.lexsort((np.arange(len(cands)), sign * swarm.y, sign * fitted))
-    best = int(order[0])
+    best = choose(sign * fitted, sign * swarm.y)  # the offline search's choice
     c = cands[best]
     label = " + ".join(req.objective) if len(req.objective) > 1 else req.objective[0]
     chosen = {"run": c.origin, "observed": float(swarm.y[best]),
