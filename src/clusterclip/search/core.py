@@ -12,7 +12,7 @@ training (:mod:`clusterclip.search.proxies`) or, in tests, a known function.
 Every round after the first is :func:`next_round`, the one proposal step of both loops:
 the offline search calls it on its proxies, ``search fit --propose`` on the user's
 runs (:mod:`clusterclip.search.fit`), so for the same runs, objectives and seed both
-propose the same mixtures.
+propose the same mixtures; both fit and choose with :func:`fit_runs` and :func:`choose`.
 """
 
 from __future__ import annotations
