@@ -390,30 +390,29 @@ def test_the_offline_rounds_are_what_propose_and_fit_write(loop, tmp_path, capsy
     rc, _, err = run_main(capsys, "search", "propose", "--workdir", w, "--runs", 8,
                           "--num-samples", BUDGET, "--seed", 5, "--out", tmp_path / "P")
     assert rc == 0, err
-    metrics = [["run", "loss"]]
-    for row in rows_of(tmp_path / "P" / "ratios.csv")[1:]:
-        m = read_mixture(tmp_path / "P" / "mixtures" / f"{row[0]}.json", ws.space.num_clusters)
-        metrics.append([row[0], repr(f(m.weights, m.clip, m.timing))])
-    write_rows(tmp_path / "M.csv", metrics)
+
+    def trained(folder, table, out):
+        """The runs of ``folder/table`` with their mixture files, measured by ``f`` into
+        the metrics table ``out``."""
+        runs = [(row[0], read_mixture(tmp_path / folder / "mixtures" / f"{row[0]}.json",
+                                      ws.space.num_clusters))
+                for row in rows_of(tmp_path / folder / table)[1:]]
+        write_rows(tmp_path / out, [["run", "loss"]] + [
+            [rid, repr(f(m.weights, m.clip, m.timing))] for rid, m in runs])
+        return runs
+
+    round1 = trained("P", "ratios.csv", "M.csv")
     rc, _, err = run_main(capsys, "search", "fit", "--ratios", tmp_path / "P" / "ratios.csv",
                           "--metrics", tmp_path / "M.csv", "--objective", "loss", "--workdir",
                           w, "--propose", 4, "--seed", 5, "--out", tmp_path / "F")
     assert rc == 0, err
-    for folder, table, r in (("P", "ratios.csv", 0), ("F", "proposals.csv", 1)):
+    for runs, r in ((round1, 0), (trained("F", "proposals.csv", "M2.csv"), 1)):
         offline = [p.candidate for p in res.proxies if p.round == r]
-        rows = rows_of(tmp_path / folder / table)[1:]
-        assert [row[0] for row in rows] == [row_id(ws.space, c) for c in offline]
-        for row, c in zip(rows, offline, strict=True):
-            m = read_mixture(tmp_path / folder / "mixtures" / f"{row[0]}.json",
-                             ws.space.num_clusters)
+        assert [rid for rid, _ in runs] == [row_id(ws.space, c) for c in offline]
+        for (_, m), c in zip(runs, offline, strict=True):
             assert (m.clip, m.timing) == (c.clip, c.timing)
             np.testing.assert_allclose(m.weights, c.weights, rtol=0, atol=1e-12)
     # the two rounds fitted by `search fit --choose`: the offline search's choice
-    metrics = [["run", "loss"]]
-    for row in rows_of(tmp_path / "F" / "proposals.csv")[1:]:
-        m = read_mixture(tmp_path / "F" / "mixtures" / f"{row[0]}.json", ws.space.num_clusters)
-        metrics.append([row[0], repr(f(m.weights, m.clip, m.timing))])
-    write_rows(tmp_path / "M2.csv", metrics)
     rc, _, err = run_main(capsys, "search", "fit", "--ratios", tmp_path / "P" / "ratios.csv",
                           tmp_path / "F" / "proposals.csv", "--metrics", tmp_path / "M.csv",
                           tmp_path / "M2.csv", "--objective", "loss", "--workdir", w,
