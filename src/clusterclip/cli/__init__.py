@@ -139,21 +139,24 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     from clusterclip.cli._paths import guard, written
 
+    # a subcommand's errors name it (``clusterclip search propose: error: ...``)
+    name = " ".join([args.command] + ([args.search_command] if getattr(
+        args, "search_command", None) else []))
     try:
         with guard(args._parser, args):
             return int(args._module.run(args) or 0)
     except InputError as e:
         message = flag_message(e, _flags(parser, args.command))
-        print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)
+        print(f"clusterclip {name}: error: {message}", file=sys.stderr)
         return 2
     except OSError as e:
         message = os_error_message(e, written(args._parser, args))
         if message is None:
             raise
-        print(f"clusterclip {args.command}: error: {message}", file=sys.stderr)
+        print(f"clusterclip {name}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"clusterclip {args.command}: interrupted", file=sys.stderr)
+        print(f"clusterclip {name}: interrupted", file=sys.stderr)
         return 130
 
 

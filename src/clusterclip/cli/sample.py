@@ -219,9 +219,15 @@ def _run(args: argparse.Namespace, tokens: Any = None,
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
     if args.mixture is not None:
-        from clusterclip.sampling.mixture import mixture_record, read_mixture
+        from clusterclip.sampling.mixture import (
+            excluding,
+            mixture_record,
+            read_exclusions,
+            read_mixture,
+        )
 
         mixture = read_mixture(args.mixture, int(labels.max()) + 1).sampler_options()
+        labels = excluding(labels, read_exclusions(args.mixture, labels.size))
         weights = mixture.pop("cluster_weights", None)
     clip, why = args.clip, None
     if clip is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import types
+from typing import Any
 
 from clusterclip.cli._options import (
     COUNT,
@@ -101,7 +102,19 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
              help="JSONL/Parquet documents of what the model must be good at: the prior "
                   "(their share per cluster) joins the candidates")
     p.add_argument("--text-field", default="text", help="field of the target's text")
-    p.add_argument("--runs", type=COUNT, required=True, help="candidates (proxy runs) to propose")
+    p.add_argument("--split-target", action="store_true",
+                   help="split the --target in halves by --seed: OUT/target_val.jsonl (the "
+                        "prior is drawn from it; fit on its loss) and OUT/target_test.jsonl "
+                        "(keep it for the verdict); every half's corpus copies are kept out")
+    p.add_argument("--runs", type=COUNT, default=None,
+                   help="candidates (proxy runs) to propose (required without --verify)")
+    add_path(p, "--verify", role="input", default=None, metavar="FIT_DIR",
+             help="the verification round instead: the chosen mixture of FIT_DIR (the --out "
+                  "of `search fit --choose`), natural and, with --target, the prior, each "
+                  "drawn with --seeds fresh seeds; ratios.csv gains `arm` and `seed`; then "
+                  "`search fit --verdict`")
+    p.add_argument("--seeds", type=COUNT, default=3,
+                   help="with --verify: fresh seeds per arm (default: 3; at least 2)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: ratios.csv, mixtures/<run>.json, with --format runs/<run>/ "
                   "(created, or replaced when written by an earlier `search propose`)")
@@ -125,12 +138,14 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _fit_arguments(p: argparse.ArgumentParser) -> None:
-    add_path(p, "--ratios", role="input", required=True, metavar="R.csv",
-             help="the runs' mixtures: first column the run id (RegMix `index`, Olmix "
-                  "`run`/`run_id` + `name`, `index`), then one weight column per domain "
-                  "(optional `clip`, `timing`)")
-    add_path(p, "--metrics", role="input", required=True, metavar="M.csv",
-             help="the runs' metrics, same first column(s) as R.csv")
+    add_path(p, "--ratios", role="input", required=True, metavar="R.csv", nargs="+",
+             help="the runs' mixtures, one table per round in order (propose's ratios.csv, "
+                  "then each fit's proposals.csv): first column the run id (RegMix `index`, "
+                  "Olmix `run`/`run_id` + `name`, `index`), then one weight column per "
+                  "domain (optional `clip`, `timing`; `origin`, `arm`, `seed` are not "
+                  "weights)")
+    add_path(p, "--metrics", role="input", required=True, metavar="M.csv", nargs="+",
+             help="the runs' metrics, one table per --ratios table, same first column(s)")
     p.add_argument("--objective", nargs="+", required=True, metavar="COLUMN",
                    help="metric column(s) of M.csv to optimise (several: their mean)")
     p.add_argument("--maximize", action="store_true",
@@ -141,10 +156,24 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--predict", role="input", default=None, metavar="C.csv",
              help="candidates in R.csv's layout: OUT/predictions.csv ranks them")
     p.add_argument("--propose", type=COUNT_OR_ZERO, default=0, metavar="N",
-                   help="N new mixtures for the next round: OUT/proposals.csv (default: 0)")
+                   help="N new mixtures for the next round: OUT/proposals.csv, and with "
+                        "--workdir OUT/mixtures/<run>.json and OUT/round.json (default: 0)")
+    p.add_argument("--verdict", action="store_true",
+                   help="the verdict of a verification round (`search propose --verify`): "
+                        "each arm against natural paired by seed, Holm-corrected; writes "
+                        "OUT/verdict.json and OUT/verdict.md (first line: the decision)")
     p.add_argument("--choose", action="store_true",
                    help="OUT/mixture.json: the run with the best predicted objective")
-    _budget(p, "with --workdir: proposals respect the clip's capacity")
+    _budget(p, "with --workdir: proposals respect the clip's capacity; default: the "
+               "rounds' own, from round.json")
+    from clusterclip.export import FORMATS
+
+    p.add_argument("--format", dest="fmt", choices=FORMATS, default=None,
+                   help="with --workdir and --propose: export each proposal's schedule into "
+                        "OUT/runs/<run>/ as `search propose --format` does")
+    add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
+             help="local Hugging Face tokenizer folder (--format megatron; exact token "
+                  "counts for --num-tokens)")
     p.add_argument("--seed", type=SEED, default=0, help="the proposals' draws (default: 0)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: fit.json, and predictions.csv, proposals.csv, mixture.json "
@@ -152,15 +181,36 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_propose(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
     from clusterclip.search.propose import ProposeRequest
     from clusterclip.stages.search import propose
 
-    req = ProposeRequest(workdir=args.workdir, runs=args.runs, out=args.out,
+    if args.runs is None and args.verify is None:
+        raise InputError("--runs: required (the candidates to propose), or give --verify "
+                         "FIT_DIR")
+    if args.runs is not None and args.verify is not None:
+        raise InputError("--runs does not apply with --verify (its runs are its arms x "
+                         "--seeds)")
+    req = ProposeRequest(workdir=args.workdir, runs=args.runs or 0, out=args.out,
                          targets=tuple(args.target or ()), text_field=args.text_field,
                          num_tokens=args.num_tokens, num_samples=args.num_samples,
                          fmt=args.fmt, seed=args.seed, tokenizer=args.tokenizer,
-                         device=args.device, blend=args.blend == "megatron")
+                         device=args.device, blend=args.blend == "megatron",
+                         split_target=args.split_target, verify=args.verify,
+                         seeds=args.seeds)
     s = propose(req)
+    if s["target_overlap"] is not None:
+        print(overlap_line(s["target_overlap"]))
+    if req.verify is not None:
+        print(f"verification round: arms {', '.join(s['arms'])} x seeds "
+              f"{', '.join(map(str, s['seeds']))} ({s['runs']} runs): {args.out}/ratios.csv, "
+              f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else ""))
+        print(f"next: train one run per row, write metrics.csv (first column `run`), then "
+              f"`clusterclip search fit --verdict --ratios {args.out}/ratios.csv --metrics "
+              f"metrics.csv --objective COLUMN --out VERDICT`")
+        return 0
+    if s["short"]:
+        print(s["short"])
     what = f"{s['groups']} {s['kind']}s"
     print(f"proposed {s['runs']} mixtures over {what}: {args.out}/ratios.csv, "
           f"mixtures/<run>.json" + (f", runs/<run>/ ({args.fmt})" if args.fmt else "")
@@ -171,24 +221,64 @@ def run_propose(args: argparse.Namespace) -> int:
     return 0
 
 
+def overlap_line(o: dict[str, Any]) -> str:
+    """The target's overlap with the corpus, in one line."""
+    return (f"target overlap: {o['exact']} exact and {o['near']} near copies (cosine >= "
+            f"{o['threshold']:g}) of the target's {o['target_docs']} documents in the "
+            f"corpus; their {o['corpus_docs_excluded']} corpus copies are kept out of every "
+            "candidate")
+
+
+def _run_verdict(args: argparse.Namespace) -> int:
+    from clusterclip.errors import InputError
+    from clusterclip.search.verify import run_verdict
+
+    if len(args.ratios) != 1 or len(args.metrics) != 1:
+        raise InputError("--verdict: give one --ratios (the verification round's ratios.csv) "
+                         "and one --metrics table")
+    other = [f for f, v in (("--workdir", args.workdir), ("--predict", args.predict),
+                            ("--propose", args.propose), ("--choose", args.choose),
+                            ("--format", args.fmt)) if v]
+    if other:
+        raise InputError(f"{other[0]} does not apply with --verdict")
+    r = run_verdict(args.ratios[0], args.metrics[0], list(args.objective), args.maximize,
+                    args.out)
+    print(r["decision"])
+    print(f"wrote verdict.json, verdict.md in {args.out}")
+    return 0
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from clusterclip.search.fit import FitRequest, fit_swarm
-    from clusterclip.stages.search import workdir_space
+    from clusterclip.stages.search import load_corpus, workdir_space
 
-    req = FitRequest(ratios=args.ratios, metrics=args.metrics,
+    if args.verdict:
+        return _run_verdict(args)
+
+    req = FitRequest(ratios=tuple(args.ratios), metrics=tuple(args.metrics),
                      objective=tuple(args.objective), out=args.out, maximize=args.maximize,
                      workdir=args.workdir, predict=args.predict, propose=args.propose,
                      choose=args.choose, seed=args.seed, num_tokens=args.num_tokens,
-                     num_samples=args.num_samples)
-    r = fit_swarm(req, workdir_space)
+                     num_samples=args.num_samples, fmt=args.fmt, tokenizer=args.tokenizer)
+    r = fit_swarm(req, workdir_space, load_corpus)
     rho = r["loo_spearman"]
     skipped = r["skipped"]["without_objective"]
+    b = r["bearing"]
     print(f"fitted on {r['runs']} runs" + (f" ({skipped} without the objective skipped)"
                                            if skipped else "")
           + "; leave-one-out rank correlation "
-          + ("n/a" if rho is None else f"{rho:.3f}"))
+          + ("n/a" if rho is None else f"{rho:.3f}")
+          + f"; noise share {b['noise_share']:.2f}; {b['length_scales_at_bound']} of "
+            f"{b['length_scales']} length scales at a bound")
+    if b["caution"]:
+        print(f"caution: {b['caution']}")
+    if r.get("target_overlap") and args.propose:
+        print(overlap_line(r["target_overlap"]))
     made = ["fit.json"] + (["predictions.csv"] if args.predict else []) \
-        + ([f"proposals.csv ({r.get('proposals', 0)} mixtures)"] if args.propose else []) \
+        + ([f"proposals.csv ({r.get('proposals', 0)} mixtures)"
+            + (", mixtures/<run>.json, round.json" if args.workdir else "")
+            + (f", schedules/ and runs/<run>/ ({args.fmt})" if args.fmt else "")]
+           if args.propose else []) \
         + ([f"mixture.json (run {r['chosen']['run']})"] if args.choose else [])
     print(f"wrote {', '.join(made)} in {args.out}")
     return 0

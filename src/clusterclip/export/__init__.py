@@ -251,8 +251,11 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                     row_group: int = 1 << 14, block: int = 1 << 14, overwrite: bool = False,
                     source: str = "schedule", tokenizer: Any = None,
                     schedule_file: str | os.PathLike[str] | None = None,
-                    workers: int | None = None) -> dict[str, Any]:
-    """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``.
+                    workers: int | None = None,
+                    doc_tokens: np.ndarray | None = None,
+                    token_method: str = "") -> dict[str, Any]:
+    """Write this rank's share of ``schedule`` as ``fmt`` into the folder ``out``
+    (``doc_tokens``, ``token_method``: the size under ``tokens``, see :func:`_counting`).
 
     ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
     (a memory map is read in blocks). Refuses (InputError, before any work) an
@@ -287,6 +290,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
             _seekable(corpus, tmp / ".plain", blocks=blocks) as source_corpus:
         batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block)
+        if fmt != "megatron":
+            batches, size = _counting(batches, doc_tokens, token_method)
         if fmt == "megatron":
             summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
                        "rank": rank, "world_size": world_size, "first_position": first,
@@ -320,10 +325,34 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                    "text_field": corpus.text_field,
                    "field_types": rename_reserved(field_types(corpus.files,
                                                               skip=[corpus.text_field])),
+                   "tokens": dict(size),
                    "verified": {"every_position_once_in_order": True, "rows_hash": digest},
                    **origin}
         write_json(tmp / SUMMARY, summary)
     return summary
+
+
+def _counting(batches: Iterator[dict[str, list[Any]]], doc_tokens: np.ndarray | None,
+              method: str) -> tuple[Iterator[dict[str, list[Any]]], dict[str, Any]]:
+    """``batches`` passed through, and the dict their size is summed into as they pass:
+    ``{"total", "unit", "method"}``, what a row format's (parquet, hf, mds) summary gives
+    under ``tokens`` so a trainer's ``--train-iters`` can be sized from it: with
+    ``doc_tokens`` (int[N] tokens per document, counted by ``method``) their tokens, else
+    the UTF-8 bytes of their texts (what a byte-level trainer reads)."""
+    size: dict[str, Any] = {"total": 0, "unit": "tokens" if doc_tokens is not None else
+                            "utf-8 bytes",
+                            "method": method if doc_tokens is not None else
+                            "the UTF-8 bytes of the texts (no tokenizer given)"}
+
+    def gen() -> Iterator[dict[str, list[Any]]]:
+        for b in batches:
+            if doc_tokens is not None:
+                size["total"] += int(np.asarray(doc_tokens)[np.asarray(b["doc_index"])].sum())
+            else:
+                size["total"] += sum(len(t.encode("utf-8", errors="surrogatepass"))
+                                     for t in b["text"])
+            yield b
+    return gen(), size
 
 
 def space_needed(corpus: Any, schedule: np.ndarray, fmt: str, rank: int, world_size: int,

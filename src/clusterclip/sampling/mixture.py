@@ -27,6 +27,12 @@ of a schedule of T positions (``until`` in (0, 1], strictly increasing, the last
 document is drawn more than R times over all stages together: a stage's clusters
 have what earlier stages left of their R passes. A version-1 file is one stage, and
 a one-stage version-2 file is the same mixture as the version-1 file of its weights.
+
+Either version may carry ``exclude``: the corpus document indices kept out of the
+schedule (``search propose --target`` writes the corpus copies of the target's
+documents there), read with
+[`read_exclusions`][clusterclip.sampling.mixture.read_exclusions]; ``sample
+--mixture`` labels them -1 before drawing, as the candidate's own schedule was drawn.
 Read a file with [`read_mixture`][clusterclip.sampling.mixture.read_mixture], write
 one with [`write_mixture`][clusterclip.sampling.mixture.write_mixture].
 """
@@ -401,3 +407,54 @@ def resolve_strategy(strategy: str | None, clip: int | None, mixture: Mixture | 
                          "mixture; choose paced or clusterclip (the mixture's timing is "
                          f"{mixture.timing})")
     return strategy, mixture.clip if clip is None else clip
+
+
+def read_exclusions(path: str | os.PathLike[str], num_docs: int) -> np.ndarray:
+    """The corpus documents a mixture file keeps out of its schedules (its ``exclude``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A mixture file.
+    num_docs : int
+        The documents the labels have: every index must be below it.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 document indices, sorted and unique; empty when the file has none.
+
+    Raises
+    ------
+    InputError
+        Naming the file: ``exclude`` not a list of integers in ``[0, num_docs)``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from clusterclip.sampling import Mixture, write_mixture
+    >>> from clusterclip.sampling.mixture import read_exclusions
+    >>> path = os.path.join(tempfile.mkdtemp(), "mixture.json")
+    >>> write_mixture(path, Mixture((1.0, 2.0), 4, "paced", ""), exclude=[5, 2])
+    >>> read_exclusions(path, num_docs=10).tolist()
+    [2, 5]
+    """
+    try:
+        data = read_json(path, "a mixture file")
+    except FileNotFoundError:
+        raise InputError(f"{path}: cannot read the mixture (no such file)") from None
+    ids = data.get("exclude", []) if isinstance(data, dict) else []
+    if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_docs for i in ids):
+        raise InputError(f"{path}: exclude must be a list of document indices in "
+                         f"[0, {num_docs}) (the labels have {num_docs} documents)")
+    return np.unique(np.asarray(ids, dtype=np.int64))
+
+
+def excluding(labels: np.ndarray, exclude: np.ndarray) -> np.ndarray:
+    """``labels`` with the documents ``exclude`` labelled -1 (a copy when any is)."""
+    if exclude.size == 0:
+        return labels
+    out = np.array(labels, copy=True)
+    out[exclude] = -1
+    return out

@@ -8,6 +8,11 @@ the pool's predicted best. The chosen mixture is the finished proxy with the
 lowest *predicted* objective (the regression pools many noisy proxies; one
 proxy's own value carries its seed's luck). ``evaluate`` is injected: real
 training (:mod:`clusterclip.search.proxies`) or, in tests, a known function.
+
+Every round after the first is :func:`next_round`, the one proposal step of both loops:
+the offline search calls it on its proxies, ``search fit --propose`` on the user's
+runs (:mod:`clusterclip.search.fit`), so for the same runs, objectives and seed both
+propose the same mixtures; both fit and choose with :func:`fit_runs` and :func:`choose`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ POOL = 2000
 CENTERS = 3
 #: Dirichlet concentration per group in round r (0-based): GROUP_CONCENTRATION * 4 ** r.
 GROUP_CONCENTRATION = 1.0
+#: Proposals drawn per proposal asked for (repeats of a run are dropped after).
+OVERDRAW = 4
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,43 @@ def propose(space: SearchSpace, done: list[Proxy], n: int, round_index: int, see
     return _distinct(cands, [p.candidate for p in done], n)
 
 
+def row_id(space: SearchSpace, c: Candidate, settings: bool = True) -> str:
+    """The run id of ``c`` as a row of a ratios table (its group weights, and its clip and
+    timing where the table has them, ``settings``): equal ids, equal rows."""
+    from clusterclip.search.swarm import run_id
+
+    return run_id(space.group_sums(c.weights), c.clip if settings else None,
+                  c.timing if settings else None)
+
+
+def next_round(space: SearchSpace, done: list[Proxy], n: int, round_index: int, seed: int,
+               *, settings: bool = True, model: Predictor | None = None,
+               ids: tuple[str, ...] = (), pool: int = POOL) -> list[Candidate]:
+    """Round ``round_index`` (0-based, >= 1): ``n`` new mixtures from :func:`propose` on the
+    runs ``done``, none a repeat (as a row of a ratios table, :func:`row_id`) of a run, of
+    a run id in ``ids`` or of another proposal. ``model``: the predictor fitted on
+    ``done`` (default: fitted here, on ``done`` in the order of their row ids, so the
+    proposals do not depend on the runs' order); without ``settings`` (a table with no
+    clip and timing) every proposal keeps the default clip and timing."""
+    from clusterclip.search.space import DEFAULT_CLIP, DEFAULT_TIMING
+
+    if model is None:
+        model = _fit(space, sorted(done, key=lambda p: row_id(space, p.candidate, settings)))
+    cands = propose(space, done, n * OVERDRAW, round_index, seed, pool, model=model)
+    out: list[Candidate] = []
+    taken = set(ids) | {row_id(space, p.candidate, settings) for p in done}
+    for c in cands:
+        if not settings:
+            c = replace(c, clip=DEFAULT_CLIP, timing=DEFAULT_TIMING)
+        key = row_id(space, c, settings)
+        if key not in taken:
+            taken.add(key)
+            out.append(c)
+        if len(out) == n:
+            break
+    return out
+
+
 def run_search(space: SearchSpace, evaluate: Evaluate, options: SearchOptions, *,
                on_main: Callable[[Callable[[], T]], T] = lambda f: f(),
                log: Callable[[str], None] = lambda msg: None) -> SearchResult:
@@ -163,8 +207,8 @@ def run_search(space: SearchSpace, evaluate: Evaluate, options: SearchOptions, *
         if r == 0:
             cands = on_main(lambda n=n: first_round(space, n, options.seed))
         else:
-            cands = on_main(lambda n=n, r=r: propose(space, proxies, n, r, options.seed,
-                                                     options.pool))
+            cands = on_main(lambda n=n, r=r: next_round(space, proxies, n, r, options.seed,
+                                                        pool=options.pool))
         if not cands:
             log(f"search: round {r + 1}: no new candidate left to try")
             break
@@ -179,14 +223,32 @@ def run_search(space: SearchSpace, evaluate: Evaluate, options: SearchOptions, *
     return on_main(lambda: _choose(space, proxies, summary))
 
 
+def fit_runs(space: SearchSpace, cands: list[Candidate], y: np.ndarray
+             ) -> tuple[Predictor | None, np.ndarray, float | None, np.ndarray]:
+    """The fit of both loops on finished runs (``cands``, their objective ``y``, lower is
+    better): ``(predictor, scores, spearman, loo)``: the predictor (None below its
+    minimum of runs), its value at each run (the observed one without a predictor), the
+    leave-one-out rank correlation and predictions
+    (:func:`~clusterclip.search.predictor.loo_rank_correlation`)."""
+    X = np.stack([space.features(c) for c in cands])
+    y = np.asarray(y, dtype=np.float64)
+    model = Predictor().fit(X, y) if len(cands) >= MIN_FIT else None
+    scores = y.copy() if model is None else model.predict(X)[0]
+    spearman, loo = loo_rank_correlation(X, y, model)
+    return model, scores, spearman, loo
+
+
+def choose(scores: np.ndarray, y: np.ndarray) -> int:
+    """The choice of both loops: the run with the best (lowest) predicted ``scores``, ties
+    broken by the observed ``y``, then by position."""
+    return int(np.lexsort((np.arange(len(y)), y, scores))[0])
+
+
 def _choose(space: SearchSpace, proxies: list[Proxy], summary: list[dict[str, Any]]
             ) -> SearchResult:
-    model = _fit(space, proxies)
-    scores = _scores(space, proxies, model)
-    chosen = int(np.lexsort((np.arange(len(proxies)), [p.objective for p in proxies],
-                             scores))[0])
-    X = np.stack([space.features(p.candidate) for p in proxies])
-    spearman, loo = loo_rank_correlation(X, np.array([p.objective for p in proxies]))
+    y = np.array([p.objective for p in proxies])
+    model, scores, spearman, loo = fit_runs(space, [p.candidate for p in proxies], y)
+    chosen = choose(scores, y)
     return SearchResult(
         proxies=proxies, chosen=chosen,
         predicted=[None if model is None else float(v) for v in scores],

@@ -29,6 +29,8 @@ import numpy as np
 #: Below this many finished proxies no predictor is fitted (the search then keeps the
 #: best observed one).
 MIN_FIT = 4
+#: The bounds of each length scale of the kernel (of the standardised features).
+LENGTH_SCALE_BOUNDS = (1e-2, 1e2)
 #: Above this many proxies the kernel's hyperparameters are fitted on this many of them.
 HYPER_ROWS = 128
 
@@ -64,8 +66,8 @@ class Predictor:
             # one length scale per feature (ARD): the clip and the timing can matter much
             # more, or less, than a group's weight
             kernel = (ConstantKernel(1.0, (1e-2, 1e2))
-                      * Matern(length_scale=np.ones(X.shape[1]), length_scale_bounds=(1e-2, 1e2),
-                               nu=2.5)
+                      * Matern(length_scale=np.ones(X.shape[1]),
+                               length_scale_bounds=LENGTH_SCALE_BOUNDS, nu=2.5)
                       + WhiteKernel(noise_level=0.1, noise_level_bounds=(1e-4, 1e1)))
         self._gp = GaussianProcessRegressor(kernel=kernel, normalize_y=False,
                                             optimizer=None if fixed else "fmin_l_bfgs_b",

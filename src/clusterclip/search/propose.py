@@ -10,12 +10,17 @@ folder, atomically:
 - ``ratios.csv``: the swarm layout (:mod:`~clusterclip.search.swarm`): ``run``
   (a stable id from the mixture's content), one column per group
   (``cluster_K`` up to :data:`~clusterclip.search.space.MAX_DIRECT_CLUSTERS`
-  clusters, else ``super_cluster_G``), ``clip`` and ``timing``;
+  clusters, else ``super_cluster_G``), ``clip``, ``timing`` and ``origin``;
 - ``mixtures/<run>.json``: each candidate as a mixture file (per cluster) that
-  ``sample``, ``run``, ``export`` and ``experiment`` read;
+  ``sample``, ``run``, ``export`` and ``experiment`` read, with the budget and seed its
+  schedule is drawn with and the documents it keeps out (``exclude``);
+- ``round.json``: the round's record (:func:`write_round`), which ``search fit`` reads
+  to draw the next round alike (:mod:`clusterclip.search.rounds`);
 - with a format and a budget, ``runs/<run>/``: each candidate's exact schedule
   exported as ``export --format`` writes it (read back and verified).
 
+With a target, the offline search's overlap guard keeps every corpus copy of a target
+document out of every candidate (:func:`clusterclip.stages.search.target_guard`).
 With a budget (``--num-tokens`` or ``--num-samples``) every candidate respects the
 clip: no cluster is asked for more than R times its tokens (or documents)
 (:class:`CappedSpace`), so the mixture trained is the mixture proposed.
@@ -24,7 +29,7 @@ clip: no cluster is asked for more than R times its tokens (or documents)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +127,10 @@ class ClusterSpace:
     unit: str | None     # "tokens", "documents" or None without a budget
     labels: np.ndarray
     doc_tokens: np.ndarray | None
+    #: int64 corpus documents kept out (labelled -1 in ``labels``): copies of the target
+    exclude: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: the target's overlap with the corpus (``target_overlap`` of the round's record)
+    overlap: dict[str, Any] | None = None
 
 
 def _budget_units(labels: np.ndarray, num_tokens: int | None, num_samples: int | None,
@@ -142,48 +151,105 @@ def _budget_units(labels: np.ndarray, num_tokens: int | None, num_samples: int |
 
 def cluster_space(labels: np.ndarray, centroids: np.ndarray, metric: str = "cosine", *,
                   num_tokens: int | None = None, num_samples: int | None = None,
-                  tokens: np.ndarray | None = None, histogram: np.ndarray | None = None
+                  tokens: np.ndarray | None = None, histogram: np.ndarray | None = None,
+                  exclude: np.ndarray | None = None, overlap: dict[str, Any] | None = None
                   ) -> ClusterSpace:
     """The search space of a work directory's clusters (``labels`` int[N], at least one
     >= 0; ``centroids`` and the clustering's ``metric``): their shares of the documents
     (natural), the prior of ``histogram`` (a target's documents per cluster), its clusters
     or super-clusters, and with a budget each cluster's capacity (``num_tokens`` needs
-    ``tokens``, int[N] per document)."""
+    ``tokens``, int[N] per document). ``exclude``: documents kept out (the target's copies,
+    ``overlap`` their count), labelled -1 after the groups are drawn (so every round of a
+    work directory names the same groups)."""
+    from clusterclip.sampling.mixture import excluding
     from clusterclip.search.space import natural_and_prior
 
     k = int(labels.max()) + 1
+    _, natural0, _ = natural_and_prior(labels, k, None)
+    groups = super_clusters(np.asarray(centroids)[:k], natural0, metric, GROUP_SEED)
+    exclude = np.zeros(0, dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64)
+    labels = excluding(labels, exclude)
+    if not np.any(labels >= 0):
+        raise InputError("--target: every clustered document of the corpus copies a target "
+                         "document, so nothing is left to train on", params=("target",))
     counts, natural, prior = natural_and_prior(labels, k, histogram)
-    groups = super_clusters(np.asarray(centroids)[:k], natural, metric, GROUP_SEED)
     units, needed, unit, tokens = _budget_units(labels, num_tokens, num_samples, tokens)
     space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
                         needed=needed, sizes=counts.astype(np.int64))
     direct = int(groups.max()) + 1 == k
     names = group_names(groups)
     return ClusterSpace(space, names, "cluster" if direct else "super-cluster", unit, labels,
-                        tokens)
+                        tokens, exclude, overlap)
 
 
 def group_weights(space: SearchSpace, c: Candidate) -> np.ndarray:
     return space.group_sums(c.weights)
 
 
-def write_candidates(tmp: Path, ws: ClusterSpace, cands: list[Candidate],
-                     objective: str) -> list[str]:
-    """``ratios.csv`` and ``mixtures/<run>.json`` into ``tmp``; returns the run ids."""
+@dataclass(frozen=True)
+class Draw:
+    """How a round's schedules are drawn: the budget (``num_tokens`` or ``num_samples``;
+    None: no schedule), the seed and the export format."""
+
+    num_tokens: int | None = None
+    num_samples: int | None = None
+    seed: int = 0
+    fmt: str | None = None
+
+    def budget(self) -> dict[str, int]:
+        return {k: v for k, v in (("num_tokens", self.num_tokens),
+                                  ("num_samples", self.num_samples)) if v is not None}
+
+
+def write_candidates(tmp: Path, ws: ClusterSpace, cands: list[Candidate], objective: str,
+                     draw: Draw, source: str, ids: list[str] | None = None,
+                     seeds: list[int] | None = None,
+                     labels: dict[str, list[str]] | None = None,
+                     name: str = "ratios.csv") -> list[str]:
+    """``name`` (a ratios table with an ``origin`` column, and ``labels``) and
+    ``mixtures/<run>.json``
+    into ``tmp``: each candidate's per-cluster weights, clip and timing with the budget and
+    seed (``seeds``: one per candidate, default ``draw.seed``) its schedule is drawn with
+    and the documents it keeps out; returns the run ids (default: from the content)."""
     from clusterclip.sampling.mixture import Mixture, write_mixture
     from clusterclip.search.swarm import ratios_rows, run_id, write_csv
 
     g = np.stack([group_weights(ws.space, c) for c in cands])
-    ids = [run_id(g[i], c.clip, c.timing) for i, c in enumerate(cands)]
-    write_csv(tmp / "ratios.csv", ratios_rows("run", ids, ws.names, g,
-                                              [c.clip for c in cands],
-                                              [c.timing for c in cands]))
+    if ids is None:
+        ids = [run_id(g[i], c.clip, c.timing) for i, c in enumerate(cands)]
+    seeds = [draw.seed] * len(cands) if seeds is None else seeds
+    write_csv(tmp / name, ratios_rows(
+        "run", ids, ws.names, g, [c.clip for c in cands], [c.timing for c in cands],
+        labels={"origin": [c.origin for c in cands], **(labels or {})}))
     (tmp / "mixtures").mkdir()
-    for rid, c in zip(ids, cands, strict=True):
+    exclude = ws.exclude.tolist()
+    for rid, c, seed in zip(ids, cands, seeds, strict=True):
         write_mixture(tmp / "mixtures" / f"{rid}.json",
                       Mixture(c.weights, c.clip, c.timing, objective),
-                      source="clusterclip search propose", run=rid, origin=c.origin)
+                      source=source, run=rid, origin=c.origin, budget=draw.budget(),
+                      seed=seed, **({"exclude": exclude} if exclude else {}))
     return ids
+
+
+ROUND_FORMAT = 1
+
+
+def write_round(tmp: Path, ws: ClusterSpace, draw: Draw, workdir: str, source: str,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``round.json``: what a later ``search fit`` needs to draw the next round the same
+    way (the groups, the prior that splits a group's weight among its clusters, the
+    documents kept out, the budget and seed) and the target's overlap; returns it."""
+    from clusterclip.io import write_json
+
+    sp = ws.space
+    record = {"format_version": ROUND_FORMAT, "source": source,
+              "workdir": str(Path(workdir).resolve()), "kind": ws.kind,
+              "groups": sp.groups.tolist(),
+              "prior": None if sp.prior is None else sp.prior.tolist(),
+              "budget": draw.budget(), "seed": draw.seed, "format": draw.fmt,
+              "target_overlap": ws.overlap, "exclude": ws.exclude.tolist(), **(extra or {})}
+    write_json(tmp / "round.json", record)
+    return record
 
 
 @dataclass(frozen=True)
@@ -202,11 +268,21 @@ class ProposeRequest:
     tokenizer: str | None = None
     device: str = "cpu"
     blend: bool = False
+    split_target: bool = False
+    verify: str | None = None
+    seeds: int = 3
 
     def check(self) -> None:
         """The options alone, before any file is read."""
-        if self.runs < 1:
-            raise InputError(f"--runs: must be >= 1, got {self.runs}")
+        if self.verify is None and self.runs < 1:
+            raise InputError(f"--runs: must be >= 1, got {self.runs} (or give --verify "
+                             "FIT_DIR)")
+        if self.verify is not None and self.seeds < 2:
+            raise InputError(f"--seeds: must be >= 2 (a paired interval needs two), got "
+                             f"{self.seeds}")
+        if self.verify is not None and self.blend:
+            raise InputError("--blend does not apply with --verify (each run is a schedule "
+                             "drawn with its seed)")
         if self.seed < 0:
             raise InputError(f"--seed: must be >= 0, got {self.seed}")
         for name, v in (("--num-tokens", self.num_tokens), ("--num-samples", self.num_samples)):
@@ -215,6 +291,8 @@ class ProposeRequest:
         if self.fmt is not None and self.num_tokens is None and self.num_samples is None:
             raise InputError(f"--format {self.fmt}: give the budget each candidate's schedule "
                              "is exported for (--num-tokens or --num-samples)")
+        if self.split_target and not self.targets:
+            raise InputError("--split-target: give --target (its documents are split)")
         if self.blend and self.tokenizer is None:
             raise InputError("--blend megatron needs --tokenizer PATH (each cluster's "
                              "documents are tokenized once)")
@@ -242,15 +320,18 @@ def export_tokenizer(req: ProposeRequest) -> Any:
     require(fmt)
     if req.fmt is not None:
         require(req.fmt)
-    return _megatron.check_tokenizer_option(fmt, req.tokenizer)
+    # a tokenizer with another format counts the --num-tokens budget, nothing more
+    return _megatron.check_tokenizer_option(fmt, req.tokenizer if fmt == "megatron" else None)
 
 
 def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], Any],
-                    tokenizer: Any, targeted: bool, log: Any = None) -> dict[str, Any]:
+                    tokenizer: Any, targeted: bool, log: Any = None,
+                    extra: Callable[[Path], None] | None = None) -> dict[str, Any]:
     """Round 1 in ``ws`` written to ``req.out`` (see the module): ``ratios.csv``, the
-    mixtures and, as asked, the exports and blends of the documents of ``corpus()`` (called
-    only for them); returns a summary. ``targeted``: the objective is the target's;
-    ``log``: the progress lines of the exports (default: stderr)."""
+    mixtures, ``round.json`` and, as asked, the exports and blends of the documents of
+    ``corpus()`` (called only for them); returns a summary. ``targeted``: the objective is
+    the target's; ``log``: the progress lines (default: stderr); ``extra(tmp)`` writes
+    further files into the folder."""
     from clusterclip.io import atomic_output_dir
     from clusterclip.search.core import first_round
 
@@ -259,16 +340,26 @@ def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], 
     if DEFAULT_CLIP * int(ws.space.train_tokens.sum()) < ws.space.needed:
         raise InputError(_capacity_message(ws, req))
     cands = first_round(ws.space, req.runs, req.seed)
+    short = None
+    if len(cands) < req.runs:
+        short = (f"search propose: {len(cands)} of the {req.runs} candidates asked: the others "
+                 f"drawn were repeats or asked a cluster for more than its clip allows at "
+                 f"{ws.space.needed:,} {ws.unit}; a smaller budget or fewer runs fits")
     objective = "target" if targeted else "the user's"
+    draw = Draw(req.num_tokens, req.num_samples, req.seed, req.fmt)
     with atomic_output_dir(req.out, "search propose") as tmp:
-        ids = write_candidates(tmp, ws, cands, objective)
+        ids = write_candidates(tmp, ws, cands, objective, draw, "clusterclip search propose")
+        write_round(tmp, ws, draw, req.workdir, "clusterclip search propose",
+                    {"runs_asked": req.runs, "runs": len(ids), "short": short})
+        if extra is not None:
+            extra(tmp)
         if req.fmt is not None:
-            _export_all(corpus(), tmp, ws, cands, ids, req, tokenizer, log)
+            export_all(corpus(), tmp, ws, cands, ids, draw, tokenizer, log, "search propose")
         if req.blend:
             write_blends(corpus(), tmp, Path(req.out).resolve(), ws, cands, ids, tokenizer,
                          log)
     return {"runs": len(ids), "ids": ids, "groups": len(ws.names), "kind": ws.kind,
-            "unit": ws.unit}
+            "unit": ws.unit, "target_overlap": ws.overlap, "short": short}
 
 
 def _capacity_message(ws: ClusterSpace, req: ProposeRequest) -> str:
@@ -279,26 +370,34 @@ def _capacity_message(ws: ClusterSpace, req: ProposeRequest) -> str:
             f"{ws.unit}); give a budget of at most {DEFAULT_CLIP * total:,}")
 
 
-def _export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate], ids: list[str],
-                req: ProposeRequest, tokenizer: Any, log: Any) -> None:
-    """Each candidate's schedule (``schedules/<run>.npy``) and its export
-    (``runs/<run>/``, verified on read-back by the export code)."""
+def export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate], ids: list[str],
+               draw: Draw, tokenizer: Any, log: Any, command: str,
+               seeds: list[int] | None = None) -> None:
+    """Each candidate's schedule (``schedules/<run>.npy``, drawn from ``ws.labels``: the
+    kept-out documents are -1 there) and its export (``runs/<run>/``, verified on
+    read-back by the export code); ``seeds``: one per candidate (default ``draw.seed``)."""
     from clusterclip.export import export_schedule
     from clusterclip.io import load_npy
     from clusterclip.sampling import write_schedule
 
     corpus.verify_files()
     (tmp / "schedules").mkdir()
-    for i, (rid, c) in enumerate(zip(ids, cands, strict=True)):
+    seeds = [draw.seed] * len(cands) if seeds is None else seeds
+    for i, (rid, c, seed) in enumerate(zip(ids, cands, seeds, strict=True)):
         path = tmp / "schedules" / f"{rid}.npy"
-        write_schedule(ws.labels, path, num_samples=req.num_samples, num_tokens=req.num_tokens,
-                       doc_tokens=ws.doc_tokens, strategy=c.timing, clip=c.clip,
-                       cluster_weights=np.asarray(c.weights), seed=req.seed)
+        write_schedule(ws.labels, path, num_samples=draw.num_samples,
+                       num_tokens=draw.num_tokens, doc_tokens=ws.doc_tokens,
+                       strategy=c.timing, clip=c.clip, cluster_weights=np.asarray(c.weights),
+                       seed=seed)
         schedule = load_npy(path, "schedule", kinds="iu", ndim=1, mmap=True)
-        export_schedule(corpus, ws.labels, schedule, tmp / "runs" / rid, fmt=req.fmt,
-                        source=str(path), tokenizer=tokenizer)
-        log(f"search propose: {i + 1}/{len(ids)} {rid}: {len(schedule):,} positions "
-            f"exported as {req.fmt}")
+        export_schedule(corpus, ws.labels, schedule, tmp / "runs" / rid, fmt=draw.fmt,
+                        source=str(path), doc_tokens=ws.doc_tokens,
+                        tokenizer=tokenizer if draw.fmt == "megatron" else None,
+                        token_method="the tokens per document that --num-tokens counts "
+                                     "(W's token counts: the tokenizer given, else the "
+                                     "estimate)")
+        log(f"{command}: {i + 1}/{len(ids)} {rid}: {len(schedule):,} positions "
+            f"exported as {draw.fmt}")
 
 
 BLEND_NOTE = ("a Megatron blend draws each cluster's share of samples at random, so it keeps "

@@ -248,10 +248,11 @@ def test_seeds(config: SearchConfig, count: int | None = None) -> list[int]:
     """Fresh seeds for the verdict (``count`` of them, else the configuration's; ``auto``:
     the stop rule's start): none of them is the proxies' seed."""
     from clusterclip.search.output import SEED_RULE
+    from clusterclip.search.verify import fresh_seeds
 
     if count is None:
         count = SEED_RULE.start if config.test_seeds == AUTO else int(config.test_seeds)
-    return [config.seed + 1 + i for i in range(count)]
+    return fresh_seeds(count, config.seed)
 
 
 def verdict_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], config: SearchConfig,

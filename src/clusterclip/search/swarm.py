@@ -38,6 +38,12 @@ OLMIX_IDS = ("run", "run_id")
 OLMIX_META = ("name", "index")
 #: Columns that are a mixture's settings, not weights.
 SETTINGS = ("clip", "timing")
+#: Weight columns a ratios table may have: the predictor fits one length scale per column
+#: (RegMix's swarm has 17; a work directory's space at most 32).
+MAX_COLUMNS = 256
+#: Columns that describe a run, not weights: where its mixture came from, and in a
+#: verification round its arm and seed.
+LABELS = ("origin", "arm", "seed")
 _PANDAS_INDEX = re.compile(r"^(Unnamed: \d+)?$")
 
 
@@ -87,7 +93,9 @@ def read_table(path: str | os.PathLike[str], option: str) -> Table:
         meta_j = [j for j in keep[1:3] if header[j] in OLMIX_META]
     other = [j for j in keep[1:] if j not in meta_j]
     names = [header[j] for j in other]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    from collections import Counter
+
+    dup = sorted(n for n, c in Counter(names).items() if c > 1)  # linear: 10^5 columns
     if dup:
         raise InputError(f"{option} {path}: column {dup[0]!r} appears twice in the header")
     ids: list[str] = []
@@ -119,7 +127,7 @@ def read_table(path: str | os.PathLike[str], option: str) -> Table:
 
 
 def weight_columns(table: Table) -> tuple[str, ...]:
-    return tuple(c for c in table.columns if c not in SETTINGS)
+    return tuple(c for c in table.columns if c not in SETTINGS + LABELS)
 
 
 @dataclass(frozen=True)
@@ -149,10 +157,15 @@ def _number(text: str, table: Table, i: int, column: str, option: str) -> float:
 def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratios:
     """The ratios table at ``path``: every weight finite and >= 0, each row's sum > 0 (then
     normalised), clip an integer >= 1 and timing one of the mixture timings where given."""
+    from clusterclip.limits import MAX_CLIP
     from clusterclip.sampling.mixture import MIXTURE_TIMINGS
 
     t = read_table(path, option)
     cols = weight_columns(t)
+    if len(cols) > MAX_COLUMNS:
+        raise InputError(f"{option} {path}: {len(cols):,} weight columns; the predictor fits "
+                         f"one length scale per column and takes at most {MAX_COLUMNS} (group "
+                         "the domains first, as super-clusters group clusters)")
     if not cols:
         raise InputError(f"{option} {path}: no weight column (only the run id"
                          f"{', clip and timing' if set(SETTINGS) & set(t.columns) else ''})")
@@ -174,9 +187,9 @@ def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratio
         clip = []
         for i, text in enumerate(t.column("clip")):
             v = _number(text, t, i, "clip", option)
-            if not (math.isfinite(v) and v == int(v) and v >= 1):
+            if not (math.isfinite(v) and v == int(v) and 1 <= v <= MAX_CLIP):
                 raise InputError(f"{option} {path}: line {t.lines[i]}, column 'clip': {text} "
-                                 "is not an integer >= 1")
+                                 f"is not an integer in [1, {MAX_CLIP}]")
             clip.append(int(v))
         clip = tuple(clip)
     if "timing" in t.columns:
@@ -237,18 +250,23 @@ def format_weight(v: float) -> str:
 
 def ratios_rows(id_column: str, ids: list[str], columns: list[str], weights: np.ndarray,
                 clip: list[int] | None = None, timing: list[str] | None = None,
-                meta: bool = False) -> list[list[str]]:
+                meta: bool = False, labels: dict[str, list[str]] | None = None
+                ) -> list[list[str]]:
     """The rows (header first) of a ratios table: ``id_column``, with ``meta`` Olmix's
-    ``name`` (the id) and ``index`` (the row number), the weights, clip and timing."""
+    ``name`` (the id) and ``index`` (the row number), the weights, clip and timing, then
+    the ``labels`` columns (of :data:`LABELS`: not weights)."""
     olmix = meta
+    labels = labels or {}
     head = [id_column, *(OLMIX_META if olmix else ()), *columns,
-            *(["clip"] if clip is not None else []), *(["timing"] if timing is not None else [])]
+            *(["clip"] if clip is not None else []), *(["timing"] if timing is not None else []),
+            *labels]
     rows = [head]
     for i, rid in enumerate(ids):
         rows.append([rid, *([rid, str(i)] if olmix else []),
                      *(format_weight(float(v)) for v in weights[i]),
                      *([str(clip[i])] if clip is not None else []),
-                     *([timing[i]] if timing is not None else [])])
+                     *([timing[i]] if timing is not None else []),
+                     *(str(v[i]) for v in labels.values())])
     return rows
 
 

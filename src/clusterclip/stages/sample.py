@@ -123,6 +123,10 @@ def run(w: Workdir, options: SampleOptions) -> dict[str, Any]:
         if not is_main():
             return None
         labels = w.labels()
+        if o.mixture is not None:
+            from clusterclip.sampling.mixture import excluding, read_exclusions
+
+            labels = excluding(labels, read_exclusions(o.mixture, labels.size))
         summary = write_schedule(labels, w.path(SCHEDULE), num_samples=o.num_samples,
                                  num_tokens=o.num_tokens, doc_tokens=tokens,
                                  balance_by=o.balance_by, token_source=source,

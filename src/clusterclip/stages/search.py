@@ -191,7 +191,8 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
 
 def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = None,
                   num_samples: int | None = None, tokenizer: str | None = None,
-                  histogram: np.ndarray | None = None) -> ClusterSpace:
+                  histogram: np.ndarray | None = None, exclude: np.ndarray | None = None,
+                  overlap: dict[str, Any] | None = None) -> ClusterSpace:
     """The search space of work directory ``workdir``
     (:func:`~clusterclip.search.propose.cluster_space` of its labels, centroids and
     clustering metric; with ``num_tokens``, its tokens per document)."""
@@ -210,22 +211,68 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
 
         tokens, _ = run(w, TokensOptions(tokenizer=tokenizer))
     return cluster_space(labels, centroids, cluster_metric(w), num_tokens=num_tokens,
-                         num_samples=num_samples, tokens=tokens, histogram=histogram)
+                         num_samples=num_samples, tokens=tokens, histogram=histogram,
+                         exclude=exclude, overlap=overlap)
 
 
-def _target_histogram(w: Workdir, target: Target, device: str) -> np.ndarray:
-    """The target's documents (all of them) per cluster of ``w``."""
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load_corpus(workdir: str | os.PathLike[str]) -> Any:
+    """The corpus of work directory ``workdir`` (``W/corpus/``)."""
     from clusterclip.corpus import Corpus
+
+    return Corpus.load(Workdir(workdir, create=False).path("corpus"))
+
+
+def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """``(histogram, exclude, overlap)`` of a target on ``w``: its ``rows``' documents per
+    cluster (the prior), and the offline search's overlap guard over all its documents
+    (:mod:`clusterclip.search.overlap`: exact copies after whitespace normalisation, near
+    copies by cosine at W's dedup threshold): the corpus copies of any target document,
+    int64, kept out of training, and ``target_overlap``: the offline search's record
+    (:func:`clusterclip.search.overlap.summary`: ``{exact, near, target_docs,
+    corpus_docs_excluded, threshold, val_copies_trained}``)."""
     from clusterclip.io import load_npy
+    from clusterclip.search.overlap import find_overlap
+    from clusterclip.search.overlap import summary as overlap_summary
     from clusterclip.search.target import embed_texts, target_histogram
+    from clusterclip.stages.dedup import workdir_threshold
+    from clusterclip.stages.experiment import load_inputs
 
     embed = embed_record(w)
-    corpus = Corpus.load(w.path("corpus"))
+    labels, texts, corpus = load_inputs(w.root)
     centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
-    texts = [t for t in target.texts if t]
-    k = int(load_npy(w.path("labels.npy"), "labels").max()) + 1
-    return target_histogram(embed_texts(embed["params"], corpus, texts, device), centroids[:k],
-                            cluster_metric(w), device)
+    usable = np.flatnonzero(target.usable)
+    X = embed_texts(embed["params"], corpus, [target.texts[i] for i in usable], device)
+    k = int(labels.max()) + 1
+    at = {int(r): i for i, r in enumerate(usable)}
+    histogram = target_histogram(X[[at[int(r)] for r in rows]], centroids[:k],
+                                 cluster_metric(w), device)
+    threshold = workdir_threshold(w)
+    E = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
+    ov = find_overlap(target.texts, texts, X, E, usable, threshold)
+    copies = ov.copies_of(usable, labels.size)  # all of them: no copy is ever trained on
+    return (histogram, np.flatnonzero(copies).astype(np.int64),
+            overlap_summary(ov, copies, val_kept=False))
+
+
+def _write_split(target: Target, val: np.ndarray, test: np.ndarray) -> Callable[[Any], None]:
+    """What writes the target's halves as ``target_val.jsonl`` and ``target_test.jsonl``."""
+    import json
+
+    from clusterclip.io import write_text
+
+    def write(tmp: Any) -> None:
+        for name, rows in (("target_val.jsonl", val), ("target_test.jsonl", test)):
+            write_text(tmp / name, "".join(json.dumps({"text": target.texts[int(i)]},
+                                                      ensure_ascii=False) + "\n"
+                                           for i in rows))
+    return write
 
 
 def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -236,22 +283,46 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
     from clusterclip.search.target import read_target
 
     req.check()
+    chosen = None
+    if req.verify is not None:
+        from clusterclip.search.verify import check_verify_folder
+
+        chosen = check_verify_folder(req.verify)
     target = read_target(list(req.targets), req.text_field) if req.targets else None
     tokenizer = export_tokenizer(req)
     check_output_dir(req.out, "search propose")
     w = Workdir(req.workdir, create=False)
     with w.locked():
         w.upstream(["labels.npy", "centroids.npy"]
-                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else []))
-        histogram = None if target is None else _target_histogram(w, target, req.device)
+                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else [])
+                   + (["embeddings.npy"] if target else []))  # the overlap guard's
+        histogram = exclude = overlap = extra = None
+        if target is not None:
+            rows = np.flatnonzero(target.usable)
+            if req.split_target:
+                from clusterclip.search.splits import target_splits
+
+                rows, test = target_splits(target.rows_per_file, target.usable, req.seed)
+                extra = _write_split(target, rows, test)
+            histogram, exclude, overlap = target_guard(w, target, req.device, rows)
+        if chosen is not None:  # its own exclusions stay, with the target's
+            from clusterclip.sampling.mixture import read_exclusions
+
+            kept = read_exclusions(chosen, int(np.load(w.path("labels.npy"), mmap_mode="r").size))
+            exclude = np.union1d(kept, np.zeros(0, np.int64) if exclude is None else exclude)
         ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
                            num_samples=req.num_samples,
                            tokenizer=req.tokenizer if req.num_tokens else None,
-                           histogram=histogram)
+                           histogram=histogram, exclude=exclude, overlap=overlap)
 
         def corpus() -> Any:
             from clusterclip.corpus import Corpus
 
             return Corpus.load(w.path("corpus"))
 
-        return write_proposals(req, ws, corpus, tokenizer, target is not None, log)
+        if chosen is not None:
+            from clusterclip.search.verify import write_verification
+
+            return write_verification(req, ws, chosen, corpus, tokenizer,
+                                      log or _stderr, extra)
+        return write_proposals(req, ws, corpus, tokenizer, target is not None, log, extra)
