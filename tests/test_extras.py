@@ -34,6 +34,9 @@ MODULE_EXTRAS: dict[str, tuple[str, ...]] = {
     "clusterclip.tokens": ("embed",),  # --tokenizer: transformers
     "clusterclip.sampling.torch": ("torch",),
     "clusterclip.sampling.hf": ("hf",),
+    # torch only where torch.distributed is already running: one reduction over the ranks
+    "clusterclip.sampling.online": ("torch",),
+    "clusterclip.verdict": ("experiment",),  # the statistics of experiment's and search's verdicts
     "clusterclip.export": ("parquet", "hf"),
     "clusterclip.export.mds": ("mds",),
     "clusterclip.export.megatron": ("megatron",),

@@ -34,9 +34,11 @@ from clusterclip.errors import InputError
 
 ROLES = ("input", "workdir", "output_dir", "output_file", "container")
 OUTPUT_ROLES = ("output_dir", "output_file", "container")
-#: String options that are not paths (field names, devices); every other string option
-#: of every command must be added with :func:`add_path` (tests/test_paths_guard.py).
-NOT_PATHS = ("--text-field", "--id-field", "--label-field", "--device", "--kmeans-device")
+#: String options that are not paths (field names, devices, the primary question); every
+#: other string option of every command must be added with :func:`add_path`
+#: (tests/test_paths_guard.py).
+NOT_PATHS = ("--text-field", "--id-field", "--label-field", "--device", "--kmeans-device",
+             "--primary")
 
 
 def add_path(p: Any, *flags: str, role: str,
