@@ -302,19 +302,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                        **origin}
             write_json(tmp / SUMMARY, summary)
             return summary
-        if fmt == "parquet":
-            names, rows, digest = _write_parquet(batches, tmp, rows_per_shard,
-                                                 min(row_group, rows_per_shard))
-            back = read_parquet_batches(tmp, names)
-        elif fmt == "mds":
-            from clusterclip.export.mds import read_mds_batches, write_mds
-
-            names, rows, digest = write_mds(batches, tmp, rows_per_shard)
-            back = read_mds_batches(tmp)
-        else:
-            names, rows, digest = _write_hf(batches, tmp, rows_per_shard,
-                                            min(row_group, rows_per_shard))
-            back = read_hf_batches(tmp)
+        names, rows, digest, back = _write_rows(fmt, batches, tmp, rows_per_shard,
+                                                min(row_group, rows_per_shard))
         seen, digest_back = _check_rows(back, schedule, labels, rank, world_size, tmp)
         if rows != count or seen != count or digest_back != digest:
             raise RuntimeError(f"export under {tmp} does not read back as written; nothing "
@@ -330,6 +319,23 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                    **origin}
         write_json(tmp / SUMMARY, summary)
     return summary
+
+
+def _write_rows(fmt: str, batches: Iterator[dict[str, list[Any]]], tmp: Path,
+                rows_per_shard: int, row_group: int
+                ) -> tuple[list[str], int, str, Iterator[dict[str, list[Any]]]]:
+    """A row format's files into ``tmp``: ``(names, rows, rows hash, the files read back
+    with the format's own reader)``."""
+    if fmt == "parquet":
+        names, rows, digest = _write_parquet(batches, tmp, rows_per_shard, row_group)
+        return names, rows, digest, read_parquet_batches(tmp, names)
+    if fmt == "mds":
+        from clusterclip.export.mds import read_mds_batches, write_mds
+
+        names, rows, digest = write_mds(batches, tmp, rows_per_shard)
+        return names, rows, digest, read_mds_batches(tmp)
+    names, rows, digest = _write_hf(batches, tmp, rows_per_shard, row_group)
+    return names, rows, digest, read_hf_batches(tmp)
 
 
 def _counting(batches: Iterator[dict[str, list[Any]]], doc_tokens: np.ndarray | None,
