@@ -596,7 +596,8 @@ def _not_resolved(family: Mapping[str, Any], names: Mapping[str, str], rerun: st
     more = (need - n) * runs_per_seed
     text += f". Run with {rerun} {need} ({more} more runs) to resolve it."
     if seconds_per_run:  # the printout's: the files keep no timing
-        text += (f" That is about {max(1, round(more * seconds_per_run / 60))} minutes at "
+        minutes = max(1, round(more * seconds_per_run / 60))
+        text += (f" That is about {minutes} minute{'s' if minutes != 1 else ''} at "
                  f"the {seconds_per_run:.0f} s per run measured here.")
     return text
 
