@@ -67,7 +67,10 @@ class SampleOptions:
         if self.mixture is not None:  # a bad file fails now, not in the stage's work
             from clusterclip.sampling.mixture import read_mixture
 
-            read_mixture(self.mixture)
+            try:
+                read_mixture(self.mixture)
+            except InputError as e:
+                raise InputError(f"mixture: {e}", params=("mixture",)) from None
 
     @property
     def needs_tokens(self) -> bool:
