@@ -360,13 +360,13 @@ def test_seeds_auto_stops_by_its_declared_rule_and_resumes_after_a_kill(workdir,
     per-seed values), the last one resolved or at the cap; the rule and the primary are in
     results.json and results.md; a run killed after the first batch resumes to the same
     seeds and the same bytes."""
-    import clusterclip.experiment.verdict as ev
+    import clusterclip.lm.runconfig as rc
     from clusterclip.stages.experiment import run_experiment
     from clusterclip.verdict import SeedRule, paired_difference
 
     # small, for a fast test; one seed gives no interval, so it always adds a second
     rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)
-    monkeypatch.setattr(ev, "SEED_RULE", rule)
+    monkeypatch.setattr(rc, "SEED_RULE", rule)
     kw = dict(strategies=("random", "paced"), seeds="auto", primary="paced:macro",
               quick=True, tokens=4096, threads=1, progress=False)
     whole = _copy_inputs(workdir, tmp_path / "whole")

@@ -168,6 +168,23 @@ def test_the_verdict_rules_live_below_experiment_and_search(graph):
     assert not any("clusterclip.experiment.verdict" in graph[m] for m in search)
 
 
+def test_search_imports_nothing_of_experiment(graph):
+    """Issue 39: the proxies' run configuration (``ExperimentConfig``, the documents'
+    encoding, the declared primary and seed rule) lives in ``lm.runconfig``, below both
+    commands; no module of ``search`` imports a module of ``experiment``, and neither the
+    configuration, ``lm`` nor the verdict statistics import either command."""
+    config = "clusterclip.lm.runconfig"
+    # the scan sees the edges it forbids: both commands take the configuration from there
+    assert {config} <= graph["clusterclip.search.proxies"] & graph["clusterclip.search.runner"]
+    assert config in graph["clusterclip.experiment.runner"]
+    search = [m for m in graph if _part(m) == "search"]
+    assert len(search) > 10
+    assert [f"{m} -> {d}" for m in search for d in graph[m] if _part(d) == "experiment"] == []
+    below = [m for m in graph if _part(m) in ("lm", "verdict")]
+    assert [f"{m} -> {d}" for m in below for d in graph[m]
+            if _part(d) in ("experiment", "search", "stages", "cli")] == []
+
+
 #: The most lines a function of ``src/clusterclip`` may span, from ``def`` to its last line
 #: (docstring included): longer ones are split into named steps.
 MAX_FUNCTION_LINES = 80

@@ -213,3 +213,48 @@ def test_running_sample_imports_only_what_sample_needs(tmp_path):
     for heavy in ("torch", "clusterclip.embedding", "clusterclip.clustering",
                   "clusterclip.stages", "importlib.metadata"):
         assert heavy not in loaded, heavy
+
+
+def test_sample_and_the_sample_stage_draw_one_schedule_and_summary(pydocs_path, tmp_path):
+    """Issue 39: ``clusterclip sample`` and the ``sample`` stage share one path (the mixture's
+    exclusions and weights, the default clip and its reason, the summary's records): on
+    the same labels and options they write the same bytes and the same summary, with the
+    default clip (paced and clusterclip) and with a mixture file that excludes documents."""
+    import gzip
+
+    from clusterclip.io import sha256_file
+    from clusterclip.sampling.mixture import Mixture, write_mixture
+    from clusterclip.stages.sample import SampleOptions
+    from clusterclip.stages.sample import run as sample_stage
+    from clusterclip.workdir import Workdir
+
+    corpus = tmp_path / "docs.jsonl"
+    with gzip.open(pydocs_path, "rt", encoding="utf-8") as src:
+        corpus.write_text("".join(line for _, line in zip(range(200), src, strict=False)))
+    w = tmp_path / "w"
+    assert main(["run", str(corpus), "--workdir", str(w), "--clusters", "4", "--embedder",
+                 "fast", "--no-progress"]) == 0
+    labels = np.load(w / "labels.npy")
+    m = tmp_path / "m.json"
+    excluded = np.flatnonzero(labels >= 0)[:9]
+    write_mixture(m, Mixture((1.0, 0.5, 0.0, 2.0), clip=3, timing="paced", objective="t"),
+                  exclude=excluded.tolist())
+    cases = [({"strategy": "paced"}, []), ({"strategy": "clusterclip"}, ["--strategy",
+                                                                          "clusterclip"]),
+             ({"strategy": "paced", "clip": 3, "mixture": str(m)}, ["--mixture", str(m)])]
+    for options, flags in cases:
+        info = sample_stage(Workdir(w, create=False),
+                            SampleOptions(num_samples=400, seed=5, **options))
+        out, summ = tmp_path / "s.npy", tmp_path / "s.json"
+        assert main(["sample", "--labels", str(w / "labels.npy"), "--num-samples", "400",
+                     "--seed", "5", "--out", str(out), "--summary-json", str(summ),
+                     "--no-progress", *flags]) == 0
+        assert out.read_bytes() == (w / "schedule.npy").read_bytes(), options
+        s = json.loads(summ.read_text())
+        assert s.pop("_written_by") == "clusterclip sample"
+        assert s == json.loads(json.dumps({k: v for k, v in info.items() if k != "skipped"}))
+        assert ("clip_default" in s) == ("clip" not in options)
+        if "mixture" in options:
+            drawn = np.load(out)
+            assert s["mixture"] == {"path": str(m.resolve()), "sha256": sha256_file(m)}
+            assert not np.isin(drawn, excluded).any() and not (labels[drawn] == 2).any()

@@ -43,6 +43,8 @@ def test_each_stage_runs_a_workdir_with_its_frozen_options(name):
     (lambda: _stage("sample").SampleOptions(num_samples=10, clip=0), "clip"),
     (lambda: _stage("sample").SampleOptions(num_samples=0), "num_samples"),
     (lambda: _stage("sample").SampleOptions(num_samples=10, seed=2**64), "seed"),
+    (lambda: _stage("sample").SampleOptions(num_samples=10, mixture="/no/such/m.json"),
+     "mixture"),
     (lambda: _stage("dedup").DedupOptions(threshold=1.5), "threshold"),
     (lambda: _stage("embed").EmbedOptions(embedder="fast", shard_size=0), "shard_size"),
 ])

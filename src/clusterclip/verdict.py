@@ -602,22 +602,8 @@ def _not_resolved(family: Mapping[str, Any], names: Mapping[str, str], rerun: st
     return text
 
 
-def describe_model(config: dict[str, Any]) -> str:
-    """The proxy model in words, from a results dict's ``config``: parameters, window and
-    how much of each document it reads (it limits what a verdict means)."""
-    from clusterclip.lm.config import ModelConfig, format_parameters
-
-    m = ModelConfig(**config["model"])
-    size = format_parameters(m.num_parameters())
-    tok = config.get("tokenizer")
-    kind, unit = ("byte-level LM", "bytes") if tok is None else (
-        f"LM over the tokens of {tok} ({m.vocab_size:,}-token vocabulary)", "tokens")
-    return (f"a {size}-parameter {kind} ({m.n_layers} layer"
-            f"{'s' if m.n_layers != 1 else ''}, d={m.d_model}, window {m.seq_len}, reading "
-            f"the first {config['max_doc_tokens'] - 1} {unit} of each document)")
-
-
-def limits_line(config: dict[str, Any]) -> str:
-    """What the verdict rests on and what it cannot tell, for beside the decision."""
-    return (f"This verdict rests on {describe_model(config)}: it cannot tell how a larger "
+def limits_line(model: str) -> str:
+    """What the verdict rests on and what it cannot tell, for beside the decision
+    (``model``: the proxy model in words, :func:`clusterclip.lm.config.describe_model`)."""
+    return (f"This verdict rests on {model}: it cannot tell how a larger "
             "model, or one reading whole documents, would rank these mixtures.")

@@ -209,52 +209,28 @@ def _run(args: argparse.Namespace, tokens: Any = None,
          source: dict[str, Any] | None = None) -> int:
     from clusterclip.io import load_npy, owned_file, remove_stale_temporaries, write_json
     from clusterclip.labels import load_labels
-    from clusterclip.sampling import write_schedule
+    from clusterclip.sampling.schedule import draw_schedule
 
     labels = load_labels(args.labels)
     groups = None
     if args.groups is not None:
         groups = load_npy(args.groups, "groups", kinds="iu", ndim=1)
-    weights, mixture = None, {}
+    weights = None
     if args.cluster_weights is not None:
         weights = load_npy(args.cluster_weights, "cluster weights", kinds="iuf", ndim=1)
-    if args.mixture is not None:
-        from clusterclip.sampling.mixture import (
-            excluding,
-            mixture_record,
-            read_exclusions,
-            read_mixture,
-        )
-
-        mixture = read_mixture(args.mixture, int(labels.max()) + 1).sampler_options()
-        labels = excluding(labels, read_exclusions(args.mixture, labels.size))
-        weights = mixture.pop("cluster_weights", None)
-    clip, why = args.clip, None
-    if clip is None:
-        from clusterclip.sampling.clip import default_clip
-
-        clip, why = default_clip(labels, args.num_samples, args.strategy, alpha=args.alpha,
-                                 cluster_weights=weights,
-                                 groups=groups if groups is not None and groups.size ==
-                                 labels.size else None)
     out = Path(args.out).resolve()
     remove_stale_temporaries(out.parent, out.name)  # what a killed earlier run left
     with owned_file(args.out, "sample"):  # recorded as ours: a rerun may replace it
-        summary = write_schedule(
-            labels, args.out, num_samples=args.num_samples, num_tokens=args.num_tokens,
-            doc_tokens=tokens, balance_by=args.balance_by, token_source=source,
-            strategy=args.strategy,
-            clip=clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
+        # the sample stage's own path: the mixture, the default clip, the summary
+        summary = draw_schedule(
+            labels, args.out, mixture=args.mixture, num_clusters=int(labels.max()) + 1,
+            cluster_weights=weights, groups=groups, clip=args.clip,
+            num_samples=args.num_samples, strategy=args.strategy, alpha=args.alpha,
+            num_tokens=args.num_tokens, doc_tokens=tokens, balance_by=args.balance_by,
+            token_source=source, seed=args.seed, rank=args.rank,
             world_size=args.world_size, consumed_samples=args.consumed_samples,
-            cluster_weights=weights, groups=groups,
-            progress=sys.stderr.isatty() and not args.no_progress,
-            **mixture)
-    if why is not None and summary.get("clip") is not None:
-        summary["clip_default"] = why
-    if args.mixture is not None:
-        summary["mixture"] = mixture_record(args.mixture)
+            progress=sys.stderr.isatty() and not args.no_progress)
     if args.summary_json:
         write_json(args.summary_json, {SUMMARY_MARK[0]: SUMMARY_MARK[1], **summary})
     print(format_summary(summary, args.out))
     return 0
-

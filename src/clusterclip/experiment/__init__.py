@@ -9,7 +9,8 @@ small clusters repeat and ClusterClip's clip binds. Every finished run is
 stored (``W/experiment/runs/``), so a killed experiment resumes; results.md
 opens with a computed verdict (:mod:`~clusterclip.experiment.verdict`).
 
-The proxy model, its data steps (tokens, split, packing), metrics and run store live in
+The proxy model, its data steps (tokens, split, packing), metrics, run store and run
+configuration (:class:`ExperimentConfig`, :mod:`clusterclip.lm.runconfig`) live in
 :mod:`clusterclip.lm` (shared with ``search``); token-balanced weights in
 :mod:`clusterclip.sampling.budget`. This package is the command's own logic: the runner,
 the verdict and the output.
@@ -17,16 +18,7 @@ the verdict and the output.
 
 from __future__ import annotations
 
-from clusterclip.experiment.runner import (
-    DEFAULT_EPOCHS,
-    DEFAULT_MAX_DOCS,
-    DEFAULT_STRATEGIES,
-    QUICK_EPOCHS,
-    STRATEGIES,
-    ExperimentConfig,
-    RunStore,
-    compare_strategies,
-)
+from clusterclip.experiment.runner import RunStore, compare_strategies
 from clusterclip.experiment.verdict import compute_verdict, verdict_lines
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS
 from clusterclip.lm.data import (
@@ -43,6 +35,14 @@ from clusterclip.lm.metrics import (
     per_cluster_loss,
     schedule_stats,
     summarize,
+)
+from clusterclip.lm.runconfig import (
+    DEFAULT_EPOCHS,
+    DEFAULT_MAX_DOCS,
+    DEFAULT_STRATEGIES,
+    QUICK_EPOCHS,
+    STRATEGIES,
+    ExperimentConfig,
 )
 from clusterclip.sampling.budget import token_balanced_weights
 

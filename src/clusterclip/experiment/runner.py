@@ -7,33 +7,28 @@ out, no files but an optional store of finished runs), in five steps:
 through :mod:`~clusterclip.lm.runs`, which ``search`` shares) and
 :func:`experiment_results`. The work directory's side (reading ``W/labels.npy`` and
 ``W/corpus/``, writing ``W/experiment/``) is the stage
-:mod:`clusterclip.stages.experiment`.
+:mod:`clusterclip.stages.experiment`; the configuration (:class:`ExperimentConfig`) and
+the documents' encoding (:func:`encode_texts`) are :mod:`clusterclip.lm.runconfig`'s,
+which ``search`` shares, re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import (
-    HOLDOUT_FRACTION,
-    MIN_CLUSTER_DOCS,
     checked_labels,
-    encode_documents,
     matched_train_sample,
-    proxy_tokenizer,
     stratified_split,
     stratified_subsample,
-    tokenize_documents,
 )
 from clusterclip.lm.metrics import (
     METRICS,
@@ -44,6 +39,21 @@ from clusterclip.lm.metrics import (
     schedule_keys,
     schedule_stats,
     summarize,
+)
+from clusterclip.lm.runconfig import (  # noqa: F401  (some re-exported: their old home)
+    ANNEAL,
+    ANNEAL_FROM,
+    DEFAULT_EPOCHS,
+    DEFAULT_MAX_DOCS,
+    DEFAULT_STRATEGIES,
+    EXPERIMENT_STRATEGIES,
+    MIXTURE,
+    MIXTURE_STRATEGIES,
+    ONLINE,
+    QUICK_EPOCHS,
+    STRATEGIES,
+    ExperimentConfig,
+    encode_texts,
 )
 from clusterclip.lm.runs import (
     RUN_FORMAT,
@@ -60,200 +70,9 @@ from clusterclip.lm.runs import (
     usable_cpus,
 )
 from clusterclip.pool import pooled
-from clusterclip.sampling.budget import BALANCE_BY, token_balanced_weights
+from clusterclip.sampling.budget import token_balanced_weights
 from clusterclip.sampling.clip import quartile_clusters
 from clusterclip.sampling.mixture import Mixture, Stage
-from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES, check_clip
-
-#: The strategy name of a mixture file's schedule (its weights, timing and clip;
-#: ``W/search/mixture.json`` of ``clusterclip search`` unless ``--mixture FILE``).
-MIXTURE = "mixture"
-#: The strategy name of natural-then-anneal: the natural mixture (weight n_k: each
-#: training document alike) until ``ANNEAL_FROM`` of training, then the mixture file's
-#: weights (a two-stage mixture with the file's timing and one clip over both stages).
-ANNEAL = "anneal"
-ANNEAL_FROM = 0.8
-#: The strategies that read the mixture file.
-MIXTURE_STRATEGIES = (MIXTURE, ANNEAL)
-#: The strategy name of online mixing: paced, re-weighed during training by an
-#: :class:`~clusterclip.sampling.online.OnlineMixer` fed each document's training loss.
-ONLINE = "online"
-EXPERIMENT_STRATEGIES = (*STRATEGIES, MIXTURE, ANNEAL, ONLINE)
-#: Default budget in epochs-equivalent of the training tokens: enough that, on the
-#: demo corpus with K=64 MiniLM clusters, uniform repeats small-cluster documents
-#: far beyond the default clip 4 (up to ~30 times) and ClusterClip retires about half
-#: of the clusters; below the clip, so ClusterClip can always meet it
-#: (docs/benchmarks.md, "Experiment").
-DEFAULT_EPOCHS = 3.0
-#: ``--quick``: still over one epoch, so the clip binds on the smallest clusters.
-QUICK_EPOCHS = 1.5
-#: Default cap on the documents an experiment uses (``--max-docs``; a cluster-stratified
-#: subsample above it): the budget is in epochs, so time grows with the documents. At this
-#: cap the default run (small model, 3 epochs, 3 seeds x 4 strategies, 1 thread) is about
-#: 12 x 1.0 M training tokens at the measured 14.8k tokens/s plus evaluation: about 15
-#: minutes on an idle 2-core machine (docs/benchmarks.md, "Experiment").
-DEFAULT_MAX_DOCS = 2500
-@dataclass(frozen=True)
-class ExperimentConfig:
-    """Everything that determines an experiment's numbers.
-
-    The budget of every run is ``tokens`` when given, else ``epochs`` times the
-    training set's tokens (after truncation), so small clusters are repeated
-    whatever the corpus size; :meth:`budget_tokens` resolves it. The defaults
-    are sized for the bundled 4,096-document demo corpus on 2 CPU cores (about
-    15 minutes for 3 strategies x 3 seeds, with the clip binding on K=64
-    clusters); :meth:`quick` is the minute-scale variant for tests and the demo.
-    """
-
-    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
-    seeds: int = 3
-    clip: int = DEFAULT_CLIP
-    alpha: float = 0.0
-    balance_by: str = "docs"
-    epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
-    tokens: int | None = None         # ... unless an explicit token budget is given
-    max_doc_tokens: int = 128         # documents are truncated to this (EOS included)
-    valid_fraction: float = HOLDOUT_FRACTION
-    min_cluster_docs: int = MIN_CLUSTER_DOCS
-    split_seed: int = 0
-    max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
-    model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
-    train: TrainConfig = field(default_factory=TrainConfig)
-    mixture: Mixture | None = None    # the schedule of strategy "mixture"
-    tokenizer: str | None = None      # a local Hugging Face tokenizer folder; None: bytes
-    primary: str | None = None        # STRATEGY:METRIC; None: paced (or the first) on macro
-    auto_seeds: bool = False          # seeds by SEED_RULE (``seeds`` is then its start)
-
-    @classmethod
-    def quick(cls, **overrides: Any) -> ExperimentConfig:
-        """A minute-scale configuration for tests, smoke runs and ``clusterclip demo``.
-
-        The ``tiny`` model (1 layer, d=48, 44 k parameters) on the first 63
-        bytes of each document, so that it still sees more than one
-        epoch-equivalent of the training text (small clusters repeated, the
-        clip binding) in about a minute on the demo corpus.
-        """
-        return replace(cls(epochs=QUICK_EPOCHS).with_model("tiny"), **overrides)
-
-    @classmethod
-    def from_options(cls, *, quick: bool = False, model: str | None = None,
-                     epochs: float | None = None, tokens: int | None = None,
-                     **overrides: Any) -> ExperimentConfig:
-        """The configuration of the command's options: :meth:`quick` or the default,
-        model preset ``model``, a budget of ``epochs`` or of ``tokens`` (not both) if given,
-        and the other fields from ``overrides``."""
-        base = cls.quick() if quick else cls()
-        if model is not None:
-            base = base.with_model(model)
-        if epochs is not None and tokens is not None:
-            raise InputError("epochs and tokens: give one budget, not both",
-                             params=("epochs", "tokens"))
-        if epochs is not None:
-            overrides["epochs"] = epochs
-        if tokens is not None:
-            overrides["tokens"] = tokens
-        return replace(base, **overrides)
-
-    def with_model(self, preset: str) -> ExperimentConfig:
-        """This configuration with model size preset ``preset`` (see
-        :data:`~clusterclip.lm.config.MODEL_PRESETS`): its shape and
-        learning rate, documents truncated to its window."""
-        if preset not in MODEL_PRESETS:
-            raise InputError(f"model: unknown preset {preset!r} "
-                             f"(choose from {', '.join(MODEL_PRESETS)})", params=("model",))
-        model, lr = MODEL_PRESETS[preset]
-        return replace(self, model=model, max_doc_tokens=model.seq_len,
-                       train=replace(self.train, lr=lr))
-
-    @property
-    def batch_tokens(self) -> int:
-        """Tokens in one training batch (batch size x window length)."""
-        return self.train.batch_size * self.model.seq_len
-
-    def budget_tokens(self, train_tokens: int) -> int:
-        """Training tokens per run for a training set of ``train_tokens`` tokens.
-
-        ``tokens`` if given, else ``epochs * train_tokens``; rounded down to
-        whole batches, at least one batch.
-        """
-        want = self.tokens if self.tokens is not None else int(self.epochs * train_tokens)
-        return max(1, want // self.batch_tokens) * self.batch_tokens
-
-    def validate(self) -> None:
-        """Raise :class:`InputError` naming the first bad value."""
-        if not self.strategies:
-            raise InputError("strategies: give at least one", params=("strategies",))
-        for s in self.strategies:
-            if s not in EXPERIMENT_STRATEGIES:
-                raise InputError(f"strategies: unknown strategy {s!r} "
-                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})",
-                                 params=("strategies",))
-        if len(set(self.strategies)) != len(self.strategies):
-            raise InputError("strategies: a strategy is named twice", params=("strategies",))
-        check_clip(self.clip)
-        if self.seeds < 1:
-            raise InputError(f"seeds: must be >= 1, got {self.seeds}", params=("seeds",))
-        self._check_primary()
-        if not math.isfinite(self.alpha):
-            raise InputError(f"alpha: must be a finite number, got {self.alpha}",
-                             params=("alpha",))
-        if self.balance_by not in BALANCE_BY:
-            raise InputError(f"balance_by: must be docs or tokens, got {self.balance_by!r}",
-                             params=("balance_by",))
-        if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise InputError(f"epochs: must be a positive number, got {self.epochs}",
-                             params=("epochs",))
-        if self.tokens is not None and self.tokens < self.batch_tokens:
-            raise InputError(f"tokens: budget {self.tokens} is less than one batch "
-                             f"({self.batch_tokens})", params=("tokens",))
-        if self.max_docs is not None and self.max_docs < 2 * self.min_cluster_docs:
-            raise InputError(f"max_docs: must be at least {2 * self.min_cluster_docs} "
-                             f"(0 = no cap), got {self.max_docs}", params=("max_docs",))
-        if self.max_doc_tokens > self.model.seq_len:
-            raise InputError("max_doc_tokens must not exceed the model's seq_len")
-        if self.tokenizer is not None:
-            proxy_tokenizer(self.tokenizer)
-
-    def _check_primary(self) -> None:
-        from clusterclip.experiment.verdict import parse_primary
-
-        if self.primary is None:
-            return
-        strategy, _ = parse_primary(self.primary)
-        if strategy == "random" or strategy not in self.strategies or \
-                "random" not in self.strategies:
-            raise InputError(f"primary {self.primary}: the strategy must be one of "
-                             "strategies other than random, and random must be run too",
-                             params=("primary",))
-
-    def primary_pair(self) -> tuple[str, str] | None:
-        """The declared primary question (strategy, metric) against random."""
-        from clusterclip.experiment.verdict import default_primary, parse_primary
-
-        if self.primary is not None:
-            return parse_primary(self.primary)
-        return default_primary(self.strategies)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["strategies"] = list(self.strategies)
-        for name in ("primary", "auto_seeds"):
-            if not d[name]:
-                del d[name]  # results without them keep their bytes
-        if self.auto_seeds:
-            from clusterclip.experiment.verdict import SEED_RULE
-
-            d["seed_rule"] = SEED_RULE.to_dict()
-        if self.mixture is None:
-            del d["mixture"]  # results without a mixture keep their bytes
-        else:
-            d["mixture"]["weights"] = list(self.mixture.weights)
-            if not self.mixture.staged:
-                del d["mixture"]["stages"]  # a one-stage mixture keeps its bytes
-        if self.tokenizer is None:
-            del d["tokenizer"]  # nor do byte-level results
-        return d
-
 
 #: A run's held-out micro loss in bits per byte (comparable across tokenizers).
 BPB = "val_micro_bits_per_byte"
@@ -295,21 +114,6 @@ class ExperimentData:
     @property
     def n_train_docs(self) -> int:
         return int(np.count_nonzero(self.train_labels >= 0))
-
-
-def encode_texts(texts: Sequence[str | None], config: ExperimentConfig
-                 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, ExperimentConfig]:
-    """The documents as the proxies read them: ``(docs, truncated, doc_bytes, config)``,
-    bytes (:func:`encode_documents`) or, with ``config.tokenizer``, its tokens
-    (:func:`tokenize_documents`); ``config`` with the model's vocabulary set to match."""
-    if config.tokenizer is None:
-        docs, truncated = encode_documents(texts, config.max_doc_tokens)
-        return docs, truncated, np.array([d.size for d in docs], dtype=np.int64), config
-    tok = proxy_tokenizer(config.tokenizer)
-    vocab = len(tok) + 1  # the end-of-document token is the last id
-    docs, truncated, nbytes = tokenize_documents(texts, config.max_doc_tokens, tok, vocab - 1)
-    return docs, truncated, nbytes, replace(config, model=replace(config.model,
-                                                                  vocab_size=vocab))
 
 
 def prepare_data(texts: Sequence[str | None], labels: np.ndarray, config: ExperimentConfig,
@@ -639,7 +443,7 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
     part that varies between identical runs).
 
     ``config.auto_seeds``: seeds 0, 1, ... are added by
-    :data:`~clusterclip.experiment.verdict.SEED_RULE` (fixed before any run) until the
+    :data:`~clusterclip.lm.runconfig.SEED_RULE` (fixed before any run) until the
     primary question is resolved or its cap is reached; a rerun after a kill finds the same
     runs stored and so takes the same steps to the same seeds.
 
@@ -686,9 +490,9 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
 
 def _more_seeds(config: ExperimentConfig, runs: dict[str, list[dict[str, Any]]]
                 ) -> int | None:
-    """The seed count :data:`~clusterclip.experiment.verdict.SEED_RULE` asks for next, from
+    """The seed count :data:`~clusterclip.lm.runconfig.SEED_RULE` asks for next, from
     the primary question's differences so far (None: stop)."""
-    from clusterclip.experiment.verdict import SEED_RULE, VERDICT_METRICS
+    from clusterclip.lm.runconfig import SEED_RULE, VERDICT_METRICS
     from clusterclip.verdict import paired_difference
 
     strategy, label = config.primary_pair()

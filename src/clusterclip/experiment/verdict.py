@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.errors import InputError
+from clusterclip.lm.config import describe_model
+from clusterclip.lm.runconfig import (  # noqa: F401  (the config's; re-exported here)
+    PRIMARY_METRIC,
+    PRIMARY_STRATEGY,
+    SEED_RULE,
+    VERDICT_METRICS,
+    default_primary,
+    parse_primary,
+)
 from clusterclip.verdict import (
     CONFIDENCE,
     ONE_SEED,
@@ -27,37 +35,6 @@ from clusterclip.verdict import (
     limits_line,
     primary_of,
 )
-
-#: The held-out losses the verdict speaks about, in order, with their names.
-VERDICT_METRICS = {"val_micro": "micro", "val_macro": "macro", "val_tail": "tail"}
-#: The primary question's loss unless ``--primary`` names another.
-PRIMARY_METRIC = "macro"
-#: The primary question's strategy unless ``--primary`` names another (the commands'
-#: default strategy); when it is not run, the first strategy run that is not random.
-PRIMARY_STRATEGY = "paced"
-#: The stop rule of ``--seeds auto`` (the smallest effect of interest in nats per token).
-SEED_RULE = SeedRule(start=3, step=3, cap=12, min_effect=0.005)
-
-
-def parse_primary(text: str) -> tuple[str, str]:
-    """``STRATEGY:METRIC`` (metric micro, macro or tail) as a pair; InputError naming
-    ``primary`` otherwise."""
-    strategy, sep, metric = text.partition(":")
-    if not sep or not strategy or metric not in VERDICT_METRICS.values():
-        raise InputError(f"primary: expected STRATEGY:METRIC with METRIC one of "
-                         f"{', '.join(VERDICT_METRICS.values())}, got {text!r}",
-                         params=("primary",))
-    return strategy, metric
-
-
-def default_primary(strategies: list[str] | tuple[str, ...]) -> tuple[str, str] | None:
-    """The declared primary when none is named: :data:`PRIMARY_STRATEGY` (else the first
-    strategy but random) against random on :data:`PRIMARY_METRIC`; None without random
-    or without another strategy."""
-    others = [s for s in strategies if s != "random"]
-    if "random" not in strategies or not others:
-        return None
-    return (PRIMARY_STRATEGY if PRIMARY_STRATEGY in others else others[0]), PRIMARY_METRIC
 
 
 def primary_of_results(results: dict[str, Any]) -> tuple[str, str] | None:
@@ -181,7 +158,8 @@ def verdict_lines(results: dict[str, Any], seconds_per_run: float | None = None
     (``seconds_per_run``: the measured seconds of one run, for the time a rerun takes; the
     files leave it out, so that they stay byte-identical)."""
     v = compute_verdict(results)
-    lines = [experiment_decision(v, results, seconds_per_run), limits_line(results["config"])]
+    lines = [experiment_decision(v, results, seconds_per_run),
+             limits_line(describe_model(results["config"]))]
     fam = v["family"]
     if fam is not None and v["seeds"] >= 2:
         lines.append(_summary(v))

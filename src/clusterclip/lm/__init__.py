@@ -11,7 +11,11 @@
   bits per byte, what a schedule fed;
 - :mod:`~clusterclip.lm.runs`: one run on one schedule (:class:`~clusterclip.lm.runs.ScheduleSpec`,
   :class:`~clusterclip.lm.runs.Budget`) and the store of finished runs
-  (:class:`~clusterclip.lm.runs.RunStore`).
+  (:class:`~clusterclip.lm.runs.RunStore`);
+- :mod:`~clusterclip.lm.runconfig`: the proxies' run configuration
+  (:class:`~clusterclip.lm.runconfig.ExperimentConfig`: budget, window, split, model and
+  training, mixture, tokenizer, the declared primary question and the seed rule) and the
+  documents as the proxies read them; ``experiment`` and ``search`` both take it from here.
 
 Runs in worker processes: :mod:`clusterclip.pool` (shared with the embedder and the export).
 

@@ -86,3 +86,16 @@ def describe_presets() -> str:
     """Each preset's parameter count (byte vocabulary) and window, for ``--help``."""
     return ", ".join(f"{name} {format_parameters(m.num_parameters())} parameters window "
                      f"{m.seq_len}" for name, (m, _) in MODEL_PRESETS.items())
+
+
+def describe_model(config: dict[str, Any]) -> str:
+    """The proxy model in words, from a results dict's ``config``: parameters, window and
+    how much of each document it reads (it limits what a verdict means)."""
+    m = ModelConfig(**config["model"])
+    size = format_parameters(m.num_parameters())
+    tok = config.get("tokenizer")
+    kind, unit = ("byte-level LM", "bytes") if tok is None else (
+        f"LM over the tokens of {tok} ({m.vocab_size:,}-token vocabulary)", "tokens")
+    return (f"a {size}-parameter {kind} ({m.n_layers} layer"
+            f"{'s' if m.n_layers != 1 else ''}, d={m.d_model}, window {m.seq_len}, reading "
+            f"the first {config['max_doc_tokens'] - 1} {unit} of each document)")

@@ -199,3 +199,140 @@ def _cut_summary(s: dict[str, Any], labels: Any, ref: BaseSampler, stop: int,
              clusters_never_drawn=int((c[live] == 0).sum()),
              samples_per_rank=n, unserved_positions=stop - start - n * s["world_size"])
     return s
+
+
+# -- the commands' path: ``clusterclip sample`` and the ``sample`` stage -----------------
+
+def mixture_inputs(labels: Any, mixture: str | os.PathLike[str] | None, *,
+                   num_clusters: int | None = None, cluster_weights: Any = None
+                   ) -> tuple[Any, Any, dict[str, Any]]:
+    """What the sampler takes of a mixture file: the labels less its exclusions, its
+    cluster weights and the options of a staged mixture.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray
+        (N,) integer cluster id of each document; -1 excludes it.
+    mixture : str, os.PathLike or None
+        A mixture file ([`read_mixture`][clusterclip.sampling.mixture.read_mixture]);
+        None: no mixture.
+    num_clusters : int or None
+        The K its weights must have (None: not checked here).
+    cluster_weights : array_like or None
+        The cluster weights without a mixture (returned as given).
+
+    Returns
+    -------
+    tuple
+        ``(labels, weights, staged)``: ``staged`` the keyword arguments of
+        [`write_schedule`][clusterclip.sampling.write_schedule] a staged mixture adds.
+    """
+    if mixture is None:
+        return labels, cluster_weights, {}
+    from clusterclip.sampling.mixture import excluding, read_exclusions, read_mixture
+
+    staged = read_mixture(mixture, num_clusters).sampler_options()
+    labels = excluding(labels, read_exclusions(mixture, labels.size))
+    return labels, staged.pop("cluster_weights", None), staged
+
+
+def clip_or_default(labels: Any, clip: int | None, *, num_samples: int | None, strategy: str,
+                    alpha: float = 0.0, cluster_weights: Any = None, groups: Any = None
+                    ) -> tuple[int, str | None]:
+    """The clip R as given, else the default for these labels and budget, and why.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray
+        (N,) cluster ids after a mixture's exclusions.
+    clip : int or None
+        The clip given; None: [`default_clip`][clusterclip.sampling.clip.default_clip]'s.
+    num_samples : int or None
+        The schedule length T (None for a token budget).
+    strategy : str
+        The sampler's strategy.
+    alpha : float
+        The cluster-weight exponent.
+    cluster_weights : array_like or None
+        Weights replacing n_k ** alpha.
+    groups : numpy.ndarray or None
+        (N,) near-duplicate groups; used only when they match ``labels``.
+
+    Returns
+    -------
+    tuple
+        ``(clip, why)``: ``why`` None for a clip given, else the sentence that says why.
+    """
+    if clip is not None:
+        return clip, None
+    from clusterclip.sampling.clip import default_clip
+
+    return default_clip(labels, num_samples, strategy, alpha=alpha,
+                        cluster_weights=cluster_weights,
+                        groups=groups if groups is not None and groups.size == labels.size
+                        else None)
+
+
+def draw_schedule(labels: Any, path: str | os.PathLike[str], *,
+                  mixture: str | os.PathLike[str] | None = None,
+                  num_clusters: int | None = None, cluster_weights: Any = None,
+                  groups: Any = None, clip: int | None = None,
+                  clip_default: str | None = None, num_samples: int | None = None,
+                  strategy: str, alpha: float = 0.0,
+                  **schedule: Any) -> dict[str, Any]:
+    """The one schedule path of ``clusterclip sample`` and of the ``sample`` stage.
+
+    The mixture file's exclusions and weights applied ([`mixture_inputs`]
+    [clusterclip.sampling.schedule.mixture_inputs]), the clip resolved
+    ([`clip_or_default`][clusterclip.sampling.schedule.clip_or_default]), the schedule
+    written by [`write_schedule`][clusterclip.sampling.write_schedule], and its summary
+    with the mixture file's record and the default clip's reason.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray
+        (N,) integer cluster id of each document; -1 excludes it.
+    path : str or os.PathLike
+        The ``.npy`` file to write.
+    mixture : str, os.PathLike or None
+        A mixture file: its exclusions, weights (or stages) and record in the summary.
+    num_clusters : int or None
+        The K the mixture's weights must have (None: not checked here).
+    cluster_weights : array_like or None
+        Weights replacing n_k ** alpha, without a mixture.
+    groups : numpy.ndarray or None
+        (N,) near-duplicate groups: the units of the passes and of the clip.
+    clip : int or None
+        The clip R; None: the default (the summary's ``clip_default`` says why).
+    clip_default : str or None
+        Why ``clip`` is what it is, when the caller resolved the default already.
+    num_samples : int or None
+        The schedule length T (or give ``num_tokens`` in ``schedule``).
+    strategy : str
+        The sampler's strategy.
+    alpha : float
+        The cluster-weight exponent.
+    **schedule : Any
+        The other keyword arguments of [`write_schedule`][clusterclip.sampling.write_schedule].
+
+    Returns
+    -------
+    dict
+        The schedule's summary, with ``mixture`` and ``clip_default`` when they apply.
+    """
+    from clusterclip.sampling.mixture import mixture_record
+
+    labels, weights, staged = mixture_inputs(labels, mixture, num_clusters=num_clusters,
+                                             cluster_weights=cluster_weights)
+    if clip is None:
+        clip, clip_default = clip_or_default(labels, None, num_samples=num_samples,
+                                             strategy=strategy, alpha=alpha,
+                                             cluster_weights=weights, groups=groups)
+    summary = write_schedule(labels, path, num_samples=num_samples, strategy=strategy,
+                             clip=clip, alpha=alpha, groups=groups, cluster_weights=weights,
+                             **schedule, **staged)
+    if mixture is not None:
+        summary["mixture"] = mixture_record(mixture)
+    if clip_default and summary.get("clip") is not None:
+        summary["clip_default"] = clip_default
+    return summary

@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.lm.config import describe_model
 from clusterclip.verdict import (
     CONFIDENCE,
     Paired,
     SeedRule,
     compare_family,
-    describe_model,
     first_line,
     limits_line,
 )
@@ -248,7 +248,7 @@ def verdict_lines(results: dict[str, Any], seconds_per_run: float | None = None
     n = len(results["test_seeds"])
     model = describe_model(results["config"]["experiment"])
     sr = comp["searched - random"][obj]
-    lines = [_first_line(results, seconds_per_run), limits_line(results["config"]["experiment"])]
+    lines = [_first_line(results, seconds_per_run), limits_line(model)]
     o = results.get("target_overlap")
     if o and o["exact"] + o["near"] > NOTABLE * max(1, o["target_docs"]):
         lines.append(overlap_sentence(o))  # the first paragraph

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
-from clusterclip.experiment.runner import ExperimentConfig
 from clusterclip.lm.metrics import bits_per_byte, per_cluster_loss
+from clusterclip.lm.runconfig import ExperimentConfig
 from clusterclip.lm.runs import (
     RUN_FORMAT,
     Budget,

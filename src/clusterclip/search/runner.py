@@ -23,8 +23,8 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
-from clusterclip.experiment.runner import DEFAULT_MAX_DOCS, ExperimentConfig
 from clusterclip.lm.data import MIN_CLUSTER_DOCS
+from clusterclip.lm.runconfig import DEFAULT_MAX_DOCS, ExperimentConfig
 from clusterclip.lm.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
 from clusterclip.search.proxies import EvalSet, ProxyData, ProxyTrainer, spec_of
@@ -169,9 +169,9 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
             ) -> tuple[ProxyData, dict[str, np.ndarray]]:
     """The corpus's and the target's splits and the data every run sees; the corpus
     documents ``exclude`` (bool[N]: the target's copies) are in no split."""
-    from clusterclip.experiment.runner import encode_texts
     from clusterclip.io import array_fingerprint, fingerprint
     from clusterclip.lm.data import checked_labels, stratified_subsample
+    from clusterclip.lm.runconfig import encode_texts
     from clusterclip.lm.runs import Budget
 
     labels, _ = checked_labels(texts, labels, None)

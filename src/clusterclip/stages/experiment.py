@@ -175,7 +175,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
         seeds = 3 if quick else "auto"
     auto = seeds == "auto"
     if auto:
-        from clusterclip.experiment.verdict import SEED_RULE
+        from clusterclip.lm.runconfig import SEED_RULE
 
         seeds = SEED_RULE.start
     if config is None:

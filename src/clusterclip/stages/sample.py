@@ -1,8 +1,10 @@
 """The ``sample`` stage: ``W/labels.npy`` -> ``W/schedule.npy`` (int64 document indices).
 
-The schedule itself is :func:`clusterclip.sampling.write_schedule`; this module reads its
-inputs from the work directory (labels, groups, token counts, a mixture file) and runs
-it through :meth:`clusterclip.workdir.Workdir.run_stage`.
+The schedule itself is :func:`clusterclip.sampling.schedule.draw_schedule` (the mixture
+file, the default clip, :func:`clusterclip.sampling.write_schedule` and the summary), the
+same path as ``clusterclip sample``'s; this module reads its inputs from the work
+directory (labels, groups, token counts) and runs it through
+:meth:`clusterclip.workdir.Workdir.run_stage`.
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ class SampleOptions:
         if not 0 <= self.seed <= MAX_SEED:
             raise InputError(f"seed {self.seed}: the sampler takes 0 .. 2**64 - 1",
                              params=("seed",))
+        if self.mixture is not None:  # a bad file fails now, not in the stage's work
+            from clusterclip.sampling.mixture import read_mixture
+
+            try:
+                read_mixture(self.mixture)
+            except InputError as e:
+                raise InputError(f"mixture: {e}", params=("mixture",)) from None
 
     @property
     def needs_tokens(self) -> bool:
@@ -69,36 +78,35 @@ class SampleOptions:
         return self.num_tokens is not None or self.balance_by == "tokens"
 
 
-def _default_clip(w: Workdir, o: SampleOptions) -> tuple[int, str]:
-    """The clip for ``o.clip`` None and why, for W's labels (and groups) and the budget."""
+def _default_clip(w: Workdir, o: SampleOptions) -> tuple[int, str | None]:
+    """The clip of ``o`` (its default when None, and why) for W's labels (and groups)."""
     from clusterclip.distributed import on_main
-    from clusterclip.sampling.clip import default_clip
+    from clusterclip.sampling.schedule import clip_or_default, mixture_inputs
 
-    def resolve() -> tuple[int, str]:
+    def resolve() -> tuple[int, str | None]:
         w.upstream([LABELS] + ([GROUPS] if o.groups else []))
-        labels = w.labels()
-        g = w.groups() if o.groups else None
-        return default_clip(labels, o.num_samples, o.strategy, alpha=o.alpha,
-                            groups=g if g is not None and g.size == labels.size else None)
+        labels, weights, _ = mixture_inputs(w.labels(), o.mixture)
+        return clip_or_default(labels, o.clip, num_samples=o.num_samples,
+                               strategy=o.strategy, alpha=o.alpha, cluster_weights=weights,
+                               groups=w.groups() if o.groups else None)
 
     with w.locked():
         return on_main(resolve)
 
 
 def run(w: Workdir, options: SampleOptions) -> dict[str, Any]:
-    """Write ``W/schedule.npy`` from ``W/labels.npy``.
+    """Write ``W/schedule.npy`` from ``W/labels.npy`` (by
+    :func:`clusterclip.sampling.schedule.draw_schedule`, as ``clusterclip sample`` does).
 
     Returns the sampler's summary, which is also recorded in the manifest. Under
     ``torchrun`` every rank calls this and rank 0 writes.
     """
     from clusterclip.distributed import is_main
-    from clusterclip.sampling import write_schedule
+    from clusterclip.sampling.schedule import draw_schedule
     from clusterclip.stages import tokens as T
 
     o = options
-    clip, why = o.clip, None
-    if clip is None:
-        clip, why = _default_clip(w, o)
+    clip, why = (o.clip, None) if o.clip is not None else _default_clip(w, o)
     params: dict[str, Any] = {"num_samples": o.num_samples, "strategy": o.strategy,
                               "clip": clip, "alpha": o.alpha, "seed": o.seed}
     tokens, source = T.run(w, T.TokensOptions(tokenizer=o.tokenizer, progress=o.progress)
@@ -111,33 +119,20 @@ def run(w: Workdir, options: SampleOptions) -> dict[str, Any]:
         params["token_counts"] = source
     if o.groups:
         params["groups"] = True
-    weights, staged = None, {}
     if o.mixture is not None:
-        from clusterclip.sampling.mixture import mixture_record, read_mixture
+        from clusterclip.sampling.mixture import mixture_record
 
         params["mixture"] = mixture_record(o.mixture)
-        staged = read_mixture(o.mixture).sampler_options()
-        weights = staged.pop("cluster_weights", None)
 
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
             return None
-        labels = w.labels()
-        if o.mixture is not None:
-            from clusterclip.sampling.mixture import excluding, read_exclusions
-
-            labels = excluding(labels, read_exclusions(o.mixture, labels.size))
-        summary = write_schedule(labels, w.path(SCHEDULE), num_samples=o.num_samples,
-                                 num_tokens=o.num_tokens, doc_tokens=tokens,
-                                 balance_by=o.balance_by, token_source=source,
-                                 strategy=o.strategy, clip=clip, alpha=o.alpha, seed=o.seed,
-                                 groups=w.groups() if o.groups else None,
-                                 cluster_weights=weights, **staged)
-        if o.mixture is not None:
-            summary["mixture"] = params["mixture"]
-        if why and summary.get("clip") is not None:
-            summary["clip_default"] = why
-        return summary
+        return draw_schedule(w.labels(), w.path(SCHEDULE), mixture=o.mixture,
+                             groups=w.groups() if o.groups else None, clip=clip,
+                             clip_default=why, num_samples=o.num_samples,
+                             strategy=o.strategy, alpha=o.alpha, seed=o.seed,
+                             num_tokens=o.num_tokens, doc_tokens=tokens,
+                             balance_by=o.balance_by, token_source=source)
 
     reads = [LABELS] + ([CORPUS] if o.needs_tokens else []) + (
         [TOKENS] if o.needs_tokens and o.tokenizer is not None else []) + (
