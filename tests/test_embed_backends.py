@@ -101,7 +101,7 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
     assert resolve_backend("minilm", "auto", "auto", "cpu") == ("onnx", "auto")
     assert resolve_backend("minilm", "auto", "auto", "cuda") == ("torch", "fp16")
     for backend, precision, device, msg in (
-            ("torch", "int8", "cpu", "int8 runs with --backend onnx"),
+            ("torch", "int8", "cpu", "int8 runs with backend onnx"),
             ("onnx", "fp16", "cpu", "fp16 runs on a GPU"),
             ("onnx", "int8", "cuda", "int8 runs with backend onnx on the CPU"),
             ("tensorrt", "auto", "cpu", "backend tensorrt")):

@@ -64,7 +64,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
                                              trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
         first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise InputError(f"tokenizer {path}: cannot load it ({first})",
+        raise InputError(f"tokenizer {path}: cannot load an AutoTokenizer from it ({first})",
                          params=("tokenizer",)) from None
 
 
