@@ -226,7 +226,7 @@ def test_the_command_line_shows_the_requests_errors_in_its_own_options(tmp_path,
           "--runs", "2", "--split-target"], "--split-target: give --target ("),
         (["search", "fit", "--ratios", str(tmp_path / "r.csv"), "--metrics",
           str(tmp_path / "m.csv"), "--objective", "a", "--out", str(tmp_path / "F"),
-          "--format", "jsonl"], "--format jsonl: exports the proposals; give --propose N"),
+          "--format", "parquet"], "--format parquet: exports the proposals; give --propose N"),
     ]
     for argv, shown in cases:
         capsys.readouterr()
