@@ -170,8 +170,8 @@ def cluster_space(labels: np.ndarray, centroids: np.ndarray, metric: str = "cosi
     exclude = np.zeros(0, dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64)
     labels = excluding(labels, exclude)
     if not np.any(labels >= 0):
-        raise InputError("targets: every clustered document of the corpus copies a target "
-                         "document, so nothing is left to train on", params=("targets",))
+        raise InputError("target: every clustered document of the corpus copies one of "
+                         "its documents, so nothing is left to train on", params=("target",))
     counts, natural, prior = natural_and_prior(labels, k, histogram)
     units, needed, unit, tokens = _budget_units(labels, num_tokens, num_samples, tokens)
     space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
