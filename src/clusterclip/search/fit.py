@@ -91,15 +91,12 @@ class FitRequest:
                              params=("objective",))
         if self.propose < 0:
             raise InputError(f"propose: must be >= 0, got {self.propose}", params=("propose",))
-        for name in ("num_tokens", "num_samples"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise InputError(f"{name}: must be >= 1, got {v}", params=(name,))
+        from clusterclip.search.propose import Draw
+
+        Draw(num_tokens=self.num_tokens, num_samples=self.num_samples, seed=self.seed)
         if self.fmt is not None and not self.propose:
             raise InputError(f"fmt {self.fmt}: exports the proposals; give propose N",
                              params=("fmt", "propose"))
-        if self.seed < 0:
-            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
 
 
 @dataclass

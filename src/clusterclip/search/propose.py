@@ -189,12 +189,22 @@ def group_weights(space: SearchSpace, c: Candidate) -> np.ndarray:
 @dataclass(frozen=True)
 class Draw:
     """How a round's schedules are drawn: the budget (``num_tokens`` or ``num_samples``;
-    None: no schedule), the seed and the export format."""
+    None: no schedule), the seed and the export format; the budget and the seed checked
+    when made (the requests of ``search propose`` and ``search fit`` make one to check
+    theirs)."""
 
     num_tokens: int | None = None
     num_samples: int | None = None
     seed: int = 0
     fmt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_tokens", "num_samples"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise InputError(f"{name}: must be >= 1, got {v}", params=(name,))
+        if self.seed < 0:
+            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
 
     def budget(self) -> dict[str, int]:
         return {k: v for k, v in (("num_tokens", self.num_tokens),
@@ -283,12 +293,7 @@ class ProposeRequest:
         if self.verify is not None and self.blend:
             raise InputError("blend does not apply with verify (each run is a schedule "
                              "drawn with its seed)", params=("blend", "verify"))
-        if self.seed < 0:
-            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
-        for name in ("num_tokens", "num_samples"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise InputError(f"{name}: must be >= 1, got {v}", params=(name,))
+        Draw(num_tokens=self.num_tokens, num_samples=self.num_samples, seed=self.seed)
         if self.fmt is not None and self.num_tokens is None and self.num_samples is None:
             raise InputError(f"fmt {self.fmt}: give the budget each candidate's schedule "
                              "is exported for (num_tokens or num_samples)",
