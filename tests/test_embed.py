@@ -92,7 +92,7 @@ def test_bad_model_paths_are_input_errors(tmp_path):
 
     with pytest.raises(InputError, match="no such model folder"):
         make_embedder("minilm", model=tmp_path / "nope")
-    with pytest.raises(InputError, match="needs --model"):
+    with pytest.raises(InputError, match="needs model PATH"):
         make_embedder("hf")
     with pytest.raises(InputError, match="cannot load"):
         make_embedder("hf", model=tmp_path, backend="torch")

@@ -101,10 +101,10 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
     assert resolve_backend("minilm", "auto", "auto", "cpu") == ("onnx", "auto")
     assert resolve_backend("minilm", "auto", "auto", "cuda") == ("torch", "fp16")
     for backend, precision, device, msg in (
-            ("torch", "int8", "cpu", "int8 runs with --backend onnx"),
+            ("torch", "int8", "cpu", "int8 runs with backend onnx"),
             ("onnx", "fp16", "cpu", "fp16 runs on a GPU"),
-            ("onnx", "int8", "cuda", "int8 runs with --backend onnx on the CPU"),
-            ("tensorrt", "auto", "cpu", "--backend tensorrt")):
+            ("onnx", "int8", "cuda", "int8 runs with backend onnx on the CPU"),
+            ("tensorrt", "auto", "cpu", "backend tensorrt")):
         with pytest.raises(InputError, match=msg):
             resolve_backend("minilm", backend, precision, device)
     with pytest.raises(InputError, match="apply to minilm, hf"):
@@ -112,7 +112,7 @@ def test_backend_and_precision_are_checked_and_in_the_fingerprint(tmp_path):
     # with --tune auto (the default) they pick the teacher a large corpus is tuned with
     assert embedder_identity("fast", None, backend="torch")["tune"]["teacher"] != \
         embedder_identity("fast", None)["tune"]["teacher"]
-    with pytest.raises(InputError, match="--tune applies to --embedder fast"):
+    with pytest.raises(InputError, match="tune applies to embedder fast"):
         embedder_identity("minilm", None, tune=10)
     with pytest.raises(InputError, match="at most 8192"):
         embedder_identity("fast", None, tune=10**6)
@@ -168,7 +168,7 @@ def test_model2vec_vectors_are_static_model_encode(model2vec_folder, texts, tmp_
     got = ours.encode(texts)
     assert got.shape == ref.shape and cosines(got, ref).min() >= 0.999
     assert ours.identity()["embedder"] == "model2vec"
-    with pytest.raises(InputError, match="needs --model PATH"):
+    with pytest.raises(InputError, match="needs model PATH"):
         make_embedder("model2vec")
     with pytest.raises(InputError, match="cannot load as a Model2Vec model"):
         make_embedder("model2vec", model=tmp_path)

@@ -269,7 +269,7 @@ def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_pa
         "--format megatron needs --tokenizer PATH": ["--format", "megatron"],
         "--tokenizer is only for --format megatron, not --format parquet":
             ["--format", "parquet", "--tokenizer", tok_path],
-        f"--tokenizer {empty}: cannot load a tokenizer":
+        f"--tokenizer {empty}: cannot load an AutoTokenizer from it":
             ["--format", "megatron", "--tokenizer", str(empty)],
         f"--out {out}: is inside the --tokenizer input {tmp_path}":
             ["--format", "megatron", "--tokenizer", str(tmp_path)],

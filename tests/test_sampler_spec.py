@@ -105,6 +105,11 @@ def test_flag_message_renames_the_named_parameters_only():
     assert flag_message(e, flags) == ("--rank must be < --world-size 2, got 2; world_sizes "
                                       "and rank_x stay")
     assert flag_message(InputError("rank 3"), flags) == "rank 3"  # names nothing
+    # a path or a file that holds the name is the user's, not the parameter
+    e = InputError("tokenizer /data/tokenizer: no tokenizer.json in C:\\tokenizer\\x",
+                   params=("tokenizer",))
+    assert flag_message(e, {"tokenizer": "--tokenizer"}) == (
+        "--tokenizer /data/tokenizer: no tokenizer.json in C:\\tokenizer\\x")
 
 
 def test_the_command_line_shows_core_errors_with_its_options(tmp_path, capsys):

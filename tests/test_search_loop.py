@@ -268,7 +268,7 @@ def test_loop_refusals_are_one_line_exit_2_and_write_nothing(loop, tmp_path, cap
         want = "has no mixture file"
     elif case == "tables and metrics":
         metrics = metrics[:1]
-        want = "one metrics table per ratios table"
+        want = "--ratios gives 2 tables and --metrics 1: one table of each per round"
     elif case == "mismatched rounds":  # round 2 claims other kept-out documents
         other = tmp_path / "F1"
         other.mkdir()

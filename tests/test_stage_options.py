@@ -117,3 +117,145 @@ def test_a_library_caller_catches_every_refusal_as_a_value_error():
     with pytest.raises(ValueError) as e:
         make_sampler(np.zeros(5, dtype=np.int64), num_samples=4, strategy="no-such-strategy")
     assert isinstance(e.value, InputError)
+
+
+def _fit(**kw):
+    from clusterclip.search.fit import FitRequest
+
+    return FitRequest(**{"ratios": ("r.csv",), "metrics": ("m.csv",),
+                         "objective": ("loss",), "out": "F", **kw})
+
+
+def _propose(**kw):
+    from clusterclip.search.propose import ProposeRequest
+
+    return ProposeRequest(**{"workdir": "W", "runs": 4, "out": "P", **kw})
+
+
+@pytest.mark.parametrize("make,param", [
+    (lambda: _fit(objective=()), "objective"),
+    (lambda: _fit(propose=-1), "propose"),
+    (lambda: _fit(num_tokens=0, propose=2), "num_tokens"),
+    (lambda: _fit(fmt="jsonl"), "propose"),
+    (lambda: _fit(seed=-1), "seed"),
+    (lambda: _propose(runs=0), "runs"),
+    (lambda: _propose(verify="FIT", seeds=1), "seeds"),
+    (lambda: _propose(verify="FIT", blend=True, tokenizer="T"), "blend"),
+    (lambda: _propose(num_samples=0), "num_samples"),
+    (lambda: _propose(fmt="jsonl"), "fmt"),
+    (lambda: _propose(split_target=True), "targets"),
+    (lambda: _propose(tokenizer="T"), "tokenizer"),
+    (lambda: _stage("embed").EmbedOptions(embedder="minilm", tune=10), "tune"),
+    (lambda: _stage("embed").EmbedOptions(embedder="fast", tune=0, backend="onnx"), "backend"),
+    (lambda: _stage("embed").EmbedOptions(precision="fp16"), "precision"),
+    (lambda: _stage("embed").EmbedOptions(embedder="hf", max_length=0), "max_length"),
+    (lambda: _stage("embed").EmbedOptions(embedder="model2vec"), "model"),
+])
+def test_the_requests_of_search_fit_and_propose_and_the_embedder_refuse_naming_the_parameter(
+        make, param):
+    """``search fit`` / ``search propose`` requests and the embedder's settings: refused
+    when made, in their parameters' names (the command line shows its own options)."""
+    test_bad_options_are_refused_when_made_naming_the_parameter(make, param)
+
+
+def test_the_requests_are_keyword_only_and_frozen():
+    from clusterclip.search.propose import ProposeRequest
+
+    with pytest.raises(TypeError):
+        ProposeRequest("W", 4, "P")  # type: ignore[misc]
+    r = _fit()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.seed = 1  # type: ignore[misc]
+
+
+def _message_text(node):
+    """The literal text of a message expression; each interpolated value is ``{}``."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_message_text(v) for v in node.values)
+    if isinstance(node, ast.BinOp):
+        return _message_text(node.left) + _message_text(node.right)
+    if isinstance(node, ast.IfExp):
+        return _message_text(node.body) + " " + _message_text(node.orelse)
+    return "{}"
+
+
+def _flag_worded_errors(root):
+    """``(file, line, text)`` of each InputError raised in ``root`` whose message spells an
+    option (``--name``) outside a quoted command line (`` `clusterclip report --workdir W` ``)."""
+    import ast
+    import re
+
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            func = getattr(node, "func", None)
+            name = getattr(func, "id", getattr(func, "attr", None))
+            if isinstance(node, ast.Call) and name == "InputError" and node.args:
+                text = re.sub(r"`[^`]*`", "", _message_text(node.args[0]))
+                if re.search(r"(?<![\w-])--[a-z]", text):
+                    found.append((f.relative_to(root).as_posix(), node.lineno, text))
+    return found
+
+
+def test_no_error_below_the_command_line_names_a_flag(tmp_path):
+    """Code below ``clusterclip.cli`` speaks of its parameters (``params=...``); only the
+    command line turns them into its options. The scan itself finds a flag-worded one."""
+    from pathlib import Path
+
+    src = Path(clusterclip.stages.__file__).parents[1]
+    found = [(f, line, text) for f, line, text in _flag_worded_errors(src)
+             if not f.startswith("cli/")]
+    assert found == []
+    (tmp_path / "m.py").write_text('raise InputError(f"--seeds {n}: too few")\n'
+                                   'raise InputError("run `clusterclip embed --workdir W`")\n')
+    assert [line for _, line, _ in _flag_worded_errors(tmp_path)] == [1]
+
+
+def test_the_command_line_shows_the_requests_errors_in_its_own_options(tmp_path, capsys):
+    """A ``search propose`` / ``search fit`` refusal, raised in parameters, reaches the user
+    as the options of the subcommand they ran."""
+    from clusterclip.cli import main
+
+    (tmp_path / "W").mkdir()
+    for f in ("r.csv", "m.csv"):
+        (tmp_path / f).write_text("run,a\nx,1\n")
+    cases = [
+        (["search", "propose", "--workdir", str(tmp_path / "W"), "--out", str(tmp_path / "P"),
+          "--runs", "2", "--split-target"], "--split-target: give --target ("),
+        (["search", "fit", "--ratios", str(tmp_path / "r.csv"), "--metrics",
+          str(tmp_path / "m.csv"), "--objective", "a", "--out", str(tmp_path / "F"),
+          "--format", "parquet"], "--format parquet: exports the proposals; give --propose N"),
+    ]
+    for argv, shown in cases:
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert shown in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_kmeans_settings_are_declared_once():
+    """KMeans, the stage options and the command line take the settings of
+    KMeansSettings: the same names and defaults, and the options read back whole."""
+    import argparse
+
+    from clusterclip.cli._options import add_kmeans_options, kmeans_options
+    from clusterclip.clustering.kmeans import KMeans, KMeansSettings
+
+    names = [f.name for f in dataclasses.fields(KMeansSettings)]
+    init = inspect.signature(KMeans.__init__).parameters
+    assert {n: init[n].default for n in names} == KMeansSettings().kmeans()
+    assert issubclass(_stage("cluster").KMeansOptions, KMeansSettings)
+    p = argparse.ArgumentParser()
+    add_kmeans_options(p)
+    assert kmeans_options(p.parse_args([])) == KMeansSettings().kmeans()
+    given = kmeans_options(p.parse_args(["--iters", "7", "--n-init", "2", "--tol", "0.5",
+                                         "--metric", "euclidean", "--backend", "faiss",
+                                         "--seed", "3", "--kmeans-device", "cuda:1",
+                                         "--chunk-rows", "9"]))
+    assert given == KMeansSettings(max_iter=7, n_init=2, tol=0.5, metric="euclidean",
+                                   backend="faiss", seed=3, device="cuda:1",
+                                   chunk_rows=9).kmeans()

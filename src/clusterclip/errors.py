@@ -42,6 +42,7 @@ def flag_message(error: InputError, flags: Mapping[str, str]) -> str:
     for name in getattr(error, "params", ()):
         flag = flags.get(name)
         if flag:
-            # not inside a word or a file name (``tokenizer.json``)
-            text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.\w)", flag, text)
+            # not inside a word, a file name (``tokenizer.json``) or a path (``hf/model``)
+            text = re.sub(rf"(?<![\w./\\-]){re.escape(name)}(?![\w/\\-]|\.\w)", flag,
+                          text)
     return text

@@ -52,18 +52,20 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
     """
     p = Path(path)
     if not p.is_dir():
-        raise InputError(f"--tokenizer {path}: not a folder holding a Hugging Face tokenizer")
+        raise InputError(f"tokenizer {path}: not a folder that Hugging Face's AutoTokenizer "
+                         f"loads", params=("tokenizer",))
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise InputError("--tokenizer needs transformers; install the `embed` extra "
-                         "(pip install 'clusterclip[embed]')") from None
+        raise InputError("tokenizer needs transformers; install the `embed` extra "
+                         "(pip install 'clusterclip[embed]')", params=("tokenizer",)) from None
     try:
         return AutoTokenizer.from_pretrained(str(p), local_files_only=True,
                                              trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
         first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise InputError(f"--tokenizer {path}: cannot load a tokenizer ({first})") from None
+        raise InputError(f"tokenizer {path}: cannot load an AutoTokenizer from it ({first})",
+                         params=("tokenizer",)) from None
 
 
 # -- counting ------------------------------------------------------------------------------
@@ -78,8 +80,9 @@ def tokenizer_identity(tokenizer: Any) -> str:
     normalizer, pre-tokenizer, ...) and its class: equal for equal tokenizers,
     wherever they are stored."""
     if not getattr(tokenizer, "is_fast", False):
-        raise InputError(f"--tokenizer: {type(tokenizer).__name__} is not a fast tokenizer "
-                         f"(counting needs the `tokenizers` backend, tokenizer.json)")
+        raise InputError(f"tokenizer: {type(tokenizer).__name__} is not a fast one "
+                         f"(counting needs the `tokenizers` backend, tokenizer.json)",
+                         params=("tokenizer",))
     h = hashlib.sha256(type(tokenizer).__name__.encode())
     h.update(tokenizer.backend_tokenizer.to_str().encode())
     return h.hexdigest()

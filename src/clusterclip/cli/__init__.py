@@ -118,11 +118,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
     """Parameter name -> the option of ``command`` that sets it, so that an error raised
     in terms of parameters (``world_size``) is shown in terms of options
-    (``--world-size``): an option's ``dest``, and the command module's ``PARAM_FLAGS``
-    for parameters set by an option of another name (``n_clusters``: ``--clusters``)."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    (``--world-size``): an option's ``dest`` in ``parser`` (the command's, or its
+    subcommand's: ``search fit``), and the command module's ``PARAM_FLAGS`` for
+    parameters set by an option of another name (``n_clusters``: ``--clusters``)."""
     flags = {a.dest: max(a.option_strings, key=len)
-             for a in sub.choices[command]._actions if a.option_strings}
+             for a in parser._actions if a.option_strings}
     flags.update(getattr(importlib.import_module(f"clusterclip.cli.{command}"),
                          "PARAM_FLAGS", {}))
     return flags
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         with guard(args._parser, args):
             return int(args._module.run(args) or 0)
     except InputError as e:
-        message = flag_message(e, _flags(parser, args.command))
+        message = flag_message(e, _flags(args._parser, args.command))
         print(f"clusterclip {name}: error: {message}", file=sys.stderr)
         return 2
     except OSError as e:

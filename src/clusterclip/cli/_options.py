@@ -199,22 +199,31 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
                         "(the same bytes for any N; default: the CPUs this process may use)")
 
 
+#: The attribute of the parsed options holding each k-means setting
+#: (:class:`clusterclip.clustering.kmeans.KMeansSettings`) named otherwise: ``--kmeans-device``
+#: (``run``'s ``--device`` is the embedder's).
+KMEANS_DESTS = {"device": "kmeans_device"}
+
+
 def add_kmeans_options(p: argparse.ArgumentParser) -> None:
-    """Options of the clustering stage (``cluster``, ``run``)."""
+    """Options of the clustering stage (``cluster``, ``run``): one per k-means setting
+    (:class:`clusterclip.clustering.kmeans.KMeansSettings`, its defaults), read back by
+    :func:`kmeans_options`."""
     from clusterclip.clustering import kmeans as K
 
+    d = K.KMeansSettings()
     g = p.add_argument_group("k-means")
-    g.add_argument("--iters", type=ITERATIONS, default=K.DEFAULT_MAX_ITER,
-                   help=f"maximum iterations (default: {K.DEFAULT_MAX_ITER})")
-    g.add_argument("--n-init", type=RESTARTS, default=K.DEFAULT_N_INIT,
-                   help=f"restarts; the best objective wins (default: {K.DEFAULT_N_INIT})")
-    g.add_argument("--tol", type=FRACTION, default=K.DEFAULT_TOL,
+    g.add_argument("--iters", dest="max_iter", type=ITERATIONS, default=d.max_iter,
+                   help=f"maximum iterations (default: {d.max_iter})")
+    g.add_argument("--n-init", type=RESTARTS, default=d.n_init,
+                   help=f"restarts; the best objective wins (default: {d.n_init})")
+    g.add_argument("--tol", type=FRACTION, default=d.tol,
                    help="stop when the relative objective change falls below this "
-                        f"(default: {K.DEFAULT_TOL:g})")
-    g.add_argument("--metric", choices=K.METRICS, default=K.DEFAULT_METRIC)
-    g.add_argument("--backend", choices=K.BACKENDS, default=K.DEFAULT_BACKEND)
-    g.add_argument("--seed", type=SEED, default=0)
-    g.add_argument("--kmeans-device", default="cpu",
+                        f"(default: {d.tol:g})")
+    g.add_argument("--metric", choices=K.METRICS, default=d.metric)
+    g.add_argument("--backend", choices=K.BACKENDS, default=d.backend)
+    g.add_argument("--seed", type=SEED, default=d.seed)
+    g.add_argument("--kmeans-device", default=d.device,
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
     add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)")
     g.add_argument("--fit-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
@@ -223,6 +232,17 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
                         "every row's); 0: fit on every row. Default: every row up to "
                         "2,000,000 valid rows, above that a sample of max(1,000,000, "
                         "1024 x K) rows (docs/benchmarks.md, K-means on a sample)")
+
+
+def kmeans_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The k-means settings given by :func:`add_kmeans_options`, as the keywords of
+    :class:`clusterclip.stages.cluster.KMeansOptions` (``cluster``, ``run``)."""
+    from dataclasses import fields
+
+    from clusterclip.clustering.kmeans import KMeansSettings
+
+    return {f.name: getattr(args, KMEANS_DESTS.get(f.name, f.name))
+            for f in fields(KMeansSettings)}
 
 
 def add_chunk_rows_option(g: Any, help: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import CLUSTER_LIST, ROWS, add_kmeans_options
+from clusterclip.cli._options import CLUSTER_LIST, ROWS, add_kmeans_options, kmeans_options
 from clusterclip.cli._paths import add_path
 from clusterclip.errors import InputError
 
@@ -65,14 +65,6 @@ def run(args: argparse.Namespace) -> int:
     if main_rank:
         print(summary(result))
     return 0
-
-
-def kmeans_options(args: argparse.Namespace) -> dict:
-    """The k-means knobs of :func:`clusterclip.cli._options.add_kmeans_options`, as the
-    keywords of :class:`clusterclip.stages.cluster.KMeansOptions` (also used by ``run``)."""
-    return dict(max_iter=args.iters, n_init=args.n_init, tol=args.tol, metric=args.metric,
-                backend=args.backend, seed=args.seed, device=args.kmeans_device,
-                chunk_rows=args.chunk_rows)
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from clusterclip.cli._paths import add_path
 
 HELP = "embed a corpus (.jsonl, .jsonl.gz, .parquet or folders) into W/embeddings.npy"
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
-PARAM_FLAGS = {"n_clusters": "--clusters", "workers": "--embed-workers"}
+PARAM_FLAGS = {"n_clusters": "--clusters", "workers": "--embed-workers", "backend": "--backend"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

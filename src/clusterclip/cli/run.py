@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
     """The stages' typed options from the parsed options (``sampling``: a
     ``--num-samples`` or ``--num-tokens`` was given)."""
-    from clusterclip.cli.cluster import kmeans_options
+    from clusterclip.cli._options import kmeans_options
     from clusterclip.cli.embed import embed_options
     from clusterclip.sampling.spec import check_clip
     from clusterclip.stages.cluster import ClusterOptions

@@ -23,6 +23,8 @@ from clusterclip.cli._paths import add_path
 
 HELP = ("search cluster weights, clip and timing with small proxy LMs for a target (or "
         "balanced loss) and test the result against random (W/search/)")
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"targets": "--target"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ maximised) or the mean squared euclidean distance (euclidean, minimised).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -30,8 +31,8 @@ from clusterclip.clustering._rows import check_matrix
 from clusterclip.errors import InputError
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "DEFAULT_CHUNK_ROWS", "DEFAULT_MAX_ITER",
-           "DEFAULT_METRIC", "DEFAULT_N_INIT", "DEFAULT_TOL", "METRICS", "KMeans", "assign",
-           "default_fit_sample"]
+           "DEFAULT_METRIC", "DEFAULT_N_INIT", "DEFAULT_TOL", "METRICS", "KMeans",
+           "KMeansSettings", "assign", "default_fit_sample"]
 
 BACKENDS = ("torch", "faiss")
 #: The defaults of the k-means knobs, said here once (the commands, options and stages read
@@ -57,6 +58,35 @@ def default_fit_sample(n_valid: int, n_clusters: int) -> int:
         return 0
     m = max(SAMPLE_MIN_ROWS, SAMPLE_ROWS_PER_CLUSTER * int(n_clusters))
     return 0 if m >= n_valid else m
+
+
+@dataclass(frozen=True, kw_only=True)
+class KMeansSettings:
+    """The k-means settings besides K, declared once: :class:`KMeans` takes each as a
+    keyword of the same name and default, the stage options
+    (:class:`clusterclip.stages.cluster.KMeansOptions`) extend them, and the command line
+    builds its options (``--iters`` sets ``max_iter``, ``--kmeans-device`` ``device``) and
+    reads them back from these fields. ``device`` and ``chunk_rows`` do not change the
+    result.
+
+    Examples
+    --------
+    >>> KMeansSettings(n_init=3).kmeans()["n_init"]
+    3
+    """
+
+    max_iter: int = DEFAULT_MAX_ITER
+    n_init: int = DEFAULT_N_INIT
+    tol: float = DEFAULT_TOL
+    metric: str = DEFAULT_METRIC
+    backend: str = DEFAULT_BACKEND
+    seed: int = 0
+    device: str = "cpu"
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+
+    def kmeans(self) -> dict[str, Any]:
+        """The keywords of :class:`KMeans`: every setting, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(KMeansSettings)}
 
 
 class KMeans:

@@ -39,11 +39,13 @@ class Model2VecEmbedder(Embedder):
         try:
             from model2vec import StaticModel
         except ImportError:
-            raise InputError("--embedder model2vec needs the model2vec package "
-                             "(pip install 'clusterclip[model2vec]')") from None
+            raise InputError("embedder model2vec needs the model2vec package "
+                             "(pip install 'clusterclip[model2vec]')",
+                             params=("embedder",)) from None
         if model is None:
-            raise InputError("--embedder model2vec needs --model PATH (a local Model2Vec "
-                             "model folder; none ships with clusterclip)")
+            raise InputError("embedder model2vec needs model PATH (a local Model2Vec "
+                             "folder; none ships with clusterclip)",
+                             params=("embedder", "model"))
         self.path = model2vec_folder(_local_model(model, None))
         try:
             self.model = StaticModel.from_pretrained(self.path, force_download=False)
@@ -83,6 +85,6 @@ def model2vec_folder(path: Path) -> Path:
             kind = ("a sentence-transformers model" if (path / "modules.json").is_file()
                     else "a Hugging Face model")
             raise InputError(f"{path}: {kind}, not a Model2Vec one ({weights.name} holds no "
-                             f"`embeddings` table); use --embedder minilm or hf with this "
-                             f"--model, or give a Model2Vec model's folder")
+                             f"`embeddings` table); use embedder minilm or hf with this "
+                             f"folder, or give a Model2Vec one", params=("embedder",))
     return path

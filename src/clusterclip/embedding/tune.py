@@ -90,7 +90,8 @@ def tuned_table(emb: Any, texts: list[str], plan: TunePlan,
     """The table of ``emb`` tuned on ``texts`` (the sample) and a report (ridge strength,
     held-out cosine to the teacher before and after, seconds, ``cached``)."""
     if plan.documents > MAX_DOCUMENTS:
-        raise InputError(f"--tune {plan.documents}: at most {MAX_DOCUMENTS} documents")
+        raise InputError(f"tune {plan.documents}: at most {MAX_DOCUMENTS} documents",
+                         params=("tune",))
     digest = hashlib.sha256("\0".join(texts).encode("utf-8", "surrogatepass")).hexdigest()
     key = fingerprint({"v": TUNE_VERSION, "base": emb.identity(), "texts": digest,
                        "n": plan.documents, "seed": plan.seed,

@@ -107,8 +107,9 @@ def eod_token_id(tokenizer: Any) -> int:
         tid = getattr(tokenizer, attr, None)
         if tid is not None:
             return int(tid)
-    raise InputError(f"--tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)}: has "
-                     f"neither an eos nor a sep token to end each document with")
+    raise InputError(f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)}: has "
+                     f"neither an eos nor a sep token to end each document with",
+                     params=("tokenizer",))
 
 
 def token_dtype(tokenizer: Any) -> type:

@@ -60,10 +60,11 @@ RECOMMENDED_RUNS = 48
 WEAK_RHO = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FitRequest:
     """What ``clusterclip search fit`` was asked (see its ``--help``): ``ratios`` and
-    ``metrics``, one table each per round, in order."""
+    ``metrics``, one table each per round, in order. Checked when made, before any file
+    is read (InputError naming the parameter)."""
 
     ratios: tuple[str, ...]
     metrics: tuple[str, ...]
@@ -85,6 +86,17 @@ class FitRequest:
             v = getattr(self, name)
             object.__setattr__(self, name, (str(v),) if isinstance(v, (str, Path))
                                else tuple(map(str, v)))
+        if not self.objective:
+            raise InputError("objective: give at least one metric column",
+                             params=("objective",))
+        if self.propose < 0:
+            raise InputError(f"propose: must be >= 0, got {self.propose}", params=("propose",))
+        from clusterclip.search.propose import Draw
+
+        Draw(num_tokens=self.num_tokens, num_samples=self.num_samples, seed=self.seed)
+        if self.fmt is not None and not self.propose:
+            raise InputError(f"fmt {self.fmt}: exports the proposals; give propose N",
+                             params=("fmt", "propose"))
 
 
 @dataclass
@@ -127,21 +139,21 @@ def _read_tables(req: FitRequest) -> tuple[Ratios, list[Path], Any, dict[str, fl
     table per round, refused when the counts differ, the columns do or a run id is in two
     tables."""
     if len(req.ratios) != len(req.metrics):
-        raise InputError(f"--ratios gives {len(req.ratios)} tables and --metrics "
-                         f"{len(req.metrics)}: one metrics table per ratios table, rounds in "
-                         "the same order")
+        raise InputError(f"ratios gives {len(req.ratios)} tables and metrics "
+                         f"{len(req.metrics)}: one table of each per round, rounds in the "
+                         "same order", params=("ratios", "metrics"))
     tables, objective, metric_ids, seen = [], {}, set(), {}
     for r_path, m_path in zip(req.ratios, req.metrics, strict=True):
-        r = read_ratios(r_path, "--ratios")
+        r = read_ratios(r_path, "ratios")
         if tables:
-            r = check_same_columns(tables[0], r, "--ratios")
+            r = check_same_columns(tables[0], r, "ratios")
         for rid in r.ids:
             if rid in seen:
-                raise InputError(f"--ratios {r_path}: run id {rid!r} is also in {seen[rid]} "
-                                 "(give each run once)")
+                raise InputError(f"ratios {r_path}: run id {rid!r} is also in {seen[rid]} "
+                                 "(give each run once)", params=("ratios",))
             seen[rid] = r_path
         tables.append(r)
-        table, obj = read_objective(m_path, list(req.objective), "--metrics")
+        table, obj = read_objective(m_path, list(req.objective), "metrics")
         metric_ids |= set(table.ids)
         objective.update({k: v for k, v in obj.items() if k in set(r.ids)})
     ratios, which = _merge(tables)
@@ -155,12 +167,14 @@ def load_swarm(req: FitRequest) -> Swarm:
     minimum of runs have the objective."""
     ratios, folders, metric_ids, objective = _read_tables(req)
     if not set(ratios.ids) & metric_ids:
-        raise InputError(f"--metrics {' '.join(req.metrics)}: no run id of it is in --ratios "
-                         f"{' '.join(req.ratios)} (their first columns join the tables)")
+        raise InputError(f"metrics {' '.join(req.metrics)}: no run id of it is in ratios "
+                         f"{' '.join(req.ratios)} (their first columns join the tables)",
+                         params=("metrics", "ratios"))
     rows = [i for i, rid in enumerate(ratios.ids) if rid in objective]
     if len(rows) < MIN_FIT:
-        raise InputError(f"--metrics {' '.join(req.metrics)}: only {len(rows)} runs have "
-                         f"{', '.join(req.objective)}; the predictor needs at least {MIN_FIT}")
+        raise InputError(f"metrics {' '.join(req.metrics)}: only {len(rows)} runs have "
+                         f"{', '.join(req.objective)}; the predictor needs at least {MIN_FIT}",
+                         params=("metrics",))
     y = np.array([objective[ratios.ids[i]] for i in rows])
     return Swarm(ratios, rows, y, len(ratios.ids) - len(rows),
                  len(metric_ids - set(ratios.ids)), ratios.table.layout, folders)
@@ -204,16 +218,15 @@ def fit_swarm(req: FitRequest, workdir_space: Callable[..., Any] | None = None,
     from clusterclip.io import atomic_output_dir, check_output_dir, write_json
     from clusterclip.search.rounds import round_record
 
-    check_request(req)
     tokenizer = _tokenizer(req)
     check_output_dir(req.out, "search fit")
     swarm = load_swarm(req)
     record = round_record(req.ratios) if req.workdir is not None else None
     ws, space, swarm.ratios = _space(req, swarm.ratios, workdir_space, record)
     columns = list(swarm.ratios.columns)
-    predict = read_ratios(req.predict, "--predict") if req.predict else None
+    predict = read_ratios(req.predict, "predict") if req.predict else None
     if predict is not None:
-        predict = check_same_columns(swarm.ratios, predict, "--predict")
+        predict = check_same_columns(swarm.ratios, predict, "predict")
     sign = -1.0 if req.maximize else 1.0
     cands = _row_candidates(space, swarm, ws is not None)
     y = sign * swarm.y
@@ -319,8 +332,9 @@ def _space(req: FitRequest, r: Ratios, workdir_space: Callable[..., Any] | None,
     of the rounds' ``round.json``), the ratios' columns in its order."""
     if req.workdir is None:
         if req.num_tokens is not None or req.num_samples is not None or req.fmt is not None:
-            raise InputError("--num-tokens / --num-samples / --format need --workdir (the "
-                             "clip's capacity is that of its clusters)")
+            raise InputError("num_tokens / num_samples / fmt need workdir (the "
+                             "clip's capacity is that of its clusters)",
+                             params=("num_tokens", "num_samples", "fmt", "workdir"))
         return None, plain_space(len(r.columns)), r
     if workdir_space is None:
         raise ValueError("a work directory's space needs workdir_space")
@@ -328,9 +342,9 @@ def _space(req: FitRequest, r: Ratios, workdir_space: Callable[..., Any] | None,
 
     draw = _draw(req, record)
     if draw.fmt is not None and not draw.budget():
-        raise InputError(f"--format {draw.fmt}: give the budget each proposal's schedule is "
-                         "exported for (--num-tokens or --num-samples; the rounds' "
-                         "round.json has none)")
+        raise InputError(f"fmt {draw.fmt}: give the budget each proposal's schedule is "
+                         "exported for (num_tokens or num_samples; the rounds' "
+                         "round.json has none)", params=("fmt", "num_tokens", "num_samples"))
     ws = workdir_space(req.workdir, num_tokens=draw.num_tokens, num_samples=draw.num_samples,
                        tokenizer=req.tokenizer if draw.num_tokens else None,
                        exclude=None if record is None else np.asarray(record["exclude"],
@@ -343,9 +357,10 @@ def _space(req: FitRequest, r: Ratios, workdir_space: Callable[..., Any] | None,
         extra = sorted(set(r.columns) - set(ws.names))
         what = (f"column {extra[0]!r} is not one of them" if extra else
                 f"{sorted(set(ws.names) - set(r.columns))[0]!r} is missing")
-        raise InputError(f"--ratios {r.table.path}: its weight columns do not match "
-                         f"--workdir {req.workdir}'s {len(ws.names)} {ws.kind}s "
-                         f"({ws.names[0]} .. {ws.names[-1]}): {what}")
+        raise InputError(f"ratios {r.table.path}: its weight columns do not match "
+                         f"workdir {req.workdir}'s {len(ws.names)} {ws.kind}s "
+                         f"({ws.names[0]} .. {ws.names[-1]}): {what}",
+                         params=("ratios", "workdir"))
     order = [r.columns.index(n) for n in ws.names]
     r = Ratios(r.table, tuple(ws.names), r.weights[:, order], r.clip, r.timing)
     return ws, ws.space, r
@@ -444,17 +459,3 @@ def _write_choice(tmp: Path, req: FitRequest, swarm: Swarm, cands: list[Candidat
     write_mixture(tmp / "mixture.json", Mixture(c.weights, c.clip, c.timing, label), **extra)
     return chosen
 
-
-def check_request(req: FitRequest) -> None:
-    """The options alone, before any file is read."""
-    if not req.objective:
-        raise InputError("--objective: give at least one metric column")
-    if req.propose < 0:
-        raise InputError(f"--propose: must be >= 0, got {req.propose}")
-    for name, v in (("--num-tokens", req.num_tokens), ("--num-samples", req.num_samples)):
-        if v is not None and v < 1:
-            raise InputError(f"{name}: must be >= 1, got {v}")
-    if req.fmt is not None and not req.propose:
-        raise InputError(f"--format {req.fmt}: exports the proposals; give --propose N")
-    if req.seed < 0:
-        raise InputError(f"--seed: must be >= 0, got {req.seed}")

@@ -170,8 +170,8 @@ def cluster_space(labels: np.ndarray, centroids: np.ndarray, metric: str = "cosi
     exclude = np.zeros(0, dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64)
     labels = excluding(labels, exclude)
     if not np.any(labels >= 0):
-        raise InputError("--target: every clustered document of the corpus copies a target "
-                         "document, so nothing is left to train on", params=("target",))
+        raise InputError("target: every clustered document of the corpus copies one of "
+                         "its documents, so nothing is left to train on", params=("target",))
     counts, natural, prior = natural_and_prior(labels, k, histogram)
     units, needed, unit, tokens = _budget_units(labels, num_tokens, num_samples, tokens)
     space = CappedSpace(natural=natural, prior=prior, groups=groups, train_tokens=units,
@@ -189,12 +189,22 @@ def group_weights(space: SearchSpace, c: Candidate) -> np.ndarray:
 @dataclass(frozen=True)
 class Draw:
     """How a round's schedules are drawn: the budget (``num_tokens`` or ``num_samples``;
-    None: no schedule), the seed and the export format."""
+    None: no schedule), the seed and the export format; the budget and the seed checked
+    when made (the requests of ``search propose`` and ``search fit`` make one to check
+    theirs)."""
 
     num_tokens: int | None = None
     num_samples: int | None = None
     seed: int = 0
     fmt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_tokens", "num_samples"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise InputError(f"{name}: must be >= 1, got {v}", params=(name,))
+        if self.seed < 0:
+            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
 
     def budget(self) -> dict[str, int]:
         return {k: v for k, v in (("num_tokens", self.num_tokens),
@@ -252,9 +262,10 @@ def write_round(tmp: Path, ws: ClusterSpace, draw: Draw, workdir: str, source: s
     return record
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProposeRequest:
-    """What ``clusterclip search propose`` was asked (see its ``--help``)."""
+    """What ``clusterclip search propose`` was asked (see its ``--help``); checked when
+    made, before any file is read (InputError naming the parameter)."""
 
     workdir: str
     runs: int
@@ -272,34 +283,31 @@ class ProposeRequest:
     verify: str | None = None
     seeds: int = 3
 
-    def check(self) -> None:
-        """The options alone, before any file is read."""
+    def __post_init__(self) -> None:
         if self.verify is None and self.runs < 1:
-            raise InputError(f"--runs: must be >= 1, got {self.runs} (or give --verify "
-                             "FIT_DIR)")
+            raise InputError(f"runs: must be >= 1, got {self.runs} (or give verify "
+                             "FIT_DIR)", params=("runs", "verify"))
         if self.verify is not None and self.seeds < 2:
-            raise InputError(f"--seeds: must be >= 2 (a paired interval needs two), got "
-                             f"{self.seeds}")
+            raise InputError(f"seeds: must be >= 2 (a paired interval needs two), got "
+                             f"{self.seeds}", params=("seeds",))
         if self.verify is not None and self.blend:
-            raise InputError("--blend does not apply with --verify (each run is a schedule "
-                             "drawn with its seed)")
-        if self.seed < 0:
-            raise InputError(f"--seed: must be >= 0, got {self.seed}")
-        for name, v in (("--num-tokens", self.num_tokens), ("--num-samples", self.num_samples)):
-            if v is not None and v < 1:
-                raise InputError(f"{name}: must be >= 1, got {v}")
+            raise InputError("blend does not apply with verify (each run is a schedule "
+                             "drawn with its seed)", params=("blend", "verify"))
+        Draw(num_tokens=self.num_tokens, num_samples=self.num_samples, seed=self.seed)
         if self.fmt is not None and self.num_tokens is None and self.num_samples is None:
-            raise InputError(f"--format {self.fmt}: give the budget each candidate's schedule "
-                             "is exported for (--num-tokens or --num-samples)")
+            raise InputError(f"fmt {self.fmt}: give the budget each candidate's schedule "
+                             "is exported for (num_tokens or num_samples)",
+                             params=("fmt", "num_tokens", "num_samples"))
         if self.split_target and not self.targets:
-            raise InputError("--split-target: give --target (its documents are split)")
+            raise InputError("split_target: give targets (its documents are split)",
+                             params=("split_target", "targets"))
         if self.blend and self.tokenizer is None:
-            raise InputError("--blend megatron needs --tokenizer PATH (each cluster's "
-                             "documents are tokenized once)")
+            raise InputError("blend megatron needs tokenizer PATH (each cluster's "
+                             "documents are tokenized once)", params=("blend", "tokenizer"))
         if (self.tokenizer is not None and self.fmt != "megatron" and self.num_tokens is None
                 and not self.blend):
-            raise InputError("--tokenizer applies with --format megatron, --blend megatron or "
-                             "--num-tokens")
+            raise InputError("tokenizer applies with fmt megatron, blend megatron or "
+                             "num_tokens", params=("tokenizer", "fmt", "blend", "num_tokens"))
 
 
 def _stderr(msg: str) -> None:
@@ -338,7 +346,8 @@ def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], 
     log = _stderr if log is None else log
 
     if DEFAULT_CLIP * int(ws.space.train_tokens.sum()) < ws.space.needed:
-        raise InputError(_capacity_message(ws, req))
+        raise InputError(_capacity_message(ws, req),
+                         params=("num_tokens" if req.num_tokens is not None else "num_samples",))
     cands = first_round(ws.space, req.runs, req.seed)
     short = None
     if len(cands) < req.runs:
@@ -364,8 +373,8 @@ def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], 
 
 def _capacity_message(ws: ClusterSpace, req: ProposeRequest) -> str:
     total = int(ws.space.train_tokens.sum())
-    flag = "--num-tokens" if req.num_tokens is not None else "--num-samples"
-    return (f"{flag} {ws.space.needed:,}: more than the clip of round 1's fixed candidates "
+    name = "num_tokens" if req.num_tokens is not None else "num_samples"
+    return (f"{name} {ws.space.needed:,}: more than the clip of round 1's fixed candidates "
             f"({DEFAULT_CLIP}) can supply from this corpus ({DEFAULT_CLIP} x {total:,} "
             f"{ws.unit}); give a budget of at most {DEFAULT_CLIP * total:,}")
 

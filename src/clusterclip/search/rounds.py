@@ -53,16 +53,17 @@ def round_record(tables: tuple[str, ...]) -> dict[str, Any] | None:
     for t in tables:
         f = Path(t).resolve().parent / "round.json"
         if f.is_file():
-            found.append((f, read_json(f, "--ratios")))
+            found.append((f, read_json(f, "a round record of `search propose`")))
     if not found:
         return None
     (f0, r0), rest = found[0], found[1:]
     for f, r in rest:
         for key in SHARED:
             if r.get(key) != r0.get(key):
-                raise InputError(f"--ratios: the rounds do not match: {f} and {f0} differ in "
+                raise InputError(f"ratios: the rounds do not match: {f} and {f0} differ in "
                                  f"{key} (rounds of one search share the work directory's "
-                                 "groups, the target's prior and its kept-out copies)")
+                                 "groups, the target's prior and its kept-out copies)",
+                                 params=("ratios",))
     return r0
 
 
@@ -70,9 +71,9 @@ def check_record(record: dict[str, Any], groups: np.ndarray, workdir: str) -> No
     """InputError when ``record``'s groups are not the work directory's (it was clustered
     again, or the round is of another one)."""
     if record.get("groups") != groups.tolist():
-        raise InputError(f"--workdir {workdir}: its clusters are not those of the rounds' "
+        raise InputError(f"workdir {workdir}: its clusters are not those of the rounds' "
                          f"round.json (written for {record.get('workdir')}); give the work "
-                         "directory the rounds were proposed on")
+                         "directory the rounds were proposed on", params=("workdir",))
 
 
 def with_prior(space: SearchSpace, record: dict[str, Any] | None) -> SearchSpace:
@@ -112,9 +113,10 @@ def row_candidates(space: SearchSpace, ratios: Any, rows: list[int], folders: li
         if ratios.timing is not None:
             same &= ratios.timing[i] == m.timing
         if not same:
-            raise InputError(f"--ratios: run {rid!r} (line {ratios.table.lines[i]}): its row "
+            raise InputError(f"ratios: run {rid!r} (line {ratios.table.lines[i]}): its row "
                              f"is not the mixture of its file {f} (weights, clip or timing "
-                             "differ); the row and the file must name one mixture")
+                             "differ); the row and the file must name one mixture",
+                             params=("ratios",))
         out.append(Candidate(tuple(float(x) for x in w), m.clip, m.timing, rid))
     return out
 
@@ -124,9 +126,9 @@ def chosen_mixture(folder: Path, run: str, extra: dict[str, Any]) -> dict[str, A
     it is not beside its table (a mixture that never ran is not written)."""
     f = mixture_file(folder, run)
     if not f.is_file():
-        raise InputError(f"--choose: the chosen run {run!r} has no mixture file {f}; the "
-                         "mixture written must be the one trained, so give the ratios "
-                         "tables in the folders `search propose` / `search fit --propose` "
-                         "wrote them in")
-    data = read_json(f, "--choose")
+        raise InputError(f"choose: the chosen run {run!r} has no mixture file {f}; the "
+                         "mixture written must be the one trained, so give the tables of "
+                         "ratios in the folders `search propose` / `search fit --propose` "
+                         "wrote them in", params=("choose",))
+    data = read_json(f, "a mixture file")
     return {**data, **extra, "mixture_file": str(f)}

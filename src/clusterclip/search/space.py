@@ -71,7 +71,7 @@ def natural_and_prior(labels: np.ndarray, num_clusters: int, histogram: np.ndarr
         try:
             prior = prior_mixture(histogram, natural)
         except ValueError as e:
-            raise InputError(f"--target: {e} (its {target_docs} against the clusters' "
+            raise InputError(f"target: {e} (its {target_docs} against the clusters' "
                              f"{docs}), so no prior can be drawn", params=("target",)) from None
     return counts, natural, prior
 

@@ -70,23 +70,25 @@ class Table:
 
 
 def read_table(path: str | os.PathLike[str], option: str) -> Table:
-    """The CSV table at ``path`` (``option`` names it in messages): the first column that
+    """The CSV table at ``path`` (``option``: the parameter that gave it, named in
+    messages and their ``params``): the first column that
     is not a pandas index is the run id; with an Olmix id column, ``name`` and ``index``
     right after it are metadata."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             rows = list(csv.reader(f))
     except OSError as e:
-        raise InputError(f"{option} {path}: cannot read ({e.strerror or e})") from None
+        raise InputError(f"{option} {path}: cannot read ({e.strerror or e})",
+                         params=(option,)) from None
     except (UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"{option} {path}: not a CSV table ({e})") from None
+        raise InputError(f"{option} {path}: not a CSV table ({e})", params=(option,)) from None
     if not rows or not rows[0]:
         raise InputError(f"{option} {path}: empty; a header line and one row per run are "
-                         "expected")
+                         "expected", params=(option,))
     header = [h.strip() for h in rows[0]]
     keep = [j for j, h in enumerate(header) if not _PANDAS_INDEX.match(h)]
     if not keep:
-        raise InputError(f"{option} {path}: no named column in the header")
+        raise InputError(f"{option} {path}: no named column in the header", params=(option,))
     id_j = keep[0]
     meta_j = []
     if header[id_j] in OLMIX_IDS:
@@ -97,7 +99,8 @@ def read_table(path: str | os.PathLike[str], option: str) -> Table:
 
     dup = sorted(n for n, c in Counter(names).items() if c > 1)  # linear: 10^5 columns
     if dup:
-        raise InputError(f"{option} {path}: column {dup[0]!r} appears twice in the header")
+        raise InputError(f"{option} {path}: column {dup[0]!r} appears twice in the header",
+                         params=(option,))
     ids: list[str] = []
     cells: list[tuple[str, ...]] = []
     lines: list[int] = []
@@ -107,20 +110,20 @@ def read_table(path: str | os.PathLike[str], option: str) -> Table:
             continue
         if len(row) != len(header):
             raise InputError(f"{option} {path}: line {i} has {len(row)} fields, the header "
-                             f"{len(header)}")
+                             f"{len(header)}", params=(option,))
         rid = row[id_j].strip()
         if not rid:
             raise InputError(f"{option} {path}: line {i} has no run id (column "
-                             f"{header[id_j]!r})")
+                             f"{header[id_j]!r})", params=(option,))
         if rid in seen:
             raise InputError(f"{option} {path}: line {i}: run id {rid!r} already on line "
-                             f"{seen[rid]}")
+                             f"{seen[rid]}", params=(option,))
         seen[rid] = i
         ids.append(rid)
         cells.append(tuple(row[j].strip() for j in other))
         lines.append(i)
     if not ids:
-        raise InputError(f"{option} {path}: no rows below the header")
+        raise InputError(f"{option} {path}: no rows below the header", params=(option,))
     meta = {header[j]: tuple(rows[i - 1][j].strip() for i in lines) for j in meta_j}
     return Table(str(path), header[id_j], tuple(ids), meta, tuple(names), tuple(cells),
                  tuple(lines))
@@ -151,10 +154,10 @@ def _number(text: str, table: Table, i: int, column: str, option: str) -> float:
         return float(text)
     except ValueError:
         raise InputError(f"{option} {table.path}: line {table.lines[i]}, column {column!r}: "
-                         f"{text!r:.40} is not a number") from None
+                         f"{text!r:.40} is not a number", params=(option,)) from None
 
 
-def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratios:
+def read_ratios(path: str | os.PathLike[str], option: str = "ratios") -> Ratios:
     """The ratios table at ``path``: every weight finite and >= 0, each row's sum > 0 (then
     normalised), clip an integer >= 1 and timing one of the mixture timings where given."""
     from clusterclip.limits import MAX_CLIP
@@ -165,10 +168,11 @@ def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratio
     if len(cols) > MAX_COLUMNS:
         raise InputError(f"{option} {path}: {len(cols):,} weight columns; the predictor fits "
                          f"one length scale per column and takes at most {MAX_COLUMNS} (group "
-                         "the domains first, as super-clusters group clusters)")
+                         "the domains first, as super-clusters group clusters)", params=(option,))
     if not cols:
         raise InputError(f"{option} {path}: no weight column (only the run id"
-                         f"{', clip and timing' if set(SETTINGS) & set(t.columns) else ''})")
+                         f"{', clip and timing' if set(SETTINGS) & set(t.columns) else ''})",
+                         params=(option,))
     w = np.empty((len(t.ids), len(cols)))
     for j, c in enumerate(cols):
         for i, text in enumerate(t.column(c)):
@@ -176,12 +180,12 @@ def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratio
             if not math.isfinite(v) or v < 0:
                 raise InputError(f"{option} {path}: line {t.lines[i]}, column {c!r}: weight "
                                  f"{text} is {'negative' if v < 0 else 'not finite'}; every "
-                                 "weight must be finite and >= 0")
+                                 "weight must be finite and >= 0", params=(option,))
             w[i, j] = v
     total = w.sum(axis=1)
     if np.any(total <= 0):
         i = int(np.flatnonzero(total <= 0)[0])
-        raise InputError(f"{option} {path}: line {t.lines[i]}: every weight is 0")
+        raise InputError(f"{option} {path}: line {t.lines[i]}: every weight is 0", params=(option,))
     clip = timing = None
     if "clip" in t.columns:
         clip = []
@@ -189,7 +193,7 @@ def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratio
             v = _number(text, t, i, "clip", option)
             if not (math.isfinite(v) and v == int(v) and 1 <= v <= MAX_CLIP):
                 raise InputError(f"{option} {path}: line {t.lines[i]}, column 'clip': {text} "
-                                 f"is not an integer in [1, {MAX_CLIP}]")
+                                 f"is not an integer in [1, {MAX_CLIP}]", params=(option,))
             clip.append(int(v))
         clip = tuple(clip)
     if "timing" in t.columns:
@@ -197,20 +201,21 @@ def read_ratios(path: str | os.PathLike[str], option: str = "--ratios") -> Ratio
         for i, v in enumerate(timing):
             if v not in MIXTURE_TIMINGS:
                 raise InputError(f"{option} {path}: line {t.lines[i]}, column 'timing': "
-                                 f"{v!r:.40} is not one of {', '.join(MIXTURE_TIMINGS)}")
+                                 f"{v!r:.40} is not one of {', '.join(MIXTURE_TIMINGS)}",
+                                 params=(option,))
     return Ratios(t, cols, w / total[:, None], clip, timing)
 
 
 def read_objective(path: str | os.PathLike[str], objective: list[str],
-                   option: str = "--metrics") -> tuple[Table, dict[str, float]]:
+                   option: str = "metrics") -> tuple[Table, dict[str, float]]:
     """``(table, {run id: objective})``: the mean of the ``objective`` columns for each run
     that has them all (an empty cell or NaN: the run is left out)."""
     t = read_table(path, option)
     missing = [c for c in objective if c not in t.columns]
     if missing:
         shown = ", ".join(t.columns[:8]) + (", ..." if len(t.columns) > 8 else "")
-        raise InputError(f"--objective {missing[0]}: no such column in {option} {path} (its "
-                         f"columns: {shown})")
+        raise InputError(f"objective {missing[0]}: no such column in {option} {path} (its "
+                         f"columns: {shown})", params=("objective", option))
     out: dict[str, float] = {}
     values = [t.column(c) for c in objective]
     for i, rid in enumerate(t.ids):
@@ -221,7 +226,7 @@ def read_objective(path: str | os.PathLike[str], objective: list[str],
                 _number(text, t, i, c, option)
             if math.isinf(v):
                 raise InputError(f"{option} {path}: line {t.lines[i]}, column {c!r}: {text} "
-                                 "is not finite")
+                                 "is not finite", params=(option,))
             row.append(v)
         if not any(math.isnan(v) for v in row):
             out[rid] = float(np.mean(row))
@@ -230,14 +235,14 @@ def read_objective(path: str | os.PathLike[str], objective: list[str],
 
 def check_same_columns(a: Ratios, b: Ratios, what: str) -> Ratios:
     """``b`` with its weight columns in ``a``'s order; InputError when the two tables do not
-    weigh the same columns (``what`` names ``b``'s option)."""
+    weigh the same columns (``what`` names ``b``'s parameter)."""
     if set(a.columns) != set(b.columns):
         only_a = sorted(set(a.columns) - set(b.columns))
         only_b = sorted(set(b.columns) - set(a.columns))
         diff = "; ".join([f"{only_b[0]!r} only in {b.table.path}"] * bool(only_b)
                          + [f"{only_a[0]!r} only in {a.table.path}"] * bool(only_a))
         raise InputError(f"{what} {b.table.path}: its weight columns are not those of "
-                         f"{a.table.path} ({diff})")
+                         f"{a.table.path} ({diff})", params=(what,))
     order = [b.columns.index(c) for c in a.columns]
     return Ratios(b.table, a.columns, b.weights[:, order], b.clip, b.timing)
 

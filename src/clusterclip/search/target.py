@@ -43,16 +43,17 @@ def read_target(files: list[str], text_field: str) -> Target:
         corpus = Corpus.scan(files, text_field=text_field, progress=False)
     except InputError as e:
         msg = str(e)
-        raise InputError(msg if any(str(f) in msg for f in files)
-                         else f"--target {names}: {msg}") from None
+        if any(str(f) in msg for f in files):
+            raise InputError(msg) from None
+        raise InputError(f"targets {names}: {msg}", params=("targets",)) from None
     texts: list[str | None] = [None] * len(corpus)
     for i, t in corpus.iter_texts():
         texts[i] = t
     usable = sum(t is not None for t in texts)
     if usable < 2:
-        raise InputError(f"--target {names}: {usable} document(s) with text in field "
+        raise InputError(f"targets {names}: {usable} document(s) with text in field "
                          f"{text_field!r}; the target needs at least 2 (half for val, half "
-                         "for test)")
+                         "for test)", params=("targets",))
     return Target(tuple(map(str, files)), tuple(texts),
                   tuple(int(f["documents"]) for f in corpus.files))
 

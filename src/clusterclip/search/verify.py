@@ -74,24 +74,24 @@ def read_arms(ratios: str, metrics: str, columns: list[str]
     no value."""
     from clusterclip.search.swarm import read_objective, read_table
 
-    t = read_table(ratios, "--ratios")
+    t = read_table(ratios, "ratios")
     missing = [c for c in ("arm", "seed") if c not in t.columns]
     if missing:
-        raise InputError(f"--ratios {ratios}: no {missing[0]!r} column: --verdict reads the "
-                         "ratios.csv of `search propose --verify`")
+        raise InputError(f"ratios {ratios}: no {missing[0]!r} column: the verdict reads the "
+                         "ratios.csv of `search propose --verify`", params=("ratios",))
     arms, seeds = t.column("arm"), t.column("seed")
     origin = dict(zip(arms, t.column("origin"), strict=True)) if "origin" in t.columns else {}
-    _, obj = read_objective(metrics, columns, "--metrics")
+    _, obj = read_objective(metrics, columns, "metrics")
     values: dict[str, dict[int, float]] = {}
     for i, rid in enumerate(t.ids):
         if rid not in obj:
-            raise InputError(f"--metrics {metrics}: run {rid!r} (arm {arms[i]}, seed "
+            raise InputError(f"metrics {metrics}: run {rid!r} (arm {arms[i]}, seed "
                              f"{seeds[i]}) has no {', '.join(columns)}; the verdict pairs "
-                             "every arm's seeds")
+                             "every arm's seeds", params=("metrics",))
         values.setdefault(arms[i], {})[int(seeds[i])] = obj[rid]
     if BASE not in values or len(values) < 2:
-        raise InputError(f"--ratios {ratios}: the verdict compares arms with {BASE!r}; the "
-                         f"table's arms are {', '.join(sorted(values))}")
+        raise InputError(f"ratios {ratios}: the verdict compares arms with {BASE!r}; the "
+                         f"table's arms are {', '.join(sorted(values))}", params=("ratios",))
     return values, origin
 
 
@@ -149,8 +149,8 @@ def verify_candidates(space: Any, chosen: Any, seeds: list[int]
 
     fixed = {c.origin: c for c in fixed_candidates(space)}
     if BASE not in fixed:
-        raise InputError("--verify: the natural mixture cannot be drawn at this budget "
-                         "within the default clip; give a smaller budget")
+        raise InputError("verify: the natural mixture cannot be drawn at this budget "
+                         "within the default clip; give a smaller budget", params=("verify",))
     arms = [(PRIMARY, chosen), (BASE, fixed[BASE])] + (
         [("prior", fixed["prior"])] if "prior" in fixed else [])
     cands, ids, out_seeds, names = [], [], [], []
@@ -168,11 +168,11 @@ def check_verify_folder(fit_dir: str) -> Path:
     (``fit.json``) or no chosen mixture (``--choose``)."""
     d = Path(fit_dir)
     if not (d / "fit.json").is_file():
-        raise InputError(f"--verify {fit_dir}: no fit.json: give the --out folder of `search "
-                         "fit ... --choose`")
+        raise InputError(f"verify {fit_dir}: no fit.json: give the output folder of `search "
+                         "fit ... --choose`", params=("verify",))
     if not (d / "mixture.json").is_file():
-        raise InputError(f"--verify {fit_dir}: no mixture.json: run `search fit` with "
-                         "--choose first")
+        raise InputError(f"verify {fit_dir}: no mixture.json: run `search fit --choose` "
+                         "first", params=("verify",))
     return d / "mixture.json"
 
 
@@ -214,7 +214,7 @@ def _price(ratios: str, metrics: str, objective: list[str], maximize: bool
     from clusterclip.search.swarm import read_table
 
     out = {}
-    for c in read_table(metrics, "--metrics").columns:
+    for c in read_table(metrics, "metrics").columns:
         if c in objective:
             continue
         try:
@@ -239,7 +239,7 @@ def write_verification(req: Any, ws: Any, chosen_path: Path, corpus: Any, tokeni
     from clusterclip.search.rounds import read_json
     from clusterclip.search.space import Candidate
 
-    data = read_json(chosen_path, "--verify")
+    data = read_json(chosen_path, "the chosen mixture of `search fit --choose`")
     m = read_mixture(chosen_path, ws.space.num_clusters)
     w = np.asarray(m.weights, dtype=np.float64)
     chosen = Candidate(tuple(float(x) for x in w / w.sum()), m.clip, m.timing,

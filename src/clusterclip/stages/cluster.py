@@ -20,14 +20,7 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.clustering import files as F
-from clusterclip.clustering.kmeans import (
-    DEFAULT_BACKEND,
-    DEFAULT_CHUNK_ROWS,
-    DEFAULT_MAX_ITER,
-    DEFAULT_METRIC,
-    DEFAULT_N_INIT,
-    DEFAULT_TOL,
-)
+from clusterclip.clustering.kmeans import KMeansSettings
 from clusterclip.errors import InputError
 from clusterclip.io import check_output_dir, mark_output, record_written, write_json
 from clusterclip.workdir import (
@@ -47,25 +40,12 @@ SWEEP_FILES = {"csv": "sweep.csv", "md": "sweep.md", "png": "sweep.png", "json":
 
 
 @dataclass(frozen=True, kw_only=True)
-class KMeansOptions:
-    """The k-means knobs (defaults: :mod:`clusterclip.clustering.kmeans`); ``device`` and
-    ``chunk_rows`` do not change the result."""
+class KMeansOptions(KMeansSettings):
+    """The k-means settings, declared once in
+    :class:`clusterclip.clustering.kmeans.KMeansSettings` (``.kmeans()``: the estimator's
+    keywords), and ``progress``."""
 
-    max_iter: int = DEFAULT_MAX_ITER
-    n_init: int = DEFAULT_N_INIT
-    tol: float = DEFAULT_TOL
-    metric: str = DEFAULT_METRIC
-    backend: str = DEFAULT_BACKEND
-    seed: int = 0
-    device: str = "cpu"
-    chunk_rows: int = DEFAULT_CHUNK_ROWS
     progress: bool = True
-
-    def kmeans(self) -> dict[str, Any]:
-        """The keywords of the estimator (all but ``progress``)."""
-        return {"max_iter": self.max_iter, "n_init": self.n_init, "tol": self.tol,
-                "metric": self.metric, "backend": self.backend, "seed": self.seed,
-                "device": self.device, "chunk_rows": self.chunk_rows}
 
 
 @dataclass(frozen=True, kw_only=True)

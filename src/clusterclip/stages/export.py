@@ -137,7 +137,7 @@ def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
                          writes=WRITES)
     if not w.path(MAP, "coords.npy").is_file():
         raise InputError(f"{w.path(MAP)}: no map yet; run `clusterclip report --workdir "
-                         f"{w.root}` first (its --map-sample sets the documents drawn)")
+                         f"{w.root}` first (its `--map-sample` sets the documents drawn)")
 
     def work(run: Any) -> dict[str, Any]:
         corpus = w.corpus()

@@ -282,7 +282,6 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
     from clusterclip.search.propose import export_tokenizer, write_proposals
     from clusterclip.search.target import read_target
 
-    req.check()
     chosen = None
     if req.verify is not None:
         from clusterclip.search.verify import check_verify_folder

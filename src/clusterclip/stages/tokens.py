@@ -44,7 +44,7 @@ def _corpus(w: Workdir) -> Any:
     path = w.path(CORPUS)
     if not path.is_dir():
         raise InputError(f"{path}: missing, so no token counts (run `clusterclip embed` first, "
-                         f"or give --tokens T.npy)")
+                         f"or give counts: `clusterclip sample --tokens T.npy`)")
     return w.corpus()
 
 
