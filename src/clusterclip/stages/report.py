@@ -9,11 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.errors import InputError
 from clusterclip.report.build import ReportOptions
-from clusterclip.workdir import CENTROIDS, CORPUS, GROUPS, LABELS, REPORT, SCHEDULE, Workdir
+from clusterclip.workdir import CENTROIDS, CORPUS, LABELS, REPORT, SCHEDULE, Workdir
 
-__all__ = ["ReportOptions", "current_groups", "run"]
+__all__ = ["ReportOptions", "run"]
 
 
 def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
@@ -80,23 +79,11 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     return read_json(target / "summary.json", "a report summary")
 
 
-def current_groups(w: Workdir) -> np.ndarray | None:
-    """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
-    rec = w.stage("dedup")
-    if rec is None or not w.path(GROUPS).is_file():
-        return None
-    try:
-        w.require("dedup")
-    except InputError:
-        return None
-    return np.load(w.path(GROUPS))
-
-
 def _token_inputs(w: Workdir) -> dict[str, Any]:
     """``groups`` (W/groups.npy while current, else None) and, with a corpus index,
     ``tokens`` per document (W/tokens.npy while its stage is current, else the
     estimate) and their ``source``."""
-    out: dict[str, Any] = {"groups": current_groups(w)}
+    out: dict[str, Any] = {"groups": w.current_groups()}
     if w.path(CORPUS).is_dir():
         from clusterclip.stages.tokens import recorded
 
