@@ -59,14 +59,14 @@ def run(w: Workdir, options: MapOptions) -> str | None:
 
 def _project(w: Workdir, o: MapOptions) -> dict[str, Any]:
     """Draw the sample, project it and write ``W/map/``; the stage's record."""
-    from clusterclip.io import atomic_output_dir, load_npy, save_npy
+    from clusterclip.io import atomic_output_dir, save_npy
     from clusterclip.report.projection import DIR, STAGE, project, sample_rows
 
     X = w.embeddings()
-    valid = load_npy(w.path(VALID), "valid", ndim=1) if w.path(VALID).is_file() else None
+    valid = w.valid()
     if valid is not None and valid.shape[0] != X.shape[0]:
         raise InputError(f"{w.path(VALID)}: {valid.shape[0]} rows but "
-                         f"embeddings.npy has {X.shape[0]}")
+                         f"{EMBEDDINGS} has {X.shape[0]}")
     rows = sample_rows(valid, X.shape[0], o.sample, o.seed)
     if o.progress:
         print(f"map: UMAP of {rows.size:,} of {X.shape[0]:,} documents (neighbours, "

@@ -298,7 +298,7 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
         if chosen is not None:  # its own exclusions stay, with the target's
             from clusterclip.sampling.mixture import read_exclusions
 
-            kept = read_exclusions(chosen, int(np.load(w.path(LABELS), mmap_mode="r").size))
+            kept = read_exclusions(chosen, int(w.labels().size))
             exclude = np.union1d(kept, np.zeros(0, np.int64) if exclude is None else exclude)
         ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
                            num_samples=req.num_samples,
