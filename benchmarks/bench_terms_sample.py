@@ -27,6 +27,7 @@ from clusterclip.corpus import Corpus
 from clusterclip.report.build import load_labels
 from clusterclip.report.readable import TEXT_BLOCK, _text_blocks
 from clusterclip.report.terms import TOP_TERMS, count_terms, sample_documents, top_terms
+from clusterclip.workdir import CENTROIDS, CORPUS, LABELS
 
 
 def _terms(corpus, labels, k, per_cluster, seed, n_terms=TOP_TERMS):
@@ -65,8 +66,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
     root = Path(args.workdir)
-    labels, k = load_labels(root)
-    corpus = Corpus.load(root / "corpus")
+    labels, k = load_labels(root / LABELS, root / CENTROIDS)
+    corpus = Corpus.load(root / CORPUS)
     n = int((labels >= 0).sum())
     ref, _, _, _, cpu_full = _terms(corpus, labels, k, max(n, 1), 0, 2 * TOP_TERMS)
     print(f"{root}: {n:,} documents, K = {k}; full count {cpu_full:.1f} CPU-s", flush=True)

@@ -304,3 +304,87 @@ def test_no_private_name_is_imported_across_packages():
         "clusterclip.search.runner <- clusterclip.experiment.runner _load",
         "clusterclip.search.runner <- clusterclip.export._rows rows_hash",
         "clusterclip.search.runner <- clusterclip.lm.data _inner"]
+
+
+#: The module that says each artifact name of the work directory, once.
+LAYOUT = "clusterclip.workdir"
+#: Names of folders in W that are also words (stage names, dict keys): refused only where
+#: they make a path (``root / "corpus"``, ``w.path("corpus")``, ``reads=["corpus"]``).
+_PATH_CALLS = ("path", "joinpath", "Path")
+_PATH_KEYWORDS = ("reads", "maybe_reads", "outputs", "scratch")
+#: The literals equal to an artifact name that name something else: ``"module:name"`` ->
+#: why. An entry the scan no longer finds fails the test (the list does not go stale).
+NOT_ARTIFACTS = {
+    "clusterclip.embedding.pipeline:'embeddings.npy'":
+        "the rows file inside W/embed while shards are written, named like the file it "
+        "becomes",
+    "clusterclip.cli._demo:'report'": "the demo's own folder DEMO/report, not W/report",
+}
+
+
+def artifact_names() -> tuple[set[str], set[str]]:
+    """``(files, folders)``: the artifact names of the layout module (its upper-case string
+    constants); a name with a suffix is a file, one without a folder."""
+    tree = ast.parse(_modules()[LAYOUT][0].read_text(encoding="utf-8"))
+    names = {node.value.value for node in tree.body
+             if isinstance(node, ast.Assign) and len(node.targets) == 1
+             and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper()
+             and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    return {n for n in names if "." in n}, {n for n in names if "." not in n}
+
+
+def artifact_literals(module: str, tree: ast.AST, files: set[str], folders: set[str]
+                      ) -> list[str]:
+    """``"module:line 'name'"`` for each string constant of ``tree`` that spells an
+    artifact: a file name anywhere, a folder name where it makes a path (an operand of
+    ``/``, an argument of ``path``/``joinpath``/``Path``, an element of a stage's
+    ``reads``/``maybe_reads``/``outputs``/``scratch``)."""
+    found = []
+
+    def hit(node: ast.AST, names: set[str]) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in names:
+            found.append(f"{module}:{node.lineno} {node.value!r}")
+
+    for node in ast.walk(tree):
+        hit(node, files)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            hit(node.left, folders)
+            hit(node.right, folders)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            for arg in node.args if name in _PATH_CALLS else []:
+                hit(arg, folders)
+            for kw in node.keywords:
+                if kw.arg in _PATH_KEYWORDS and isinstance(kw.value, (ast.List, ast.Tuple)):
+                    for elt in kw.value.elts:
+                        hit(elt, folders)
+    return sorted(set(found))
+
+
+def test_each_artifact_name_is_said_once_in_the_layout():
+    """Issue 39: the work directory's artifact names are said in its layout module only;
+    everything else reads them from there (or is handed the paths)."""
+    files, folders = artifact_names()
+    # the scan knows the layout's names, files and folders apart
+    assert {"labels.npy", "centroids.npy", "embeddings.npy", "manifest.json"} <= files
+    assert {"corpus", "search", "experiment", "map"} <= folders
+    found = [hit for module, (path, _) in _modules().items() if module != LAYOUT
+             for hit in artifact_literals(module, ast.parse(path.read_text(
+                 encoding="utf-8")), files, folders)]
+    known = {f"{h.split(':')[0]}:{h.split(' ', 1)[1]}" for h in found}
+    assert [h for h in found if f"{h.split(':')[0]}:{h.split(' ', 1)[1]}"
+            not in NOT_ARTIFACTS] == []
+    assert set(NOT_ARTIFACTS) <= known
+    # the scan sees what it looks for, and only that: a folder name that is a stage name
+    # or a key is no path
+    tree = ast.parse("X = 'labels.npy'\n"
+                     "def f(root, w):\n"
+                     "    a = root / 'corpus' / 'corpus.json'\n"
+                     "    b = w.path('centroids.npy'), w.path('search'), Path('map')\n"
+                     "    w.run_stage('search', reads=['corpus'], outputs=('report',))\n"
+                     "    return {'corpus': a, 'mode': 'corpus'}, f'{root}/labels.npy'\n")
+    assert artifact_literals("m", tree, files, folders) == [
+        "m:1 'labels.npy'", "m:3 'corpus'", "m:4 'centroids.npy'", "m:4 'map'",
+        "m:4 'search'", "m:5 'corpus'", "m:5 'report'"]

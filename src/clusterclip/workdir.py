@@ -16,12 +16,15 @@ Layout (each stage owns its names)::
     W/groups.npy           int64[N] near-duplicate group (smallest member's index; -1 excluded)
     W/dedup.json           ``dedup``'s summary (clusterclip.dedup)
     W/map/                 the report's 2D map of a document sample (clusterclip.report.projection)
+    W/search/mixture.json  the mixture ``search`` chose (read by experiment, report, export)
     W/report/, W/experiment/, W/search/, W/sweep/ (``cluster --sweep``)
 
 Each name is said once, as a constant here (:data:`LABELS`, :data:`CORPUS`, ...), and each
 artifact is read one way, by a loader of :class:`Workdir` (``w.labels()``, ``w.valid()``,
 ``w.embeddings()``, ``w.scores()``, ``w.centroids()``, ``w.schedule()``, ``w.groups()``,
-``w.corpus()``). Only the stages
+``w.corpus()``; ``w.current_groups()`` and ``w.load_inputs()`` for what a stage reads only
+while current or all together); tests/test_layers.py refuses an artifact name spelled
+anywhere else. Only the stages
 (:mod:`clusterclip.stages`) and the command line import this module: the algorithm
 packages take arrays, paths or options.
 
@@ -89,6 +92,11 @@ MAP = "map"
 REPORT = "report"
 EXPERIMENT = "experiment"
 SEARCH = "search"
+#: the mixture the ``search`` stage chose, read by ``experiment``, ``report`` and ``export``
+MIXTURE_FILE = "search/mixture.json"
+#: the readable results of the ``experiment`` and ``search`` stages (the report links them)
+EXPERIMENT_RESULTS = "experiment/results.md"
+SEARCH_RESULTS = "search/results.md"
 SWEEP = "sweep"
 _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transformers",
               "transformers", "pyarrow", "matplotlib")
@@ -308,6 +316,38 @@ class Workdir:
         from clusterclip.corpus import Corpus
 
         return Corpus.load(self.path(CORPUS))
+
+    def current_groups(self) -> np.ndarray | None:
+        """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
+        if self.stage("dedup") is None or not self.path(GROUPS).is_file():
+            return None
+        try:
+            self.require("dedup")
+        except InputError:
+            return None
+        return self.groups()
+
+    def load_inputs(self, texts: bool = True) -> tuple[np.ndarray, list[str | None], Any]:
+        """``(labels, texts, corpus)``: ``W/labels.npy`` (checked), the corpus index of
+        ``W/corpus/`` of as many documents, and its texts (all None unless ``texts``):
+        what the ``experiment`` and ``search`` stages train on."""
+        from clusterclip.labels import load_labels
+
+        labels_path = self.path(LABELS)
+        if not labels_path.is_file():
+            raise InputError(f"{labels_path}: missing (run `clusterclip cluster` first)")
+        labels = load_labels(labels_path)
+        corpus_dir = self.path(CORPUS)
+        if not corpus_dir.is_dir():
+            raise InputError(f"{corpus_dir}: missing (run `clusterclip embed` first)")
+        corpus = self.corpus()
+        if len(corpus) != labels.size:
+            raise InputError(f"{corpus_dir}: {len(corpus)} documents but {LABELS} has "
+                             f"{labels.size}")
+        out: list[str | None] = [None] * len(corpus)
+        for i, text in corpus.iter_texts() if texts else ():
+            out[i] = text
+        return labels, out, corpus
 
     # -- lock --------------------------------------------------------------
     @contextlib.contextmanager

@@ -105,7 +105,7 @@ def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace,
     for every work directory an option names, an input lies in or an output would land
     in: the directory, its parts (but those the command ``owns``; none without ``parts``)
     and the files it read."""
-    from clusterclip.workdir import Workdir
+    from clusterclip.workdir import MANIFEST, Workdir
 
     out: list[tuple[Path, str, bool]] = []
     workdirs: dict[Path, tuple[str, ...]] = {}
@@ -127,7 +127,7 @@ def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace,
                 workdirs[w.resolve()] = ()
                 found.add(w.resolve())
     for w, owns in workdirs.items():
-        if (w / "manifest.json").is_file():
+        if (w / MANIFEST).is_file():
             try:
                 out += Workdir(w, create=False).protected(own=owns, parts=parts)
             except InputError:  # a manifest.json of the user's beside an input

@@ -16,6 +16,7 @@ from clusterclip.cli._options import (
     TOKENS,
 )
 from clusterclip.cli._paths import add_path
+from clusterclip.workdir import MIXTURE_FILE
 
 HELP = "train a small LM once per sampling strategy and compare held-out loss (W/experiment/)"
 
@@ -28,7 +29,7 @@ def _default_mixture(args: argparse.Namespace) -> str | None:
     """The mixture file strategy ``mixture`` reads when --mixture is not given."""
     if not {"mixture", "anneal"} & set(args.strategies or ()):
         return None
-    return str(Path(args.workdir) / "search" / "mixture.json")
+    return str(Path(args.workdir) / MIXTURE_FILE)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from clusterclip.cli._options import RANK, ROWS, THREADS, WORLD_SIZE, add_overwrite_option
 from clusterclip.cli._paths import add_path
+from clusterclip.workdir import SCHEDULE
 
 HELP = ("write the schedule's documents in schedule order as Parquet shards, a Hugging Face "
         "dataset, MDS shards or a Megatron-LM indexed dataset (one rank's share with "
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip export`")
     add_path(p, "--schedule", role="input", default=None,
-             default_from=lambda a: str(Path(a.workdir) / "schedule.npy"),
+             default_from=lambda a: str(Path(a.workdir) / SCHEDULE),
                    help="int64 .npy of document indices (default: WORKDIR/schedule.npy)")
     p.add_argument("--rank", type=RANK, default=0,
                    help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "

@@ -18,6 +18,7 @@ from clusterclip.cli._options import (
     add_overwrite_option,
 )
 from clusterclip.cli._paths import add_path
+from clusterclip.workdir import REPORT, SCHEDULE
 
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
 
@@ -28,10 +29,11 @@ def _strategies(text: str) -> list[str]:
 
 def _recorded_clip(root: Path, schedule) -> int | None:
     """The clip that ``clusterclip sample``/``run`` recorded for W/schedule.npy, if any."""
-    if schedule is None or Path(schedule).resolve() != (root / "schedule.npy").resolve():
+    from clusterclip.workdir import Workdir
+
+    if schedule is None or Path(schedule).resolve() != (root / SCHEDULE).resolve():
         return None
     from clusterclip.sampling.spec import CLIP_STRATEGIES
-    from clusterclip.workdir import Workdir
 
     rec = Workdir(root, create=False).stage("sample") or {}
     params = rec.get("params") or {}
@@ -43,7 +45,7 @@ def _recorded_clip(root: Path, schedule) -> int | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_path(p, "--workdir", role="workdir", owns=("report",), required=True,
+    add_path(p, "--workdir", role="workdir", owns=(REPORT,), required=True,
              help="work directory (labels.npy, corpus/, ...)")
     add_path(p, "--schedule", role="input", default=None,
                    help="schedule .npy to analyse (default: W/schedule.npy if it exists); "
@@ -78,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="documents on the map of index.html: a seeded sample of at most N "
                         "(default: 100,000; 0: no map); projected once (UMAP), kept in W/map/")
     add_path(p, "--out", role="output_dir", default=None,
-             default_from=lambda a: str(Path(a.workdir) / "report"),
+             default_from=lambda a: str(Path(a.workdir) / REPORT),
                    help="report directory (default: W/report); replaced only when new, empty "
                         "or an earlier report")
     add_overwrite_option(p)
@@ -93,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise InputError(f"work directory {root} does not exist")
     schedule = args.schedule
-    if schedule is None and not args.no_schedule and (root / "schedule.npy").exists():
-        schedule = root / "schedule.npy"
+    if schedule is None and not args.no_schedule and (root / SCHEDULE).exists():
+        schedule = root / SCHEDULE
     clip = args.clip
     if clip is None:
         clip = _recorded_clip(root, schedule) or 4
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite, **({} if args.map_sample is None
                                      else {"map_sample": args.map_sample}))
     summary = report.run(Workdir(root, create=False), options)
-    out = Path(args.out) if args.out else root / "report"
+    out = Path(args.out) if args.out else root / REPORT
     print(f"report: {out / 'report.md'}")
     print(f"page:   {out / summary['page']}")
     print(f"budget T = {summary['num_samples']:,} samples over "

@@ -36,8 +36,8 @@ from clusterclip.io import (
     write_json,
 )
 
-# What ``assign --out`` writes there (fixed names).
-ASSIGN_FILES = ("labels.npy", "scores.npy", "assign.json")
+# The record ``assign --out`` writes beside the labels and scores (inputs, counts).
+ASSIGN_RECORD = "assign.json"
 
 
 def open_embeddings(path: Path) -> np.memmap:
@@ -207,14 +207,18 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
                            out_dir: str | os.PathLike[str], *,
                            metric: str = DEFAULT_METRIC, device: str = "cpu",
                            chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                           valid_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                           valid_path: str | os.PathLike[str] | None = None,
+                           names: tuple[str, str]) -> dict[str, Any]:
     """Label new embeddings with existing centroids.
 
-    Writes ``out_dir/labels.npy`` (int32, -1 where the valid mask is False) and
-    ``out_dir/scores.npy`` (float32) plus ``out_dir/assign.json`` (inputs, counts).
+    Writes the labels (int32, -1 where the valid mask is False) and the scores (float32)
+    as ``out_dir/`` the file names ``names`` (``assign`` gives the work directory's,
+    ``labels.npy`` and ``scores.npy``), plus ``out_dir/assign.json`` (inputs, counts).
     ``out_dir`` must be new, empty or an earlier ``assign --out`` (never a work
     directory's own labels).
     """
+    writes = (*names, ASSIGN_RECORD)
+    labels_name, scores_name = names
     C = load_npy(centroids_path, "centroids", mmap=True)
     check_matrix(C, str(centroids_path))
     C = np.asarray(C, dtype=np.float32)
@@ -229,7 +233,7 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
     ins = [Path(centroids_path), emb] + ([] if valid_path is None else [Path(valid_path)])
     out = D.on_main(lambda: check_output_dir(
         out_dir, "assign", protected=tuple((p, "the input file", False) for p in ins),
-        writes=ASSIGN_FILES))
+        writes=writes))
     rank, world = D.rank_and_world()
     start, stop = D.shard_bounds(X.shape[0], rank, world)
     labels, scores = assign(X[start:stop], C, metric=metric, device=device,
@@ -243,21 +247,21 @@ def assign_embeddings_file(centroids_path: str | os.PathLike[str],
         raise InputError(f"{emb}: embeddings hold NaN or infinite values")
     labels_all = D.gather_rows(labels)
     scores_all = D.gather_rows(scores)
-    result: dict[str, Any] = {"labels": str(out / "labels.npy"),
-                              "scores": str(out / "scores.npy")}
+    result: dict[str, Any] = {"labels": str(out / labels_name),
+                              "scores": str(out / scores_name)}
     if D.is_main():
         assert labels_all is not None and scores_all is not None
         out.mkdir(parents=True, exist_ok=True)
         mark_output(out, "assign")
-        save_npy(out / "labels.npy", labels_all.astype(np.int32))
-        save_npy(out / "scores.npy", scores_all.astype(np.float32))
+        save_npy(out / labels_name, labels_all.astype(np.int32))
+        save_npy(out / scores_name, scores_all.astype(np.float32))
         counts = np.bincount(labels_all[labels_all >= 0], minlength=C.shape[0])
         info = {"centroids": str(Path(centroids_path).resolve()),
                 "embeddings": str(emb.resolve()), "metric": metric,
                 "n_rows": int(X.shape[0]), "n_valid": int((labels_all >= 0).sum()),
                 "n_excluded": int((labels_all < 0).sum()), "n_clusters": int(C.shape[0]),
                 "empty_clusters": int((counts == 0).sum())}
-        write_json(out / "assign.json", info)
-        record_written(out, "assign", ASSIGN_FILES)
+        write_json(out / ASSIGN_RECORD, info)
+        record_written(out, "assign", writes)
         result.update(info)
     return result

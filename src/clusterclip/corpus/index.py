@@ -25,8 +25,10 @@ from clusterclip.errors import InputError
 
 INDEX_VERSION = 1
 _ARRAYS = ("file_id", "address", "nbytes", "line", "valid", "text_len")
+#: The index's record (counts, options, the files it read).
+META = "corpus.json"
 #: Every file an index folder holds (written by :meth:`Corpus.save` and :func:`scan_into`).
-INDEX_FILES = frozenset({*(f"{k}.npy" for k in _ARRAYS), "ids.jsonl", "corpus.json"})
+INDEX_FILES = frozenset({*(f"{k}.npy" for k in _ARRAYS), "ids.jsonl", META})
 _MAX_EXAMPLES = 20
 # Documents converted to Python objects at a time when streaming records by index.
 _CHUNK = 65536
@@ -338,7 +340,7 @@ class Corpus:
 
         d = Path(directory)
         try:
-            meta = read_json(d / "corpus.json", "a corpus index")
+            meta = read_json(d / META, "a corpus index")
             arrays = {k: np.load(d / f"{k}.npy", mmap_mode="r" if mmap else None,
                                  allow_pickle=False) for k in _ARRAYS}
         except (OSError, ValueError) as e:
@@ -504,7 +506,7 @@ def _write_meta(directory: Path, text_field: str, id_field: str | None,
                 files: list[dict[str, Any]], stats: dict[str, Any]) -> None:
     meta = {"version": INDEX_VERSION, "text_field": text_field, "id_field": id_field,
             "files": files, "stats": stats}
-    (directory / "corpus.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
+    (directory / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
                                            encoding="utf-8")
 
 

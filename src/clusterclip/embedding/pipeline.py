@@ -34,6 +34,7 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.corpus import Corpus, scan_into
+from clusterclip.corpus.index import META as INDEX_META
 from clusterclip.corpus.index import foreign_files
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
@@ -52,7 +54,8 @@ PIPELINE_VERSION = 1
 DEFAULT_SHARD_SIZE = 4096
 # The first shard's size; each next one doubles, up to the shard size.
 FIRST_SHARD = 256
-# The rows file inside W/embed while shards are written into it.
+# The rows file inside W/embed while shards are written into it (named like the file it
+# becomes, W/embeddings.npy).
 ROWS = "embeddings.npy"
 # Documents read to fit corpus statistics (IDF of the fast embedder).
 SAMPLE_SIZE = 10_000
@@ -525,15 +528,28 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 # -- the steps of the embed stage (clusterclip.stages.embed) ----------------------------
 
-def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
+@dataclass(frozen=True)
+class EmbedPaths:
+    """Where the steps of the embed stage write, as the stage names them in the work
+    directory's layout (:mod:`clusterclip.workdir`): the corpus index folder
+    (``W/corpus``), the folder of resumable shards (``W/embed``), the embeddings
+    (``W/embeddings.npy``) and the mask of documents with text (``W/valid.npy``)."""
+
+    corpus: Path
+    shards: Path
+    embeddings: Path
+    valid: Path
+
+
+def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: int,
                   n_clusters: int | None, corpus_opts: dict[str, Any], progress: bool,
                   check_corpus: Callable[[dict[str, Any]], None] | None = None
                   ) -> list[str | None]:
-    """``W/corpus`` and the shard plan ``W/embed/plan.json`` for the inputs of fingerprint
-    ``fp``: reused when the plan is current (a resume), else the corpus is scanned again,
-    every rank a share of the files. Returns the texts when one process scanned a corpus
-    small enough to keep them (else an empty list)."""
-    shard_dir = root / "embed"
+    """``W/corpus`` and the shard plan ``W/embed/plan.json`` (at ``paths``) for the inputs
+    of fingerprint ``fp``: reused when the plan is current (a resume), else the corpus is
+    scanned again, every rank a share of the files. Returns the texts when one process
+    scanned a corpus small enough to keep them (else an empty list)."""
+    shard_dir, corpus_dir = paths.shards, paths.corpus
 
 
     def plan() -> bool:
@@ -543,17 +559,17 @@ def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
         if (old is not None and old.get("fingerprint") == fp
                 and old.get("shard_size") == shard_size
                 and old.get("first_shard") == FIRST_SHARD
-                and (root / "corpus" / "corpus.json").exists()):
-            corpus = Corpus.load(root / "corpus")
+                and (corpus_dir / INDEX_META).exists()):
+            corpus = Corpus.load(corpus_dir)
             _check_clusters(corpus.stats, n_clusters)
             if check_corpus is not None:
                 check_corpus(corpus.stats)
             corpus.verify_files()
             return False
-        foreign = foreign_files(root / "corpus")  # nothing of the user's goes with it
+        foreign = foreign_files(corpus_dir)  # nothing of the user's goes with it
         if foreign:
-            raise InputError(f"{root / 'corpus' / foreign[0]}: not written by clusterclip, in "
-                             f"{root / 'corpus'}, which `embed` replaces whole ({len(foreign)} "
+            raise InputError(f"{corpus_dir / foreign[0]}: not written by clusterclip, in "
+                             f"{corpus_dir}, which `embed` replaces whole ({len(foreign)} "
                              "such file(s)); move them away, then run again")
         remove_shards(shard_dir)  # ours: checked before `running`
         return True
@@ -571,11 +587,11 @@ def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
     kept: list[str | None] = []
     if D.on_main(plan):
         # Every rank scans a share of the files; rank 0 writes the index.
-        stats = scan_into(root / "corpus", inputs, progress=progress, check=check,
+        stats = scan_into(corpus_dir, inputs, progress=progress, check=check,
                           texts=kept, **corpus_opts)
 
         def start() -> None:
-            write_marker(root / "corpus", STAGE)
+            write_marker(corpus_dir, STAGE)
             shard_dir.mkdir(parents=True, exist_ok=True)
             write_marker(shard_dir, STAGE)
             write_json(shard_dir / "plan.json", {"fingerprint": fp,
@@ -587,7 +603,7 @@ def index_corpus(root: Path, inputs: list[str], fp: str, *, shard_size: int,
     return kept
 
 
-def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
+def embed_rows(paths: EmbedPaths, fp: str, params: dict[str, Any], *, progress: bool,
                trust_remote_code: bool, kept: list[str | None] | None = None,
                workers: int | None = None) -> dict[str, Any]:
     """Embed the missing shards on every rank into the rows file; rank 0 moves it into
@@ -595,10 +611,10 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     the scan kept them, else empty. ``workers``: processes per rank
     (:func:`embed_workers`; the same bytes for any number)."""
     rank, world = D.rank_and_world()
-    shard_dir = root / "embed"
+    shard_dir = paths.shards
     dtype, shard_size, embedder = params["dtype"], params["shard_size"], params["embedder"]
     # Memory-mapped: every rank reads the same index, which the page cache holds once.
-    corpus = Corpus.load(root / "corpus")
+    corpus = Corpus.load(paths.corpus)
     # Texts in memory by index: the scan's, else the sample's once it is read.
     known: dict[int, str] = {}
     if kept is not None and len(kept) == len(corpus):
@@ -631,7 +647,7 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
     desc = "embedding" if world == 1 else f"embedding (rank {rank})"
     todo_docs = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in mine)
     n_workers = max(1, min(embed_workers(workers, embedder, todo_docs), len(mine)))
-    embedded = embed_shards_pooled(corpus, root / "corpus", emb, shard_dir, mine,
+    embedded = embed_shards_pooled(corpus, paths.corpus, emb, shard_dir, mine,
                                    workers=n_workers, bounds=bounds,
                                    dtype=dtype, progress=progress, desc=desc, known=known)
     counts = D.gather_objects(embedded)
@@ -642,15 +658,15 @@ def embed_rows(root: Path, fp: str, params: dict[str, Any], *, progress: bool,
         for s in range(n_shards):
             if not done(s):
                 raise RuntimeError(f"shard {s} is missing after embedding")
-        os.replace(shard_dir / ROWS, root / "embeddings.npy")
-        save_npy(root / "valid.npy", np.asarray(corpus.valid, dtype=bool))
+        os.replace(shard_dir / ROWS, paths.embeddings)
+        save_npy(paths.valid, np.asarray(corpus.valid, dtype=bool))
         st = corpus.stats
         return {"documents": st["documents"], "valid": st["valid"], "empty": st["empty"],
                 "bad_lines": st["bad_lines"], "blank_lines": st["blank_lines"],
                 "files": st["files"], "ignored_files": len(st["ignored_files"]),
                 "dim": emb.dim, "dtype": dtype, "embedder": embedder,
-                "embeddings": str(root / "embeddings.npy"),
-                "valid_path": str(root / "valid.npy"), "corpus": str(root / "corpus"),
+                "embeddings": str(paths.embeddings),
+                "valid_path": str(paths.valid), "corpus": str(paths.corpus),
                 "shards": n_shards, "shards_reused": n_shards - len(todo),
                 "shards_computed": len(todo), "documents_embedded": int(sum(counts)),
                 "processes": world, "workers": n_workers, "fingerprint": fp,

@@ -1,8 +1,10 @@
 """Assemble the report from a work directory: read, compute, plot, write ``W/report/``.
 
-This is the edge of the report package: it reads the work directory's files,
-generates comparison schedules with the sampler, and writes everything into a
-temporary directory that replaces ``W/report/`` only when complete.
+This is the edge of the report package: it reads the work directory's files (the paths
+the report stage hands it, :class:`Sources`: the layout is said in
+:mod:`clusterclip.workdir` only), generates comparison schedules with the sampler, and
+writes everything into a temporary directory that replaces ``W/report/`` only when
+complete.
 """
 
 from __future__ import annotations
@@ -58,7 +60,6 @@ from clusterclip.sampling.spec import (
 #: The strategy name of the schedule drawn from ``W/search/mixture.json`` (its weights,
 #: timing and clip); shown by default whenever that file exists.
 MIXTURE = "mixture"
-MIXTURE_FILE = ("search", "mixture.json")
 DEFAULT_EPOCHS = 3
 EXAMPLE_CLUSTERS = 3  # largest and smallest clusters shown with their documents
 EXAMPLE_DOCS = 3
@@ -75,6 +76,29 @@ WRITES = ("summary.json", "report.md", "clusters.csv", CLUSTERS_MD, PAGE, *FIGUR
 
 
 # -- reading the work directory ---------------------------------------------------------
+@dataclass(frozen=True)
+class Sources:
+    """The files of a work directory that the report reads, as the report stage
+    (:func:`clusterclip.stages.report.run`) finds them in its layout.
+
+    ``root``: the work directory (named in the command that runs the experiment; its
+    map is read with :func:`~clusterclip.report.projection.load_map`); ``labels``,
+    ``centroids``, ``scores``: the clustering's arrays; ``corpus``: the corpus index
+    folder; ``mixture``: the search's mixture file; ``experiment_results`` and
+    ``search_results``: the verdicts' markdown files. Any but ``root`` and ``labels``
+    may be missing.
+    """
+
+    root: Path
+    labels: Path
+    centroids: Path
+    scores: Path
+    corpus: Path
+    mixture: Path
+    experiment_results: Path
+    search_results: Path
+
+
 def _load_array(path: Path, what: str, required: bool = True) -> np.ndarray | None:
     if not path.exists():
         if required:
@@ -83,24 +107,23 @@ def _load_array(path: Path, what: str, required: bool = True) -> np.ndarray | No
     return load_npy(path, what, mmap=True)
 
 
-def load_labels(root: Path) -> tuple[np.ndarray, int]:
-    """``W/labels.npy`` checked (1-D integers >= -1, as int32 where the ids fit) and the
-    number of clusters K.
+def load_labels(path: Path, centroids_path: Path) -> tuple[np.ndarray, int]:
+    """The labels at ``path`` (``W/labels.npy``) checked (1-D integers >= -1, as int32
+    where the ids fit) and the number of clusters K.
 
-    K comes from ``W/centroids.npy`` when present (so empty clusters count),
-    else from the largest label.
+    K comes from the centroids at ``centroids_path`` (``W/centroids.npy``) when present
+    (so empty clusters count), else from the largest label.
     """
-    path = root / "labels.npy"
     labels = check_labels(_load_array(path, "labels"), path)
     k = int(labels.max()) + 1
     # Memory-mapped when the file holds int32 (4 bytes per document, page cache), else a
     # narrowed copy: int32 holds every cluster id below 2^31.
     labels = np.asarray(labels, dtype=np.int32 if k < 2**31 else np.int64)
-    centroids = _load_array(root / "centroids.npy", "centroids", required=False)
+    centroids = _load_array(centroids_path, "centroids", required=False)
     if centroids is not None:
         if centroids.ndim != 2 or centroids.shape[0] < k:
-            raise InputError(f"{root / 'centroids.npy'}: shape {list(centroids.shape)} does not "
-                             f"cover the {k} clusters of labels.npy")
+            raise InputError(f"{centroids_path}: shape {list(centroids.shape)} does not "
+                             f"cover the {k} clusters of {path.name}")
         k = int(centroids.shape[0])
     return labels, k
 
@@ -201,11 +224,11 @@ def _sampler_clip_events(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 
 # -- the report ------------------------------------------------------------------------
-def _load_scores(root: Path, labels: np.ndarray) -> np.ndarray | None:
-    scores = _load_array(root / "scores.npy", "scores", required=False)
+def _load_scores(src: Sources, labels: np.ndarray) -> np.ndarray | None:
+    scores = _load_array(src.scores, "scores", required=False)
     if scores is not None and scores.shape != labels.shape:
-        raise InputError(f"{root / 'scores.npy'}: shape {list(scores.shape)} does not match "
-                         f"labels.npy {list(labels.shape)}")
+        raise InputError(f"{src.scores}: shape {list(scores.shape)} does not match "
+                         f"{src.labels.name} {list(labels.shape)}")
     return scores
 
 
@@ -271,28 +294,27 @@ def _relative(path: Path, report_dir: Path) -> str:
     return Path(os.path.relpath(path.resolve(), report_dir.resolve())).as_posix()
 
 
-def _verdict_files(root: Path) -> list[tuple[str, Path]]:
-    return [("Experiment", root / "experiment" / "results.md"),
-            ("Search", root / "search" / "results.md")]
+def _verdict_files(src: Sources) -> list[tuple[str, Path]]:
+    return [("Experiment", src.experiment_results), ("Search", src.search_results)]
 
 
-def search_link(root: Path, report_dir: Path) -> str | None:
+def search_link(src: Sources, report_dir: Path) -> str | None:
     """The relative path (POSIX separators) from ``report_dir`` to ``W/search/results.md``
     when that file exists, else None."""
-    results = root / "search" / "results.md"
+    results = src.search_results
     return _relative(results, report_dir) if results.is_file() else None
 
 
-def experiment_link(root: Path, report_dir: Path) -> dict[str, Any]:
+def experiment_link(src: Sources, report_dir: Path) -> dict[str, Any]:
     """Where the experiment's results are, relative to the report directory, or how to run it.
 
     ``results_md`` is the relative path (POSIX separators) from ``report_dir`` to
     ``W/experiment/results.md`` when that file exists, else None; ``command``
     is the command that writes it.
     """
-    results = root / "experiment" / "results.md"
+    results = src.experiment_results
     rel = _relative(results, report_dir) if results.is_file() else None
-    return {"results_md": rel, "command": f"clusterclip experiment --workdir {root}"}
+    return {"results_md": rel, "command": f"clusterclip experiment --workdir {src.root}"}
 
 
 @dataclass(frozen=True)
@@ -364,9 +386,9 @@ class ReportOptions:
         self.strategy_list()
 
 
-def stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
-    """What determines the report written to ``target`` from the work directory ``root``
-    (its stage fingerprint, with the upstream stages)."""
+def stage_key(src: Sources, opts: ReportOptions, target: Path) -> dict[str, Any]:
+    """What determines the report written to ``target`` from the work directory's files
+    ``src`` (its stage fingerprint, with the upstream stages)."""
     schedule = opts.schedule
     return {"schedule": None if schedule is None else str(Path(schedule).resolve()),
             "label_field": opts.label_field,
@@ -377,15 +399,14 @@ def stage_key(root: Path, opts: ReportOptions, target: Path) -> dict[str, Any]:
             "clips": None if opts.clips is None else [int(c) for c in opts.clips],
             "out": str(target.resolve()),
             # report.md links the experiment's results once they exist.
-            "experiment_link": experiment_link(root, target),
+            "experiment_link": experiment_link(src, target),
             "map_sample": opts.map_sample, "map_seed": opts.map_seed,
-            "mixture": _mixture_identity(root),
+            "mixture": _mixture_identity(src.mixture),
             # the page shows the experiment's and the search's verdicts
-            "verdicts": [verdict_text(path) for _, path in _verdict_files(root)]}
+            "verdicts": [verdict_text(path) for _, path in _verdict_files(src)]}
 
 
-def _mixture_identity(root: Path) -> str | None:
-    path = root.joinpath(*MIXTURE_FILE)
+def _mixture_identity(path: Path) -> str | None:
     if not path.is_file():
         return None
     from clusterclip.io import sha256_file
@@ -393,14 +414,14 @@ def _mixture_identity(root: Path) -> str | None:
     return sha256_file(path)
 
 
-def _report_strategies(root: Path, opts: ReportOptions) -> list[str]:
-    """The generated schedules: ``opts``'s, plus ``mixture`` by default when
-    ``W/search/mixture.json`` exists."""
+def _report_strategies(mixture: Path, opts: ReportOptions) -> list[str]:
+    """The generated schedules: ``opts``'s, plus ``mixture`` by default when the
+    mixture file ``mixture`` (``W/search/mixture.json``) exists."""
     names = opts.strategy_list()
-    if opts.strategies is None and root.joinpath(*MIXTURE_FILE).is_file():
+    if opts.strategies is None and mixture.is_file():
         names.append(MIXTURE)
-    if MIXTURE in names and not root.joinpath(*MIXTURE_FILE).is_file():
-        raise InputError(f"strategies {MIXTURE}: {root.joinpath(*MIXTURE_FILE)} does not "
+    if MIXTURE in names and not mixture.is_file():
+        raise InputError(f"strategies {MIXTURE}: {mixture} does not "
                          "exist (`clusterclip search` writes it)", params=("strategies",))
     return names
 
@@ -470,10 +491,10 @@ class _Corpus:
         return int(self.sizes.sum())
 
 
-def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
+def _load(src: Sources, opts: ReportOptions, counted: Counted) -> _Corpus:
     """Labels, the given schedule, the budget T and the corpus index, checked."""
     strategies = opts.strategy_list()
-    labels, k = load_labels(root)
+    labels, k = load_labels(src.labels, src.centroids)
     n = int(labels.size)
     sizes = cluster_sizes(labels, k)
     n_eligible = int(sizes.sum())
@@ -495,20 +516,21 @@ def _load(root: Path, opts: ReportOptions, counted: Counted) -> _Corpus:
                          params=("schedule",))
     corpus = None
     notes: list[str] = []
-    if (root / "corpus").is_dir():
+    if src.corpus.is_dir():
         from clusterclip.corpus import Corpus
 
-        corpus = Corpus.load(root / "corpus")
+        corpus = Corpus.load(src.corpus)
         if len(corpus) != n:
-            raise InputError(f"{root / 'corpus'}: {len(corpus)} documents but labels.npy has {n}")
+            raise InputError(f"{src.corpus}: {len(corpus)} documents but {src.labels.name} "
+                             f"has {n}")
     else:
         notes.append("no corpus index (W/corpus): top terms and example documents are not shown")
     if opts.label_field is not None and corpus is None:
         raise InputError(f"label_field {opts.label_field}: needs the corpus index "
-                         f"{root / 'corpus'}", params=("label_field",))
+                         f"{src.corpus}", params=("label_field",))
     if counted.tokens is not None and len(counted.tokens) != n:
-        raise InputError(f"token counts for {len(counted.tokens)} documents but labels.npy "
-                         f"has {n}")
+        raise InputError(f"token counts for {len(counted.tokens)} documents but "
+                         f"{src.labels.name} has {n}")
     tail, head = _quartiles(sizes)
     stride = doc_stride(n)
     # the documents that may be sampled: all N up to DOC_SAMPLE, else the tracked ones
@@ -631,14 +653,13 @@ def _generated_schedule(c: _Corpus, opts: ReportOptions, strategy: str,
     out.add(strategy, summary, st, c)
 
 
-def _mixture_schedule(root: Path, c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
-    """Statistics of the schedule drawn from ``W/search/mixture.json`` (its weights, timing
-    and clip) at the same budget and seed, as ``mixture``. A mixture the default brought
-    in that does not fit these labels or this budget becomes a note; one asked for by
-    ``--strategies`` is an error."""
+def _mixture_schedule(path: Path, c: _Corpus, opts: ReportOptions, out: _Schedules) -> None:
+    """Statistics of the schedule drawn from the mixture file at ``path``
+    (``W/search/mixture.json``: its weights, timing and clip) at the same budget and seed,
+    as ``mixture``. A mixture the default brought in that does not fit these labels or
+    this budget becomes a note; one asked for by ``--strategies`` is an error."""
     from clusterclip.sampling.mixture import mixture_record, read_mixture
 
-    path = root.joinpath(*MIXTURE_FILE)
     try:
         mixture = read_mixture(path, num_clusters=c.k)
         staged = mixture.sampler_options()
@@ -698,7 +719,7 @@ def _choose_section(c: _Corpus, opts: ReportOptions) -> dict[str, Any]:
     return choose
 
 
-def _summary(root: Path, target: Path, c: _Corpus, opts: ReportOptions, sched: _Schedules,
+def _summary(src: Sources, target: Path, c: _Corpus, opts: ReportOptions, sched: _Schedules,
              choose: dict[str, Any], readable: dict[str, Any], agreement: Any,
              examples: Any) -> dict[str, Any]:
     """summary.json's content (rounded, JSON types); adds the corpus's token shares."""
@@ -731,30 +752,30 @@ def _summary(root: Path, target: Path, c: _Corpus, opts: ReportOptions, sched: _
                                        c.counted.tokens, c.k)
         summary["corpus_token_shares"] = token_shares(corpus_tokens, c.sizes, _groups(c))
         sched.token_parts["corpus"] = corpus_tokens / max(1.0, float(corpus_tokens.sum()))
-    summary["experiment"] = experiment_link(root, target)
-    summary["search"] = {"results_md": search_link(root, target)}
+    summary["experiment"] = experiment_link(src, target)
+    summary["search"] = {"results_md": search_link(src, target)}
     summary["page"] = PAGE
     return _round_floats(_jsonable(summary))
 
 
-def write_report(root: Path, opts: ReportOptions, target: Path, counted: Counted,
+def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Counted,
                  make_map: Callable[[], str | None]) -> dict[str, Any]:
-    """Compute the report of the work directory ``root`` and write it to ``target``
+    """Compute the report of the work directory's files ``src`` and write it to ``target``
     (replaced atomically); return the summary (see :mod:`clusterclip.stages.report`).
 
     ``counted.groups``: near-duplicate groups (``W/groups.npy``): repetition is then also
     counted per group (``max_group_repetition``, ``groups_seen`` per schedule).
     ``counted.tokens``: tokens per document (None without a corpus index: no token
     shares), counted as ``counted.source`` says. ``make_map``: makes (or reuses)
-    ``root/map/`` for the page's map; None, or why there is no map."""
+    ``W/map/`` for the page's map; None, or why there is no map."""
     from clusterclip.io import atomic_output_dir
 
-    c = _load(root, opts, counted)
+    c = _load(src, opts, counted)
     map_note = make_map()
     agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field,
                                             opts.progress)
                            if opts.label_field is not None else (None, None))
-    scores = _load_scores(root, c.labels)
+    scores = _load_scores(src, c.labels)
     readable = readable_clusters(c.corpus, c.labels, scores, c.k, seed=opts.seed,
                                  progress=opts.progress)
     if counted.source and counted.source.get("note"):
@@ -762,36 +783,36 @@ def write_report(root: Path, opts: ReportOptions, target: Path, counted: Counted
     sched = _Schedules()
     if c.schedule is not None:
         _given_schedule(c, opts, sched)
-    for strategy in _report_strategies(root, opts):
+    for strategy in _report_strategies(src.mixture, opts):
         if strategy == MIXTURE:
-            _mixture_schedule(root, c, opts, sched)
+            _mixture_schedule(src.mixture, c, opts, sched)
         else:
             _generated_schedule(c, opts, strategy, sched)
     choose = _choose_section(c, opts)
     examples = _examples(readable, scores, c.sizes, c.corpus, majority)
-    points = _map_points(root, c) if map_note is None else None
+    points = _map_points(src, c) if map_note is None else None
     if map_note:
         c.notes.append(map_note)
-    summary = _summary(root, target, c, opts, sched, choose, readable, agreement, examples)
+    summary = _summary(src, target, c, opts, sched, choose, readable, agreement, examples)
     summary["map"] = None if points is None else {"documents": int(points.rows.size),
                                                   "of": points.of}
-    page = _page(root, target, summary, c, sched, readable, scores, points, map_note)
+    page = _page(src, target, summary, c, sched, readable, scores, points, map_note)
     with atomic_output_dir(target, "report", overwrite=opts.overwrite) as tmp:
         _write_report(tmp, summary, c.sizes, sched.shares, sched.token_parts, readable)
         (tmp / PAGE).write_text(page, encoding="utf-8")
     return summary
 
 
-def _map_points(root: Path, c: _Corpus):
+def _map_points(src: Sources, c: _Corpus):
     """The documents of ``W/map/`` with their clusters and first characters."""
     from clusterclip.report.page import HOVER_CHARS, MapPoints
-    from clusterclip.report.projection import load_map
+    from clusterclip.report.projection import DIR, load_map
     from clusterclip.report.terms import one_line
 
-    rows, coords = load_map(root)
+    rows, coords = load_map(src.root)
     if rows.size and (rows.max() >= c.n or rows.min() < 0):
-        raise InputError(f"{root / 'map'}: documents outside the {c.n} of labels.npy; "
-                         "rerun `clusterclip report`")
+        raise InputError(f"{src.root / DIR}: documents outside the {c.n} of "
+                         f"{src.labels.name}; rerun `clusterclip report`")
     texts = None
     if c.corpus is not None:
         texts = [one_line(t, HOVER_CHARS) for _, t in c.corpus.iter_texts_at(rows)]
@@ -799,7 +820,7 @@ def _map_points(root: Path, c: _Corpus):
                      texts=texts, of=c.n)
 
 
-def _page(root: Path, target: Path, summary: dict[str, Any], c: _Corpus, sched: _Schedules,
+def _page(src: Sources, target: Path, summary: dict[str, Any], c: _Corpus, sched: _Schedules,
           readable: dict[str, Any], scores: np.ndarray | None, points: Any,
           map_note: str | None) -> str:
     """index.html's text: the map, the clusters, the mixture and the verdicts."""
@@ -812,7 +833,7 @@ def _page(root: Path, target: Path, summary: dict[str, Any], c: _Corpus, sched: 
                             minlength=c.k)
         cohesion = np.divide(total, c.sizes, out=np.full(c.k, np.nan), where=c.sizes > 0)
     verdicts = [{"title": title, "html": markdown_html(text), "href": _relative(path, target)}
-                for title, path in _verdict_files(root)
+                for title, path in _verdict_files(src)
                 if (text := verdict_text(path)) is not None]
     links = [{"text": "report.md", "href": "report.md"},
              {"text": CLUSTERS_MD, "href": CLUSTERS_MD},

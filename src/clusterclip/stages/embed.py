@@ -19,6 +19,7 @@ from clusterclip.embedding.base import DEFAULT_BATCH_SIZE
 from clusterclip.embedding.pipeline import (
     DEFAULT_SHARD_SIZE,
     STAGE,
+    EmbedPaths,
     embed_rows,
     embedder_identity,
     index_corpus,
@@ -114,8 +115,9 @@ def run(w: Workdir, options: EmbedOptions, *, n_clusters: int | None = None,
     o = options
     t0 = time.time()
     D.init_from_env(o.device)  # under torchrun; a no-op when the group already exists
-    root = w.root
     shard_dir = w.path(EMBED_DIR)
+    paths = EmbedPaths(corpus=w.path(CORPUS), shards=shard_dir, embeddings=w.path(EMBEDDINGS),
+                       valid=w.path(VALID))
     params = o.params()
     corpus_opts = {"text_field": o.text_field, "id_field": o.id_field,
                    "skip_bad_lines": o.skip_bad_lines}
@@ -125,10 +127,10 @@ def run(w: Workdir, options: EmbedOptions, *, n_clusters: int | None = None,
 
     def work(run: Any) -> dict[str, Any]:
         fp = run.fingerprint
-        kept = index_corpus(root, list(o.inputs), fp, shard_size=o.shard_size,
+        kept = index_corpus(paths, list(o.inputs), fp, shard_size=o.shard_size,
                             n_clusters=n_clusters, corpus_opts=corpus_opts,
                             progress=o.progress, check_corpus=check_corpus)
-        return embed_rows(root, fp, params, progress=o.progress,
+        return embed_rows(paths, fp, params, progress=o.progress,
                           trust_remote_code=o.trust_remote_code, kept=kept,
                           workers=o.workers)
 

@@ -2,9 +2,9 @@
 ``W/experiment/`` through the work directory's stage runner.
 
 :class:`ExperimentStageOptions` holds everything the stage needs, checked once when made;
-:func:`run` reads the work directory and hands arrays to
-:func:`clusterclip.experiment.runner.compare_strategies`; :func:`load_inputs` is the
-reader of the labels and the corpus that the ``search`` stage shares.
+:func:`run` reads the work directory (:meth:`~clusterclip.workdir.Workdir.load_inputs`, the reader
+of the labels and the corpus that the ``search`` stage shares) and hands arrays to
+:func:`clusterclip.experiment.runner.compare_strategies`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from clusterclip.experiment.runner import (
     compare_strategies,
 )
 from clusterclip.sampling.spec import DEFAULT_STRATEGIES
-from clusterclip.workdir import Workdir
+from clusterclip.workdir import CORPUS, EXPERIMENT, LABELS, MIXTURE_FILE, Workdir
 
 
 @dataclass(frozen=True)
@@ -55,27 +55,11 @@ class ExperimentStageOptions:
         check_device(self.device)
 
 
-def load_inputs(root: Path, texts: bool = True) -> tuple[np.ndarray, list[str | None], Any]:
-    """``W/labels.npy`` (checked) and the texts of ``W/corpus/`` (none unless ``texts``):
-    ``(labels, texts, corpus)``."""
-    from clusterclip.corpus import Corpus
-    from clusterclip.labels import load_labels
-
-    labels_path = root / "labels.npy"
-    if not labels_path.is_file():
-        raise InputError(f"{labels_path}: missing (run `clusterclip cluster` first)")
-    labels = load_labels(labels_path)
-    corpus_dir = root / "corpus"
-    if not corpus_dir.is_dir():
-        raise InputError(f"{corpus_dir}: missing (run `clusterclip embed` first)")
-    corpus = Corpus.load(corpus_dir)
-    if len(corpus) != labels.size:
-        raise InputError(f"{corpus_dir}: {len(corpus)} documents but labels.npy has "
-                         f"{labels.size}")
-    out: list[str | None] = [None] * len(corpus)
-    for i, text in corpus.iter_texts() if texts else ():
-        out[i] = text
-    return labels, out, corpus
+def load_inputs(root: str | os.PathLike[str], texts: bool = True
+                ) -> tuple[np.ndarray, list[str | None], Any]:
+    """:meth:`Workdir.load_inputs <clusterclip.workdir.Workdir.load_inputs>` of the work
+    directory at ``root``: ``(labels, texts, corpus)``."""
+    return Workdir(root, create=False).load_inputs(texts)
 
 
 def mixture_path(root: Path, config: ExperimentConfig,
@@ -87,7 +71,7 @@ def mixture_path(root: Path, config: ExperimentConfig,
             raise InputError("mixture: a file is given but strategies has neither mixture "
                              "nor anneal to compare it", params=("strategies",))
         return None
-    path = Path(mixture) if mixture is not None else root / "search" / "mixture.json"
+    path = Path(mixture) if mixture is not None else root / MIXTURE_FILE
     if not path.is_file():
         raise InputError(f"{path}: no such mixture file (run `clusterclip search` first, or "
                          "give one)")
@@ -114,13 +98,13 @@ def run(w: Workdir, options: ExperimentStageOptions,
 
     o, config = options, options.config
     t0 = time.perf_counter()
-    out = w.path("experiment")
+    out = w.path(EXPERIMENT)
     store = RunStore(out / "runs")
     done: dict[str, Any] = {}
     counted: dict[str, Any] = {}
 
     def work(run: Any) -> dict[str, Any]:
-        _, texts, _ = load_inputs(w.root)
+        _, texts, _ = w.load_inputs()
         mark_output(out, "experiment")  # ours (the stage runner checked): before any run
         try:
             results = compare_strategies(texts, labels, config, device=o.device,
@@ -137,21 +121,19 @@ def run(w: Workdir, options: ExperimentStageOptions,
         return {}
 
     def key() -> dict[str, Any]:
-        from clusterclip.stages.report import current_groups
-
         k = {"config": config.to_dict(), "device": o.device}
-        counted["groups"] = current_groups(w)
+        counted["groups"] = w.current_groups()
         if counted["groups"] is not None:  # repetition per near-duplicate group too
             k["groups"] = w.stage("dedup")["fingerprint"]
         return k
 
     with w.locked():
-        labels, _, _ = load_inputs(w.root, texts=False)
+        labels, _, _ = w.load_inputs(texts=False)
         path = mixture_path(w.root, config, o.mixture)
         if path is not None:  # seen by work() and key() too
             config = replace(config, mixture=read_mixture(path, int(labels.max()) + 1))
         w.run_stage("experiment", key=key, inputs=[path] if path is not None else [],
-                    reads=["labels.npy", "corpus"], outputs=["experiment"], work=work,
+                    reads=[LABELS, CORPUS], outputs=[EXPERIMENT], work=work,
                     cache=False)
     return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
-from clusterclip.workdir import CORPUS, LABELS, MAP, SCHEDULE, SEARCH, Workdir
+from clusterclip.workdir import CORPUS, LABELS, MAP, MIXTURE_FILE, SCHEDULE, Workdir
 
 #: The format that writes the report's map, not a schedule.
 ATLAS = "atlas"
@@ -96,7 +96,7 @@ def older_schedule_warning(workdir: str | os.PathLike[str]) -> str | None:
     sampled from it. Not a refusal: exporting the earlier schedule (a baseline) is a
     legitimate use, and a mixture sampled into another file leaves no trace in ``W``."""
     root = Path(workdir)
-    sched, mix = root / SCHEDULE, root / SEARCH / "mixture.json"
+    sched, mix = root / SCHEDULE, root / MIXTURE_FILE
     try:
         if sched.stat().st_mtime_ns >= mix.stat().st_mtime_ns:
             return None

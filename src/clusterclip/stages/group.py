@@ -39,7 +39,7 @@ def run(w: Workdir, options: GroupOptions) -> dict[str, Any]:
     older than the corpus. Recorded in the manifest as stage ``group``.
     """
     from clusterclip.grouping import WRITES, group_corpus
-    from clusterclip.io import check_output_dir, load_npy, made_from
+    from clusterclip.io import check_output_dir, made_from
 
     o = options
     out = str(Path(o.out).resolve())
@@ -51,7 +51,7 @@ def run(w: Workdir, options: GroupOptions) -> dict[str, Any]:
             corpus = w.corpus()
             corpus.verify_files()
             labels = w.labels(len(corpus))
-            scores = load_npy(w.path(SCORES), "scores", kinds="f", ndim=1)
+            scores = w.scores()
             return group_corpus(corpus, labels, scores, o.out, docs_per_file=o.docs_per_file,
                                 overwrite=o.overwrite, progress=o.progress)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE, MapParams
-from clusterclip.workdir import EMBEDDINGS, VALID, Workdir
+from clusterclip.workdir import EMBEDDINGS, MAP, VALID, Workdir
 
 
 @dataclass(frozen=True)
@@ -36,37 +36,37 @@ def run(w: Workdir, options: MapOptions) -> str | None:
     """Run (or reuse) the ``map`` stage of ``w``; None when ``W/map/`` is current
     afterwards, else why there is no map (a note for the report): no embeddings,
     ``sample`` 0, umap-learn not installed, or a stale map on a read-only file system."""
-    from clusterclip.report.projection import DIR, STAGE, map_key, umap_version
+    from clusterclip.report.projection import STAGE, map_key, umap_version
 
     o = options
     if o.sample == 0:
         return "no map: --map-sample 0"
     if not w.path(EMBEDDINGS).is_file():
-        return "no map: the work directory has no embeddings.npy"
+        return f"no map: the work directory has no {EMBEDDINGS}"
     if umap_version() is None:
         return "no map: umap-learn is not installed (pip install 'clusterclip[report]')"
     try:
         w.run_stage(STAGE, key=map_key(o.sample, o.seed, o.params),
                     work=lambda run: _project(w, o), reads=[EMBEDDINGS],
-                    maybe_reads=[VALID], outputs=[DIR])
+                    maybe_reads=[VALID], outputs=[MAP])
     except InputError:
         if not w.read_only():
             raise
-        return (f"no map: {w.path(DIR)} is not current and the work directory is on a "
+        return (f"no map: {w.path(MAP)} is not current and the work directory is on a "
                 f"read-only file system")
     return None
 
 
 def _project(w: Workdir, o: MapOptions) -> dict[str, Any]:
     """Draw the sample, project it and write ``W/map/``; the stage's record."""
-    from clusterclip.io import atomic_output_dir, load_npy, save_npy
-    from clusterclip.report.projection import DIR, STAGE, project, sample_rows
+    from clusterclip.io import atomic_output_dir, save_npy
+    from clusterclip.report.projection import STAGE, project, sample_rows
 
     X = w.embeddings()
-    valid = load_npy(w.path(VALID), "valid", ndim=1) if w.path(VALID).is_file() else None
+    valid = w.valid()
     if valid is not None and valid.shape[0] != X.shape[0]:
         raise InputError(f"{w.path(VALID)}: {valid.shape[0]} rows but "
-                         f"embeddings.npy has {X.shape[0]}")
+                         f"{EMBEDDINGS} has {X.shape[0]}")
     rows = sample_rows(valid, X.shape[0], o.sample, o.seed)
     if o.progress:
         print(f"map: UMAP of {rows.size:,} of {X.shape[0]:,} documents (neighbours, "
@@ -74,7 +74,7 @@ def _project(w: Workdir, o: MapOptions) -> dict[str, Any]:
               flush=True)
     t0 = time.perf_counter()
     coords = project(np.asarray(X[rows], dtype=np.float32), o.seed, o.params, o.progress)
-    with atomic_output_dir(w.path(DIR), STAGE, overwrite=True) as tmp:
+    with atomic_output_dir(w.path(MAP), STAGE, overwrite=True) as tmp:
         save_npy(Path(tmp) / "sample.npy", rows)
         save_npy(Path(tmp) / "coords.npy", coords)
     seconds = time.perf_counter() - t0

@@ -9,11 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.errors import InputError
-from clusterclip.report.build import ReportOptions
-from clusterclip.workdir import CENTROIDS, CORPUS, GROUPS, LABELS, REPORT, SCHEDULE, Workdir
+from clusterclip.report.build import ReportOptions, Sources
+from clusterclip.workdir import (
+    CENTROIDS,
+    CORPUS,
+    EXPERIMENT_RESULTS,
+    LABELS,
+    MIXTURE_FILE,
+    REPORT,
+    SCHEDULE,
+    SCORES,
+    SEARCH_RESULTS,
+    Workdir,
+)
 
-__all__ = ["ReportOptions", "current_groups", "run"]
+__all__ = ["ReportOptions", "run"]
 
 
 def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
@@ -38,7 +48,8 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     own = target.resolve() == (root / REPORT).resolve()
     schedule = opts.schedule
     in_w = schedule is not None and Path(schedule).resolve() == (root / SCHEDULE).resolve()
-    key = stage_key(root, opts, target)
+    src = sources(w)
+    key = stage_key(src, opts, target)
     built: dict[str, Any] = {}
     counted: dict[str, Any] = {}
 
@@ -55,7 +66,7 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     def work(run: Any) -> dict[str, Any]:
         options = map_stage.MapOptions(sample=opts.map_sample, seed=opts.map_seed,
                                        progress=opts.progress)
-        built.update(write_report(root, opts, target, Counted(
+        built.update(write_report(src, opts, target, Counted(
             tokens=counted.get("tokens"), source=counted.get("source"),
             groups=counted.get("groups")), lambda: map_stage.run(w, options)))
         return {"out": str(target)}
@@ -80,23 +91,19 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     return read_json(target / "summary.json", "a report summary")
 
 
-def current_groups(w: Workdir) -> np.ndarray | None:
-    """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
-    rec = w.stage("dedup")
-    if rec is None or not w.path(GROUPS).is_file():
-        return None
-    try:
-        w.require("dedup")
-    except InputError:
-        return None
-    return np.load(w.path(GROUPS))
+def sources(w: Workdir) -> Sources:
+    """The files of ``w`` that the report reads (:class:`~clusterclip.report.build.Sources`)."""
+    return Sources(root=w.root, labels=w.path(LABELS), centroids=w.path(CENTROIDS),
+                   scores=w.path(SCORES), corpus=w.path(CORPUS), mixture=w.path(MIXTURE_FILE),
+                   experiment_results=w.path(EXPERIMENT_RESULTS),
+                   search_results=w.path(SEARCH_RESULTS))
 
 
 def _token_inputs(w: Workdir) -> dict[str, Any]:
     """``groups`` (W/groups.npy while current, else None) and, with a corpus index,
     ``tokens`` per document (W/tokens.npy while its stage is current, else the
     estimate) and their ``source``."""
-    out: dict[str, Any] = {"groups": current_groups(w)}
+    out: dict[str, Any] = {"groups": w.current_groups()}
     if w.path(CORPUS).is_dir():
         from clusterclip.stages.tokens import recorded
 

@@ -25,7 +25,7 @@ from clusterclip.search import runner
 from clusterclip.search.propose import ClusterSpace, ProposeRequest, cluster_space
 from clusterclip.search.runner import SearchConfig, SearchInputs
 from clusterclip.search.target import Target
-from clusterclip.workdir import Workdir
+from clusterclip.workdir import CENTROIDS, CORPUS, EMBEDDINGS, LABELS, SEARCH, Workdir
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Targ
     copies in the corpus, kept in the run store under ``key`` (a resumed search does not
     embed again). The val documents are embedded apart from the test documents, so the
     histogram reads the val texts alone."""
-    from clusterclip.io import array_fingerprint, fingerprint, load_npy
+    from clusterclip.io import array_fingerprint, fingerprint
     from clusterclip.search.overlap import Overlap, find_overlap
     from clusterclip.search.target import embed_texts, target_histogram
     from clusterclip.stages.dedup import workdir_threshold
@@ -82,7 +82,7 @@ def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Targ
         Xv = embed_texts(embed["params"], corpus, [target.texts[i] for i in tval], device)
         Xt = embed_texts(embed["params"], corpus, [target.texts[i] for i in ttest], device)
         h = target_histogram(Xv, centroids, cluster_metric(w), device)
-        X = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
+        X = w.embeddings()
         rows = np.concatenate([tval, ttest])
         ov = find_overlap(target.texts, texts, np.concatenate([Xv, Xt.reshape(-1, Xv.shape[1])]),
                           X, rows, threshold)
@@ -113,15 +113,12 @@ def search_inputs(w: Workdir, config: SearchConfig, target: Target | None, devic
                   store: Any, progress: bool = True) -> SearchInputs:
     """What the search reads of ``w`` (every rank): the labels, texts, centroids and
     metric, and with a target its val histogram and its copies in the corpus."""
-    from clusterclip.io import load_npy
     from clusterclip.search.overlap import excluded_documents
     from clusterclip.search.overlap import summary as overlap_summary
     from clusterclip.search.splits import target_splits
-    from clusterclip.stages.experiment import load_inputs
-
-    labels, texts, corpus = load_inputs(w.root)
+    labels, texts, corpus = w.load_inputs()
     num_clusters = int(labels.max()) + 1
-    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    centroids = np.asarray(w.centroids(), dtype=np.float32)
     inputs = SearchInputs(labels, texts, centroids, cluster_metric(w))
     if target is None:
         return inputs
@@ -152,7 +149,7 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
     t0 = time.perf_counter()
     # the target is read (and refused) before anything in W is touched
     target = read_target(list(config.targets), config.text_field) if config.targets else None
-    out = w.path("search")
+    out = w.path(SEARCH)
     store = RunStore(out / "runs")
     done: dict[str, Any] = {}
 
@@ -182,8 +179,8 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
     with w.locked():
         w.run_stage("search", key={"config": config.to_dict(), "device": o.device,
                                    "threads": o.threads},
-                    reads=["labels.npy", "corpus", "centroids.npy"], inputs=list(config.targets),
-                    outputs=["search"], work=work, cache=False)
+                    reads=[LABELS, CORPUS, CENTROIDS], inputs=list(config.targets),
+                    outputs=[SEARCH], work=work, cache=False)
     return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}
 
 
@@ -197,14 +194,12 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
     (:func:`~clusterclip.search.propose.cluster_space` of its labels, centroids and
     clustering metric; with ``num_tokens``, its tokens per document)."""
     from clusterclip.errors import InputError
-    from clusterclip.io import load_npy
-    from clusterclip.labels import load_labels
 
     w = Workdir(workdir, create=False)
-    labels = load_labels(w.path("labels.npy"))
+    labels = w.labels()
     if not np.any(labels >= 0):
-        raise InputError(f"{w.path('labels.npy')}: no document has a cluster (all -1)")
-    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+        raise InputError(f"{w.path(LABELS)}: no document has a cluster (all -1)")
+    centroids = np.asarray(w.centroids(), dtype=np.float32)
     tokens = None
     if num_tokens is not None:
         from clusterclip.stages.tokens import TokensOptions, run
@@ -223,9 +218,7 @@ def _stderr(msg: str) -> None:
 
 def load_corpus(workdir: str | os.PathLike[str]) -> Any:
     """The corpus of work directory ``workdir`` (``W/corpus/``)."""
-    from clusterclip.corpus import Corpus
-
-    return Corpus.load(Workdir(workdir, create=False).path("corpus"))
+    return Workdir(workdir, create=False).corpus()
 
 
 def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
@@ -237,16 +230,13 @@ def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
     int64, kept out of training, and ``target_overlap``: the offline search's record
     (:func:`clusterclip.search.overlap.summary`: ``{exact, near, target_docs,
     corpus_docs_excluded, threshold, val_copies_trained}``)."""
-    from clusterclip.io import load_npy
     from clusterclip.search.overlap import find_overlap
     from clusterclip.search.overlap import summary as overlap_summary
     from clusterclip.search.target import embed_texts, target_histogram
     from clusterclip.stages.dedup import workdir_threshold
-    from clusterclip.stages.experiment import load_inputs
-
     embed = embed_record(w)
-    labels, texts, corpus = load_inputs(w.root)
-    centroids = np.asarray(load_npy(w.path("centroids.npy"), "centroids"), dtype=np.float32)
+    labels, texts, corpus = w.load_inputs()
+    centroids = np.asarray(w.centroids(), dtype=np.float32)
     usable = np.flatnonzero(target.usable)
     X = embed_texts(embed["params"], corpus, [target.texts[i] for i in usable], device)
     k = int(labels.max()) + 1
@@ -254,7 +244,7 @@ def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
     histogram = target_histogram(X[[at[int(r)] for r in rows]], centroids[:k],
                                  cluster_metric(w), device)
     threshold = workdir_threshold(w)
-    E = load_npy(w.path("embeddings.npy"), "embeddings", kinds="f", ndim=2, mmap=True)
+    E = w.embeddings()
     ov = find_overlap(target.texts, texts, X, E, usable, threshold)
     copies = ov.copies_of(usable, labels.size)  # all of them: no copy is ever trained on
     return (histogram, np.flatnonzero(copies).astype(np.int64),
@@ -292,9 +282,9 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
     check_output_dir(req.out, "search propose")
     w = Workdir(req.workdir, create=False)
     with w.locked():
-        w.upstream(["labels.npy", "centroids.npy"]
-                   + (["corpus"] if req.fmt or req.num_tokens or target or req.blend else [])
-                   + (["embeddings.npy"] if target else []))  # the overlap guard's
+        w.upstream([LABELS, CENTROIDS]
+                   + ([CORPUS] if req.fmt or req.num_tokens or target or req.blend else [])
+                   + ([EMBEDDINGS] if target else []))  # the overlap guard's
         histogram = exclude = overlap = extra = None
         if target is not None:
             rows = np.flatnonzero(target.usable)
@@ -307,21 +297,16 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
         if chosen is not None:  # its own exclusions stay, with the target's
             from clusterclip.sampling.mixture import read_exclusions
 
-            kept = read_exclusions(chosen, int(np.load(w.path("labels.npy"), mmap_mode="r").size))
+            kept = read_exclusions(chosen, int(w.labels().size))
             exclude = np.union1d(kept, np.zeros(0, np.int64) if exclude is None else exclude)
         ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
                            num_samples=req.num_samples,
                            tokenizer=req.tokenizer if req.num_tokens else None,
                            histogram=histogram, exclude=exclude, overlap=overlap)
 
-        def corpus() -> Any:
-            from clusterclip.corpus import Corpus
-
-            return Corpus.load(w.path("corpus"))
-
         if chosen is not None:
             from clusterclip.search.verify import write_verification
 
-            return write_verification(req, ws, chosen, corpus, tokenizer,
+            return write_verification(req, ws, chosen, w.corpus, tokenizer,
                                       log or _stderr, extra)
-        return write_proposals(req, ws, corpus, tokenizer, target is not None, log, extra)
+        return write_proposals(req, ws, w.corpus, tokenizer, target is not None, log, extra)
