@@ -470,3 +470,22 @@ def test_the_offline_verdict_is_the_own_trainer_verdict(per_seed):
     for entry, adj in zip(family[1:], holm([e["p"] for e in family])[1:], strict=True):
         assert entry["p_holm"] == adj
         assert entry["measurable"] == (adj is not None and adj < 0.05)
+
+
+def test_a_round_file_is_read_by_the_one_bounded_json_reader(tmp_path):
+    """round.json and the rounds' mixture files go through ``io.read_json``: a key given
+    twice or JSON nested too deep is refused naming the file, never taken silently."""
+    from clusterclip.errors import InputError
+    from clusterclip.search.rounds import read_json
+
+    twice = tmp_path / "round.json"
+    twice.write_text('{"seed": 1, "seed": 2}', encoding="utf-8")
+    with pytest.raises(InputError, match="round.json") as e:
+        read_json(twice, "a round record of `search propose`")
+    assert "twice" in str(e.value) or "once" in str(e.value)
+    deep = tmp_path / "mixture.json"
+    deep.write_text('{"w": ' + "[" * 10_000 + "]" * 10_000 + "}", encoding="utf-8")
+    with pytest.raises(InputError, match="nested deeper"):
+        read_json(deep, "a mixture file")
+    with pytest.raises(InputError, match="no such file"):
+        read_json(tmp_path / "missing.json", "a mixture file")

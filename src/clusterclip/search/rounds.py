@@ -18,13 +18,13 @@ Pure Python and numpy; the work directory is read by the caller.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from clusterclip import io
 from clusterclip.errors import InputError
 from clusterclip.search.space import Candidate, SearchSpace
 
@@ -35,14 +35,16 @@ ROW_TOLERANCE = 1e-9
 SHARED = ("groups", "prior", "exclude")
 
 
-def read_json(path: Path, option: str) -> dict[str, Any]:
-    """The JSON object in ``path``; InputError naming ``option`` and the file."""
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (``what`` it should hold), read by the one bounded
+    reader of every JSON file (:func:`clusterclip.io.read_json`); InputError naming the
+    file otherwise."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(f"{option}: {path}: cannot read it ({e})") from None
+        data = io.read_json(path, what)
+    except FileNotFoundError:
+        raise InputError(f"{path}: cannot read it (no such file; expected {what})") from None
     if not isinstance(data, dict):
-        raise InputError(f"{option}: {path}: not a JSON object")
+        raise InputError(f"{path}: not a JSON object (expected {what})")
     return data
 
 
