@@ -209,6 +209,13 @@ def test_the_verification_round_and_its_verdict_recomputed(loop, tmp_path, capsy
     verdict = json.loads((tmp_path / "VD" / "verdict.json").read_text())
     first = (tmp_path / "VD" / "verdict.md").read_text().splitlines()[0]
     assert first == verdict["decision"] and first in out
+    # the target's copies in the corpus, kept out of every arm, said next to the decision
+    from clusterclip.search.overlap import overlap_sentence
+
+    overlap = json.loads((tmp_path / "V" / "round.json").read_text())["target_overlap"]
+    assert overlap["exact"] + overlap["near"] > 0 and verdict["target_overlap"] == overlap
+    second = (tmp_path / "VD" / "verdict.md").read_text().splitlines()[1]
+    assert second == overlap_sentence(overlap) and second in out
     y = {r[0]: float(r[1]) for r in rows_of(mv)[1:]}
     by = {(a, s): y[r[0]] for a, s, r in zip(arms, seeds, rows[1:], strict=True)}
     raw = {}

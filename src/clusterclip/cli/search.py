@@ -246,6 +246,8 @@ def _run_verdict(args: argparse.Namespace) -> int:
     r = run_verdict(args.ratios[0], args.metrics[0], list(args.objective), args.maximize,
                     args.out)
     print(r["decision"])
+    if r.get("overlap"):
+        print(r["overlap"])
     print(f"wrote verdict.json, verdict.md in {args.out}")
     return 0
 

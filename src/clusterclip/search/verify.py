@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.search.overlap import overlap_sentence
 from clusterclip.verdict import LEVEL
 
 #: The arm every other is compared with, and the primary arm.
@@ -196,7 +197,12 @@ def run_verdict(ratios: str, metrics: str, objective: list[str], maximize: bool,
                       f"comparisons is < {ALPHA}",
               "arms": arms, "family": family, "price": price}
     result["decision"] = decision(result, label, price, family)
-    lines = [result["decision"], "", f"Each arm against natural on {label}, arm minus "
+    overlap = _round_overlap(ratios)
+    if overlap is not None:  # what the arms were kept from, next to the decision
+        result["target_overlap"] = overlap
+        result["overlap"] = overlap_sentence(overlap)
+    lines = [result["decision"], *([result["overlap"]] if overlap else []), "",
+             f"Each arm against natural on {label}, arm minus "
              f"natural ({result['rule']}):", ""]
     lines += [f"- {a}: {_words(r)}" for a, r in arms.items()]
     lines += ["", "| arm | seed | " + label + " |", "|---|---|---|"]
@@ -206,6 +212,15 @@ def run_verdict(ratios: str, metrics: str, objective: list[str], maximize: bool,
         write_json(tmp / "verdict.json", result)
         write_text(tmp / "verdict.md", "\n".join(lines) + "\n")
     return result
+
+
+def _round_overlap(ratios: str) -> dict[str, Any] | None:
+    """``target_overlap`` of the verification round's ``round.json`` beside ``ratios``
+    (None without a target or a record)."""
+    from clusterclip.search.rounds import round_record
+
+    record = round_record((ratios,))
+    return None if record is None else record.get("target_overlap")
 
 
 def _price(ratios: str, metrics: str, objective: list[str], maximize: bool
