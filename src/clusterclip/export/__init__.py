@@ -290,8 +290,6 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
             _seekable(corpus, tmp / ".plain", blocks=blocks) as source_corpus:
         batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block)
-        if fmt != "megatron":
-            batches, size = _counting(batches, doc_tokens, token_method)
         if fmt == "megatron":
             summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
                        "rank": rank, "world_size": world_size, "first_position": first,
@@ -302,6 +300,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
                        **origin}
             write_json(tmp / SUMMARY, summary)
             return summary
+        batches, size = _counting(batches, doc_tokens, token_method)
         names, rows, digest, back = _write_rows(fmt, batches, tmp, rows_per_shard,
                                                 min(row_group, rows_per_shard))
         seen, digest_back = _check_rows(back, schedule, labels, rank, world_size, tmp)

@@ -56,7 +56,8 @@ FIT_FORMAT = 2
 #: Runs the docs recommend for round 1 (docs/search-own-trainer.md: 48 proxies ranked
 #: unseen mixtures at Spearman 0.97); fewer: fit.json and the printout say so.
 RECOMMENDED_RUNS = 48
-#: Below this leave-one-out rank correlation the choice is the best observed run.
+#: Below this leave-one-out rank correlation the fit ranks unseen runs weakly, so its
+#: choice is uncertain.
 WEAK_RHO = 0.5
 
 
@@ -155,7 +156,8 @@ def _read_tables(req: FitRequest) -> tuple[Ratios, list[Path], Any, dict[str, fl
         tables.append(r)
         table, obj = read_objective(m_path, list(req.objective), "metrics")
         metric_ids |= set(table.ids)
-        objective.update({k: v for k, v in obj.items() if k in set(r.ids)})
+        ids = set(r.ids)
+        objective.update({k: v for k, v in obj.items() if k in ids})
     ratios, which = _merge(tables)
     folders = [Path(req.ratios[t]).resolve().parent for t in which]
     return ratios, folders, metric_ids, objective
@@ -290,7 +292,7 @@ def _write_round(tmp: Path, req: FitRequest, ws: Any, new: list[Candidate], sett
     """The next round as ``search propose`` writes one: ``proposals.csv`` (with
     ``origin``), ``mixtures/<run>.json``, ``round.json``, and with a budget and a format
     ``schedules/<run>.npy`` and ``runs/<run>/``."""
-    from clusterclip.search.propose import export_all, write_candidates, write_round
+    from clusterclip.search.propose import _stderr, export_all, write_candidates, write_round
 
     if not new:
         return
@@ -306,12 +308,6 @@ def _write_round(tmp: Path, req: FitRequest, ws: Any, new: list[Candidate], sett
             raise ValueError("--format needs load_corpus")
         export_all(load_corpus(str(req.workdir)), tmp, ws, new, ids, draw, tokenizer,
                    _stderr, "search fit")
-
-
-def _stderr(msg: str) -> None:
-    import sys
-
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _draw(req: FitRequest, record: dict[str, Any] | None) -> Any:
@@ -382,8 +378,8 @@ def bearing(runs: int, rho: float | None, model: Predictor) -> dict[str, Any]:
                                                          f"{rho:.3f}") + f" < {WEAK_RHO}")
     caution = None if not why else (
         "; ".join(why) + f" (noise share {d['noise_share']:.2f}, {at_bound} of {ls.size} "
-        "length scales at a bound): the choice is the best observed run; train the next "
-        "round")
+        "length scales at a bound): the fit is weak, so the chosen run is uncertain; train "
+        "the next round")
     return {"noise_share": d["noise_share"], "length_scales_at_bound": at_bound,
             "length_scales": int(ls.size), "caution": caution}
 

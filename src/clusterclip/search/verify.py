@@ -242,15 +242,20 @@ def _price(ratios: str, metrics: str, objective: list[str], maximize: bool
 
 
 def write_verification(req: Any, ws: Any, chosen_path: Path, corpus: Any, tokenizer: Any,
-                       log: Any, extra: Any = None) -> dict[str, Any]:
+                       log: Any = None, extra: Any = None) -> dict[str, Any]:
     """The verification round of ``req`` (``search propose --verify``) into ``req.out``:
     ``ratios.csv`` (``arm``, ``seed``), ``mixtures/<run>.json``, ``round.json`` and, as
-    asked, each run's schedule and export; returns a summary."""
-    from dataclasses import replace as _replace
-
+    asked, each run's schedule and export; returns a summary. ``log``: the progress lines
+    (default: stderr)."""
     from clusterclip.io import atomic_output_dir
     from clusterclip.sampling.mixture import read_mixture
-    from clusterclip.search.propose import Draw, export_all, write_candidates, write_round
+    from clusterclip.search.propose import (
+        Draw,
+        _stderr,
+        export_all,
+        write_candidates,
+        write_round,
+    )
     from clusterclip.search.rounds import read_json
     from clusterclip.search.space import Candidate
 
@@ -260,9 +265,8 @@ def write_verification(req: Any, ws: Any, chosen_path: Path, corpus: Any, tokeni
     chosen = Candidate(tuple(float(x) for x in w / w.sum()), m.clip, m.timing,
                        f"chosen {data.get('run', '')}".strip())
     seeds = fresh_seeds(req.seeds, max(req.seed, int(data.get("seed", 0) or 0)))
+    log = _stderr if log is None else log
     cands, ids, run_seeds, arms = verify_candidates(ws.space, chosen, seeds)
-    cands = [c if a != PRIMARY else _replace(c, origin=chosen.origin)
-             for c, a in zip(cands, arms, strict=True)]
     draw = Draw(req.num_tokens, req.num_samples, req.seed, req.fmt)
     with atomic_output_dir(req.out, "search propose") as tmp:
         write_candidates(tmp, ws, cands, m.objective, draw, "clusterclip search propose "

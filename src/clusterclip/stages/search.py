@@ -210,12 +210,6 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
                          exclude=exclude, overlap=overlap)
 
 
-def _stderr(msg: str) -> None:
-    import sys
-
-    print(msg, file=sys.stderr, flush=True)
-
-
 def load_corpus(workdir: str | os.PathLike[str]) -> Any:
     """The corpus of work directory ``workdir`` (``W/corpus/``)."""
     return Workdir(workdir, create=False).corpus()
@@ -307,6 +301,5 @@ def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> di
         if chosen is not None:
             from clusterclip.search.verify import write_verification
 
-            return write_verification(req, ws, chosen, w.corpus, tokenizer,
-                                      log or _stderr, extra)
+            return write_verification(req, ws, chosen, w.corpus, tokenizer, log, extra)
         return write_proposals(req, ws, w.corpus, tokenizer, target is not None, log, extra)
