@@ -270,8 +270,10 @@ def experiment_run(data: ExperimentData, budget: Budget, spec: ScheduleSpec, see
         from clusterclip.sampling.online import OnlineMixer
 
         sizes = sampler.cluster_sizes
-        prior = (sizes.astype(np.float64) ** spec.alpha * (sizes > 0) if spec.weights is None
-                 else np.asarray(spec.weights)[:sizes.size])
+        # n_k ** alpha on the clusters with documents only (0 ** -0.5 would be inf, and
+        # inf * 0 a NaN prior, for an empty cluster under a negative alpha)
+        prior = (np.where(sizes > 0, np.maximum(sizes, 1).astype(np.float64) ** spec.alpha, 0.0)
+                 if spec.weights is None else np.asarray(spec.weights)[:sizes.size])
         mixer = OnlineMixer(sampler, seed=seed, prior=prior)
         observe = lambda idx, losses: mixer.observe(data.train_labels[idx], losses)  # noqa: E731
     _, log, fed = train_on_schedule(config.model, config.train, data.docs, sampler,

@@ -300,18 +300,20 @@ def _save_callback(mixer: Any) -> Any:
 
 def _load_online(trainer: Any, checkpoint: Any) -> None:
     """The mixer's state and the sampler's calls of ``checkpoint`` (True: the last one)."""
-    import json
     from pathlib import Path
+
+    from clusterclip.io import read_json
 
     if checkpoint is True:
         from transformers.trainer_utils import get_last_checkpoint
 
         checkpoint = get_last_checkpoint(trainer.args.output_dir)
     path = Path(checkpoint) / ONLINE_STATE
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the online mixer's state ({e})") from None
+    try:  # the one bounded JSON reader: its refusals name the file themselves
+        saved = read_json(path, "the online mixer's state")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the online mixer's state "
+                         f"({e.strerror or e})") from None
     mixer = trainer.clusterclip_mixer
     sampler = mixer.sampler
     if sampler.position or mixer.calls:

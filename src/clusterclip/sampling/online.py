@@ -13,7 +13,6 @@ cluster; see [`OnlineMixer`][clusterclip.sampling.online.OnlineMixer].
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -53,15 +52,13 @@ def torch_all_reduce(values: np.ndarray) -> np.ndarray:
         The element-wise sum over the ranks (one ``all_reduce``); ``values`` itself
         where ``torch.distributed`` is not initialised or has one rank.
     """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized() \
-            or dist.get_world_size() == 1:
+    from clusterclip import distributed as D
+
+    if D.rank_and_world()[1] == 1:  # no group (never imports torch), or one rank
         return values
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(values, np.int64))
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t.numpy()
+    return D.all_reduce_sum(torch.from_numpy(np.ascontiguousarray(values, np.int64))).numpy()
 
 
 class OnlineMixer:
