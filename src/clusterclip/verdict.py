@@ -29,12 +29,8 @@ CONFIDENCE = 0.95
 #: The level every test is held to (the primary alone, the secondaries after Holm).
 LEVEL = 0.05
 
-BETTER = "measurably better than random"
-WORSE = "measurably worse than random"
 SAME = "not measurably different from random"
 ONE_SEED = "one seed: no interval can be given"
-#: The decision when no arm beats random sampling measurably.
-KEEP_RANDOM = "Keep random sampling: nothing here beats it measurably"
 #: The decision's words for each loss: what matters when it is the goal.
 GOALS = {"micro": "the corpus's own mix (micro held-out loss)",
          "macro": "balanced loss over the clusters (macro held-out loss)",
@@ -538,7 +534,6 @@ def first_line(family: Mapping[str, Any], *, names: Mapping[str, str], rerun: st
     """
     how = how or {}
     fam, rec, prim = family["family"], family["recommend"], primary_of(family)
-    goal = GOALS.get(prim["metric"], names[prim["metric"]])
     if family["seeds"] < 2:
         return (f"No decision yet: with one seed no interval can be given; rerun with "
                 f"{rerun} 3 or more.")

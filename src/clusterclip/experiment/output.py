@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.verdict import SEED_RULE, verdict_lines
+from clusterclip.experiment.verdict import seed_rule_of, verdict_lines
 from clusterclip.lm.metrics import METRICS, schedule_keys
-from clusterclip.verdict import LEVEL, SeedRule, holm, paired_difference
+from clusterclip.verdict import LEVEL, holm, paired_difference
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -224,7 +224,7 @@ def _seed_words(results: dict[str, Any]) -> str:
     text = f" (primary question, declared before the runs: {what}"
     c = results["config"]
     if c.get("auto_seeds"):
-        rule = SeedRule(**c["seed_rule"]) if c.get("seed_rule") else SEED_RULE
+        rule = seed_rule_of(results)
         text += f"; {rule.describe(what)}"
     return text + ")"
 

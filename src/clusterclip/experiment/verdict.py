@@ -27,7 +27,6 @@ from clusterclip.lm.runconfig import (  # noqa: F401  (the config's; re-exported
 )
 from clusterclip.verdict import (
     CONFIDENCE,
-    ONE_SEED,
     Paired,
     SeedRule,
     compare_family,
@@ -69,7 +68,7 @@ def experiment_family(results: dict[str, Any]) -> dict[str, Any] | None:
             common = sorted(set(vals) & set(base))
             diffs[(n, "random", label)] = [vals[s] - base[s] for s in common]
     return compare_family(diffs, (primary[0], "random", primary[1]),
-                          min_effect=_rule(results).min_effect)
+                          min_effect=seed_rule_of(results).min_effect)
 
 
 def seconds_per_run(results: dict[str, Any]) -> float | None:
@@ -80,7 +79,9 @@ def seconds_per_run(results: dict[str, Any]) -> float | None:
     return float(np.mean(t)) if t else None
 
 
-def _rule(results: dict[str, Any]) -> SeedRule:
+def seed_rule_of(results: dict[str, Any]) -> SeedRule:
+    """The ``--seeds auto`` stop rule a results dict was run under (its ``config``'s
+    ``seed_rule``; the default rule for results written without one)."""
     r = results["config"].get("seed_rule")
     return SeedRule(**r) if r else SEED_RULE
 
@@ -121,7 +122,7 @@ def experiment_decision(v: dict[str, Any], results: dict[str, Any],
     rec = fam["recommend"]
     cost = "macro" if rec is not None and rec["metric"] == "micro" else "micro"
     c = results["config"]
-    rule = _rule(results)
+    rule = seed_rule_of(results)
     return first_line(fam, names={m: m for m in VERDICT_METRICS.values()}, rerun="--seeds",
                       runs_per_seed=len(c["strategies"]),
                       how={n: " sampling" for n in c["strategies"]}, cost=cost,
@@ -134,7 +135,7 @@ def _summary(v: dict[str, Any]) -> str:
     fam = v["family"]
     prim = primary_of(fam)
     p = Paired.of(prim)
-    state = (p.call() if p.low is not None else ONE_SEED)
+    state = p.call()
     second = [c for c in fam["comparisons"] if not c["primary"]]
     found = [f"`{c['arm']}` on {c['metric']} ({Paired.of(c).interval(3, inside=True)}, "
              f"Holm-adjusted p {c['p_holm']:.2g})" for c in second if c["measurable"]]
