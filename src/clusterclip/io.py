@@ -372,7 +372,7 @@ def record_written(directory: str | os.PathLike[str], command: str,
                "replacing": {k: v for k, v in rec["replacing"].items() if k not in names}}
     files = owned_files(d, rec)
     for rel in names:
-        if _entry_problem(d, rel, []) is None and (d / rel).is_file():
+        if _entry_problem(d, rel, []) is None:
             files[rel] = file_digest(d / rel)
     write_marker(d, command, files=files)
 
@@ -767,7 +767,7 @@ def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = No
     moves. ``adopt``: plain files already in ``out`` that this run wrote, listed as they
     are."""
     adopted = {rel: file_digest(out / rel) for rel in sorted(set(adopt))
-               if _entry_problem(out, rel, []) is None and (out / rel).is_file()}
+               if _entry_problem(out, rel, []) is None}
     moved = {rel: file_digest(tmp / rel) for rel in files_under(tmp)}
     new = {**adopted, **moved}
     if not os.path.lexists(out):

@@ -58,7 +58,6 @@ from clusterclip.io import (
     MARKER,
     OVERWRITE_COMMANDS,
     fingerprint,
-    marker_of,
     parse_json,
     pid_alive,
     read_json,
@@ -331,12 +330,10 @@ class Workdir:
         """``(labels, texts, corpus)``: ``W/labels.npy`` (checked), the corpus index of
         ``W/corpus/`` of as many documents, and its texts (all None unless ``texts``):
         what the ``experiment`` and ``search`` stages train on."""
-        from clusterclip.labels import load_labels
-
         labels_path = self.path(LABELS)
         if not labels_path.is_file():
             raise InputError(f"{labels_path}: missing (run `clusterclip cluster` first)")
-        labels = load_labels(labels_path)
+        labels = self.labels()
         corpus_dir = self.path(CORPUS)
         if not corpus_dir.is_dir():
             raise InputError(f"{corpus_dir}: missing (run `clusterclip embed` first)")
@@ -739,6 +736,7 @@ class Workdir:
             producer = PRODUCERS.get(p.relative_to(self.root).parts[0])
             ours = (producer is not None and self.stage(producer) is not None) or any(
                 rel in (rec.get("outputs") or []) for rec in self.manifest["stages"].values())
+            mark = None
             if folder:
                 # A folder we write carries our marker (and the list of the files we wrote
                 # there, the only ones a rerun replaces); a folder without it is the
@@ -746,18 +744,18 @@ class Workdir:
                 # it was killed before it could mark it. --overwrite: any clusterclip
                 # marker, never a folder without one.
                 rec = read_marker(p)
+                mark = None if rec is None else rec["command"]
                 if rec is not None and rec["problem"] is not None:
                     raise InputError(f"{p}: its {MARKER} is not a record clusterclip can "
                                      f"trust ({rec['problem']}), so its files may be yours; "
                                      f"move it away or use another work directory")
                 killed = producer is not None and (self.stage(producer) or {}).get(
                     "status", "done") != "done"
-                mark = marker_of(p)
                 ours = (mark == name or (overwrite and mark is not None)
                         or not any(p.iterdir()) or (ours and killed))
             if not ours:
                 hint = (" (or pass --overwrite)" if name in OVERWRITE_COMMANDS
-                        and (not folder or marker_of(p) is not None) else "")
+                        and (not folder or mark is not None) else "")
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
                                  f"move it away or use another work directory{hint}")
 

@@ -105,12 +105,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"clusterclip.cli.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        if only is None or name == only:
-            module.add_arguments(p)
-            if "--no-progress" not in p._option_string_actions:  # every command takes it
-                p.add_argument("--no-progress", action="store_true",
-                               help="no progress bars (they are drawn only on a terminal)")
-            _show_defaults(p)
+        module.add_arguments(p)
+        if "--no-progress" not in p._option_string_actions:  # every command takes it
+            p.add_argument("--no-progress", action="store_true",
+                           help="no progress bars (they are drawn only on a terminal)")
+        _show_defaults(p)
         p.set_defaults(_module=module, _parser=p)
     return parser
 

@@ -343,6 +343,8 @@ class Corpus:
             meta = read_json(d / META, "a corpus index")
             arrays = {k: np.load(d / f"{k}.npy", mmap_mode="r" if mmap else None,
                                  allow_pickle=False) for k in _ARRAYS}
+        except InputError:  # the JSON reader's own one line, naming corpus.json
+            raise
         except (OSError, ValueError) as e:
             raise InputError(f"{d}: not a corpus index ({e})") from None
         if meta.get("version") != INDEX_VERSION:
