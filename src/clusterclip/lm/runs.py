@@ -25,6 +25,7 @@ from clusterclip.errors import InputError
 from clusterclip.io import read_json
 from clusterclip.lm.config import MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import pack_sequences
+from clusterclip.pool import available_cpus as usable_cpus  # the same count, one place
 from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
 
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
@@ -38,13 +39,6 @@ ONLINE_MARGIN = 1.25
 #: Version of a stored run's content and of how its schedule is built; part of its key.
 #: 2: paced sized to the budget, late tail share recorded.
 RUN_FORMAT = 2
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def busy_cpus() -> float | None:

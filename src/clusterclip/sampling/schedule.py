@@ -236,17 +236,15 @@ def mixture_inputs(labels: Any, mixture: str | os.PathLike[str] | None, *,
     return labels, staged.pop("cluster_weights", None), staged
 
 
-def clip_or_default(labels: Any, clip: int | None, *, num_samples: int | None, strategy: str,
-                    alpha: float = 0.0, cluster_weights: Any = None, groups: Any = None
-                    ) -> tuple[int, str | None]:
-    """The clip R as given, else the default for these labels and budget, and why.
+def default_clip_for(labels: Any, *, num_samples: int | None, strategy: str,
+                     alpha: float = 0.0, cluster_weights: Any = None, groups: Any = None
+                     ) -> tuple[int, str]:
+    """The default clip R for these labels and budget, and why (when none is given).
 
     Parameters
     ----------
     labels : numpy.ndarray
         (N,) cluster ids after a mixture's exclusions.
-    clip : int or None
-        The clip given; None: [`default_clip`][clusterclip.sampling.clip.default_clip]'s.
     num_samples : int or None
         The schedule length T (None for a token budget).
     strategy : str
@@ -261,10 +259,9 @@ def clip_or_default(labels: Any, clip: int | None, *, num_samples: int | None, s
     Returns
     -------
     tuple
-        ``(clip, why)``: ``why`` None for a clip given, else the sentence that says why.
+        ``(clip, why)``: [`default_clip`][clusterclip.sampling.clip.default_clip]'s clip
+        and the sentence that says why.
     """
-    if clip is not None:
-        return clip, None
     from clusterclip.sampling.clip import default_clip
 
     return default_clip(labels, num_samples, strategy, alpha=alpha,
@@ -284,7 +281,7 @@ def draw_schedule(labels: Any, path: str | os.PathLike[str], *,
 
     The mixture file's exclusions and weights applied ([`mixture_inputs`]
     [clusterclip.sampling.schedule.mixture_inputs]), the clip resolved
-    ([`clip_or_default`][clusterclip.sampling.schedule.clip_or_default]), the schedule
+    ([`default_clip_for`][clusterclip.sampling.schedule.default_clip_for]), the schedule
     written by [`write_schedule`][clusterclip.sampling.write_schedule], and its summary
     with the mixture file's record and the default clip's reason.
 
@@ -325,9 +322,9 @@ def draw_schedule(labels: Any, path: str | os.PathLike[str], *,
     labels, weights, staged = mixture_inputs(labels, mixture, num_clusters=num_clusters,
                                              cluster_weights=cluster_weights)
     if clip is None:
-        clip, clip_default = clip_or_default(labels, None, num_samples=num_samples,
-                                             strategy=strategy, alpha=alpha,
-                                             cluster_weights=weights, groups=groups)
+        clip, clip_default = default_clip_for(labels, num_samples=num_samples,
+                                              strategy=strategy, alpha=alpha,
+                                              cluster_weights=weights, groups=groups)
     summary = write_schedule(labels, path, num_samples=num_samples, strategy=strategy,
                              clip=clip, alpha=alpha, groups=groups, cluster_weights=weights,
                              **schedule, **staged)

@@ -72,9 +72,10 @@ class EmbedOptions:
         if self.shard_size < 1:
             raise InputError(f"shard_size {self.shard_size}: must be at least 1",
                              params=("shard_size",))
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"workers {self.workers}: must be at least 1",
-                             params=("workers",))
+        if self.workers is not None:
+            from clusterclip.pool import check_workers
+
+            check_workers(None, self.workers)
         # a bad combination fails now, before W or the corpus is touched
         self.identity()
 

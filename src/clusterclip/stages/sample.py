@@ -78,17 +78,18 @@ class SampleOptions:
         return self.num_tokens is not None or self.balance_by == "tokens"
 
 
-def _default_clip(w: Workdir, o: SampleOptions) -> tuple[int, str | None]:
-    """The clip of ``o`` (its default when None, and why) for W's labels (and groups)."""
+def _default_clip(w: Workdir, o: SampleOptions) -> tuple[int, str]:
+    """The default clip for W's labels (and groups) under ``o`` (which gives none), and
+    why."""
     from clusterclip.distributed import on_main
-    from clusterclip.sampling.schedule import clip_or_default, mixture_inputs
+    from clusterclip.sampling.schedule import default_clip_for, mixture_inputs
 
     def resolve() -> tuple[int, str | None]:
         w.upstream([LABELS] + ([GROUPS] if o.groups else []))
         labels, weights, _ = mixture_inputs(w.labels(), o.mixture)
-        return clip_or_default(labels, o.clip, num_samples=o.num_samples,
-                               strategy=o.strategy, alpha=o.alpha, cluster_weights=weights,
-                               groups=w.groups() if o.groups else None)
+        return default_clip_for(labels, num_samples=o.num_samples, strategy=o.strategy,
+                                alpha=o.alpha, cluster_weights=weights,
+                                groups=w.groups() if o.groups else None)
 
     with w.locked():
         return on_main(resolve)
