@@ -68,7 +68,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            hook = (_BEFORE_REPLACE.get() or {}).get(str(final.resolve()))
+            hooks = _BEFORE_REPLACE.get()  # set only while `sample` replaces its own file
+            hook = hooks.get(str(final.resolve())) if hooks else None
             if hook is not None:
                 hook(tmp)
             os.replace(tmp, final)

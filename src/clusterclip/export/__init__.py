@@ -240,8 +240,10 @@ def export_workers(workers: int | None) -> int | None:
     """``workers`` checked: None (the default: the CPUs this process may use, one for a
     small export; :func:`clusterclip.export.megatron.write_verified`) or at least 1
     (InputError otherwise)."""
-    if workers is not None and workers < 1:
-        raise InputError(f"workers must be >= 1, got {workers}", params=("workers",))
+    if workers is not None:
+        from clusterclip.pool import check_workers
+
+        check_workers(None, workers)
     return workers
 
 
