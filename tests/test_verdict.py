@@ -133,14 +133,14 @@ def test_seeds_to_resolve_is_the_fewest_that_narrow_or_have_80_percent_power(dif
 def test_the_seed_rule_stops_when_resolved_or_at_its_cap():
     rule = SeedRule(start=3, step=3, cap=12, min_effect=0.005)
     noisy = [0.02, -0.03, 0.01]
-    assert rule.next_count(paired_difference(noisy)) == 6
-    assert rule.next_count(paired_difference([-0.02, -0.021, -0.019])) is None  # excludes 0
-    assert rule.next_count(paired_difference([0.001, -0.001, 0.0])) is None  # narrow
-    assert rule.next_count(paired_difference(noisy * 4)) is None  # the cap
-    assert rule.next_count(paired_difference(noisy * 3 + noisy[:2])) == 12
+    assert rule.next_count(noisy) == 6
+    assert rule.next_count([-0.02, -0.021, -0.019]) is None  # excludes 0
+    assert rule.next_count([0.0005, -0.0005, 0.0]) is None  # narrow
+    assert rule.next_count(noisy * 4) is None  # the cap
+    assert rule.next_count(noisy * 3 + noisy[:2]) == 12
     counts = [3]
     for extra in itertools.count():  # a primary that never resolves runs 3, 6, 9, 12
-        nxt = rule.next_count(paired_difference((noisy * 4)[:counts[-1]]))
+        nxt = rule.next_count((noisy * 4)[:counts[-1]])
         if nxt is None:
             break
         counts.append(nxt)
