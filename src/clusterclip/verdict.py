@@ -153,7 +153,7 @@ class Paired:
             Decimals shown.
         inside : bool
             For text already in parentheses: ``+0.0123, 95% CI -0.0040 to +0.0286``
-            (its confidence, :func:`percent`).
+            (its confidence, as ``percent`` words it).
 
         Returns
         -------
@@ -211,7 +211,7 @@ def paired_difference(diffs: Sequence[float], level: float = LEVEL) -> Paired:
         Per-seed differences ``a - b``, paired by seed (at least one).
     level : float
         The test's level: the interval excludes 0 exactly when ``p < level``
-        (:attr:`SeedRule.level` under ``--seeds auto``).
+        (``SeedRule.level`` under ``--seeds auto``).
 
     Returns
     -------
@@ -338,7 +338,7 @@ class SeedRule:
     excludes 0, or its half-width is below ``min_effect``, the smallest effect of interest)
     or ``cap`` seeds have run.
 
-    Each batch is a look at the primary, so the rule holds each look to :attr:`level`, 5%
+    Each batch is a look at the primary, so the rule holds each look to ``level``, 5%
     split evenly over the planned looks (Bonferroni): the chance that a zero difference is
     called measurable at any look is then at most 5%, whichever look the rule stops at.
 
@@ -379,7 +379,7 @@ class SeedRule:
 
     @property
     def looks(self) -> int:
-        """The planned looks that can call a difference measurable: the :attr:`counts` of
+        """The planned looks that can call a difference measurable: the ``counts`` of
         two seeds or more (one seed gives no interval, so it spends none of the 5%)."""
         return max(1, sum(n >= 2 for n in self.counts))
 
@@ -390,7 +390,8 @@ class SeedRule:
         return LEVEL / self.looks
 
     def paired(self, diffs: Sequence[float]) -> Paired:
-        """The primary's differences at the rule's level (:func:`paired_difference`).
+        """The primary's differences at the rule's level
+        ([`paired_difference`][clusterclip.verdict.paired_difference]).
 
         Parameters
         ----------
@@ -414,7 +415,7 @@ class SeedRule:
         Returns
         -------
         bool
-            Its interval at :attr:`level` excludes 0 or its half-width is below
+            Its interval at ``level`` excludes 0 or its half-width is below
             ``min_effect``.
         """
         p = self.paired(diffs)
@@ -442,14 +443,14 @@ class SeedRule:
                  ) -> tuple[np.ndarray, np.ndarray]:
         """The rule run on many replicates at once, for its error rates and power: each
         row of ``draws`` is one experiment's per-seed differences of the primary, in seed
-        order; the rule looks at them as :meth:`next_count` would.
+        order; the rule looks at them as ``next_count`` would.
 
         Parameters
         ----------
         draws : ndarray
             ``float[R, cap]``: R replicates of ``cap`` per-seed differences.
         level : float, optional
-            The level of each look; default :attr:`level` (``LEVEL`` gives the rule
+            The level of each look; default ``level`` (``LEVEL`` gives the rule
             uncorrected for its looks, for comparison).
 
         Returns
@@ -524,7 +525,7 @@ class SeedRule:
 
     def to_dict(self) -> dict[str, Any]:
         """The rule as a JSON-ready dict, with its planned ``looks`` and per-look ``level``
-        (:meth:`of` rebuilds it).
+        (``of`` rebuilds it).
 
         Returns
         -------
@@ -535,7 +536,7 @@ class SeedRule:
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> SeedRule:
-        """The rule of a :meth:`to_dict` (``looks`` and ``level`` follow from the rest; a
+        """The rule of a ``to_dict`` (``looks`` and ``level`` follow from the rest; a
         record written before they were kept has none).
 
         Parameters
@@ -574,7 +575,7 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
         The smallest effect of interest: a primary whose interval's half-width is below it
         (and includes 0) is ``resolved-equivalent``.
     looks : int
-        The planned looks at the primary that chose the seeds (:attr:`SeedRule.looks` under
+        The planned looks at the primary that chose the seeds (``SeedRule.looks`` under
         ``--seeds auto``; 1 for a fixed seed count): every test and interval is held to
         ``level = 0.05 / looks``, so the primary's false-positive rate over all the looks is
         at most 5%, and Holm's correction over the family runs at that level.

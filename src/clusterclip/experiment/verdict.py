@@ -146,7 +146,8 @@ def _summary(v: dict[str, Any]) -> str:
              f"Holm-adjusted p {c['p_holm']:.2g})" for c in second if c["measurable"]]
     text = (f"Primary question, declared before the runs: `{prim['arm']}` against random on "
             f"{prim['metric']} held-out loss: {p.interval(4)}"
-            + (f", p = {prim['p']:.2g}" if prim["p"] is not None else "") + f": {state}. ")
+            + (f", p = {prim['p']:.2g}" if prim["p"] is not None else "")
+            + (f" ({looks_words(fam)})" if looks_words(fam) else "") + f": {state}. ")
     if not second:
         return text + "No secondary comparison."
     if found:
