@@ -576,9 +576,8 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
         (and includes 0) is ``resolved-equivalent``.
     looks : int
         The planned looks at the primary that chose the seeds (``SeedRule.looks`` under
-        ``--seeds auto``; 1 for a fixed seed count): every test and interval is held to
-        ``level = 0.05 / looks``, so the primary's false-positive rate over all the looks is
-        at most 5%, and Holm's correction over the family runs at that level.
+        ``--seeds auto``; 1 for a fixed seed count): every test, interval and Holm's
+        correction is held to ``level = 0.05 / looks`` (5% over all the looks).
 
     Returns
     -------
@@ -591,12 +590,11 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
         measurable: the primary by its interval alone, a secondary by p_holm < level, and
         ``confidence`` when it is not 95%), ``category`` (``resolved-better``: an arm is
         recommended, on the measurable primary or a Holm-measurable secondary against
-        ``reference``;
-        ``resolved-worse``: the primary arm is measurably worse and nothing is
-        recommended; ``resolved-equivalent``; ``not resolved``), ``recommend`` (the
+        ``reference``; ``resolved-worse``: the primary arm is measurably worse and nothing
+        is recommended; ``resolved-equivalent``; ``not resolved``), ``recommend`` (the
         comparison an arm is recommended on, or None), ``seeds_to_resolve`` (for the
-        primary: [`seeds_to_resolve`][clusterclip.verdict.seeds_to_resolve]) and
-        ``agree`` (per metric where every arm against the
+        primary: [`seeds_to_resolve`][clusterclip.verdict.seeds_to_resolve]) and ``agree``
+        (per metric where every arm against the
         reference points the same way by more than ``min_effect``, at least two arms: metric,
         low and high of their means).
 
@@ -613,14 +611,7 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
         raise ValueError(f"primary {primary} is not among the comparisons")
     level = LEVEL / looks
     pairs = {k: paired_difference(v, level) for k, v in diffs.items()}
-    adjusted = holm([p.p for p in pairs.values()])
-    comps = []
-    for (key, p), adj in zip(pairs.items(), adjusted, strict=True):
-        first = key == primary
-        comps.append({"arm": key[0], "baseline": key[1], "metric": key[2], "primary": first,
-                      **p.to_dict(), "p_holm": adj,
-                      "measurable": p.measurable if first else (adj is not None and
-                                                                 adj < level)})
+    comps = _comparisons(pairs, primary, level)
     prim = next(c for c in comps if c["primary"])
     better = [c for c in comps if c["measurable"] and c["mean"] < 0
               and c["baseline"] == reference]
@@ -642,6 +633,21 @@ def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
             "comparisons": comps, "category": category, "recommend": recommend,
             "seeds_to_resolve": seeds_to_resolve(pp, min_effect),
             "agree": _agree(comps, reference, min_effect)}
+
+
+def _comparisons(pairs: Mapping[tuple[str, str, str], Paired], primary: tuple[str, str, str],
+                 level: float) -> list[dict[str, Any]]:
+    """Each comparison's entry: its ``Paired``, Holm-adjusted p over the family, and
+    measurable (the primary by its interval, a secondary by its adjusted p below
+    ``level``)."""
+    comps = []
+    for (key, p), adj in zip(pairs.items(), holm([p.p for p in pairs.values()]), strict=True):
+        first = key == primary
+        comps.append({"arm": key[0], "baseline": key[1], "metric": key[2], "primary": first,
+                      **p.to_dict(), "p_holm": adj,
+                      "measurable": p.measurable if first else (adj is not None and
+                                                                 adj < level)})
+    return comps
 
 
 def _agree(comps: list[dict[str, Any]], reference: str, min_effect: float
