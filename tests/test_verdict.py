@@ -215,6 +215,19 @@ def test_seeds_auto_calls_a_zero_difference_measurable_at_most_5_percent_of_the_
     assert (seeds == rule.cap).mean() > 0.9  # a null rarely stops early
 
 
+@pytest.mark.parametrize("start, step, cap", [(1, 1, 3), (2, 2, 10), (3, 4, 12), (4, 4, 4)])
+def test_any_rule_keeps_its_false_positive_rate_within_5_percent(start, step, cap):
+    """The split follows the rule's own looks (a first look at one seed spends nothing, a
+    single batch is one look at 5%): under the null each of these rules calls the primary
+    in at most 5% of 20,000 experiments (+ 3 standard errors)."""
+    rule = SeedRule(start=start, step=step, cap=cap, min_effect=0.0)
+    null = np.random.default_rng(cap).normal(0.0, 1.0, (20_000, cap))
+    _, called = rule.simulate(null)
+    assert called.mean() <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 20_000)
+    if rule.looks == 1:  # one look: the plain 95% interval, exactly 5% in expectation
+        assert rule.level == 0.05 and called.mean() > 0.05 - 3 * math.sqrt(0.05 * 0.95 / 20_000)
+
+
 def test_seeds_auto_still_resolves_a_real_effect():
     """The correction costs power but does not collapse it: with a true difference of 1.5
     per-seed standard deviations, the corrected rule calls it measurable in most
