@@ -112,7 +112,8 @@ def verify_dict(model: str, vdata: Any, vtest: dict[str, Any], test: dict[str, A
                 objective: str, looks: int = 1) -> dict[str, Any]:
     """The final comparison trained again at preset ``model`` (the verification): its
     per-seed test losses, comparisons and coverage, and whether the arms keep their order
-    (Spearman over the arms' mean test objective, proxy size vs this size)."""
+    (Spearman over the arms' mean test objective, proxy size vs this size); ``looks``: the
+    proxy size's (:func:`seed_looks`), so both verdicts are held to one level."""
     arms = list(test)
     proxy = [float(np.mean(test[a][objective])) for a in arms]
     there = [float(np.mean(vtest[a][objective])) for a in arms]
@@ -209,7 +210,8 @@ def decision_line(results: dict[str, Any], seconds_per_run: float | None = None)
     """The first line (:func:`clusterclip.verdict.first_line` of :func:`search_family`): the
     arm to use on a measurable primary (`searched` against random on the objective) or a
     Holm-measurable secondary, its gain over random and its cost on the corpus's own mix
-    (micro), each with its paired 95% interval, and how much of the corpus it never draws;
+    (micro), each with its paired 95% interval (the per-look one under ``--test-seeds
+    auto``), and how much of the corpus it never draws;
     else why random stays, or what the seeds could resolve and how many would."""
     fam = search_family(results["test"], results["objective"],
                         looks=seed_looks(results["config"]))
