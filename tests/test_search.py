@@ -624,7 +624,7 @@ def test_test_seeds_auto_adds_seeds_by_the_declared_rule(searched, tmp_path, mon
     import shutil
 
     import clusterclip.search.output as so
-    from clusterclip.verdict import SeedRule, paired_difference
+    from clusterclip.verdict import SeedRule
 
     rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)  # one seed: never resolved
     monkeypatch.setattr(so, "SEED_RULE", rule)
@@ -639,12 +639,19 @@ def test_test_seeds_auto_adds_seeds_by_the_declared_rule(searched, tmp_path, mon
     t = res["test"]
     diffs = np.subtract(t["searched"]["target"], t["random"]["target"])
     for k in range(1, n):
-        assert not rule.resolved(paired_difference(diffs[:k]))
-    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+        assert not rule.resolved(diffs[:k])
+    assert rule.resolved(diffs) or n == rule.cap
     assert res["verdict"]["seeds"] == n
+    # looked at after 2 and 3 seeds (1 gives no interval): 2.5% a look, 97.5% intervals
+    assert (rule.looks, res["verdict"]["looks"], res["verdict"]["level"]) == (2, 2, 0.025)
+    prim = res["comparisons"]["searched - random"]["target"]
+    assert prim["confidence"] == 0.975 and prim["measurable"] == (prim["p"] < 0.025)
     md = (w / "search" / "results.md").read_text()
     assert ("Primary question, declared before the runs: `searched` against random on target "
-            "loss, tested alone at 5%; the other 8 comparisons are secondary") in md
+            "loss, tested alone at 2.5% (5% over 2 planned looks at it); the other 8 "
+            "comparisons are secondary, measurable only when their Holm-adjusted p over all 9 "
+            "is below 0.025") in md
+    assert "its paired 97.5% interval excludes 0" in md and "97.5% CI" in md
     assert "Test seeds: seeds chosen by the rule fixed before any run (--test-seeds auto): " \
         "start with 1, add 1 at a time" in md
 

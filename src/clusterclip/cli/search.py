@@ -46,13 +46,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"rounds, each half the proxies of the one before (default "
                         f"{DEFAULT['rounds']})")
     from clusterclip.search.output import SEED_RULE as r
+    from clusterclip.verdict import percent
+
+    conf = percent(1 - r.level).replace("%", "%%")  # argparse's escape
 
     p.add_argument("--test-seeds", type=SEED_COUNT_OR_AUTO, default=None,
                    help=f"fresh seeds of the test verdict, or auto (default "
                         f"{DEFAULT['test_seeds']}; --quick {QUICK['test_seeds']}): start with "
                         f"{r.start}, add {r.step} at a time until searched vs random on the "
-                        "objective is resolved (its paired 95%% interval excludes 0 or is "
-                        f"narrower than ±{r.min_effect:g} nats/token), at most {r.cap}")
+                        f"objective is resolved (its paired {conf} interval "
+                        f"excludes 0 or is narrower than ±{r.min_effect:g} nats/token), at "
+                        f"most {r.cap}; {conf} because it looks up to "
+                        f"{r.looks} times, at 5%%/{r.looks} each")
     add_proxy_options(p, DEFAULT["model"] if QUICK["model"] == DEFAULT["model"]
                       else f"{DEFAULT['model']}; --quick {QUICK['model']}")
     p.add_argument("--verify-model", choices=(*MODEL_PRESETS, NO_VERIFY), default=None,
