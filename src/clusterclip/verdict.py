@@ -551,10 +551,6 @@ class SeedRule:
         return cls(start=d["start"], step=d["step"], cap=d["cap"], min_effect=d["min_effect"])
 
 
-def _key(c: Mapping[str, Any]) -> tuple[str, str, str]:
-    return c["arm"], c["baseline"], c["metric"]
-
-
 def compare_family(diffs: Mapping[tuple[str, str, str], Sequence[float]],
                    primary: tuple[str, str, str], *, reference: str = "random",
                    min_effect: float = SeedRule.min_effect, looks: int = 1) -> dict[str, Any]:
