@@ -18,7 +18,7 @@ prefix of): the mean difference with its paired-t 95% interval and p-value
 (:func:`clusterclip.verdict.paired_difference`), and the plain conclusion.
 
     PYTHONPATH=src python benchmarks/bench_terms_sample.py W --per-cluster 200 2000 \\
-        --first-round 200 --cap 2000 --seeds 3
+        --first-round 200 --cap 2000 --seeds 3 [--merge 5]
 """
 
 from __future__ import annotations
@@ -87,10 +87,16 @@ def main(argv=None) -> int:
     ap.add_argument("--first-round", type=int, default=200)
     ap.add_argument("--cap", type=int, default=2000)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--merge", type=int, default=1,
+                    help="count clusters F at a time (cluster c as c // F): a regime of "
+                         "larger clusters than the run's")
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
     root = Path(args.workdir)
     labels, k = load_labels(root / LABELS, root / CENTROIDS)
+    if args.merge > 1:
+        labels = np.where(labels >= 0, labels // args.merge, -1)
+        k = -(-k // args.merge)
     corpus = Corpus.load(root / CORPUS)
     n = int((labels >= 0).sum())
     full, cpu_full = _terms(corpus, labels, k, max(n, 1), None, 0, 2 * TOP_TERMS)
@@ -105,8 +111,8 @@ def main(argv=None) -> int:
             row, share = _row(name, seed, ref, got, cpu)
             rows.append(row)
             shares.setdefault(name, []).append(share)
-    out = {"workdir": str(root), "documents": n, "clusters": k, "full_cpu_s": cpu_full,
-           "rows": rows}
+    out = {"workdir": str(root), "documents": n, "clusters": k, "merge": args.merge,
+           "full_cpu_s": cpu_full, "rows": rows}
     fixed = f"fixed-{args.cap}"
     if fixed in shares:
         rounds = plan[-1][0]

@@ -425,7 +425,7 @@ def test_sampled_terms_are_the_terms_of_the_sampled_documents(workdir):
     # Sizes 14, 7, 3: the first two clusters are sampled (5 each), the third read whole.
     assert got["terms_sample"] == {
         "rule": "at most 5 documents of each cluster, drawn without replacement",
-        "per_cluster": 5, "first_round": 200, "seed": 7, "rounds": 1, "documents_read": 13,
+        "per_cluster": 5, "first_round": None, "seed": 7, "rounds": 1, "documents_read": 13,
         "documents": 24, "clusters_sampled": 2,
         "read_per_cluster": {"min": 3, "median": 5.0, "max": 5}}
     chosen = _reference_sample(labels.tolist(), 3, 5, 7)
@@ -439,6 +439,32 @@ def test_sampled_terms_are_the_terms_of_the_sampled_documents(workdir):
     assert "The top terms come from a sample drawn with seed 7: at most 5 documents of " \
            "each cluster, drawn without replacement. Read 13 of the 24 documents (per " \
            "cluster min 3, median 5, max 5; 2 clusters sampled" in md
+
+
+def test_rounds_read_from_the_corpus_and_say_their_sample(workdir):
+    from clusterclip.corpus import Corpus
+    from clusterclip.report.readable import readable_clusters, render_clusters_md
+
+    corpus = Corpus.load(workdir / "corpus")
+    labels = np.load(workdir / "labels.npy")
+    texts = [json.loads(line)["text"] for line in
+             (workdir / "docs.jsonl").read_text().splitlines()]
+    got = readable_clusters(corpus, labels, None, 3, per_cluster=8, first_round=2, seed=7)
+    want, read, rounds = _reference_rounds(labels.tolist(), texts, 3, 8, 2, 7, 10)
+    assert got["terms"] == want
+    sample = got["terms_sample"]
+    assert sample["documents_read"] == sum(read) and sample["rounds"] == rounds
+    assert sample["read_per_cluster"] == {"min": min(read), "median": float(np.median(read)),
+                                          "max": max(read)}
+    assert sample["clusters_sampled"] == sum(r < n for r, n in zip(read, [14, 7, 3],
+                                                                   strict=True))
+    assert got["terms"] == readable_clusters(corpus, labels, None, 3, per_cluster=8,
+                                             first_round=2, seed=7, block=2)["terms"]
+    md = render_clusters_md(got, np.bincount(labels[labels >= 0]), {})
+    assert ("The top terms come from a sample drawn with seed 7: each cluster's documents "
+            "read in a random order in rounds, to 2, 4 and 8 documents in all, until a "
+            "round leaves its top-10 terms unchanged (as a set)") in md
+    assert f"Read {sum(read)} of the 24 documents" in md
 
 
 def test_report_says_when_the_terms_come_from_a_sample(workdir, tmp_path, monkeypatch):
