@@ -66,13 +66,16 @@ def _row(name, seed, ref, got, cpu):
            "read_max": int(live.max()), "all_mean": float(share.mean()),
            "all_min": float(share.min()), "all_near": float(near.mean()),
            "sampled_mean": float(share[part].mean()) if part.any() else None,
-           "sampled_min": float(share[part].min()) if part.any() else None}
+           "sampled_min": float(share[part].min()) if part.any() else None,
+           "part_read": {str(v): int(c) for v, c in
+                         zip(*np.unique(got.read[part], return_counts=True), strict=True)}}
     print(f"{name} seed={seed}: read {row['documents_read']:,} in {got.rounds} round(s) "
           f"(per cluster {row['read_min']}/{row['read_median']:g}/{row['read_max']}; "
           f"{row['clusters_sampled']} clusters read in part), {cpu:.1f} CPU-s; top-10 kept: "
           f"all clusters mean {row['all_mean']:.3f} worst {row['all_min']:.3f} near "
           f"{row['all_near']:.3f}; clusters read in part mean {fmt(row['sampled_mean'])} "
-          f"worst {fmt(row['sampled_min'])}", flush=True)
+          f"worst {fmt(row['sampled_min'])}; read in part, clusters by documents read: "
+          f"{row['part_read']}", flush=True)
     return row, share
 
 

@@ -69,7 +69,7 @@ TERMS_FIRST_ROUND = None
 # What docs/scale.md measured for the rounds, for the sentence of a report that reads them
 # (keep the two in step).
 ROUNDS_AGREEMENT = ("on 2 x 10^5 generated documents in 200 clusters, rounds from 200 to "
-                    "2,000 documents kept 98% of a cluster's top 10 terms on average (70% in "
+                    "2,000 documents kept about 98% of a cluster's top 10 terms on average (70% in "
                     "the worst cluster), against 99% for a fixed 2,000: measurably fewer "
                     "(docs/scale.md, \"The report's terms\")")
 CHUNK = 1 << 20  # documents per pass over the per-document arrays
