@@ -5,9 +5,10 @@ the c-TF-IDF top terms on every document (the reference) and on the report's see
 samples, for several seeds: a fixed sample of at most M documents per cluster (one round,
 ``--per-cluster``), and the sample sized by what the terms need (``--first-round F``:
 rounds of F, 2F, 4F, ... documents per cluster up to the cap ``--cap``, a cluster stopping
-when a round leaves its top-10 set unchanged; what ``clusterclip report`` does, see
-``clusterclip.report.terms.sampled_terms``). For each it prints the documents read, the
-CPU seconds (reading and counting) and the agreement: the share of each cluster's
+when a round leaves its top-10 set unchanged; ``clusterclip.report.terms.sampled_terms``,
+which the report reads its fixed sample with too, in one round). For each it prints the
+documents read, the CPU seconds (reading and counting) and the agreement: the share of
+each cluster's
 reference top-10 terms that the sample's top-10 also holds (order ignored), averaged over
 all clusters and over those read in part, with the worst cluster's share, and ``near``:
 the share of the sample's top-10 that are among the reference's top 20.

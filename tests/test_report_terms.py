@@ -261,6 +261,28 @@ def test_rounds_match_the_slow_reference(case, cap, first, seed, block, n):
     assert again.terms == got.terms and again.read.tolist() == got.read.tolist()
 
 
+def test_a_cluster_stops_when_its_top_set_is_unchanged_whatever_its_order():
+    from clusterclip.report.terms import SampleOrder
+
+    # Cluster 0 read in the order of its indices: after 2 documents alpha ranks above beta,
+    # after 4 beta above alpha (the same set: it stops), and gamma would enter after 8.
+    texts = ["alpha alpha beta"] * 2 + ["beta beta beta"] * 2 + ["gamma gamma gamma"] * 4 \
+        + ["delta omega"] * 2
+    labels = np.array([0] * 8 + [1] * 2, dtype=np.int64)
+    order = SampleOrder(np.arange(10), labels, np.array([*range(8), 0, 1]),
+                        np.array([8, 2]), np.array([8, 2]), 8)
+    calls = []
+
+    def read(indices):
+        calls.append(indices.tolist())
+        return _blocks(labels[indices], [texts[i] for i in indices], 3)
+
+    first = sampled_terms(order, read, 2, 2)
+    assert calls == [[0, 1, 8, 9], [2, 3]]
+    assert first.read.tolist() == [4, 2] and first.rounds == 2
+    assert first.terms == [["beta", "alpha"], ["delta", "omega"]]
+
+
 def test_one_round_is_the_fixed_sample():
     rng = np.random.default_rng(8)
     labels = rng.integers(-1, 3, size=200)
