@@ -507,4 +507,7 @@ def test_report_says_when_the_terms_come_from_a_sample(workdir, tmp_path, monkey
     monkeypatch.undo()
     full = build_report(workdir, out=tmp_path / "full", seed=3)
     assert full["terms_sample"]["clusters_sampled"] == 0
-    assert "come from a sample" not in (tmp_path / "full" / "report.md").read_text()
+    full_md = (tmp_path / "full" / "report.md").read_text(encoding="utf-8")
+    assert "come from a sample" not in full_md
+    assert "The top terms count all 24 documents: the sample (at most 2,000 documents of " \
+           "each cluster, drawn without replacement) read every cluster whole." in full_md

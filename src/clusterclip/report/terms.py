@@ -436,10 +436,14 @@ def sample_summary(got: SampledTerms, first_round: int | None, per_cluster: int,
 
 
 def sample_sentence(sample: dict | None) -> str | None:
-    """The sentence that says the top terms come from a sample (None when every document
-    was read). ``sample``: the ``terms_sample`` of the report (:func:`sample_summary`)."""
-    if not sample or not sample["clusters_sampled"]:
+    """The sentence that says which documents the top terms count: a sample, or all of
+    them (None without ``sample``: no terms). ``sample``: the ``terms_sample`` of the
+    report (:func:`sample_summary`)."""
+    if not sample:
         return None
+    if not sample["clusters_sampled"]:
+        return (f"The top terms count all {sample['documents']:,} documents: the sample "
+                f"({sample['rule']}) read every cluster whole.")
     n = sample["clusters_sampled"]
     spread = sample["read_per_cluster"]
     median = f"{spread['median']:,.1f}".removesuffix(".0")
