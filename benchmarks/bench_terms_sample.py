@@ -41,7 +41,7 @@ from clusterclip.workdir import CENTROIDS, CORPUS, LABELS
 
 def _terms(corpus, labels, k, per_cluster, first_round, seed, n_terms=TOP_TERMS):
     t0 = time.process_time()
-    order = sample_order(labels, k, per_cluster, seed)
+    order = sample_order(labels, k, per_cluster, seed, ordered=first_round is not None)
     got = sampled_terms(order, lambda idx: _text_blocks(corpus, labels, idx, TEXT_BLOCK),
                         first_round, n_terms)
     return got, time.process_time() - t0

@@ -293,6 +293,12 @@ def test_one_round_is_the_fixed_sample():
     assert sorted(order.place[order.labels == 1].tolist()) == list(range(taken[1]))
     got = sampled_terms(order, lambda idx: _blocks(labels[idx], [texts[i] for i in idx], 9),
                         None)
+    unordered = sample_order(labels, 3, 20, 4, ordered=False)
+    assert unordered.place is None and unordered.indices.tolist() == indices.tolist()
+    assert sampled_terms(unordered, lambda idx: _blocks(labels[idx], [texts[i] for i in idx],
+                                                        9), None).terms == got.terms
+    with pytest.raises(ValueError, match="ordered=True"):
+        sampled_terms(unordered, lambda idx: iter(()), 5)
     want = count_terms(_blocks(labels[indices], [texts[i] for i in indices], 9), 3)
     assert got.terms == top_terms(want, 10, sizes / taken) and got.rounds == 1
     assert round_ends(None, 20) == [20] and round_ends(50, 20) == [20]

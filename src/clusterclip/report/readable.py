@@ -27,6 +27,7 @@ from clusterclip.report.terms import (
     TOKEN_PATTERN,
     nearest_documents,
     one_line,
+    round_ends,
     sample_order,
     sample_sentence,
     sample_summary,
@@ -83,7 +84,8 @@ def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: 
     if corpus is not None:
         from tqdm import tqdm
 
-        order = sample_order(labels, k, per_cluster, seed)
+        order = sample_order(labels, k, per_cluster, seed,
+                             ordered=len(round_ends(first_round, per_cluster)) > 1)
         with tqdm(total=int(order.taken.sum()), desc="top terms", unit="doc",
                   unit_scale=True, leave=False, disable=not progress) as bar:
             def read(indices):

@@ -314,34 +314,41 @@ class SampleOrder:
     """A seeded sample (:func:`sample_documents`) and the order it is read in.
 
     ``indices`` int64 (ascending: file order), ``labels`` their clusters, ``place`` each
-    document's place in its cluster's reading order (0 first), ``sizes`` int64[K] the
-    clusters' documents, ``taken`` int64[K] the sample's and ``per_cluster`` its cap."""
+    document's place in its cluster's reading order (0 first; None: not ordered, read in
+    one round), ``sizes`` int64[K] the clusters' documents, ``taken`` int64[K] the
+    sample's and ``per_cluster`` its cap."""
 
     indices: np.ndarray
     labels: np.ndarray
-    place: np.ndarray
+    place: np.ndarray | None
     sizes: np.ndarray
     taken: np.ndarray
     per_cluster: int
 
 
 def sample_order(labels: np.ndarray, num_clusters: int, per_cluster: int, seed: int,
-                 chunk: int = CHUNK) -> SampleOrder:
+                 chunk: int = CHUNK, ordered: bool = True) -> SampleOrder:
     """:func:`sample_documents`' sample, each cluster's documents in a seeded random order.
 
     The order comes from a second generator (``SeedSequence(seed).spawn(1)[0]``): each
     document gets a uniform key, and a cluster's documents are read by ascending key (ties
     to the lower index). So the sample is the same as :func:`sample_documents`', and
     the first ``m`` documents of a cluster's order are a uniform sample of ``m`` of them.
+    ``ordered=False``: no order (``place`` None; 4 CPU-s saved at 8 x 10^6 sampled), for
+    a sample read in one round.
     """
     indices, sizes, taken = sample_documents(labels, num_clusters, per_cluster, seed, chunk)
     lab = np.asarray(labels[indices], dtype=np.int64) if indices.size else \
         np.zeros(0, dtype=np.int64)
-    keys = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0]).random(indices.size)
-    order = np.lexsort((indices, keys, lab))
-    ordered = lab[order]
-    place = np.empty(indices.size, dtype=np.int64)
-    place[order] = np.arange(order.size) - np.searchsorted(ordered, ordered, side="left")
+    place = None
+    if ordered:
+        keys = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0]).random(
+            indices.size)
+        order = np.lexsort((keys, lab))  # stable: equal keys keep the index order
+        by_cluster = lab[order]
+        place = np.empty(indices.size, dtype=np.int64)
+        place[order] = np.arange(order.size) - np.searchsorted(by_cluster, by_cluster,
+                                                               side="left")
     return SampleOrder(indices, lab, place, sizes, taken, int(per_cluster))
 
 
@@ -387,10 +394,15 @@ def sampled_terms(order: SampleOrder, read_blocks, first_round: int | None,
     open_ = order.taken > 0
     terms: list[list[str]] = [[] for _ in range(k)]
     lo, rounds = 0, 0
-    for hi in round_ends(first_round, order.per_cluster):
+    ends = round_ends(first_round, order.per_cluster)
+    if order.place is None and len(ends) > 1:
+        raise ValueError("reading in rounds needs sample_order(..., ordered=True)")
+    for hi in ends:
         if not open_.any():
             break
-        pick = open_[order.labels] & (order.place >= lo) & (order.place < hi)
+        pick = open_[order.labels]
+        if len(ends) > 1:
+            pick &= (order.place >= lo) & (order.place < hi)
         for labels, texts in read_blocks(order.indices[pick]):
             counter.update(labels, texts)
         read += np.bincount(order.labels[pick], minlength=k)
