@@ -315,7 +315,7 @@ def test_run_refuses_bad_options_before_embedding(tmp_path, extra, expect):
 def test_load_npy_refuses_what_is_not_one_array_of_the_right_kind(tmp_path, kind):
     import pickle
 
-    from clusterclip.io import load_npy
+    from clusterclip.storage.arrays import load_npy
 
     path = tmp_path / "x.npy"
     if kind == "pickle":

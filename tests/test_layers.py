@@ -2,7 +2,7 @@
 
 Built with ``ast`` from every module, counting imports inside functions (a lazy
 import is still a dependency). Layers, from the bottom: the shared modules
-(``errors``, ``limits``, ``io``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
+(``errors``, ``limits``, ``storage``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
 ``data``, ``pool``), then ``corpus`` -> ``embedding`` -> ``clustering`` ->
 ``sampling``; a module of these may import its own layer and those below only.
 Everything else (``tokens``, ``dedup``, ``export``, ``report``, ``verdict``, ``experiment``,
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "clusterclip"
-SHARED = ("errors", "limits", "io", "labels", "kernels", "plotting", "distributed", "data",
+SHARED = ("errors", "limits", "storage", "labels", "kernels", "plotting", "distributed", "data",
           "pool")
 LAYERS = {**dict.fromkeys(SHARED, 0), "corpus": 1, "embedding": 2, "clustering": 3,
           "sampling": 4}

@@ -54,18 +54,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterclip.errors import InputError
-from clusterclip.io import (
-    MARKER,
-    OVERWRITE_COMMANDS,
-    fingerprint,
-    parse_json,
-    pid_alive,
-    read_json,
-    read_marker,
-    remove_stale_temporaries,
-    sha256_file,
-    write_text,
-)
+from clusterclip.storage.atomic import pid_alive, remove_stale_temporaries, write_text
+from clusterclip.storage.digests import fingerprint, sha256_file
+from clusterclip.storage.jsonfile import parse_json, read_json
+from clusterclip.storage.outputs import OVERWRITE_COMMANDS
+from clusterclip.storage.records import MARKER, read_marker
 
 if TYPE_CHECKING:
     import numpy as np
@@ -258,7 +251,7 @@ class Workdir:
     # -- loaders: each artifact read one way, checked (InputError naming the file) --
     def embeddings(self) -> np.ndarray:
         """``W/embeddings.npy``: N x d floats, memory-mapped read-only."""
-        from clusterclip.io import load_npy
+        from clusterclip.storage.arrays import load_npy
 
         return load_npy(self.path(EMBEDDINGS), "embeddings", kinds="f", ndim=2, mmap=True)
 
@@ -267,7 +260,7 @@ class Workdir:
         none; checked against ``num_documents`` when given."""
         import numpy as np
 
-        from clusterclip.io import load_npy
+        from clusterclip.storage.arrays import load_npy
 
         path = self.path(VALID)
         if not path.exists():
@@ -288,25 +281,25 @@ class Workdir:
 
     def scores(self) -> np.ndarray:
         """``W/scores.npy``: each document's cosine to its cluster centroid (``cluster``)."""
-        from clusterclip.io import load_npy
+        from clusterclip.storage.arrays import load_npy
 
         return load_npy(self.path(SCORES), "scores", kinds="f", ndim=1)
 
     def centroids(self) -> np.ndarray:
         """``W/centroids.npy``: K x d cluster centroids (``cluster``)."""
-        from clusterclip.io import load_npy
+        from clusterclip.storage.arrays import load_npy
 
         return load_npy(self.path(CENTROIDS), "centroids", kinds="f", ndim=2)
 
     def schedule(self) -> np.ndarray:
         """``W/schedule.npy``: the schedule's document indices (``sample``)."""
-        from clusterclip.io import load_npy
+        from clusterclip.storage.arrays import load_npy
 
         return load_npy(self.path(SCHEDULE), "schedule", kinds="iu", ndim=1)
 
     def groups(self) -> np.ndarray:
         """``W/groups.npy``: the near-duplicate group of each document (``dedup``)."""
-        from clusterclip.io import load_npy
+        from clusterclip.storage.arrays import load_npy
 
         return load_npy(self.path(GROUPS), "groups", kinds="iu", ndim=1)
 

@@ -29,8 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.dedup import format_summary
-    from clusterclip.io import check_output_dir, made_from
     from clusterclip.stages import dedup
+    from clusterclip.storage.outputs import check_output_dir, made_from
     from clusterclip.workdir import DEDUP, GROUPS, Workdir
 
     options = dedup.DedupOptions(threshold=args.threshold, progress=not args.no_progress)

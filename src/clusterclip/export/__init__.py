@@ -56,8 +56,9 @@ from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
 from clusterclip.export.rows import COLUMNS, _int64, _RowsHash, _schema
-from clusterclip.io import check_free_space, fingerprint
 from clusterclip.sampling.spec import rank_share
+from clusterclip.storage.digests import fingerprint
+from clusterclip.storage.outputs import check_free_space
 
 FORMATS = ("parquet", "hf", "mds", "megatron")
 #: What each format may write in its folder (shell patterns; a file of the user's there is
@@ -262,7 +263,7 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     ``labels``: int[N] of the corpus; ``schedule``: int[T] document indices
     (a memory map is read in blocks). Refuses (InputError, before any work) an
     unknown format, a missing library, bad rank or sizes, an ``out`` that is
-    not ours (see :func:`clusterclip.io.check_output_dir`) and a schedule
+    not ours (see :func:`clusterclip.storage.outputs.check_output_dir`) and a schedule
     position outside the corpus or on an excluded document. Returns the summary
     also written to ``out/_export.json`` (with ``schedule_file``, the file ``schedule``
     was read from: its path and SHA-256 under ``"schedule"``); RuntimeError if the
@@ -270,7 +271,9 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     processes that tokenize side by side, the same bytes for any number (None: the CPUs
     this process may use, one for a small export).
     """
-    from clusterclip.io import atomic_output_dir, check_output_dir, sha256_file, write_json
+    from clusterclip.storage.atomic import write_json
+    from clusterclip.storage.digests import sha256_file
+    from clusterclip.storage.outputs import atomic_output_dir, check_output_dir
 
     check_format(fmt)
     require(fmt)

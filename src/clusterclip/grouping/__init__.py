@@ -34,8 +34,9 @@ from clusterclip.corpus.records import (
     restore_reserved,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_output_dir, check_output_dir, write_json
 from clusterclip.labels import check_labels
+from clusterclip.storage.atomic import write_json
+from clusterclip.storage.outputs import atomic_output_dir, check_output_dir
 
 ADDED = ("label", "score", "doc_index")
 EXCLUDED_DIR = "excluded"
@@ -108,7 +109,7 @@ def group_corpus(corpus: Any, labels: np.ndarray, scores: np.ndarray, out: str |
     Returns the summary also written to ``out/group.json``. Raises
     ``RuntimeError`` if the verification fails (nothing is moved into place).
     An existing ``out`` is replaced only when empty or written by an earlier
-    ``group`` (or with ``overwrite``); see :func:`clusterclip.io.check_output_dir`.
+    ``group`` (or with ``overwrite``); see :func:`clusterclip.storage.outputs.check_output_dir`.
     """
     from tqdm import tqdm
 

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import load_npy, release_pages
 from clusterclip.labels import check_labels
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
@@ -56,6 +55,7 @@ from clusterclip.sampling.spec import (
     check_clip,
     strategy_options,
 )
+from clusterclip.storage.arrays import load_npy, release_pages
 
 #: The strategy name of the schedule drawn from ``W/search/mixture.json`` (its weights,
 #: timing and clip); shown by default whenever that file exists.
@@ -409,7 +409,7 @@ def stage_key(src: Sources, opts: ReportOptions, target: Path) -> dict[str, Any]
 def _mixture_identity(path: Path) -> str | None:
     if not path.is_file():
         return None
-    from clusterclip.io import sha256_file
+    from clusterclip.storage.digests import sha256_file
 
     return sha256_file(path)
 
@@ -768,7 +768,7 @@ def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Count
     ``counted.tokens``: tokens per document (None without a corpus index: no token
     shares), counted as ``counted.source`` says. ``make_map``: makes (or reuses)
     ``W/map/`` for the page's map; None, or why there is no map."""
-    from clusterclip.io import atomic_output_dir
+    from clusterclip.storage.outputs import atomic_output_dir
 
     c = _load(src, opts, counted)
     map_note = make_map()

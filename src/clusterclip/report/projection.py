@@ -229,7 +229,7 @@ def umap_version() -> str | None:
 
 def load_map(root: Path) -> tuple[np.ndarray, np.ndarray]:
     """``(sample, coords)`` of ``W/map/``: int64[n] document indices, float32[n, 2]."""
-    from clusterclip.io import load_npy
+    from clusterclip.storage.arrays import load_npy
 
     rows = load_npy(root / DIR / "sample.npy", "map sample", kinds="iu", ndim=1)
     coords = load_npy(root / DIR / "coords.npy", "map coordinates", kinds="f", ndim=2)

@@ -92,9 +92,9 @@ def run(w: Workdir, options: ExperimentStageOptions,
     ``"out_dir"`` (not in results.json, byte-identical across identical runs).
     """
     from clusterclip.experiment.output import write_outputs
-    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.lm.runs import RunStore
     from clusterclip.sampling.mixture import read_mixture
+    from clusterclip.storage.outputs import atomic_output_dir, mark_output, unmark_unused
 
     o, config = options, options.config
     t0 = time.perf_counter()

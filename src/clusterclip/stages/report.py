@@ -39,9 +39,9 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     Raises :class:`InputError` for missing labels, a schedule with indices outside the
     corpus, an unknown label field or a budget over capacity; nothing is written then.
     """
-    from clusterclip.io import check_output_dir, made_from, refuse_protected
     from clusterclip.report.build import WRITES, Counted, stage_key, write_report
     from clusterclip.stages import map as map_stage
+    from clusterclip.storage.outputs import check_output_dir, made_from, refuse_protected
 
     opts, root = options, w.root
     target = Path(opts.out) if opts.out is not None else root / REPORT
@@ -86,7 +86,7 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
                     overwrite=opts.overwrite)
     if built:
         return built
-    from clusterclip.io import read_json
+    from clusterclip.storage.jsonfile import read_json
 
     return read_json(target / "summary.json", "a report summary")
 

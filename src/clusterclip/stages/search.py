@@ -62,10 +62,10 @@ def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Targ
     copies in the corpus, kept in the run store under ``key`` (a resumed search does not
     embed again). The val documents are embedded apart from the test documents, so the
     histogram reads the val texts alone."""
-    from clusterclip.io import array_fingerprint, fingerprint
     from clusterclip.search.overlap import Overlap, find_overlap
     from clusterclip.search.target import embed_texts, target_histogram
     from clusterclip.stages.dedup import workdir_threshold
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     threshold = workdir_threshold(w)
     embed = embed_record(w)
@@ -139,10 +139,10 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
     directory's stage runner; the finished runs move along in ``W/search/runs/``). Every
     ``torchrun`` rank calls this. Returns the results dict plus ``out_dir`` and
     ``wall_seconds``."""
-    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.lm.runs import RunStore, check_device
     from clusterclip.search.output import write_outputs
     from clusterclip.search.target import read_target
+    from clusterclip.storage.outputs import atomic_output_dir, mark_output, unmark_unused
 
     o, config = options, options.config
     check_device(o.device)
@@ -249,7 +249,7 @@ def _write_split(target: Target, val: np.ndarray, test: np.ndarray) -> Callable[
     """What writes the target's halves as ``target_val.jsonl`` and ``target_test.jsonl``."""
     import json
 
-    from clusterclip.io import write_text
+    from clusterclip.storage.atomic import write_text
 
     def write(tmp: Any) -> None:
         for name, rows in (("target_val.jsonl", val), ("target_test.jsonl", test)):
@@ -262,9 +262,9 @@ def _write_split(target: Target, val: np.ndarray, test: np.ndarray) -> Callable[
 def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``search propose`` on ``req.workdir`` (see :mod:`clusterclip.search.propose`);
     returns a summary; ``log``: the progress lines of the exports (default: stderr)."""
-    from clusterclip.io import check_output_dir
     from clusterclip.search.propose import export_tokenizer, write_proposals
     from clusterclip.search.target import read_target
+    from clusterclip.storage.outputs import check_output_dir
 
     chosen = None
     if req.verify is not None:
