@@ -17,7 +17,7 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.sampling import _seek
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine, stable_order
-from clusterclip.sampling._stages import SegmentedEngine, plan_segments
+from clusterclip.sampling._segments import SegmentedEngine, plan_segments
 from clusterclip.sampling.spec import (  # noqa: F401 - the names this module always exported
     ALPHA_STRATEGIES,
     CLIP_STRATEGIES,
