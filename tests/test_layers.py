@@ -248,7 +248,7 @@ def argparse_uses(module: str) -> list[str]:
 
 
 def test_no_argparse_namespace_below_the_cli():
-    # the command line parses options into typed options (stages.run.RunOptions,
+    # the command line parses options into typed options (stages.pipeline.RunOptions,
     # stages.demo.DemoConfig); the code below it never sees a Namespace
     below = [u for m in _modules() if _part(m) != "cli" for u in argparse_uses(m)]
     assert below == []
