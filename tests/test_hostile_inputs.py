@@ -338,7 +338,7 @@ def test_load_npy_refuses_what_is_not_one_array_of_the_right_kind(tmp_path, kind
 
 def test_every_command_takes_the_sampler_strategy_names():
     from clusterclip.cli import build_parser
-    from clusterclip.experiment.runner import STRATEGIES as EXPERIMENT
+    from clusterclip.experiment.core import STRATEGIES as EXPERIMENT
     from clusterclip.report.build import STRATEGIES as REPORT
     from clusterclip.sampling import STRATEGIES
 

@@ -175,8 +175,8 @@ def test_search_imports_nothing_of_experiment(graph):
     configuration, ``lm`` nor the verdict statistics import either command."""
     config = "clusterclip.lm.runconfig"
     # the scan sees the edges it forbids: both commands take the configuration from there
-    assert {config} <= graph["clusterclip.search.proxies"] & graph["clusterclip.search.runner"]
-    assert config in graph["clusterclip.experiment.runner"]
+    assert {config} <= graph["clusterclip.search.proxies"] & graph["clusterclip.search.offline"]
+    assert config in graph["clusterclip.experiment.core"]
     search = [m for m in graph if _part(m) == "search"]
     assert len(search) > 10
     assert [f"{m} -> {d}" for m in search for d in graph[m] if _part(d) == "experiment"] == []
@@ -296,14 +296,14 @@ def test_no_private_name_is_imported_across_packages():
     assert private_imports() == []
     # the scan sees what it looks for: a private name or module of another package, not
     # one of the module's own package
-    tree = ast.parse("from clusterclip.experiment.runner import _load\n"
+    tree = ast.parse("from clusterclip.experiment.core import _load\n"
                      "from clusterclip.export._rows import rows_hash\n"
                      "from clusterclip.search._splits import split\n"
                      "def f():\n    from clusterclip.lm.data import _inner\n")
-    assert _private_in("clusterclip.search.runner", tree) == [
-        "clusterclip.search.runner <- clusterclip.experiment.runner _load",
-        "clusterclip.search.runner <- clusterclip.export._rows rows_hash",
-        "clusterclip.search.runner <- clusterclip.lm.data _inner"]
+    assert _private_in("clusterclip.search.offline", tree) == [
+        "clusterclip.search.offline <- clusterclip.experiment.core _load",
+        "clusterclip.search.offline <- clusterclip.export._rows rows_hash",
+        "clusterclip.search.offline <- clusterclip.lm.data _inner"]
 
 
 #: The module that says each artifact name of the work directory, once.

@@ -3,8 +3,8 @@ target files) -> ``W/search/`` through the work directory's stage runner.
 
 :class:`SearchStageOptions` holds everything the stage needs, checked once when made;
 :func:`run` reads the work directory (and embeds the target with W's embedder) into a
-:class:`~clusterclip.search.runner.SearchInputs` for
-:func:`clusterclip.search.runner.search`, and writes its results. ``search propose``
+:class:`~clusterclip.search.offline.SearchInputs` for
+:func:`clusterclip.search.offline.search`, and writes its results. ``search propose``
 (:func:`propose`) and ``search fit --workdir`` read the work directory here too
 (:func:`workdir_space`: its clusters' search space).
 """
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
-from clusterclip.search import runner
+from clusterclip.search import offline
+from clusterclip.search.offline import SearchConfig, SearchInputs
 from clusterclip.search.propose import ClusterSpace, ProposeRequest, cluster_space
-from clusterclip.search.runner import SearchConfig, SearchInputs
 from clusterclip.search.target import Target
 from clusterclip.workdir import CENTROIDS, CORPUS, EMBEDDINGS, LABELS, SEARCH, Workdir
 
@@ -123,7 +123,7 @@ def search_inputs(w: Workdir, config: SearchConfig, target: Target | None, devic
     if target is None:
         return inputs
     tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
-    runner.main_log(progress)(
+    offline.main_log(progress)(
         f"search: embedding the target's {tval.size + ttest.size} documents with W's "
         "embedder (its prior and its copies in the corpus; an earlier search's are reused); "
         "the estimate follows")
@@ -159,7 +159,7 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
         try:
             with contextlib.ExitStack() as pools:  # the worker pools end with the search
                 inputs = search_inputs(w, config, target, o.device, store, o.progress)
-                results = runner.search(inputs, config, target, o.device, o.threads,
+                results = offline.search(inputs, config, target, o.device, o.threads,
                                         o.progress, store, o.workers, pools)
         except BaseException:
             if D.is_main():  # a failure before the first run leaves no folder behind
@@ -171,7 +171,7 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
             # the finished runs stay where they are, listed as ours
             with atomic_output_dir(out, "search", adopt=store.listed(out)) as tmp:
                 write_outputs(results, tmp)
-                runner.write_swarm(results, tmp)
+                offline.write_swarm(results, tmp)
         D.on_main(write)
         done.update(results)
         return {"objective": results["objective"]}
