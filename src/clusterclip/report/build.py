@@ -81,15 +81,16 @@ class Sources:
     """The files of a work directory that the report reads, as the report stage
     (:func:`clusterclip.stages.report.run`) finds them in its layout.
 
-    ``root``: the work directory (named in the command that runs the experiment; its
-    map is read with :func:`~clusterclip.report.projection.load_map`); ``labels``,
-    ``centroids``, ``scores``: the clustering's arrays; ``corpus``: the corpus index
-    folder; ``mixture``: the search's mixture file; ``experiment_results`` and
+    ``root``: the work directory (named in the command that runs the experiment);
+    ``map``: the map's folder (read with :func:`~clusterclip.report.projection.load_map`);
+    ``labels``, ``centroids``, ``scores``: the clustering's arrays; ``corpus``: the corpus
+    index folder; ``mixture``: the search's mixture file; ``experiment_results`` and
     ``search_results``: the verdicts' markdown files. Any but ``root`` and ``labels``
     may be missing.
     """
 
     root: Path
+    map: Path
     labels: Path
     centroids: Path
     scores: Path
@@ -806,12 +807,12 @@ def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Count
 def _map_points(src: Sources, c: _Corpus):
     """The documents of ``W/map/`` with their clusters and first characters."""
     from clusterclip.report.page import HOVER_CHARS, MapPoints
-    from clusterclip.report.projection import DIR, load_map
+    from clusterclip.report.projection import load_map
     from clusterclip.report.terms import one_line
 
-    rows, coords = load_map(src.root)
+    rows, coords = load_map(src.map)
     if rows.size and (rows.max() >= c.n or rows.min() < 0):
-        raise InputError(f"{src.root / DIR}: documents outside the {c.n} of "
+        raise InputError(f"{src.map}: documents outside the {c.n} of "
                          f"{src.labels.name}; rerun `clusterclip report`")
     texts = None
     if c.corpus is not None:

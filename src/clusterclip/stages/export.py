@@ -142,7 +142,7 @@ def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
     def work(run: Any) -> dict[str, Any]:
         corpus = w.corpus()
         labels = w.labels(len(corpus))
-        rows, coords = load_map(w.root)
+        rows, coords = load_map(w.path(MAP))
         table = atlas_table(corpus, labels, rows, coords, source=str(w.path(MAP)))
         return write_atlas(table, o.out, overwrite=o.overwrite)
 

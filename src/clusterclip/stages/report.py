@@ -15,6 +15,7 @@ from clusterclip.workdir import (
     CORPUS,
     EXPERIMENT_RESULTS,
     LABELS,
+    MAP,
     MIXTURE_FILE,
     REPORT,
     SCHEDULE,
@@ -93,7 +94,7 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
 
 def sources(w: Workdir) -> Sources:
     """The files of ``w`` that the report reads (:class:`~clusterclip.report.build.Sources`)."""
-    return Sources(root=w.root, labels=w.path(LABELS), centroids=w.path(CENTROIDS),
+    return Sources(root=w.root, map=w.path(MAP), labels=w.path(LABELS), centroids=w.path(CENTROIDS),
                    scores=w.path(SCORES), corpus=w.path(CORPUS), mixture=w.path(MIXTURE_FILE),
                    experiment_results=w.path(EXPERIMENT_RESULTS),
                    search_results=w.path(SEARCH_RESULTS))
