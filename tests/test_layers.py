@@ -263,10 +263,13 @@ WORKDIR_IMPORTERS = ("stages", "cli", "workdir")
 
 
 def test_only_the_stages_and_the_cli_import_the_work_directory(graph):
-    importers = {m for m, deps in graph.items() if "clusterclip.workdir" in deps}
+    importers = {m for m, deps in graph.items() if any(_part(d) == "workdir" for d in deps)}
     assert {m for m in importers if _part(m) not in WORKDIR_IMPORTERS} == set()
-    # the scan sees them: the stages and the command line do import it
+    # the scan sees them: the stages and the command line do import it, through the
+    # package's face or one of its modules (the package's own modules import each other)
     assert {"clusterclip.stages.cluster", "clusterclip.cli.cluster"} <= importers
+    assert "clusterclip.workdir.layout" in graph["clusterclip.workdir.manifest"]
+    assert _part("clusterclip.workdir.layout") == "workdir"
 
 
 def _private_in(module: str, tree: ast.AST) -> list[str]:
@@ -307,7 +310,7 @@ def test_no_private_name_is_imported_across_packages():
 
 
 #: The module that says each artifact name of the work directory, once.
-LAYOUT = "clusterclip.workdir"
+LAYOUT = "clusterclip.workdir.layout"
 #: Names of folders in W that are also words (stage names, dict keys): refused only where
 #: they make a path (``root / "corpus"``, ``w.path("corpus")``, ``reads=["corpus"]``).
 _PATH_CALLS = ("path", "joinpath", "Path")
@@ -370,6 +373,9 @@ def test_each_artifact_name_is_said_once_in_the_layout():
     # the scan knows the layout's names, files and folders apart
     assert {"labels.npy", "centroids.npy", "embeddings.npy", "manifest.json"} <= files
     assert {"corpus", "search", "experiment", "map"} <= folders
+    # every other module is scanned, the work directory's own lock, loaders and manifest too
+    assert {"clusterclip.workdir", "clusterclip.workdir.manifest",
+            "clusterclip.workdir.loaders", "clusterclip.workdir.lock"} <= set(_modules())
     found = [hit for module, (path, _) in _modules().items() if module != LAYOUT
              for hit in artifact_literals(module, ast.parse(path.read_text(
                  encoding="utf-8")), files, folders)]
