@@ -7,6 +7,9 @@ import argparse
 from clusterclip.cli._options import SIMILARITY, add_overwrite_option
 from clusterclip.cli._paths import add_path
 
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags): the
+#: folder of ``stages.dedup.keep_one`` (its ``out``).
+PARAM_FLAGS = {"out": "--keep-one"}
 HELP = ("group near-duplicate documents inside each cluster (cosine >= --threshold) into "
         "W/groups.npy, for `sample --groups` / `run --dedup`")
 

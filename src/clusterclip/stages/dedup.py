@@ -106,7 +106,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
 
     with made_from(w.root):
         check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(),
-                         option="--keep-one", writes=KEEP_ONE_WRITES)
+                         writes=KEEP_ONE_WRITES)
     with w.locked(), made_from(w.root):
         w.reload()
         w.upstream([GROUPS, SCORES, CORPUS])
@@ -117,7 +117,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
             raise InputError(f"{w.root}: {GROUPS}, {SCORES} and the corpus disagree on the "
                              f"number of documents; rerun `clusterclip dedup`")
         kept = representatives(groups, scores)
-        with atomic_output_dir(out, STAGE, overwrite=overwrite, option="--keep-one") as tmp:
+        with atomic_output_dir(out, STAGE, overwrite=overwrite) as tmp:
             n = 0
             with open(tmp / "data.jsonl", "w", encoding="utf-8") as f:
                 for _, rec in corpus.iter_records_at(kept):

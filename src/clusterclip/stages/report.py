@@ -75,7 +75,7 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     with w.locked(), made_from(root):
         given = () if schedule is None else ((Path(schedule), "the schedule", False),)
         if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
-            refuse_protected(target, given, "--out")
+            refuse_protected(target, given, "out")
         else:
             check_output_dir(target, "report", overwrite=opts.overwrite, writes=WRITES,
                              protected=w.protected(own=(REPORT,)) + given)

@@ -1,7 +1,12 @@
 """Output folders and files: the checks before a command writes (a non-empty folder without
 a marker of ours is never written, nor a path the command reads, nor the current directory),
 and the move of a finished folder into place that replaces only the files its marker lists
-(:func:`check_output_dir`, :func:`atomic_output_dir`, :func:`check_output_file`)."""
+(:func:`check_output_dir`, :func:`atomic_output_dir`, :func:`check_output_file`).
+
+Their refusals name the output by ``option``: by default the parameter ``out``, listed in
+the error's ``params`` so that the command line shows it as its option (``--out``; the
+``overwrite`` a refusal suggests likewise); a caller may name it otherwise (the command
+line passes its own option, the dedup stage ``keep_one``)."""
 
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ def mark_output(directory: str | os.PathLike[str], command: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     rec = read_marker(d)
     if rec is not None and (rec["problem"] is not None or rec["files"] is None):
-        _check_ours(d, command, rec, True, "--out", None)  # refused: not a record to trust
+        _check_ours(d, command, rec, True, "out", None)  # refused: not a record to trust
     files = owned_files(d, rec)  # an entry not to be honoured: refused before any work
     if rec is None or rec["command"] != command:
         write_marker(d, command, files=files)
@@ -150,7 +155,7 @@ def _source_for(out: Path, source: str | None) -> str | None:
 
 def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False,
                      protected: tuple[tuple[Path, str, bool], ...] = (),
-                     option: str = "--out", source: str | None = None,
+                     option: str = "out", source: str | None = None,
                      writes: Iterable[str] = ()) -> Path:
     """Refuse (InputError) an output folder whose files are not all ours to replace.
 
@@ -175,9 +180,10 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
     refuse_protected(out, protected, option)
     if out.is_symlink() or out.exists():
         if out.is_symlink():
-            raise InputError(f"{option} {out}: is a symbolic link; give the folder itself")
+            raise InputError(f"{option} {out}: is a symbolic link; give the folder itself",
+                             params=(option,))
         if not out.is_dir():
-            raise InputError(f"{option} {out}: exists and is not a directory")
+            raise InputError(f"{option} {out}: exists and is not a directory", params=(option,))
         rec = read_marker(out)
         _check_ours(out, command, rec, overwrite, option, source)
         ours = owned_files(out, rec, option)  # an entry not to be honoured: refused here
@@ -187,7 +193,7 @@ def check_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bo
         if clash:
             raise InputError(_foreign_message(option, out, clash, (
                 "holds files clusterclip did not write where it would write its own; "
-                "move them away or choose another folder")))
+                "move them away or choose another folder")), params=(option,))
     check_writable(out, option)
     remove_stale_temporaries(real.parent, real.name)
     return out
@@ -198,32 +204,34 @@ def _check_ours(out: Path, command: str, rec: dict[str, Any] | None, overwrite: 
     """InputError when the existing folder ``out`` (marker ``rec``) is not ``command``'s
     to write (see :func:`check_output_dir`)."""
     can = command in OVERWRITE_COMMANDS
-    never = (" (--overwrite never replaces a folder clusterclip did not write)" if can
+    never = (" (overwrite never replaces a folder clusterclip did not write)" if can
              else " or move it away")
+    params = (option, "overwrite") if can else (option,)
     if rec is None:
         names = sorted(p.name for p in out.iterdir())
         if names:
             raise InputError(_foreign_message(
                 option, out, names, f"exists, is not empty and was not written by "
                 f"`clusterclip {command}` (no {MARKER} file); choose a new or empty "
-                f"folder{never}; it holds"))
+                f"folder{never}; it holds"), params=params)
         return
     if rec["problem"] is not None or rec["files"] is None:
         why = rec["problem"] or "it lists no files with their sizes and SHA-256"
         raise InputError(f"{option} {out}: its {MARKER} is not a record clusterclip can "
                          f"trust ({why}), so its files may be yours; choose a new or empty "
-                         f"folder{never}")
+                         f"folder{never}", params=params)
     if overwrite:
         return
-    hint = (", or pass --overwrite to replace the files it wrote there (and only those)"
+    hint = (", or pass overwrite to replace the files it wrote there (and only those)"
             if can else " or move it away")
     if rec["command"] != command:
         raise InputError(f"{option} {out}: was not written by `clusterclip {command}` (its "
                          f"{MARKER} says `clusterclip {rec['command']}`); choose a new "
-                         f"folder{hint}")
+                         f"folder{hint}", params=params)
     if source is not None and rec["source"] is not None and rec["source"] != str(source):
         raise InputError(f"{option} {out}: was written by `clusterclip {command}` from "
-                         f"{rec['source']}, not from {source}; choose a new folder{hint}")
+                         f"{rec['source']}, not from {source}; choose a new folder{hint}",
+                         params=params)
 
 
 def refuse_cwd(out: str | os.PathLike[str], option: str) -> None:
@@ -232,7 +240,7 @@ def refuse_cwd(out: str | os.PathLike[str], option: str) -> None:
     here = Path.cwd().resolve()
     if real == here or real in here.parents:
         raise InputError(f"{option} {out}: is the current directory or one of its parents; "
-                         f"give a new folder")
+                         f"give a new folder", params=(option,))
 
 
 def refuse_protected(out: str | os.PathLike[str],
@@ -250,7 +258,8 @@ def refuse_protected(out: str | os.PathLike[str],
                             for q in map(Path, inside_ok))
         if real == p or real in p.parents or (not inside_ok and p in real.parents):
             where = "is" if real == p else ("contains" if real in p.parents else "is inside")
-            raise InputError(f"{option} {out}: {where} {what} {path}; choose another path")
+            raise InputError(f"{option} {out}: {where} {what} {path}; choose another path",
+                             params=(option,))
 
 
 def check_writable(out: str | os.PathLike[str], option: str) -> None:
@@ -261,14 +270,14 @@ def check_writable(out: str | os.PathLike[str], option: str) -> None:
     while not ancestor.exists() and not ancestor.is_symlink():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise InputError(f"{option} {out}: {ancestor} is a file, not a folder")
+        raise InputError(f"{option} {out}: {ancestor} is a file, not a folder", params=(option,))
     if not os.access(ancestor, os.W_OK | os.X_OK):
         try:
             readonly = bool(os.statvfs(ancestor).f_flag & os.ST_RDONLY)
         except OSError:
             readonly = False
         why = "read-only file system" if readonly else "permission denied"
-        raise InputError(f"{option} {out}: cannot write in {ancestor} ({why})")
+        raise InputError(f"{option} {out}: cannot write in {ancestor} ({why})", params=(option,))
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
@@ -285,19 +294,19 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
 
 
 def check_free_space(out: str | os.PathLike[str], need: int, what: str = "the export",
-                     option: str = "--out") -> None:
+                     option: str = "out") -> None:
     """InputError (before writing) when the file system of ``out`` has less than ``need``
     bytes free (the message names ``option``, if any, ``out`` and ``what``)."""
     free = free_bytes(out)
     if free is not None and need > free:
         raise InputError(f"{option} {out}: {what} needs at least {need:,} bytes, and its "
                          f"file system has {free:,} free; free space or choose another "
-                         f"place".lstrip())
+                         f"place".lstrip(), params=(option,) if option else ())
 
 
 def check_output_file(out: str | os.PathLike[str], *,
                       protected: tuple[tuple[Path, str, bool], ...] = (),
-                      option: str = "--out", magic: bytes | None = None,
+                      option: str = "out", magic: bytes | None = None,
                       owner: str | None = None) -> Path:
     """Refuse (InputError) an output file whose replacement would lose a user's file:
     a directory, a ``protected`` path (see :func:`check_output_dir`) or a folder holding
@@ -308,16 +317,16 @@ def check_output_file(out: str | os.PathLike[str], *,
     out = Path(out)
     refuse_protected(out, protected, option)
     if out.is_dir():
-        raise InputError(f"{option} {out}: is a directory")
+        raise InputError(f"{option} {out}: is a directory", params=(option,))
     if magic is not None and out.is_file():
         with open(out, "rb") as f:
             if f.read(len(magic)) != magic:
                 raise InputError(f"{option} {out}: exists and is not a file clusterclip "
-                                 f"writes; choose a new name or move it away")
+                                 f"writes; choose a new name or move it away", params=(option,))
     if owner is not None and os.path.lexists(out) and not _written_by(out, owner):
         raise InputError(f"{option} {out}: exists and was not written by `clusterclip "
                          f"{owner}` (no matching {record_of(out).name} beside it); choose a "
-                         f"new name or move it away")
+                         f"new name or move it away", params=(option,))
     check_writable(out, option)
     return out
 
@@ -325,7 +334,7 @@ def check_output_file(out: str | os.PathLike[str], *,
 @contextlib.contextmanager
 def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: bool = False,
                       source: str | None = None, adopt: Iterable[str] = (),
-                      option: str = "--out") -> Iterator[Path]:
+                      option: str = "out") -> Iterator[Path]:
     """Build an output folder in a temporary directory beside ``out``, then move what it
     holds into ``out`` if :func:`check_output_dir` still allows it (:func:`commit_output`).
 
@@ -356,7 +365,7 @@ def atomic_output_dir(out: str | os.PathLike[str], command: str, *, overwrite: b
 
 
 def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = None,
-                  adopt: Iterable[str] = (), option: str = "--out") -> None:
+                  adopt: Iterable[str] = (), option: str = "out") -> None:
     """Move the files of ``tmp`` into ``out`` (which :func:`check_output_dir` allowed).
 
     A new ``out`` is ``tmp`` renamed (one step). Into an existing one, only the files its
@@ -385,7 +394,7 @@ def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = No
     if clash:
         raise InputError(_foreign_message(option, out, clash, (
             "holds files clusterclip did not write where it would write its own; move them "
-            "away or choose another folder")))
+            "away or choose another folder")), params=(option,))
     write_marker(out, command, files={**old, **adopted}, replacing=moved, source=source)
     for rel in sorted(set(old) - set(new)):
         _remove_ours(out, rel)
@@ -394,7 +403,7 @@ def commit_output(tmp: Path, out: Path, command: str, *, source: str | None = No
         dst.parent.mkdir(parents=True, exist_ok=True)
         if dst.is_dir() and not dst.is_symlink():
             raise InputError(f"{option} {out}: {dst} is a folder where clusterclip writes a "
-                             f"file; move it away")
+                             f"file; move it away", params=(option,))
         os.replace(tmp / rel, dst)
     write_marker(out, command, files=new, source=source)
 

@@ -123,7 +123,7 @@ def _entry_problem(root: Path, rel: str, digests: list[Any]) -> str | None:
 
 
 def owned_files(directory: str | os.PathLike[str], rec: dict[str, Any] | None,
-                option: str = "--out") -> dict[str, dict[str, Any]]:
+                option: str = "out") -> dict[str, dict[str, Any]]:
     """The files of ``directory`` that its marker ``rec`` (:func:`read_marker`) lists and
     that are still as clusterclip wrote them (path -> digest as they are now): the only
     ones a command may replace or remove. None or a marker that lists no files: none.
@@ -146,7 +146,7 @@ def owned_files(directory: str | os.PathLike[str], rec: dict[str, Any] | None,
         if why is not None:
             raise InputError(f"{option} {root}: its {MARKER} lists {rel!r}, which {why}; "
                              f"clusterclip replaces nothing there: remove that entry, or "
-                             f"choose another folder")
+                             f"choose another folder", params=(option,))
         out[rel] = file_digest(root / rel)
     return out
 

@@ -466,10 +466,11 @@ class Workdir(Locking, Loaders):
                 ours = (mark == name or (overwrite and mark is not None)
                         or not any(p.iterdir()) or (ours and killed))
             if not ours:
-                hint = (" (or pass --overwrite)" if name in OVERWRITE_COMMANDS
+                hint = (" (or pass overwrite)" if name in OVERWRITE_COMMANDS
                         and (not folder or mark is not None) else "")
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
-                                 f"move it away or use another work directory{hint}")
+                                 f"move it away or use another work directory{hint}",
+                                 params=("overwrite",) if hint else ())
 
     def _check_writable(self, name: str, paths: Sequence[str]) -> None:
         """On a read-only file system, refuse (before any work) a stage that writes in W;
