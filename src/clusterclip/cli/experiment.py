@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.runner import (
+    from clusterclip.experiment.core import (
         DEFAULT_MAX_DOCS,
         DEFAULT_STRATEGIES,
         EXPERIMENT_STRATEGIES,

@@ -29,9 +29,9 @@ PARAM_FLAGS = {"targets": "--target"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
+    from clusterclip.experiment.core import DEFAULT_MAX_DOCS
     from clusterclip.lm.config import MODEL_PRESETS
-    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS
+    from clusterclip.search.offline import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS
 
     add_path(p, "--workdir", role="workdir", default=None,
              help="work directory (labels.npy, corpus/, centroids.npy); required without "
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
 
     from clusterclip import distributed as D
     from clusterclip.errors import InputError
-    from clusterclip.search.runner import SearchConfig, quick_workers
+    from clusterclip.search.offline import SearchConfig, quick_workers
     from clusterclip.stages import search as stage
     from clusterclip.workdir import Workdir
 

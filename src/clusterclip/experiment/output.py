@@ -625,7 +625,7 @@ def _share_y(axes: Any) -> None:
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     """Write every output file into ``directory`` (created), each atomically and
     ``results.json`` last; returns their names."""
-    from clusterclip.io import write_text
+    from clusterclip.storage.atomic import write_text
 
     directory.mkdir(parents=True, exist_ok=True)
     # byte-identical reruns: the timing and the stored runs' keys stay out
@@ -638,7 +638,7 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
 def render_files(results: dict[str, Any], directory: Path) -> list[str]:
     """results.md and the plots from a results dict (also one read back from results.json),
     each written atomically."""
-    from clusterclip.io import atomic_path, write_text
+    from clusterclip.storage.atomic import atomic_path, write_text
 
     write_text(directory / "results.md", render_markdown(results))
     plots = {"val_curves.png": plot_curves, "cluster_loss.png": plot_cluster_loss}

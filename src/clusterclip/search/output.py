@@ -500,10 +500,10 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     """Every output file into ``directory``, each atomically, results.json last."""
-    from clusterclip.io import atomic_path, write_text
     from clusterclip.sampling.mixture import Mixture, write_mixture
     from clusterclip.search import plots
     from clusterclip.search.splits import save_splits
+    from clusterclip.storage.atomic import atomic_path, write_text
 
     directory.mkdir(parents=True, exist_ok=True)
     stable = {k: v for k, v in results.items() if k not in ("timing", "run_keys", "splits")}

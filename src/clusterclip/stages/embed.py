@@ -28,7 +28,7 @@ from clusterclip.embedding.pipeline import (
 )
 from clusterclip.embedding.tune import AUTO as AUTO_TUNE
 from clusterclip.errors import InputError
-from clusterclip.io import marker_of
+from clusterclip.storage.records import marker_of
 from clusterclip.workdir import CORPUS, EMBED_DIR, EMBEDDINGS, VALID, Workdir
 
 

@@ -222,7 +222,7 @@ def run_keys(data: ExperimentData, config: ExperimentConfig, device: str, thread
     import torch
 
     from clusterclip import __version__
-    from clusterclip.io import array_fingerprint, fingerprint
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     run_inputs = {"docs": fingerprint([array_fingerprint(d) for d in data.docs]),
                   "labels": array_fingerprint(data.labels),

@@ -156,7 +156,7 @@ class SearchConfig:
 
 def _eval_set(name: str, corpus_idx: np.ndarray, target_docs: list[np.ndarray],
               target_bytes: np.ndarray) -> EvalSet:
-    from clusterclip.io import array_fingerprint, fingerprint
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     return EvalSet(name, corpus_idx, tuple(target_docs), fingerprint(
         {"corpus": array_fingerprint(corpus_idx),
@@ -169,10 +169,10 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
             ) -> tuple[ProxyData, dict[str, np.ndarray]]:
     """The corpus's and the target's splits and the data every run sees; the corpus
     documents ``exclude`` (bool[N]: the target's copies) are in no split."""
-    from clusterclip.io import array_fingerprint, fingerprint
     from clusterclip.lm.data import checked_labels, stratified_subsample
     from clusterclip.lm.runconfig import encode_texts
     from clusterclip.lm.runs import Budget
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     labels, _ = checked_labels(texts, labels, None)
     if exclude is not None:
