@@ -328,7 +328,9 @@ def _resolves(p: Paired, n: int, min_effect: float) -> bool:
     if se == 0:
         return p.mean != 0
     nc = abs(p.mean) / se
-    return float(stats.nct.sf(t, n - 1, nc) + stats.nct.cdf(-t, n - 1, nc)) >= POWER
+    # both tails as upper tails (P(T < -t | nc) = P(T > t | -nc)): scipy's nct.cdf far in
+    # the lower tail of a large noncentrality returns NaN, which no power compares above
+    return float(stats.nct.sf(t, n - 1, nc) + stats.nct.sf(t, n - 1, -nc)) >= POWER
 
 
 @dataclass(frozen=True)
