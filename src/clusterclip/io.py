@@ -330,11 +330,18 @@ def owned_files(directory: str | os.PathLike[str], rec: dict[str, Any] | None,
 _DIGESTS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
 
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What identifies a file's content without reading it: device, inode, size and the
+    modification and change times in ns (a write changes both times; no call sets the
+    change time back)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def file_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{"sha256", "size"}`` of the file ``path`` (links followed); the hash is reused
     within one process while the file's inode, size, mtime and ctime are unchanged."""
     st = os.stat(path)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = _stat_key(st)
     hit = _DIGESTS.get(os.fspath(path))
     if hit is not None and hit[0] == key:
         return dict(hit[1])
@@ -668,6 +675,11 @@ def _written_by(path: Path, command: str) -> bool:
         if not isinstance(rec, dict) or rec.get("written_by") != f"clusterclip {command}" \
                 or path.is_symlink() or not path.is_file():
             return False
+        st = os.stat(path)
+        if _is_digest(rec) and rec.get("stat") == list(_stat_key(st)):
+            # the file as the record saw it when written: its digest, not read again
+            _DIGESTS[os.fspath(path)] = (_stat_key(st), {"sha256": rec["sha256"],
+                                                         "size": rec["size"]})
         now = file_digest(path)
         return any(_is_digest(d) and {"sha256": d["sha256"], "size": d["size"]} == now
                    for d in (rec, rec.get("replacing")))
@@ -689,7 +701,9 @@ def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
     name, the record lists the old file's digest and the new one's (a kill leaves the name
     ours either way), then the new one's only. :func:`check_output_file` with ``owner``
     replaces only such a file. On an error the record describes the file then there, if
-    it is one of these, else it is put back as it was."""
+    it is one of these, else it is put back as it was. The final record also holds the
+    file's identity (device, inode, size, modification and change times): a rerun that
+    finds it unchanged takes the recorded digest without reading the file."""
     p = Path(path)
     rec = record_of(p)
     before = rec.read_bytes() if rec.is_file() and not rec.is_symlink() else None
@@ -718,7 +732,8 @@ def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
         raise
     finally:
         _BEFORE_REPLACE.reset(token)
-    write_json(rec, {"written_by": tag, **file_digest(p)})
+    # with its identity (_stat_key): a rerun then checks the file without reading it
+    write_json(rec, {"written_by": tag, **file_digest(p), "stat": list(_stat_key(os.stat(p)))})
 
 
 @contextlib.contextmanager
