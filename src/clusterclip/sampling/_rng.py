@@ -184,7 +184,10 @@ class ChoiceVariates:
         out: list[np.ndarray] = []
         thread = threading.Thread(target=lambda: out.append(self._make(cid)),
                                   name="choice_variates", daemon=True)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # no new thread (the interpreter shutting down): made on demand
+            return
         self._ahead = (cid, thread, out)
 
     def get(self, t: int, n: int) -> np.ndarray:
