@@ -25,7 +25,8 @@ Sections (``--sections``, default all):
 * ``inproc``: the rows above, in-process generation rates;
 * ``cli``: whole processes, each timed from the parent (interpreter start,
   imports, reading labels.npy, writing the .npy): ``clusterclip sample`` for
-  every strategy against a process that draws with ``torch.multinomial``
+  every strategy (``--cli-repeat`` rounds, each process writing over the previous
+  one's output; the medians compared) against a process that draws with ``torch.multinomial``
   (cluster-balancing weights) and saves, one that iterates
   ``WeightedRandomSampler`` into a list and saves, and one that saves
   ``numpy permutation(T)``; the torch peers draw ``--peer-samples`` and their
@@ -242,6 +243,37 @@ np.save(sys.argv[2], np.random.default_rng(0).permutation(int(sys.argv[1])))
 STRATEGY_ROWS = ("random", "uniform", "temperature", "clusterclip", "paced")
 
 
+def _our_processes(args: argparse.Namespace, tmp: Path, labels_file: Path,
+                   env: dict) -> list[tuple[str, float, float]]:
+    """``clusterclip sample`` of every strategy as a whole process, ``--cli-repeat``
+    rounds over the strategies, each writing over the previous process's output (its
+    record checked, the old file replaced); each run printed, then (name, median wall s,
+    median CPU s) per strategy."""
+    T = args.samples
+    print(f"\n## whole processes, T={T:,} (wall s; CPU s of the process in brackets; "
+          f"load average when each started; {args.cli_repeat} round(s))", flush=True)
+    runs: dict[str, list[tuple[float, float]]] = {s: [] for s in STRATEGY_ROWS}
+    for r in range(args.cli_repeat):
+        for strategy in STRATEGY_ROWS:
+            cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels",
+                   str(labels_file), "--strategy", strategy, "--clip", str(args.clip),
+                   "--num-samples", str(T), "--out", str(tmp / "schedule.npy"),
+                   "--no-progress"]
+            if strategy == "temperature":
+                cmd += ["--alpha", "0.5"]
+            load = os.getloadavg()[0]
+            wall, cpu, _ = _timed(cmd, env)
+            runs[strategy].append((wall, cpu))
+            print(f"| clusterclip sample --strategy {strategy} (round {r + 1}) | {wall:.2f} | "
+                  f"({cpu:.2f}) | load {load:.1f} |", flush=True)
+    rows = [(f"clusterclip sample --strategy {s}", float(np.median([w for w, _ in t])),
+             float(np.median([c for _, c in t]))) for s, t in runs.items()]
+    if args.cli_repeat > 1:
+        for name, wall, cpu in rows:
+            print(f"| {name}, median of {args.cli_repeat} | {wall:.2f} | ({cpu:.2f}) |")
+    return rows
+
+
 def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path,
                 argv: list[str]) -> None:
     T = args.samples
@@ -252,19 +284,7 @@ def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path,
     import clusterclip
 
     compileall.compile_dir(Path(clusterclip.__file__).parent, quiet=1)
-    print(f"\n## whole processes, T={T:,} (wall s; CPU s of the process in brackets; "
-          f"load average when each started)", flush=True)
-    rows = []
-    for strategy in STRATEGY_ROWS:
-        cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels", str(labels_file),
-               "--strategy", strategy, "--clip", str(args.clip), "--num-samples", str(T),
-               "--out", str(tmp / "schedule.npy"), "--no-progress"]
-        if strategy == "temperature":
-            cmd += ["--alpha", "0.5"]
-        load = os.getloadavg()[0]
-        wall, cpu, _ = _timed(cmd, env)
-        rows.append((f"clusterclip sample --strategy {strategy}", wall, cpu))
-        print(f"| {rows[-1][0]} | {wall:.2f} | ({cpu:.2f}) | load {load:.1f} |", flush=True)
+    rows = _our_processes(args, tmp, labels_file, env)
     P = min(T, args.peer_samples)
     peers, draw_rate = {}, {}
     for how in ("multinomial", "wrs"):
@@ -432,6 +452,8 @@ def main() -> None:
                    help="issue: N=2e6, K=5000, T=3e7, clip 20 (issue 10's measurement)")
     p.add_argument("--sections", default="inproc,cli,resume,many",
                    help="comma-separated: inproc, cli, resume, many, stages")
+    p.add_argument("--cli-repeat", type=int, default=3,
+                   help="cli: rounds of our processes (the medians are compared)")
     p.add_argument("--stages-repeat", type=int, default=5,
                    help="stages: alternated rounds of the four processes")
     p.add_argument("--worker", choices=("ours", "paced", "seek", "resume", "many", "gen"),

@@ -257,6 +257,36 @@ def test_stream_crossing_variate_chunks_resumes_exactly():
     assert np.array_equal(rest, full[c:])
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**64 - 1),
+       asks=st.lists(st.tuples(st.integers(0, 4), st.integers(0, CHUNK - 1),
+                               st.integers(1, 5000)), min_size=1, max_size=12),
+       run=st.integers(0, 4))
+def test_variates_generated_ahead_are_those_of_the_chunk_asked_for(seed, asks, run):
+    """Chunks generated ahead (after two in a row) are the chunks later asked for, whatever
+    the order of the asks: each ask equals the same ask of a fresh ChoiceVariates."""
+    v = ChoiceVariates(seed)
+    asks = [(c, 0, 64) for c in range(run)] + asks  # a stream of chunks first
+    for cid, off, n in asks:
+        n = min(n, CHUNK - off)
+        got = v.get(cid * CHUNK + off, n)
+        assert np.array_equal(got, ChoiceVariates(seed).get(cid * CHUNK + off, n))
+
+
+@settings(max_examples=6, deadline=None)
+@given(size=st.integers(1000, 3 * CHUNK), strategy=st.sampled_from(["clusterclip", "uniform"]))
+def test_blocks_of_any_size_are_the_same_bytes_over_several_chunks(size, strategy):
+    """A schedule of several variate chunks (so chunks are generated ahead) is the same
+    bytes cut into blocks of any size as in blocks of one chunk."""
+    labels = np.random.default_rng(3).integers(0, 50, 4000)
+    T = 3 * CHUNK + 77
+    ref = np.concatenate(list(ClusterClipSampler(labels, T, strategy=strategy, clip=800,
+                                                 seed=5).blocks(CHUNK)))
+    got = np.concatenate(list(ClusterClipSampler(labels, T, strategy=strategy, clip=800,
+                                                 seed=5).blocks(size)))
+    assert got.tobytes() == ref.tobytes()
+
+
 # ---------------------------------------------------------------- resumption
 @SETTINGS
 @given(labels_st, st.sampled_from(STRATEGIES), st.integers(1, 3), st.floats(0.05, 1.0),

@@ -175,6 +175,39 @@ def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):
         assert rc == 2 and "was not written by" in err and mine.read_bytes() == before, forged
 
 
+def test_sample_takes_its_recorded_digest_only_for_the_file_it_wrote(tmp_path):
+    """A rerun of ``sample`` (a fresh process: nothing cached) finds its file as recorded
+    (identity and digest) and replaces it; once the user has changed the file's bytes in
+    place, same size and modification time put back, the file is theirs and refused."""
+    import json
+    import os
+
+    from _helpers import run_cli
+
+    from clusterclip.storage.digests import sha256_file
+    from clusterclip.storage.records import record_of
+
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.arange(40, dtype=np.int32) % 4)
+    ours = tmp_path / "s.npy"
+    base = ["sample", "--labels", labels, "--num-samples", "30", "--no-progress", "--out", ours]
+    for seed in (0, 1):
+        proc = run_cli(*base, "--seed", seed)
+        assert proc.returncode == 0, proc.stderr
+        rec = json.loads(record_of(ours).read_text())
+        st = ours.stat()
+        assert rec["sha256"] == sha256_file(ours) and rec["stat"] == [
+            st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    data = bytearray(ours.read_bytes())
+    data[-8:] = (10**6).to_bytes(8, "little")  # one index changed, the same size
+    with open(ours, "r+b") as f:
+        f.write(data)
+    os.utime(ours, ns=(st.st_atime_ns, st.st_mtime_ns))  # the time as recorded
+    proc = run_cli(*base)
+    assert proc.returncode == 2 and "was not written by" in proc.stderr, proc.stderr
+    assert ours.read_bytes() == data
+
+
 def test_an_export_of_another_workdir_is_replaced_only_when_asked(workdir, tmp_path):
     """Two work directories exporting to one folder: the second is refused (naming the
     first) unless --overwrite; two hf exports of the same schedule are the same bytes; a

@@ -222,8 +222,8 @@ class ClusterClipSampler(BaseSampler):
             # One stable sort over all documents groups them by cluster in index order;
             # excluded documents get key K and sort last, so no gather is needed (a
             # radix sort of 16-bit keys, in linear time).
-            docs = stable_order(np.where(clusters.drawable, lab, K), K)[:n_eligible].astype(
-                idx_dtype)
+            keys = lab if n_eligible == lab.size else np.where(clusters.drawable, lab, K)
+            docs = stable_order(keys, K)[:n_eligible].astype(idx_dtype)
             if clusters.stages is not None:
                 self._engine = SegmentedEngine(docs, sizes, seed, clip,
                                                plan_segments(list(clusters.stages), []))

@@ -423,7 +423,8 @@ def resolve_clusters(spec: SamplerSpec, labels: Any, unit: str = "eligible docum
     lab = check_labels(labels)
     K = int(lab.max()) + 1
     drawable = lab >= 0
-    clusters = resolve_sizes(spec, np.bincount(lab[drawable], minlength=K), unit)
+    clusters = resolve_sizes(spec, np.bincount(lab if drawable.all() else lab[drawable],
+                                               minlength=K), unit)
     if clusters.unweighted is not None:
         # A cluster of weight 0 is never drawn: its documents are excluded as if
         # labelled -1 (capacity, passes and summary count only the others).

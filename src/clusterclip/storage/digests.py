@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -14,18 +15,33 @@ import numpy as np
 _DIGESTS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
 
+def stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What identifies a file's content without reading it: device, inode, size and the
+    modification and change times in ns (a write changes both times; no call sets the
+    change time back)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def remember_digest(path: str | os.PathLike[str], key: tuple[int, ...],
+                    digest: Mapping[str, Any]) -> None:
+    """Take ``digest`` (``{"sha256", "size"}``) as ``path``'s while it keeps the identity
+    ``key`` (:func:`stat_key`), so that :func:`file_digest` does not read it."""
+    if len(_DIGESTS) > 4096:
+        _DIGESTS.clear()
+    _DIGESTS[os.fspath(path)] = (tuple(key), {"sha256": digest["sha256"],
+                                              "size": digest["size"]})
+
+
 def file_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{"sha256", "size"}`` of the file ``path`` (links followed); the hash is reused
     within one process while the file's inode, size, mtime and ctime are unchanged."""
     st = os.stat(path)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = stat_key(st)
     hit = _DIGESTS.get(os.fspath(path))
     if hit is not None and hit[0] == key:
         return dict(hit[1])
     digest = {"sha256": sha256_file(path), "size": st.st_size}
-    if len(_DIGESTS) > 4096:
-        _DIGESTS.clear()
-    _DIGESTS[os.fspath(path)] = (key, digest)
+    remember_digest(path, key, digest)
     return dict(digest)
 
 

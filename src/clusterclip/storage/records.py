@@ -19,7 +19,7 @@ from typing import Any
 
 from clusterclip.errors import InputError
 from clusterclip.storage.atomic import _BEFORE_REPLACE, _TMP_RE, atomic_path, write_json, write_text
-from clusterclip.storage.digests import file_digest
+from clusterclip.storage.digests import file_digest, remember_digest, stat_key
 from clusterclip.storage.jsonfile import read_json
 
 MARKER = ".clusterclip-output"
@@ -186,6 +186,10 @@ def _written_by(path: Path, command: str) -> bool:
         if not isinstance(rec, dict) or rec.get("written_by") != f"clusterclip {command}" \
                 or path.is_symlink() or not path.is_file():
             return False
+        key = stat_key(os.stat(path))
+        if _is_digest(rec) and rec.get("stat") == list(key):
+            # the file as the record saw it when written: its digest, not read again
+            remember_digest(path, key, rec)
         now = file_digest(path)
         return any(_is_digest(d) and {"sha256": d["sha256"], "size": d["size"]} == now
                    for d in (rec, rec.get("replacing")))
@@ -201,7 +205,9 @@ def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
     name, the record lists the old file's digest and the new one's (a kill leaves the name
     ours either way), then the new one's only. :func:`check_output_file` with ``owner``
     replaces only such a file. On an error the record describes the file then there, if
-    it is one of these, else it is put back as it was."""
+    it is one of these, else it is put back as it was. The final record also holds the
+    file's identity (device, inode, size, modification and change times): a rerun that
+    finds it unchanged takes the recorded digest without reading the file."""
     p = Path(path)
     rec = record_of(p)
     before = rec.read_bytes() if rec.is_file() and not rec.is_symlink() else None
@@ -230,4 +236,5 @@ def owned_file(path: str | os.PathLike[str], command: str) -> Iterator[Path]:
         raise
     finally:
         _BEFORE_REPLACE.reset(token)
-    write_json(rec, {"written_by": tag, **file_digest(p)})
+    # with its identity (stat_key): a rerun then checks the file without reading it
+    write_json(rec, {"written_by": tag, **file_digest(p), "stat": list(stat_key(os.stat(p)))})
