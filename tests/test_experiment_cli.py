@@ -421,7 +421,7 @@ def test_max_docs_subsamples_each_cluster_by_its_share(workdir):
     for k, c in res["clusters"].items():
         assert abs(c["size"] - 200 * sizes[int(k)] / labels.size) < 1
     with pytest.raises(InputError, match="^max_docs: must be at least 20") as e:
-        ExperimentConfig.quick(max_docs=3).validate()
+        ExperimentConfig.quick(max_docs=3)
     assert e.value.params == ("max_docs",)  # the command line shows it as --max-docs
 
 

@@ -22,7 +22,7 @@ STAGES = sorted(m.name for m in pkgutil.iter_modules(clusterclip.stages.__path__
 
 
 def test_the_stages_are_there():
-    assert {"cluster", "dedup", "embed", "run", "sample", "tokens"} <= set(STAGES)
+    assert {"cluster", "dedup", "embed", "fit", "propose", "run", "sample", "tokens"} <= set(STAGES)
 
 
 @pytest.mark.parametrize("name", STAGES)
@@ -30,7 +30,8 @@ def test_each_stage_runs_a_workdir_with_its_frozen_options(name):
     module = importlib.import_module(f"clusterclip.stages.{name}")
     hints = typing.get_type_hints(module.run)
     params = list(inspect.signature(module.run).parameters)
-    assert params[:2] == ["w", "options"] and hints["w"] is Workdir
+    # search fit runs with or without a work directory (its columns: W's clusters or yours)
+    assert params[:2] == ["w", "options"] and hints["w"] in (Workdir, Workdir | None)
     options = hints["options"]
     assert dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen
 
@@ -90,9 +91,9 @@ def _stage(name):
 
 
 @pytest.mark.parametrize("make,param", [
-    (lambda: _stage("group").GroupOptions("out", docs_per_file=0), "docs_per_file"),
-    (lambda: _stage("export").ExportOptions("out", rows_per_shard=0), "rows_per_shard"),
-    (lambda: _stage("export").ExportOptions("out", format="csv"), "format"),
+    (lambda: _stage("group").GroupOptions(out="out", docs_per_file=0), "docs_per_file"),
+    (lambda: _stage("export").ExportOptions(out="out", rows_per_shard=0), "rows_per_shard"),
+    (lambda: _stage("export").ExportOptions(out="out", format="csv"), "format"),
     (lambda: _stage("report").ReportOptions(clip=0), "clip"),
     (lambda: _stage("report").ReportOptions(windows=0), "windows"),
     (lambda: _stage("report").ReportOptions(tail_floor=-1.0), "tail_floor"),

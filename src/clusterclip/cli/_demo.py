@@ -86,7 +86,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
                                              clip=config.clip, seed=config.seed))
     clip = smp["clip"]
     step("sample")
-    grp = group.run(w, group.GroupOptions(out / "grouped", overwrite=config.overwrite))
+    grp = group.run(w, group.GroupOptions(out=out / "grouped", overwrite=config.overwrite))
     step("group")
     exp = None
     if config.experiment != "none":

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--workers applies to --format megatron only (it tokenizes), not "
                          f"--format {args.format}")
     rows = {} if args.rows_per_shard is None else {"rows_per_shard": args.rows_per_shard}
-    options = export.ExportOptions(args.out, format=args.format, schedule=args.schedule,
+    options = export.ExportOptions(out=args.out, format=args.format, schedule=args.schedule,
                                    rank=args.rank, world_size=args.world_size,
                                    overwrite=args.overwrite, tokenizer=args.tokenizer,
                                    workers=args.workers, **rows)
@@ -113,7 +113,8 @@ def _run_atlas(args: argparse.Namespace) -> int:
         raise InputError(f"{', '.join(given)} does not apply to --format atlas (it writes the "
                          "documents of the report's map, not a schedule)")
     s = export.run(Workdir(args.workdir, create=False),
-                   export.ExportOptions(args.out, format=export.ATLAS, overwrite=args.overwrite))
+                   export.ExportOptions(out=args.out, format=export.ATLAS,
+                                        overwrite=args.overwrite))
     print(f"exported the map's {s['rows']:,} documents (x, y, cluster, terms, text) as "
           f"{FILE}; verified every row")
     print(f"output: {args.out}")

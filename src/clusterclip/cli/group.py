@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from clusterclip.workdir import Workdir
 
     summary = group.run(Workdir(args.workdir, create=False), group.GroupOptions(
-        args.out, docs_per_file=args.docs_per_file, overwrite=args.overwrite,
+        out=args.out, docs_per_file=args.docs_per_file, overwrite=args.overwrite,
         progress=not args.no_progress))
     groups = summary["groups"]
     clusters = sum(1 for g in groups if g.startswith("cluster_"))

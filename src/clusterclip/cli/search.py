@@ -185,7 +185,8 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
 def run_propose(args: argparse.Namespace) -> int:
     from clusterclip.errors import InputError
     from clusterclip.search.propose import ProposeRequest
-    from clusterclip.stages.search import propose
+    from clusterclip.stages import propose
+    from clusterclip.workdir import Workdir
 
     if args.runs is None and args.verify is None:
         raise InputError("--runs: required (the candidates to propose), or give --verify "
@@ -200,7 +201,7 @@ def run_propose(args: argparse.Namespace) -> int:
                          device=args.device, blend=args.blend == "megatron",
                          split_target=args.split_target, verify=args.verify,
                          seeds=args.seeds)
-    s = propose(req)
+    s = propose.run(Workdir(req.workdir, create=False), req)
     if s["target_overlap"] is not None:
         print(overlap_line(s["target_overlap"]))
     if req.verify is not None:
@@ -253,8 +254,9 @@ def _run_verdict(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from clusterclip.search.fit import FitRequest, fit_swarm
-    from clusterclip.stages.search import load_corpus, workdir_space
+    from clusterclip.search.fit import FitRequest
+    from clusterclip.stages import fit
+    from clusterclip.workdir import Workdir
 
     if args.verdict:
         return _run_verdict(args)
@@ -264,7 +266,7 @@ def run_fit(args: argparse.Namespace) -> int:
                      workdir=args.workdir, predict=args.predict, propose=args.propose,
                      choose=args.choose, seed=args.seed, num_tokens=args.num_tokens,
                      num_samples=args.num_samples, fmt=args.fmt, tokenizer=args.tokenizer)
-    r = fit_swarm(req, workdir_space, load_corpus)
+    r = fit.run(None if req.workdir is None else Workdir(req.workdir, create=False), req)
     rho = r["loo_spearman"]
     skipped = r["skipped"]["without_objective"]
     b = r["bearing"]
@@ -318,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
         verify_model=args.verify_model)
     # checked before a process group exists: bad options fail alike everywhere (the device
     # is tried in the group, which selects each rank's GPU first)
-    options = stage.SearchStageOptions(config, device=args.device, threads=args.threads,
+    options = stage.SearchStageOptions(config=config, device=args.device, threads=args.threads,
                                        workers=args.workers or 1,
                                        progress=not args.no_progress)
     with D.process_group(args.device) as main_rank:

@@ -65,9 +65,9 @@ QUICK_EPOCHS = 1.5
 DEFAULT_MAX_DOCS = 2500
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
-    """Everything that determines an experiment's numbers.
+    """Everything that determines an experiment's numbers, checked when made.
 
     The budget of every run is ``tokens`` when given, else ``epochs`` times the
     training set's tokens (after truncation), so small clusters are repeated
@@ -75,6 +75,22 @@ class ExperimentConfig:
     are sized for the bundled 4,096-document demo corpus on 2 CPU cores (about
     15 minutes for 3 strategies x 3 seeds, with the clip binding on K=64
     clusters); :meth:`quick` is the minute-scale variant for tests and the demo.
+
+    A bad value raises :class:`~clusterclip.errors.InputError` naming its parameter
+    when the configuration is made (or changed with :func:`dataclasses.replace`). The
+    ``tokenizer`` folder is read where the configuration is used (the experiment's and
+    the search's stage options load it before any work), not each time one is made.
+
+    Examples
+    --------
+    >>> from dataclasses import replace
+    >>> config = ExperimentConfig.quick(strategies=("random", "paced"), seeds=2)
+    >>> config.model.seq_len == config.max_doc_tokens
+    True
+    >>> replace(config, seeds=0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: seeds: must be >= 1, got 0
     """
 
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
@@ -151,17 +167,8 @@ class ExperimentConfig:
         want = self.tokens if self.tokens is not None else int(self.epochs * train_tokens)
         return max(1, want // self.batch_tokens) * self.batch_tokens
 
-    def validate(self) -> None:
-        """Raise :class:`InputError` naming the first bad value."""
-        if not self.strategies:
-            raise InputError("strategies: give at least one", params=("strategies",))
-        for s in self.strategies:
-            if s not in EXPERIMENT_STRATEGIES:
-                raise InputError(f"strategies: unknown strategy {s!r} "
-                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})",
-                                 params=("strategies",))
-        if len(set(self.strategies)) != len(self.strategies):
-            raise InputError("strategies: a strategy is named twice", params=("strategies",))
+    def __post_init__(self) -> None:
+        self._check_strategies()
         check_clip(self.clip)
         if self.seeds < 1:
             raise InputError(f"seeds: must be >= 1, got {self.seeds}", params=("seeds",))
@@ -172,6 +179,20 @@ class ExperimentConfig:
         if self.balance_by not in BALANCE_BY:
             raise InputError(f"balance_by: must be docs or tokens, got {self.balance_by!r}",
                              params=("balance_by",))
+        self._check_budget()
+
+    def _check_strategies(self) -> None:
+        if not self.strategies:
+            raise InputError("strategies: give at least one", params=("strategies",))
+        for s in self.strategies:
+            if s not in EXPERIMENT_STRATEGIES:
+                raise InputError(f"strategies: unknown strategy {s!r} "
+                                 f"(choose from {', '.join(EXPERIMENT_STRATEGIES)})",
+                                 params=("strategies",))
+        if len(set(self.strategies)) != len(self.strategies):
+            raise InputError("strategies: a strategy is named twice", params=("strategies",))
+
+    def _check_budget(self) -> None:
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise InputError(f"epochs: must be a positive number, got {self.epochs}",
                              params=("epochs",))
@@ -182,9 +203,9 @@ class ExperimentConfig:
             raise InputError(f"max_docs: must be at least {2 * self.min_cluster_docs} "
                              f"(0 = no cap), got {self.max_docs}", params=("max_docs",))
         if self.max_doc_tokens > self.model.seq_len:
-            raise InputError("max_doc_tokens must not exceed the model's seq_len")
-        if self.tokenizer is not None:
-            proxy_tokenizer(self.tokenizer)
+            raise InputError(f"max_doc_tokens: must not exceed the model's seq_len "
+                             f"{self.model.seq_len}, got {self.max_doc_tokens}",
+                             params=("max_doc_tokens",))
 
     def _check_primary(self) -> None:
         if self.primary is None:

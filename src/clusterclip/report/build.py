@@ -317,7 +317,7 @@ def experiment_link(src: Sources, report_dir: Path) -> dict[str, Any]:
     return {"results_md": rel, "command": f"clusterclip experiment --workdir {src.root}"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportOptions:
     """What a report shows and how its schedules are drawn (see
     :func:`clusterclip.stages.report.run`); checked on construction (InputError naming

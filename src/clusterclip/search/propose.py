@@ -20,7 +20,7 @@ folder, atomically:
   exported as ``export --format`` writes it (read back and verified).
 
 With a target, the offline search's overlap guard keeps every corpus copy of a target
-document out of every candidate (:func:`clusterclip.stages.search.target_guard`).
+document out of every candidate (:func:`clusterclip.stages.propose.target_guard`).
 With a budget (``--num-tokens`` or ``--num-samples``) every candidate respects the
 clip: no cluster is asked for more than R times its tokens (or documents)
 (:class:`CappedSpace`), so the mixture trained is the mixture proposed.

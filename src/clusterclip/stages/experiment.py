@@ -29,7 +29,7 @@ from clusterclip.sampling.spec import DEFAULT_STRATEGIES
 from clusterclip.workdir import CORPUS, EXPERIMENT, LABELS, MIXTURE_FILE, Workdir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentStageOptions:
     """The experiment's configuration and where and how it runs, checked when made.
 
@@ -47,10 +47,12 @@ class ExperimentStageOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        from clusterclip.lm.data import proxy_tokenizer
         from clusterclip.lm.runs import check_device
         from clusterclip.pool import check_workers
 
-        self.config.validate()  # before reading anything: bad options fail fast
+        if self.config.tokenizer is not None:  # before reading anything: fail fast
+            proxy_tokenizer(self.config.tokenizer)
         check_workers(self.threads, self.workers)
         check_device(self.device)
 
@@ -166,6 +168,6 @@ def run_experiment(workdir: str | os.PathLike[str], *,
             seeds=seeds, auto_seeds=auto, primary=primary, clip=clip, alpha=alpha,
             balance_by=balance_by,
             max_docs=max_docs or None, tokenizer=tokenizer and str(tokenizer))
-    options = ExperimentStageOptions(config, device=device, threads=threads, workers=workers,
+    options = ExperimentStageOptions(config=config, device=device, threads=threads, workers=workers,
                                      mixture=mixture, progress=progress)
     return run(Workdir(workdir, create=False), options, on_run=on_run)

@@ -17,7 +17,7 @@ from clusterclip.workdir import CORPUS, LABELS, MAP, MIXTURE_FILE, SCHEDULE, Wor
 ATLAS = "atlas"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportOptions:
     """``out``: the output folder; ``format``: one of :data:`clusterclip.export.FORMATS` or
     :data:`ATLAS`; ``schedule``: a schedule ``.npy`` (None: ``W/schedule.npy``);

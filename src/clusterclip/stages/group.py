@@ -12,7 +12,7 @@ from clusterclip.errors import InputError
 from clusterclip.workdir import CORPUS, LABELS, SCORES, Workdir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupOptions:
     """``out``: the output folder; ``docs_per_file``: documents per ``data_{j}.jsonl``;
     ``overwrite``: replace a folder an earlier ``group`` did not write; ``progress``: a
