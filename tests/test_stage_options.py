@@ -260,3 +260,147 @@ def test_the_kmeans_settings_are_declared_once():
     assert given == KMeansSettings(max_iter=7, n_init=2, tol=0.5, metric="euclidean",
                                    backend="faiss", seed=3, device="cuda:1",
                                    chunk_rows=9).kmeans()
+
+
+# -- one way to declare options ---------------------------------------------------------
+
+#: Frozen dataclasses named like options that are not checked when made, and why.
+NOT_OPTIONS = {
+    "ModelConfig": "a preset's shape: chosen by name, checked by ExperimentConfig.with_model",
+    "TrainConfig": "the presets' optimisation settings, never set by a user",
+    "SearchOptions": "the rounds of a SearchConfig, made from it once checked",
+    "DemoConfig": "clusterclip demo's own record; the stages it runs check their options",
+}
+
+
+def _option_classes():
+    """Every options, request and configuration class: each stage's options (what its
+    ``run`` takes, and every class of a stage module named ``*Options``), the requests of
+    ``search fit`` and ``search propose``, the k-means settings, and the experiment's and
+    the search's configurations."""
+    from clusterclip.clustering.kmeans import KMeansSettings
+    from clusterclip.lm.runconfig import ExperimentConfig
+    from clusterclip.search.fit import FitRequest
+    from clusterclip.search.propose import ProposeRequest
+    from clusterclip.search.runner import SearchConfig
+
+    found = {ExperimentConfig, SearchConfig, FitRequest, ProposeRequest, KMeansSettings}
+    for name in STAGES:
+        module = _stage(name)
+        found.add(typing.get_type_hints(module.run)["options"])
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if c.__module__ == module.__name__ and c.__name__.endswith("Options")}
+    return sorted(found, key=lambda c: c.__name__)
+
+
+def _named_like_options():
+    """The names of every dataclass of the package named ``*Options``, ``*Request``,
+    ``*Config`` or ``*Settings`` (read from the source, nothing imported)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(clusterclip.stages.__file__).parents[1]
+    return {c.name for f in sorted(root.rglob("*.py"))
+            for c in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
+            if isinstance(c, ast.ClassDef)
+            and c.name.endswith(("Options", "Request", "Config", "Settings"))
+            and any("dataclass" in ast.unparse(d) for d in c.decorator_list)}
+
+
+def test_every_options_class_is_frozen_keyword_only_and_checked_when_made():
+    """One way to declare options: a frozen, keyword-only dataclass whose ``__post_init__``
+    checks it (no ``validate()`` or ``check()`` to forget to call)."""
+    classes = _option_classes()
+    assert {"ExperimentConfig", "SearchConfig", "FitRequest", "ProposeRequest",
+            "KMeansSettings", "SearchStageOptions", "ReportOptions", "SweepOptions",
+            "RunOptions"} <= {c.__name__ for c in classes}
+    for c in classes:
+        assert dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen, c
+        assert all(f.kw_only for f in dataclasses.fields(c) if f.init), c
+        assert "__post_init__" in vars(c) or any(
+            "__post_init__" in vars(base) for base in c.__mro__[1:-1]), c
+        assert not {"validate", "check"} & {n for k in c.__mro__ for n in vars(k)}, c
+    missed = _named_like_options() - {c.__name__ for c in classes}
+    assert missed == set(NOT_OPTIONS), missed
+
+
+def test_no_options_class_defines_a_separate_check_method():
+    """An AST scan, so that a ``def validate`` or ``def check`` on any class named like
+    options (``*Options``, ``*Request``, ``*Config``, ``*Settings``) is found even before
+    it is imported; the scan itself finds one."""
+    import ast
+    from pathlib import Path
+
+    def found(text):
+        return [(c.name, f.name) for c in ast.walk(ast.parse(text))
+                if isinstance(c, ast.ClassDef)
+                and c.name.endswith(("Options", "Request", "Config", "Settings"))
+                for f in c.body if isinstance(f, ast.FunctionDef)
+                and f.name in ("validate", "check")]
+
+    root = Path(clusterclip.stages.__file__).parents[1]
+    assert [hit for f in sorted(root.rglob("*.py"))
+            for hit in found(f.read_text(encoding="utf-8"))] == []
+    assert found("class AOptions:\n    def validate(self):\n        pass\n") == [
+        ("AOptions", "validate")]
+
+
+@pytest.mark.parametrize("make,param", [
+    (lambda: _experiment(seeds=0), "seeds"),
+    (lambda: _experiment(strategies=()), "strategies"),
+    (lambda: _experiment(strategies=("random", "random")), "strategies"),
+    (lambda: _experiment(epochs=float("nan")), "epochs"),
+    (lambda: _experiment(tokens=1), "tokens"),
+    (lambda: _experiment(max_docs=3), "max_docs"),
+    (lambda: _experiment(max_doc_tokens=10**6), "max_doc_tokens"),
+    (lambda: _experiment(balance_by="bytes"), "balance_by"),
+    (lambda: _experiment(primary="paced:macro", strategies=("paced",)), "primary"),
+    (lambda: _search(runs=0), "runs"),
+    (lambda: _search(runs=2, rounds=3), "rounds"),
+    (lambda: _search(test_seeds="sometimes"), "test_seeds"),
+    (lambda: _search(seed=-1), "seed"),
+    (lambda: _search(verify_model="tiny"), "verify_model"),
+    (lambda: _search(model="huge"), "model"),
+    (lambda: _kmeans(n_init=0), "n_init"),
+    (lambda: _kmeans(metric="manhattan"), "metric"),
+    (lambda: _kmeans(tol=float("inf")), "tol"),
+    (lambda: _stage("cluster").KMeansOptions(chunk_rows=0), "chunk_rows"),
+])
+def test_the_configurations_and_kmeans_settings_refuse_when_made(make, param):
+    """What ``.validate()`` checked, now when the configuration is made (and again when
+    :func:`dataclasses.replace` makes a changed one); the k-means settings as ``fit``
+    checks them."""
+    test_bad_options_are_refused_when_made_naming_the_parameter(make, param)
+
+
+def _experiment(**kw):
+    from clusterclip.lm.runconfig import ExperimentConfig
+
+    return ExperimentConfig(**kw)
+
+
+def _kmeans(**kw):
+    from clusterclip.clustering.kmeans import KMeansSettings
+
+    return KMeansSettings(**kw)
+
+
+def _search(**kw):
+    from clusterclip.search.runner import SearchConfig
+
+    return SearchConfig(**kw)
+
+
+def test_a_changed_configuration_is_checked_again():
+    from clusterclip.lm.runconfig import ExperimentConfig
+    from clusterclip.search.runner import SearchConfig
+
+    good = ExperimentConfig.quick()
+    with pytest.raises(InputError) as e:
+        dataclasses.replace(good, clip=0)
+    assert e.value.params == ("clip",)
+    with pytest.raises(InputError) as e:
+        dataclasses.replace(SearchConfig(), rounds=10**3)
+    assert e.value.params == ("rounds", "runs")
+    with pytest.raises(TypeError):
+        ExperimentConfig(("random",))  # type: ignore[misc]

@@ -67,12 +67,17 @@ class KMeansSettings:
     (:class:`clusterclip.stages.cluster.KMeansOptions`) extend them, and the command line
     builds its options (``--iters`` sets ``max_iter``, ``--kmeans-device`` ``device``) and
     reads them back from these fields. ``device`` and ``chunk_rows`` do not change the
-    result.
+    result. Checked when made, as :meth:`KMeans.fit` checks them (InputError naming the
+    parameter).
 
     Examples
     --------
     >>> KMeansSettings(n_init=3).kmeans()["n_init"]
     3
+    >>> KMeansSettings(n_init=0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: k-means: n_init=0 must be an integer >= 1
     """
 
     max_iter: int = DEFAULT_MAX_ITER
@@ -83,6 +88,9 @@ class KMeansSettings:
     seed: int = 0
     device: str = "cpu"
     chunk_rows: int = DEFAULT_CHUNK_ROWS
+
+    def __post_init__(self) -> None:
+        KMeans(1, **self.kmeans())._check_params()  # K is the stage's, checked there
 
     def kmeans(self) -> dict[str, Any]:
         """The keywords of :class:`KMeans`: every setting, by name."""
