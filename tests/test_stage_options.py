@@ -140,8 +140,12 @@ def _propose(**kw):
     (lambda: _fit(fmt="jsonl"), "propose"),
     (lambda: _fit(seed=-1), "seed"),
     (lambda: _propose(runs=0), "runs"),
-    (lambda: _propose(verify="FIT", seeds=1), "seeds"),
-    (lambda: _propose(verify="FIT", blend=True, tokenizer="T"), "blend"),
+    (lambda: _propose(runs=None, verify="FIT", seeds=1), "seeds"),
+    (lambda: _propose(runs=None, verify="FIT", blend=True, tokenizer="T"), "blend"),
+    (lambda: _propose(runs=None), "runs"),
+    (lambda: _propose(verify="FIT"), "runs"),
+    (lambda: _propose(num_tokens=0), "num_tokens"),
+    (lambda: _fit(propose=10**6), "propose"),
     (lambda: _propose(num_samples=0), "num_samples"),
     (lambda: _propose(fmt="jsonl"), "fmt"),
     (lambda: _propose(split_target=True), "targets"),
@@ -400,7 +404,56 @@ def test_a_changed_configuration_is_checked_again():
         dataclasses.replace(good, clip=0)
     assert e.value.params == ("clip",)
     with pytest.raises(InputError) as e:
-        dataclasses.replace(SearchConfig(), rounds=10**3)
+        dataclasses.replace(SearchConfig(), rounds=SearchConfig().runs + 1)
     assert e.value.params == ("rounds", "runs")
     with pytest.raises(TypeError):
         ExperimentConfig(("random",))  # type: ignore[misc]
+
+
+#: Commands whose number options still check their range in the argparse type (each to
+#: move into its options with clusterclip.limits.ranged, as experiment and search did).
+RANGED_IN_ARGPARSE = {"assign", "cluster", "dedup", "demo", "embed", "export", "group",
+                      "report", "run", "sample"}
+
+
+def _parsers(parser, prefix=""):
+    """(command, parser) of every command and subcommand (``search fit``)."""
+    import argparse
+
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield f"{prefix} {name}".strip(), sub
+                yield from _parsers(sub, f"{prefix} {name}".strip())
+
+
+def _outside(kind):
+    """Texts of numbers just outside the range ``kind`` shows in --help."""
+    lo, hi = kind.bounds
+    if kind.__name__ == "real":
+        return [repr(float(lo)) if kind.range_text.startswith("(") else repr(lo - 1.0),
+                repr(hi + 1.0)]
+    return [str(lo - 1), str(hi + 1)]
+
+
+def test_the_command_line_only_parses_the_numbers_the_options_check():
+    """A number's range is declared once, on the options field that holds it: the
+    argparse type of its option parses any number (its range is the field's, shown in
+    --help), and making the options refuses one outside it. The commands not moved yet are
+    listed, and the list is exact."""
+    import argparse
+
+    from clusterclip.cli import build_parser
+
+    still = set()
+    for command, parser in _parsers(build_parser()):
+        for a in parser._actions:
+            if not hasattr(a.type, "bounds"):
+                continue
+            for text in _outside(a.type):
+                try:
+                    a.type(text)
+                except argparse.ArgumentTypeError:
+                    still.add(command.split()[0])
+    assert still == RANGED_IN_ARGPARSE
+    assert "experiment" not in still and "search" not in still

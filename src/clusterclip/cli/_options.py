@@ -13,8 +13,10 @@ from clusterclip.limits import (
     MAX_ROWS,
     MAX_SAMPLES,
     MAX_SEED,
+    MAX_THREADS,
     MAX_TOKENS,
     MAX_WORLD,
+    field_range,
     int_problem,
     real_problem,
     real_range,
@@ -117,6 +119,36 @@ def integer_or(word: str, lo: int, hi: int) -> Callable[[str], int | str]:
     return parse
 
 
+def parsed(cls: Any, name: str, words: tuple[str, ...] = ()) -> Callable[[str], Any]:
+    """An argparse ``type`` that only parses the number of field ``name`` of options class
+    ``cls`` (or one of its ``words`` and the option's ``words``: ``auto``), declared there
+    with :func:`clusterclip.limits.ranged`: its range is checked when the options are made
+    (one place; the command line shows the error in its option, before any work) and
+    shown in ``--help`` (``.bounds``, ``.range_text``)."""
+    lo, hi, real, lo_open, declared = field_range(cls, name)
+    words = (*declared, *words)
+
+    def parse(text: str) -> Any:
+        if text.strip() in words:
+            return text.strip()
+        try:
+            return float(text) + 0.0 if real else int(text)  # -0.0 -> 0.0
+        except ValueError:
+            if not real and re.fullmatch(r"\s*[+-]?\d+\s*", text):  # more digits than int()
+                raise argparse.ArgumentTypeError(  # reads: no option takes one
+                    f"{shown(text.strip())} is out of range (an integer in {lo} .. {hi})"
+                ) from None
+            kind = "a number" if real else "an integer"
+            raise argparse.ArgumentTypeError(
+                f"expected {' or '.join([*words, kind])}, got {text!r:.40}") from None
+
+    parse.bounds = (lo, hi)  # type: ignore[attr-defined]
+    parse.range_text = (real_range(lo, hi, lo_open) if real  # type: ignore[attr-defined]
+                        else f"{lo} .. {hi}")
+    parse.__name__ = "real" if real else "integer"
+    return parse
+
+
 # One type per kind of number; every command takes its numbers through these.
 SEED = integer(0, MAX_SEED)
 CLIP = integer(1, MAX_CLIP)
@@ -138,12 +170,8 @@ FACTOR = real(0.0, 100.0)  # --tail-floor
 TOKEN_LENGTH = integer(1, 2**20)  # --max-length, --batch-size
 ITERATIONS = integer(1, 1_000_000)
 RESTARTS = integer(1, 10_000)  # --n-init
-COUNT = integer(1, 100_000)  # --runs, --windows
-COUNT_OR_ZERO = integer(0, 100_000)  # search fit --propose (0: none)
-SEED_COUNT = integer(1, 1_000)  # --seeds, --test-seeds
-SEED_COUNT_OR_AUTO = integer_or("auto", 1, 1_000)  # --seeds, --test-seeds: or auto
-ROUNDS = integer(1, 64)
-THREADS = integer(1, 4_096)
+COUNT = integer(1, 100_000)  # --windows
+THREADS = integer(1, MAX_THREADS)
 
 
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
@@ -315,10 +343,11 @@ def add_sampling_options(g: Any, *, mixture_into: Any = None, mixture_help: str)
              default=None, metavar="FILE", help=mixture_help)
 
 
-def add_workers_option(p: argparse.ArgumentParser, what: str, quick: str = "") -> None:
-    """``--workers`` of ``experiment`` and ``search`` (``quick``: what ``--quick`` takes,
-    for the help; the option is then None unless given)."""
-    p.add_argument("--workers", type=THREADS, default=None if quick else 1, metavar="N",
+def add_workers_option(p: argparse.ArgumentParser, what: str, kind: Callable[[str], int],
+                       quick: str = "") -> None:
+    """``--workers`` of ``experiment`` and ``search``, parsed by ``kind`` (``quick``: what
+    ``--quick`` takes, for the help; the option is then None unless given)."""
+    p.add_argument("--workers", type=kind, default=None if quick else 1, metavar="N",
                    help=f"worker processes training {what} side by side, each at --threads "
                         f"(default 1: in this process{quick}; under torchrun, per rank); the "
                         "results are the same for every N. On the shared 2-core machine 2 "

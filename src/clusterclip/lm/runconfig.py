@@ -14,7 +14,6 @@ into the documents such a model reads. Both commands import it from here, below 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_CLIP, MAX_ROWS, MAX_SEED, MAX_TOKENS, check_ranges, ranged
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import (
     HOLDOUT_FRACTION,
@@ -32,7 +32,7 @@ from clusterclip.lm.data import (
 )
 from clusterclip.sampling.budget import BALANCE_BY
 from clusterclip.sampling.mixture import Mixture
-from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES, check_clip
+from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES
 from clusterclip.verdict import SeedRule
 
 #: The strategy name of a mixture file's schedule (its weights, timing and clip;
@@ -63,6 +63,12 @@ QUICK_EPOCHS = 1.5
 #: 12 x 1.0 M training tokens at the measured 14.8k tokens/s plus evaluation: about 15
 #: minutes on an idle 2-core machine (docs/benchmarks.md, "Experiment").
 DEFAULT_MAX_DOCS = 2500
+#: The most seeds per strategy (``--seeds``; ``--seeds auto`` stops by its rule's cap).
+MAX_SEEDS = 1_000
+#: The cluster weights' exponent alpha lies in [-MAX_ALPHA, MAX_ALPHA].
+MAX_ALPHA = 1000.0
+#: The most epochs-equivalent of a budget.
+MAX_EPOCHS = 1000.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,17 +100,19 @@ class ExperimentConfig:
     """
 
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
-    seeds: int = 3
-    clip: int = DEFAULT_CLIP
-    alpha: float = 0.0
+    seeds: int = ranged(1, MAX_SEEDS, default=3)
+    clip: int = ranged(1, MAX_CLIP, default=DEFAULT_CLIP)
+    alpha: float = ranged(-MAX_ALPHA, MAX_ALPHA, real=True, default=0.0)
     balance_by: str = "docs"
-    epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
-    tokens: int | None = None         # ... unless an explicit token budget is given
+    # the budget in passes over the training tokens, unless an explicit token budget
+    epochs: float = ranged(0.0, MAX_EPOCHS, real=True, lo_open=True, default=DEFAULT_EPOCHS)
+    tokens: int | None = ranged(1, MAX_TOKENS, default=None)
     max_doc_tokens: int = 128         # documents are truncated to this (EOS included)
     valid_fraction: float = HOLDOUT_FRACTION
     min_cluster_docs: int = MIN_CLUSTER_DOCS
-    split_seed: int = 0
-    max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
+    split_seed: int = ranged(0, MAX_SEED, default=0)
+    # a cluster-stratified subsample above this many documents; None: all
+    max_docs: int | None = ranged(0, MAX_ROWS, default=DEFAULT_MAX_DOCS)
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
     train: TrainConfig = field(default_factory=TrainConfig)
     mixture: Mixture | None = None    # the schedule of strategy "mixture"
@@ -168,14 +176,9 @@ class ExperimentConfig:
         return max(1, want // self.batch_tokens) * self.batch_tokens
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         self._check_strategies()
-        check_clip(self.clip)
-        if self.seeds < 1:
-            raise InputError(f"seeds: must be >= 1, got {self.seeds}", params=("seeds",))
         self._check_primary()
-        if not math.isfinite(self.alpha):
-            raise InputError(f"alpha: must be a finite number, got {self.alpha}",
-                             params=("alpha",))
         if self.balance_by not in BALANCE_BY:
             raise InputError(f"balance_by: must be docs or tokens, got {self.balance_by!r}",
                              params=("balance_by",))
@@ -193,9 +196,6 @@ class ExperimentConfig:
             raise InputError("strategies: a strategy is named twice", params=("strategies",))
 
     def _check_budget(self) -> None:
-        if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise InputError(f"epochs: must be a positive number, got {self.epochs}",
-                             params=("epochs",))
         if self.tokens is not None and self.tokens < self.batch_tokens:
             raise InputError(f"tokens: budget {self.tokens} is less than one batch "
                              f"({self.batch_tokens})", params=("tokens",))

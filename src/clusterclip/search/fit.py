@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.limits import check_ranges, ranged
 from clusterclip.search.core import Proxy, choose, fit_runs, next_round, row_id
 from clusterclip.search.predictor import (
     LENGTH_SCALE_BOUNDS,
     MIN_FIT,
     Predictor,
 )
+from clusterclip.search.propose import MAX_RUNS, Draw
 from clusterclip.search.space import (
     DEFAULT_CLIP,
     DEFAULT_TIMING,
@@ -74,7 +76,7 @@ class FitRequest:
     maximize: bool = False
     workdir: str | None = None
     predict: str | None = None
-    propose: int = 0
+    propose: int = ranged(0, MAX_RUNS, default=0)
     choose: bool = False
     seed: int = 0
     num_tokens: int | None = None
@@ -90,10 +92,7 @@ class FitRequest:
         if not self.objective:
             raise InputError("objective: give at least one metric column",
                              params=("objective",))
-        if self.propose < 0:
-            raise InputError(f"propose: must be >= 0, got {self.propose}", params=("propose",))
-        from clusterclip.search.propose import Draw
-
+        check_ranges(self)
         Draw(num_tokens=self.num_tokens, num_samples=self.num_samples, seed=self.seed)
         if self.fmt is not None and not self.propose:
             raise InputError(f"fmt {self.fmt}: exports the proposals; give propose N",
@@ -313,7 +312,6 @@ def _write_round(tmp: Path, req: FitRequest, ws: Any, new: list[Candidate], sett
 def _draw(req: FitRequest, record: dict[str, Any] | None) -> Any:
     """How the next round's schedules are drawn: the budget given, else the earlier
     rounds' (``round.json``); ``--seed``; ``--format``."""
-    from clusterclip.search.propose import Draw
 
     budget = {"num_tokens": req.num_tokens, "num_samples": req.num_samples}
     if req.num_tokens is None and req.num_samples is None and record is not None:

@@ -23,8 +23,9 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, MAX_SEED, check_ranges, ranged
 from clusterclip.lm.data import MIN_CLUSTER_DOCS
-from clusterclip.lm.runconfig import DEFAULT_MAX_DOCS, ExperimentConfig
+from clusterclip.lm.runconfig import DEFAULT_MAX_DOCS, MAX_SEEDS, ExperimentConfig
 from clusterclip.lm.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
 from clusterclip.search.proxies import EvalSet, ProxyData, ProxyTrainer, spec_of
@@ -38,6 +39,11 @@ from clusterclip.search.space import (
 from clusterclip.search.splits import corpus_splits, target_splits
 from clusterclip.search.target import Target
 
+#: ``test_seeds`` that adds seeds by the stop rule.
+AUTO = "auto"
+#: The most proxy runs of a search, and rounds.
+MAX_RUNS = 100_000
+MAX_ROUNDS = 64
 #: (runs, rounds, test seeds, model, the verification's model) of ``--quick`` and of the
 #: default: the default verifies one size up, ``--quick`` only when asked. ``--quick``
 #: trains ``small`` proxies (446k parameters; ``tiny``'s 44k ranked mixtures worse, issue
@@ -51,8 +57,6 @@ QUICK_WORKERS = 2
 #: The default's test seeds are ``auto``: :data:`~clusterclip.search.output.SEED_RULE`.
 DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": "auto", "model": "small",
            "verify_model": "base"}
-#: ``test_seeds`` that adds seeds by the stop rule.
-AUTO = "auto"
 #: ``--verify-model none``: no verification.
 NO_VERIFY = "none"
 
@@ -93,13 +97,13 @@ class SearchConfig:
 
     targets: tuple[str, ...] = ()
     text_field: str = "text"
-    runs: int = DEFAULT["runs"]
-    rounds: int = DEFAULT["rounds"]
-    test_seeds: int | str = DEFAULT["test_seeds"]
+    runs: int = ranged(1, MAX_RUNS, default=DEFAULT["runs"])
+    rounds: int = ranged(1, MAX_ROUNDS, default=DEFAULT["rounds"])
+    test_seeds: int | str = ranged(1, MAX_SEEDS, words=(AUTO,), default=DEFAULT["test_seeds"])
     model: str = DEFAULT["model"]
     quick: bool = False
-    seed: int = 0
-    max_docs: int | None = DEFAULT_MAX_DOCS
+    seed: int = ranged(0, MAX_SEED, default=0)
+    max_docs: int | None = ranged(0, MAX_ROWS, default=DEFAULT_MAX_DOCS)
     tokenizer: str | None = None
     verify_model: str | None = DEFAULT["verify_model"]
 
@@ -117,17 +121,10 @@ class SearchConfig:
         return cls(**given)
 
     def __post_init__(self) -> None:
-        for name in ("runs", "rounds", "test_seeds"):
-            v = getattr(self, name)
-            if name == "test_seeds" and v == AUTO:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{name}: must be an integer >= 1, got {v}", params=(name,))
+        check_ranges(self)
         if self.rounds > self.runs:
             raise InputError(f"rounds {self.rounds}: more than runs {self.runs}",
                              params=("rounds", "runs"))
-        if self.seed < 0:
-            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
         self.experiment()  # the proxies' configuration, checked when made
         if self.verify_model is not None:
             from clusterclip.lm.config import MODEL_PRESETS

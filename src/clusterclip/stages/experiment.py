@@ -25,6 +25,7 @@ from clusterclip.experiment.runner import (
     ExperimentConfig,
     compare_strategies,
 )
+from clusterclip.limits import MAX_THREADS, check_ranges, ranged
 from clusterclip.sampling.spec import DEFAULT_STRATEGIES
 from clusterclip.workdir import CORPUS, EXPERIMENT, LABELS, MIXTURE_FILE, Workdir
 
@@ -41,19 +42,18 @@ class ExperimentStageOptions:
 
     config: ExperimentConfig = field(default_factory=ExperimentConfig)
     device: str = "cpu"
-    threads: int | None = None
-    workers: int = 1
+    threads: int | None = ranged(1, MAX_THREADS, default=None)
+    workers: int = ranged(1, MAX_THREADS, default=1)
     mixture: str | os.PathLike[str] | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
         from clusterclip.lm.data import proxy_tokenizer
         from clusterclip.lm.runs import check_device
-        from clusterclip.pool import check_workers
 
+        check_ranges(self)  # threads and workers
         if self.config.tokenizer is not None:  # before reading anything: fail fast
             proxy_tokenizer(self.config.tokenizer)
-        check_workers(self.threads, self.workers)
         check_device(self.device)
 
 

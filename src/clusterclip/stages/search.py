@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip import distributed as D
+from clusterclip.limits import MAX_THREADS, check_ranges, ranged
 from clusterclip.search import runner
 from clusterclip.search.propose import ClusterSpace, cluster_space
 from clusterclip.search.runner import SearchConfig, SearchInputs
@@ -39,21 +40,20 @@ class SearchStageOptions:
 
     config: SearchConfig
     device: str = "cpu"
-    threads: int | None = None
-    workers: int = 1
+    threads: int | None = ranged(1, MAX_THREADS, default=None)
+    workers: int = ranged(1, MAX_THREADS, default=1)
     progress: bool = True
 
     def __post_init__(self) -> None:
         from clusterclip.lm.data import proxy_tokenizer
         from clusterclip.lm.runs import default_threads
-        from clusterclip.pool import check_workers
 
+        check_ranges(self)  # threads and workers
         if self.config.tokenizer is not None:  # read once, before any work
             proxy_tokenizer(self.config.tokenizer)
         if self.threads is None:
             object.__setattr__(self, "threads",
                                default_threads(self.config.experiment().model))
-        check_workers(self.threads, self.workers)
 
 
 def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Target,
