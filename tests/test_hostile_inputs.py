@@ -941,7 +941,8 @@ def test_search_with_a_huge_runs_is_refused_before_the_manifest_changes(tmp_path
     before = (w / "manifest.json").read_bytes()
     proc = cli("search", "--workdir", str(w), "--runs", "99999999999999999999999", "--quick")
     line = one_error_line(proc)
-    assert "argument --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
+    # the search's options refuse it (their range), shown in the option, before any work
+    assert "error: --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
     assert (w / "manifest.json").read_bytes() == before and not (w / "search").exists()
 
 
