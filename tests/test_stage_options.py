@@ -412,7 +412,7 @@ def test_a_changed_configuration_is_checked_again():
 
 #: Commands whose number options still check their range in the argparse type (each to
 #: move into its options with clusterclip.limits.ranged, as experiment and search did).
-RANGED_IN_ARGPARSE = {"assign", "cluster", "demo", "embed", "report", "run", "sample"}
+RANGED_IN_ARGPARSE = {"assign", "cluster", "demo", "report", "run", "sample"}
 
 
 def _parsers(parser, prefix=""):
@@ -455,4 +455,4 @@ def test_the_command_line_only_parses_the_numbers_the_options_check():
                 except argparse.ArgumentTypeError:
                     still.add(command.split()[0])
     assert still == RANGED_IN_ARGPARSE
-    assert not {"dedup", "experiment", "export", "group", "search"} & still
+    assert not {"dedup", "embed", "experiment", "export", "group", "search"} & still

@@ -99,26 +99,6 @@ def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list
     return parse
 
 
-def integer_or(word: str, lo: int, hi: int) -> Callable[[str], int | str]:
-    """:func:`integer`, or ``word`` itself (``--tune auto``)."""
-    number = integer(lo, hi)
-
-    def parse(text: str) -> int | str:
-        if text.strip() == word:
-            return word
-        try:
-            return number(text)
-        except argparse.ArgumentTypeError as e:
-            if not str(e).startswith("expected"):
-                raise
-            raise argparse.ArgumentTypeError(
-                f"expected {word} or an integer in {lo} .. {hi}, got {text!r:.40}") from None
-
-    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
-    parse.__name__ = "integer"
-    return parse
-
-
 def parsed(cls: Any, name: str, words: tuple[str, ...] = ()) -> Callable[[str], Any]:
     """An argparse ``type`` that only parses the number of field ``name`` of options class
     ``cls`` (or one of its ``words`` and the option's ``words``: ``auto``), declared there
@@ -160,14 +140,12 @@ RANK = integer(0, MAX_WORLD - 1)
 WORLD_SIZE = integer(1, MAX_WORLD)
 ROWS = integer(1, MAX_ROWS)  # documents or rows per sample, shard, chunk or file; clusters K
 ROWS_OR_ZERO = integer(0, MAX_ROWS)  # the same, 0 meaning none or all (as each option says)
-TUNE = integer_or("auto", 0, MAX_ROWS)  # --tune: documents, 0 (none) or auto
 CLUSTER_LIST = integer_list(1, MAX_ROWS)
 CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
 SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
 EPOCHS = real(0.0, 1000.0, lo_open=True)
 FRACTION = real(0.0, 1.0)  # --tol
 FACTOR = real(0.0, 100.0)  # --tail-floor
-TOKEN_LENGTH = integer(1, 2**20)  # --max-length, --batch-size
 ITERATIONS = integer(1, 1_000_000)
 RESTARTS = integer(1, 10_000)  # --n-init
 COUNT = integer(1, 100_000)  # --windows
@@ -188,6 +166,8 @@ def add_corpus_options(p: argparse.ArgumentParser) -> None:
 def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend") -> None:
     """Options of the embedding stage (``embed``, ``run``; ``run`` names the backend
     ``--embed-backend``, its ``--backend`` being k-means')."""
+    from clusterclip.stages.embed import EmbedOptions as E
+
     g = p.add_argument_group("embedding")
     g.add_argument("--embedder", choices=("minilm", "hf", "fast", "model2vec"),
                    default="minilm",
@@ -206,23 +186,24 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
                    help="auto (default): int8 with onnx on the CPU where it agrees with "
                         "torch (cosine >= 0.99 mean, >= 0.97 at the 1st percentile), fp16 "
                         "with torch on GPUs, else fp32")
-    g.add_argument("--tune", type=TUNE, default="auto", metavar="N|auto",
+    g.add_argument("--tune", type=parsed(E, "tune"), default="auto", metavar="N|auto",
                    help="--embedder fast: tune its table toward MiniLM's vectors of a seeded "
                         "sample of N documents (cached; 0: untuned); default auto: 2000 "
                         "documents when the corpus has at least 20000 with text, else 0")
-    g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
+    g.add_argument("--tune-seed", type=parsed(E, "tune_seed"), default=0,
+                   help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
     from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH
 
-    g.add_argument("--max-length", type=TOKEN_LENGTH, default=None,
+    g.add_argument("--max-length", type=parsed(E, "max_length"), default=None,
                    help=f"truncate to this many tokens (default: {MINILM_MAX_LENGTH}, MiniLM's "
                         "own limit; model2vec: the library's own default length)")
-    g.add_argument("--batch-size", type=TOKEN_LENGTH, default=DEFAULT_BATCH_SIZE)
+    g.add_argument("--batch-size", type=parsed(E, "batch_size"), default=DEFAULT_BATCH_SIZE)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="storage dtype of embeddings.npy (default: float32)")
-    g.add_argument("--embed-workers", type=THREADS, default=None, metavar="N",
+    g.add_argument("--embed-workers", type=parsed(E, "workers"), default=None, metavar="N",
                    help="--embedder fast: worker processes embedding shards side by side "
                         "(the same bytes for any N; default: the CPUs this process may use)")
 
