@@ -293,7 +293,7 @@ def test_sample_seed_out_of_range(tmp_path, seed, expect):
 @pytest.mark.parametrize("extra,expect", [
     (["--clusters", "25"], "--clusters 25: more than the 24 documents with text"),
     (["--clusters", "3", "--num-samples", "10", "--seed", str(2**64)],
-     f"argument --seed: {2**64} is out of range (an integer in 0 .. {2**63 - 1})"),
+     f"error: --seed: {2**64} is out of range (an integer in 0 .. {2**63 - 1})"),
     (["--clusters", "3", "--backend", "faiss", "--seed", str(2**31)],
      "seed=2147483648 must be < 2**31 with backend faiss"),
     (["--clusters", "3", "--num-samples", "1000", "--clip", "4"],

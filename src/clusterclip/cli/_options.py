@@ -144,10 +144,7 @@ CLUSTER_LIST = integer_list(1, MAX_ROWS)
 CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
 SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
 EPOCHS = real(0.0, 1000.0, lo_open=True)
-FRACTION = real(0.0, 1.0)  # --tol
 FACTOR = real(0.0, 100.0)  # --tail-floor
-ITERATIONS = integer(1, 1_000_000)
-RESTARTS = integer(1, 10_000)  # --n-init
 COUNT = integer(1, 100_000)  # --windows
 THREADS = integer(1, MAX_THREADS)
 
@@ -219,23 +216,26 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
     (:class:`clusterclip.clustering.kmeans.KMeansSettings`, its defaults), read back by
     :func:`kmeans_options`."""
     from clusterclip.clustering import kmeans as K
+    from clusterclip.stages.cluster import ClusterOptions
 
     d = K.KMeansSettings()
     g = p.add_argument_group("k-means")
-    g.add_argument("--iters", dest="max_iter", type=ITERATIONS, default=d.max_iter,
-                   help=f"maximum iterations (default: {d.max_iter})")
-    g.add_argument("--n-init", type=RESTARTS, default=d.n_init,
+    g.add_argument("--iters", dest="max_iter", type=parsed(K.KMeansSettings, "max_iter"),
+                   default=d.max_iter, help=f"maximum iterations (default: {d.max_iter})")
+    g.add_argument("--n-init", type=parsed(K.KMeansSettings, "n_init"), default=d.n_init,
                    help=f"restarts; the best objective wins (default: {d.n_init})")
-    g.add_argument("--tol", type=FRACTION, default=d.tol,
+    g.add_argument("--tol", type=parsed(K.KMeansSettings, "tol"), default=d.tol,
                    help="stop when the relative objective change falls below this "
                         f"(default: {d.tol:g})")
     g.add_argument("--metric", choices=K.METRICS, default=d.metric)
     g.add_argument("--backend", choices=K.BACKENDS, default=d.backend)
-    g.add_argument("--seed", type=SEED, default=d.seed)
+    g.add_argument("--seed", type=parsed(K.KMeansSettings, "seed"), default=d.seed)
     g.add_argument("--kmeans-device", default=d.device,
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
-    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)")
-    g.add_argument("--fit-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
+    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)",
+                          parsed(K.KMeansSettings, "chunk_rows"))
+    g.add_argument("--fit-sample", type=parsed(ClusterOptions, "fit_sample"), default=None,
+                   metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
                         "label every row in one streamed pass (the objective printed is "
                         "every row's); 0: fit on every row. Default: every row up to "
@@ -254,11 +254,12 @@ def kmeans_options(args: argparse.Namespace) -> dict[str, Any]:
             for f in fields(KMeansSettings)}
 
 
-def add_chunk_rows_option(g: Any, help: str) -> None:
-    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``)."""
+def add_chunk_rows_option(g: Any, help: str, kind: Callable[[str], int] | None = None) -> None:
+    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``),
+    parsed by ``kind`` (default: :data:`ROWS`, checked as it is parsed)."""
     from clusterclip.clustering.kmeans import DEFAULT_CHUNK_ROWS
 
-    g.add_argument("--chunk-rows", type=ROWS, default=DEFAULT_CHUNK_ROWS,
+    g.add_argument("--chunk-rows", type=kind or ROWS, default=DEFAULT_CHUNK_ROWS,
                    help=f"{help} (default: {DEFAULT_CHUNK_ROWS})")
 
 

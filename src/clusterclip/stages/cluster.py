@@ -23,6 +23,7 @@ from clusterclip.clustering import files as F
 from clusterclip.clustering.kmeans import KMeansSettings
 from clusterclip.errors import InputError
 from clusterclip.io import check_output_dir, mark_output, record_written, write_json
+from clusterclip.limits import MAX_ROWS, check_ranges, ranged
 from clusterclip.workdir import (
     CENTROIDS,
     EMBEDDINGS,
@@ -55,9 +56,10 @@ class ClusterOptions(KMeansOptions):
     Checked when made (InputError naming the parameter)."""
 
     n_clusters: int
-    fit_sample: int | None = None
+    fit_sample: int | None = ranged(0, MAX_ROWS, default=None)
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         F.check_kmeans(self.n_clusters, fit_sample=self.fit_sample, **self.kmeans())
 
 
@@ -74,6 +76,7 @@ class SweepOptions(KMeansOptions):
     def __post_init__(self) -> None:
         from clusterclip.clustering import sweep as S
 
+        check_ranges(self)
         if self.metric != "cosine":
             raise InputError(f"the sweep measures cosine clusters; got metric {self.metric}",
                              params=("metric",))
