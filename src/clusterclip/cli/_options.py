@@ -99,16 +99,41 @@ def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list
     return parse
 
 
-def parsed(cls: Any, name: str, words: tuple[str, ...] = ()) -> Callable[[str], Any]:
-    """An argparse ``type`` that only parses the number of field ``name`` of options class
-    ``cls`` (or one of its ``words`` and the option's ``words``: ``auto``), declared there
-    with :func:`clusterclip.limits.ranged`: its range is checked when the options are made
-    (one place; the command line shows the error in its option, before any work) and
-    shown in ``--help`` (``.bounds``, ``.range_text``)."""
-    lo, hi, real, lo_open, declared = field_range(cls, name)
-    words = (*declared, *words)
+class parsed:  # noqa: N801 - an argparse type, named like the others (integer, real)
+    """An argparse ``type`` that only parses the number of field ``name`` of the options
+    class at ``where`` (``"module:Class"``), or one of the field's and the option's
+    ``words`` (``auto``): the range is declared once, on the field
+    (:func:`clusterclip.limits.ranged`), checked when the options are made (the command
+    line shows the error in its option, before any work) and shown in ``--help``. The class
+    is imported when the option is given or the help is shown, so building the parser of a
+    command imports nothing of its stages."""
 
-    def parse(text: str) -> Any:
+    def __init__(self, where: str, name: str, words: tuple[str, ...] = ()) -> None:
+        self.where, self.name, self.words = where, name, words
+
+    def _field(self) -> tuple[float, float, bool, bool, tuple[str, ...]]:
+        import importlib
+
+        module, cls = self.where.split(":")
+        lo, hi, real, lo_open, words = field_range(
+            getattr(importlib.import_module(module), cls), self.name)
+        return lo, hi, real, lo_open, (*words, *self.words)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return self._field()[:2]
+
+    @property
+    def range_text(self) -> str:
+        lo, hi, real, lo_open, _ = self._field()
+        return real_range(lo, hi, lo_open) if real else f"{lo} .. {hi}"
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        return "real" if self._field()[2] else "integer"
+
+    def __call__(self, text: str) -> Any:
+        lo, hi, real, _, words = self._field()
         if text.strip() in words:
             return text.strip()
         try:
@@ -122,12 +147,11 @@ def parsed(cls: Any, name: str, words: tuple[str, ...] = ()) -> Callable[[str], 
             raise argparse.ArgumentTypeError(
                 f"expected {' or '.join([*words, kind])}, got {text!r:.40}") from None
 
-    parse.bounds = (lo, hi)  # type: ignore[attr-defined]
-    parse.range_text = (real_range(lo, hi, lo_open) if real  # type: ignore[attr-defined]
-                        else f"{lo} .. {hi}")
-    parse.__name__ = "real" if real else "integer"
-    return parse
 
+#: The options classes whose fields declare the ranges of shared option groups.
+EMBED = "clusterclip.stages.embed:EmbedOptions"
+KMEANS = "clusterclip.clustering.kmeans:KMeansSettings"
+CLUSTER = "clusterclip.stages.cluster:ClusterOptions"
 
 # One type per kind of number; every command takes its numbers through these.
 SEED = integer(0, MAX_SEED)
@@ -163,8 +187,7 @@ def add_corpus_options(p: argparse.ArgumentParser) -> None:
 def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend") -> None:
     """Options of the embedding stage (``embed``, ``run``; ``run`` names the backend
     ``--embed-backend``, its ``--backend`` being k-means')."""
-    from clusterclip.stages.embed import EmbedOptions as E
-
+    E = EMBED
     g = p.add_argument_group("embedding")
     g.add_argument("--embedder", choices=("minilm", "hf", "fast", "model2vec"),
                    default="minilm",
@@ -216,25 +239,24 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
     (:class:`clusterclip.clustering.kmeans.KMeansSettings`, its defaults), read back by
     :func:`kmeans_options`."""
     from clusterclip.clustering import kmeans as K
-    from clusterclip.stages.cluster import ClusterOptions
 
     d = K.KMeansSettings()
     g = p.add_argument_group("k-means")
-    g.add_argument("--iters", dest="max_iter", type=parsed(K.KMeansSettings, "max_iter"),
+    g.add_argument("--iters", dest="max_iter", type=parsed(KMEANS, "max_iter"),
                    default=d.max_iter, help=f"maximum iterations (default: {d.max_iter})")
-    g.add_argument("--n-init", type=parsed(K.KMeansSettings, "n_init"), default=d.n_init,
+    g.add_argument("--n-init", type=parsed(KMEANS, "n_init"), default=d.n_init,
                    help=f"restarts; the best objective wins (default: {d.n_init})")
-    g.add_argument("--tol", type=parsed(K.KMeansSettings, "tol"), default=d.tol,
+    g.add_argument("--tol", type=parsed(KMEANS, "tol"), default=d.tol,
                    help="stop when the relative objective change falls below this "
                         f"(default: {d.tol:g})")
     g.add_argument("--metric", choices=K.METRICS, default=d.metric)
     g.add_argument("--backend", choices=K.BACKENDS, default=d.backend)
-    g.add_argument("--seed", type=parsed(K.KMeansSettings, "seed"), default=d.seed)
+    g.add_argument("--seed", type=parsed(KMEANS, "seed"), default=d.seed)
     g.add_argument("--kmeans-device", default=d.device,
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
     add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)",
-                          parsed(K.KMeansSettings, "chunk_rows"))
-    g.add_argument("--fit-sample", type=parsed(ClusterOptions, "fit_sample"), default=None,
+                          parsed(KMEANS, "chunk_rows"))
+    g.add_argument("--fit-sample", type=parsed(CLUSTER, "fit_sample"), default=None,
                    metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
                         "label every row in one streamed pass (the objective printed is "

@@ -13,11 +13,10 @@ HELP = ("group near-duplicate documents inside each cluster (cosine >= --thresho
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.dedup import DEFAULT_THRESHOLD
-    from clusterclip.stages.dedup import DedupOptions
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
-    p.add_argument("--threshold", type=parsed(DedupOptions, "threshold"),
+    p.add_argument("--threshold", type=parsed("clusterclip.stages.dedup:DedupOptions", "threshold"),
                    default=DEFAULT_THRESHOLD,
                    help="cosine similarity at or above which two documents of a cluster are "
                         f"near-duplicates, in (0, 1] (default: {DEFAULT_THRESHOLD})")

@@ -24,6 +24,11 @@ def _default_mixture(args: argparse.Namespace) -> str | None:
     return str(Path(args.workdir) / MIXTURE_FILE)
 
 
+#: The options that declare the numbers' ranges (the command line parses them).
+C = "clusterclip.lm.runconfig:ExperimentConfig"
+S = "clusterclip.stages.experiment:ExperimentStageOptions"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
@@ -34,8 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         EXPERIMENT_STRATEGIES,
     )
     from clusterclip.lm.config import DEFAULT_MODEL
-    from clusterclip.lm.runconfig import ExperimentConfig as C
-    from clusterclip.stages.experiment import ExperimentStageOptions as S
 
     p.add_argument("--strategies", type=_strategies, default=None,
                    help=f"comma-separated: {', '.join(EXPERIMENT_STRATEGIES)} "

@@ -41,8 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--schedule", role="input", default=None,
              default_from=lambda a: str(Path(a.workdir) / SCHEDULE),
                    help="int64 .npy of document indices (default: WORKDIR/schedule.npy)")
-    from clusterclip.stages.export import ExportOptions as E
-
+    E = "clusterclip.stages.export:ExportOptions"  # the options that declare the ranges
     p.add_argument("--rank", type=parsed(E, "rank"), default=0,
                    help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "
                         "sampler serves rank RANK of W")

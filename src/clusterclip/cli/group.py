@@ -11,16 +11,14 @@ HELP = "write the corpus grouped by cluster (cluster_{k}/data_{j}.jsonl, verifie
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.stages.group import GroupOptions
-
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
     add_path(p, "--out", role="output_dir", required=True,
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip group`")
     add_overwrite_option(p)
-    p.add_argument("--docs-per-file", type=parsed(GroupOptions, "docs_per_file"),
-                   default=100_000,
+    p.add_argument("--docs-per-file", default=100_000,
+                   type=parsed("clusterclip.stages.group:GroupOptions", "docs_per_file"),
                    help="documents per data_{j}.jsonl file (default: 100000)")
 
 

@@ -15,14 +15,19 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
         "balanced loss) and test the result against random (W/search/)")
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
 PARAM_FLAGS = {"targets": "--target"}
+#: The options that declare the numbers' ranges (the command line parses them).
+_CONFIG = "clusterclip.search.runner:SearchConfig"
+_STAGE = "clusterclip.stages.search:SearchStageOptions"
+_DRAW = "clusterclip.search.propose:Draw"
+_PROPOSE = "clusterclip.search.propose:ProposeRequest"
+_FIT = "clusterclip.search.fit:FitRequest"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options, add_workers_option
     from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
     from clusterclip.lm.config import MODEL_PRESETS
-    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS, SearchConfig
-    from clusterclip.stages.search import SearchStageOptions
+    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS
 
     add_path(p, "--workdir", role="workdir", default=None,
              help="work directory (labels.npy, corpus/, centroids.npy); required without "
@@ -31,14 +36,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="JSONL/Parquet documents of what the model must be good at: the "
                   "objective is their held-out loss (default: macro held-out loss)")
     p.add_argument("--text-field", default="text", help="field of the target's text")
-    p.add_argument("--runs", type=parsed(SearchConfig, "runs"), default=None,
+    p.add_argument("--runs", type=parsed(_CONFIG, "runs"), default=None,
                    help=f"proxy runs in all (default {DEFAULT['runs']}; --quick {QUICK['runs']})")
-    p.add_argument("--rounds", type=parsed(SearchConfig, "rounds"), default=None,
+    p.add_argument("--rounds", type=parsed(_CONFIG, "rounds"), default=None,
                    help=f"rounds, each half the proxies of the one before (default "
                         f"{DEFAULT['rounds']})")
     from clusterclip.search.output import SEED_RULE as r
 
-    p.add_argument("--test-seeds", type=parsed(SearchConfig, "test_seeds"), default=None,
+    p.add_argument("--test-seeds", type=parsed(_CONFIG, "test_seeds"), default=None,
                    help=f"fresh seeds of the test verdict, or auto (default "
                         f"{DEFAULT['test_seeds']}; --quick {QUICK['test_seeds']}): start with "
                         f"{r.start}, add {r.step} at a time until searched vs random on the "
@@ -59,16 +64,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "minutes (so over 10 minutes in one process or beside other work; "
                         "docs/benchmarks.md, \"Search\"); with --model tiny about 3 CPU "
                         "minutes, a smoke test (its proxies ranked mixtures worse)")
-    p.add_argument("--max-docs", type=parsed(SearchConfig, "max_docs"), default=DEFAULT_MAX_DOCS,
+    p.add_argument("--max-docs", type=parsed(_CONFIG, "max_docs"), default=DEFAULT_MAX_DOCS,
                    help="cluster-stratified subsample of at most this many documents "
                         "(0 = all)")
     p.add_argument("--device", default="cpu",
                    help="torch device: cpu or cuda (under torchrun one GPU per rank)")
-    p.add_argument("--threads", type=parsed(SearchStageOptions, "threads"), default=None,
+    p.add_argument("--threads", type=parsed(_STAGE, "threads"), default=None,
                    help="torch CPU threads per process (default: 1 for tiny and small)")
-    add_workers_option(p, "proxies", parsed(SearchStageOptions, "workers"),
+    add_workers_option(p, "proxies", parsed(_STAGE, "workers"),
                        f"; --quick: {QUICK_WORKERS}, at most the CPUs")
-    p.add_argument("--seed", type=parsed(SearchConfig, "seed"), default=0,
+    p.add_argument("--seed", type=parsed(_CONFIG, "seed"), default=0,
                    help="splits, proxies and candidates")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     sub = p.add_subparsers(dest="search_command", metavar="{propose,fit}",
@@ -81,19 +86,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _budget(p: argparse.ArgumentParser, what: str) -> None:
-    from clusterclip.search.propose import Draw
-
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--num-tokens", type=parsed(Draw, "num_tokens"), default=None,
+    length.add_argument("--num-tokens", type=parsed(_DRAW, "num_tokens"), default=None,
                         metavar="T", help=f"token budget of one proxy run ({what})")
-    length.add_argument("--num-samples", type=parsed(Draw, "num_samples"), default=None,
+    length.add_argument("--num-samples", type=parsed(_DRAW, "num_samples"), default=None,
                         metavar="T",
                         help=f"documents of one proxy run ({what})")
 
 
 def _propose_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.export import FORMATS
-    from clusterclip.search.propose import Draw, ProposeRequest
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster (labels.npy, centroids.npy, corpus/)")
@@ -105,14 +107,14 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
                    help="split the --target in halves by --seed: OUT/target_val.jsonl (the "
                         "prior is drawn from it; fit on its loss) and OUT/target_test.jsonl "
                         "(keep it for the verdict); every half's corpus copies are kept out")
-    p.add_argument("--runs", type=parsed(ProposeRequest, "runs"), default=None,
+    p.add_argument("--runs", type=parsed(_PROPOSE, "runs"), default=None,
                    help="candidates (proxy runs) to propose (required without --verify)")
     add_path(p, "--verify", role="input", default=None, metavar="FIT_DIR",
              help="the verification round instead: the chosen mixture of FIT_DIR (the --out "
                   "of `search fit --choose`), natural and, with --target, the prior, each "
                   "drawn with --seeds fresh seeds; ratios.csv gains `arm` and `seed`; then "
                   "`search fit --verdict`")
-    p.add_argument("--seeds", type=parsed(ProposeRequest, "seeds"), default=3,
+    p.add_argument("--seeds", type=parsed(_PROPOSE, "seeds"), default=3,
                    help="with --verify: fresh seeds per arm (default: 3; at least 2)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: ratios.csv, mixtures/<run>.json, with --format runs/<run>/ "
@@ -131,15 +133,12 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
              help="local Hugging Face tokenizer folder: --format megatron's and --blend's "
                   "token ids, and exact token counts for --num-tokens (default: the "
                   "estimate)")
-    p.add_argument("--seed", type=parsed(Draw, "seed"), default=0,
+    p.add_argument("--seed", type=parsed(_DRAW, "seed"), default=0,
                    help="the candidates' draws and the schedules (default: 0)")
     p.add_argument("--device", default="cpu", help="torch device embedding the --target")
 
 
 def _fit_arguments(p: argparse.ArgumentParser) -> None:
-    from clusterclip.search.fit import FitRequest
-    from clusterclip.search.propose import Draw
-
     add_path(p, "--ratios", role="input", required=True, metavar="R.csv", nargs="+",
              help="the runs' mixtures, one table per round in order (propose's ratios.csv, "
                   "then each fit's proposals.csv): first column the run id (RegMix `index`, "
@@ -157,7 +156,7 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
                   "mixture.json is per cluster, for `sample --mixture`")
     add_path(p, "--predict", role="input", default=None, metavar="C.csv",
              help="candidates in R.csv's layout: OUT/predictions.csv ranks them")
-    p.add_argument("--propose", type=parsed(FitRequest, "propose"), default=0, metavar="N",
+    p.add_argument("--propose", type=parsed(_FIT, "propose"), default=0, metavar="N",
                    help="N new mixtures for the next round: OUT/proposals.csv, and with "
                         "--workdir OUT/mixtures/<run>.json and OUT/round.json (default: 0)")
     p.add_argument("--verdict", action="store_true",
@@ -176,7 +175,7 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
              help="local Hugging Face tokenizer folder (--format megatron; exact token "
                   "counts for --num-tokens)")
-    p.add_argument("--seed", type=parsed(Draw, "seed"), default=0,
+    p.add_argument("--seed", type=parsed(_DRAW, "seed"), default=0,
                    help="the proposals' draws (default: 0)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: fit.json, and predictions.csv, proposals.csv, mixture.json "
