@@ -456,3 +456,20 @@ def test_the_command_line_only_parses_the_numbers_the_options_check():
                     still.add(command.split()[0])
     assert still == RANGED_IN_ARGPARSE
     assert not {"dedup", "embed", "experiment", "export", "group", "search"} & still
+
+
+def test_building_the_command_line_imports_no_options_class_it_parses_for():
+    """The command line's parser names the options classes that declare its ranges; it
+    imports them only when an option is given or the help shown."""
+    import subprocess
+    import sys
+
+    from _helpers import child_env
+
+    code = ("import sys; from clusterclip.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in sys.modules if m in {'clusterclip.stages.embed', "
+            "'clusterclip.stages.search', 'clusterclip.stages.experiment', "
+            "'clusterclip.search.fit', 'clusterclip.stages.dedup', 'clusterclip.stages.group'}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=child_env(), timeout=120)
+    assert r.stdout.strip() == "[]", (r.stdout, r.stderr)
