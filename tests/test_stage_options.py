@@ -273,7 +273,6 @@ NOT_OPTIONS = {
     "ModelConfig": "a preset's shape: chosen by name, checked by ExperimentConfig.with_model",
     "TrainConfig": "the presets' optimisation settings, never set by a user",
     "SearchOptions": "the rounds of a SearchConfig, made from it once checked",
-    "DemoConfig": "clusterclip demo's own record; the stages it runs check their options",
 }
 
 
@@ -282,13 +281,15 @@ def _option_classes():
     ``run`` takes, and every class of a stage module named ``*Options``), the requests of
     ``search fit`` and ``search propose``, the k-means settings, and the experiment's and
     the search's configurations."""
+    from clusterclip.cli._demo import DemoConfig
     from clusterclip.clustering.kmeans import KMeansSettings
     from clusterclip.lm.runconfig import ExperimentConfig
     from clusterclip.search.fit import FitRequest
     from clusterclip.search.propose import ProposeRequest
     from clusterclip.search.runner import SearchConfig
 
-    found = {ExperimentConfig, SearchConfig, FitRequest, ProposeRequest, KMeansSettings}
+    found = {ExperimentConfig, SearchConfig, FitRequest, ProposeRequest, KMeansSettings,
+             DemoConfig}
     for name in STAGES:
         module = _stage(name)
         found.add(typing.get_type_hints(module.run)["options"])
@@ -412,7 +413,7 @@ def test_a_changed_configuration_is_checked_again():
 
 #: Commands whose number options still check their range in the argparse type (each to
 #: move into its options with clusterclip.limits.ranged, as experiment and search did).
-RANGED_IN_ARGPARSE = {"assign", "cluster", "demo", "report", "run", "sample"}
+RANGED_IN_ARGPARSE = {"assign", "cluster", "report", "run", "sample"}
 
 
 def _parsers(parser, prefix=""):
@@ -455,7 +456,7 @@ def test_the_command_line_only_parses_the_numbers_the_options_check():
                 except argparse.ArgumentTypeError:
                     still.add(command.split()[0])
     assert still == RANGED_IN_ARGPARSE
-    assert not {"dedup", "embed", "experiment", "export", "group", "search"} & still
+    assert not {"dedup", "demo", "embed", "experiment", "export", "group", "search"} & still
 
 
 def test_building_the_command_line_imports_no_options_class_it_parses_for():

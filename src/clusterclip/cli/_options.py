@@ -167,7 +167,6 @@ ROWS_OR_ZERO = integer(0, MAX_ROWS)  # the same, 0 meaning none or all (as each 
 CLUSTER_LIST = integer_list(1, MAX_ROWS)
 CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
 SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
-EPOCHS = real(0.0, 1000.0, lo_open=True)
 FACTOR = real(0.0, 100.0)  # --tail-floor
 COUNT = integer(1, 100_000)  # --windows
 THREADS = integer(1, MAX_THREADS)

@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.limits import MAX_CLIP, MAX_ROWS, MAX_SEED, MAX_TOKENS, check_ranges, ranged
+from clusterclip.limits import (
+    MAX_CLIP,
+    MAX_EPOCHS,
+    MAX_ROWS,
+    MAX_SEED,
+    MAX_TOKENS,
+    check_ranges,
+    ranged,
+)
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import (
     HOLDOUT_FRACTION,
@@ -67,8 +75,6 @@ DEFAULT_MAX_DOCS = 2500
 MAX_SEEDS = 1_000
 #: The cluster weights' exponent alpha lies in [-MAX_ALPHA, MAX_ALPHA].
 MAX_ALPHA = 1000.0
-#: The most epochs-equivalent of a budget.
-MAX_EPOCHS = 1000.0
 
 
 @dataclass(frozen=True, kw_only=True)
