@@ -146,6 +146,9 @@ def _propose(**kw):
     (lambda: _propose(verify="FIT"), "runs"),
     (lambda: _propose(num_tokens=0), "num_tokens"),
     (lambda: _fit(propose=10**6), "propose"),
+    (lambda: _fit(verdict=True, ratios=("a.csv", "b.csv"), metrics=("m.csv", "n.csv")),
+     "verdict"),
+    (lambda: _fit(verdict=True, choose=True), "choose"),
     (lambda: _propose(num_samples=0), "num_samples"),
     (lambda: _propose(fmt="jsonl"), "fmt"),
     (lambda: _propose(split_target=True), "targets"),
@@ -234,6 +237,11 @@ def test_the_command_line_shows_the_requests_errors_in_its_own_options(tmp_path,
         (["search", "fit", "--ratios", str(tmp_path / "r.csv"), "--metrics",
           str(tmp_path / "m.csv"), "--objective", "a", "--out", str(tmp_path / "F"),
           "--format", "parquet"], "--format parquet: exports the proposals; give --propose N"),
+        (["search", "fit", "--verdict", "--ratios", str(tmp_path / "r.csv"), "--metrics",
+          str(tmp_path / "m.csv"), "--objective", "a", "--out", str(tmp_path / "F"),
+          "--format", "parquet"], "--format does not apply with --verdict"),
+        (["search", "propose", "--workdir", str(tmp_path / "W"), "--out", str(tmp_path / "P"),
+          "--runs", "0"], "--runs: 0 is out of range (an integer in 1 .. "),
     ]
     for argv, shown in cases:
         capsys.readouterr()

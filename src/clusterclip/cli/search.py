@@ -225,25 +225,12 @@ def overlap_line(o: dict[str, Any]) -> str:
             "candidate")
 
 
-def _run_verdict(args: argparse.Namespace) -> int:
-    from clusterclip.errors import InputError
-    from clusterclip.search.verify import run_verdict
-
-    if len(args.ratios) != 1 or len(args.metrics) != 1:
-        raise InputError("--verdict: give one --ratios (the verification round's ratios.csv) "
-                         "and one --metrics table")
-    other = [f for f, v in (("--workdir", args.workdir), ("--predict", args.predict),
-                            ("--propose", args.propose), ("--choose", args.choose),
-                            ("--format", args.fmt)) if v]
-    if other:
-        raise InputError(f"{other[0]} does not apply with --verdict")
-    r = run_verdict(args.ratios[0], args.metrics[0], list(args.objective), args.maximize,
-                    args.out)
+def _verdict_lines(r: dict[str, Any], out: str) -> None:
+    """What ``search fit --verdict`` prints."""
     print(r["decision"])
     if r.get("overlap"):
         print(r["overlap"])
-    print(f"wrote verdict.json, verdict.md in {args.out}")
-    return 0
+    print(f"wrote verdict.json, verdict.md in {out}")
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -251,15 +238,16 @@ def run_fit(args: argparse.Namespace) -> int:
     from clusterclip.stages import fit
     from clusterclip.workdir import Workdir
 
-    if args.verdict:
-        return _run_verdict(args)
-
     req = FitRequest(ratios=tuple(args.ratios), metrics=tuple(args.metrics),
                      objective=tuple(args.objective), out=args.out, maximize=args.maximize,
                      workdir=args.workdir, predict=args.predict, propose=args.propose,
                      choose=args.choose, seed=args.seed, num_tokens=args.num_tokens,
-                     num_samples=args.num_samples, fmt=args.fmt, tokenizer=args.tokenizer)
+                     num_samples=args.num_samples, fmt=args.fmt, tokenizer=args.tokenizer,
+                     verdict=args.verdict)
     r = fit.run(None if req.workdir is None else Workdir(req.workdir, create=False), req)
+    if req.verdict:
+        _verdict_lines(r, args.out)
+        return 0
     rho = r["loo_spearman"]
     skipped = r["skipped"]["without_objective"]
     b = r["bearing"]

@@ -66,7 +66,8 @@ WEAK_RHO = 0.5
 @dataclass(frozen=True, kw_only=True)
 class FitRequest:
     """What ``clusterclip search fit`` was asked (see its ``--help``): ``ratios`` and
-    ``metrics``, one table each per round, in order. Checked when made, before any file
+    ``metrics``, one table each per round, in order (with ``verdict``: the one table each
+    of a verification round). Checked when made, before any file
     is read (InputError naming the parameter)."""
 
     ratios: tuple[str, ...]
@@ -83,12 +84,15 @@ class FitRequest:
     num_samples: int | None = None
     fmt: str | None = None
     tokenizer: str | None = None
+    verdict: bool = False  # the verdict of a verification round instead of a fit
 
     def __post_init__(self) -> None:
         for name in ("ratios", "metrics"):
             v = getattr(self, name)
             object.__setattr__(self, name, (str(v),) if isinstance(v, (str, Path))
                                else tuple(map(str, v)))
+        if self.verdict:
+            self._check_verdict()
         if not self.objective:
             raise InputError("objective: give at least one metric column",
                              params=("objective",))
@@ -97,6 +101,17 @@ class FitRequest:
         if self.fmt is not None and not self.propose:
             raise InputError(f"fmt {self.fmt}: exports the proposals; give propose N",
                              params=("fmt", "propose"))
+
+    def _check_verdict(self) -> None:
+        if len(self.ratios) != 1 or len(self.metrics) != 1:
+            raise InputError("verdict: give one ratios (the verification round's ratios.csv) "
+                             "and one metrics table", params=("verdict", "ratios", "metrics"))
+        other = [name for name, v in (("workdir", self.workdir), ("predict", self.predict),
+                                      ("propose", self.propose), ("choose", self.choose),
+                                      ("fmt", self.fmt)) if v]
+        if other:
+            raise InputError(f"{other[0]} does not apply with verdict",
+                             params=(other[0], "verdict"))
 
 
 @dataclass

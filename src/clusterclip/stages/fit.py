@@ -1,6 +1,6 @@
 """The ``search fit`` stage: the predictor fitted to the proxies' metrics of the user's own
 trainer (the swarm layout), and as asked its predictions, the next round's proposals and
-the chosen mixture, in the ``out`` folder.
+the chosen mixture, in the ``out`` folder; or the verdict of a verification round.
 
 The options are :class:`~clusterclip.search.fit.FitRequest` (frozen, checked when made, in
 the parameters' names); :func:`run` hands :func:`clusterclip.search.fit.fit_swarm` the
@@ -19,11 +19,18 @@ from clusterclip.workdir import Workdir
 
 
 def run(w: Workdir | None, options: FitRequest) -> dict[str, Any]:
-    """``search fit`` (see :mod:`clusterclip.search.fit`); returns what ``fit.json`` holds.
+    """``search fit`` (see :mod:`clusterclip.search.fit`); returns what ``fit.json`` holds,
+    or with ``options.verdict`` the verdict of a verification round
+    (:func:`clusterclip.search.verify.run_verdict`: ``verdict.json``, ``verdict.md``).
 
     ``w``: the work directory of ``options.workdir`` (its clusters are the ratios'
     columns), None without one (the columns are the user's own domains).
     """
     if (w is None) != (options.workdir is None):  # a caller's mistake, not the user's
         raise ValueError("w must be the work directory of options.workdir")
+    if options.verdict:
+        from clusterclip.search.verify import run_verdict
+
+        return run_verdict(options.ratios[0], options.metrics[0], list(options.objective),
+                           options.maximize, options.out)
     return fit_swarm(options, workdir_space, load_corpus)
