@@ -482,3 +482,15 @@ def test_building_the_command_line_imports_no_options_class_it_parses_for():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=child_env(), timeout=120)
     assert r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+def test_the_help_of_search_fit_and_propose_shows_the_ranges_their_options_declare():
+    from clusterclip.cli import build_parser
+
+    subs = dict(_parsers(build_parser("search")))
+    for command, option, shown in (("search fit", "--propose", "0 .. 100000"),
+                                   ("search propose", "--runs", "1 .. 100000"),
+                                   ("search", "--rounds", "1 .. 64")):
+        a = subs[command]._option_string_actions[option]
+        assert "(range: %(range_text)s)" in a.help and str(a.range_text) == shown
+        assert shown in " ".join(subs[command].format_help().split())

@@ -125,9 +125,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if "--no-progress" not in p._option_string_actions:  # every command takes it
             p.add_argument("--no-progress", action="store_true",
                            help="no progress bars (they are drawn only on a terminal)")
-        _show_defaults(p)
+        for q in (p, *_subcommands(p)):  # search propose and search fit too
+            _show_defaults(q)
         p.set_defaults(_module=module, _parser=p)
     return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of ``parser``'s subcommands (``search``: ``propose``, ``fit``)."""
+    return [q for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+            for q in a.choices.values()]
 
 
 def _flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
