@@ -61,7 +61,8 @@ DIRECT = r"""
 import gzip, json, resource, sys
 import numpy as np
 import pyarrow as pa, pyarrow.parquet as pq
-from clusterclip.export import PARQUET_OPTIONS, _schema
+from clusterclip.export import PARQUET_OPTIONS
+from clusterclip.export.rows import _schema
 docs, sched, out = sys.argv[1:4]
 texts, fields = [], []
 with (gzip.open if docs.endswith(".gz") else open)(docs, "rt", encoding="utf-8") as f:

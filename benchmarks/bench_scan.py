@@ -99,7 +99,8 @@ def bench_scan(args: argparse.Namespace) -> None:
 
 def bench_merge(args: argparse.Namespace) -> None:
     from clusterclip.embedding.pipeline import ROWS, _pwrite_all, allocate_rows
-    from clusterclip.io import atomic_path, save_npy
+    from clusterclip.storage.arrays import save_npy
+    from clusterclip.storage.atomic import atomic_path
 
     n, dim, size = args.docs, 256, 4096
     d = Path(args.dir) / f"merge-{n}"

@@ -1,17 +1,25 @@
 """How much the report's top terms change when each cluster's terms come from a sample.
 
 For a finished work directory (``labels.npy`` and the corpus index ``corpus/``), counts
-the c-TF-IDF top terms on every document (the reference) and on a seeded sample of at
-most M documents per cluster (what ``clusterclip report`` does, see
-``clusterclip.report.terms.sample_documents``), for several M and seeds, and prints the
-agreement: the share of each cluster's reference top-10 terms that the sample's top-10
-also holds (order ignored), averaged over the clusters that were sampled (the others are
-read whole, so their terms can differ only through the other clusters' counts) and over
-all clusters, with the worst sampled cluster's share, and ``near``: the share of the
-sample's top-10 that are among the reference's top 20. ``unscaled`` is the same sample
-without scaling a sampled cluster's counts to its size, for comparison.
+the c-TF-IDF top terms on every document (the reference) and on the report's seeded
+samples, for several seeds: a fixed sample of at most M documents per cluster (one round,
+``--per-cluster``), and the sample sized by what the terms need (``--first-round F``:
+rounds of F, 2F, 4F, ... documents per cluster up to the cap ``--cap``, a cluster stopping
+when a round leaves its top-10 set unchanged; ``clusterclip.report.terms.sampled_terms``,
+which the report reads its fixed sample with too, in one round). For each it prints the
+documents read, the CPU seconds (reading and counting) and the agreement: the share of
+each cluster's
+reference top-10 terms that the sample's top-10 also holds (order ignored), averaged over
+all clusters and over those read in part, with the worst cluster's share, and ``near``:
+the share of the sample's top-10 that are among the reference's top 20.
 
-    PYTHONPATH=src python benchmarks/bench_terms_sample.py W --per-cluster 250 500 1000
+Then the rounds against the fixed sample at the cap, paired by cluster (each cluster's
+share averaged over the seeds; the same seed draws the same sample, which the rounds read a
+prefix of): the mean difference with its paired-t 95% interval and p-value
+(:func:`clusterclip.verdict.paired_difference`), and the plain conclusion.
+
+    PYTHONPATH=src python benchmarks/bench_terms_sample.py W --per-cluster 200 2000 \\
+        --first-round 200 --cap 2000 --seeds 3 [--merge 5]
 """
 
 from __future__ import annotations
@@ -26,32 +34,50 @@ import numpy as np
 from clusterclip.corpus import Corpus
 from clusterclip.report.build import load_labels
 from clusterclip.report.readable import TEXT_BLOCK, _text_blocks
-from clusterclip.report.terms import TOP_TERMS, count_terms, sample_documents, top_terms
+from clusterclip.report.terms import TOP_TERMS, sample_order, sampled_terms
+from clusterclip.verdict import paired_difference
 from clusterclip.workdir import CENTROIDS, CORPUS, LABELS
 
 
-def _terms(corpus, labels, k, per_cluster, seed, n_terms=TOP_TERMS):
+def _terms(corpus, labels, k, per_cluster, first_round, seed, n_terms=TOP_TERMS):
     t0 = time.process_time()
-    indices, sizes, taken = sample_documents(labels, k, per_cluster, seed)
-    counts = count_terms(_text_blocks(corpus, labels, indices, TEXT_BLOCK), k)
-    weights = np.divide(sizes, taken, out=np.ones(k), where=taken > 0)
-    scaled = top_terms(counts, n_terms, weights)
-    cpu = time.process_time() - t0
-    return scaled, top_terms(counts, n_terms), taken < sizes, int(indices.size), cpu
+    order = sample_order(labels, k, per_cluster, seed, ordered=first_round is not None)
+    got = sampled_terms(order, lambda idx: _text_blocks(corpus, labels, idx, TEXT_BLOCK),
+                        first_round, n_terms)
+    return got, time.process_time() - t0
 
 
-def _agreement(ref, got, mask):
-    """Share of the reference top-10 kept; ``near``: share of the sample's top-10 that are
+def _shares(ref, got):
+    """Per cluster: share of the reference top-10 kept, and share of the sample's top-10
     in the reference's top 20."""
     share = np.array([len(set(a[:TOP_TERMS]) & set(b)) / len(a[:TOP_TERMS]) if a else 1.0
                       for a, b in zip(ref, got, strict=True)])
     near = np.array([len(set(a) & set(b)) / len(b) if b else 1.0
                      for a, b in zip(ref, got, strict=True)])
-    sampled = share[mask]
-    return {"sampled_mean": float(sampled.mean()) if sampled.size else None,
-            "sampled_min": float(sampled.min()) if sampled.size else None,
-            "sampled_near": float(near[mask].mean()) if sampled.size else None,
-            "all_mean": float(share.mean())}
+    return share, near
+
+
+def _row(name, seed, ref, got, cpu):
+    share, near = _shares(ref, got.terms)
+    part = got.read < got.sizes
+    live = got.read[got.sizes > 0]
+    row = {"sample": name, "seed": seed, "documents_read": int(got.read.sum()),
+           "rounds": got.rounds, "clusters_sampled": int(part.sum()), "cpu_s": cpu,
+           "read_min": int(live.min()), "read_median": float(np.median(live)),
+           "read_max": int(live.max()), "all_mean": float(share.mean()),
+           "all_min": float(share.min()), "all_near": float(near.mean()),
+           "sampled_mean": float(share[part].mean()) if part.any() else None,
+           "sampled_min": float(share[part].min()) if part.any() else None,
+           "part_read": {str(v): int(c) for v, c in
+                         zip(*np.unique(got.read[part], return_counts=True), strict=True)}}
+    print(f"{name} seed={seed}: read {row['documents_read']:,} in {got.rounds} round(s) "
+          f"(per cluster {row['read_min']}/{row['read_median']:g}/{row['read_max']}; "
+          f"{row['clusters_sampled']} clusters read in part), {cpu:.1f} CPU-s; top-10 kept: "
+          f"all clusters mean {row['all_mean']:.3f} worst {row['all_min']:.3f} near "
+          f"{row['all_near']:.3f}; clusters read in part mean {fmt(row['sampled_mean'])} "
+          f"worst {fmt(row['sampled_min'])}; read in part, clusters by documents read: "
+          f"{row['part_read']}", flush=True)
+    return row, share
 
 
 def fmt(x):
@@ -61,36 +87,52 @@ def fmt(x):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("workdir")
-    ap.add_argument("--per-cluster", type=int, nargs="+", default=[500, 1000, 2000])
+    ap.add_argument("--per-cluster", type=int, nargs="*", default=[200, 2000])
+    ap.add_argument("--first-round", type=int, default=200)
+    ap.add_argument("--cap", type=int, default=2000)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--merge", type=int, default=1,
+                    help="count clusters F at a time (cluster c as c // F): a regime of "
+                         "larger clusters than the run's")
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
     root = Path(args.workdir)
     labels, k = load_labels(root / LABELS, root / CENTROIDS)
+    if args.merge > 1:
+        labels = np.where(labels >= 0, labels // args.merge, -1)
+        k = -(-k // args.merge)
     corpus = Corpus.load(root / CORPUS)
     n = int((labels >= 0).sum())
-    ref, _, _, _, cpu_full = _terms(corpus, labels, k, max(n, 1), 0, 2 * TOP_TERMS)
+    full, cpu_full = _terms(corpus, labels, k, max(n, 1), None, 0, 2 * TOP_TERMS)
+    ref = full.terms
     print(f"{root}: {n:,} documents, K = {k}; full count {cpu_full:.1f} CPU-s", flush=True)
-    rows = []
-    for m in args.per_cluster:
+    rows, shares = [], {}
+    plan = [(f"fixed-{m}", m, None) for m in args.per_cluster]
+    plan.append((f"rounds-{args.first_round}-to-{args.cap}", args.cap, args.first_round))
+    for name, cap, first in plan:
         for seed in range(args.seeds):
-            scaled, unscaled, mask, read, cpu = _terms(corpus, labels, k, m, seed)
-            row = {"per_cluster": m, "seed": seed, "documents_read": read,
-                   "clusters_sampled": int(mask.sum()), "cpu_s": cpu,
-                   "scaled": _agreement(ref, scaled, mask),
-                   "unscaled": _agreement(ref, unscaled, mask)}
+            got, cpu = _terms(corpus, labels, k, cap, first, seed)
+            row, share = _row(name, seed, ref, got, cpu)
             rows.append(row)
-            s, u = row["scaled"], row["unscaled"]
-            print(f"M={m} seed={seed}: read {read:,} ({mask.sum()} clusters sampled), "
-                  f"{cpu:.1f} CPU-s; top-10 kept, sampled clusters: mean "
-                  f"{fmt(s['sampled_mean'])} min {fmt(s['sampled_min'])} near "
-                  f"{fmt(s['sampled_near'])} (unscaled "
-                  f"{fmt(u['sampled_mean'])}); all clusters {fmt(s['all_mean'])} "
-                  f"(unscaled {fmt(u['all_mean'])})", flush=True)
+            shares.setdefault(name, []).append(share)
+    out = {"workdir": str(root), "documents": n, "clusters": k, "merge": args.merge,
+           "full_cpu_s": cpu_full, "rows": rows}
+    fixed = f"fixed-{args.cap}"
+    if fixed in shares:
+        rounds = plan[-1][0]
+        diff = np.mean(shares[rounds], axis=0) - np.mean(shares[fixed], axis=0)
+        p = paired_difference(diff)
+        out["rounds_minus_fixed"] = p.to_dict()
+        # Higher agreement is better (Paired.call reads lower as better: not used).
+        verdict = ("not measurably different from" if not p.measurable else
+                   "measurably worse than" if p.mean < 0 else "measurably better than")
+        print(f"{rounds} minus {fixed}, top-10 kept per cluster (paired by cluster, "
+              f"{diff.size} clusters, each the mean over {args.seeds} seeds): "
+              f"{p.interval(4)}, p = {p.p if p.p is None else f'{p.p:.3g}'}: the rounds are "
+              f"{verdict} the fixed {args.cap:,} (alone, before any Holm correction)",
+              flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"workdir": str(root), "documents": n,
-                                               "clusters": k, "full_cpu_s": cpu_full,
-                                               "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from clusterclip.io import MARKER, files_under
+from clusterclip.storage.records import MARKER, files_under
 
 names = st.text("abcxyz_-.", min_size=1, max_size=6).filter(lambda s: s not in (".", ".."))
 # a file of the user's: (which of our folders, folders of the user's below it, name, bytes)

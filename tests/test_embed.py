@@ -158,7 +158,7 @@ def test_distilled_table_is_cached_once_per_model_and_rebuilt_when_damaged(tmp_p
                                                                           monkeypatch):
     from clusterclip.embedding import static
     from clusterclip.embedding.transformer import bundled_minilm_path, model_identity
-    from clusterclip.io import fingerprint
+    from clusterclip.storage.digests import fingerprint
 
     monkeypatch.setenv("CLUSTERCLIP_CACHE", str(tmp_path))
     model = bundled_minilm_path()
@@ -272,7 +272,7 @@ def test_fast_embedder_word_pieces_are_the_tokenizers(pydocs_rows):
 
 
 def test_cache_folder_is_never_relative_to_the_working_directory(monkeypatch, tmp_path):
-    from clusterclip.io import cache_dir
+    from clusterclip.storage.cache import cache_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("CLUSTERCLIP_CACHE", raising=False)

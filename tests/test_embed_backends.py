@@ -230,7 +230,7 @@ def test_a_tuned_fast_table_is_cached_and_agrees_better_with_the_teacher(tmp_pat
     from _helpers import embed_into
 
     from clusterclip.embedding import embedder_identity
-    from clusterclip.io import cache_dir
+    from clusterclip.storage.cache import cache_dir
 
     # A cache without tuned tables: links to the export and the distilled tables only.
     cache = tmp_path / "cache"

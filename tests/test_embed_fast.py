@@ -278,7 +278,8 @@ def test_a_new_recipe_version_runs_the_embed_stage_again(tmp_path, monkeypatch, 
 
     from clusterclip.embedding import static
     from clusterclip.embedding.transformer import bundled_minilm_path, model_identity
-    from clusterclip.io import cache_dir, fingerprint
+    from clusterclip.storage.cache import cache_dir
+    from clusterclip.storage.digests import fingerprint
 
     _cached_table()
     corpus = tmp_path / "c.jsonl"

@@ -362,7 +362,7 @@ def test_seeds_auto_stops_by_its_declared_rule_and_resumes_after_a_kill(workdir,
     seeds and the same bytes."""
     import clusterclip.lm.runconfig as rc
     from clusterclip.stages.experiment import run_experiment
-    from clusterclip.verdict import SeedRule, paired_difference
+    from clusterclip.verdict import SeedRule
 
     # small, for a fast test; one seed gives no interval, so it always adds a second
     rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)
@@ -379,14 +379,22 @@ def test_seeds_auto_stops_by_its_declared_rule_and_resumes_after_a_kill(workdir,
                  strict=True)]
     assert len(diffs) == n and 2 <= n <= 3
     for k in range(1, n):  # every count before the last: not resolved, below the cap
-        assert not rule.resolved(paired_difference(diffs[:k]))
-    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+        assert not rule.resolved(diffs[:k])
+    assert rule.resolved(diffs) or n == rule.cap
     fam = res["verdict"]
     assert fam["seeds"] == n and fam["comparisons"][0]["primary"]
+    # the verdict is at the rule's per-look level: 2 looks (2 and 3 seeds), 2.5% each
+    assert (fam["looks"], fam["level"], fam["comparisons"][0]["confidence"]) == (2, 0.025,
+                                                                                 0.975)
+    assert res["config"]["seed_rule"]["looks"] == 2
     md = (whole / "experiment" / "results.md").read_text()
     assert ("primary question, declared before the runs: `paced` against random on macro "
             "held-out loss; seeds chosen by the rule fixed before any run (--seeds auto): "
-            "start with 1, add 1 at a time") in md
+            "start with 1, add 1 at a time until the primary question (`paced` against "
+            "random on macro held-out loss) is resolved (its paired 97.5% interval excludes "
+            "0, ") in md
+    assert "97.5% because the 5% is split evenly over the 2 planned looks at the primary " \
+        "(at 2 and 3 seeds; Bonferroni)" in md
 
     w = _copy_inputs(workdir, tmp_path / "w")
     seen: list[tuple[str, int, bool]] = []

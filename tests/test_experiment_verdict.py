@@ -101,7 +101,7 @@ def test_a_raw_interval_that_excludes_zero_is_not_measurable_after_holm():
         se = prim["std"] / np.sqrt(n)
         t = stats.t.ppf(0.975, n - 1)
         nc = abs(prim["mean"]) / se
-        return t * se < 0.005 or stats.nct.sf(t, n - 1, nc) + stats.nct.cdf(-t, n - 1, nc) \
+        return t * se < 0.005 or stats.nct.sf(t, n - 1, nc) + stats.nct.sf(t, n - 1, -nc) \
             >= 0.8
 
     assert resolves(need) and not resolves(need - 1)

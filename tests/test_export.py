@@ -15,7 +15,9 @@ from _helpers import child_env, docs_recipe, run_cli
 
 from clusterclip.cli import main
 from clusterclip.corpus import Corpus
-from clusterclip.export import _check_rows, _RowsHash, export_schedule, read_parquet_batches
+from clusterclip.export import export_schedule, read_parquet_batches
+from clusterclip.export.core import _check_rows
+from clusterclip.export.rows import _RowsHash
 from clusterclip.sampling.sampler import ClusterClipSampler
 
 datasets = pytest.importorskip("datasets")

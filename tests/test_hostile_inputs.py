@@ -315,7 +315,7 @@ def test_run_refuses_bad_options_before_embedding(tmp_path, extra, expect):
 def test_load_npy_refuses_what_is_not_one_array_of_the_right_kind(tmp_path, kind):
     import pickle
 
-    from clusterclip.io import load_npy
+    from clusterclip.storage.arrays import load_npy
 
     path = tmp_path / "x.npy"
     if kind == "pickle":
@@ -338,7 +338,7 @@ def test_load_npy_refuses_what_is_not_one_array_of_the_right_kind(tmp_path, kind
 
 def test_every_command_takes_the_sampler_strategy_names():
     from clusterclip.cli import build_parser
-    from clusterclip.experiment.runner import STRATEGIES as EXPERIMENT
+    from clusterclip.experiment.core import STRATEGIES as EXPERIMENT
     from clusterclip.report.build import STRATEGIES as REPORT
     from clusterclip.sampling import STRATEGIES
 

@@ -2,7 +2,7 @@
 
 Built with ``ast`` from every module, counting imports inside functions (a lazy
 import is still a dependency). Layers, from the bottom: the shared modules
-(``errors``, ``limits``, ``io``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
+(``errors``, ``limits``, ``storage``, ``labels``, ``kernels``, ``plotting``, ``distributed``,
 ``data``, ``pool``), then ``corpus`` -> ``embedding`` -> ``clustering`` ->
 ``sampling``; a module of these may import its own layer and those below only.
 Everything else (``tokens``, ``dedup``, ``export``, ``report``, ``verdict``, ``experiment``,
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "clusterclip"
-SHARED = ("errors", "limits", "io", "labels", "kernels", "plotting", "distributed", "data",
+SHARED = ("errors", "limits", "storage", "labels", "kernels", "plotting", "distributed", "data",
           "pool")
 LAYERS = {**dict.fromkeys(SHARED, 0), "corpus": 1, "embedding": 2, "clustering": 3,
           "sampling": 4}
@@ -175,8 +175,8 @@ def test_search_imports_nothing_of_experiment(graph):
     configuration, ``lm`` nor the verdict statistics import either command."""
     config = "clusterclip.lm.runconfig"
     # the scan sees the edges it forbids: both commands take the configuration from there
-    assert {config} <= graph["clusterclip.search.proxies"] & graph["clusterclip.search.runner"]
-    assert config in graph["clusterclip.experiment.runner"]
+    assert {config} <= graph["clusterclip.search.proxies"] & graph["clusterclip.search.offline"]
+    assert config in graph["clusterclip.experiment.core"]
     search = [m for m in graph if _part(m) == "search"]
     assert len(search) > 10
     assert [f"{m} -> {d}" for m in search for d in graph[m] if _part(d) == "experiment"] == []
@@ -248,7 +248,7 @@ def argparse_uses(module: str) -> list[str]:
 
 
 def test_no_argparse_namespace_below_the_cli():
-    # the command line parses options into typed options (stages.run.RunOptions,
+    # the command line parses options into typed options (stages.pipeline.RunOptions,
     # stages.demo.DemoConfig); the code below it never sees a Namespace
     below = [u for m in _modules() if _part(m) != "cli" for u in argparse_uses(m)]
     assert below == []
@@ -263,10 +263,13 @@ WORKDIR_IMPORTERS = ("stages", "cli", "workdir")
 
 
 def test_only_the_stages_and_the_cli_import_the_work_directory(graph):
-    importers = {m for m, deps in graph.items() if "clusterclip.workdir" in deps}
+    importers = {m for m, deps in graph.items() if any(_part(d) == "workdir" for d in deps)}
     assert {m for m in importers if _part(m) not in WORKDIR_IMPORTERS} == set()
-    # the scan sees them: the stages and the command line do import it
+    # the scan sees them: the stages and the command line do import it, through the
+    # package's face or one of its modules (the package's own modules import each other)
     assert {"clusterclip.stages.cluster", "clusterclip.cli.cluster"} <= importers
+    assert "clusterclip.workdir.layout" in graph["clusterclip.workdir.manifest"]
+    assert _part("clusterclip.workdir.layout") == "workdir"
 
 
 def _private_in(module: str, tree: ast.AST) -> list[str]:
@@ -296,18 +299,18 @@ def test_no_private_name_is_imported_across_packages():
     assert private_imports() == []
     # the scan sees what it looks for: a private name or module of another package, not
     # one of the module's own package
-    tree = ast.parse("from clusterclip.experiment.runner import _load\n"
+    tree = ast.parse("from clusterclip.experiment.core import _load\n"
                      "from clusterclip.export._rows import rows_hash\n"
                      "from clusterclip.search._splits import split\n"
                      "def f():\n    from clusterclip.lm.data import _inner\n")
-    assert _private_in("clusterclip.search.runner", tree) == [
-        "clusterclip.search.runner <- clusterclip.experiment.runner _load",
-        "clusterclip.search.runner <- clusterclip.export._rows rows_hash",
-        "clusterclip.search.runner <- clusterclip.lm.data _inner"]
+    assert _private_in("clusterclip.search.offline", tree) == [
+        "clusterclip.search.offline <- clusterclip.experiment.core _load",
+        "clusterclip.search.offline <- clusterclip.export._rows rows_hash",
+        "clusterclip.search.offline <- clusterclip.lm.data _inner"]
 
 
 #: The module that says each artifact name of the work directory, once.
-LAYOUT = "clusterclip.workdir"
+LAYOUT = "clusterclip.workdir.layout"
 #: Names of folders in W that are also words (stage names, dict keys): refused only where
 #: they make a path (``root / "corpus"``, ``w.path("corpus")``, ``reads=["corpus"]``).
 _PATH_CALLS = ("path", "joinpath", "Path")
@@ -370,6 +373,9 @@ def test_each_artifact_name_is_said_once_in_the_layout():
     # the scan knows the layout's names, files and folders apart
     assert {"labels.npy", "centroids.npy", "embeddings.npy", "manifest.json"} <= files
     assert {"corpus", "search", "experiment", "map"} <= folders
+    # every other module is scanned, the work directory's own lock, loaders and manifest too
+    assert {"clusterclip.workdir", "clusterclip.workdir.manifest",
+            "clusterclip.workdir.loaders", "clusterclip.workdir.lock"} <= set(_modules())
     found = [hit for module, (path, _) in _modules().items() if module != LAYOUT
              for hit in artifact_literals(module, ast.parse(path.read_text(
                  encoding="utf-8")), files, folders)]

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from clusterclip import ClusterClipSampler, make_sampler
 from clusterclip.cli import main
 from clusterclip.errors import InputError
-from clusterclip.io import sha256_file
 from clusterclip.sampling import write_schedule
 from clusterclip.sampling.mixture import (
     MIXTURE_FORMAT_VERSION,
@@ -29,6 +28,7 @@ from clusterclip.sampling.mixture import (
     read_mixture,
     write_mixture,
 )
+from clusterclip.storage.digests import sha256_file
 
 
 def _schedule(labels, T, **kw):

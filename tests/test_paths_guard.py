@@ -22,7 +22,7 @@ from _helpers import tokenizer_folder
 
 from clusterclip.cli import build_parser, main
 from clusterclip.cli._paths import NOT_PATHS, OUTPUT_ROLES, path_actions
-from clusterclip.io import OVERWRITE_COMMANDS
+from clusterclip.storage.outputs import OVERWRITE_COMMANDS
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -202,7 +202,7 @@ def test_export_api_refuses_an_out_holding_the_tokenizer(world, tmp_path):
 
 
 def test_report_never_removes_the_schedule_it_reads(world, tmp_path, capsys):
-    from clusterclip.io import write_marker
+    from clusterclip.storage.records import write_marker
 
     w = world["W"]
     r = tmp_path / "R"  # an earlier report's folder (its marker), now holding the schedule

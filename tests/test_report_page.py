@@ -407,7 +407,7 @@ def test_atlas_export_holds_the_pages_map_with_terms_and_texts(reported, tmp_pat
     assert "embedding-atlas" in capsys.readouterr().out
     table = pq.read_table(out / "atlas.parquet")
     assert table.column_names == ["doc_index", "x", "y", "cluster", "terms", "text"]
-    rows, coords = load_map(w)
+    rows, coords = load_map(w / "map")
     labels = np.load(w / "labels.npy")
     assert table.num_rows == rows.size == MAP_SAMPLE
     assert np.array_equal(table.column("doc_index").to_numpy(), rows)

@@ -22,7 +22,10 @@ from clusterclip.report.terms import (
     make_vectorizer,
     nearest_documents,
     one_line,
+    round_ends,
     sample_documents,
+    sample_order,
+    sampled_terms,
     top_terms,
 )
 
@@ -199,6 +202,122 @@ def test_term_sample_covers_a_large_cluster_uniformly():
     assert abs(hits[:25].sum() - hits[25:].sum()) < 200
 
 
+def _reference_rounds(labels, texts, k, cap, first, seed, n):
+    """The rule read directly: the sample, each cluster's documents by the spawned
+    generator's keys, then rounds that recount every document read from scratch."""
+    chosen = _reference_sample(labels, k, cap, seed)
+    keys = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0]).random(len(chosen))
+    queue = [sorted((i for i in chosen if labels[i] == c),
+                    key=lambda i: (keys[chosen.index(i)], i)) for c in range(k)]
+    sizes = np.bincount([lab for lab in labels if lab >= 0], minlength=k)
+    ends = [min(first, cap)]
+    while ends[-1] < cap:
+        ends.append(min(2 * ends[-1], cap))
+    read = [0] * k
+    is_open = [bool(q) for q in queue]
+    terms, rounds = [[] for _ in range(k)], 0
+    for end in ends:
+        if not any(is_open):
+            break
+        read = [min(end, len(q)) if is_open[c] else read[c] for c, q in enumerate(queue)]
+        docs = sorted(i for c in range(k) for i in queue[c][:read[c]])
+        counts = count_terms(_blocks([labels[i] for i in docs], [texts[i] for i in docs], 5),
+                             k)
+        scale = None
+        if any(r < s for r, s in zip(read, sizes, strict=True)):
+            scale = np.array([s / r if r else 1.0 for r, s in zip(read, sizes, strict=True)])
+        now = top_terms(counts, n, scale)
+        for c in range(k):
+            if read[c] == len(queue[c]) or (rounds and set(now[c]) == set(terms[c])):
+                is_open[c] = False
+        terms, rounds = now, rounds + 1
+    return terms, read, rounds
+
+
+@settings(max_examples=40, deadline=None)
+@given(corpora, st.integers(1, 12), st.integers(1, 6), st.integers(0, 3), st.integers(1, 7),
+       st.integers(1, 4))
+def test_rounds_match_the_slow_reference(case, cap, first, seed, block, n):
+    k, docs = case
+    labels = np.array([lab for lab, _ in docs], dtype=np.int64)
+    texts = [" ".join(words) for _, words in docs]
+    order = sample_order(labels, k, cap, seed, chunk=7)
+
+    def read(indices):
+        assert np.all(np.diff(indices) > 0)  # each round: one pass in file order
+        return _blocks(labels[indices], [texts[i] for i in indices], block)
+
+    got = sampled_terms(order, read, first, n)
+    want, want_read, want_rounds = _reference_rounds(labels.tolist(), texts, k, cap, first,
+                                                     seed, n)
+    assert got.terms == want
+    assert got.read.tolist() == want_read and got.rounds == want_rounds
+    # A cluster no larger than the first round is read whole (its counts exact); none reads
+    # more than the cap; the same seed gives the same result, whatever the chunk.
+    small = got.sizes <= min(first, cap)
+    assert (got.read[small] == got.sizes[small]).all()
+    assert (got.read <= np.minimum(got.sizes, cap)).all()
+    again = sampled_terms(sample_order(labels, k, cap, seed), read, first, n)
+    assert again.terms == got.terms and again.read.tolist() == got.read.tolist()
+
+
+def test_a_cluster_stops_when_its_top_set_is_unchanged_whatever_its_order():
+    from clusterclip.report.terms import SampleOrder
+
+    # Cluster 0 read in the order of its indices: after 2 documents alpha ranks above beta,
+    # after 4 beta above alpha (the same set: it stops), and gamma would enter after 8.
+    texts = ["alpha alpha beta"] * 2 + ["beta beta beta"] * 2 + ["gamma gamma gamma"] * 4 \
+        + ["delta omega"] * 2
+    labels = np.array([0] * 8 + [1] * 2, dtype=np.int64)
+    order = SampleOrder(np.arange(10), labels, np.array([*range(8), 0, 1]),
+                        np.array([8, 2]), np.array([8, 2]), 8)
+    calls = []
+
+    def read(indices):
+        calls.append(indices.tolist())
+        return _blocks(labels[indices], [texts[i] for i in indices], 3)
+
+    first = sampled_terms(order, read, 2, 2)
+    assert calls == [[0, 1, 8, 9], [2, 3]]
+    assert first.read.tolist() == [4, 2] and first.rounds == 2
+    assert first.terms == [["beta", "alpha"], ["delta", "omega"]]
+
+
+def test_one_round_is_the_fixed_sample():
+    rng = np.random.default_rng(8)
+    labels = rng.integers(-1, 3, size=200)
+    texts = [" ".join(rng.choice(WORDS, 5)) for _ in range(200)]
+    indices, sizes, taken = sample_documents(labels, 3, 20, 4)
+    order = sample_order(labels, 3, 20, 4)
+    assert order.indices.tolist() == indices.tolist()
+    assert sorted(order.place[order.labels == 1].tolist()) == list(range(taken[1]))
+    got = sampled_terms(order, lambda idx: _blocks(labels[idx], [texts[i] for i in idx], 9),
+                        None)
+    unordered = sample_order(labels, 3, 20, 4, ordered=False)
+    assert unordered.place is None and unordered.indices.tolist() == indices.tolist()
+    assert sampled_terms(unordered, lambda idx: _blocks(labels[idx], [texts[i] for i in idx],
+                                                        9), None).terms == got.terms
+    with pytest.raises(ValueError, match="ordered=True"):
+        sampled_terms(unordered, lambda idx: iter(()), 5)
+    want = count_terms(_blocks(labels[indices], [texts[i] for i in indices], 9), 3)
+    assert got.terms == top_terms(want, 10, sizes / taken) and got.rounds == 1
+    assert round_ends(None, 20) == [20] and round_ends(50, 20) == [20]
+    assert round_ends(200, 2000) == [200, 400, 800, 1600, 2000]
+
+
+def test_reading_order_is_uniform():
+    # 600 seeds of a 30-document cluster read whole: each document comes first about
+    # 600 / 30 = 20 times (an order favouring low indices, or the same order for every
+    # seed, would not).
+    labels = np.zeros(30, dtype=np.int64)
+    first = np.zeros(30, dtype=np.int64)
+    for seed in range(600):
+        order = sample_order(labels, 1, 30, seed)
+        first[order.indices[order.place == 0]] += 1
+    assert first.sum() == 600 and 5 <= first.min() and first.max() <= 40
+    assert abs(first[:15].sum() - first[15:].sum()) < 120
+
+
 def test_ctfidf_weights_scale_the_rows():
     import scipy.sparse as sp
 
@@ -332,8 +451,11 @@ def test_sampled_terms_are_the_terms_of_the_sampled_documents(workdir):
              (workdir / "docs.jsonl").read_text().splitlines()]
     got = readable_clusters(corpus, labels, None, 3, per_cluster=5, seed=7)
     # Sizes 14, 7, 3: the first two clusters are sampled (5 each), the third read whole.
-    assert got["terms_sample"] == {"per_cluster": 5, "seed": 7, "documents_read": 13,
-                                   "documents": 24, "clusters_sampled": 2}
+    assert got["terms_sample"] == {
+        "rule": "at most 5 documents of each cluster, drawn without replacement",
+        "per_cluster": 5, "first_round": None, "seed": 7, "rounds": 1, "documents_read": 13,
+        "documents": 24, "clusters_sampled": 2,
+        "read_per_cluster": {"min": 3, "median": 5.0, "max": 5}}
     chosen = _reference_sample(labels.tolist(), 3, 5, 7)
     # The reference on the chosen documents alone, each sampled cluster's counts x n_k / 5.
     sub_labels = [int(labels[i]) for i in chosen]
@@ -342,8 +464,35 @@ def test_sampled_terms_are_the_terms_of_the_sampled_documents(workdir):
     assert got["terms"] == readable_clusters(corpus, labels, None, 3, per_cluster=5,
                                              seed=7, block=3)["terms"]
     md = render_clusters_md(got, np.bincount(labels[labels >= 0]), {})
-    assert "The top terms come from a sample: at most 5 documents of each cluster, drawn " \
-           "with seed 7 (13 of the 24 documents read; 2 clusters sampled" in md
+    assert "The top terms come from a sample drawn with seed 7: at most 5 documents of " \
+           "each cluster, drawn without replacement. Read 13 of the 24 documents (per " \
+           "cluster min 3, median 5, max 5; 2 clusters sampled" in md
+
+
+def test_rounds_read_from_the_corpus_and_say_their_sample(workdir):
+    from clusterclip.corpus import Corpus
+    from clusterclip.report.readable import readable_clusters, render_clusters_md
+
+    corpus = Corpus.load(workdir / "corpus")
+    labels = np.load(workdir / "labels.npy")
+    texts = [json.loads(line)["text"] for line in
+             (workdir / "docs.jsonl").read_text().splitlines()]
+    got = readable_clusters(corpus, labels, None, 3, per_cluster=8, first_round=2, seed=7)
+    want, read, rounds = _reference_rounds(labels.tolist(), texts, 3, 8, 2, 7, 10)
+    assert got["terms"] == want
+    sample = got["terms_sample"]
+    assert sample["documents_read"] == sum(read) and sample["rounds"] == rounds
+    assert sample["read_per_cluster"] == {"min": min(read), "median": float(np.median(read)),
+                                          "max": max(read)}
+    assert sample["clusters_sampled"] == sum(r < n for r, n in zip(read, [14, 7, 3],
+                                                                   strict=True))
+    assert got["terms"] == readable_clusters(corpus, labels, None, 3, per_cluster=8,
+                                             first_round=2, seed=7, block=2)["terms"]
+    md = render_clusters_md(got, np.bincount(labels[labels >= 0]), {})
+    assert ("The top terms come from a sample drawn with seed 7: each cluster's documents "
+            "read in a random order in rounds, to 2, 4 and 8 documents in all, until a "
+            "round leaves its top-10 terms unchanged (as a set)") in md
+    assert f"Read {sum(read)} of the 24 documents" in md
 
 
 def test_report_says_when_the_terms_come_from_a_sample(workdir, tmp_path, monkeypatch):
@@ -357,10 +506,14 @@ def test_report_says_when_the_terms_come_from_a_sample(workdir, tmp_path, monkey
                         functools.partial(readable_clusters, per_cluster=5))
     summary = build_report(workdir, out=out, seed=3)
     assert summary["terms_sample"]["clusters_sampled"] == 2
-    sentence = "The top terms come from a sample: at most 5 documents of each cluster"
+    sentence = "The top terms come from a sample drawn with seed 3: at most 5 documents of " \
+               "each cluster"
     assert sentence in (out / "report.md").read_text(encoding="utf-8")
     assert sentence in (out / "clusters.md").read_text(encoding="utf-8")
     monkeypatch.undo()
     full = build_report(workdir, out=tmp_path / "full", seed=3)
     assert full["terms_sample"]["clusters_sampled"] == 0
-    assert "come from a sample" not in (tmp_path / "full" / "report.md").read_text()
+    full_md = (tmp_path / "full" / "report.md").read_text(encoding="utf-8")
+    assert "come from a sample" not in full_md
+    assert "The top terms count all 24 documents: the sample (at most 2,000 documents of " \
+           "each cluster, drawn without replacement) read every cluster whole." in full_md

@@ -222,10 +222,10 @@ def test_sample_and_the_sample_stage_draw_one_schedule_and_summary(pydocs_path, 
     default clip (paced and clusterclip) and with a mixture file that excludes documents."""
     import gzip
 
-    from clusterclip.io import sha256_file
     from clusterclip.sampling.mixture import Mixture, write_mixture
     from clusterclip.stages.sample import SampleOptions
     from clusterclip.stages.sample import run as sample_stage
+    from clusterclip.storage.digests import sha256_file
     from clusterclip.workdir import Workdir
 
     corpus = tmp_path / "docs.jsonl"

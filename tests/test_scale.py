@@ -122,7 +122,7 @@ def test_release_pages_drops_a_read_only_map_and_keeps_its_values(tmp_path):
     """A pass over a memory-mapped file that releases each chunk keeps about one chunk
     resident (the report above 2^22 documents); the values read afterwards are the file's,
     and a copy-on-write map (which may hold changes) is left alone."""
-    from clusterclip.io import load_npy, release_pages
+    from clusterclip.storage.arrays import load_npy, release_pages
 
     want = np.arange(1 << 23, dtype=np.int32)  # 32 MiB
     np.save(tmp_path / "a.npy", want)

@@ -359,7 +359,7 @@ def test_quick_trains_small_proxies_in_at_most_two_workers_and_the_help_says_so(
     """``--quick``: small proxies (tiny ranked mixtures worse, issue 27), no verification,
     2 workers per rank but never more than the CPUs the ranks share; the help states it."""
     from clusterclip.lm.runs import usable_cpus
-    from clusterclip.search.runner import QUICK_WORKERS, SearchConfig, quick_workers
+    from clusterclip.search.offline import QUICK_WORKERS, SearchConfig, quick_workers
 
     c = SearchConfig.from_options(quick=True)
     assert (c.model, c.runs, c.verify_model, c.experiment().epochs) == ("small", 24, None, 1.5)
@@ -375,7 +375,7 @@ def test_coverage_is_a_direct_count_over_the_arms_schedules(searched):
     schedule packed into the budget's windows, rebuilt here from the splits."""
     from clusterclip.lm.data import pack_sequences
     from clusterclip.lm.runs import ScheduleSpec, schedule_sampler, schedule_stream
-    from clusterclip.search.runner import SearchConfig, prepare
+    from clusterclip.search.offline import SearchConfig, prepare
     from clusterclip.search.target import read_target
     from clusterclip.stages.experiment import load_inputs
 
@@ -452,7 +452,7 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
     from scipy import stats
 
     from clusterclip.lm.config import MODEL_PRESETS
-    from clusterclip.search import runner
+    from clusterclip.search import offline
     from clusterclip.search.proxies import ProxyTrainer
 
     w, target = searched["w"], searched["target"]
@@ -471,14 +471,14 @@ def test_verify_model_trains_at_the_stated_size_and_resumes_after_a_kill(searche
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ProxyTrainer, "run", dies_after_two)
         assert _search(w, target, "--verify-model", "small") == 130
-    got, real_search = {}, runner.search
+    got, real_search = {}, offline.search
 
     def spy(*a, **kw):
         got.update(real_search(*a, **kw))
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "search", spy)
+        mp.setattr(offline, "search", spy)
         assert _search(w, target, "--verify-model", "small") == 0
     t = got["timing"]
     assert (t["trained_runs"], t["verify_trained_runs"], t["verify_reused_runs"]) == (0, 4, 2)
@@ -564,7 +564,7 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     """Other texts in the target's test rows (from another folder, so they would fall in
     other clusters): the same splits and mixture, every proxy reused, only the test runs
     trained again."""
-    from clusterclip.search import runner
+    from clusterclip.search import offline
 
     w, target = searched["w"], searched["target"]
     sp = load_splits(w / "search" / "splits.npz")
@@ -576,14 +576,14 @@ def test_changing_the_target_test_documents_leaves_the_choice(searched):
     changed = searched["root"] / "changed.jsonl"
     changed.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     got = {}
-    real = runner.search
+    real = offline.search
 
     def spy(*a, **kw):
         got.update(real(*a, **kw))
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "search", spy)
+        mp.setattr(offline, "search", spy)
         assert _search(w, changed) == 0
     after = _outputs(w)
     assert after["mixture.json"] == searched["bytes"]["mixture.json"]
@@ -624,7 +624,7 @@ def test_test_seeds_auto_adds_seeds_by_the_declared_rule(searched, tmp_path, mon
     import shutil
 
     import clusterclip.search.output as so
-    from clusterclip.verdict import SeedRule, paired_difference
+    from clusterclip.verdict import SeedRule
 
     rule = SeedRule(start=1, step=1, cap=3, min_effect=0.0)  # one seed: never resolved
     monkeypatch.setattr(so, "SEED_RULE", rule)
@@ -639,12 +639,19 @@ def test_test_seeds_auto_adds_seeds_by_the_declared_rule(searched, tmp_path, mon
     t = res["test"]
     diffs = np.subtract(t["searched"]["target"], t["random"]["target"])
     for k in range(1, n):
-        assert not rule.resolved(paired_difference(diffs[:k]))
-    assert rule.resolved(paired_difference(diffs)) or n == rule.cap
+        assert not rule.resolved(diffs[:k])
+    assert rule.resolved(diffs) or n == rule.cap
     assert res["verdict"]["seeds"] == n
+    # looked at after 2 and 3 seeds (1 gives no interval): 2.5% a look, 97.5% intervals
+    assert (rule.looks, res["verdict"]["looks"], res["verdict"]["level"]) == (2, 2, 0.025)
+    prim = res["comparisons"]["searched - random"]["target"]
+    assert prim["confidence"] == 0.975 and prim["measurable"] == (prim["p"] < 0.025)
     md = (w / "search" / "results.md").read_text()
     assert ("Primary question, declared before the runs: `searched` against random on target "
-            "loss, tested alone at 5%; the other 8 comparisons are secondary") in md
+            "loss, tested alone at 2.5% (5% over 2 planned looks at it); the other 8 "
+            "comparisons are secondary, measurable only when their Holm-adjusted p over all 9 "
+            "is below 0.025") in md
+    assert "its paired 97.5% interval excludes 0" in md and "97.5% CI" in md
     assert "Test seeds: seeds chosen by the rule fixed before any run (--test-seeds auto): " \
         "start with 1, add 1 at a time" in md
 

@@ -480,7 +480,7 @@ def test_the_offline_verdict_is_the_own_trainer_verdict(per_seed):
 
 
 def test_a_round_file_is_read_by_the_one_bounded_json_reader(tmp_path):
-    """round.json and the rounds' mixture files go through ``io.read_json``: a key given
+    """round.json and the rounds' mixture files go through ``jsonfile.read_json``: a key given
     twice or JSON nested too deep is refused naming the file, never taken silently."""
     from clusterclip.errors import InputError
     from clusterclip.search.rounds import read_json

@@ -370,7 +370,7 @@ def test_the_offline_search_proxies_refit_by_search_fit_give_the_same_predictor(
     import math
 
     from clusterclip.search.core import SearchOptions, run_search
-    from clusterclip.search.runner import write_swarm
+    from clusterclip.search.offline import write_swarm
     from clusterclip.search.space import SearchSpace
 
     k = 5

@@ -412,7 +412,7 @@ def test_a_stage_asking_more_than_its_clusters_have_left_is_refused_with_one_lin
 
 
 def test_experiment_anneal_is_natural_then_the_mixture_for_the_last_fifth():
-    from clusterclip.experiment.runner import ANNEAL_FROM, _anneal_spec
+    from clusterclip.experiment.core import ANNEAL_FROM, _anneal_spec
 
     labels = np.repeat(np.arange(4), [50, 100, 150, 200])
     spec = _anneal_spec(Mixture((0.0, 0.0, 1.0, 3.0), 2, "paced", ""),

@@ -143,7 +143,7 @@ def tampered_rerun(workdir: Path, base: Path, command: str, kind: str, spec: lis
 def test_sample_replaces_only_a_schedule_it_wrote(tmp_path, capsys):
     """``sample --out`` never replaces a .npy of the user's (nor one the user put over
     ours); its own, recorded beside it, is replaced by a rerun."""
-    from clusterclip.io import record_of
+    from clusterclip.storage.records import record_of
 
     labels = tmp_path / "labels.npy"
     np.save(labels, np.arange(40, dtype=np.int32) % 4)
@@ -275,7 +275,8 @@ def test_a_folder_written_piece_by_piece_checks_its_record_before_any_run(tmp_pa
     from _user_files import digest
 
     from clusterclip.errors import InputError
-    from clusterclip.io import MARKER, mark_output, write_marker
+    from clusterclip.storage.outputs import mark_output
+    from clusterclip.storage.records import MARKER, write_marker
 
     folder = tmp_path / "search"
     (folder / "runs").mkdir(parents=True)
@@ -299,7 +300,7 @@ def test_cluster_and_assign_out_rerun_and_never_replace_a_users_file(tmp_path, c
     refused, kept byte for byte."""
     import shutil
 
-    from clusterclip.io import MARKER
+    from clusterclip.storage.records import MARKER
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((60, 8)).astype(np.float32)

@@ -267,7 +267,7 @@ def test_a_second_command_is_refused_and_a_dead_holders_lock_taken_over(corpus, 
 KILLED = """
 import os, signal, sys
 from pathlib import Path
-from clusterclip.io import atomic_path
+from clusterclip.storage.atomic import atomic_path
 target = Path(sys.argv[1])
 with atomic_path(target) as tmp:
     if sys.argv[2] == "dir":

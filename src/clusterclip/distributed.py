@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import load_npy
+from clusterclip.storage.arrays import load_npy
 
 T = TypeVar("T")
 

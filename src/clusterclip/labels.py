@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import load_npy, release_pages
+from clusterclip.storage.arrays import load_npy, release_pages
 
 #: Cluster ids may exceed the number of documents N (empty clusters) by this much:
 #: per-cluster arrays are sized by the largest id, so ids far beyond N would cost

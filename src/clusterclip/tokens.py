@@ -127,7 +127,7 @@ def load_token_counts(path: str | os.PathLike[str], num_documents: int | None = 
                       ) -> np.ndarray:
     """``--tokens T.npy`` or ``W/tokens.npy``: int64[N] counts, checked (1-D integers >= 0,
     one per document when ``num_documents`` is given)."""
-    from clusterclip.io import load_npy
+    from clusterclip.storage.arrays import load_npy
 
     n = num_documents
     a = load_npy(path, "token counts", kinds="iu", ndim=1)

@@ -58,7 +58,7 @@ def os_error_message(e: OSError, written: list[str]) -> str | None:
     return f"{where}: {cause} (nothing half-written is left)"
 
 
-# a temporary of clusterclip.io.atomic_path, in a message: the name it was to take
+# a temporary of clusterclip.storage.atomic.atomic_path, in a message: the name it was to take
 _TMP_NAME = re.compile(r"\.([^/]+)\.clusterclip-\d+-[A-Za-z0-9_]+\.tmp")
 
 

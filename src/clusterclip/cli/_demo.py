@@ -64,8 +64,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     """Every stage of the demo; returns each one's result by name and ``steps`` (name,
     seconds)."""
     from clusterclip.data import pydocs_path
-    from clusterclip.io import check_output_dir
     from clusterclip.stages import cluster, embed, group, report, sample
+    from clusterclip.storage.outputs import check_output_dir
 
     out = Path(config.out)
     w = Workdir(out / "work")

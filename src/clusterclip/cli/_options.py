@@ -285,7 +285,7 @@ def add_chunk_rows_option(g: Any, help: str, kind: Callable[[str], int] | None =
 
 
 def add_overwrite_option(p: argparse.ArgumentParser, what: str = "--out") -> None:
-    """``--overwrite`` of the commands that write an output folder (see io.check_output_dir)."""
+    """``--overwrite`` of the commands that write an output folder (storage.outputs)."""
     p.add_argument("--overwrite", action="store_true",
                    help=f"also write {what} when another clusterclip command or work "
                         "directory wrote it, replacing only the files its marker lists (never "

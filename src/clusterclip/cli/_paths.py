@@ -15,7 +15,7 @@ Before ``run(args)``, :func:`guard` collects the inputs from the parsed options
 directories they name list: their corpus files and recorded inputs) and refuses,
 with or without ``--overwrite``, any output that is, contains or lies inside one of
 them. It also hands what the command reads (all but the parts of W, which its
-stages write) to :func:`clusterclip.io.declared_inputs`, so that every later
+stages write) to :func:`clusterclip.storage.outputs.declared_inputs`, so that every later
 output check of the command (``check_output_dir``, ``check_output_file``,
 ``atomic_output_dir``) sees it too. A new path option added
 through :func:`add_path` is thereby protected without further code; a test checks
@@ -93,7 +93,7 @@ def _ours(folder: Path, parser: argparse.ArgumentParser) -> bool:
     """True when ``folder`` carries the marker of the command ``parser`` parses (``cluster
     --embeddings ... --out O`` keeps its manifest in O: O is its output, not a work
     directory to protect from it)."""
-    from clusterclip.io import marker_of
+    from clusterclip.storage.records import marker_of
 
     return marker_of(folder) == parser.prog.removeprefix("clusterclip ")
 
@@ -101,10 +101,10 @@ def _ours(folder: Path, parser: argparse.ArgumentParser) -> bool:
 def protected_paths(parser: argparse.ArgumentParser, args: argparse.Namespace,
                     parts: bool = True) -> tuple[tuple[Path, str, bool], ...]:
     """What no output of this command may be, contain or lie in: ``(path, what, inside_ok)``
-    as :func:`clusterclip.io.check_output_dir` takes them. The inputs the options name, and
-    for every work directory an option names, an input lies in or an output would land
-    in: the directory, its parts (but those the command ``owns``; none without ``parts``)
-    and the files it read."""
+    as :func:`clusterclip.storage.outputs.check_output_dir` takes them. The inputs the
+    options name, and for every work directory an option names, an input lies in or an
+    output would land in: the directory, its parts (but those the command ``owns``; none
+    without ``parts``) and the files it read."""
     from clusterclip.workdir import MANIFEST, Workdir
 
     out: list[tuple[Path, str, bool]] = []
@@ -151,8 +151,13 @@ def written(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[s
 def guard(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Iterator[None]:
     """Refuse (InputError) an output of the command that is, contains or lies inside one of
     its inputs (see the module); then run the body with those inputs declared to
-    :mod:`clusterclip.io`. Reads only: nothing is created."""
-    from clusterclip.io import check_writable, declared_inputs, refuse_cwd, refuse_protected
+    :mod:`clusterclip.storage`. Reads only: nothing is created."""
+    from clusterclip.storage.outputs import (
+        check_writable,
+        declared_inputs,
+        refuse_cwd,
+        refuse_protected,
+    )
 
     protected = protected_paths(parser, args)  # an empty path is refused here
     for a in path_actions(parser):

@@ -7,6 +7,9 @@ import argparse
 from clusterclip.cli._options import add_overwrite_option, parsed
 from clusterclip.cli._paths import add_path
 
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags): the
+#: folder of ``stages.dedup.keep_one`` (its ``out``).
+PARAM_FLAGS = {"out": "--keep-one"}
 HELP = ("group near-duplicate documents inside each cluster (cosine >= --threshold) into "
         "W/groups.npy, for `sample --groups` / `run --dedup`")
 
@@ -30,8 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip.dedup import format_summary
-    from clusterclip.io import check_output_dir, made_from
     from clusterclip.stages import dedup
+    from clusterclip.storage.outputs import check_output_dir, made_from
     from clusterclip.workdir import DEDUP, GROUPS, Workdir
 
     options = dedup.DedupOptions(threshold=args.threshold, progress=not args.no_progress)

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory (labels.npy, corpus/)")
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.runner import (
+    from clusterclip.experiment.core import (
         DEFAULT_MAX_DOCS,
         DEFAULT_STRATEGIES,
         EXPERIMENT_STRATEGIES,
@@ -61,17 +61,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="balance clusters by documents (the paper) or by tokens: cluster "
                         "weights divided by the cluster's mean document length (default docs)")
     from clusterclip.experiment.verdict import PRIMARY_METRIC, PRIMARY_STRATEGY, SEED_RULE
+    from clusterclip.verdict import percent
 
     r = SEED_RULE
+    conf = percent(1 - r.level).replace("%", "%%")  # argparse's escape
     p.add_argument("--seeds", type=parsed(C, "seeds", words=("auto",)), default=None,
                    help="seeds per strategy (model init and schedule), or auto (the default; "
                         f"--quick: 3): start with {r.start}, add {r.step} at a time until the "
-                        "primary question is resolved (its paired 95%% interval excludes 0 "
-                        f"or is narrower than ±{r.min_effect:g} nats/token), at most {r.cap}")
+                        f"primary question is resolved (its paired {conf} "
+                        f"interval excludes 0 or is narrower than ±{r.min_effect:g} "
+                        f"nats/token), at most {r.cap}; {conf} because it looks "
+                        f"up to {r.looks} times, at 5%%/{r.looks} each")
     p.add_argument("--primary", default=None, metavar="STRATEGY:METRIC",
                    help="the primary question, declared before the runs: STRATEGY against "
                         "random on METRIC (micro, macro or tail); tested alone at 5%%, every "
-                        "other comparison after Holm's correction (default "
+                        f"other comparison after Holm's correction (under --seeds auto at "
+                        f"5%%/{r.looks} each: {conf} intervals) (default "
                         f"{PRIMARY_STRATEGY}:{PRIMARY_METRIC})")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=parsed(C, "epochs"), default=None,

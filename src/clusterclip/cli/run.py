@@ -21,7 +21,7 @@ from clusterclip.cli._options import (
 from clusterclip.cli._paths import add_path
 
 if TYPE_CHECKING:
-    from clusterclip.stages.run import RunOptions
+    from clusterclip.stages.pipeline import RunOptions
     from clusterclip.workdir import Workdir
 
 HELP = ("embed + cluster (+ sample with --num-samples or --num-tokens) a corpus in one work "
@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
     from clusterclip.errors import InputError
-    from clusterclip.stages import run as stage
+    from clusterclip.stages import pipeline
     from clusterclip.workdir import Workdir
 
     resolve_mixture(args, args.clusters)  # checked now, not after the embedding
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     # before the lock: rank 0 holds it for every rank
     with D.process_group(options.embed.device) as main_rank:
         w = Workdir(args.workdir)
-        out = stage.run(w, options)
+        out = pipeline.run(w, options)
     if main_rank:
         print_summary(w, out)
     return 0
@@ -92,7 +92,7 @@ def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
     from clusterclip.stages.cluster import ClusterOptions
     from clusterclip.stages.dedup import DedupOptions
     from clusterclip.stages.embed import EmbedOptions
-    from clusterclip.stages.run import RunOptions
+    from clusterclip.stages.pipeline import RunOptions
     from clusterclip.stages.sample import SampleOptions
 
     progress = not args.no_progress

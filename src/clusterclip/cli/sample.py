@@ -150,7 +150,7 @@ def format_summary(s: dict[str, Any], out: str | None = None) -> str:
 def run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from clusterclip.io import check_output_file
+    from clusterclip.storage.outputs import check_output_file
     from clusterclip.workdir import CORPUS, GROUPS, MANIFEST, Workdir
 
     with contextlib.ExitStack() as stack:
@@ -207,9 +207,11 @@ def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]
 
 def _run(args: argparse.Namespace, tokens: Any = None,
          source: dict[str, Any] | None = None) -> int:
-    from clusterclip.io import load_npy, owned_file, remove_stale_temporaries, write_json
     from clusterclip.labels import load_labels
     from clusterclip.sampling.schedule import draw_schedule
+    from clusterclip.storage.arrays import load_npy
+    from clusterclip.storage.atomic import remove_stale_temporaries, write_json
+    from clusterclip.storage.records import owned_file
 
     labels = load_labels(args.labels)
     groups = None

@@ -16,7 +16,7 @@ HELP = ("search cluster weights, clip and timing with small proxy LMs for a targ
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
 PARAM_FLAGS = {"targets": "--target"}
 #: The options that declare the numbers' ranges (the command line parses them).
-_CONFIG = "clusterclip.search.runner:SearchConfig"
+_CONFIG = "clusterclip.search.offline:SearchConfig"
 _STAGE = "clusterclip.stages.search:SearchStageOptions"
 _DRAW = "clusterclip.search.propose:Draw"
 _PROPOSE = "clusterclip.search.propose:ProposeRequest"
@@ -25,9 +25,9 @@ _FIT = "clusterclip.search.fit:FitRequest"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from clusterclip.cli._options import add_proxy_options, add_workers_option
-    from clusterclip.experiment.runner import DEFAULT_MAX_DOCS
+    from clusterclip.experiment.core import DEFAULT_MAX_DOCS
     from clusterclip.lm.config import MODEL_PRESETS
-    from clusterclip.search.runner import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS
+    from clusterclip.search.offline import DEFAULT, NO_VERIFY, QUICK, QUICK_WORKERS
 
     add_path(p, "--workdir", role="workdir", default=None,
              help="work directory (labels.npy, corpus/, centroids.npy); required without "
@@ -42,13 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"rounds, each half the proxies of the one before (default "
                         f"{DEFAULT['rounds']})")
     from clusterclip.search.output import SEED_RULE as r
+    from clusterclip.verdict import percent
+
+    conf = percent(1 - r.level).replace("%", "%%")  # argparse's escape
 
     p.add_argument("--test-seeds", type=parsed(_CONFIG, "test_seeds"), default=None,
                    help=f"fresh seeds of the test verdict, or auto (default "
                         f"{DEFAULT['test_seeds']}; --quick {QUICK['test_seeds']}): start with "
                         f"{r.start}, add {r.step} at a time until searched vs random on the "
-                        "objective is resolved (its paired 95%% interval excludes 0 or is "
-                        f"narrower than ±{r.min_effect:g} nats/token), at most {r.cap}")
+                        f"objective is resolved (its paired {conf} interval "
+                        f"excludes 0 or is narrower than ±{r.min_effect:g} nats/token), at "
+                        f"most {r.cap}; {conf} because it looks up to "
+                        f"{r.looks} times, at 5%%/{r.looks} each")
     add_proxy_options(p, DEFAULT["model"] if QUICK["model"] == DEFAULT["model"]
                       else f"{DEFAULT['model']}; --quick {QUICK['model']}")
     p.add_argument("--verify-model", choices=(*MODEL_PRESETS, NO_VERIFY), default=None,
@@ -285,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
 
     from clusterclip import distributed as D
     from clusterclip.errors import InputError
-    from clusterclip.search.runner import SearchConfig, quick_workers
+    from clusterclip.search.offline import SearchConfig, quick_workers
     from clusterclip.stages import search as stage
     from clusterclip.workdir import Workdir
 

@@ -4,7 +4,7 @@ centroids out, and ``assign``. The stage that runs them in a work directory (or 
 
 Every function here may run under ``torchrun``: each rank clusters its
 contiguous shard of rows, rank 0 gathers labels and scores and writes every
-output (atomically, through :mod:`clusterclip.io`). Inputs are validated on
+output (atomically, through :mod:`clusterclip.storage`). Inputs are validated on
 every rank before anything is written, so bad input leaves no output behind.
 """
 
@@ -27,14 +27,9 @@ from clusterclip.clustering.kmeans import (
     default_fit_sample,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import (
-    check_output_dir,
-    load_npy,
-    mark_output,
-    record_written,
-    save_npy,
-    write_json,
-)
+from clusterclip.storage.arrays import load_npy, save_npy
+from clusterclip.storage.atomic import write_json
+from clusterclip.storage.outputs import check_output_dir, mark_output, record_written
 
 # The record ``assign --out`` writes beside the labels and scores (inputs, counts).
 ASSIGN_RECORD = "assign.json"

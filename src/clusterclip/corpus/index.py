@@ -39,7 +39,7 @@ KEEP_TEXT_CHARS = 1 << 26
 def foreign_files(directory: str | os.PathLike[str]) -> list[str]:
     """The files under an index folder that no index write makes (a user's), sorted; a
     re-index replaces the folder whole, so they must be moved away first."""
-    from clusterclip.io import files_under
+    from clusterclip.storage.records import files_under
 
     d = Path(directory)
     return [f for f in files_under(d) if f not in INDEX_FILES] if d.is_dir() else []
@@ -319,7 +319,7 @@ class Corpus:
     # -- persistence ---------------------------------------------------------
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Write the index to ``directory`` (replaced atomically as a whole)."""
-        from clusterclip.io import atomic_path
+        from clusterclip.storage.atomic import atomic_path
 
         with atomic_path(directory) as tmp:
             tmp.mkdir()
@@ -336,7 +336,7 @@ class Corpus:
     @classmethod
     def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Corpus:
         """Read an index written by :meth:`save` (arrays memory-mapped when ``mmap``)."""
-        from clusterclip.io import read_json
+        from clusterclip.storage.jsonfile import read_json
 
         d = Path(directory)
         try:
@@ -598,7 +598,7 @@ def _write_index(out: Path, scratch: Path, scans: list[_FileScan], ignored: list
                  check: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     """On rank 0: the stats of every file's scan, ``check(stats)``, then the files' parts
     in ``scratch`` concatenated into the index ``out`` (replaced atomically)."""
-    from clusterclip.io import atomic_path
+    from clusterclip.storage.atomic import atomic_path
 
     files, stats = _combine(scans, ignored, text_field, id_field)
     parts = [scratch / f"{fid:07d}" for fid in range(len(files))]

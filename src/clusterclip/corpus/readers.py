@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
-from clusterclip.io import MARKER
+from clusterclip.storage.records import MARKER
 
 # Suffix -> kind. Folders are expanded to the files with one of these suffixes.
 KINDS = {".jsonl.gz": "jsonl.gz", ".jsonl": "jsonl", ".parquet": "parquet"}

@@ -4,7 +4,7 @@ A local model (``minilm``: a sentence-transformers folder, its pooling and norma
 included; ``hf``: an ``AutoModel`` with mean or first-token pooling) is exported once with
 ``torch.onnx.export`` (eager attention, so that ONNX Runtime's transformer optimiser fuses
 attention, GELU and layer norms), into the clusterclip cache
-(:func:`clusterclip.io.cache_dir`)::
+(:func:`clusterclip.storage.cache.cache_dir`)::
 
     onnx-<key>/model.onnx        fp32, fused
     onnx-<key>/model-int8.onnx   int8 dynamic quantisation, per-channel weights
@@ -53,14 +53,10 @@ from clusterclip.embedding.transformer import (
     transformer_folder,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import (
-    atomic_path,
-    cache_dir,
-    fingerprint,
-    read_json,
-    sha256_file,
-    write_json,
-)
+from clusterclip.storage.atomic import atomic_path, write_json
+from clusterclip.storage.cache import cache_dir
+from clusterclip.storage.digests import fingerprint, sha256_file
+from clusterclip.storage.jsonfile import read_json
 
 # Changes whenever the export recipe changes the graph (part of the cache key and of
 # the embed stage's identity).

@@ -46,8 +46,11 @@ from clusterclip.corpus.index import META as INDEX_META
 from clusterclip.corpus.index import foreign_files
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
-from clusterclip.io import atomic_path, read_json, save_npy, write_json, write_marker
 from clusterclip.pool import available_cpus, worker_pool
+from clusterclip.storage.arrays import save_npy
+from clusterclip.storage.atomic import atomic_path, write_json
+from clusterclip.storage.jsonfile import read_json
+from clusterclip.storage.records import write_marker
 
 STAGE = "embed"
 PIPELINE_VERSION = 1
@@ -151,7 +154,7 @@ def embedder_identity(embedder: str, model: str | os.PathLike[str] | None, *,
     backend and precision (int8, float16) are in: another backend never reuses vectors.
     """
     from clusterclip.embedding.transformer import model_identity
-    from clusterclip.io import cache_dir
+    from clusterclip.storage.cache import cache_dir
 
     check_tune(embedder, tune, tune_seed, backend, precision)
     cache_dir()  # unusable (a file on the way): refused now, not after filling it

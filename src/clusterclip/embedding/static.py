@@ -9,7 +9,7 @@ pieces ``p`` of its first words (the MiniLM tokenizer's vocabulary). Two tables:
   a smooth-inverse-frequency weight ``a / (a + p(token))`` with ``p`` a Zipf
   law over the token's id (the vocabulary lists word pieces roughly by
   frequency). Computed once per model and cached on disk
-  (:func:`clusterclip.io.cache_dir`; with ``CLUSTERCLIP_CACHE=off`` it is computed
+  (:func:`clusterclip.storage.cache.cache_dir`; with ``CLUSTERCLIP_CACHE=off`` it is computed
   again in every process); it needs no corpus statistics.
 - ``random``: a fixed Gaussian matrix with IDF weights from a sample of the
   corpus (:meth:`StaticEmbedder.prepare`), i.e. TF-IDF over word pieces
@@ -49,8 +49,10 @@ from clusterclip.embedding.transformer import (
     transformer_folder,
 )
 from clusterclip.errors import InputError
-from clusterclip.io import cache_dir, fingerprint, save_npy
 from clusterclip.kernels import kernels_enabled, load_kernel
+from clusterclip.storage.arrays import save_npy
+from clusterclip.storage.cache import cache_dir
+from clusterclip.storage.digests import fingerprint
 
 if TYPE_CHECKING:
     from clusterclip.embedding.tune import TunePlan
@@ -167,7 +169,7 @@ def distilled_table(model_path: Path, dim: int = 256, progress: bool = True
                     ) -> tuple[np.ndarray, str]:
     """The ``distilled`` table (PCA to ``dim``, SIF-weighted rows) and where it came from.
 
-    Computed once per model and cached in :func:`clusterclip.io.cache_dir` (``"cached"``;
+    Computed once per model and cached in :func:`clusterclip.storage.cache.cache_dir` (``"cached"``;
     not at all with ``CLUSTERCLIP_CACHE=off``);
     otherwise derived from the cached raw token vectors (``"derived"``) or,
     the first time ever, from a distillation run (``"distilled"``, a minute or

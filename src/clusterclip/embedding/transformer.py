@@ -12,7 +12,7 @@ import numpy as np
 
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
-from clusterclip.io import parse_json, read_json
+from clusterclip.storage.jsonfile import parse_json, read_json
 
 
 def bundled_minilm_path() -> Path:

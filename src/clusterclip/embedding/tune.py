@@ -16,7 +16,7 @@ document approaches MiniLM's (the teacher's):
    embeddings (normalised, centred as :meth:`StaticEmbedder.encode` centres) have the
    highest mean cosine to the teacher's; the untuned table is kept when none beats it.
 
-The tuned table is cached in :func:`clusterclip.io.cache_dir`, keyed by the sample's
+The tuned table is cached in :func:`clusterclip.storage.cache.cache_dir`, keyed by the sample's
 texts, N, the seed, the teacher and the recipe (:data:`TUNE_VERSION`).
 
 ``--tune auto`` (the default, :func:`resolve_tune`): a sample of :data:`AUTO_DOCUMENTS`
@@ -37,7 +37,11 @@ import numpy as np
 
 from clusterclip.embedding.base import MINILM_MAX_LENGTH, l2_normalize
 from clusterclip.errors import InputError
-from clusterclip.io import cache_dir, fingerprint, read_json, save_npy, write_json
+from clusterclip.storage.arrays import save_npy
+from clusterclip.storage.atomic import write_json
+from clusterclip.storage.cache import cache_dir
+from clusterclip.storage.digests import fingerprint
+from clusterclip.storage.jsonfile import read_json
 
 TUNE_VERSION = 1
 # Tokens per document for the teacher (MiniLM's own limit).

@@ -12,13 +12,13 @@ opens with a computed verdict (:mod:`~clusterclip.experiment.verdict`).
 The proxy model, its data steps (tokens, split, packing), metrics, run store and run
 configuration (:class:`ExperimentConfig`, :mod:`clusterclip.lm.runconfig`) live in
 :mod:`clusterclip.lm` (shared with ``search``); token-balanced weights in
-:mod:`clusterclip.sampling.budget`. This package is the command's own logic: the runner,
-the verdict and the output.
+:mod:`clusterclip.sampling.budget`. This package is the command's own logic: the core
+(:mod:`~clusterclip.experiment.core`), the verdict and the output.
 """
 
 from __future__ import annotations
 
-from clusterclip.experiment.runner import RunStore, compare_strategies
+from clusterclip.experiment.core import RunStore, compare_strategies
 from clusterclip.experiment.verdict import compute_verdict, verdict_lines
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS
 from clusterclip.lm.data import (

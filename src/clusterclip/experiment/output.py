@@ -11,7 +11,7 @@ import numpy as np
 
 from clusterclip.experiment.verdict import seed_rule_of, verdict_lines
 from clusterclip.lm.metrics import METRICS, schedule_keys
-from clusterclip.verdict import LEVEL, holm, paired_difference
+from clusterclip.verdict import LEVEL, holm, paired_difference, percent
 
 _LABELS = {
     "val_micro": "val micro", "val_macro": "val macro", "val_tail": "val tail",
@@ -139,6 +139,13 @@ def bits_per_byte_lines(results: dict[str, Any]) -> list[str]:
             + ", ".join(parts) + "."]
 
 
+def _confidence(results: dict[str, Any]) -> str:
+    """The confidence of the verdict's intervals in words: 95%, or the per-look one when
+    ``--seeds auto`` chose the seeds."""
+    v = results.get("verdict")
+    return percent(1 - v["level"]) if v else percent(1 - LEVEL)
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """``results.md``: setup, the metric table, paired differences, plots."""
     parts = [
@@ -156,8 +163,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     if deltas:
         parts += ["", "Paired by seed (same initialisation), difference to random "
                   "(negative = lower loss than random), mean ± std of the per-seed "
-                  "differences; the verdict above gives each one's paired-t 95% interval, p and "
-                  "Holm-adjusted p (results.json: *verdict*):", "", deltas]
+                  "differences; the verdict above gives each one's paired-t "
+                  f"{_confidence(results)} interval, p and Holm-adjusted p (results.json: "
+                  "*verdict*):", "", deltas]
     parts += _schedule_section(results)
     parts += _gap_section(results)
     parts += ["", "## Curves and clusters", "",
@@ -617,7 +625,7 @@ def _share_y(axes: Any) -> None:
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     """Write every output file into ``directory`` (created), each atomically and
     ``results.json`` last; returns their names."""
-    from clusterclip.io import write_text
+    from clusterclip.storage.atomic import write_text
 
     directory.mkdir(parents=True, exist_ok=True)
     # byte-identical reruns: the timing and the stored runs' keys stay out
@@ -630,7 +638,7 @@ def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
 def render_files(results: dict[str, Any], directory: Path) -> list[str]:
     """results.md and the plots from a results dict (also one read back from results.json),
     each written atomically."""
-    from clusterclip.io import atomic_path, write_text
+    from clusterclip.storage.atomic import atomic_path, write_text
 
     write_text(directory / "results.md", render_markdown(results))
     plots = {"val_curves.png": plot_curves, "cluster_loss.png": plot_cluster_loss}

@@ -4,7 +4,9 @@ The family: every strategy but random against random, on micro, macro and tail h
 loss (3 strategies: 9 comparisons), paired by seed. The primary question, declared before
 the runs, is the default strategy (paced) against random on macro held-out loss unless
 ``primary`` names another (``--primary STRATEGY:METRIC``); it is tested alone at 5%, the
-others after Holm's correction over the family.
+others after Holm's correction over the family. When ``--seeds auto`` chose the seeds,
+every test is at the stop rule's per-look level instead (5% over its planned looks,
+:attr:`clusterclip.verdict.SeedRule.level`).
 
 Pure: a results dict in (only ``config``, ``primary`` and each run's metric values and
 seed are read), plain data and sentences out.
@@ -26,12 +28,13 @@ from clusterclip.lm.runconfig import (  # noqa: F401  (the config's; re-exported
     parse_primary,
 )
 from clusterclip.verdict import (
-    CONFIDENCE,
     Paired,
     SeedRule,
     compare_family,
     first_line,
     limits_line,
+    looks_words,
+    percent,
     primary_of,
 )
 
@@ -67,8 +70,10 @@ def experiment_family(results: dict[str, Any]) -> dict[str, Any] | None:
             vals = _values(results, n, by_label[label])
             common = sorted(set(vals) & set(base))
             diffs[(n, "random", label)] = [vals[s] - base[s] for s in common]
+    rule = seed_rule_of(results)
     return compare_family(diffs, (primary[0], "random", primary[1]),
-                          min_effect=seed_rule_of(results).min_effect)
+                          min_effect=rule.min_effect,
+                          looks=rule.looks if results["config"].get("auto_seeds") else 1)
 
 
 def seconds_per_run(results: dict[str, Any]) -> float | None:
@@ -83,7 +88,7 @@ def seed_rule_of(results: dict[str, Any]) -> SeedRule:
     """The ``--seeds auto`` stop rule a results dict was run under (its ``config``'s
     ``seed_rule``; the default rule for results written without one)."""
     r = results["config"].get("seed_rule")
-    return SeedRule(**r) if r else SEED_RULE
+    return SeedRule.of(r) if r else SEED_RULE
 
 
 def compute_verdict(results: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +146,8 @@ def _summary(v: dict[str, Any]) -> str:
              f"Holm-adjusted p {c['p_holm']:.2g})" for c in second if c["measurable"]]
     text = (f"Primary question, declared before the runs: `{prim['arm']}` against random on "
             f"{prim['metric']} held-out loss: {p.interval(4)}"
-            + (f", p = {prim['p']:.2g}" if prim["p"] is not None else "") + f": {state}. ")
+            + (f", p = {prim['p']:.2g}" if prim["p"] is not None else "")
+            + (f" ({looks_words(fam)})" if looks_words(fam) else "") + f": {state}. ")
     if not second:
         return text + "No secondary comparison."
     if found:
@@ -174,13 +180,15 @@ def verdict_lines(results: dict[str, Any], seconds_per_run: float | None = None
         lines.append(text + ".")
     if fam is not None and v["seeds"] >= 2:
         prim = primary_of(fam)
+        looks = looks_words(fam)
         lines.append(
             f"Differences to random are paired by seed (same initialisation, same held-out "
             f"documents), {fam['family']} comparisons. The primary question (`{prim['arm']}` "
             f"on {prim['metric']}) is tested alone: measurable when its paired-t "
-            f"{CONFIDENCE:.0%} confidence interval excludes 0; every other comparison is "
-            f"measurable only when its Holm-adjusted p over the {fam['family']} is below "
-            f"{fam['level']:.2f}.")
+            f"{percent(1 - fam['level'])} confidence interval excludes 0; every other "
+            f"comparison is measurable only when its Holm-adjusted p over the "
+            f"{fam['family']} is below {fam['level']:.4g}"
+            + (f" ({looks}, the seeds chosen by --seeds auto)." if looks else "."))
     return lines
 
 

@@ -85,7 +85,8 @@ def write_atlas(table: Any, out: str | os.PathLike[str], *,
     """Write ``table`` (:func:`atlas_table`) as ``out/atlas.parquet`` with the summary
     ``out/_export.json``, read back and checked before it is moved into place; the
     summary."""
-    from clusterclip.io import atomic_output_dir, write_json
+    from clusterclip.storage.atomic import write_json
+    from clusterclip.storage.outputs import atomic_output_dir
 
     pq = require_pyarrow()
     digest = _digest(table)

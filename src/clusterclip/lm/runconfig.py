@@ -2,14 +2,14 @@
 
 :class:`ExperimentConfig` is the configuration of the small LMs that ``clusterclip
 experiment`` trains per (strategy, seed) and that ``clusterclip search`` trains as its
-proxies (:meth:`clusterclip.search.runner.SearchConfig.experiment`): the budget, the
+proxies (:meth:`clusterclip.search.offline.SearchConfig.experiment`): the budget, the
 document window, the split, the model and its training, the mixture and tokenizer, and the
 declared primary question with the rule that adds seeds. :func:`encode_texts` turns texts
 into the documents such a model reads. Both commands import it from here, below them
 (``search`` imports nothing of ``experiment``); the run store's keys are fingerprints of
-:meth:`ExperimentConfig.to_dict` (:func:`clusterclip.experiment.runner.run_keys`).
+:meth:`ExperimentConfig.to_dict` (:func:`clusterclip.experiment.core.run_keys`).
 
-``clusterclip.experiment`` and ``clusterclip.experiment.runner`` re-export these names.
+``clusterclip.experiment`` and ``clusterclip.experiment.core`` re-export these names.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import read_json
 from clusterclip.lm.config import MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import pack_sequences
 from clusterclip.pool import available_cpus as usable_cpus  # the same count, one place
 from clusterclip.sampling.spec import LENGTH_DEPENDENT_STRATEGIES, strategy_options
+from clusterclip.storage.jsonfile import read_json
 
 #: Torch CPU threads by default per model preset, from measurement on the 2-core
 #: machine (docs/benchmarks.md, "Experiment"): the small models gain little from a
@@ -355,7 +355,7 @@ class RunStore:
     def put(self, key: str, run: dict[str, Any], seconds: float) -> dict[str, Any]:
         """Store ``run``; returns it as read back (through JSON), so that a fresh run
         and a reused one are the same object."""
-        from clusterclip.io import write_json
+        from clusterclip.storage.atomic import write_json
 
         self.dir.mkdir(parents=True, exist_ok=True)
         run = json.loads(json.dumps(run))

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import load_npy, release_pages
 from clusterclip.labels import check_labels
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
@@ -56,6 +55,7 @@ from clusterclip.sampling.spec import (
     check_clip,
     strategy_options,
 )
+from clusterclip.storage.arrays import load_npy, release_pages
 
 #: The strategy name of the schedule drawn from ``W/search/mixture.json`` (its weights,
 #: timing and clip); shown by default whenever that file exists.
@@ -81,15 +81,16 @@ class Sources:
     """The files of a work directory that the report reads, as the report stage
     (:func:`clusterclip.stages.report.run`) finds them in its layout.
 
-    ``root``: the work directory (named in the command that runs the experiment; its
-    map is read with :func:`~clusterclip.report.projection.load_map`); ``labels``,
-    ``centroids``, ``scores``: the clustering's arrays; ``corpus``: the corpus index
-    folder; ``mixture``: the search's mixture file; ``experiment_results`` and
+    ``root``: the work directory (named in the command that runs the experiment);
+    ``map``: the map's folder (read with :func:`~clusterclip.report.projection.load_map`);
+    ``labels``, ``centroids``, ``scores``: the clustering's arrays; ``corpus``: the corpus
+    index folder; ``mixture``: the search's mixture file; ``experiment_results`` and
     ``search_results``: the verdicts' markdown files. Any but ``root`` and ``labels``
     may be missing.
     """
 
     root: Path
+    map: Path
     labels: Path
     centroids: Path
     scores: Path
@@ -409,7 +410,7 @@ def stage_key(src: Sources, opts: ReportOptions, target: Path) -> dict[str, Any]
 def _mixture_identity(path: Path) -> str | None:
     if not path.is_file():
         return None
-    from clusterclip.io import sha256_file
+    from clusterclip.storage.digests import sha256_file
 
     return sha256_file(path)
 
@@ -768,7 +769,7 @@ def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Count
     ``counted.tokens``: tokens per document (None without a corpus index: no token
     shares), counted as ``counted.source`` says. ``make_map``: makes (or reuses)
     ``W/map/`` for the page's map; None, or why there is no map."""
-    from clusterclip.io import atomic_output_dir
+    from clusterclip.storage.outputs import atomic_output_dir
 
     c = _load(src, opts, counted)
     map_note = make_map()
@@ -806,12 +807,12 @@ def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Count
 def _map_points(src: Sources, c: _Corpus):
     """The documents of ``W/map/`` with their clusters and first characters."""
     from clusterclip.report.page import HOVER_CHARS, MapPoints
-    from clusterclip.report.projection import DIR, load_map
+    from clusterclip.report.projection import load_map
     from clusterclip.report.terms import one_line
 
-    rows, coords = load_map(src.root)
+    rows, coords = load_map(src.map)
     if rows.size and (rows.max() >= c.n or rows.min() < 0):
-        raise InputError(f"{src.root / DIR}: documents outside the {c.n} of "
+        raise InputError(f"{src.map}: documents outside the {c.n} of "
                          f"{src.labels.name}; rerun `clusterclip report`")
     texts = None
     if c.corpus is not None:

@@ -36,7 +36,6 @@ import numpy as np
 from clusterclip.errors import InputError
 
 STAGE = "map"
-DIR = "map"
 DEFAULT_MAP_SAMPLE = 100_000
 PCA_DIMS = 50
 _ROWS_PER_BLOCK = 65_536  # embeddings read (and PCA accumulated) this many rows at a time
@@ -227,13 +226,14 @@ def umap_version() -> str | None:
         return None
 
 
-def load_map(root: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(sample, coords)`` of ``W/map/``: int64[n] document indices, float32[n, 2]."""
-    from clusterclip.io import load_npy
+def load_map(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(sample, coords)`` of the map's ``folder`` (``W/map/``, which the stage names):
+    int64[n] document indices, float32[n, 2]."""
+    from clusterclip.storage.arrays import load_npy
 
-    rows = load_npy(root / DIR / "sample.npy", "map sample", kinds="iu", ndim=1)
-    coords = load_npy(root / DIR / "coords.npy", "map coordinates", kinds="f", ndim=2)
+    rows = load_npy(folder / "sample.npy", "map sample", kinds="iu", ndim=1)
+    coords = load_npy(folder / "coords.npy", "map coordinates", kinds="f", ndim=2)
     if coords.shape != (rows.size, 2):
-        raise InputError(f"{root / DIR}: coords.npy {list(coords.shape)} does not match "
+        raise InputError(f"{folder}: coords.npy {list(coords.shape)} does not match "
                          f"sample.npy ({rows.size} rows); rerun `clusterclip report`")
     return rows.astype(np.int64), coords.astype(np.float32)

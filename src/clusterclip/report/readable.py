@@ -22,15 +22,16 @@ from clusterclip.report.terms import (
     MAX_FEATURES,
     MIN_DF,
     NEAREST_DOCS,
+    TERMS_FIRST_ROUND,
     TERMS_PER_CLUSTER,
     TOKEN_PATTERN,
-    TOP_TERMS,
-    count_terms,
     nearest_documents,
     one_line,
-    sample_documents,
+    round_ends,
+    sample_order,
     sample_sentence,
-    top_terms,
+    sample_summary,
+    sampled_terms,
 )
 
 TEXT_BLOCK = 4096  # documents per CountVectorizer call
@@ -58,49 +59,43 @@ def _text_blocks(corpus, labels: np.ndarray, indices: np.ndarray, block: int
         yield np.asarray(labels[indices[start:]], dtype=np.int64), texts
 
 
-def _counted(blocks: Iterator[tuple[np.ndarray, list[str | None]]], total: int,
-             progress: bool) -> Iterator[tuple[np.ndarray, list[str | None]]]:
-    """``blocks`` as they are, with a progress bar of their documents if ``progress``."""
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc="top terms", unit="doc", unit_scale=True, leave=False,
-              disable=not progress) as bar:
-        for b in blocks:
-            yield b
-            bar.update(len(b[1]))
-
-
 def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: int,
                       block: int = TEXT_BLOCK, seed: int = 0,
                       per_cluster: int = TERMS_PER_CLUSTER,
+                      first_round: int | None = TERMS_FIRST_ROUND,
                       progress: bool = False) -> dict[str, Any]:
     """Top terms and nearest documents of every cluster.
 
     ``corpus`` a :class:`~clusterclip.corpus.Corpus` (None: no terms, no texts),
     ``labels`` int[N], ``scores`` float[N] cosine to the centroid (None: no
     nearest documents). The terms come from at most ``per_cluster`` documents of
-    each cluster, drawn with ``seed`` (:func:`~clusterclip.report.terms.sample_documents`);
-    ``progress``: a progress bar of the documents read for them.
-    Returns ``terms`` (K lists of strings), ``nearest`` (K int64 arrays of document
-    indices), ``snippets`` (document index -> one line of at most
+    each cluster, drawn with ``seed`` and read in rounds from ``first_round`` documents
+    until the terms are stable (:func:`~clusterclip.report.terms.sampled_terms`; None: one
+    round); ``progress``: a progress bar of the documents read for them (its total: the
+    most the rounds can read). Returns ``terms`` (K lists of strings), ``nearest`` (K
+    int64 arrays of document indices), ``snippets`` (document index -> one line of at most
     :data:`SNIPPET_CHARS` characters) and ``terms_sample`` (None without a corpus, else
-    ``per_cluster``, ``seed``, ``documents_read``, ``documents``, ``clusters_sampled``).
+    :func:`~clusterclip.report.terms.sample_summary`).
     """
     terms: list[list[str]] = [[] for _ in range(k)]
     nearest = [np.zeros(0, dtype=np.int64) for _ in range(k)]
     snippets: dict[int, str] = {}
     sample = None
     if corpus is not None:
-        indices, sizes, taken = sample_documents(labels, k, per_cluster, seed)
-        weights = None
-        if (taken < sizes).any():  # scale the sampled clusters' counts to their size
-            weights = np.divide(sizes, taken, out=np.ones(k), where=taken > 0)
-        blocks = _counted(_text_blocks(corpus, labels, indices, block), indices.size,
-                          progress)
-        terms = top_terms(count_terms(blocks, k), TOP_TERMS, weights)
-        sample = {"per_cluster": int(per_cluster), "seed": int(seed),
-                  "documents_read": int(indices.size), "documents": int(sizes.sum()),
-                  "clusters_sampled": int((taken < sizes).sum())}
+        from tqdm import tqdm
+
+        order = sample_order(labels, k, per_cluster, seed,
+                             ordered=len(round_ends(first_round, per_cluster)) > 1)
+        with tqdm(total=int(order.taken.sum()), desc="top terms", unit="doc",
+                  unit_scale=True, leave=False, disable=not progress) as bar:
+            def read(indices):
+                for b in _text_blocks(corpus, labels, indices, block):
+                    yield b
+                    bar.update(len(b[1]))
+
+            got = sampled_terms(order, read, first_round)
+        terms = got.terms
+        sample = sample_summary(got, first_round, per_cluster, seed)
     if scores is not None:
         nearest = nearest_documents(labels, scores, k, NEAREST_DOCS)
         if corpus is not None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.io import release_pages
 from clusterclip.labels import cluster_sizes  # noqa: F401 - this module's since the start
 from clusterclip.sampling.clip import DEFAULT_TAIL_FLOOR as STARVE_FRACTION
 from clusterclip.sampling.clip import LATE_TENTHS, late_start, quartile_clusters
+from clusterclip.storage.arrays import release_pages
 
 TENTHS = 10  # the quartile-share table splits training time into tenths
 CHUNK = 1 << 20  # documents per pass where a per-document temporary would otherwise be N long

@@ -30,6 +30,15 @@ sampled cluster's counts are scaled by ``n_k / m_k`` (its documents over those
 read) before the c-TF-IDF (:func:`ctfidf`'s ``weights``), so that the
 across-cluster frequencies ``f_t`` and ``A`` estimate the full counts'.
 The vocabulary rule applies to the documents read.
+
+The sample can also be sized by what the terms need (:func:`sampled_terms`): each
+cluster's sample is read in a seeded random order (:func:`sample_order`) in rounds that
+double (a first round, then twice as many in all, up to the cap or the cluster's size);
+after each round the top terms are computed from everything read so far, and a cluster
+stops once a round leaves its top-:data:`TOP_TERMS` set unchanged. A cluster of no more
+than the first round is read whole in it. Measured against the fixed sample, the rounds
+kept measurably fewer of the full count's terms for little less reading (docs/scale.md),
+so the report reads one round (:data:`TERMS_FIRST_ROUND` is None).
 """
 
 from __future__ import annotations
@@ -53,6 +62,16 @@ SAMPLE_AGREEMENT = ("on a generated corpus of 10^6 documents in 2,000 clusters, 
                     "cluster kept 8 of its 10 top terms on average (4 in the worst case), and "
                     "94% of the sample's top 10 were among the full count's top 20 "
                     "(docs/benchmarks.md, \"Scale\")")
+# Documents per cluster of the first round of the sample sized by what the terms need
+# (:func:`sampled_terms`); None: one round of TERMS_PER_CLUSTER, the report's default, as
+# rounds from 200 kept measurably fewer terms (docs/scale.md, "The report's terms").
+TERMS_FIRST_ROUND = None
+# What docs/scale.md measured for the rounds, for the sentence of a report that reads them
+# (keep the two in step).
+ROUNDS_AGREEMENT = ("on 2 x 10^5 generated documents in 200 clusters, rounds from 200 to "
+                    "2,000 documents kept about 98% of a cluster's top 10 terms on average (70% in "
+                    "the worst cluster), against 99% for a fixed 2,000: measurably fewer "
+                    "(docs/scale.md, \"The report's terms\")")
 CHUNK = 1 << 20  # documents per pass over the per-document arrays
 FOLD_PAIRS = 1 << 21  # (cluster, term) pairs of counted blocks held before folding them
 
@@ -290,18 +309,164 @@ def sample_documents(labels: np.ndarray, num_clusters: int, per_cluster: int, se
     return indices.astype(np.int64, copy=False), sizes, taken
 
 
+@dataclass
+class SampleOrder:
+    """A seeded sample (:func:`sample_documents`) and the order it is read in.
+
+    ``indices`` int64 (ascending: file order), ``labels`` their clusters, ``place`` each
+    document's place in its cluster's reading order (0 first; None: not ordered, read in
+    one round), ``sizes`` int64[K] the clusters' documents, ``taken`` int64[K] the
+    sample's and ``per_cluster`` its cap."""
+
+    indices: np.ndarray
+    labels: np.ndarray
+    place: np.ndarray | None
+    sizes: np.ndarray
+    taken: np.ndarray
+    per_cluster: int
+
+
+def sample_order(labels: np.ndarray, num_clusters: int, per_cluster: int, seed: int,
+                 chunk: int = CHUNK, ordered: bool = True) -> SampleOrder:
+    """:func:`sample_documents`' sample, each cluster's documents in a seeded random order.
+
+    The order comes from a second generator (``SeedSequence(seed).spawn(1)[0]``): each
+    document gets a uniform key, and a cluster's documents are read by ascending key (ties
+    to the lower index). So the sample is the same as :func:`sample_documents`', and
+    the first ``m`` documents of a cluster's order are a uniform sample of ``m`` of them.
+    ``ordered=False``: no order (``place`` None; 4 CPU-s saved at 8 x 10^6 sampled), for
+    a sample read in one round.
+    """
+    indices, sizes, taken = sample_documents(labels, num_clusters, per_cluster, seed, chunk)
+    lab = np.asarray(labels[indices], dtype=np.int64) if indices.size else \
+        np.zeros(0, dtype=np.int64)
+    place = None
+    if ordered:
+        keys = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0]).random(
+            indices.size)
+        order = np.lexsort((keys, lab))  # stable: equal keys keep the index order
+        by_cluster = lab[order]
+        place = np.empty(indices.size, dtype=np.int64)
+        place[order] = np.arange(order.size) - np.searchsorted(by_cluster, by_cluster,
+                                                               side="left")
+    return SampleOrder(indices, lab, place, sizes, taken, int(per_cluster))
+
+
+def round_ends(first_round: int | None, per_cluster: int) -> list[int]:
+    """Documents per cluster read by the end of each round: ``first_round``, doubling, up
+    to ``per_cluster`` (``[per_cluster]`` when ``first_round`` is None or not smaller)."""
+    end = per_cluster if first_round is None else min(int(first_round), per_cluster)
+    if end < 1:
+        raise ValueError(f"first_round must be >= 1, got {first_round}")
+    ends = [end]
+    while ends[-1] < per_cluster:
+        ends.append(min(2 * ends[-1], per_cluster))
+    return ends
+
+
+@dataclass
+class SampledTerms:
+    """``terms`` (K lists, best first), ``read`` int64[K] documents of each cluster read,
+    ``sizes`` int64[K] its documents, ``rounds`` the rounds run."""
+
+    terms: list[list[str]]
+    read: np.ndarray
+    sizes: np.ndarray
+    rounds: int
+
+
+def sampled_terms(order: SampleOrder, read_blocks, first_round: int | None,
+                  n: int = TOP_TERMS) -> SampledTerms:
+    """Top terms from as much of the sample ``order`` as they need.
+
+    Round r reads, of each cluster still open, its documents at places
+    ``ends[r-1] .. ends[r] - 1`` (:func:`round_ends` up to the sample's cap; one pass in
+    file order: ``read_blocks(indices)`` yields ``(labels, texts)`` blocks of the
+    ascending ``indices``). After each round the top ``n`` terms are computed from every
+    document read (a sampled cluster's counts scaled by ``n_k / m_k``); a cluster closes
+    when its sample is read or when its top-``n`` set equals the one after the round
+    before. Returns the last round's terms. Counting is exact whatever the rounds, so the
+    result is :func:`top_terms` of the documents read.
+    """
+    k = order.sizes.size
+    counter = TermCounter(k)
+    read = np.zeros(k, dtype=np.int64)
+    open_ = order.taken > 0
+    terms: list[list[str]] = [[] for _ in range(k)]
+    lo, rounds = 0, 0
+    ends = round_ends(first_round, order.per_cluster)
+    if order.place is None and len(ends) > 1:
+        raise ValueError("reading in rounds needs sample_order(..., ordered=True)")
+    for hi in ends:
+        if not open_.any():
+            break
+        pick = open_[order.labels]
+        if len(ends) > 1:
+            pick &= (order.place >= lo) & (order.place < hi)
+        for labels, texts in read_blocks(order.indices[pick]):
+            counter.update(labels, texts)
+        read += np.bincount(order.labels[pick], minlength=k)
+        weights = None
+        if (read < order.sizes).any():
+            weights = np.divide(order.sizes, read, out=np.ones(k), where=read > 0)
+        now = top_terms(counter.result(), n, weights)
+        if rounds:
+            open_ &= np.array([set(a) != set(b) for a, b in zip(now, terms, strict=True)])
+        open_ &= read < order.taken
+        terms, lo, rounds = now, hi, rounds + 1
+    return SampledTerms(terms, read, order.sizes, rounds)
+
+
+def sample_rule(first_round: int | None, per_cluster: int) -> str:
+    """The sample's rule in words (``first_round``, ``per_cluster``: see
+    :func:`round_ends`)."""
+    ends = round_ends(first_round, per_cluster)
+    if len(ends) == 1:
+        return f"at most {per_cluster:,} documents of each cluster, drawn without replacement"
+    steps = ", ".join(f"{e:,}" for e in ends[:-1]) + f" and {ends[-1]:,}"
+    return (f"each cluster's documents read in a random order in rounds, to {steps} "
+            f"documents in all, until a round leaves its top-{TOP_TERMS} terms unchanged "
+            f"(as a set) or its documents run out; a cluster of at most {ends[0]:,} "
+            f"documents is read whole")
+
+
+def sample_summary(got: SampledTerms, first_round: int | None, per_cluster: int,
+                   seed: int) -> dict:
+    """The report's ``terms_sample`` (JSON types): ``rule`` (:func:`sample_rule`),
+    ``per_cluster``, ``first_round``, ``seed``, ``rounds``, ``documents_read``,
+    ``documents``, ``clusters_sampled`` (read in part) and ``read_per_cluster`` (``min``,
+    ``median``, ``max`` over the non-empty clusters)."""
+    live = got.read[got.sizes > 0]
+    spread = ({"min": int(live.min()), "median": float(np.median(live)),
+               "max": int(live.max())} if live.size else None)
+    return {"rule": sample_rule(first_round, per_cluster), "per_cluster": int(per_cluster),
+            "first_round": None if first_round is None else int(first_round),
+            "seed": int(seed), "rounds": int(got.rounds),
+            "documents_read": int(got.read.sum()), "documents": int(got.sizes.sum()),
+            "clusters_sampled": int((got.read < got.sizes).sum()),
+            "read_per_cluster": spread}
+
+
 def sample_sentence(sample: dict | None) -> str | None:
-    """The sentence that says the top terms come from a sample (None when every document
-    was read). ``sample``: the ``terms_sample`` of the report (see ``readable_clusters``)."""
-    if not sample or not sample["clusters_sampled"]:
+    """The sentence that says which documents the top terms count: a sample, or all of
+    them (None without ``sample``: no terms). ``sample``: the ``terms_sample`` of the
+    report (:func:`sample_summary`)."""
+    if not sample:
         return None
+    if not sample["clusters_sampled"]:
+        return (f"The top terms count all {sample['documents']:,} documents: the sample "
+                f"({sample['rule']}) read every cluster whole.")
     n = sample["clusters_sampled"]
-    return (f"The top terms come from a sample: at most {sample['per_cluster']:,} documents "
-            f"of each cluster, drawn with seed {sample['seed']} ({sample['documents_read']:,} "
-            f"of the {sample['documents']:,} documents read; {n:,} cluster"
-            f"{'s' if n != 1 else ''} sampled, the others read whole), each sampled "
-            f"cluster's counts scaled to its size. Measured against counting every "
-            f"document: {SAMPLE_AGREEMENT}.")
+    spread = sample["read_per_cluster"]
+    median = f"{spread['median']:,.1f}".removesuffix(".0")
+    one_round = len(round_ends(sample["first_round"], sample["per_cluster"])) == 1
+    return (f"The top terms come from a sample drawn with seed {sample['seed']}: "
+            f"{sample['rule']}. Read {sample['documents_read']:,} of the "
+            f"{sample['documents']:,} documents (per cluster min {spread['min']:,}, median "
+            f"{median}, max {spread['max']:,}; {n:,} cluster{'s' if n != 1 else ''} "
+            f"sampled, the others read whole), each sampled cluster's counts scaled to its "
+            f"size. Measured against counting every document: "
+            f"{SAMPLE_AGREEMENT if one_round else ROUNDS_AGREEMENT}.")
 
 
 # Control characters (C0 but whitespace, DEL, C1): shown as spaces, never copied (a NUL

@@ -707,7 +707,7 @@ class PacedEngine(ClusterEngine):
         if stage is None:  # the whole schedule: quotas of the clip R over n_k
             self.quotas = paced_quotas(sizes, weights, clip, T)
             caps, off, index = int(clip) * np.asarray(sizes, np.int64), None, 0
-        else:  # one stage of a staged schedule (sampling._stages)
+        else:  # one stage of a staged schedule (sampling._segments)
             index, caps, off = stage
             self.quotas = paced_quotas(caps, weights, 1, T)
         self._live = np.flatnonzero(self.quotas > 0)

@@ -14,7 +14,7 @@ deltas between checkpoints as uint32, clip events). A file is trusted only
 if it parses, its recorded key and shapes match, its SHA-256 over the arrays
 matches and every checkpoint is consistent (counts that sum to the
 position, within the clip); anything else is ignored and rebuilt. Writes
-are atomic (:func:`clusterclip.io.atomic_path`); failing to write (a
+are atomic (:func:`clusterclip.storage.atomic.atomic_path`); failing to write (a
 read-only folder) only costs the cache.
 """
 
@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.io import array_fingerprint, atomic_path, remove_stale_temporaries
 from clusterclip.sampling._engine import ClusterEngine
+from clusterclip.storage.atomic import atomic_path, remove_stale_temporaries
+from clusterclip.storage.digests import array_fingerprint
 
 #: Version of the index file *and* of the schedule definition it was computed from.
 FORMAT = 1

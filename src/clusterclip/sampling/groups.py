@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import array_fingerprint
 from clusterclip.labels import check_labels
 from clusterclip.sampling.sampler import ClusterClipSampler
 from clusterclip.sampling.spec import (
@@ -38,6 +37,7 @@ from clusterclip.sampling.spec import (
     with_spec_signature,
 )
 from clusterclip.sampling.stream import BaseSampler
+from clusterclip.storage.digests import array_fingerprint
 
 GEN_BLOCK = 1 << 18  # global positions generated (and mapped) at a time
 

@@ -287,7 +287,7 @@ def _save_callback(mixer: Any) -> Any:
             if state.is_world_process_zero:  # every rank holds the same state
                 import os
 
-                from clusterclip.io import write_json
+                from clusterclip.storage.atomic import write_json
 
                 folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
                 write_json(os.path.join(folder, ONLINE_STATE),
@@ -302,7 +302,7 @@ def _load_online(trainer: Any, checkpoint: Any) -> None:
     """The mixer's state and the sampler's calls of ``checkpoint`` (True: the last one)."""
     from pathlib import Path
 
-    from clusterclip.io import read_json
+    from clusterclip.storage.jsonfile import read_json
 
     if checkpoint is True:
         from transformers.trainer_utils import get_last_checkpoint

@@ -48,8 +48,10 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import read_json, sha256_file, write_json
 from clusterclip.limits import MAX_CLIP, int_problem, real_problem, shown, weight_span_problem
+from clusterclip.storage.atomic import write_json
+from clusterclip.storage.digests import sha256_file
+from clusterclip.storage.jsonfile import read_json
 
 MIXTURE_FORMAT_VERSION = 1
 #: The version of a mixture file with ``stages``.

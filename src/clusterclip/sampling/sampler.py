@@ -15,11 +15,9 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import array_fingerprint
-from clusterclip.io import cache_dir as cache_dir_default
 from clusterclip.sampling import _seek
 from clusterclip.sampling._engine import ClusterEngine, EpochEngine, PacedEngine, stable_order
-from clusterclip.sampling._stages import SegmentedEngine, plan_segments
+from clusterclip.sampling._segments import SegmentedEngine, plan_segments
 from clusterclip.sampling.spec import (  # noqa: F401 - the names this module always exported
     ALPHA_STRATEGIES,
     CLIP_STRATEGIES,
@@ -39,6 +37,8 @@ from clusterclip.sampling.spec import (  # noqa: F401 - the names this module al
 )
 from clusterclip.sampling.stream import STATE_VERSION, BaseSampler  # noqa: F401
 from clusterclip.sampling.stream import state_checksum as _state_checksum  # noqa: F401
+from clusterclip.storage.cache import cache_dir as cache_dir_default
+from clusterclip.storage.digests import array_fingerprint
 
 SEEK_GAP = 1 << 16  # a gap longer than this before the next index is skipped count-only
 

@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.io import HashingWriter, atomic_path, check_free_space
 from clusterclip.limits import MAX_SAMPLES
 from clusterclip.sampling.budget import plan_schedule
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.spec import SamplerSpec, mixture_defaults, rank_share
 from clusterclip.sampling.stream import BaseSampler
+from clusterclip.storage.atomic import atomic_path
+from clusterclip.storage.digests import HashingWriter
+from clusterclip.storage.outputs import check_free_space
 
 
 def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: int | None = None,

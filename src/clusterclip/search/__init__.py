@@ -13,8 +13,9 @@ target's prior are then trained again with fresh seeds and compared on test.
 - :mod:`~clusterclip.search.predictor`: the regressor and its leave-one-out check.
 - :mod:`~clusterclip.search.core`: the rounds and the choice (objective injected).
 - :mod:`~clusterclip.search.proxies`: real proxy runs, stored, shared among ranks.
-- :mod:`~clusterclip.search.runner`: the work-directory edge; ``output`` and
-  ``plots``: ``W/search/``.
+- :mod:`~clusterclip.search.offline`: the offline search itself, from what the stage
+  reads of a work directory (data, prior, rounds, test verdict); ``output`` and ``plots``:
+  ``W/search/``.
 """
 
 from __future__ import annotations

@@ -231,8 +231,9 @@ def fit_swarm(req: FitRequest, workdir_space: Callable[..., Any] | None = None,
     ``workdir_space``: the space of ``req.workdir`` when given
     (:func:`clusterclip.stages.search.workdir_space`); ``load_corpus(workdir)``: its
     corpus, for ``--format``."""
-    from clusterclip.io import atomic_output_dir, check_output_dir, write_json
     from clusterclip.search.rounds import round_record
+    from clusterclip.storage.atomic import write_json
+    from clusterclip.storage.outputs import atomic_output_dir, check_output_dir
 
     tokenizer = _tokenizer(req)
     check_output_dir(req.out, "search fit")
@@ -447,8 +448,8 @@ def _write_choice(tmp: Path, req: FitRequest, swarm: Swarm, cands: list[Candidat
     """The run with the best predicted objective (ties: the best observed, then the first
     run id) as ``mixture.json``: with a work directory its own mixture file
     (:func:`clusterclip.search.rounds.chosen_mixture`)."""
-    from clusterclip.io import write_json
     from clusterclip.sampling.mixture import Mixture, write_mixture
+    from clusterclip.storage.atomic import write_json
 
     sign = -1.0 if req.maximize else 1.0
     best = choose(sign * fitted, sign * swarm.y)  # the offline search's choice

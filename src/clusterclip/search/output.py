@@ -7,7 +7,9 @@ from the title to the first ``## `` heading), its first line the decision
 (:func:`decision_line`). Every difference is paired by seed and weighed by the rules of
 :mod:`clusterclip.verdict` (:func:`search_family`): the primary question, declared before
 the runs, is `searched` against random on the objective, tested alone at 5%; the other
-comparisons count only after Holm's correction over the family. The line on the searched
+comparisons count only after Holm's correction over the family. With ``--test-seeds
+auto``, every test is at the stop rule's per-look level instead (5% over its planned
+looks, :attr:`clusterclip.verdict.SeedRule.level`). The line on the searched
 mixture names it ``searched`` and says ``measurably better than random``, ``measurably
 worse than random`` or ``not measurably different from random``, so that scripts can
 read it.
@@ -23,12 +25,12 @@ import numpy as np
 
 from clusterclip.lm.config import describe_model
 from clusterclip.verdict import (
-    CONFIDENCE,
     Paired,
     SeedRule,
     compare_family,
     first_line,
     limits_line,
+    percent,
 )
 
 RESULTS_FORMAT = 1
@@ -50,25 +52,35 @@ def _proxy(p: Any, predicted: float | None, loo: float | None) -> dict[str, Any]
 SEED_RULE = SeedRule()
 
 
+def seed_looks(config: dict[str, Any]) -> int:
+    """The planned looks of the search's ``config`` (a results.json ``config``): those of
+    its ``seed_rule`` under ``--test-seeds auto``, else 1."""
+    rule = config.get("seed_rule")
+    return SeedRule.of(rule).looks if rule else 1
+
+
 def search_family(test: dict[str, dict[str, list[float]]], objective: str,
-                  min_effect: float = SEED_RULE.min_effect) -> dict[str, Any]:
+                  min_effect: float = SEED_RULE.min_effect, looks: int = 1
+                  ) -> dict[str, Any]:
     """:func:`clusterclip.verdict.compare_family` of the search: every comparison of
     :data:`COMPARISONS` whose arms ran, on every metric they have (the objective first),
-    paired by test seed; the primary is `searched` against random on ``objective``."""
+    paired by test seed; the primary is `searched` against random on ``objective``;
+    ``looks``: :func:`seed_looks`."""
     metrics = [objective] + [m for m in METRIC_NAMES if m != objective]
     diffs = {(a, b, m): np.subtract(test[a][m], test[b][m]).tolist()
              for m in metrics for a, b in COMPARISONS
              if a in test and b in test and m in test[a]}
-    return compare_family(diffs, ("searched", "random", objective), min_effect=min_effect)
+    return compare_family(diffs, ("searched", "random", objective), min_effect=min_effect,
+                          looks=looks)
 
 
-def comparisons(test: dict[str, dict[str, list[float]]], objective: str
+def comparisons(test: dict[str, dict[str, list[float]]], objective: str, looks: int = 1
                 ) -> dict[str, dict[str, Any]]:
     """``{"searched - random": {metric: {mean, low, high, detectable, p, p_holm, primary,
     measurable, call, n, std}}, ...}`` for the arms that ran, paired by seed: the entries of
     :func:`search_family` (a secondary is measurable only after Holm's correction)."""
     out: dict[str, dict[str, Any]] = {}
-    for c in search_family(test, objective)["comparisons"]:
+    for c in search_family(test, objective, looks=looks)["comparisons"]:
         b = c["baseline"]
         if c["measurable"]:
             call = f"measurably {'better' if c['mean'] < 0 else 'worse'} than {b}"
@@ -97,10 +109,11 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
 
 
 def verify_dict(model: str, vdata: Any, vtest: dict[str, Any], test: dict[str, Any],
-                objective: str) -> dict[str, Any]:
+                objective: str, looks: int = 1) -> dict[str, Any]:
     """The final comparison trained again at preset ``model`` (the verification): its
     per-seed test losses, comparisons and coverage, and whether the arms keep their order
-    (Spearman over the arms' mean test objective, proxy size vs this size)."""
+    (Spearman over the arms' mean test objective, proxy size vs this size); ``looks``: the
+    proxy size's (:func:`seed_looks`), so both verdicts are held to one level."""
     arms = list(test)
     proxy = [float(np.mean(test[a][objective])) for a in arms]
     there = [float(np.mean(vtest[a][objective])) for a in arms]
@@ -111,8 +124,8 @@ def verify_dict(model: str, vdata: Any, vtest: dict[str, Any], test: dict[str, A
                             if k not in ("fed_share", "coverage", "bits_per_byte")}
                      for name, arm in vtest.items()},
             "bits_per_byte": {name: arm["bits_per_byte"] for name, arm in vtest.items()},
-            "coverage": coverage(vtest), "comparisons": comparisons(vtest, objective),
-            "verdict": search_family(vtest, objective),
+            "coverage": coverage(vtest), "comparisons": comparisons(vtest, objective, looks),
+            "verdict": search_family(vtest, objective, looks=looks),
             "order": {"proxy": sorted(arms, key=lambda a: proxy[arms.index(a)]),
                       "verify": sorted(arms, key=lambda a: there[arms.index(a)])},
             "spearman": _spearman(proxy, there)}
@@ -129,6 +142,7 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
     (:func:`clusterclip.search.overlap.summary`); ``verify``: :func:`verify_dict`."""
     chosen = result.proxies[result.chosen]
     objective = "target" if space.prior is not None else "macro"
+    looks = seed_looks(config.to_dict())
     return {
         "format_version": RESULTS_FORMAT,
         "objective": objective,
@@ -162,9 +176,9 @@ def results_dict(config: Any, data: Any, splits: dict[str, np.ndarray], space: A
         "parameters": {"proxy": data.config.model.num_parameters(),
                        "verify": None if verify is None else verify["parameters"]},
         "verify": verify,
-        "comparisons": comparisons(test, objective),
+        "comparisons": comparisons(test, objective, looks),
         "primary": {"arm": "searched", "baseline": "random", "metric": objective},
-        "verdict": search_family(test, objective),
+        "verdict": search_family(test, objective, looks=looks),
         "run_keys": run_keys,
         "timing": timing,
         "splits": splits,
@@ -196,9 +210,11 @@ def decision_line(results: dict[str, Any], seconds_per_run: float | None = None)
     """The first line (:func:`clusterclip.verdict.first_line` of :func:`search_family`): the
     arm to use on a measurable primary (`searched` against random on the objective) or a
     Holm-measurable secondary, its gain over random and its cost on the corpus's own mix
-    (micro), each with its paired 95% interval, and how much of the corpus it never draws;
+    (micro), each with its paired 95% interval (the per-look one under ``--test-seeds
+    auto``), and how much of the corpus it never draws;
     else why random stays, or what the seeds could resolve and how many would."""
-    fam = search_family(results["test"], results["objective"])
+    fam = search_family(results["test"], results["objective"],
+                        looks=seed_looks(results["config"]))
     rec = fam["recommend"]
     then = ""
     if rec is not None:
@@ -211,15 +227,16 @@ def decision_line(results: dict[str, Any], seconds_per_run: float | None = None)
                      f"({Paired.of(sp).interval(3, inside=True)}"
                      + (f"; Holm-adjusted p {sp['p_holm']:.2g}" if sp.get("p_holm") is not None
                         else "") + ")")
-    auto = results["config"].get("test_seeds") == "auto"
+    rule = results["config"].get("seed_rule")
     return first_line(fam, names=METRIC_NAMES, rerun="--test-seeds",
                       runs_per_seed=len(results["test"]), how=HOW, cost="micro",
                       arms="the arms", then=then, seconds_per_run=seconds_per_run,
-                      cap=SEED_RULE.cap if auto else None)
+                      cap=SeedRule.of(rule).cap if rule else None)
 
 
 def _decided(results: dict[str, Any]) -> str | None:
-    rec = search_family(results["test"], results["objective"])["recommend"]
+    rec = search_family(results["test"], results["objective"],
+                        looks=seed_looks(results["config"]))["recommend"]
     return None if rec is None else rec["arm"]
 
 
@@ -342,8 +359,9 @@ def _detectable_line(results: dict[str, Any]) -> str:
     parts = [f"{m} ±{v['detectable']:.4f}" for m, v in d.items() if v["detectable"] is not None]
     if not parts:
         return "- One test seed: no difference can be called measurable."
+    confidence = percent(Paired.of(next(iter(d.values()))).confidence)
     return (f"- Smallest difference these {len(results['test_seeds'])} seeds can detect "
-            f"(searched − random; the half-width of the paired-t {CONFIDENCE:.0%} interval at "
+            f"(searched − random; the half-width of the paired-t {confidence} interval at "
             f"the spread the seeds showed: a mean difference inside it is never called "
             f"measurable): " + ", ".join(parts) + ".")
 
@@ -432,12 +450,17 @@ def _primary_setup(results: dict[str, Any]) -> str:
     obj = results["objective"]
     what = f"`searched` against random on {METRIC_NAMES[obj]}"
     n = _family(results)
-    text = (f"Primary question, declared before the runs: {what}, tested alone at 5%; the "
-            f"other {n - 1} comparisons are secondary, measurable only when their "
-            f"Holm-adjusted p over all {n} is below 0.05 (results.json: *verdict*).")
-    rule = results["config"].get("seed_rule")
+    d = results["config"].get("seed_rule")
+    rule = SeedRule.of(d) if d else None
+    level = percent(rule.level) if rule else "5%"
+    if rule and rule.looks > 1:
+        level += f" (5% over {rule.looks} planned looks at it)"
+    text = (f"Primary question, declared before the runs: {what}, tested alone at {level}; "
+            f"the other {n - 1} comparisons are secondary, measurable only when their "
+            f"Holm-adjusted p over all {n} is below {rule.level if rule else 0.05:.4g} "
+            "(results.json: *verdict*).")
     if rule:
-        text += f" Test seeds: {SeedRule(**rule).describe(what, option='--test-seeds')}."
+        text += f" Test seeds: {rule.describe(what, option='--test-seeds')}."
     return text
 
 
@@ -477,10 +500,10 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def write_outputs(results: dict[str, Any], directory: Path) -> list[str]:
     """Every output file into ``directory``, each atomically, results.json last."""
-    from clusterclip.io import atomic_path, write_text
     from clusterclip.sampling.mixture import Mixture, write_mixture
     from clusterclip.search import plots
     from clusterclip.search.splits import save_splits
+    from clusterclip.storage.atomic import atomic_path, write_text
 
     directory.mkdir(parents=True, exist_ok=True)
     stable = {k: v for k, v in results.items() if k not in ("timing", "run_keys", "splits")}

@@ -250,7 +250,7 @@ def write_round(tmp: Path, ws: ClusterSpace, draw: Draw, workdir: str, source: s
     """``round.json``: what a later ``search fit`` needs to draw the next round the same
     way (the groups, the prior that splits a group's weight among its clusters, the
     documents kept out, the budget and seed) and the target's overlap; returns it."""
-    from clusterclip.io import write_json
+    from clusterclip.storage.atomic import write_json
 
     sp = ws.space
     record = {"format_version": ROUND_FORMAT, "source": source,
@@ -345,8 +345,8 @@ def write_proposals(req: ProposeRequest, ws: ClusterSpace, corpus: Callable[[], 
     ``corpus()`` (called only for them); returns a summary. ``targeted``: the objective is
     the target's; ``log``: the progress lines (default: stderr); ``extra(tmp)`` writes
     further files into the folder."""
-    from clusterclip.io import atomic_output_dir
     from clusterclip.search.core import first_round
+    from clusterclip.storage.outputs import atomic_output_dir
 
     log = _stderr if log is None else log
 
@@ -391,8 +391,8 @@ def export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate],
     kept-out documents are -1 there) and its export (``runs/<run>/``, verified on
     read-back by the export code); ``seeds``: one per candidate (default ``draw.seed``)."""
     from clusterclip.export import export_schedule
-    from clusterclip.io import load_npy
     from clusterclip.sampling import write_schedule
+    from clusterclip.storage.arrays import load_npy
 
     corpus.verify_files()
     (tmp / "schedules").mkdir()
@@ -442,7 +442,7 @@ def write_blends(corpus: Any, tmp: Path, final: Path, ws: ClusterSpace, cands: l
     the candidate's token shares over the clusters it draws)."""
     from clusterclip.export import export_schedule
     from clusterclip.export.megatron import PREFIX, indexed_dataset
-    from clusterclip.io import write_json, write_text
+    from clusterclip.storage.atomic import write_json, write_text
 
     corpus.verify_files()
     labels = ws.labels

@@ -170,7 +170,7 @@ class ProxyTrainer:
         import torch
 
         from clusterclip import __version__
-        from clusterclip.io import fingerprint
+        from clusterclip.storage.digests import fingerprint
 
         d = self.data
         return fingerprint({

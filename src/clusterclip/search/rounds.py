@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip import io
 from clusterclip.errors import InputError
 from clusterclip.search.space import Candidate, SearchSpace
+from clusterclip.storage import jsonfile
 
 #: Group weights of a row and of its mixture file agree to this (the table keeps 12
 #: decimals).
@@ -37,10 +37,10 @@ SHARED = ("groups", "prior", "exclude")
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in ``path`` (``what`` it should hold), read by the one bounded
-    reader of every JSON file (:func:`clusterclip.io.read_json`); InputError naming the
-    file otherwise."""
+    reader of every JSON file (:func:`clusterclip.storage.jsonfile.read_json`); InputError
+    naming the file otherwise."""
     try:
-        data = io.read_json(path, what)
+        data = jsonfile.read_json(path, what)
     except FileNotFoundError:
         raise InputError(f"{path}: cannot read it (no such file; expected {what})") from None
     if not isinstance(data, dict):

@@ -73,7 +73,7 @@ def save_splits(path: str | os.PathLike[str], splits: dict[str, np.ndarray]) -> 
     import io
     import zipfile
 
-    from clusterclip.io import atomic_path
+    from clusterclip.storage.atomic import atomic_path
 
     if set(splits) != set(SPLIT_KEYS):
         raise ValueError(f"splits must have the keys {SPLIT_KEYS}")

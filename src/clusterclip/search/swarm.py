@@ -279,7 +279,7 @@ def write_csv(path: str | os.PathLike[str], rows: list[list[Any]]) -> None:
     """``rows`` as a CSV file (``\\n`` line ends), written atomically."""
     import io
 
-    from clusterclip.io import write_text
+    from clusterclip.storage.atomic import write_text
 
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)
@@ -289,7 +289,7 @@ def write_csv(path: str | os.PathLike[str], rows: list[list[Any]]) -> None:
 def run_id(weights: np.ndarray, clip: int | None, timing: str | None) -> str:
     """A stable run id from a mixture's content (``mix-`` and 10 hex digits): the same
     mixture gets the same id in every round and every file."""
-    from clusterclip.io import fingerprint
+    from clusterclip.storage.digests import fingerprint
 
     return "mix-" + fingerprint({"w": [format_weight(float(v)) for v in weights],
                                  "clip": clip, "timing": timing})[:10]

@@ -181,7 +181,8 @@ def run_verdict(ratios: str, metrics: str, objective: list[str], maximize: bool,
                 out: str) -> dict[str, Any]:
     """``search fit --verdict``: ``verdict.json`` and ``verdict.md`` into ``out`` (one
     folder, atomically); returns the verdict."""
-    from clusterclip.io import atomic_output_dir, check_output_dir, write_json, write_text
+    from clusterclip.storage.atomic import write_json, write_text
+    from clusterclip.storage.outputs import atomic_output_dir, check_output_dir
 
     check_output_dir(out, "search fit")
     values, origin = read_arms(ratios, metrics, objective)
@@ -247,7 +248,6 @@ def write_verification(req: Any, ws: Any, chosen_path: Path, corpus: Any, tokeni
     ``ratios.csv`` (``arm``, ``seed``), ``mixtures/<run>.json``, ``round.json`` and, as
     asked, each run's schedule and export; returns a summary. ``log``: the progress lines
     (default: stderr)."""
-    from clusterclip.io import atomic_output_dir
     from clusterclip.sampling.mixture import read_mixture
     from clusterclip.search.propose import (
         Draw,
@@ -258,6 +258,7 @@ def write_verification(req: Any, ws: Any, chosen_path: Path, corpus: Any, tokeni
     )
     from clusterclip.search.rounds import read_json
     from clusterclip.search.space import Candidate
+    from clusterclip.storage.outputs import atomic_output_dir
 
     data = read_json(chosen_path, "the chosen mixture of `search fit --choose`")
     m = read_mixture(chosen_path, ws.space.num_clusters)

@@ -11,7 +11,7 @@ speaks in flags), and ``run(w, options)`` that goes through
 - :mod:`~clusterclip.stages.dedup`: -> ``W/groups.npy``, ``W/dedup.json``;
 - :mod:`~clusterclip.stages.tokens`: -> ``W/tokens.npy`` (or the estimate);
 - :mod:`~clusterclip.stages.sample`: -> ``W/schedule.npy``;
-- :mod:`~clusterclip.stages.run`: embed -> cluster (-> dedup) (-> sample);
+- :mod:`~clusterclip.stages.pipeline`: embed -> cluster (-> dedup) (-> sample);
 - :mod:`~clusterclip.stages.group`: the corpus grouped by cluster into a folder;
 - :mod:`~clusterclip.stages.export`: a schedule's documents (Parquet, Hugging Face, MDS,
   Megatron-LM) or the report's map (Embedding Atlas) into a folder;

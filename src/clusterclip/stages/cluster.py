@@ -22,8 +22,9 @@ from clusterclip import distributed as D
 from clusterclip.clustering import files as F
 from clusterclip.clustering.kmeans import KMeansSettings
 from clusterclip.errors import InputError
-from clusterclip.io import check_output_dir, mark_output, record_written, write_json
 from clusterclip.limits import MAX_ROWS, check_ranges, ranged
+from clusterclip.storage.atomic import write_json
+from clusterclip.storage.outputs import check_output_dir, mark_output, record_written
 from clusterclip.workdir import (
     CENTROIDS,
     EMBEDDINGS,
@@ -232,7 +233,7 @@ def _check_ks(ks: list[int], sample_size: int, n_valid: int, emb: Path) -> None:
 def _write_sweep(w: Workdir, info: dict[str, Any]) -> None:
     """``W/sweep/``: the sweep's json, csv table, markdown report and plot, replaced whole."""
     from clusterclip.clustering import sweep as S
-    from clusterclip.io import atomic_output_dir
+    from clusterclip.storage.outputs import atomic_output_dir
 
     with atomic_output_dir(w.path(SWEEP), SWEEP) as tmp:
         write_json(tmp / SWEEP_FILES["json"], info)

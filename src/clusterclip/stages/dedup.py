@@ -67,7 +67,8 @@ def run(w: Workdir, options: DedupOptions) -> dict[str, Any]:
     plus ``skipped``.
     """
     from clusterclip.distributed import is_main
-    from clusterclip.io import save_npy, write_json
+    from clusterclip.storage.arrays import save_npy
+    from clusterclip.storage.atomic import write_json
 
     threshold = options.threshold
 
@@ -101,11 +102,12 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
     ``kept.npy`` (their int64 indices) and ``keep_one.json``; built aside, then moved
     into place. Needs a current ``dedup`` stage and the corpus index."""
     from clusterclip.corpus.records import field_types, record_json
-    from clusterclip.io import atomic_output_dir, check_output_dir, made_from, write_json
+    from clusterclip.storage.atomic import write_json
+    from clusterclip.storage.outputs import atomic_output_dir, check_output_dir, made_from
 
     with made_from(w.root):
         check_output_dir(out, STAGE, overwrite=overwrite, protected=w.protected(),
-                         option="--keep-one", writes=KEEP_ONE_WRITES)
+                         writes=KEEP_ONE_WRITES)
     with w.locked(), made_from(w.root):
         w.reload()
         w.upstream([GROUPS, SCORES, CORPUS])
@@ -116,7 +118,7 @@ def keep_one(w: Workdir, out: Any, *, overwrite: bool = False) -> dict[str, Any]
             raise InputError(f"{w.root}: {GROUPS}, {SCORES} and the corpus disagree on the "
                              f"number of documents; rerun `clusterclip dedup`")
         kept = representatives(groups, scores)
-        with atomic_output_dir(out, STAGE, overwrite=overwrite, option="--keep-one") as tmp:
+        with atomic_output_dir(out, STAGE, overwrite=overwrite) as tmp:
             n = 0
             with open(tmp / "data.jsonl", "w", encoding="utf-8") as f:
                 for _, rec in corpus.iter_records_at(kept):

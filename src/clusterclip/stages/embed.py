@@ -27,8 +27,8 @@ from clusterclip.embedding.pipeline import (
     resolve_max_length,
 )
 from clusterclip.embedding.tune import AUTO as AUTO_TUNE
-from clusterclip.io import marker_of
 from clusterclip.limits import MAX_ROWS, MAX_SEED, MAX_THREADS, MAX_WINDOW, check_ranges, ranged
+from clusterclip.storage.records import marker_of
 from clusterclip.workdir import CORPUS, EMBED_DIR, EMBEDDINGS, VALID, Workdir
 
 

@@ -4,7 +4,7 @@
 :class:`ExperimentStageOptions` holds everything the stage needs, checked once when made;
 :func:`run` reads the work directory (:meth:`~clusterclip.workdir.Workdir.load_inputs`, the reader
 of the labels and the corpus that the ``search`` stage shares) and hands arrays to
-:func:`clusterclip.experiment.runner.compare_strategies`.
+:func:`clusterclip.experiment.core.compare_strategies`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
-from clusterclip.experiment.runner import (
+from clusterclip.experiment.core import (
     DEFAULT_MAX_DOCS,
     MIXTURE_STRATEGIES,
     ExperimentConfig,
@@ -85,7 +85,7 @@ def run(w: Workdir, options: ExperimentStageOptions,
     """Run the experiment on ``w`` and write ``W/experiment/``.
 
     Trains one model per strategy and seed (see
-    :func:`~clusterclip.experiment.runner.compare_strategies`), each finished run stored
+    :func:`~clusterclip.experiment.core.compare_strategies`), each finished run stored
     in ``W/experiment/runs/`` and reused by a rerun with the same inputs (runs of other
     inputs are removed at the end); writes ``results.json``, ``results.md`` and the
     plots as one atomic replacement of ``W/experiment/``. Strategy ``mixture`` draws
@@ -94,9 +94,9 @@ def run(w: Workdir, options: ExperimentStageOptions,
     ``"out_dir"`` (not in results.json, byte-identical across identical runs).
     """
     from clusterclip.experiment.output import write_outputs
-    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.lm.runs import RunStore
     from clusterclip.sampling.mixture import read_mixture
+    from clusterclip.storage.outputs import atomic_output_dir, mark_output, unmark_unused
 
     o, config = options, options.config
     t0 = time.perf_counter()
@@ -152,7 +152,7 @@ def run_experiment(workdir: str | os.PathLike[str], *,
                    mixture: str | os.PathLike[str] | None = None,
                    tokenizer: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """:func:`run` on the work directory at ``workdir`` with the options of
-    :meth:`~clusterclip.experiment.runner.ExperimentConfig.from_options` (``max_docs`` None
+    :meth:`~clusterclip.experiment.core.ExperimentConfig.from_options` (``max_docs`` None
     or 0: all documents; ``seeds`` a count or ``"auto"``, None: auto, or 3 when ``quick``;
     ``primary``: ``STRATEGY:METRIC``); a full ``config`` overrides them."""
     if seeds is None:

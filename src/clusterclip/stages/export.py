@@ -58,7 +58,7 @@ def run(w: Workdir, options: ExportOptions) -> dict[str, Any]:
         return _run_atlas(w, options)
     from clusterclip.export import SUMMARY, WRITES, require
     from clusterclip.export.megatron import check_tokenizer_given, check_tokenizer_option
-    from clusterclip.io import check_output_dir, made_from
+    from clusterclip.storage.outputs import check_output_dir, made_from
 
     o = options
     check_tokenizer_given(o.format, o.tokenizer)  # before the writer's libraries load
@@ -109,7 +109,7 @@ def older_schedule_warning(workdir: str | os.PathLike[str]) -> str | None:
 def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any
             ) -> dict[str, Any]:
     from clusterclip.export import export_schedule
-    from clusterclip.io import load_npy
+    from clusterclip.storage.arrays import load_npy
 
     corpus = w.corpus()
     corpus.verify_files()
@@ -125,8 +125,8 @@ def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any
 def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
     """``format`` atlas: ``W/map/`` with its documents' clusters, terms and texts."""
     from clusterclip.export.atlas import WRITES, atlas_table, require_pyarrow, write_atlas
-    from clusterclip.io import check_output_dir, made_from
     from clusterclip.report.projection import load_map
+    from clusterclip.storage.outputs import check_output_dir, made_from
 
     require_pyarrow()
     protected = w.protected()
@@ -140,7 +140,7 @@ def _run_atlas(w: Workdir, o: ExportOptions) -> dict[str, Any]:
     def work(run: Any) -> dict[str, Any]:
         corpus = w.corpus()
         labels = w.labels(len(corpus))
-        rows, coords = load_map(w.root)
+        rows, coords = load_map(w.path(MAP))
         table = atlas_table(corpus, labels, rows, coords, source=str(w.path(MAP)))
         return write_atlas(table, o.out, overwrite=o.overwrite)
 

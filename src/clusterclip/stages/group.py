@@ -37,7 +37,7 @@ def run(w: Workdir, options: GroupOptions) -> dict[str, Any]:
     older than the corpus. Recorded in the manifest as stage ``group``.
     """
     from clusterclip.grouping import WRITES, group_corpus
-    from clusterclip.io import check_output_dir, made_from
+    from clusterclip.storage.outputs import check_output_dir, made_from
 
     o = options
     out = str(Path(o.out).resolve())

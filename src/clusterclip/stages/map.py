@@ -59,8 +59,9 @@ def run(w: Workdir, options: MapOptions) -> str | None:
 
 def _project(w: Workdir, o: MapOptions) -> dict[str, Any]:
     """Draw the sample, project it and write ``W/map/``; the stage's record."""
-    from clusterclip.io import atomic_output_dir, save_npy
     from clusterclip.report.projection import STAGE, project, sample_rows
+    from clusterclip.storage.arrays import save_npy
+    from clusterclip.storage.outputs import atomic_output_dir
 
     X = w.embeddings()
     valid = w.valid()

@@ -57,7 +57,7 @@ def _write_split(target: Target, val: np.ndarray, test: np.ndarray) -> Callable[
     """What writes the target's halves as ``target_val.jsonl`` and ``target_test.jsonl``."""
     import json
 
-    from clusterclip.io import write_text
+    from clusterclip.storage.atomic import write_text
 
     def write(tmp: Any) -> None:
         for name, rows in (("target_val.jsonl", val), ("target_test.jsonl", test)):
@@ -73,9 +73,9 @@ def run(w: Workdir, options: ProposeRequest, log: Callable[[str], None] | None =
     :mod:`clusterclip.search.propose`); returns a summary; ``log``: the progress lines of
     the exports (default: stderr). Every input and the ``out`` folder are checked before
     anything is written."""
-    from clusterclip.io import check_output_dir
     from clusterclip.search.propose import export_tokenizer, write_proposals
     from clusterclip.search.target import read_target
+    from clusterclip.storage.outputs import check_output_dir
 
     req = options
     chosen = None

@@ -15,6 +15,7 @@ from clusterclip.workdir import (
     CORPUS,
     EXPERIMENT_RESULTS,
     LABELS,
+    MAP,
     MIXTURE_FILE,
     REPORT,
     SCHEDULE,
@@ -39,9 +40,9 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     Raises :class:`InputError` for missing labels, a schedule with indices outside the
     corpus, an unknown label field or a budget over capacity; nothing is written then.
     """
-    from clusterclip.io import check_output_dir, made_from, refuse_protected
     from clusterclip.report.build import WRITES, Counted, stage_key, write_report
     from clusterclip.stages import map as map_stage
+    from clusterclip.storage.outputs import check_output_dir, made_from, refuse_protected
 
     opts, root = options, w.root
     target = Path(opts.out) if opts.out is not None else root / REPORT
@@ -74,7 +75,7 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
     with w.locked(), made_from(root):
         given = () if schedule is None else ((Path(schedule), "the schedule", False),)
         if own:  # W/report: the stage runner checks that it is ours; never a schedule's folder
-            refuse_protected(target, given, "--out")
+            refuse_protected(target, given, "out")
         else:
             check_output_dir(target, "report", overwrite=opts.overwrite, writes=WRITES,
                              protected=w.protected(own=(REPORT,)) + given)
@@ -86,14 +87,14 @@ def run(w: Workdir, options: ReportOptions) -> dict[str, Any]:
                     overwrite=opts.overwrite)
     if built:
         return built
-    from clusterclip.io import read_json
+    from clusterclip.storage.jsonfile import read_json
 
     return read_json(target / "summary.json", "a report summary")
 
 
 def sources(w: Workdir) -> Sources:
     """The files of ``w`` that the report reads (:class:`~clusterclip.report.build.Sources`)."""
-    return Sources(root=w.root, labels=w.path(LABELS), centroids=w.path(CENTROIDS),
+    return Sources(root=w.root, map=w.path(MAP), labels=w.path(LABELS), centroids=w.path(CENTROIDS),
                    scores=w.path(SCORES), corpus=w.path(CORPUS), mixture=w.path(MIXTURE_FILE),
                    experiment_results=w.path(EXPERIMENT_RESULTS),
                    search_results=w.path(SEARCH_RESULTS))

@@ -104,13 +104,14 @@ def run(w: Workdir, options: SampleOptions) -> dict[str, Any]:
     """
     from clusterclip.distributed import is_main
     from clusterclip.sampling.schedule import draw_schedule
-    from clusterclip.stages import tokens as T
+    from clusterclip.stages.tokens import TokensOptions
+    from clusterclip.stages.tokens import run as run_tokens
 
     o = options
     clip, why = (o.clip, None) if o.clip is not None else _default_clip(w, o)
     params: dict[str, Any] = {"num_samples": o.num_samples, "strategy": o.strategy,
                               "clip": clip, "alpha": o.alpha, "seed": o.seed}
-    tokens, source = T.run(w, T.TokensOptions(tokenizer=o.tokenizer, progress=o.progress)
+    tokens, source = run_tokens(w, TokensOptions(tokenizer=o.tokenizer, progress=o.progress)
                            ) if o.needs_tokens else (None, None)
     if o.num_tokens is not None:
         params["num_tokens"] = o.num_tokens

@@ -3,10 +3,11 @@ target files) -> ``W/search/`` through the work directory's stage runner.
 
 :class:`SearchStageOptions` holds everything the stage needs, checked once when made;
 :func:`run` reads the work directory (and embeds the target with W's embedder) into a
-:class:`~clusterclip.search.runner.SearchInputs` for
-:func:`clusterclip.search.runner.search`, and writes its results. ``search propose``
-(:func:`propose`) and ``search fit --workdir`` read the work directory here too
-(:func:`workdir_space`: its clusters' search space).
+:class:`~clusterclip.search.offline.SearchInputs` for
+:func:`clusterclip.search.offline.search`, and writes its results. ``search propose``
+(:mod:`clusterclip.stages.propose`) and ``search fit --workdir``
+(:mod:`clusterclip.stages.fit`) read the work directory through :func:`workdir_space`
+(its clusters' search space) and :func:`load_corpus`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.limits import MAX_THREADS, check_ranges, ranged
-from clusterclip.search import runner
+from clusterclip.search import offline
+from clusterclip.search.offline import SearchConfig, SearchInputs
 from clusterclip.search.propose import ClusterSpace, cluster_space
-from clusterclip.search.runner import SearchConfig, SearchInputs
 from clusterclip.search.target import Target
 from clusterclip.workdir import CENTROIDS, CORPUS, LABELS, SEARCH, Workdir
 
@@ -63,10 +64,10 @@ def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Targ
     copies in the corpus, kept in the run store under ``key`` (a resumed search does not
     embed again). The val documents are embedded apart from the test documents, so the
     histogram reads the val texts alone."""
-    from clusterclip.io import array_fingerprint, fingerprint
     from clusterclip.search.overlap import Overlap, find_overlap
     from clusterclip.search.target import embed_texts, target_histogram
     from clusterclip.stages.dedup import workdir_threshold
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     threshold = workdir_threshold(w)
     embed = embed_record(w)
@@ -124,7 +125,7 @@ def search_inputs(w: Workdir, config: SearchConfig, target: Target | None, devic
     if target is None:
         return inputs
     tval, ttest = target_splits(target.rows_per_file, target.usable, config.seed)
-    runner.main_log(progress)(
+    offline.main_log(progress)(
         f"search: embedding the target's {tval.size + ttest.size} documents with W's "
         "embedder (its prior and its copies in the corpus; an earlier search's are reused); "
         "the estimate follows")
@@ -140,10 +141,10 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
     directory's stage runner; the finished runs move along in ``W/search/runs/``). Every
     ``torchrun`` rank calls this. Returns the results dict plus ``out_dir`` and
     ``wall_seconds``."""
-    from clusterclip.io import atomic_output_dir, mark_output, unmark_unused
     from clusterclip.lm.runs import RunStore, check_device
     from clusterclip.search.output import write_outputs
     from clusterclip.search.target import read_target
+    from clusterclip.storage.outputs import atomic_output_dir, mark_output, unmark_unused
 
     o, config = options, options.config
     check_device(o.device)
@@ -160,7 +161,7 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
         try:
             with contextlib.ExitStack() as pools:  # the worker pools end with the search
                 inputs = search_inputs(w, config, target, o.device, store, o.progress)
-                results = runner.search(inputs, config, target, o.device, o.threads,
+                results = offline.search(inputs, config, target, o.device, o.threads,
                                         o.progress, store, o.workers, pools)
         except BaseException:
             if D.is_main():  # a failure before the first run leaves no folder behind
@@ -172,7 +173,7 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
             # the finished runs stay where they are, listed as ours
             with atomic_output_dir(out, "search", adopt=store.listed(out)) as tmp:
                 write_outputs(results, tmp)
-                runner.write_swarm(results, tmp)
+                offline.write_swarm(results, tmp)
         D.on_main(write)
         done.update(results)
         return {"objective": results["objective"]}

@@ -70,7 +70,7 @@ def run(w: Workdir, options: TokensOptions) -> tuple[np.ndarray, dict[str, Any]]
     def work(run: Any) -> dict[str, Any] | None:
         if not is_main():
             return None
-        from clusterclip.io import save_npy
+        from clusterclip.storage.arrays import save_npy
 
         corpus = _corpus(w)
         corpus.verify_files()

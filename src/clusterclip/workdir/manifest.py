@@ -1,32 +1,6 @@
-"""The work directory: every artifact of a run plus ``manifest.json``.
-
-Layout (each stage owns its names)::
-
-    W/manifest.json        inputs (size, sha256), parameters, versions, stage status
-    W/.lock                the lock file (holder: pid, command, since when)
-    W/corpus/              corpus index written by ``embed`` (see clusterclip.corpus)
-    W/embed/               ``embed``'s resumable shards while it runs
-    W/embeddings.npy       N x d float, L2-normalised, corpus order
-    W/valid.npy            bool[N]: True where the document has text (else label -1)
-    W/labels.npy           int32[N] cluster id, -1 for excluded documents
-    W/scores.npy           float32[N] cosine similarity to the assigned centroid
-    W/centroids.npy        K x d float32
-    W/schedule.npy         int64 document indices (``run --num-samples``)
-    W/tokens.npy           int64[N] tokens per document (``--tokenizer``, clusterclip.tokens)
-    W/groups.npy           int64[N] near-duplicate group (smallest member's index; -1 excluded)
-    W/dedup.json           ``dedup``'s summary (clusterclip.dedup)
-    W/map/                 the report's 2D map of a document sample (clusterclip.report.projection)
-    W/search/mixture.json  the mixture ``search`` chose (read by experiment, report, export)
-    W/report/, W/experiment/, W/search/, W/sweep/ (``cluster --sweep``)
-
-Each name is said once, as a constant here (:data:`LABELS`, :data:`CORPUS`, ...), and each
-artifact is read one way, by a loader of :class:`Workdir` (``w.labels()``, ``w.valid()``,
-``w.embeddings()``, ``w.scores()``, ``w.centroids()``, ``w.schedule()``, ``w.groups()``,
-``w.corpus()``; ``w.current_groups()`` and ``w.load_inputs()`` for what a stage reads only
-while current or all together); tests/test_layers.py refuses an artifact name spelled
-anywhere else. Only the stages
-(:mod:`clusterclip.stages`) and the command line import this module: the algorithm
-packages take arrays, paths or options.
+"""The work directory and its manifest: :class:`Workdir`, the stage records and the stage
+runner (``W/manifest.json``: inputs with their sizes and hashes, parameters, versions, each
+stage's status).
 
 Every stage runs through :meth:`Workdir.run_stage`, the one place that holds
 the lock, checks that what the stage reads is complete and current, records
@@ -43,74 +17,38 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterclip.errors import InputError
-from clusterclip.io import (
-    MARKER,
-    OVERWRITE_COMMANDS,
-    fingerprint,
-    parse_json,
-    pid_alive,
-    read_json,
-    read_marker,
-    remove_stale_temporaries,
-    sha256_file,
-    write_text,
+from clusterclip.storage.atomic import write_text
+from clusterclip.storage.digests import fingerprint, sha256_file
+from clusterclip.storage.jsonfile import read_json
+from clusterclip.storage.outputs import OVERWRITE_COMMANDS
+from clusterclip.storage.records import MARKER, read_marker
+from clusterclip.workdir.layout import (
+    _IDENTITY_FILE,
+    CORPUS_META,
+    LOCK,
+    MANIFEST,
+    PRODUCERS,
+    rerun,
 )
+from clusterclip.workdir.loaders import Loaders
+from clusterclip.workdir.lock import Locking, _now
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
-MANIFEST = "manifest.json"
 # Bytes reserved in a running stage's manifest for its ``failed`` record (error <= 500).
 _FAIL_ROOM = 2048
-LOCK = ".lock"
-# The names of the artifacts in W, said once: every stage, loader and message reads these.
-CORPUS = "corpus"
-CORPUS_META = "corpus/corpus.json"
-EMBED_DIR = "embed"
-EMBEDDINGS = "embeddings.npy"
-VALID = "valid.npy"
-LABELS = "labels.npy"
-SCORES = "scores.npy"
-CENTROIDS = "centroids.npy"
-SCHEDULE = "schedule.npy"
-TOKENS = "tokens.npy"
-GROUPS = "groups.npy"
-DEDUP = "dedup.json"
-MAP = "map"
-REPORT = "report"
-EXPERIMENT = "experiment"
-SEARCH = "search"
-#: the mixture the ``search`` stage chose, read by ``experiment``, ``report`` and ``export``
-MIXTURE_FILE = "search/mixture.json"
-#: the readable results of the ``experiment`` and ``search`` stages (the report links them)
-EXPERIMENT_RESULTS = "experiment/results.md"
-SEARCH_RESULTS = "search/results.md"
-SWEEP = "sweep"
 _VERSIONED = ("clusterclip", "numpy", "torch", "faiss-cpu", "sentence-transformers",
               "transformers", "pyarrow", "matplotlib")
-# Which stage writes each name in W (first path component).
-PRODUCERS = {CORPUS: "embed", EMBED_DIR: "embed", EMBEDDINGS: "embed", VALID: "embed",
-             LABELS: "cluster", SCORES: "cluster", CENTROIDS: "cluster", SCHEDULE: "sample",
-             REPORT: "report", EXPERIMENT: "experiment", SEARCH: "search", TOKENS: "tokens",
-             SWEEP: "sweep", GROUPS: "dedup", DEDUP: "dedup", MAP: "map"}
-# The command that reruns a stage (for error messages).
-RERUN = {"sample": "clusterclip run --num-samples", "tokens": "clusterclip run --tokenizer",
-         "map": "clusterclip report"}
-# A folder's identity when no stage record describes it: the hash of this file.
-_IDENTITY_FILE = {CORPUS: CORPUS_META}
-# Processes of this interpreter holding a work directory's lock: root -> [fd, depth].
-_HELD: dict[str, list[Any]] = {}
 
 
 def library_versions() -> dict[str, str]:
@@ -126,22 +64,10 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def rerun(stage: str) -> str:
-    """The command line that reruns ``stage``."""
-    return RERUN.get(stage, f"clusterclip {stage}")
 
 
-def command_line() -> str:
-    """This process's command line, as the user typed it (for the lock's holder)."""
-    argv = list(sys.argv)
-    head = Path(argv[0]).name if argv else "python"
-    if head in ("__main__.py", "clusterclip", "cli.py"):
-        head = "clusterclip"
-    return " ".join([head, *argv[1:]])
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def _stat_identity(path: Path) -> list[int] | None:
@@ -178,15 +104,6 @@ def _hash_input(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     return str(p), {**_ident(st), "sha256": digest}
 
 
-def _is_lock_record(data: bytes) -> bool:
-    """True for an empty lock file or one holding our holder record (never a user's file)."""
-    if not data.strip():
-        return True
-    try:
-        rec = parse_json(data, "lock")
-    except InputError:
-        return False
-    return isinstance(rec, dict) and {"pid", "command", "since"} <= rec.keys()
 
 
 @dataclass
@@ -198,8 +115,10 @@ class StageRun:
     fingerprint: str
 
 
-class Workdir:
-    """A run's directory and its manifest. Only one process (rank 0) writes it."""
+class Workdir(Locking, Loaders):
+    """A run's directory and its manifest. Only one process (rank 0) writes it; its lock
+    (:class:`~clusterclip.workdir.lock.Locking`) and loaders
+    (:class:`~clusterclip.workdir.loaders.Loaders`) live in modules of their own."""
 
     def __init__(self, path: str | os.PathLike[str], create: bool = True) -> None:
         self.root = Path(path)
@@ -255,229 +174,22 @@ class Workdir:
         # again, last: a part or an input in W is named before "inside the work directory"
         return (*out, (self.root, "the work directory", inside))
 
-    # -- loaders: each artifact read one way, checked (InputError naming the file) --
-    def embeddings(self) -> np.ndarray:
-        """``W/embeddings.npy``: N x d floats, memory-mapped read-only."""
-        from clusterclip.io import load_npy
 
-        return load_npy(self.path(EMBEDDINGS), "embeddings", kinds="f", ndim=2, mmap=True)
 
-    def valid(self, num_documents: int | None = None) -> np.ndarray | None:
-        """``W/valid.npy`` (bool[N], True where the document has text), or None when W has
-        none; checked against ``num_documents`` when given."""
-        import numpy as np
 
-        from clusterclip.io import load_npy
 
-        path = self.path(VALID)
-        if not path.exists():
-            return None
-        v = load_npy(path, "valid mask", mmap=True)
-        if v.dtype != np.bool_ or v.ndim != 1 or (num_documents is not None
-                                                  and v.shape != (num_documents,)):
-            n = v.shape[0] if num_documents is None and v.ndim else num_documents
-            raise InputError(f"{path}: expected a bool array of shape ({n},), "
-                             f"got {v.dtype} of shape {v.shape}")
-        return np.array(v)  # small (N bools); a writable copy
 
-    def labels(self, num_documents: int | None = None) -> np.ndarray:
-        """``W/labels.npy``, checked (:func:`clusterclip.labels.load_labels`)."""
-        from clusterclip.labels import load_labels
 
-        return load_labels(self.path(LABELS), num_documents)
 
-    def scores(self) -> np.ndarray:
-        """``W/scores.npy``: each document's cosine to its cluster centroid (``cluster``)."""
-        from clusterclip.io import load_npy
 
-        return load_npy(self.path(SCORES), "scores", kinds="f", ndim=1)
 
-    def centroids(self) -> np.ndarray:
-        """``W/centroids.npy``: K x d cluster centroids (``cluster``)."""
-        from clusterclip.io import load_npy
 
-        return load_npy(self.path(CENTROIDS), "centroids", kinds="f", ndim=2)
 
-    def schedule(self) -> np.ndarray:
-        """``W/schedule.npy``: the schedule's document indices (``sample``)."""
-        from clusterclip.io import load_npy
 
-        return load_npy(self.path(SCHEDULE), "schedule", kinds="iu", ndim=1)
 
-    def groups(self) -> np.ndarray:
-        """``W/groups.npy``: the near-duplicate group of each document (``dedup``)."""
-        from clusterclip.io import load_npy
 
-        return load_npy(self.path(GROUPS), "groups", kinds="iu", ndim=1)
 
-    def corpus(self) -> Any:
-        """``W/corpus``: the corpus index (:class:`clusterclip.corpus.Corpus`)."""
-        from clusterclip.corpus import Corpus
 
-        return Corpus.load(self.path(CORPUS))
-
-    def current_groups(self) -> np.ndarray | None:
-        """``W/groups.npy`` while its ``dedup`` stage is done and current, else None."""
-        if self.stage("dedup") is None or not self.path(GROUPS).is_file():
-            return None
-        try:
-            self.require("dedup")
-        except InputError:
-            return None
-        return self.groups()
-
-    def load_inputs(self, texts: bool = True) -> tuple[np.ndarray, list[str | None], Any]:
-        """``(labels, texts, corpus)``: ``W/labels.npy`` (checked), the corpus index of
-        ``W/corpus/`` of as many documents, and its texts (all None unless ``texts``):
-        what the ``experiment`` and ``search`` stages train on."""
-        labels_path = self.path(LABELS)
-        if not labels_path.is_file():
-            raise InputError(f"{labels_path}: missing (run `clusterclip cluster` first)")
-        labels = self.labels()
-        corpus_dir = self.path(CORPUS)
-        if not corpus_dir.is_dir():
-            raise InputError(f"{corpus_dir}: missing (run `clusterclip embed` first)")
-        corpus = self.corpus()
-        if len(corpus) != labels.size:
-            raise InputError(f"{corpus_dir}: {len(corpus)} documents but {LABELS} has "
-                             f"{labels.size}")
-        out: list[str | None] = [None] * len(corpus)
-        for i, text in corpus.iter_texts() if texts else ():
-            out[i] = text
-        return labels, out, corpus
-
-    # -- lock --------------------------------------------------------------
-    @contextlib.contextmanager
-    def locked(self, command: str | None = None) -> Iterator[Workdir]:
-        """Hold the work directory's exclusive lock (re-entrant within a process).
-
-        A second process gets an InputError at once naming the holder (pid,
-        command, since when). The OS releases the lock when its holder dies, so
-        a killed run's lock is simply taken over. Under ``torchrun`` rank 0
-        holds it for all ranks (every rank must enter). The first acquisition
-        removes the temporaries that killed runs left in the directory.
-        """
-        from clusterclip.distributed import is_main, on_main
-
-        main = is_main()
-        on_main(lambda: self._acquire(command or command_line()))
-        try:
-            yield self
-        finally:
-            if main:
-                self._release()
-
-    def _acquire(self, command: str) -> None:
-        key = str(self.root.resolve())
-        held = _HELD.get(key)
-        if held is not None:
-            held[1] += 1
-            return
-        fd = self._lock_fd()
-        if fd is None or self.read_only():  # only read here (a read-only file system)
-            _HELD[key] = [fd, 1, None, True]
-            return
-        if not _is_lock_record(os.pread(fd, 1 << 16, 0)):
-            os.close(fd)
-            raise InputError(f"{self.root / LOCK}: exists and was not written by clusterclip; "
-                             f"move it away or use another work directory")
-        info = json.dumps({"pid": os.getpid(), "command": command, "since": _now()})
-        # what was here before, when W was not yet a work directory (see _release)
-        before = None if self.manifest_path.exists() else set(os.listdir(self.root)) - {LOCK}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (info + "\n").encode(), 0)
-        _HELD[key] = [fd, 1, before, False]
-        for d in (self.root, self.root / EMBED_DIR):
-            remove_stale_temporaries(d)
-
-    def _lock_fd(self) -> int | None:
-        """A descriptor of W/.lock holding its exclusive lock (InputError when another
-        process holds it). Retried when the file was removed and made again meanwhile (a
-        lock taken on a removed file would lock nothing). On a read-only file system, a
-        shared lock of the existing lock file (None when there is none): the command may
-        then only read W (:meth:`save` records nothing)."""
-        path = self.root / LOCK
-        while True:
-            read_only = self.read_only()
-            try:
-                fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:
-                if read_only:
-                    return None
-                raise
-            except OSError as e:
-                raise InputError(f"work directory {self.root}: cannot create its lock file "
-                                 f"{LOCK} ({e.strerror})") from None
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_SH if read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-            except OSError as e:
-                os.close(fd)
-                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
-                raise InputError(f"work directory {self.root} is in use by {self._holder()}; "
-                                 f"wait for it to finish (or stop it) and try again") from None
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                return fd
-            os.close(fd)
-
-    def read_only(self) -> bool:
-        """True when W lies on a read-only file system (a command can then only read it)."""
-        held = _HELD.get(str(self.root.resolve()))
-        if held is not None:
-            return bool(held[3])
-        try:
-            return bool(os.statvfs(self.root).f_flag & os.ST_RDONLY)
-        except OSError:
-            return False
-
-    def _release(self) -> None:
-        key = str(self.root.resolve())
-        held = _HELD[key]
-        held[1] -= 1
-        if held[1] == 0:
-            del _HELD[key]
-            if held[3]:  # read-only: nothing was written
-                if held[0] is not None:
-                    os.close(held[0])
-                return
-            if self._nothing_made(held[2]):
-                # not a work directory (a refused command): leave no lock file, and no
-                # folder this object made; removed while locked, see _lock_fd
-                with contextlib.suppress(OSError):
-                    os.unlink(self.manifest_path)
-                with contextlib.suppress(OSError):
-                    os.unlink(self.root / LOCK)
-                if self._made:
-                    with contextlib.suppress(OSError):
-                        self.root.rmdir()  # only when empty
-            os.close(held[0])  # closing the descriptor releases the lock
-
-    def _nothing_made(self, before: set[str] | None) -> bool:
-        """True when W was not a work directory when locked (``before``: its entries then)
-        and holds nothing more now than a manifest of no finished stage (e.g. ``run``
-        refused after the corpus scan): nothing would resume from it."""
-        if before is None:
-            return False
-        with contextlib.suppress(OSError, InputError, KeyError, TypeError, AttributeError):
-            if set(os.listdir(self.root)) - {LOCK, MANIFEST} == before:
-                if not self.manifest_path.exists():
-                    return True
-                stages = read_json(self.manifest_path)["stages"]
-                return all(s.get("status") != "finished" for s in stages.values())
-        return False
-
-    def _holder(self) -> str:
-        try:
-            rec = read_json(self.root / LOCK)
-            if pid_alive(int(rec["pid"])):
-                return f"pid {rec['pid']} (`{rec['command']}`, since {rec['since']})"
-        except (OSError, InputError, ValueError, KeyError, TypeError):
-            pass
-        return "another process (that has not yet recorded itself)"
 
     # -- manifest ----------------------------------------------------------
     def _load(self) -> dict[str, Any]:
@@ -754,10 +466,11 @@ class Workdir:
                 ours = (mark == name or (overwrite and mark is not None)
                         or not any(p.iterdir()) or (ours and killed))
             if not ours:
-                hint = (" (or pass --overwrite)" if name in OVERWRITE_COMMANDS
+                hint = (" (or pass overwrite)" if name in OVERWRITE_COMMANDS
                         and (not folder or mark is not None) else "")
                 raise InputError(f"{p}: exists and was not written by `clusterclip {name}`; "
-                                 f"move it away or use another work directory{hint}")
+                                 f"move it away or use another work directory{hint}",
+                                 params=("overwrite",) if hint else ())
 
     def _check_writable(self, name: str, paths: Sequence[str]) -> None:
         """On a read-only file system, refuse (before any work) a stage that writes in W;

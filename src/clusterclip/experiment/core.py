@@ -222,7 +222,7 @@ def run_keys(data: ExperimentData, config: ExperimentConfig, device: str, thread
     import torch
 
     from clusterclip import __version__
-    from clusterclip.io import array_fingerprint, fingerprint
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     run_inputs = {"docs": fingerprint([array_fingerprint(d) for d in data.docs]),
                   "labels": array_fingerprint(data.labels),
@@ -494,13 +494,12 @@ def _more_seeds(config: ExperimentConfig, runs: dict[str, list[dict[str, Any]]]
     """The seed count :data:`~clusterclip.lm.runconfig.SEED_RULE` asks for next, from
     the primary question's differences so far (None: stop)."""
     from clusterclip.lm.runconfig import SEED_RULE, VERDICT_METRICS
-    from clusterclip.verdict import paired_difference
 
     strategy, label = config.primary_pair()
     metric = next(m for m, lab in VERDICT_METRICS.items() if lab == label)
     diffs = [a[metric] - b[metric] for a, b in zip(runs[strategy], runs["random"],
                                                    strict=True)]
-    return SEED_RULE.next_count(paired_difference(diffs))
+    return SEED_RULE.next_count(diffs)
 
 
 def _train_seeds(state: tuple[Any, ...], keys: dict[tuple[str, int], str], first: int,

@@ -174,7 +174,7 @@ class SearchConfig:
 
 def _eval_set(name: str, corpus_idx: np.ndarray, target_docs: list[np.ndarray],
               target_bytes: np.ndarray) -> EvalSet:
-    from clusterclip.io import array_fingerprint, fingerprint
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     return EvalSet(name, corpus_idx, tuple(target_docs), fingerprint(
         {"corpus": array_fingerprint(corpus_idx),
@@ -187,10 +187,10 @@ def prepare(texts: list[str | None], labels: np.ndarray, target: Target | None,
             ) -> tuple[ProxyData, dict[str, np.ndarray]]:
     """The corpus's and the target's splits and the data every run sees; the corpus
     documents ``exclude`` (bool[N]: the target's copies) are in no split."""
-    from clusterclip.io import array_fingerprint, fingerprint
     from clusterclip.lm.data import checked_labels, stratified_subsample
     from clusterclip.lm.runconfig import encode_texts
     from clusterclip.lm.runs import Budget
+    from clusterclip.storage.digests import array_fingerprint, fingerprint
 
     labels, _ = checked_labels(texts, labels, None)
     if exclude is not None:
@@ -280,14 +280,13 @@ def verdict_tests(trainer: ProxyTrainer, arms: dict[str, ScheduleSpec], config: 
     against random on ``objective`` is resolved or the cap is reached. A rerun after a kill
     finds the same runs stored and takes the same steps. Returns ``(tests, seeds)``."""
     from clusterclip.search.output import SEED_RULE
-    from clusterclip.verdict import paired_difference
 
     seeds = test_seeds(config)
     recs = _test_records(trainer, arms, seeds)
     while config.test_seeds == AUTO:
         tests = summarise_tests(arms, recs)
         diffs = np.subtract(tests["searched"][objective], tests["random"][objective])
-        n = SEED_RULE.next_count(paired_difference(diffs))
+        n = SEED_RULE.next_count(diffs)
         if n is None:
             break
         more = test_seeds(config, n)[len(seeds):]
@@ -401,7 +400,7 @@ def search(inputs: SearchInputs, config: SearchConfig, target: Target | None, de
            threads: int, progress: bool, store: Any, workers: int = 1,
            pools: contextlib.ExitStack | None = None) -> dict[str, Any]:
     """The search itself (every rank): data, prior, rounds, test runs; the results dict."""
-    from clusterclip.search.output import results_dict, verify_dict
+    from clusterclip.search.output import results_dict, seed_looks, verify_dict
 
     log = main_log(progress)
     labels, texts, exclude = inputs.labels, inputs.texts, inputs.exclude
@@ -429,7 +428,7 @@ def search(inputs: SearchInputs, config: SearchConfig, target: Target | None, de
         vtrainer = ProxyTrainer(vdata, device, threads, store, progress=progress, log=log,
                                 workers=workers, pools=pools)
         verify = verify_dict(config.verify_model, vdata, run_tests(vtrainer, arms, seeds),
-                             tests, objective)
+                             tests, objective, looks=seed_looks(config.to_dict()))
         trainer.keys |= vtrainer.keys
         vtiming = {"verify_trained_runs": vtrainer.trained,
                    "verify_reused_runs": vtrainer.reused}
