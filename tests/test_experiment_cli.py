@@ -437,7 +437,7 @@ def test_groups_count_repetition_per_near_duplicate_group(workdir, monkeypatch):
     """With near-duplicate groups, each run's schedule reports ``max_group_repetition`` equal
     to a slow recount of the documents it fed, results.md shows it, and the runs get other
     store keys; without groups the column is absent."""
-    from clusterclip.experiment import ExperimentConfig, compare_strategies, runner
+    from clusterclip.experiment import ExperimentConfig, compare_strategies, core
     from clusterclip.experiment.output import render_markdown
     from clusterclip.stages.experiment import load_inputs
 
@@ -446,13 +446,13 @@ def test_groups_count_repetition_per_near_duplicate_group(workdir, monkeypatch):
     groups = np.array([int(labels[i]) * 1000 + i // 3 for i in range(labels.size)], np.int64)
     groups[::17] = -1
     fed_seen: list[np.ndarray] = []
-    real = runner.schedule_stats
+    real = core.schedule_stats
 
     def recording(fed, *args, **kwargs):
         fed_seen.append(np.array(fed))
         return real(fed, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "schedule_stats", recording)
+    monkeypatch.setattr(core, "schedule_stats", recording)
     cfg = ExperimentConfig.quick(strategies=("uniform", "clusterclip"), seeds=1, tokens=4096)
     res = compare_strategies(texts, labels, cfg, threads=1, progress=False, groups=groups)
     for name, fed in zip(("uniform", "clusterclip"), fed_seen, strict=True):
