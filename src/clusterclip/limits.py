@@ -34,6 +34,8 @@ MAX_ROWS = 2**31 - 1
 #: Tokens of one document (a token-count file): a block of 2**20 positions of them sums
 #: well inside int64.
 MAX_DOCUMENT_TOKENS = 2**32
+#: The cluster weights' exponent alpha (n_k ** alpha) lies in [-MAX_ALPHA, MAX_ALPHA].
+MAX_ALPHA = 1000.0
 #: Epochs-equivalent of a budget or a schedule's length.
 MAX_EPOCHS = 1000.0
 #: Tokens of an embedder's window (``--max-length``) and documents of its batch.

@@ -22,6 +22,7 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.limits import (
+    MAX_ALPHA,
     MAX_CLIP,
     MAX_EPOCHS,
     MAX_ROWS,
@@ -73,8 +74,6 @@ QUICK_EPOCHS = 1.5
 DEFAULT_MAX_DOCS = 2500
 #: The most seeds per strategy (``--seeds``; ``--seeds auto`` stops by its rule's cap).
 MAX_SEEDS = 1_000
-#: The cluster weights' exponent alpha lies in [-MAX_ALPHA, MAX_ALPHA].
-MAX_ALPHA = 1000.0
 
 
 @dataclass(frozen=True, kw_only=True)
