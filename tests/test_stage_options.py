@@ -467,6 +467,8 @@ def test_no_options_class_defines_a_separate_check_method():
     (lambda: _search(verify_model="tiny"), "verify_model"),
     (lambda: _search(model="huge"), "model"),
     (lambda: _kmeans(n_init=0), "n_init"),
+    (lambda: _experiment(seeds=None), "seeds"),  # None only where the annotation takes it
+    (lambda: _stage("report").ReportOptions(clip=None), "clip"),
     (lambda: _kmeans(metric="manhattan"), "metric"),
     (lambda: _kmeans(tol=float("inf")), "tol"),
     (lambda: _stage("cluster").KMeansOptions(chunk_rows=0), "chunk_rows"),

@@ -118,7 +118,8 @@ def check_real(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = F
 def ranged(lo: float, hi: float, *, real: bool = False, lo_open: bool = False,
            words: tuple[str, ...] = (), **field_options: Any) -> Any:
     """A dataclass field holding an integer in [lo, hi] (``real``: a finite number,
-    ``lo_open``: in (lo, hi]), None, or one of ``words`` (``"auto"``): the one declaration
+    ``lo_open``: in (lo, hi]), None when its annotation allows it (``int | None``), or one
+    of ``words`` (``"auto"``): the one declaration
     of its range. :func:`check_ranges` checks it when the options are made; the command
     line's option that sets it parses the number (:func:`field_range` gives its range to
     ``--help``). ``field_options``: :func:`dataclasses.field`'s (``default=``).
@@ -160,8 +161,9 @@ def check_ranges(options: Any) -> None:
             continue
         lo, hi, real, lo_open, words = f.metadata["range"]
         value = getattr(options, f.name)
-        if value is None or (isinstance(value, str) and value in words):
-            continue
+        optional = "None" in str(f.type)  # the field's annotation: ``int | None``
+        if (value is None and optional) or (isinstance(value, str) and value in words):
+            continue  # None where the field takes it, or a word (auto)
         if real:
             check_real(f.name, value, lo, hi, lo_open=lo_open)
         else:
