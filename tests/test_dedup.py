@@ -117,7 +117,7 @@ def test_stage_writes_groups_caches_and_refuses(workdir, capsys):
     assert main(["cluster", "--workdir", str(workdir), "--clusters", "3"]) == 0
     assert main(args + ["--threshold", "1.2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "argument --threshold: 1.2 is out of range" in err
+    assert err.count("\n") == 1 and "error: --threshold: 1.2 is out of range" in err
     assert not (workdir / "groups.npy").exists()
     assert main(args) == 0
     g = np.load(workdir / "groups.npy")

@@ -231,7 +231,7 @@ def test_budget_is_epochs_of_training_tokens_unless_tokens_given():
     assert ExperimentConfig(epochs=0.5).budget_tokens(100 * batch) == 50 * batch
     for bad in (dict(epochs=0.0), dict(epochs=float("nan")), dict(tokens=batch - 1)):
         with pytest.raises(InputError):
-            ExperimentConfig(**bad).validate()
+            ExperimentConfig(**bad)  # refused when made
     quick = ExperimentConfig.quick()
     assert quick.epochs > 1 and quick.max_doc_tokens <= quick.model.seq_len
 

@@ -4,6 +4,7 @@ hand-computed numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -276,7 +277,7 @@ def test_model_presets_grow_and_set_the_window():
     base = ExperimentConfig().with_model("base")
     assert base.model == MODEL_PRESETS["base"][0] and base.train.lr == MODEL_PRESETS["base"][1]
     assert base.max_doc_tokens == base.model.seq_len
-    base.validate()
+    assert dataclasses.replace(base, seeds=2).seeds == 2  # made again, checked again
     with pytest.raises(InputError, match="^model: unknown preset 'huge'") as e:
         ExperimentConfig().with_model("huge")
     assert e.value.params == ("model",)  # the command line shows it as --model

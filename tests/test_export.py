@@ -245,7 +245,7 @@ def test_cli_refuses_bad_requests_before_writing(workdir, tmp_path, capsys):
         f"position 3 holds document {n}, outside the corpus of {n}": ["--schedule", "range"],
         "position 1 holds document 7, which has no label": ["--schedule", "excluded"],
         "--rank must be < --world-size 2, got 2": ["--rank", "2", "--world-size", "2"],
-        "argument --world-size: 0 is out of range": ["--world-size", "0"],
+        "error: --world-size: 0 is out of range": ["--world-size", "0"],
         "not written by `clusterclip export`": ["--schedule", "ok"],
     }
     ok = np.arange(20, dtype=np.int64)

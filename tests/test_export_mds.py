@@ -164,7 +164,7 @@ def test_cli_mds_and_its_one_line_errors(workdir, tmp_path, capsys):
            np.load(workdir / "schedule.npy"), np.arange(1, 500, 2))
     bad = tmp_path / "bad"
     for args, msg in ((["--rows-per-shard", "0"],
-                       "argument --rows-per-shard: 0 is out of range (an integer in 1 .. "),
+                       "error: --rows-per-shard: 0 is out of range (an integer in 1 .. "),
                       (["--rank", "3", "--world-size", "2"],
                        "--rank must be < --world-size 2, got 3")):
         assert main(["export", "--workdir", str(workdir), "--format", "mds", "--out", str(bad),

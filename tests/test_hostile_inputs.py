@@ -293,7 +293,7 @@ def test_sample_seed_out_of_range(tmp_path, seed, expect):
 @pytest.mark.parametrize("extra,expect", [
     (["--clusters", "25"], "--clusters 25: more than the 24 documents with text"),
     (["--clusters", "3", "--num-samples", "10", "--seed", str(2**64)],
-     f"argument --seed: {2**64} is out of range (an integer in 0 .. {2**63 - 1})"),
+     f"error: --seed: {2**64} is out of range (an integer in 0 .. {2**63 - 1})"),
     (["--clusters", "3", "--backend", "faiss", "--seed", str(2**31)],
      "seed=2147483648 must be < 2**31 with backend faiss"),
     (["--clusters", "3", "--num-samples", "1000", "--clip", "4"],
@@ -579,7 +579,8 @@ _REQUIRED = {  # enough for each command to parse; nothing here exists
 def test_every_numeric_option_refuses_huge_and_boundary_values_in_one_line(
         tmp_path, capsys, monkeypatch, command, option, kind):
     """Each value outside the option's range (documented in --help): exit 2, one line naming
-    the option and the value, before any work (nothing is written); each inside it parses."""
+    the option and the value, before any work (nothing is written), whether argparse or the
+    options refuse it; each inside it parses."""
     import time
 
     monkeypatch.chdir(tmp_path)
@@ -608,7 +609,10 @@ def test_every_numeric_option_refuses_huge_and_boundary_values_in_one_line(
         assert main(argv) == 2  # argparse's refusal, as an exit code
         assert time.monotonic() - start < 10
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and f"argument {option}" in err[0], (option, text, err)
+        # argparse's refusal of what does not parse, or the options' of a range they
+        # declare (clusterclip.limits.ranged), shown in the option before any work
+        assert len(err) == 1 and (f"argument {option}:" in err[0]
+                                  or f"error: {option}:" in err[0]), (option, text, err)
         assert "out of range" in err[0] or "expected" in err[0], err
         assert len(err[0]) < 300
         assert list(tmp_path.iterdir()) == []
@@ -937,7 +941,8 @@ def test_search_with_a_huge_runs_is_refused_before_the_manifest_changes(tmp_path
     before = (w / "manifest.json").read_bytes()
     proc = cli("search", "--workdir", str(w), "--runs", "99999999999999999999999", "--quick")
     line = one_error_line(proc)
-    assert "argument --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
+    # the search's options refuse it (their range), shown in the option, before any work
+    assert "error: --runs: 99999999999999999999999 is out of range (an integer in 1 .. " in line
     assert (w / "manifest.json").read_bytes() == before and not (w / "search").exists()
 
 

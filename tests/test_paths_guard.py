@@ -197,7 +197,7 @@ def test_export_api_refuses_an_out_holding_the_tokenizer(world, tmp_path):
     before = tree(proj)
     with pytest.raises(InputError, match="contains the tokenizer"):
         export.run(Workdir(world["W"], create=False), export.ExportOptions(
-            proj, format="megatron", tokenizer=str(proj / "tok"), overwrite=True))
+            out=proj, format="megatron", tokenizer=str(proj / "tok"), overwrite=True))
     assert tree(proj) == before
 
 

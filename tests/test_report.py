@@ -276,7 +276,7 @@ def _bad_schedule(workdir, tmp_path):
     ("unknown_field", "no document has this field"),
     ("over_capacity", "exceeds the ClusterClip capacity"),
     ("unknown_strategy", "unknown strategy"),
-    ("negative_tail_floor", r"argument --tail-floor: -0\.5 is out of range \(a number in "
+    ("negative_tail_floor", r"error: --tail-floor: -0\.5 is out of range \(a number in "
                             r"\[0, 100\]\)"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(case, pattern, workdir, tmp_path, capsys):

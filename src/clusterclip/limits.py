@@ -34,6 +34,14 @@ MAX_ROWS = 2**31 - 1
 #: Tokens of one document (a token-count file): a block of 2**20 positions of them sums
 #: well inside int64.
 MAX_DOCUMENT_TOKENS = 2**32
+#: The cluster weights' exponent alpha (n_k ** alpha) lies in [-MAX_ALPHA, MAX_ALPHA].
+MAX_ALPHA = 1000.0
+#: Epochs-equivalent of a budget or a schedule's length.
+MAX_EPOCHS = 1000.0
+#: Tokens of an embedder's window (``--max-length``) and documents of its batch.
+MAX_WINDOW = 2**20
+#: Threads and worker processes of one command.
+MAX_THREADS = 4_096
 #: Ranks and world sizes.
 MAX_WORLD = 2**20
 #: The largest over the smallest positive cluster weight: beyond it the water-filling of
@@ -103,3 +111,60 @@ def check_real(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = F
     if problem:
         raise InputError(f"{name}: {problem}", params=(name,))
     return float(value) + 0.0  # -0.0 -> 0.0
+
+
+# -- a number's range, declared once on the options field that holds it -------------------
+
+def ranged(lo: float, hi: float, *, real: bool = False, lo_open: bool = False,
+           words: tuple[str, ...] = (), **field_options: Any) -> Any:
+    """A dataclass field holding an integer in [lo, hi] (``real``: a finite number,
+    ``lo_open``: in (lo, hi]), None when its annotation allows it (``int | None``), or one
+    of ``words`` (``"auto"``): the one declaration
+    of its range. :func:`check_ranges` checks it when the options are made; the command
+    line's option that sets it parses the number (:func:`field_range` gives its range to
+    ``--help``). ``field_options``: :func:`dataclasses.field`'s (``default=``).
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Options:
+    ...     runs: int = ranged(1, 100, default=4)
+    ...     def __post_init__(self) -> None:
+    ...         check_ranges(self)
+    >>> Options(runs=0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: runs: 0 is out of range (an integer in 1 .. 100)
+    """
+    import dataclasses
+
+    return dataclasses.field(metadata={"range": (lo, hi, real, lo_open, words)},
+                             **field_options)
+
+
+def field_range(cls: Any, name: str) -> tuple[float, float, bool, bool, tuple[str, ...]]:
+    """``(lo, hi, real, lo_open, words)`` of field ``name`` of options class ``cls``
+    (declared with :func:`ranged`); KeyError when it has none."""
+    import dataclasses
+
+    return {f.name: f for f in dataclasses.fields(cls)}[name].metadata["range"]
+
+
+def check_ranges(options: Any) -> None:
+    """Check every field of ``options`` declared with :func:`ranged` (InputError naming the
+    first bad one); the values are left as given."""
+    import dataclasses
+
+    for f in dataclasses.fields(options):
+        if "range" not in f.metadata:
+            continue
+        lo, hi, real, lo_open, words = f.metadata["range"]
+        value = getattr(options, f.name)
+        optional = "None" in str(f.type)  # the field's annotation: ``int | None``
+        if (value is None and optional) or (isinstance(value, str) and value in words):
+            continue  # None where the field takes it, or a word (auto)
+        if real:
+            check_real(f.name, value, lo, hi, lo_open=lo_open)
+        else:
+            check_int(f.name, value, int(lo), int(hi))

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from clusterclip import __version__
+from clusterclip.cli._options import parsed
 from clusterclip.errors import InputError, flag_message
 
 # In data-flow order: corpus -> embeddings -> clusters -> sampler -> report.
@@ -78,13 +79,28 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
     already state it (store_true flags and options defaulting to None say what they do),
     and the range of every number (clusterclip.cli._options.integer, real)."""
     for a in parser._actions:
-        bounds = getattr(a.type, "range_text", None)
+        # the range of an option whose options class declares it is read when the help is
+        # shown (the class is imported then), otherwise now
+        bounds = (_LazyRange(a.type) if isinstance(a.type, parsed)
+                  else getattr(a.type, "range_text", None))
         if bounds:
-            a.help = f"{a.help} (range: {bounds})" if a.help else f"(range: {bounds})"
+            a.range_text = bounds  # type: ignore[attr-defined]
+            a.help = (f"{a.help} (range: %(range_text)s)" if a.help
+                      else "(range: %(range_text)s)")
         if (not a.option_strings or a.required or a.default is None or a.default is False
                 or a.default == argparse.SUPPRESS or "default" in (a.help or "")):
             continue
         a.help = f"{a.help} (default: %(default)s)" if a.help else "(default: %(default)s)"
+
+
+class _LazyRange:
+    """An option's range, as ``--help`` shows it: found when shown."""
+
+    def __init__(self, kind: parsed) -> None:
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return self.kind.range_text
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -109,9 +125,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if "--no-progress" not in p._option_string_actions:  # every command takes it
             p.add_argument("--no-progress", action="store_true",
                            help="no progress bars (they are drawn only on a terminal)")
-        _show_defaults(p)
+        for q in (p, *_subcommands(p)):  # search propose and search fit too
+            _show_defaults(q)
         p.set_defaults(_module=module, _parser=p)
     return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of ``parser``'s subcommands (``search``: ``propose``, ``fit``)."""
+    return [q for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+            for q in a.choices.values()]
 
 
 def _flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.corpus.records import renamed_note
+from clusterclip.limits import MAX_CLIP, MAX_EPOCHS, MAX_ROWS, MAX_SEED, check_ranges, ranged
 from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
 from clusterclip.workdir import Workdir
 
@@ -20,25 +21,29 @@ from clusterclip.workdir import Workdir
 DEMO_KMEANS = {"max_iter": 100, "n_init": 3, "tol": 1e-5}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DemoConfig:
     """What ``clusterclip demo`` runs: ``input`` None for the bundled corpus, ``epochs``
     the schedule's length in passes over the documents with text, ``clip`` None for the
-    ``strategy``'s default, ``experiment`` one of quick, full, none."""
+    ``strategy``'s default, ``experiment`` one of quick, full, none. Its numbers are
+    checked when made (the stages it runs check the rest)."""
 
     out: str = "demo-out"
     input: str | None = None
     text_field: str = "text"
     label_field: str = "label"
-    n_clusters: int = 64
+    n_clusters: int = ranged(1, MAX_ROWS, default=64)
     embedder: str = "minilm"
     strategy: str = DEFAULT_COMMAND_STRATEGY
-    clip: int | None = None
-    epochs: float = 3.0
-    seed: int = 0
+    clip: int | None = ranged(1, MAX_CLIP, default=None)
+    epochs: float = ranged(0.0, MAX_EPOCHS, real=True, lo_open=True, default=3.0)
+    seed: int = ranged(0, MAX_SEED, default=0)
     device: str = "cpu"
     overwrite: bool = False
     experiment: str = "quick"
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
 
 class _Steps:
@@ -86,7 +91,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
                                              clip=config.clip, seed=config.seed))
     clip = smp["clip"]
     step("sample")
-    grp = group.run(w, group.GroupOptions(out / "grouped", overwrite=config.overwrite))
+    grp = group.run(w, group.GroupOptions(out=out / "grouped", overwrite=config.overwrite))
     step("group")
     exp = None
     if config.experiment != "none":

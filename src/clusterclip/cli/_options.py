@@ -13,8 +13,10 @@ from clusterclip.limits import (
     MAX_ROWS,
     MAX_SAMPLES,
     MAX_SEED,
+    MAX_THREADS,
     MAX_TOKENS,
     MAX_WORLD,
+    field_range,
     int_problem,
     real_problem,
     real_range,
@@ -97,25 +99,59 @@ def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list
     return parse
 
 
-def integer_or(word: str, lo: int, hi: int) -> Callable[[str], int | str]:
-    """:func:`integer`, or ``word`` itself (``--tune auto``)."""
-    number = integer(lo, hi)
+class parsed:  # noqa: N801 - an argparse type, named like the others (integer, real)
+    """An argparse ``type`` that only parses the number of field ``name`` of the options
+    class at ``where`` (``"module:Class"``), or one of the field's and the option's
+    ``words`` (``auto``): the range is declared once, on the field
+    (:func:`clusterclip.limits.ranged`), checked when the options are made (the command
+    line shows the error in its option, before any work) and shown in ``--help``. The class
+    is imported when the option is given or the help is shown, so building the parser of a
+    command imports nothing of its stages."""
 
-    def parse(text: str) -> int | str:
-        if text.strip() == word:
-            return word
+    def __init__(self, where: str, name: str, words: tuple[str, ...] = ()) -> None:
+        self.where, self.name, self.words = where, name, words
+
+    def _field(self) -> tuple[float, float, bool, bool, tuple[str, ...]]:
+        import importlib
+
+        module, cls = self.where.split(":")
+        lo, hi, real, lo_open, words = field_range(
+            getattr(importlib.import_module(module), cls), self.name)
+        return lo, hi, real, lo_open, (*words, *self.words)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return self._field()[:2]
+
+    @property
+    def range_text(self) -> str:
+        lo, hi, real, lo_open, _ = self._field()
+        return real_range(lo, hi, lo_open) if real else f"{lo} .. {hi}"
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        return "real" if self._field()[2] else "integer"
+
+    def __call__(self, text: str) -> Any:
+        lo, hi, real, _, words = self._field()
+        if text.strip() in words:
+            return text.strip()
         try:
-            return number(text)
-        except argparse.ArgumentTypeError as e:
-            if not str(e).startswith("expected"):
-                raise
+            return float(text) + 0.0 if real else int(text)  # -0.0 -> 0.0
+        except ValueError:
+            if not real and re.fullmatch(r"\s*[+-]?\d+\s*", text):  # more digits than int()
+                raise argparse.ArgumentTypeError(  # reads: no option takes one
+                    f"{shown(text.strip())} is out of range (an integer in {lo} .. {hi})"
+                ) from None
+            kind = "a number" if real else "an integer"
             raise argparse.ArgumentTypeError(
-                f"expected {word} or an integer in {lo} .. {hi}, got {text!r:.40}") from None
+                f"expected {' or '.join([*words, kind])}, got {text!r:.40}") from None
 
-    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
-    parse.__name__ = "integer"
-    return parse
 
+#: The options classes whose fields declare the ranges of shared option groups.
+EMBED = "clusterclip.stages.embed:EmbedOptions"
+KMEANS = "clusterclip.clustering.kmeans:KMeansSettings"
+CLUSTER = "clusterclip.stages.cluster:ClusterOptions"
 
 # One type per kind of number; every command takes its numbers through these.
 SEED = integer(0, MAX_SEED)
@@ -128,22 +164,12 @@ RANK = integer(0, MAX_WORLD - 1)
 WORLD_SIZE = integer(1, MAX_WORLD)
 ROWS = integer(1, MAX_ROWS)  # documents or rows per sample, shard, chunk or file; clusters K
 ROWS_OR_ZERO = integer(0, MAX_ROWS)  # the same, 0 meaning none or all (as each option says)
-TUNE = integer_or("auto", 0, MAX_ROWS)  # --tune: documents, 0 (none) or auto
 CLUSTER_LIST = integer_list(1, MAX_ROWS)
 CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
 SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
-EPOCHS = real(0.0, 1000.0, lo_open=True)
-FRACTION = real(0.0, 1.0)  # --tol
 FACTOR = real(0.0, 100.0)  # --tail-floor
-TOKEN_LENGTH = integer(1, 2**20)  # --max-length, --batch-size
-ITERATIONS = integer(1, 1_000_000)
-RESTARTS = integer(1, 10_000)  # --n-init
-COUNT = integer(1, 100_000)  # --runs, --windows
-COUNT_OR_ZERO = integer(0, 100_000)  # search fit --propose (0: none)
-SEED_COUNT = integer(1, 1_000)  # --seeds, --test-seeds
-SEED_COUNT_OR_AUTO = integer_or("auto", 1, 1_000)  # --seeds, --test-seeds: or auto
-ROUNDS = integer(1, 64)
-THREADS = integer(1, 4_096)
+COUNT = integer(1, 100_000)  # --windows
+THREADS = integer(1, MAX_THREADS)
 
 
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
@@ -160,6 +186,7 @@ def add_corpus_options(p: argparse.ArgumentParser) -> None:
 def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend") -> None:
     """Options of the embedding stage (``embed``, ``run``; ``run`` names the backend
     ``--embed-backend``, its ``--backend`` being k-means')."""
+    E = EMBED
     g = p.add_argument_group("embedding")
     g.add_argument("--embedder", choices=("minilm", "hf", "fast", "model2vec"),
                    default="minilm",
@@ -178,23 +205,24 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
                    help="auto (default): int8 with onnx on the CPU where it agrees with "
                         "torch (cosine >= 0.99 mean, >= 0.97 at the 1st percentile), fp16 "
                         "with torch on GPUs, else fp32")
-    g.add_argument("--tune", type=TUNE, default="auto", metavar="N|auto",
+    g.add_argument("--tune", type=parsed(E, "tune"), default="auto", metavar="N|auto",
                    help="--embedder fast: tune its table toward MiniLM's vectors of a seeded "
                         "sample of N documents (cached; 0: untuned); default auto: 2000 "
                         "documents when the corpus has at least 20000 with text, else 0")
-    g.add_argument("--tune-seed", type=SEED, default=0, help="seed of the --tune sample")
+    g.add_argument("--tune-seed", type=parsed(E, "tune_seed"), default=0,
+                   help="seed of the --tune sample")
     g.add_argument("--pooling", choices=("mean", "first"), default="mean",
                    help="pooling for --embedder hf (default: mean)")
     from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH
 
-    g.add_argument("--max-length", type=TOKEN_LENGTH, default=None,
+    g.add_argument("--max-length", type=parsed(E, "max_length"), default=None,
                    help=f"truncate to this many tokens (default: {MINILM_MAX_LENGTH}, MiniLM's "
                         "own limit; model2vec: the library's own default length)")
-    g.add_argument("--batch-size", type=TOKEN_LENGTH, default=DEFAULT_BATCH_SIZE)
+    g.add_argument("--batch-size", type=parsed(E, "batch_size"), default=DEFAULT_BATCH_SIZE)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="storage dtype of embeddings.npy (default: float32)")
-    g.add_argument("--embed-workers", type=THREADS, default=None, metavar="N",
+    g.add_argument("--embed-workers", type=parsed(E, "workers"), default=None, metavar="N",
                    help="--embedder fast: worker processes embedding shards side by side "
                         "(the same bytes for any N; default: the CPUs this process may use)")
 
@@ -213,20 +241,22 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
 
     d = K.KMeansSettings()
     g = p.add_argument_group("k-means")
-    g.add_argument("--iters", dest="max_iter", type=ITERATIONS, default=d.max_iter,
-                   help=f"maximum iterations (default: {d.max_iter})")
-    g.add_argument("--n-init", type=RESTARTS, default=d.n_init,
+    g.add_argument("--iters", dest="max_iter", type=parsed(KMEANS, "max_iter"),
+                   default=d.max_iter, help=f"maximum iterations (default: {d.max_iter})")
+    g.add_argument("--n-init", type=parsed(KMEANS, "n_init"), default=d.n_init,
                    help=f"restarts; the best objective wins (default: {d.n_init})")
-    g.add_argument("--tol", type=FRACTION, default=d.tol,
+    g.add_argument("--tol", type=parsed(KMEANS, "tol"), default=d.tol,
                    help="stop when the relative objective change falls below this "
                         f"(default: {d.tol:g})")
     g.add_argument("--metric", choices=K.METRICS, default=d.metric)
     g.add_argument("--backend", choices=K.BACKENDS, default=d.backend)
-    g.add_argument("--seed", type=SEED, default=d.seed)
+    g.add_argument("--seed", type=parsed(KMEANS, "seed"), default=d.seed)
     g.add_argument("--kmeans-device", default=d.device,
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
-    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)")
-    g.add_argument("--fit-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
+    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)",
+                          parsed(KMEANS, "chunk_rows"))
+    g.add_argument("--fit-sample", type=parsed(CLUSTER, "fit_sample"), default=None,
+                   metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
                         "label every row in one streamed pass (the objective printed is "
                         "every row's); 0: fit on every row. Default: every row up to "
@@ -245,11 +275,12 @@ def kmeans_options(args: argparse.Namespace) -> dict[str, Any]:
             for f in fields(KMeansSettings)}
 
 
-def add_chunk_rows_option(g: Any, help: str) -> None:
-    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``)."""
+def add_chunk_rows_option(g: Any, help: str, kind: Callable[[str], int] | None = None) -> None:
+    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``),
+    parsed by ``kind`` (default: :data:`ROWS`, checked as it is parsed)."""
     from clusterclip.clustering.kmeans import DEFAULT_CHUNK_ROWS
 
-    g.add_argument("--chunk-rows", type=ROWS, default=DEFAULT_CHUNK_ROWS,
+    g.add_argument("--chunk-rows", type=kind or ROWS, default=DEFAULT_CHUNK_ROWS,
                    help=f"{help} (default: {DEFAULT_CHUNK_ROWS})")
 
 
@@ -315,10 +346,11 @@ def add_sampling_options(g: Any, *, mixture_into: Any = None, mixture_help: str)
              default=None, metavar="FILE", help=mixture_help)
 
 
-def add_workers_option(p: argparse.ArgumentParser, what: str, quick: str = "") -> None:
-    """``--workers`` of ``experiment`` and ``search`` (``quick``: what ``--quick`` takes,
-    for the help; the option is then None unless given)."""
-    p.add_argument("--workers", type=THREADS, default=None if quick else 1, metavar="N",
+def add_workers_option(p: argparse.ArgumentParser, what: str, kind: Callable[[str], int],
+                       quick: str = "") -> None:
+    """``--workers`` of ``experiment`` and ``search``, parsed by ``kind`` (``quick``: what
+    ``--quick`` takes, for the help; the option is then None unless given)."""
+    p.add_argument("--workers", type=kind, default=None if quick else 1, metavar="N",
                    help=f"worker processes training {what} side by side, each at --threads "
                         f"(default 1: in this process{quick}; under torchrun, per rank); the "
                         "results are the same for every N. On the shared 2-core machine 2 "

@@ -27,11 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
     from clusterclip.clustering.files import assign_embeddings_file
-    from clusterclip.errors import InputError
     from clusterclip.workdir import LABELS, SCORES
 
-    if args.chunk_rows < 1:
-        raise InputError(f"--chunk-rows {args.chunk_rows}: must be >= 1")
     with D.process_group(args.kmeans_device) as main_rank:
         result = assign_embeddings_file(args.centroids, args.embeddings, args.out,
                                         metric=args.metric, device=args.kmeans_device,

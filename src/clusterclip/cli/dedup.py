@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import SIMILARITY, add_overwrite_option
+from clusterclip.cli._options import add_overwrite_option, parsed
 from clusterclip.cli._paths import add_path
 
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags): the
@@ -19,7 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory of embed + cluster")
-    p.add_argument("--threshold", type=SIMILARITY, default=DEFAULT_THRESHOLD,
+    p.add_argument("--threshold", type=parsed("clusterclip.stages.dedup:DedupOptions", "threshold"),
+                   default=DEFAULT_THRESHOLD,
                    help="cosine similarity at or above which two documents of a cluster are "
                         f"near-duplicates, in (0, 1] (default: {DEFAULT_THRESHOLD})")
     add_path(p, "--keep-one", role="output_dir", default=None, metavar="OUT",

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import CLIP, EPOCHS, ROWS, SEED, add_overwrite_option
+from clusterclip.cli._options import add_overwrite_option, parsed
 from clusterclip.cli._paths import add_path
+
+#: The configuration that declares the numbers' ranges (the command line parses them).
+_DEMO = "clusterclip.cli._demo:DemoConfig"
 
 HELP = ("end-to-end demo on the bundled Python-docs corpus: embed, cluster, sample, "
         "group, report and a quick LM experiment")
@@ -24,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="field of --input holding the document text (default: text)")
     p.add_argument("--label-field", default="label",
                    help="field compared with the clusters in the report (default: label)")
-    p.add_argument("--clusters", type=ROWS, default=64, help="K (default: 64)")
+    p.add_argument("--clusters", type=parsed(_DEMO, "n_clusters"), default=64,
+                   help="K (default: 64)")
     p.add_argument("--embedder", choices=("minilm", "hf", "fast"), default="minilm")
     from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
     from clusterclip.sampling.spec import DEFAULT_CLIP, STRATEGIES
@@ -32,12 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_COMMAND_STRATEGY,
                    help=f"strategy of the schedule (default: {DEFAULT_COMMAND_STRATEGY}; "
                         "clusterclip is the paper's method)")
-    p.add_argument("--clip", type=CLIP, default=None,
+    p.add_argument("--clip", type=parsed(_DEMO, "clip"), default=None,
                    help=f"repetition clip R (default: paced {DEFAULT_CLIP}; clusterclip: the "
                         "recommended R for the budget)")
-    p.add_argument("--epochs", type=EPOCHS, default=3.0,
+    p.add_argument("--epochs", type=parsed(_DEMO, "epochs"), default=3.0,
                    help="schedule length in epochs of the corpus (default: 3)")
-    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--seed", type=parsed(_DEMO, "seed"), default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (embedding, k-means, training)")
     add_overwrite_option(p, "OUT/grouped and OUT/report")
     p.add_argument("--experiment", choices=("quick", "full", "none"), default="quick",

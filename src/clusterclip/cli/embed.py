@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clusterclip.cli._options import ROWS, add_corpus_options, add_embed_options
+from clusterclip.cli._options import EMBED, add_corpus_options, add_embed_options, parsed
 from clusterclip.cli._paths import add_path
 
 HELP = "embed a corpus (.jsonl, .jsonl.gz, .parquet or folders) into W/embeddings.npy"
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_corpus_options(p)
     add_embed_options(p)
     g = p.add_argument_group("embedding shards")
-    g.add_argument("--shard-size", type=ROWS, default=4096,
+    g.add_argument("--shard-size", type=parsed(EMBED, "shard_size"), default=4096,
                    help="documents per resumable shard, at most: shards grow 256, 512, ... "
                         "up to this size (default: 4096)")
     g.add_argument("--keep-shards", action="store_true",

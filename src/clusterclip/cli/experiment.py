@@ -6,15 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clusterclip.cli._options import (
-    ALPHA,
-    CLIP,
-    EPOCHS,
-    ROWS_OR_ZERO,
-    SEED_COUNT_OR_AUTO,
-    THREADS,
-    TOKENS,
-)
+from clusterclip.cli._options import parsed
 from clusterclip.cli._paths import add_path
 from clusterclip.workdir import MIXTURE_FILE
 
@@ -30,6 +22,11 @@ def _default_mixture(args: argparse.Namespace) -> str | None:
     if not {"mixture", "anneal"} & set(args.strategies or ()):
         return None
     return str(Path(args.workdir) / MIXTURE_FILE)
+
+
+#: The options that declare the numbers' ranges (the command line parses them).
+C = "clusterclip.lm.runconfig:ExperimentConfig"
+S = "clusterclip.stages.experiment:ExperimentStageOptions"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,9 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                   "of `clusterclip search`)")
     from clusterclip.sampling.spec import DEFAULT_CLIP
 
-    p.add_argument("--clip", type=CLIP, default=DEFAULT_CLIP,
+    p.add_argument("--clip", type=parsed(C, "clip"), default=DEFAULT_CLIP,
                    help=f"ClusterClip's repetition clip R (default {DEFAULT_CLIP})")
-    p.add_argument("--alpha", type=ALPHA, default=0.0,
+    p.add_argument("--alpha", type=parsed(C, "alpha"), default=0.0,
                    help="cluster weight n_k ** alpha for temperature and clusterclip (default 0)")
     p.add_argument("--balance-by", choices=("docs", "tokens"), default="docs",
                    help="balance clusters by documents (the paper) or by tokens: cluster "
@@ -68,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     r = SEED_RULE
     conf = percent(1 - r.level).replace("%", "%%")  # argparse's escape
-    p.add_argument("--seeds", type=SEED_COUNT_OR_AUTO, default=None,
+    p.add_argument("--seeds", type=parsed(C, "seeds", words=("auto",)), default=None,
                    help="seeds per strategy (model init and schedule), or auto (the default; "
                         f"--quick: 3): start with {r.start}, add {r.step} at a time until the "
                         f"primary question is resolved (its paired {conf} "
@@ -82,33 +79,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"5%%/{r.looks} each: {conf} intervals) (default "
                         f"{PRIMARY_STRATEGY}:{PRIMARY_METRIC})")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--epochs", type=EPOCHS, default=None,
+    budget.add_argument("--epochs", type=parsed(C, "epochs"), default=None,
                         help="training budget per run in epochs-equivalent of the training "
                              "tokens (default 3; --quick 1.5): over 1, small clusters repeat "
                              "and the clip binds")
-    budget.add_argument("--tokens", type=TOKENS, default=None,
+    budget.add_argument("--tokens", type=parsed(C, "tokens"), default=None,
                         help="explicit training budget per run in tokens (instead of --epochs)")
     p.add_argument("--quick", action="store_true",
                    help="the tiny model on the first 63 bytes of each document, 1.5 epochs "
                         "(about a minute on the demo corpus), for tests and the demo")
     add_proxy_options(p, f"{DEFAULT_MODEL}; tiny with --quick; base is for --device cuda, "
                          "slow on CPU")
-    p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
+    p.add_argument("--max-docs", type=parsed(C, "max_docs"), default=DEFAULT_MAX_DOCS,
                    help="use a cluster-stratified subsample of at most this many documents, "
                         "each cluster keeping its share (default %(default)s, which keeps "
                         "each batch of 3 seeds of the default run near 15 minutes on 2 cores; "
                         "0 = all)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
-    p.add_argument("--threads", type=THREADS, default=None,
+    p.add_argument("--threads", type=parsed(S, "threads"), default=None,
                    help="torch CPU threads (default: 1 for the tiny and small models, which "
                         "gain little from more and slow down badly on a shared machine; the "
                         "CPUs this process may use for base)")
-    add_workers_option(p, "the runs")
+    add_workers_option(p, "the runs", parsed(S, "workers"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    from clusterclip.errors import InputError
     from clusterclip.experiment import DEFAULT_STRATEGIES, verdict_lines
     from clusterclip.experiment.output import (
         format_schedule_table,
@@ -117,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from clusterclip.stages.experiment import run_experiment
 
-    if args.max_docs < 0:
-        raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
     results = run_experiment(
         args.workdir, strategies=args.strategies or DEFAULT_STRATEGIES, seeds=args.seeds,
         primary=args.primary,

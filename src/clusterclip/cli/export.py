@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clusterclip.cli._options import RANK, ROWS, THREADS, WORLD_SIZE, add_overwrite_option
+from clusterclip.cli._options import add_overwrite_option, parsed
 from clusterclip.cli._paths import add_path
 from clusterclip.workdir import SCHEDULE
 
@@ -41,11 +41,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--schedule", role="input", default=None,
              default_from=lambda a: str(Path(a.workdir) / SCHEDULE),
                    help="int64 .npy of document indices (default: WORKDIR/schedule.npy)")
-    p.add_argument("--rank", type=RANK, default=0,
+    E = "clusterclip.stages.export:ExportOptions"  # the options that declare the ranges
+    p.add_argument("--rank", type=parsed(E, "rank"), default=0,
                    help="export positions RANK, RANK+W, ... (floor(T/W) of them), as the "
                         "sampler serves rank RANK of W")
-    p.add_argument("--world-size", type=WORLD_SIZE, default=1, help="W (default: 1, everything)")
-    p.add_argument("--rows-per-shard", type=ROWS, default=None,
+    p.add_argument("--world-size", type=parsed(E, "world_size"), default=1,
+                   help="W (default: 1, everything)")
+    p.add_argument("--rows-per-shard", type=parsed(E, "rows_per_shard"), default=None,
                    help="rows per output file (default: 1000000; mds shards also close "
                         "before 64 MiB, as streaming.MDSWriter's; not for megatron, which "
                         "writes one .bin/.idx pair)")
@@ -53,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--format megatron only (required there): a folder holding a Hugging "
                         "Face tokenizer, loaded offline; each document becomes its token ids "
                         "(no special tokens) + the tokenizer's eos (else sep) token")
-    p.add_argument("--workers", type=THREADS, default=None, metavar="N",
+    p.add_argument("--workers", type=parsed(E, "workers"), default=None, metavar="N",
                    help="--format megatron: processes tokenizing side by side (the same "
                         "bytes for any N; default: the CPUs this process may use)")
     add_overwrite_option(p)
@@ -66,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == export.ATLAS:
         return _run_atlas(args)
+    rows = {} if args.rows_per_shard is None else {"rows_per_shard": args.rows_per_shard}
+    options = export.ExportOptions(out=args.out, format=args.format, schedule=args.schedule,
+                                   rank=args.rank, world_size=args.world_size,
+                                   overwrite=args.overwrite, tokenizer=args.tokenizer,
+                                   workers=args.workers, **rows)  # their ranges, first
     stale = export.older_schedule_warning(args.workdir) if args.schedule is None else None
     if stale:
         print(stale, file=sys.stderr)
@@ -75,11 +82,6 @@ def run(args: argparse.Namespace) -> int:
     if args.format != "megatron" and args.workers is not None:
         raise InputError(f"--workers applies to --format megatron only (it tokenizes), not "
                          f"--format {args.format}")
-    rows = {} if args.rows_per_shard is None else {"rows_per_shard": args.rows_per_shard}
-    options = export.ExportOptions(args.out, format=args.format, schedule=args.schedule,
-                                   rank=args.rank, world_size=args.world_size,
-                                   overwrite=args.overwrite, tokenizer=args.tokenizer,
-                                   workers=args.workers, **rows)
     s = export.run(Workdir(args.workdir, create=False), options)
     share = (f"rank {s['rank']} of {s['world_size']}: positions {s['first_position']}, "
              f"{s['first_position'] + s['world_size']}, ... of "
@@ -113,7 +115,8 @@ def _run_atlas(args: argparse.Namespace) -> int:
         raise InputError(f"{', '.join(given)} does not apply to --format atlas (it writes the "
                          "documents of the report's map, not a schedule)")
     s = export.run(Workdir(args.workdir, create=False),
-                   export.ExportOptions(args.out, format=export.ATLAS, overwrite=args.overwrite))
+                   export.ExportOptions(out=args.out, format=export.ATLAS,
+                                        overwrite=args.overwrite))
     print(f"exported the map's {s['rows']:,} documents (x, y, cluster, terms, text) as "
           f"{FILE}; verified every row")
     print(f"output: {args.out}")

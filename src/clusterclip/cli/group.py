@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import ROWS, add_overwrite_option
+from clusterclip.cli._options import add_overwrite_option, parsed
 from clusterclip.cli._paths import add_path
 
 HELP = "write the corpus grouped by cluster (cluster_{k}/data_{j}.jsonl, verified exactly-once)"
@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output directory: created, or replaced atomically when empty or "
                         "written by an earlier `clusterclip group`")
     add_overwrite_option(p)
-    p.add_argument("--docs-per-file", type=ROWS, default=100_000,
+    p.add_argument("--docs-per-file", default=100_000,
+                   type=parsed("clusterclip.stages.group:GroupOptions", "docs_per_file"),
                    help="documents per data_{j}.jsonl file (default: 100000)")
 
 
@@ -26,9 +27,9 @@ def run(args: argparse.Namespace) -> int:
     from clusterclip.stages import group
     from clusterclip.workdir import Workdir
 
-    summary = group.run(Workdir(args.workdir, create=False), group.GroupOptions(
-        args.out, docs_per_file=args.docs_per_file, overwrite=args.overwrite,
-        progress=not args.no_progress))
+    options = group.GroupOptions(out=args.out, docs_per_file=args.docs_per_file,
+                                 overwrite=args.overwrite, progress=not args.no_progress)
+    summary = group.run(Workdir(args.workdir, create=False), options)
     groups = summary["groups"]
     clusters = sum(1 for g in groups if g.startswith("cluster_"))
     print(f"grouped {summary['documents']} documents into {clusters} clusters"

@@ -6,21 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from clusterclip.cli._options import (
-    ALPHA,
-    CLIP,
-    CLIP_LIST,
-    COUNT,
-    FACTOR,
-    ROWS_OR_ZERO,
-    SAMPLES,
-    SEED,
-    add_overwrite_option,
-)
+from clusterclip.cli._options import CLIP_LIST, add_overwrite_option, parsed
 from clusterclip.cli._paths import add_path
 from clusterclip.workdir import REPORT, SCHEDULE
 
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
+#: The options that declare the numbers' ranges (the command line parses them).
+_REPORT = "clusterclip.report.build:ReportOptions"
 
 
 def _strategies(text: str) -> list[str]:
@@ -58,25 +50,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedules to generate at the same budget, comma-separated "
                         "(clusterclip, paced, random, uniform, temperature; 'none' for none; "
                         "default: clusterclip,paced,random)")
-    p.add_argument("--num-samples", type=SAMPLES, default=None,
+    p.add_argument("--num-samples", type=parsed(_REPORT, "num_samples"), default=None,
                    help="budget T when no schedule is given (default: min(3, R) epochs)")
-    p.add_argument("--clip", type=CLIP, default=None,
+    p.add_argument("--clip", type=parsed(_REPORT, "clip"), default=None,
                    help="ClusterClip's R for generated schedules, and the R by which a given "
                         "schedule's clusters leave the pool (default: the R that wrote "
                         "W/schedule.npy per the manifest, else 4)")
-    p.add_argument("--alpha", type=ALPHA, default=0.0,
+    p.add_argument("--alpha", type=parsed(_REPORT, "alpha"), default=0.0,
                    help="temperature: cluster weight n_k**alpha (default: 0, uniform)")
-    p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--windows", type=COUNT, default=50,
+    p.add_argument("--seed", type=parsed(_REPORT, "seed"), default=0)
+    p.add_argument("--windows", type=parsed(_REPORT, "windows"), default=50,
                    help="time windows for the per-window series in summary.json (default: 50)")
-    p.add_argument("--tail-floor", type=FACTOR, default=0.5,
+    p.add_argument("--tail-floor", type=parsed(_REPORT, "tail_floor"), default=0.5,
                    help="a schedule starves the tail when the smallest 25%% of clusters get "
                         "less than this times their corpus share of the last 20%% of training; "
                         "the recommended R is the smallest R that does not (default: 0.5)")
     p.add_argument("--choose-clip", type=CLIP_LIST, default=None, metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
-    p.add_argument("--map-sample", type=ROWS_OR_ZERO, default=None, metavar="N",
+    p.add_argument("--map-sample", type=parsed(_REPORT, "map_sample"), default=None, metavar="N",
                    help="documents on the map of index.html: a seeded sample of at most N "
                         "(default: 100,000; 0: no map); projected once (UMAP), kept in W/map/")
     add_path(p, "--out", role="output_dir", default=None,
@@ -87,26 +79,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from clusterclip.errors import InputError
     from clusterclip.stages import report
     from clusterclip.workdir import Workdir
 
     root = Path(args.workdir)
-    if not root.is_dir():
-        raise InputError(f"work directory {root} does not exist")
     schedule = args.schedule
     if schedule is None and not args.no_schedule and (root / SCHEDULE).exists():
         schedule = root / SCHEDULE
-    clip = args.clip
-    if clip is None:
-        clip = _recorded_clip(root, schedule) or 4
+    # made first, so that a number out of its range is refused before anything is read;
+    # the clip is then the one recorded for W/schedule.npy when none is given
     options = report.ReportOptions(
         schedule=schedule, label_field=args.label_field, strategies=args.strategies,
-        num_samples=args.num_samples, clip=clip, alpha=args.alpha, seed=args.seed,
+        num_samples=args.num_samples, alpha=args.alpha, seed=args.seed,
+        **({} if args.clip is None else {"clip": args.clip}),
         windows=args.windows, tail_floor=args.tail_floor,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty() and not args.no_progress,
         overwrite=args.overwrite, **({} if args.map_sample is None
                                      else {"map_sample": args.map_sample}))
+    if not root.is_dir():
+        raise InputError(f"work directory {root} does not exist")
+    if args.clip is None:
+        options = replace(options, clip=_recorded_clip(root, schedule) or options.clip)
     summary = report.run(Workdir(root, create=False), options)
     out = Path(args.out) if args.out else root / REPORT
     print(f"report: {out / 'report.md'}")

@@ -96,6 +96,10 @@ def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
     from clusterclip.stages.sample import SampleOptions
 
     progress = not args.no_progress
+    # the embedding's and the k-means' first: their ranges are those --help shows
+    embed = EmbedOptions(inputs=tuple(args.inputs), **embed_options(args))
+    cluster = ClusterOptions(n_clusters=args.clusters, fit_sample=args.fit_sample,
+                             progress=progress, **kmeans_options(args))
     if not sampling and args.clip is not None:
         check_clip(args.clip)
     sample = SampleOptions(
@@ -104,10 +108,7 @@ def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
         seed=args.seed, mixture=args.mixture, groups=args.dedup,
         progress=progress) if sampling else None
     return RunOptions(
-        embed=EmbedOptions(inputs=tuple(args.inputs), **embed_options(args)),
-        cluster=ClusterOptions(n_clusters=args.clusters, fit_sample=args.fit_sample,
-                               progress=progress, **kmeans_options(args)),
-        sample=sample,
+        embed=embed, cluster=cluster, sample=sample,
         dedup=DedupOptions(threshold=args.dedup_threshold, progress=progress)
         if args.dedup else None)
 

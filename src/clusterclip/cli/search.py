@@ -8,23 +8,19 @@ import argparse
 import types
 from typing import Any
 
-from clusterclip.cli._options import (
-    COUNT,
-    COUNT_OR_ZERO,
-    ROUNDS,
-    ROWS_OR_ZERO,
-    SAMPLES,
-    SEED,
-    SEED_COUNT_OR_AUTO,
-    THREADS,
-    TOKENS,
-)
+from clusterclip.cli._options import parsed
 from clusterclip.cli._paths import add_path
 
 HELP = ("search cluster weights, clip and timing with small proxy LMs for a target (or "
         "balanced loss) and test the result against random (W/search/)")
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
 PARAM_FLAGS = {"targets": "--target"}
+#: The options that declare the numbers' ranges (the command line parses them).
+_CONFIG = "clusterclip.search.offline:SearchConfig"
+_STAGE = "clusterclip.stages.search:SearchStageOptions"
+_DRAW = "clusterclip.search.propose:Draw"
+_PROPOSE = "clusterclip.search.propose:ProposeRequest"
+_FIT = "clusterclip.search.fit:FitRequest"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,9 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="JSONL/Parquet documents of what the model must be good at: the "
                   "objective is their held-out loss (default: macro held-out loss)")
     p.add_argument("--text-field", default="text", help="field of the target's text")
-    p.add_argument("--runs", type=COUNT, default=None,
+    p.add_argument("--runs", type=parsed(_CONFIG, "runs"), default=None,
                    help=f"proxy runs in all (default {DEFAULT['runs']}; --quick {QUICK['runs']})")
-    p.add_argument("--rounds", type=ROUNDS, default=None,
+    p.add_argument("--rounds", type=parsed(_CONFIG, "rounds"), default=None,
                    help=f"rounds, each half the proxies of the one before (default "
                         f"{DEFAULT['rounds']})")
     from clusterclip.search.output import SEED_RULE as r
@@ -50,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     conf = percent(1 - r.level).replace("%", "%%")  # argparse's escape
 
-    p.add_argument("--test-seeds", type=SEED_COUNT_OR_AUTO, default=None,
+    p.add_argument("--test-seeds", type=parsed(_CONFIG, "test_seeds"), default=None,
                    help=f"fresh seeds of the test verdict, or auto (default "
                         f"{DEFAULT['test_seeds']}; --quick {QUICK['test_seeds']}): start with "
                         f"{r.start}, add {r.step} at a time until searched vs random on the "
@@ -73,15 +69,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "minutes (so over 10 minutes in one process or beside other work; "
                         "docs/benchmarks.md, \"Search\"); with --model tiny about 3 CPU "
                         "minutes, a smoke test (its proxies ranked mixtures worse)")
-    p.add_argument("--max-docs", type=ROWS_OR_ZERO, default=DEFAULT_MAX_DOCS,
+    p.add_argument("--max-docs", type=parsed(_CONFIG, "max_docs"), default=DEFAULT_MAX_DOCS,
                    help="cluster-stratified subsample of at most this many documents "
                         "(0 = all)")
     p.add_argument("--device", default="cpu",
                    help="torch device: cpu or cuda (under torchrun one GPU per rank)")
-    p.add_argument("--threads", type=THREADS, default=None,
+    p.add_argument("--threads", type=parsed(_STAGE, "threads"), default=None,
                    help="torch CPU threads per process (default: 1 for tiny and small)")
-    add_workers_option(p, "proxies", f"; --quick: {QUICK_WORKERS}, at most the CPUs")
-    p.add_argument("--seed", type=SEED, default=0, help="splits, proxies and candidates")
+    add_workers_option(p, "proxies", parsed(_STAGE, "workers"),
+                       f"; --quick: {QUICK_WORKERS}, at most the CPUs")
+    p.add_argument("--seed", type=parsed(_CONFIG, "seed"), default=0,
+                   help="splits, proxies and candidates")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     sub = p.add_subparsers(dest="search_command", metavar="{propose,fit}",
                            parser_class=type(p),
@@ -94,9 +92,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _budget(p: argparse.ArgumentParser, what: str) -> None:
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="T",
-                        help=f"token budget of one proxy run ({what})")
-    length.add_argument("--num-samples", type=SAMPLES, default=None, metavar="T",
+    length.add_argument("--num-tokens", type=parsed(_DRAW, "num_tokens"), default=None,
+                        metavar="T", help=f"token budget of one proxy run ({what})")
+    length.add_argument("--num-samples", type=parsed(_DRAW, "num_samples"), default=None,
+                        metavar="T",
                         help=f"documents of one proxy run ({what})")
 
 
@@ -113,14 +112,14 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
                    help="split the --target in halves by --seed: OUT/target_val.jsonl (the "
                         "prior is drawn from it; fit on its loss) and OUT/target_test.jsonl "
                         "(keep it for the verdict); every half's corpus copies are kept out")
-    p.add_argument("--runs", type=COUNT, default=None,
+    p.add_argument("--runs", type=parsed(_PROPOSE, "runs"), default=None,
                    help="candidates (proxy runs) to propose (required without --verify)")
     add_path(p, "--verify", role="input", default=None, metavar="FIT_DIR",
              help="the verification round instead: the chosen mixture of FIT_DIR (the --out "
                   "of `search fit --choose`), natural and, with --target, the prior, each "
                   "drawn with --seeds fresh seeds; ratios.csv gains `arm` and `seed`; then "
                   "`search fit --verdict`")
-    p.add_argument("--seeds", type=COUNT, default=3,
+    p.add_argument("--seeds", type=parsed(_PROPOSE, "seeds"), default=3,
                    help="with --verify: fresh seeds per arm (default: 3; at least 2)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: ratios.csv, mixtures/<run>.json, with --format runs/<run>/ "
@@ -139,7 +138,7 @@ def _propose_arguments(p: argparse.ArgumentParser) -> None:
              help="local Hugging Face tokenizer folder: --format megatron's and --blend's "
                   "token ids, and exact token counts for --num-tokens (default: the "
                   "estimate)")
-    p.add_argument("--seed", type=SEED, default=0,
+    p.add_argument("--seed", type=parsed(_DRAW, "seed"), default=0,
                    help="the candidates' draws and the schedules (default: 0)")
     p.add_argument("--device", default="cpu", help="torch device embedding the --target")
 
@@ -162,7 +161,7 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
                   "mixture.json is per cluster, for `sample --mixture`")
     add_path(p, "--predict", role="input", default=None, metavar="C.csv",
              help="candidates in R.csv's layout: OUT/predictions.csv ranks them")
-    p.add_argument("--propose", type=COUNT_OR_ZERO, default=0, metavar="N",
+    p.add_argument("--propose", type=parsed(_FIT, "propose"), default=0, metavar="N",
                    help="N new mixtures for the next round: OUT/proposals.csv, and with "
                         "--workdir OUT/mixtures/<run>.json and OUT/round.json (default: 0)")
     p.add_argument("--verdict", action="store_true",
@@ -181,31 +180,26 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
     add_path(p, "--tokenizer", role="input", default=None, metavar="PATH",
              help="local Hugging Face tokenizer folder (--format megatron; exact token "
                   "counts for --num-tokens)")
-    p.add_argument("--seed", type=SEED, default=0, help="the proposals' draws (default: 0)")
+    p.add_argument("--seed", type=parsed(_DRAW, "seed"), default=0,
+                   help="the proposals' draws (default: 0)")
     add_path(p, "--out", role="output_dir", required=True,
              help="output folder: fit.json, and predictions.csv, proposals.csv, mixture.json "
                   "as asked (created, or replaced when written by an earlier `search fit`)")
 
 
 def run_propose(args: argparse.Namespace) -> int:
-    from clusterclip.errors import InputError
     from clusterclip.search.propose import ProposeRequest
-    from clusterclip.stages.search import propose
+    from clusterclip.stages import propose
+    from clusterclip.workdir import Workdir
 
-    if args.runs is None and args.verify is None:
-        raise InputError("--runs: required (the candidates to propose), or give --verify "
-                         "FIT_DIR")
-    if args.runs is not None and args.verify is not None:
-        raise InputError("--runs does not apply with --verify (its runs are its arms x "
-                         "--seeds)")
-    req = ProposeRequest(workdir=args.workdir, runs=args.runs or 0, out=args.out,
+    req = ProposeRequest(workdir=args.workdir, runs=args.runs, out=args.out,
                          targets=tuple(args.target or ()), text_field=args.text_field,
                          num_tokens=args.num_tokens, num_samples=args.num_samples,
                          fmt=args.fmt, seed=args.seed, tokenizer=args.tokenizer,
                          device=args.device, blend=args.blend == "megatron",
                          split_target=args.split_target, verify=args.verify,
                          seeds=args.seeds)
-    s = propose(req)
+    s = propose.run(Workdir(req.workdir, create=False), req)
     if s["target_overlap"] is not None:
         print(overlap_line(s["target_overlap"]))
     if req.verify is not None:
@@ -236,40 +230,29 @@ def overlap_line(o: dict[str, Any]) -> str:
             "candidate")
 
 
-def _run_verdict(args: argparse.Namespace) -> int:
-    from clusterclip.errors import InputError
-    from clusterclip.search.verify import run_verdict
-
-    if len(args.ratios) != 1 or len(args.metrics) != 1:
-        raise InputError("--verdict: give one --ratios (the verification round's ratios.csv) "
-                         "and one --metrics table")
-    other = [f for f, v in (("--workdir", args.workdir), ("--predict", args.predict),
-                            ("--propose", args.propose), ("--choose", args.choose),
-                            ("--format", args.fmt)) if v]
-    if other:
-        raise InputError(f"{other[0]} does not apply with --verdict")
-    r = run_verdict(args.ratios[0], args.metrics[0], list(args.objective), args.maximize,
-                    args.out)
+def _verdict_lines(r: dict[str, Any], out: str) -> None:
+    """What ``search fit --verdict`` prints."""
     print(r["decision"])
     if r.get("overlap"):
         print(r["overlap"])
-    print(f"wrote verdict.json, verdict.md in {args.out}")
-    return 0
+    print(f"wrote verdict.json, verdict.md in {out}")
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from clusterclip.search.fit import FitRequest, fit_swarm
-    from clusterclip.stages.search import load_corpus, workdir_space
-
-    if args.verdict:
-        return _run_verdict(args)
+    from clusterclip.search.fit import FitRequest
+    from clusterclip.stages import fit
+    from clusterclip.workdir import Workdir
 
     req = FitRequest(ratios=tuple(args.ratios), metrics=tuple(args.metrics),
                      objective=tuple(args.objective), out=args.out, maximize=args.maximize,
                      workdir=args.workdir, predict=args.predict, propose=args.propose,
                      choose=args.choose, seed=args.seed, num_tokens=args.num_tokens,
-                     num_samples=args.num_samples, fmt=args.fmt, tokenizer=args.tokenizer)
-    r = fit_swarm(req, workdir_space, load_corpus)
+                     num_samples=args.num_samples, fmt=args.fmt, tokenizer=args.tokenizer,
+                     verdict=args.verdict)
+    r = fit.run(None if req.workdir is None else Workdir(req.workdir, create=False), req)
+    if req.verdict:
+        _verdict_lines(r, args.out)
+        return 0
     rho = r["loo_spearman"]
     skipped = r["skipped"]["without_objective"]
     b = r["bearing"]
@@ -313,8 +296,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workdir is None:
         raise InputError("--workdir: required (or give a subcommand: propose, fit)")
-    if args.max_docs < 0:
-        raise InputError(f"--max-docs: must be >= 0 (0 = all), got {args.max_docs}")
     config = SearchConfig.from_options(
         quick=args.quick, targets=tuple(args.target or ()), text_field=args.text_field,
         runs=args.runs, rounds=args.rounds, test_seeds=args.test_seeds, model=args.model,
@@ -323,8 +304,8 @@ def run(args: argparse.Namespace) -> int:
         verify_model=args.verify_model)
     # checked before a process group exists: bad options fail alike everywhere (the device
     # is tried in the group, which selects each rank's GPU first)
-    options = stage.SearchStageOptions(config, device=args.device, threads=args.threads,
-                                       workers=args.workers or 1,
+    options = stage.SearchStageOptions(config=config, device=args.device, threads=args.threads,
+                                       workers=1 if args.workers is None else args.workers,
                                        progress=not args.no_progress)
     with D.process_group(args.device) as main_rank:
         if args.workers is None:  # --quick's own: per rank, within the CPUs ranks share

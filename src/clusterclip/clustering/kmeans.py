@@ -29,6 +29,7 @@ from clusterclip.clustering._lloyd import fit_torch
 from clusterclip.clustering._passes import DEFAULT_CHUNK_ROWS, DEFAULT_METRIC, METRICS, assign
 from clusterclip.clustering._rows import check_matrix
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, MAX_SEED, check_ranges, ranged
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "DEFAULT_CHUNK_ROWS", "DEFAULT_MAX_ITER",
            "DEFAULT_METRIC", "DEFAULT_N_INIT", "DEFAULT_TOL", "METRICS", "KMeans",
@@ -67,22 +68,31 @@ class KMeansSettings:
     (:class:`clusterclip.stages.cluster.KMeansOptions`) extend them, and the command line
     builds its options (``--iters`` sets ``max_iter``, ``--kmeans-device`` ``device``) and
     reads them back from these fields. ``device`` and ``chunk_rows`` do not change the
-    result.
+    result. Checked when made (InputError naming the parameter): in their ranges, which the
+    command line's options show, and as :meth:`KMeans.fit` checks them.
 
     Examples
     --------
     >>> KMeansSettings(n_init=3).kmeans()["n_init"]
     3
+    >>> KMeansSettings(n_init=0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: n_init: 0 is out of range (an integer in 1 .. 10000)
     """
 
-    max_iter: int = DEFAULT_MAX_ITER
-    n_init: int = DEFAULT_N_INIT
-    tol: float = DEFAULT_TOL
+    max_iter: int = ranged(1, 1_000_000, default=DEFAULT_MAX_ITER)
+    n_init: int = ranged(1, 10_000, default=DEFAULT_N_INIT)
+    tol: float = ranged(0.0, 1.0, real=True, default=DEFAULT_TOL)
     metric: str = DEFAULT_METRIC
     backend: str = DEFAULT_BACKEND
-    seed: int = 0
+    seed: int = ranged(0, MAX_SEED, default=0)
     device: str = "cpu"
-    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    chunk_rows: int = ranged(1, MAX_ROWS, default=DEFAULT_CHUNK_ROWS)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)  # the settings' ranges (those of the command line's options)
+        KMeans(1, **self.kmeans())._check_params()  # K is the stage's, checked there
 
     def kmeans(self) -> dict[str, Any]:
         """The keywords of :class:`KMeans`: every setting, by name."""

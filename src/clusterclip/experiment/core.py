@@ -465,7 +465,6 @@ def compare_strategies(texts: Sequence[str | None], labels: np.ndarray,
             if progress:
                 print(msg, file=sys.stderr, flush=True)
 
-    config.validate()
     data = prepare_data(texts, labels, config, groups)
     config = data.config
     specs = strategy_specs(data, config)

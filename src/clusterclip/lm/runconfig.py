@@ -14,7 +14,6 @@ into the documents such a model reads. Both commands import it from here, below 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -22,6 +21,16 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.limits import (
+    MAX_ALPHA,
+    MAX_CLIP,
+    MAX_EPOCHS,
+    MAX_ROWS,
+    MAX_SEED,
+    MAX_TOKENS,
+    check_ranges,
+    ranged,
+)
 from clusterclip.lm.config import DEFAULT_MODEL, MODEL_PRESETS, ModelConfig, TrainConfig
 from clusterclip.lm.data import (
     HOLDOUT_FRACTION,
@@ -32,7 +41,7 @@ from clusterclip.lm.data import (
 )
 from clusterclip.sampling.budget import BALANCE_BY
 from clusterclip.sampling.mixture import Mixture
-from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES, check_clip
+from clusterclip.sampling.spec import DEFAULT_CLIP, DEFAULT_STRATEGIES, STRATEGIES
 from clusterclip.verdict import SeedRule
 
 #: The strategy name of a mixture file's schedule (its weights, timing and clip;
@@ -63,11 +72,13 @@ QUICK_EPOCHS = 1.5
 #: 12 x 1.0 M training tokens at the measured 14.8k tokens/s plus evaluation: about 15
 #: minutes on an idle 2-core machine (docs/benchmarks.md, "Experiment").
 DEFAULT_MAX_DOCS = 2500
+#: The most seeds per strategy (``--seeds``; ``--seeds auto`` stops by its rule's cap).
+MAX_SEEDS = 1_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
-    """Everything that determines an experiment's numbers.
+    """Everything that determines an experiment's numbers, checked when made.
 
     The budget of every run is ``tokens`` when given, else ``epochs`` times the
     training set's tokens (after truncation), so small clusters are repeated
@@ -75,20 +86,38 @@ class ExperimentConfig:
     are sized for the bundled 4,096-document demo corpus on 2 CPU cores (about
     15 minutes for 3 strategies x 3 seeds, with the clip binding on K=64
     clusters); :meth:`quick` is the minute-scale variant for tests and the demo.
+
+    A bad value raises :class:`~clusterclip.errors.InputError` naming its parameter
+    when the configuration is made (or changed with :func:`dataclasses.replace`). The
+    ``tokenizer`` folder is read where the configuration is used (the experiment's and
+    the search's stage options load it before any work), not each time one is made.
+
+    Examples
+    --------
+    >>> from dataclasses import replace
+    >>> config = ExperimentConfig.quick(strategies=("random", "paced"), seeds=2)
+    >>> config.model.seq_len == config.max_doc_tokens
+    True
+    >>> replace(config, seeds=0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: seeds: must be >= 1, got 0
     """
 
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
-    seeds: int = 3
-    clip: int = DEFAULT_CLIP
-    alpha: float = 0.0
+    seeds: int = ranged(1, MAX_SEEDS, default=3)
+    clip: int = ranged(1, MAX_CLIP, default=DEFAULT_CLIP)
+    alpha: float = ranged(-MAX_ALPHA, MAX_ALPHA, real=True, default=0.0)
     balance_by: str = "docs"
-    epochs: float = DEFAULT_EPOCHS    # budget in passes over the training tokens ...
-    tokens: int | None = None         # ... unless an explicit token budget is given
+    # the budget in passes over the training tokens, unless an explicit token budget
+    epochs: float = ranged(0.0, MAX_EPOCHS, real=True, lo_open=True, default=DEFAULT_EPOCHS)
+    tokens: int | None = ranged(1, MAX_TOKENS, default=None)
     max_doc_tokens: int = 128         # documents are truncated to this (EOS included)
     valid_fraction: float = HOLDOUT_FRACTION
     min_cluster_docs: int = MIN_CLUSTER_DOCS
-    split_seed: int = 0
-    max_docs: int | None = DEFAULT_MAX_DOCS  # cluster-stratified subsample above this
+    split_seed: int = ranged(0, MAX_SEED, default=0)
+    # a cluster-stratified subsample above this many documents; None: all
+    max_docs: int | None = ranged(0, MAX_ROWS, default=DEFAULT_MAX_DOCS)
     model: ModelConfig = field(default_factory=lambda: MODEL_PRESETS[DEFAULT_MODEL][0])
     train: TrainConfig = field(default_factory=TrainConfig)
     mixture: Mixture | None = None    # the schedule of strategy "mixture"
@@ -151,8 +180,16 @@ class ExperimentConfig:
         want = self.tokens if self.tokens is not None else int(self.epochs * train_tokens)
         return max(1, want // self.batch_tokens) * self.batch_tokens
 
-    def validate(self) -> None:
-        """Raise :class:`InputError` naming the first bad value."""
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        self._check_strategies()
+        self._check_primary()
+        if self.balance_by not in BALANCE_BY:
+            raise InputError(f"balance_by: must be docs or tokens, got {self.balance_by!r}",
+                             params=("balance_by",))
+        self._check_budget()
+
+    def _check_strategies(self) -> None:
         if not self.strategies:
             raise InputError("strategies: give at least one", params=("strategies",))
         for s in self.strategies:
@@ -162,19 +199,8 @@ class ExperimentConfig:
                                  params=("strategies",))
         if len(set(self.strategies)) != len(self.strategies):
             raise InputError("strategies: a strategy is named twice", params=("strategies",))
-        check_clip(self.clip)
-        if self.seeds < 1:
-            raise InputError(f"seeds: must be >= 1, got {self.seeds}", params=("seeds",))
-        self._check_primary()
-        if not math.isfinite(self.alpha):
-            raise InputError(f"alpha: must be a finite number, got {self.alpha}",
-                             params=("alpha",))
-        if self.balance_by not in BALANCE_BY:
-            raise InputError(f"balance_by: must be docs or tokens, got {self.balance_by!r}",
-                             params=("balance_by",))
-        if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise InputError(f"epochs: must be a positive number, got {self.epochs}",
-                             params=("epochs",))
+
+    def _check_budget(self) -> None:
         if self.tokens is not None and self.tokens < self.batch_tokens:
             raise InputError(f"tokens: budget {self.tokens} is less than one batch "
                              f"({self.batch_tokens})", params=("tokens",))
@@ -182,9 +208,9 @@ class ExperimentConfig:
             raise InputError(f"max_docs: must be at least {2 * self.min_cluster_docs} "
                              f"(0 = no cap), got {self.max_docs}", params=("max_docs",))
         if self.max_doc_tokens > self.model.seq_len:
-            raise InputError("max_doc_tokens must not exceed the model's seq_len")
-        if self.tokenizer is not None:
-            proxy_tokenizer(self.tokenizer)
+            raise InputError(f"max_doc_tokens: must not exceed the model's seq_len "
+                             f"{self.model.seq_len}, got {self.max_doc_tokens}",
+                             params=("max_doc_tokens",))
 
     def _check_primary(self) -> None:
         if self.primary is None:

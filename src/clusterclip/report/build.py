@@ -20,6 +20,15 @@ import numpy as np
 
 from clusterclip.errors import InputError
 from clusterclip.labels import check_labels
+from clusterclip.limits import (
+    MAX_ALPHA,
+    MAX_CLIP,
+    MAX_ROWS,
+    MAX_SAMPLES,
+    MAX_SEED,
+    check_ranges,
+    ranged,
+)
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
 from clusterclip.report.readable import FILE as CLUSTERS_MD
@@ -52,7 +61,6 @@ from clusterclip.sampling.spec import (
     DEFAULT_CLIP,
     DEFAULT_STRATEGIES,
     STRATEGIES,
-    check_clip,
     strategy_options,
 )
 from clusterclip.storage.arrays import load_npy, release_pages
@@ -318,7 +326,7 @@ def experiment_link(src: Sources, report_dir: Path) -> dict[str, Any]:
     return {"results_md": rel, "command": f"clusterclip experiment --workdir {src.root}"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportOptions:
     """What a report shows and how its schedules are drawn (see
     :func:`clusterclip.stages.report.run`); checked on construction (InputError naming
@@ -345,17 +353,17 @@ class ReportOptions:
     schedule: str | os.PathLike[str] | None = None
     label_field: str | None = None
     strategies: Sequence[str] | None = None
-    num_samples: int | None = None
-    clip: int = DEFAULT_CLIP
-    alpha: float = 0.0
-    seed: int = 0
-    windows: int = 50
-    tail_floor: float = DEFAULT_TAIL_FLOOR
+    num_samples: int | None = ranged(1, MAX_SAMPLES, default=None)
+    clip: int = ranged(1, MAX_CLIP, default=DEFAULT_CLIP)
+    alpha: float = ranged(-MAX_ALPHA, MAX_ALPHA, real=True, default=0.0)
+    seed: int = ranged(0, MAX_SEED, default=0)
+    windows: int = ranged(1, 100_000, default=50)
+    tail_floor: float = ranged(0.0, 100.0, real=True, default=DEFAULT_TAIL_FLOOR)
     clips: Sequence[int] | None = None
     out: str | os.PathLike[str] | None = None
     progress: bool = False
     overwrite: bool = False
-    map_sample: int = DEFAULT_MAP_SAMPLE
+    map_sample: int = ranged(0, MAX_ROWS, default=DEFAULT_MAP_SAMPLE)
     map_seed: int = 0
 
     def strategy_list(self) -> list[str]:
@@ -371,19 +379,7 @@ class ReportOptions:
 
     def __post_init__(self) -> None:
         """InputError naming the parameter for a value out of range."""
-        check_clip(self.clip)
-        if self.windows < 1:
-            raise InputError(f"windows must be >= 1, got {self.windows}", params=("windows",))
-        if not (self.tail_floor >= 0 and math.isfinite(self.tail_floor)):
-            raise InputError(f"tail_floor must be a number >= 0, got {self.tail_floor}",
-                             params=("tail_floor",))
-        if self.num_samples is not None and self.schedule is None and self.num_samples <= 0:
-            raise InputError(f"num_samples must be positive, got {self.num_samples}",
-                             params=("num_samples",))
-        if isinstance(self.map_sample, bool) or not isinstance(self.map_sample, int) \
-                or self.map_sample < 0:
-            raise InputError(f"map_sample must be an integer >= 0, got {self.map_sample}",
-                             params=("map_sample",))
+        check_ranges(self)
         self.strategy_list()
 
 

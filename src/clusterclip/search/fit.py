@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.limits import check_ranges, ranged
 from clusterclip.search.core import Proxy, choose, fit_runs, next_round, row_id
 from clusterclip.search.predictor import (
     LENGTH_SCALE_BOUNDS,
     MIN_FIT,
     Predictor,
 )
+from clusterclip.search.propose import MAX_RUNS, Draw
 from clusterclip.search.space import (
     DEFAULT_CLIP,
     DEFAULT_TIMING,
@@ -64,7 +66,8 @@ WEAK_RHO = 0.5
 @dataclass(frozen=True, kw_only=True)
 class FitRequest:
     """What ``clusterclip search fit`` was asked (see its ``--help``): ``ratios`` and
-    ``metrics``, one table each per round, in order. Checked when made, before any file
+    ``metrics``, one table each per round, in order (with ``verdict``: the one table each
+    of a verification round). Checked when made, before any file
     is read (InputError naming the parameter)."""
 
     ratios: tuple[str, ...]
@@ -74,30 +77,41 @@ class FitRequest:
     maximize: bool = False
     workdir: str | None = None
     predict: str | None = None
-    propose: int = 0
+    propose: int = ranged(0, MAX_RUNS, default=0)
     choose: bool = False
     seed: int = 0
     num_tokens: int | None = None
     num_samples: int | None = None
     fmt: str | None = None
     tokenizer: str | None = None
+    verdict: bool = False  # the verdict of a verification round instead of a fit
 
     def __post_init__(self) -> None:
         for name in ("ratios", "metrics"):
             v = getattr(self, name)
             object.__setattr__(self, name, (str(v),) if isinstance(v, (str, Path))
                                else tuple(map(str, v)))
+        if self.verdict:
+            self._check_verdict()
         if not self.objective:
             raise InputError("objective: give at least one metric column",
                              params=("objective",))
-        if self.propose < 0:
-            raise InputError(f"propose: must be >= 0, got {self.propose}", params=("propose",))
-        from clusterclip.search.propose import Draw
-
+        check_ranges(self)
         Draw(num_tokens=self.num_tokens, num_samples=self.num_samples, seed=self.seed)
         if self.fmt is not None and not self.propose:
             raise InputError(f"fmt {self.fmt}: exports the proposals; give propose N",
                              params=("fmt", "propose"))
+
+    def _check_verdict(self) -> None:
+        if len(self.ratios) != 1 or len(self.metrics) != 1:
+            raise InputError("verdict: give one ratios (the verification round's ratios.csv) "
+                             "and one metrics table", params=("verdict", "ratios", "metrics"))
+        other = [name for name, v in (("workdir", self.workdir), ("predict", self.predict),
+                                      ("propose", self.propose), ("choose", self.choose),
+                                      ("fmt", self.fmt)) if v]
+        if other:
+            raise InputError(f"{other[0]} does not apply with verdict",
+                             params=(other[0], "verdict"))
 
 
 @dataclass
@@ -314,7 +328,6 @@ def _write_round(tmp: Path, req: FitRequest, ws: Any, new: list[Candidate], sett
 def _draw(req: FitRequest, record: dict[str, Any] | None) -> Any:
     """How the next round's schedules are drawn: the budget given, else the earlier
     rounds' (``round.json``); ``--seed``; ``--format``."""
-    from clusterclip.search.propose import Draw
 
     budget = {"num_tokens": req.num_tokens, "num_samples": req.num_samples}
     if req.num_tokens is None and req.num_samples is None and record is not None:

@@ -23,8 +23,9 @@ import numpy as np
 
 from clusterclip import distributed as D
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, MAX_SEED, check_ranges, ranged
 from clusterclip.lm.data import MIN_CLUSTER_DOCS
-from clusterclip.lm.runconfig import DEFAULT_MAX_DOCS, ExperimentConfig
+from clusterclip.lm.runconfig import DEFAULT_MAX_DOCS, MAX_SEEDS, ExperimentConfig
 from clusterclip.lm.runs import ScheduleSpec
 from clusterclip.search.core import SearchOptions, SearchResult, round_sizes, run_search
 from clusterclip.search.proxies import EvalSet, ProxyData, ProxyTrainer, spec_of
@@ -38,6 +39,11 @@ from clusterclip.search.space import (
 from clusterclip.search.splits import corpus_splits, target_splits
 from clusterclip.search.target import Target
 
+#: ``test_seeds`` that adds seeds by the stop rule.
+AUTO = "auto"
+#: The most proxy runs of a search, and rounds.
+MAX_RUNS = 100_000
+MAX_ROUNDS = 64
 #: (runs, rounds, test seeds, model, the verification's model) of ``--quick`` and of the
 #: default: the default verifies one size up, ``--quick`` only when asked. ``--quick``
 #: trains ``small`` proxies (446k parameters; ``tiny``'s 44k ranked mixtures worse, issue
@@ -51,8 +57,6 @@ QUICK_WORKERS = 2
 #: The default's test seeds are ``auto``: :data:`~clusterclip.search.output.SEED_RULE`.
 DEFAULT = {"runs": 48, "rounds": 3, "test_seeds": "auto", "model": "small",
            "verify_model": "base"}
-#: ``test_seeds`` that adds seeds by the stop rule.
-AUTO = "auto"
 #: ``--verify-model none``: no verification.
 NO_VERIFY = "none"
 
@@ -74,45 +78,54 @@ def one_size_up(model: str) -> str | None:
     return names[i + 1] if i + 1 < len(names) else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchConfig:
-    """Everything that determines a search's result (see ``clusterclip search --help``)."""
+    """Everything that determines a search's result (see ``clusterclip search --help``),
+    checked when made: a bad value raises :class:`~clusterclip.errors.InputError` naming
+    its parameter, and so does a bad proxies' (or verification's) configuration
+    (:meth:`experiment`).
+
+    Examples
+    --------
+    >>> SearchConfig.from_options(quick=True).runs
+    24
+    >>> SearchConfig(runs=2, rounds=3)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: rounds 3: more than runs 2
+    """
 
     targets: tuple[str, ...] = ()
     text_field: str = "text"
-    runs: int = DEFAULT["runs"]
-    rounds: int = DEFAULT["rounds"]
-    test_seeds: int | str = DEFAULT["test_seeds"]
+    runs: int = ranged(1, MAX_RUNS, default=DEFAULT["runs"])
+    rounds: int = ranged(1, MAX_ROUNDS, default=DEFAULT["rounds"])
+    test_seeds: int | str = ranged(1, MAX_SEEDS, words=(AUTO,), default=DEFAULT["test_seeds"])
     model: str = DEFAULT["model"]
     quick: bool = False
-    seed: int = 0
-    max_docs: int | None = DEFAULT_MAX_DOCS
+    seed: int = ranged(0, MAX_SEED, default=0)
+    max_docs: int | None = ranged(0, MAX_ROWS, default=DEFAULT_MAX_DOCS)
     tokenizer: str | None = None
     verify_model: str | None = DEFAULT["verify_model"]
 
     @classmethod
     def from_options(cls, *, quick: bool = False, **options: Any) -> SearchConfig:
         """``--quick``'s or the default runs, rounds, test seeds and model, those given
-        (not None) replacing them."""
-        base = {**(QUICK if quick else DEFAULT), "quick": quick}
-        got = cls(**{**base, **{k: v for k, v in options.items() if v is not None}})
+        (not None) replacing them; without a ``verify_model``, one size up from the
+        model (``--quick``: none); ``verify_model`` :data:`NO_VERIFY`: none."""
+        given = {**(QUICK if quick else DEFAULT), "quick": quick,
+                 **{k: v for k, v in options.items() if v is not None}}
         if options.get("verify_model") is None and not quick:  # one size up, if there is one
-            got = replace(got, verify_model=one_size_up(got.model))
-        return replace(got, verify_model=None) if got.verify_model == NO_VERIFY else got
+            given["verify_model"] = one_size_up(given["model"])
+        if given["verify_model"] == NO_VERIFY:
+            given["verify_model"] = None
+        return cls(**given)
 
-    def validate(self) -> None:
-        for name in ("runs", "rounds", "test_seeds"):
-            v = getattr(self, name)
-            if name == "test_seeds" and v == AUTO:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{name}: must be an integer >= 1, got {v}", params=(name,))
+    def __post_init__(self) -> None:
+        check_ranges(self)
         if self.rounds > self.runs:
             raise InputError(f"rounds {self.rounds}: more than runs {self.runs}",
                              params=("rounds", "runs"))
-        if self.seed < 0:
-            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
-        self.experiment().validate()
+        self.experiment()  # the proxies' configuration, checked when made
         if self.verify_model is not None:
             from clusterclip.lm.config import MODEL_PRESETS
 
@@ -123,7 +136,7 @@ class SearchConfig:
                     <= MODEL_PRESETS[self.model][0].num_parameters()):
                 raise InputError(f"verify_model {self.verify_model}: not larger than the "
                                  f"proxies' {self.model}", params=("verify_model",))
-            self.verification().validate()
+            self.verification()
 
     def experiment(self) -> ExperimentConfig:
         """The proxies' model, training and budget: the experiment's (``--quick``: its quick
@@ -135,7 +148,12 @@ class SearchConfig:
 
     def verification(self) -> ExperimentConfig:
         """The verification's model and training: :meth:`experiment` at ``verify_model``."""
-        return replace(self, model=self.verify_model).experiment()
+        return self.at_verify_model().experiment()
+
+    def at_verify_model(self) -> SearchConfig:
+        """This search with the proxies at ``verify_model`` (the verification's runs; it
+        verifies nothing further itself)."""
+        return replace(self, model=self.verify_model, verify_model=None)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -391,8 +409,7 @@ def search(inputs: SearchInputs, config: SearchConfig, target: Target | None, de
     data, splits = prepare(texts, labels, target, config, exclude)
     vdata = None
     if config.verify_model is not None:  # the same splits, read at the larger model's window
-        vdata, _ = prepare(texts, labels, target, replace(config, model=config.verify_model),
-                           exclude)
+        vdata, _ = prepare(texts, labels, target, config.at_verify_model(), exclude)
     trainer = ProxyTrainer(data, device, threads, store, progress=progress, log=log,
                            workers=workers, pools=pools)
     trainer.keys.update(inputs.keys)

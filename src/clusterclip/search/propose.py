@@ -20,7 +20,7 @@ folder, atomically:
   exported as ``export --format`` writes it (read back and verified).
 
 With a target, the offline search's overlap guard keeps every corpus copy of a target
-document out of every candidate (:func:`clusterclip.stages.search.target_guard`).
+document out of every candidate (:func:`clusterclip.stages.propose.target_guard`).
 With a budget (``--num-tokens`` or ``--num-samples``) every candidate respects the
 clip: no cluster is asked for more than R times its tokens (or documents)
 (:class:`CappedSpace`), so the mixture trained is the mixture proposed.
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_SAMPLES, MAX_SEED, MAX_TOKENS, check_ranges, ranged
 from clusterclip.search.space import (
     DEFAULT_CLIP,
     Candidate,
@@ -186,6 +187,11 @@ def group_weights(space: SearchSpace, c: Candidate) -> np.ndarray:
     return space.group_sums(c.weights)
 
 
+#: The most runs a round proposes (``search propose --runs``, ``search fit --propose``)
+#: and seeds per arm of a verification round.
+MAX_RUNS = 100_000
+
+
 @dataclass(frozen=True)
 class Draw:
     """How a round's schedules are drawn: the budget (``num_tokens`` or ``num_samples``;
@@ -193,18 +199,13 @@ class Draw:
     when made (the requests of ``search propose`` and ``search fit`` make one to check
     theirs)."""
 
-    num_tokens: int | None = None
-    num_samples: int | None = None
-    seed: int = 0
+    num_tokens: int | None = ranged(1, MAX_TOKENS, default=None)
+    num_samples: int | None = ranged(1, MAX_SAMPLES, default=None)
+    seed: int = ranged(0, MAX_SEED, default=0)
     fmt: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_tokens", "num_samples"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise InputError(f"{name}: must be >= 1, got {v}", params=(name,))
-        if self.seed < 0:
-            raise InputError(f"seed: must be >= 0, got {self.seed}", params=("seed",))
+        check_ranges(self)
 
     def budget(self) -> dict[str, int]:
         return {k: v for k, v in (("num_tokens", self.num_tokens),
@@ -268,11 +269,11 @@ class ProposeRequest:
     made, before any file is read (InputError naming the parameter)."""
 
     workdir: str
-    runs: int
+    runs: int | None = ranged(1, MAX_RUNS, default=None)  # None: with verify
     out: str
     targets: tuple[str, ...] = ()
     text_field: str = "text"
-    num_tokens: int | None = None
+    num_tokens: int | None = None  # the budget and the seed: Draw's
     num_samples: int | None = None
     fmt: str | None = None
     seed: int = 0
@@ -281,12 +282,16 @@ class ProposeRequest:
     blend: bool = False
     split_target: bool = False
     verify: str | None = None
-    seeds: int = 3
+    seeds: int = ranged(1, MAX_RUNS, default=3)
 
     def __post_init__(self) -> None:
-        if self.verify is None and self.runs < 1:
-            raise InputError(f"runs: must be >= 1, got {self.runs} (or give verify "
-                             "FIT_DIR)", params=("runs", "verify"))
+        check_ranges(self)
+        if self.verify is None and self.runs is None:
+            raise InputError("runs: required (the candidates to propose), or give verify "
+                             "FIT_DIR", params=("runs", "verify"))
+        if self.verify is not None and self.runs is not None:
+            raise InputError("runs does not apply with verify (its round trains each arm "
+                             "once per seed)", params=("runs", "verify"))
         if self.verify is not None and self.seeds < 2:
             raise InputError(f"seeds: must be >= 2 (a paired interval needs two), got "
                              f"{self.seeds}", params=("seeds",))

@@ -18,7 +18,9 @@ speaks in flags), and ``run(w, options)`` that goes through
 - :mod:`~clusterclip.stages.report`: -> ``W/report/`` (and :mod:`~clusterclip.stages.map`:
   -> ``W/map/``, the page's map);
 - :mod:`~clusterclip.stages.experiment`: -> ``W/experiment/`` (proxy LMs per strategy);
-- :mod:`~clusterclip.stages.search`: -> ``W/search/`` (the mixture search and its verdict).
+- :mod:`~clusterclip.stages.search`: -> ``W/search/`` (the mixture search and its verdict);
+- :mod:`~clusterclip.stages.propose` and :mod:`~clusterclip.stages.fit`: ``search propose``
+  and ``search fit``, the search with the user's own trainer (an ``out`` folder).
 
 Only the stages and the command line import :mod:`clusterclip.workdir`; the algorithm
 packages below them (corpus, embedding, clustering, sampling, dedup, tokens, grouping,

@@ -22,6 +22,7 @@ from clusterclip import distributed as D
 from clusterclip.clustering import files as F
 from clusterclip.clustering.kmeans import KMeansSettings
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, check_ranges, ranged
 from clusterclip.storage.atomic import write_json
 from clusterclip.storage.outputs import check_output_dir, mark_output, record_written
 from clusterclip.workdir import (
@@ -56,9 +57,10 @@ class ClusterOptions(KMeansOptions):
     Checked when made (InputError naming the parameter)."""
 
     n_clusters: int
-    fit_sample: int | None = None
+    fit_sample: int | None = ranged(0, MAX_ROWS, default=None)
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         F.check_kmeans(self.n_clusters, fit_sample=self.fit_sample, **self.kmeans())
 
 
@@ -75,6 +77,7 @@ class SweepOptions(KMeansOptions):
     def __post_init__(self) -> None:
         from clusterclip.clustering import sweep as S
 
+        check_ranges(self)
         if self.metric != "cosine":
             raise InputError(f"the sweep measures cosine clusters; got metric {self.metric}",
                              params=("metric",))

@@ -16,12 +16,12 @@ import numpy as np
 
 from clusterclip.dedup import (
     DEFAULT_THRESHOLD,
-    check_threshold,
     group_summary,
     near_duplicate_groups,
     representatives,
 )
 from clusterclip.errors import InputError
+from clusterclip.limits import check_ranges, ranged
 from clusterclip.workdir import (
     CORPUS,
     CORPUS_META,
@@ -44,11 +44,12 @@ class DedupOptions:
     """``threshold``: the cosine at or above which two documents of a cluster are
     near-duplicates, in (0, 1]; ``progress``: a progress bar. Checked when made."""
 
-    threshold: float = DEFAULT_THRESHOLD
+    threshold: float = ranged(0.0, 1.0, real=True, lo_open=True, default=DEFAULT_THRESHOLD)
     progress: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "threshold", check_threshold(self.threshold))
+        check_ranges(self)
+        object.__setattr__(self, "threshold", float(self.threshold))
 
 
 def workdir_threshold(w: Workdir) -> float:

@@ -27,7 +27,7 @@ from clusterclip.embedding.pipeline import (
     resolve_max_length,
 )
 from clusterclip.embedding.tune import AUTO as AUTO_TUNE
-from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, MAX_SEED, MAX_THREADS, MAX_WINDOW, check_ranges, ranged
 from clusterclip.storage.records import marker_of
 from clusterclip.workdir import CORPUS, EMBED_DIR, EMBEDDINGS, VALID, Workdir
 
@@ -53,29 +53,24 @@ class EmbedOptions:
     embedder: str = "minilm"
     model: str | None = None
     pooling: str = "mean"
-    max_length: int | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
+    max_length: int | None = ranged(1, MAX_WINDOW, default=None)
+    batch_size: int = ranged(1, MAX_WINDOW, default=DEFAULT_BATCH_SIZE)
     device: str = "cpu"
     dtype: str = "float32"
-    shard_size: int = DEFAULT_SHARD_SIZE
+    shard_size: int = ranged(1, MAX_ROWS, default=DEFAULT_SHARD_SIZE)
     keep_shards: bool = False
     trust_remote_code: bool = False
     progress: bool = True
     backend: str = "auto"
     precision: str = "auto"
-    tune: int | str = AUTO_TUNE  # clusterclip.embedding.tune.resolve_tune
-    tune_seed: int = 0
-    workers: int | None = None
+    # documents, 0 (none) or auto (clusterclip.embedding.tune.resolve_tune)
+    tune: int | str = ranged(0, MAX_ROWS, words=(AUTO_TUNE,), default=AUTO_TUNE)
+    tune_seed: int = ranged(0, MAX_SEED, default=0)
+    workers: int | None = ranged(1, MAX_THREADS, default=None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
-        if self.shard_size < 1:
-            raise InputError(f"shard_size {self.shard_size}: must be at least 1",
-                             params=("shard_size",))
-        if self.workers is not None:
-            from clusterclip.pool import check_workers
-
-            check_workers(None, self.workers)
+        check_ranges(self)
         # a bad combination fails now, before W or the corpus is touched
         self.identity()
 

@@ -25,11 +25,12 @@ from clusterclip.experiment.core import (
     ExperimentConfig,
     compare_strategies,
 )
+from clusterclip.limits import MAX_THREADS, check_ranges, ranged
 from clusterclip.sampling.spec import DEFAULT_STRATEGIES
 from clusterclip.workdir import CORPUS, EXPERIMENT, LABELS, MIXTURE_FILE, Workdir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentStageOptions:
     """The experiment's configuration and where and how it runs, checked when made.
 
@@ -41,17 +42,18 @@ class ExperimentStageOptions:
 
     config: ExperimentConfig = field(default_factory=ExperimentConfig)
     device: str = "cpu"
-    threads: int | None = None
-    workers: int = 1
+    threads: int | None = ranged(1, MAX_THREADS, default=None)
+    workers: int = ranged(1, MAX_THREADS, default=1)
     mixture: str | os.PathLike[str] | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
+        from clusterclip.lm.data import proxy_tokenizer
         from clusterclip.lm.runs import check_device
-        from clusterclip.pool import check_workers
 
-        self.config.validate()  # before reading anything: bad options fail fast
-        check_workers(self.threads, self.workers)
+        check_ranges(self)  # threads and workers
+        if self.config.tokenizer is not None:  # before reading anything: fail fast
+            proxy_tokenizer(self.config.tokenizer)
         check_device(self.device)
 
 
@@ -166,6 +168,6 @@ def run_experiment(workdir: str | os.PathLike[str], *,
             seeds=seeds, auto_seeds=auto, primary=primary, clip=clip, alpha=alpha,
             balance_by=balance_by,
             max_docs=max_docs or None, tokenizer=tokenizer and str(tokenizer))
-    options = ExperimentStageOptions(config, device=device, threads=threads, workers=workers,
+    options = ExperimentStageOptions(config=config, device=device, threads=threads, workers=workers,
                                      mixture=mixture, progress=progress)
     return run(Workdir(workdir, create=False), options, on_run=on_run)

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, MAX_THREADS, MAX_WORLD, check_ranges, ranged
 from clusterclip.workdir import CORPUS, LABELS, MAP, MIXTURE_FILE, SCHEDULE, Workdir
 
 #: The format that writes the report's map, not a schedule.
 ATLAS = "atlas"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportOptions:
     """``out``: the output folder; ``format``: one of :data:`clusterclip.export.FORMATS` or
     :data:`ATLAS`; ``schedule``: a schedule ``.npy`` (None: ``W/schedule.npy``);
@@ -31,21 +32,18 @@ class ExportOptions:
     out: str | os.PathLike[str]
     format: str = "parquet"
     schedule: str | os.PathLike[str] | None = None
-    rank: int = 0
-    world_size: int = 1
-    rows_per_shard: int = 1_000_000
+    rank: int = ranged(0, MAX_WORLD - 1, default=0)
+    world_size: int = ranged(1, MAX_WORLD, default=1)
+    rows_per_shard: int = ranged(1, MAX_ROWS, default=1_000_000)
     overwrite: bool = False
     tokenizer: Any = None
-    workers: int | None = None
+    workers: int | None = ranged(1, MAX_THREADS, default=None)
 
     def __post_init__(self) -> None:
-        from clusterclip.export import check_format, export_workers
+        from clusterclip.export import check_format
 
+        check_ranges(self)
         check_format(self.format, also=(ATLAS,))
-        export_workers(self.workers)
-        if self.rows_per_shard < 1:
-            raise InputError(f"rows_per_shard must be >= 1, got {self.rows_per_shard}",
-                             params=("rows_per_shard",))
 
 
 def run(w: Workdir, options: ExportOptions) -> dict[str, Any]:

@@ -8,25 +8,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterclip.errors import InputError
+from clusterclip.limits import MAX_ROWS, check_ranges, ranged
 from clusterclip.workdir import CORPUS, LABELS, SCORES, Workdir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupOptions:
     """``out``: the output folder; ``docs_per_file``: documents per ``data_{j}.jsonl``;
     ``overwrite``: replace a folder an earlier ``group`` did not write; ``progress``: a
     bar on stderr. Checked on construction (InputError naming the parameter)."""
 
     out: str | os.PathLike[str]
-    docs_per_file: int = 100_000
+    docs_per_file: int = ranged(1, MAX_ROWS, default=100_000)
     overwrite: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.docs_per_file < 1:
-            raise InputError(f"docs_per_file must be >= 1, got {self.docs_per_file}",
-                             params=("docs_per_file",))
+        check_ranges(self)
 
 
 def run(w: Workdir, options: GroupOptions) -> dict[str, Any]:

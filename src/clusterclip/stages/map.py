@@ -16,7 +16,7 @@ from clusterclip.report.projection import DEFAULT_MAP_SAMPLE, MapParams
 from clusterclip.workdir import EMBEDDINGS, MAP, VALID, Workdir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MapOptions:
     """``sample``: documents on the map (at most; 0: no map), drawn with ``seed``;
     ``params``: the projection's; ``progress``: bars on stderr. Checked on construction

@@ -5,8 +5,9 @@ target files) -> ``W/search/`` through the work directory's stage runner.
 :func:`run` reads the work directory (and embeds the target with W's embedder) into a
 :class:`~clusterclip.search.offline.SearchInputs` for
 :func:`clusterclip.search.offline.search`, and writes its results. ``search propose``
-(:func:`propose`) and ``search fit --workdir`` read the work directory here too
-(:func:`workdir_space`: its clusters' search space).
+(:mod:`clusterclip.stages.propose`) and ``search fit --workdir``
+(:mod:`clusterclip.stages.fit`) read the work directory through :func:`workdir_space`
+(its clusters' search space) and :func:`load_corpus`.
 """
 
 from __future__ import annotations
@@ -14,21 +15,21 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from clusterclip import distributed as D
+from clusterclip.limits import MAX_THREADS, check_ranges, ranged
 from clusterclip.search import offline
 from clusterclip.search.offline import SearchConfig, SearchInputs
-from clusterclip.search.propose import ClusterSpace, ProposeRequest, cluster_space
+from clusterclip.search.propose import ClusterSpace, cluster_space
 from clusterclip.search.target import Target
-from clusterclip.workdir import CENTROIDS, CORPUS, EMBEDDINGS, LABELS, SEARCH, Workdir
+from clusterclip.workdir import CENTROIDS, CORPUS, LABELS, SEARCH, Workdir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchStageOptions:
     """The search's configuration and where and how it runs, checked when made.
 
@@ -40,19 +41,20 @@ class SearchStageOptions:
 
     config: SearchConfig
     device: str = "cpu"
-    threads: int | None = None
-    workers: int = 1
+    threads: int | None = ranged(1, MAX_THREADS, default=None)
+    workers: int = ranged(1, MAX_THREADS, default=1)
     progress: bool = True
 
     def __post_init__(self) -> None:
+        from clusterclip.lm.data import proxy_tokenizer
         from clusterclip.lm.runs import default_threads
-        from clusterclip.pool import check_workers
 
-        self.config.validate()
+        check_ranges(self)  # threads and workers
+        if self.config.tokenizer is not None:  # read once, before any work
+            proxy_tokenizer(self.config.tokenizer)
         if self.threads is None:
             object.__setattr__(self, "threads",
                                default_threads(self.config.experiment().model))
-        check_workers(self.threads, self.workers)
 
 
 def _target_facts(w: Workdir, corpus: Any, texts: list[str | None], target: Target,
@@ -184,7 +186,7 @@ def run(w: Workdir, options: SearchStageOptions) -> dict[str, Any]:
     return {**done, "wall_seconds": round(time.perf_counter() - t0, 1), "out_dir": str(out)}
 
 
-# -- search propose and search fit -----------------------------------------------------
+# -- what search propose and search fit read of a work directory ----------------------
 
 def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = None,
                   num_samples: int | None = None, tokenizer: str | None = None,
@@ -213,93 +215,3 @@ def workdir_space(workdir: str | os.PathLike[str], *, num_tokens: int | None = N
 def load_corpus(workdir: str | os.PathLike[str]) -> Any:
     """The corpus of work directory ``workdir`` (``W/corpus/``)."""
     return Workdir(workdir, create=False).corpus()
-
-
-def target_guard(w: Workdir, target: Target, device: str, rows: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """``(histogram, exclude, overlap)`` of a target on ``w``: its ``rows``' documents per
-    cluster (the prior), and the offline search's overlap guard over all its documents
-    (:mod:`clusterclip.search.overlap`: exact copies after whitespace normalisation, near
-    copies by cosine at W's dedup threshold): the corpus copies of any target document,
-    int64, kept out of training, and ``target_overlap``: the offline search's record
-    (:func:`clusterclip.search.overlap.summary`: ``{exact, near, target_docs,
-    corpus_docs_excluded, threshold, val_copies_trained}``)."""
-    from clusterclip.search.overlap import find_overlap
-    from clusterclip.search.overlap import summary as overlap_summary
-    from clusterclip.search.target import embed_texts, target_histogram
-    from clusterclip.stages.dedup import workdir_threshold
-    embed = embed_record(w)
-    labels, texts, corpus = w.load_inputs()
-    centroids = np.asarray(w.centroids(), dtype=np.float32)
-    usable = np.flatnonzero(target.usable)
-    X = embed_texts(embed["params"], corpus, [target.texts[i] for i in usable], device)
-    k = int(labels.max()) + 1
-    at = {int(r): i for i, r in enumerate(usable)}
-    histogram = target_histogram(X[[at[int(r)] for r in rows]], centroids[:k],
-                                 cluster_metric(w), device)
-    threshold = workdir_threshold(w)
-    E = w.embeddings()
-    ov = find_overlap(target.texts, texts, X, E, usable, threshold)
-    copies = ov.copies_of(usable, labels.size)  # all of them: no copy is ever trained on
-    return (histogram, np.flatnonzero(copies).astype(np.int64),
-            overlap_summary(ov, copies, val_kept=False))
-
-
-def _write_split(target: Target, val: np.ndarray, test: np.ndarray) -> Callable[[Any], None]:
-    """What writes the target's halves as ``target_val.jsonl`` and ``target_test.jsonl``."""
-    import json
-
-    from clusterclip.storage.atomic import write_text
-
-    def write(tmp: Any) -> None:
-        for name, rows in (("target_val.jsonl", val), ("target_test.jsonl", test)):
-            write_text(tmp / name, "".join(json.dumps({"text": target.texts[int(i)]},
-                                                      ensure_ascii=False) + "\n"
-                                           for i in rows))
-    return write
-
-
-def propose(req: ProposeRequest, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``search propose`` on ``req.workdir`` (see :mod:`clusterclip.search.propose`);
-    returns a summary; ``log``: the progress lines of the exports (default: stderr)."""
-    from clusterclip.search.propose import export_tokenizer, write_proposals
-    from clusterclip.search.target import read_target
-    from clusterclip.storage.outputs import check_output_dir
-
-    chosen = None
-    if req.verify is not None:
-        from clusterclip.search.verify import check_verify_folder
-
-        chosen = check_verify_folder(req.verify)
-    target = read_target(list(req.targets), req.text_field) if req.targets else None
-    tokenizer = export_tokenizer(req)
-    check_output_dir(req.out, "search propose")
-    w = Workdir(req.workdir, create=False)
-    with w.locked():
-        w.upstream([LABELS, CENTROIDS]
-                   + ([CORPUS] if req.fmt or req.num_tokens or target or req.blend else [])
-                   + ([EMBEDDINGS] if target else []))  # the overlap guard's
-        histogram = exclude = overlap = extra = None
-        if target is not None:
-            rows = np.flatnonzero(target.usable)
-            if req.split_target:
-                from clusterclip.search.splits import target_splits
-
-                rows, test = target_splits(target.rows_per_file, target.usable, req.seed)
-                extra = _write_split(target, rows, test)
-            histogram, exclude, overlap = target_guard(w, target, req.device, rows)
-        if chosen is not None:  # its own exclusions stay, with the target's
-            from clusterclip.sampling.mixture import read_exclusions
-
-            kept = read_exclusions(chosen, int(w.labels().size))
-            exclude = np.union1d(kept, np.zeros(0, np.int64) if exclude is None else exclude)
-        ws = workdir_space(req.workdir, num_tokens=req.num_tokens,
-                           num_samples=req.num_samples,
-                           tokenizer=req.tokenizer if req.num_tokens else None,
-                           histogram=histogram, exclude=exclude, overlap=overlap)
-
-        if chosen is not None:
-            from clusterclip.search.verify import write_verification
-
-            return write_verification(req, ws, chosen, w.corpus, tokenizer, log, extra)
-        return write_proposals(req, ws, w.corpus, tokenizer, target is not None, log, extra)
