@@ -124,8 +124,11 @@ def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
 
 
 def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: int = 0,
-                 world_size: int = 1, block: int = 1 << 14) -> Iterator[dict[str, list[Any]]]:
-    """Column batches (``COLUMNS``) of this rank's share of ``schedule``, in order.
+                 world_size: int = 1, block: int = 1 << 14, fields: bool = True
+                 ) -> Iterator[dict[str, list[Any]]]:
+    """Column batches (``COLUMNS``) of this rank's share of ``schedule``, in order
+    (``fields=False``: without the ``fields`` column, which the Megatron export does not
+    write).
 
     Each block of positions fetches its distinct documents once through the
     corpus index (ascending, one pass per file), so memory holds one block.
@@ -144,12 +147,14 @@ def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: in
             if text is None:
                 raise InputError(f"document {i} has no text; its label says it has one "
                                  f"(labels do not belong to this corpus?)")
-            other = rename_reserved({k: v for k, v in rec.items() if k != text_field})
-            got[i] = (text, record_json(other, sort_keys=True))
+            got[i] = (text, record_json(rename_reserved(
+                {k: v for k, v in rec.items() if k != text_field}), sort_keys=True)
+                if fields else "")
         rows = [got[d] for d in docs.tolist()]
         yield {"position": pos.tolist(), "doc_index": docs.tolist(),
                "label": labels[docs].astype(np.int32).tolist(),
-               "text": [r[0] for r in rows], "fields": [r[1] for r in rows]}
+               "text": [r[0] for r in rows],
+               **({"fields": [r[1] for r in rows]} if fields else {})}
 
 
 def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
@@ -291,7 +296,8 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     check_free_space(out, space_needed(corpus, schedule, fmt, rank, world_size, blocks))
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
             _seekable(corpus, tmp / ".plain", blocks=blocks) as source_corpus:
-        batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block)
+        batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block,
+                               fields=fmt != "megatron")
         if fmt == "megatron":
             summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
                        "rank": rank, "world_size": world_size, "first_position": first,

@@ -38,12 +38,10 @@ sidecar equal to the schedule's positions, documents and labels.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,38 +115,49 @@ def token_dtype(tokenizer: Any) -> type:
     return indexed_dataset().DType.optimal_dtype(len(tokenizer))
 
 
-@contextmanager
-def _quiet_tokenizer() -> Iterator[None]:
-    """Silence transformers' "sequence longer than the model's maximum" warning: the
-    export tokenizes whole documents and never feeds them to that model."""
-    log = logging.getLogger("transformers.tokenization_utils_base")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
+def token_block(encoder: Any, texts: list[str], eod: int | None, dtype: Any,
+                batch: int = TOKENIZE_BATCH) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens, lengths)``: the ids of each of ``texts`` (:func:`clusterclip.tokens.ids_of`,
+    ``encoder`` a tokenizer or its :class:`clusterclip.tokens.BackendIds`), each followed by
+    ``eod`` when given, end to end in one array of ``dtype``, and how many belong to each
+    text (int64). Batched calls; each batch's ids go into the array in one conversion.
+    RuntimeError if an id does not fit ``dtype``."""
+    from itertools import chain
+
+    from clusterclip.tokens import ids_of
+
+    parts, lengths = [], []
+    for a in range(0, len(texts), batch):
+        ids = ids_of(encoder, texts[a:a + batch])
+        if eod is not None:
+            for x in ids:
+                x.append(eod)
+        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lens.sum()))
+        top = np.iinfo(dtype).max
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) > top):
+            bad = int(flat[(flat < 0) | (flat > top)][0])
+            raise RuntimeError(f"token id {bad} does not fit {dtype.__name__} "
+                               f"(0 to {top})")
+        parts.append(flat.astype(dtype))
+        lengths.append(lens)
+    if not parts:
+        return np.zeros(0, dtype), np.zeros(0, np.int64)
+    return np.concatenate(parts), np.concatenate(lengths)
 
 
-def token_ids(tokenizer: Any, texts: list[str], eod: int | None, dtype: Any,
+def token_ids(encoder: Any, texts: list[str], eod: int | None, dtype: Any,
               batch: int = TOKENIZE_BATCH) -> list[np.ndarray]:
     """``tokenizer(text, add_special_tokens=False)["input_ids"]`` (+ ``eod``) of each text as
-    an array of ``dtype``; batched calls. RuntimeError if an id does not fit ``dtype``."""
-    top = np.iinfo(dtype).max
-    out: list[np.ndarray] = []
-    with _quiet_tokenizer():
-        for a in range(0, len(texts), batch):
-            enc = tokenizer(texts[a:a + batch], add_special_tokens=False,
-                            return_attention_mask=False, return_token_type_ids=False)
-            for ids in enc["input_ids"]:
-                if eod is not None:
-                    ids.append(eod)
-                arr = np.array(ids, dtype=np.int64)
-                if arr.size and (arr.min() < 0 or arr.max() > top):
-                    raise RuntimeError(f"token id {int(arr.max())} does not fit {dtype.__name__} "
-                                       f"(the tokenizer's {len(tokenizer)} ids)")
-                out.append(arr.astype(dtype))
-    return out
+    an array of ``dtype`` (:func:`token_block`, one array per text)."""
+    return _split(*token_block(encoder, texts, eod, dtype, batch))
+
+
+def _split(tokens: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Each text's own copy of its tokens (a copy: the cache must not keep a whole block's
+    array alive for one of its documents)."""
+    ends = np.cumsum(lengths).tolist()
+    return [tokens[e - n:e].copy() for e, n in zip(ends, lengths.tolist(), strict=True)]
 
 
 class _TokenCache:
@@ -173,35 +182,37 @@ class _TokenCache:
             self.tokens -= self.arrays.popitem(last=False)[1].size
 
 
-def _block_tokens(tokenizer: Any, batch: dict[str, list[Any]], docs: np.ndarray,
+def _block_tokens(encoder: Any, batch: dict[str, list[Any]], docs: np.ndarray,
                   cache: _TokenCache, eod: int, dtype: Any) -> tuple[list[np.ndarray],
                                                                     np.ndarray]:
     """(token arrays of the block's distinct documents, index of each position's array)."""
     uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
     arrays = [cache.get(d) for d in uniq.tolist()]
     missing = [k for k, a in enumerate(arrays) if a is None]
-    new = token_ids(tokenizer, [batch["text"][int(first[k])] for k in missing], eod, dtype)
+    new = token_ids(encoder, [batch["text"][int(first[k])] for k in missing], eod, dtype)
     for k, arr in zip(missing, new, strict=True):
         arrays[k] = arr
         cache.put(int(uniq[k]), arr)
     return arrays, inverse  # type: ignore[return-value]
 
 
-def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _TokenCache,
+def _tokenized(batches: Iterator[dict[str, list[Any]]], encoder: Any, cache: _TokenCache,
                eod: int, dtype: Any, workers: int
                ) -> Iterator[tuple[dict[str, list[Any]], np.ndarray, list[np.ndarray],
                                    np.ndarray]]:
     """``(batch, docs, arrays, inverse)`` of each block in order (:func:`_block_tokens`).
 
     With ``workers`` > 1 the texts not in the cache are tokenized by worker processes
-    (:func:`clusterclip.pool.worker_pool`, each holding a copy of the tokenizer), a few
-    blocks ahead of the one written; a text's tokens do not depend on who tokenized it or
-    when, so the output is the same for any number of workers (only which repeats the
-    cache saves may differ)."""
+    (:func:`clusterclip.pool.worker_pool`, each holding a copy of ``encoder``: with a fast
+    tokenizer its :class:`clusterclip.tokens.BackendIds`, so that a worker imports
+    ``tokenizers``, not ``transformers``), a few blocks ahead of the one written, each job's
+    tokens coming back as one array and its lengths (:func:`token_block`); a text's tokens
+    do not depend on who tokenized it or when, so the output is the same for any number of
+    workers (only which repeats the cache saves may differ)."""
     if workers <= 1:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
-            yield (batch, docs, *_block_tokens(tokenizer, batch, docs, cache, eod, dtype))
+            yield (batch, docs, *_block_tokens(encoder, batch, docs, cache, eod, dtype))
         return
     from collections import deque
 
@@ -228,10 +239,11 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _
             ahead.append((batch, docs, uniq, arrays, send, inverse))
             yield [batch["text"][int(first[k])] for k in send]
 
-    with worker_pool(workers, _tokenizer_state, (tokenizer, eod, dtype)) as imap:
-        for new in imap(_tokenize_job, jobs()):
+    with worker_pool(workers, _tokenizer_state, (encoder, eod, dtype)) as imap:
+        for block in imap(_tokenize_job, jobs()):
             batch, docs, uniq, arrays, send, inverse = ahead.popleft()
-            fresh.update((int(uniq[k]), arr) for k, arr in zip(send, new, strict=True))
+            fresh.update((int(uniq[k]), arr)
+                         for k, arr in zip(send, _split(*block), strict=True))
             for k in (k for k, a in enumerate(arrays) if a is None):
                 d = int(uniq[k])
                 arrays[k] = fresh[d]
@@ -242,23 +254,36 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _
             yield batch, docs, arrays, inverse
 
 
-def _tokenizer_state(tokenizer: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]:
+def _tokenizer_state(encoder: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]:
     # One process per core already: the tokenizer's own threads would only compete.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    return tokenizer, eod, dtype
+    return encoder, eod, dtype
 
 
-def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]) -> list[np.ndarray]:
-    tokenizer, eod, dtype = state
-    return token_ids(tokenizer, texts, eod, dtype)
+def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    encoder, eod, dtype = state
+    return token_block(encoder, texts, eod, dtype)
+
+
+def _add_block(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    """``builder.add_document(doc, [len(doc)])`` for each of the block's documents (``tokens``
+    end to end, ``lengths``), in one write: the same ``.bin`` and ``.idx``."""
+    builder.data_file.write(tokens.tobytes())
+    start = len(builder.sequence_lengths)
+    builder.sequence_lengths.extend(lengths.tolist())
+    builder.document_indices.extend(range(start + 1, start + len(lengths) + 1))
 
 
 def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
            count: int, cache_tokens: int | None = None, workers: int = 1) -> dict[str, Any]:
     """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check)."""
+    from clusterclip.tokens import backend_ids
+
     m = indexed_dataset()
     dtype = token_dtype(tokenizer)
     eod = eod_token_id(tokenizer)
+    encoder = backend_ids(tokenizer) or tokenizer
     prefix = str(directory / PREFIX)
     docs_out = np.lib.format.open_memmap(directory / DOCUMENTS, mode="w+", dtype="<i8",
                                          shape=(count, len(DOCUMENT_COLUMNS)))
@@ -269,14 +294,14 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
     rows = 0
     try:
         # each distinct document of a block is tokenized once (or found in the cache)
-        for batch, docs, arrays, inverse in _tokenized(batches, tokenizer, cache, eod, dtype,
+        for batch, docs, arrays, inverse in _tokenized(batches, encoder, cache, eod, dtype,
                                                        workers):
             n = len(docs)
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
-            for j in inverse.tolist():
-                arr = arrays[j]
-                builder.add_document(arr, [arr.size])
-                h_tokens.update(arr.tobytes())
+            tokens = (np.concatenate([arrays[j] for j in inverse.tolist()]) if n
+                      else np.zeros(0, dtype))
+            _add_block(builder, tokens, lengths)
+            h_tokens.update(tokens.tobytes())  # the same digest as one update per document
             h_lengths.update(lengths.tobytes())
             lab = np.asarray(batch["label"], dtype=np.int64)
             docs_out[rows:rows + n] = np.stack(
