@@ -144,6 +144,74 @@ def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positi
         assert (tmp / "w1" / name).read_bytes() == (tmp / "w2" / name).read_bytes()
 
 
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    """The folder of a byte-level BPE tokenizer (GPT-2's layout: eos, no sep), trained here
+    on a few texts."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    t = ByteLevelBPETokenizer()
+    t.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 3,
+                           "def f(x):\n    return x ** 2  # caf\u00e9 \u6f22\u5b57"] * 20,
+                          vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False)
+    d = tmp_path_factory.mktemp("bpe")
+    PreTrainedTokenizerFast(tokenizer_object=t._tokenizer, eos_token="<|endoftext|>"
+                            ).save_pretrained(d)
+    return str(d)
+
+
+_TEXTS = st.lists(st.one_of(
+    st.text(max_size=60),  # any unicode, the empty text included
+    st.text(st.sampled_from(list("ab \n\u00e9\u6f22\U0001f600")), max_size=8),
+    st.sampled_from(["[SEP]", "x [CLS] y", "<|endoftext|>", "[MASK][PAD]", "  ", "\x00"]),
+    # longer than the models' 128/512 positions: no truncation
+    st.integers(1, 3).map(lambda k: "tokens and more words, " * (400 * k))),
+    max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=_TEXTS, which=st.sampled_from(["minilm", "bpe"]))
+def test_backend_ids_are_the_transformers_calls(texts, which, tok_path, bpe):
+    """Issue 40: the export's ids from the Rust backend called directly equal the ids of the
+    transformers call the export made before (add_special_tokens=False, no truncation), for
+    a WordPiece and a byte-level BPE tokenizer, special tokens written in the text included;
+    the export's blocks hold them end to end, each + the EOD id. Loaded afresh: as loaded,
+    MiniLM's backend truncates at 128 tokens (transformers' first call turns that off)."""
+    from clusterclip.tokens import backend_ids, ids_of, load_tokenizer
+
+    t = load_tokenizer(tok_path if which == "minilm" else bpe)
+    enc = backend_ids(t)
+    assert enc is not None  # both are fast tokenizers of transformers' own class
+    want = t(texts, add_special_tokens=False, return_attention_mask=False,
+             return_token_type_ids=False)["input_ids"] if texts else []
+    assert enc(texts) == ids_of(t, texts) == want
+    eod = mg.eod_token_id(t)
+    tokens, lengths = mg.token_block(enc, texts, eod, np.uint16, batch=5)
+    assert tokens.dtype == np.uint16 and lengths.tolist() == [len(w) + 1 for w in want]
+    assert tokens.tolist() == [i for w in want for i in [*w, eod]]
+
+
+def test_backend_ids_only_where_the_class_keeps_transformers_call(tok):
+    """A tokenizer class that changes how it is called gets no shortcut (its own call is
+    what the ids must equal); a pickled BackendIds tokenizes as the original."""
+    import pickle
+
+    from clusterclip.tokens import backend_ids
+
+    class Shouting(type(tok)):
+        def _encode_plus(self, text, *a, **kw):
+            return super()._encode_plus([x.upper() for x in text], *a, **kw)
+
+    loud = Shouting.from_pretrained(tok.name_or_path, local_files_only=True)
+    assert backend_ids(loud) is None
+    assert mg.token_ids(backend_ids(loud) or loud, ["abc"], None, np.uint16)[0].tolist() == \
+        loud(["abc"], add_special_tokens=False)["input_ids"][0]
+    again = pickle.loads(pickle.dumps(backend_ids(tok)))
+    assert again(["Hello, world"]) == tok(["Hello, world"], add_special_tokens=False)[
+        "input_ids"]
+
+
 def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):
     corpus, labels, schedule = multi
     from clusterclip.export import iter_batches

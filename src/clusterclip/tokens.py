@@ -144,6 +144,8 @@ def ids_of(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     padding); ``tokenizer`` a transformers tokenizer or its :class:`BackendIds`."""
     if isinstance(tokenizer, BackendIds):
         return tokenizer(texts)
+    if not texts:  # transformers fails on an empty batch
+        return []
     return tokenizer(texts, add_special_tokens=False, truncation=False, padding=False,
                      return_attention_mask=False, return_token_type_ids=False,
                      verbose=False)["input_ids"]
