@@ -111,8 +111,11 @@ def eod_token_id(tokenizer: Any) -> int:
 
 
 def token_dtype(tokenizer: Any) -> type:
-    """The ``.bin`` token dtype Megatron-LM's ``preprocess_data.py`` picks for this vocabulary."""
-    return indexed_dataset().DType.optimal_dtype(len(tokenizer))
+    """The ``.bin`` token dtype Megatron-LM's ``preprocess_data.py`` picks for this vocabulary
+    (``DType.optimal_dtype``'s rule, written out so that workers can start tokenizing before
+    ``megatron.core``, seconds of imports, is loaded; :func:`_open_builder` checks it against
+    megatron's own)."""
+    return np.uint16 if len(tokenizer) < 65500 else np.int32
 
 
 def token_block(encoder: Any, texts: list[str], eod: int | None, dtype: Any,
@@ -275,19 +278,30 @@ def _add_block(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
     builder.document_indices.extend(range(start + 1, start + len(lengths) + 1))
 
 
+def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> Any:
+    """megatron.core's ``IndexedDatasetBuilder`` for ``prefix`` (RuntimeError if its dtype
+    for this vocabulary is not :func:`token_dtype`'s)."""
+    m = indexed_dataset()
+    if m.DType.optimal_dtype(len(tokenizer)) != dtype:
+        raise RuntimeError(f"megatron.core picks {m.DType.optimal_dtype(len(tokenizer))} for "
+                           f"{len(tokenizer)} ids, not {dtype}")
+    return m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+
+
 def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
            count: int, cache_tokens: int | None = None, workers: int = 1) -> dict[str, Any]:
-    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check)."""
+    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check).
+    ``megatron.core`` is imported once the first block is tokenized: with workers, while
+    they tokenize the next ones."""
     from clusterclip.tokens import backend_ids
 
-    m = indexed_dataset()
     dtype = token_dtype(tokenizer)
     eod = eod_token_id(tokenizer)
     encoder = backend_ids(tokenizer) or tokenizer
     prefix = str(directory / PREFIX)
     docs_out = np.lib.format.open_memmap(directory / DOCUMENTS, mode="w+", dtype="<i8",
                                          shape=(count, len(DOCUMENT_COLUMNS)))
-    builder = m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    builder = None
     h_tokens, h_lengths = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
     by_label: dict[int, int] = {}
     cache = _TokenCache(CACHE_TOKENS if cache_tokens is None else cache_tokens)
@@ -300,6 +314,7 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
             tokens = (np.concatenate([arrays[j] for j in inverse.tolist()]) if n
                       else np.zeros(0, dtype))
+            builder = builder or _open_builder(prefix, tokenizer, dtype)
             _add_block(builder, tokens, lengths)
             h_tokens.update(tokens.tobytes())  # the same digest as one update per document
             h_lengths.update(lengths.tobytes())
@@ -312,7 +327,8 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
                 by_label[c] = by_label.get(c, 0) + int(t)
             rows += n
     finally:
-        builder.finalize(m.get_idx_path(prefix))
+        builder = builder or _open_builder(prefix, tokenizer, dtype)
+        builder.finalize(indexed_dataset().get_idx_path(prefix))
         docs_out.flush()
         del docs_out
     if rows != count:
