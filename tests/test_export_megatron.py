@@ -352,15 +352,23 @@ def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_pa
         assert not out.exists()
 
 
-def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path):
+@pytest.mark.parametrize("module_file", [False, True])
+def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path, module_file):
+    """Without the module's file: refused before any work. With the file but a package
+    that fails to import (megatron.core is imported once the first block is tokenized):
+    the same line, and nothing written either."""
     shadow = tmp_path / "shadow" / "megatron"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
+    if module_file:
+        (shadow / "core" / "datasets").mkdir(parents=True)
+        (shadow / "core" / "datasets" / "indexed_dataset.py").write_text("")
     env = child_env(PYTHONPATH=f"{shadow.parent}:{child_env().get('PYTHONPATH', '')}")
     out = tmp_path / "out"
     r = run_cli("export", "--workdir", workdir, "--format", "megatron", "--out", out,
                 "--tokenizer", tok_path, env=env)
     assert r.returncode == 2 and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["shadow"]  # no temporary folder left
     assert r.stderr.strip() == (
         "clusterclip export: error: --format megatron needs "
         "megatron.core.datasets.indexed_dataset; install the `megatron` extra "

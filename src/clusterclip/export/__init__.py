@@ -80,6 +80,9 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionar
 def _require(fmt: str) -> None:
     import warnings
 
+    if fmt == "megatron":  # found without importing it (seconds), imported once needed
+        _megatron.require()
+        return
     module, extra = EXTRAS[fmt]
     try:
         with warnings.catch_warnings():  # megatron.core warns on import without apex/TE

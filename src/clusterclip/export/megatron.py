@@ -64,12 +64,41 @@ CACHE_TOKENS = 1 << 25
 POOL_MIN_POSITIONS = 1 << 16
 
 
+#: The module the ``.bin``/``.idx`` are written and re-read with (the ``megatron`` extra).
+MODULE = "megatron.core.datasets.indexed_dataset"
+
+
+def _missing() -> InputError:
+    return InputError(f"format megatron needs {MODULE}; install the `megatron` extra "
+                      f"(pip install 'clusterclip[megatron]')", params=("format",))
+
+
+def require() -> None:
+    """InputError unless :data:`MODULE`'s file is installed, found without importing
+    ``megatron.core`` (seconds of imports, torch's among them, that :func:`_write` makes
+    while worker processes tokenize the first blocks; :func:`indexed_dataset` raises the
+    same InputError if that import fails)."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("megatron")  # a namespace or a regular package: not executed
+    except (ImportError, ValueError):
+        spec = None
+    where = [] if spec is None else list(spec.submodule_search_locations or [])
+    if not any((Path(p) / "core" / "datasets" / "indexed_dataset.py").is_file()
+               for p in where):
+        raise _missing()
+
+
 def indexed_dataset() -> Any:
     """``megatron.core.datasets.indexed_dataset`` (imported without its CPU-only warnings
     about Transformer Engine and Apex, which this module does not use)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from megatron.core.datasets import indexed_dataset as m
+        try:
+            from megatron.core.datasets import indexed_dataset as m
+        except ImportError:
+            raise _missing() from None
     return m
 
 
