@@ -219,7 +219,7 @@ def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):
     n = len(schedule)
     d = tmp_path / "x"
     d.mkdir()
-    written = mg._write(iter_batches(corpus, labels, schedule), d, tok, n)
+    written = mg._write(iter_batches(corpus, labels, schedule, texts=False), corpus, d, tok, n)
     mg._check(d, written, schedule, labels, 0, 1, n)  # as written: passes
     binf = d / "text_document.bin"
     good = binf.read_bytes()

@@ -214,22 +214,29 @@ class _TokenCache:
             self.tokens -= self.arrays.popitem(last=False)[1].size
 
 
-def _block_tokens(encoder: Any, batch: dict[str, list[Any]], docs: np.ndarray,
-                  cache: _TokenCache, eod: int, dtype: Any) -> tuple[list[np.ndarray],
-                                                                    np.ndarray]:
-    """(token arrays of the block's distinct documents, index of each position's array)."""
-    uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
+def _texts(corpus: Any, docs: np.ndarray) -> list[str]:
+    """The texts of the ascending distinct ``docs`` (read through the corpus index)."""
+    from clusterclip.export.rows import record_texts
+
+    return [text for _, _, text in record_texts(corpus, docs)]
+
+
+def _block_tokens(encoder: Any, corpus: Any, docs: np.ndarray, cache: _TokenCache, eod: int,
+                  dtype: Any) -> tuple[list[np.ndarray], np.ndarray]:
+    """(token arrays of the block's distinct documents, index of each position's array);
+    only the texts of the documents not in the cache are read."""
+    uniq, inverse = np.unique(docs, return_inverse=True)
     arrays = [cache.get(d) for d in uniq.tolist()]
     missing = [k for k, a in enumerate(arrays) if a is None]
-    new = token_ids(encoder, [batch["text"][int(first[k])] for k in missing], eod, dtype)
+    new = token_ids(encoder, _texts(corpus, uniq[missing]), eod, dtype)
     for k, arr in zip(missing, new, strict=True):
         arrays[k] = arr
         cache.put(int(uniq[k]), arr)
     return arrays, inverse  # type: ignore[return-value]
 
 
-def _tokenized(batches: Iterator[dict[str, list[Any]]], encoder: Any, cache: _TokenCache,
-               eod: int, dtype: Any, workers: int
+def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: Any,
+               cache: _TokenCache, eod: int, dtype: Any, workers: int
                ) -> Iterator[tuple[dict[str, list[Any]], np.ndarray, list[np.ndarray],
                                    np.ndarray]]:
     """``(batch, docs, arrays, inverse)`` of each block in order (:func:`_block_tokens`).
@@ -244,7 +251,7 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], encoder: Any, cache: _To
     if workers <= 1:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
-            yield (batch, docs, *_block_tokens(encoder, batch, docs, cache, eod, dtype))
+            yield (batch, docs, *_block_tokens(encoder, corpus, docs, cache, eod, dtype))
         return
     from collections import deque
 
@@ -260,7 +267,7 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], encoder: Any, cache: _To
     def jobs() -> Iterator[list[str]]:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
-            uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
+            uniq, inverse = np.unique(docs, return_inverse=True)
             arrays = [cache.get(d) for d in uniq.tolist()]
             send = []
             for k in (k for k, a in enumerate(arrays) if a is None):
@@ -269,7 +276,7 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], encoder: Any, cache: _To
                     send.append(k)
                 wanted[d] = wanted.get(d, 0) + 1
             ahead.append((batch, docs, uniq, arrays, send, inverse))
-            yield [batch["text"][int(first[k])] for k in send]
+            yield _texts(corpus, uniq[send])
 
     with worker_pool(workers, _tokenizer_state, (encoder, eod, dtype)) as imap:
         for block in imap(_tokenize_job, jobs()):
@@ -317,9 +324,11 @@ def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> Any:
     return m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
 
 
-def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
-           count: int, cache_tokens: int | None = None, workers: int = 1) -> dict[str, Any]:
-    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check).
+def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path,
+           tokenizer: Any, count: int, cache_tokens: int | None = None, workers: int = 1
+           ) -> dict[str, Any]:
+    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS`` (the texts read from ``corpus`` as they are
+    needed); return what was written (for the check).
     ``megatron.core`` is imported once the first block is tokenized: with workers, while
     they tokenize the next ones."""
     from clusterclip.tokens import backend_ids
@@ -337,8 +346,8 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
     rows = 0
     try:
         # each distinct document of a block is tokenized once (or found in the cache)
-        for batch, docs, arrays, inverse in _tokenized(batches, encoder, cache, eod, dtype,
-                                                       workers):
+        for batch, docs, arrays, inverse in _tokenized(batches, corpus, encoder, cache, eod,
+                                                       dtype, workers):
             n = len(docs)
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
             tokens = (np.concatenate([arrays[j] for j in inverse.tolist()]) if n
@@ -410,17 +419,19 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
 
 def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
                    schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
-                   count: int, cache_tokens: int | None = None, workers: int | None = None
-                   ) -> dict[str, Any]:
-    """Write ``batches`` (from :func:`clusterclip.export.iter_batches`) into ``directory``,
-    re-read and check it; return the format's part of the summary. ``workers``: processes
+                   count: int, cache_tokens: int | None = None, workers: int | None = None,
+                   *, corpus: Any) -> dict[str, Any]:
+    """Write ``batches`` (from :func:`clusterclip.export.iter_batches`, without texts) of
+    ``corpus`` into ``directory``, re-read and check it; return the format's part of the
+    summary. A block reads the texts of the documents not in the token cache only (a
+    schedule repeats documents: most of a long one's are there). ``workers``: processes
     tokenizing side by side (:func:`_tokenized`; the same bytes for any number); None: the
     CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
     if workers is None:
         from clusterclip.pool import available_cpus
 
         workers = 1 if count < POOL_MIN_POSITIONS else available_cpus()
-    written = _write(batches, directory, tokenizer, count, cache_tokens, workers)
+    written = _write(batches, corpus, directory, tokenizer, count, cache_tokens, workers)
     _check(directory, written, schedule, labels, first, step, count)
     return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,
             "documents": DOCUMENTS, "documents_columns": list(DOCUMENT_COLUMNS),
