@@ -130,16 +130,22 @@ def test_bytes_are_deterministic(multi, tmp_path, tok):
 
 
 @settings(max_examples=3, deadline=None)
-@given(st.integers(40, 500), st.integers(7, 120))
-def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positions, block):
+@given(st.integers(40, 500), st.integers(7, 120), st.sampled_from([None, 2000]))
+def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positions, block,
+                                            cache):
     """Issue 40: with 2 processes tokenizing blocks ahead of the writer, the .bin/.idx, the
     sidecar and the summary are byte for byte those of 1, for any schedule and block (blocks
-    in flight share the documents they both lack: tokenized once)."""
+    in flight share the documents they both lack: tokenized once), and with a token cache
+    so small that blocks read again the texts of documents it evicted."""
+    from unittest import mock
+
     corpus, labels, schedule = multi
     tmp = tmp_path_factory.mktemp("workers")
     for w in (1, 2):
-        export_schedule(corpus, labels, schedule[:positions], tmp / f"w{w}", fmt="megatron",
-                        tokenizer=tok, block=block, workers=w)
+        with mock.patch.object(mg, "CACHE_TOKENS", cache if w == 2 and cache else
+                               mg.CACHE_TOKENS):
+            export_schedule(corpus, labels, schedule[:positions], tmp / f"w{w}",
+                            fmt="megatron", tokenizer=tok, block=block, workers=w)
     for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
         assert (tmp / "w1" / name).read_bytes() == (tmp / "w2" / name).read_bytes()
 
