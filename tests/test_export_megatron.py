@@ -130,18 +130,92 @@ def test_bytes_are_deterministic(multi, tmp_path, tok):
 
 
 @settings(max_examples=3, deadline=None)
-@given(st.integers(40, 500), st.integers(7, 120))
-def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positions, block):
+@given(st.integers(40, 500), st.integers(7, 120), st.sampled_from([None, 2000]))
+def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positions, block,
+                                            cache):
     """Issue 40: with 2 processes tokenizing blocks ahead of the writer, the .bin/.idx, the
     sidecar and the summary are byte for byte those of 1, for any schedule and block (blocks
-    in flight share the documents they both lack: tokenized once)."""
+    in flight share the documents they both lack: tokenized once), and with a token cache
+    so small that blocks read again the texts of documents it evicted."""
+    from unittest import mock
+
     corpus, labels, schedule = multi
     tmp = tmp_path_factory.mktemp("workers")
     for w in (1, 2):
-        export_schedule(corpus, labels, schedule[:positions], tmp / f"w{w}", fmt="megatron",
-                        tokenizer=tok, block=block, workers=w)
+        with mock.patch.object(mg, "CACHE_TOKENS", cache if w == 2 and cache else
+                               mg.CACHE_TOKENS):
+            export_schedule(corpus, labels, schedule[:positions], tmp / f"w{w}",
+                            fmt="megatron", tokenizer=tok, block=block, workers=w)
     for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
         assert (tmp / "w1" / name).read_bytes() == (tmp / "w2" / name).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    """The folder of a byte-level BPE tokenizer (GPT-2's layout: eos, no sep), trained here
+    on a few texts."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    t = ByteLevelBPETokenizer()
+    t.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 3,
+                           "def f(x):\n    return x ** 2  # caf\u00e9 \u6f22\u5b57"] * 20,
+                          vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False)
+    d = tmp_path_factory.mktemp("bpe")
+    PreTrainedTokenizerFast(tokenizer_object=t._tokenizer, eos_token="<|endoftext|>"
+                            ).save_pretrained(d)
+    return str(d)
+
+
+_TEXTS = st.lists(st.one_of(
+    st.text(max_size=60),  # any unicode, the empty text included
+    st.text(st.sampled_from(list("ab \n\u00e9\u6f22\U0001f600")), max_size=8),
+    st.sampled_from(["[SEP]", "x [CLS] y", "<|endoftext|>", "[MASK][PAD]", "  ", "\x00"]),
+    # longer than the models' 128/512 positions: no truncation
+    st.integers(1, 3).map(lambda k: "tokens and more words, " * (400 * k))),
+    max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=_TEXTS, which=st.sampled_from(["minilm", "bpe"]))
+def test_backend_ids_are_the_transformers_calls(texts, which, tok_path, bpe):
+    """Issue 40: the export's ids from the Rust backend called directly equal the ids of the
+    transformers call the export made before (add_special_tokens=False, no truncation), for
+    a WordPiece and a byte-level BPE tokenizer, special tokens written in the text included;
+    the export's blocks hold them end to end, each + the EOD id. Loaded afresh: as loaded,
+    MiniLM's backend truncates at 128 tokens (transformers' first call turns that off)."""
+    from clusterclip.tokens import backend_ids, ids_of, load_tokenizer
+
+    t = load_tokenizer(tok_path if which == "minilm" else bpe)
+    enc = backend_ids(t)
+    assert enc is not None  # both are fast tokenizers of transformers' own class
+    want = t(texts, add_special_tokens=False, return_attention_mask=False,
+             return_token_type_ids=False)["input_ids"] if texts else []
+    assert enc(texts) == ids_of(t, texts) == want
+    eod = mg.eod_token_id(t)
+    tokens, lengths = mg.token_block(enc, texts, eod, np.uint16, batch=5)
+    assert tokens.dtype == np.uint16 and lengths.tolist() == [len(w) + 1 for w in want]
+    assert tokens.tolist() == [i for w in want for i in [*w, eod]]
+
+
+def test_backend_ids_only_where_the_class_keeps_transformers_call(tok):
+    """A tokenizer class that changes how it is called gets no shortcut (its own call is
+    what the ids must equal); a pickled BackendIds tokenizes as the original."""
+    import pickle
+
+    from clusterclip.tokens import backend_ids
+
+    class Shouting(type(tok)):
+        def _encode_plus(self, text, *a, **kw):
+            return super()._encode_plus([x.upper() for x in text], *a, **kw)
+
+    loud = Shouting.from_pretrained(tok.name_or_path, local_files_only=True)
+    assert backend_ids(loud) is None
+    assert mg.token_ids(backend_ids(loud) or loud, ["abc"], None, np.uint16)[0].tolist() == \
+        loud(["abc"], add_special_tokens=False)["input_ids"][0]
+    again = pickle.loads(pickle.dumps(backend_ids(tok)))
+    assert again(["Hello, world"]) == tok(["Hello, world"], add_special_tokens=False)[
+        "input_ids"]
 
 
 def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):
@@ -151,7 +225,7 @@ def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):
     n = len(schedule)
     d = tmp_path / "x"
     d.mkdir()
-    written = mg._write(iter_batches(corpus, labels, schedule), d, tok, n)
+    written = mg._write(iter_batches(corpus, labels, schedule, texts=False), corpus, d, tok, n)
     mg._check(d, written, schedule, labels, 0, 1, n)  # as written: passes
     binf = d / "text_document.bin"
     good = binf.read_bytes()
@@ -284,15 +358,23 @@ def test_cli_refuses_tokenizer_mistakes_before_writing(workdir, tmp_path, tok_pa
         assert not out.exists()
 
 
-def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path):
+@pytest.mark.parametrize("module_file", [False, True])
+def test_missing_extra_is_one_line_naming_it(workdir, tmp_path, tok_path, module_file):
+    """Without the module's file: refused before any work. With the file but a package
+    that fails to import (megatron.core is imported once the first block is tokenized):
+    the same line, and nothing written either."""
     shadow = tmp_path / "shadow" / "megatron"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
+    if module_file:
+        (shadow / "core" / "datasets").mkdir(parents=True)
+        (shadow / "core" / "datasets" / "indexed_dataset.py").write_text("")
     env = child_env(PYTHONPATH=f"{shadow.parent}:{child_env().get('PYTHONPATH', '')}")
     out = tmp_path / "out"
     r = run_cli("export", "--workdir", workdir, "--format", "megatron", "--out", out,
                 "--tokenizer", tok_path, env=env)
     assert r.returncode == 2 and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["shadow"]  # no temporary folder left
     assert r.stderr.strip() == (
         "clusterclip export: error: --format megatron needs "
         "megatron.core.datasets.indexed_dataset; install the `megatron` extra "

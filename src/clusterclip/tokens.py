@@ -68,6 +68,89 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
                          params=("tokenizer",)) from None
 
 
+class BackendIds:
+    """Token ids of a fast tokenizer, from its Rust backend (``tokenizers.Tokenizer``) called
+    directly: ``ids(texts)`` equals ``tokenizer(texts, add_special_tokens=False)["input_ids"]``
+    (no truncation, no padding, special tokens in the text split or not as the tokenizer's
+    ``split_special_tokens`` says), without transformers' per-call work (it asks the
+    backend for offsets too, and builds a ``BatchEncoding``). Pickled as the backend's JSON
+    definition: a worker process that unpickles it imports ``tokenizers``, not
+    ``transformers``. Made by :func:`backend_ids`.
+
+    Parameters
+    ----------
+    definition : str
+        The backend's serialised definition (``tokenizer.backend_tokenizer.to_str()``).
+    split_special_tokens : bool
+        Whether special tokens written in a text are split like any other text.
+
+    Examples
+    --------
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> t = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    >>> t.pre_tokenizer = pre_tokenizers.Whitespace()
+    >>> BackendIds(t.to_str(), False)(["a b a", "", "c"])
+    [[1, 2, 1], [], [0]]
+    """
+
+    def __init__(self, definition: str, split_special_tokens: bool) -> None:
+        self.definition, self.split_special_tokens = definition, bool(split_special_tokens)
+        self._backend: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"definition": self.definition, "split_special_tokens": self.split_special_tokens}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["definition"], state["split_special_tokens"])  # type: ignore[misc]
+
+    def __call__(self, texts: list[str]) -> list[list[int]]:
+        """The token ids of each of ``texts``."""
+        if self._backend is None:
+            from tokenizers import Tokenizer
+
+            backend = Tokenizer.from_str(self.definition)
+            backend.no_truncation()  # as transformers sets it for a call without either
+            backend.no_padding()
+            backend.encode_special_tokens = self.split_special_tokens
+            self._backend = backend
+        # encode_batch_fast: the same ids, without the character offsets (tokenizers >= 0.21)
+        encode = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
+
+
+def backend_ids(tokenizer: Any) -> BackendIds | None:
+    """:class:`BackendIds` of ``tokenizer`` when calling its backend directly gives its
+    ids: a transformers fast tokenizer whose class keeps transformers' own ``__call__`` and
+    ``_encode_plus`` (a class that changes either may change the ids: None, call the
+    tokenizer itself)."""
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # another transformers layout: no shortcut
+        return None
+    cls = type(tokenizer)
+    if (not isinstance(tokenizer, TokenizersBackend)
+            or cls.__call__ is not PreTrainedTokenizerBase.__call__
+            or cls._encode_plus is not TokenizersBackend._encode_plus):
+        return None
+    return BackendIds(tokenizer.backend_tokenizer.to_str(),
+                      bool(getattr(tokenizer, "split_special_tokens", False)))
+
+
+def ids_of(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """``tokenizer(texts, add_special_tokens=False)["input_ids"]`` (no truncation, no
+    padding); ``tokenizer`` a transformers tokenizer or its :class:`BackendIds`."""
+    if isinstance(tokenizer, BackendIds):
+        return tokenizer(texts)
+    if not texts:  # transformers fails on an empty batch
+        return []
+    return tokenizer(texts, add_special_tokens=False, truncation=False, padding=False,
+                     return_attention_mask=False, return_token_type_ids=False,
+                     verbose=False)["input_ids"]
+
+
 # -- counting ------------------------------------------------------------------------------
 def estimate_tokens(text_lengths: Any, valid: Any) -> np.ndarray:
     """int64[N] estimated tokens: ``ceil(characters / 4)`` where ``valid``, else 0."""
@@ -100,12 +183,10 @@ def count_tokens(texts: Iterable[tuple[int, str | None]], n: int, tokenizer: Any
     out = np.zeros(n, dtype=np.int64)
     idx: list[int] = []
     batch: list[str] = []
+    encoder = backend_ids(tokenizer) or tokenizer
 
     def flush() -> None:
-        enc = tokenizer(batch, add_special_tokens=False, truncation=False, padding=False,
-                        return_attention_mask=False, return_token_type_ids=False,
-                        verbose=False)["input_ids"]
-        out[idx] = [len(e) for e in enc]
+        out[idx] = [len(e) for e in ids_of(encoder, batch)]
         idx.clear()
         batch.clear()
 

@@ -55,7 +55,7 @@ import numpy as np
 from clusterclip.corpus.records import field_types, record_json, rename_reserved
 from clusterclip.errors import InputError
 from clusterclip.export import megatron as _megatron
-from clusterclip.export.rows import COLUMNS, _int64, _RowsHash, _schema
+from clusterclip.export.rows import COLUMNS, _int64, _RowsHash, _schema, record_texts
 from clusterclip.sampling.spec import rank_share
 from clusterclip.storage.digests import fingerprint
 from clusterclip.storage.outputs import check_free_space
@@ -81,6 +81,9 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionar
 def _require(fmt: str) -> None:
     import warnings
 
+    if fmt == "megatron":  # found without importing it (seconds), imported once needed
+        _megatron.require()
+        return
     module, extra = EXTRAS[fmt]
     try:
         with warnings.catch_warnings():  # megatron.core warns on import without apex/TE
@@ -125,8 +128,11 @@ def check_schedule(schedule: np.ndarray, labels: np.ndarray, source: str,
 
 
 def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: int = 0,
-                 world_size: int = 1, block: int = 1 << 14) -> Iterator[dict[str, list[Any]]]:
-    """Column batches (``COLUMNS``) of this rank's share of ``schedule``, in order.
+                 world_size: int = 1, block: int = 1 << 14, texts: bool = True
+                 ) -> Iterator[dict[str, list[Any]]]:
+    """Column batches (``COLUMNS``) of this rank's share of ``schedule``, in order
+    (``texts=False``: only ``position``, ``doc_index`` and ``label``; the Megatron export
+    reads the texts it has not tokenized yet itself).
 
     Each block of positions fetches its distinct documents once through the
     corpus index (ascending, one pass per file), so memory holds one block.
@@ -138,19 +144,15 @@ def iter_batches(corpus: Any, labels: np.ndarray, schedule: np.ndarray, rank: in
         pos = np.arange(first + a * world_size, first + b * world_size, world_size,
                         dtype=np.int64)
         docs = np.asarray(schedule[pos], dtype=np.int64)
-        uniq = np.unique(docs)
-        got: dict[int, tuple[str, str]] = {}
-        for i, rec in corpus.iter_records_at(uniq):
-            text = corpus.text_of(i, rec)
-            if text is None:
-                raise InputError(f"document {i} has no text; its label says it has one "
-                                 f"(labels do not belong to this corpus?)")
-            other = rename_reserved({k: v for k, v in rec.items() if k != text_field})
-            got[i] = (text, record_json(other, sort_keys=True))
-        rows = [got[d] for d in docs.tolist()]
-        yield {"position": pos.tolist(), "doc_index": docs.tolist(),
-               "label": labels[docs].astype(np.int32).tolist(),
-               "text": [r[0] for r in rows], "fields": [r[1] for r in rows]}
+        batch = {"position": pos.tolist(), "doc_index": docs.tolist(),
+                 "label": labels[docs].astype(np.int32).tolist()}
+        if texts:
+            got = {i: (text, record_json(rename_reserved(
+                {k: v for k, v in rec.items() if k != text_field}), sort_keys=True))
+                for i, rec, text in record_texts(corpus, np.unique(docs))}
+            rows = [got[d] for d in docs.tolist()]
+            batch.update(text=[r[0] for r in rows], fields=[r[1] for r in rows])
+        yield batch
 
 
 def _write_parquet(batches: Iterator[dict[str, list[Any]]], directory: Path,
@@ -294,14 +296,15 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
     check_free_space(out, space_needed(corpus, schedule, fmt, rank, world_size, blocks))
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
             _seekable(corpus, tmp / ".plain", blocks=blocks) as source_corpus:
-        batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block)
+        batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block,
+                               texts=fmt != "megatron")
         if fmt == "megatron":
             summary = {"format": fmt, "rows": count, "schedule_length": int(len(schedule)),
                        "rank": rank, "world_size": world_size, "first_position": first,
                        "position_step": world_size, "text_field": corpus.text_field,
                        **_megatron.write_verified(batches, tmp, tokenizer, schedule, labels,
                                                   first, world_size, count,
-                                                  workers=n_workers),
+                                                  workers=n_workers, corpus=source_corpus),
                        **origin}
             write_json(tmp / SUMMARY, summary)
             return summary

@@ -38,12 +38,10 @@ sidecar equal to the schedule's positions, documents and labels.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +64,41 @@ CACHE_TOKENS = 1 << 25
 POOL_MIN_POSITIONS = 1 << 16
 
 
+#: The module the ``.bin``/``.idx`` are written and re-read with (the ``megatron`` extra).
+MODULE = "megatron.core.datasets.indexed_dataset"
+
+
+def _missing() -> InputError:
+    return InputError(f"format megatron needs {MODULE}; install the `megatron` extra "
+                      f"(pip install 'clusterclip[megatron]')", params=("format",))
+
+
+def require() -> None:
+    """InputError unless :data:`MODULE`'s file is installed, found without importing
+    ``megatron.core`` (seconds of imports, torch's among them, that :func:`_write` makes
+    while worker processes tokenize the first blocks; :func:`indexed_dataset` raises the
+    same InputError if that import fails)."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("megatron")  # a namespace or a regular package: not executed
+    except (ImportError, ValueError):
+        spec = None
+    where = [] if spec is None else list(spec.submodule_search_locations or [])
+    if not any((Path(p) / "core" / "datasets" / "indexed_dataset.py").is_file()
+               for p in where):
+        raise _missing()
+
+
 def indexed_dataset() -> Any:
     """``megatron.core.datasets.indexed_dataset`` (imported without its CPU-only warnings
     about Transformer Engine and Apex, which this module does not use)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from megatron.core.datasets import indexed_dataset as m
+        try:
+            from megatron.core.datasets import indexed_dataset as m
+        except ImportError:
+            raise _missing() from None
     return m
 
 
@@ -113,42 +140,56 @@ def eod_token_id(tokenizer: Any) -> int:
 
 
 def token_dtype(tokenizer: Any) -> type:
-    """The ``.bin`` token dtype Megatron-LM's ``preprocess_data.py`` picks for this vocabulary."""
-    return indexed_dataset().DType.optimal_dtype(len(tokenizer))
+    """The ``.bin`` token dtype Megatron-LM's ``preprocess_data.py`` picks for this vocabulary
+    (``DType.optimal_dtype``'s rule, written out so that workers can start tokenizing before
+    ``megatron.core``, seconds of imports, is loaded; :func:`_open_builder` checks it against
+    megatron's own)."""
+    return np.uint16 if len(tokenizer) < 65500 else np.int32
 
 
-@contextmanager
-def _quiet_tokenizer() -> Iterator[None]:
-    """Silence transformers' "sequence longer than the model's maximum" warning: the
-    export tokenizes whole documents and never feeds them to that model."""
-    log = logging.getLogger("transformers.tokenization_utils_base")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
+def token_block(encoder: Any, texts: list[str], eod: int | None, dtype: Any,
+                batch: int = TOKENIZE_BATCH) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens, lengths)``: the ids of each of ``texts`` (:func:`clusterclip.tokens.ids_of`,
+    ``encoder`` a tokenizer or its :class:`clusterclip.tokens.BackendIds`), each followed by
+    ``eod`` when given, end to end in one array of ``dtype``, and how many belong to each
+    text (int64). Batched calls; each batch's ids go into the array in one conversion.
+    RuntimeError if an id does not fit ``dtype``."""
+    from itertools import chain
+
+    from clusterclip.tokens import ids_of
+
+    parts, lengths = [], []
+    for a in range(0, len(texts), batch):
+        ids = ids_of(encoder, texts[a:a + batch])
+        if eod is not None:
+            for x in ids:
+                x.append(eod)
+        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lens.sum()))
+        top = np.iinfo(dtype).max
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) > top):
+            bad = int(flat[(flat < 0) | (flat > top)][0])
+            raise RuntimeError(f"token id {bad} does not fit {dtype.__name__} "
+                               f"(0 to {top})")
+        parts.append(flat.astype(dtype))
+        lengths.append(lens)
+    if not parts:
+        return np.zeros(0, dtype), np.zeros(0, np.int64)
+    return np.concatenate(parts), np.concatenate(lengths)
 
 
-def token_ids(tokenizer: Any, texts: list[str], eod: int | None, dtype: Any,
+def token_ids(encoder: Any, texts: list[str], eod: int | None, dtype: Any,
               batch: int = TOKENIZE_BATCH) -> list[np.ndarray]:
     """``tokenizer(text, add_special_tokens=False)["input_ids"]`` (+ ``eod``) of each text as
-    an array of ``dtype``; batched calls. RuntimeError if an id does not fit ``dtype``."""
-    top = np.iinfo(dtype).max
-    out: list[np.ndarray] = []
-    with _quiet_tokenizer():
-        for a in range(0, len(texts), batch):
-            enc = tokenizer(texts[a:a + batch], add_special_tokens=False,
-                            return_attention_mask=False, return_token_type_ids=False)
-            for ids in enc["input_ids"]:
-                if eod is not None:
-                    ids.append(eod)
-                arr = np.array(ids, dtype=np.int64)
-                if arr.size and (arr.min() < 0 or arr.max() > top):
-                    raise RuntimeError(f"token id {int(arr.max())} does not fit {dtype.__name__} "
-                                       f"(the tokenizer's {len(tokenizer)} ids)")
-                out.append(arr.astype(dtype))
-    return out
+    an array of ``dtype`` (:func:`token_block`, one array per text)."""
+    return _split(*token_block(encoder, texts, eod, dtype, batch))
+
+
+def _split(tokens: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Each text's own copy of its tokens (a copy: the cache must not keep a whole block's
+    array alive for one of its documents)."""
+    ends = np.cumsum(lengths).tolist()
+    return [tokens[e - n:e].copy() for e, n in zip(ends, lengths.tolist(), strict=True)]
 
 
 class _TokenCache:
@@ -173,35 +214,44 @@ class _TokenCache:
             self.tokens -= self.arrays.popitem(last=False)[1].size
 
 
-def _block_tokens(tokenizer: Any, batch: dict[str, list[Any]], docs: np.ndarray,
-                  cache: _TokenCache, eod: int, dtype: Any) -> tuple[list[np.ndarray],
-                                                                    np.ndarray]:
-    """(token arrays of the block's distinct documents, index of each position's array)."""
-    uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
+def _texts(corpus: Any, docs: np.ndarray) -> list[str]:
+    """The texts of the ascending distinct ``docs`` (read through the corpus index)."""
+    from clusterclip.export.rows import record_texts
+
+    return [text for _, _, text in record_texts(corpus, docs)]
+
+
+def _block_tokens(encoder: Any, corpus: Any, docs: np.ndarray, cache: _TokenCache, eod: int,
+                  dtype: Any) -> tuple[list[np.ndarray], np.ndarray]:
+    """(token arrays of the block's distinct documents, index of each position's array);
+    only the texts of the documents not in the cache are read."""
+    uniq, inverse = np.unique(docs, return_inverse=True)
     arrays = [cache.get(d) for d in uniq.tolist()]
     missing = [k for k, a in enumerate(arrays) if a is None]
-    new = token_ids(tokenizer, [batch["text"][int(first[k])] for k in missing], eod, dtype)
+    new = token_ids(encoder, _texts(corpus, uniq[missing]), eod, dtype)
     for k, arr in zip(missing, new, strict=True):
         arrays[k] = arr
         cache.put(int(uniq[k]), arr)
     return arrays, inverse  # type: ignore[return-value]
 
 
-def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _TokenCache,
-               eod: int, dtype: Any, workers: int
+def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: Any,
+               cache: _TokenCache, eod: int, dtype: Any, workers: int
                ) -> Iterator[tuple[dict[str, list[Any]], np.ndarray, list[np.ndarray],
                                    np.ndarray]]:
     """``(batch, docs, arrays, inverse)`` of each block in order (:func:`_block_tokens`).
 
     With ``workers`` > 1 the texts not in the cache are tokenized by worker processes
-    (:func:`clusterclip.pool.worker_pool`, each holding a copy of the tokenizer), a few
-    blocks ahead of the one written; a text's tokens do not depend on who tokenized it or
-    when, so the output is the same for any number of workers (only which repeats the
-    cache saves may differ)."""
+    (:func:`clusterclip.pool.worker_pool`, each holding a copy of ``encoder``: with a fast
+    tokenizer its :class:`clusterclip.tokens.BackendIds`, so that a worker imports
+    ``tokenizers``, not ``transformers``), a few blocks ahead of the one written, each job's
+    tokens coming back as one array and its lengths (:func:`token_block`); a text's tokens
+    do not depend on who tokenized it or when, so the output is the same for any number of
+    workers (only which repeats the cache saves may differ)."""
     if workers <= 1:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
-            yield (batch, docs, *_block_tokens(tokenizer, batch, docs, cache, eod, dtype))
+            yield (batch, docs, *_block_tokens(encoder, corpus, docs, cache, eod, dtype))
         return
     from collections import deque
 
@@ -217,7 +267,7 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _
     def jobs() -> Iterator[list[str]]:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
-            uniq, first, inverse = np.unique(docs, return_index=True, return_inverse=True)
+            uniq, inverse = np.unique(docs, return_inverse=True)
             arrays = [cache.get(d) for d in uniq.tolist()]
             send = []
             for k in (k for k, a in enumerate(arrays) if a is None):
@@ -226,12 +276,13 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _
                     send.append(k)
                 wanted[d] = wanted.get(d, 0) + 1
             ahead.append((batch, docs, uniq, arrays, send, inverse))
-            yield [batch["text"][int(first[k])] for k in send]
+            yield _texts(corpus, uniq[send])
 
-    with worker_pool(workers, _tokenizer_state, (tokenizer, eod, dtype)) as imap:
-        for new in imap(_tokenize_job, jobs()):
+    with worker_pool(workers, _tokenizer_state, (encoder, eod, dtype)) as imap:
+        for block in imap(_tokenize_job, jobs()):
             batch, docs, uniq, arrays, send, inverse = ahead.popleft()
-            fresh.update((int(uniq[k]), arr) for k, arr in zip(send, new, strict=True))
+            fresh.update((int(uniq[k]), arr)
+                         for k, arr in zip(send, _split(*block), strict=True))
             for k in (k for k, a in enumerate(arrays) if a is None):
                 d = int(uniq[k])
                 arrays[k] = fresh[d]
@@ -242,41 +293,68 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], tokenizer: Any, cache: _
             yield batch, docs, arrays, inverse
 
 
-def _tokenizer_state(tokenizer: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]:
+def _tokenizer_state(encoder: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]:
     # One process per core already: the tokenizer's own threads would only compete.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    return tokenizer, eod, dtype
+    return encoder, eod, dtype
 
 
-def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]) -> list[np.ndarray]:
-    tokenizer, eod, dtype = state
-    return token_ids(tokenizer, texts, eod, dtype)
+def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    encoder, eod, dtype = state
+    return token_block(encoder, texts, eod, dtype)
 
 
-def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
-           count: int, cache_tokens: int | None = None, workers: int = 1) -> dict[str, Any]:
-    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS``; return what was written (for the check)."""
+def _add_block(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    """``builder.add_document(doc, [len(doc)])`` for each of the block's documents (``tokens``
+    end to end, ``lengths``), in one write: the same ``.bin`` and ``.idx``."""
+    builder.data_file.write(tokens.tobytes())
+    start = len(builder.sequence_lengths)
+    builder.sequence_lengths.extend(lengths.tolist())
+    builder.document_indices.extend(range(start + 1, start + len(lengths) + 1))
+
+
+def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> Any:
+    """megatron.core's ``IndexedDatasetBuilder`` for ``prefix`` (RuntimeError if its dtype
+    for this vocabulary is not :func:`token_dtype`'s)."""
     m = indexed_dataset()
+    if m.DType.optimal_dtype(len(tokenizer)) != dtype:
+        raise RuntimeError(f"megatron.core picks {m.DType.optimal_dtype(len(tokenizer))} for "
+                           f"{len(tokenizer)} ids, not {dtype}")
+    return m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+
+
+def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path,
+           tokenizer: Any, count: int, cache_tokens: int | None = None, workers: int = 1
+           ) -> dict[str, Any]:
+    """Write ``PREFIX.bin/.idx`` and ``DOCUMENTS`` (the texts read from ``corpus`` as they are
+    needed); return what was written (for the check).
+    ``megatron.core`` is imported once the first block is tokenized: with workers, while
+    they tokenize the next ones."""
+    from clusterclip.tokens import backend_ids
+
     dtype = token_dtype(tokenizer)
     eod = eod_token_id(tokenizer)
+    encoder = backend_ids(tokenizer) or tokenizer
     prefix = str(directory / PREFIX)
     docs_out = np.lib.format.open_memmap(directory / DOCUMENTS, mode="w+", dtype="<i8",
                                          shape=(count, len(DOCUMENT_COLUMNS)))
-    builder = m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    builder = None
     h_tokens, h_lengths = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
     by_label: dict[int, int] = {}
     cache = _TokenCache(CACHE_TOKENS if cache_tokens is None else cache_tokens)
     rows = 0
     try:
         # each distinct document of a block is tokenized once (or found in the cache)
-        for batch, docs, arrays, inverse in _tokenized(batches, tokenizer, cache, eod, dtype,
-                                                       workers):
+        for batch, docs, arrays, inverse in _tokenized(batches, corpus, encoder, cache, eod,
+                                                       dtype, workers):
             n = len(docs)
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
-            for j in inverse.tolist():
-                arr = arrays[j]
-                builder.add_document(arr, [arr.size])
-                h_tokens.update(arr.tobytes())
+            tokens = (np.concatenate([arrays[j] for j in inverse.tolist()]) if n
+                      else np.zeros(0, dtype))
+            builder = builder or _open_builder(prefix, tokenizer, dtype)
+            _add_block(builder, tokens, lengths)
+            h_tokens.update(tokens.tobytes())  # the same digest as one update per document
             h_lengths.update(lengths.tobytes())
             lab = np.asarray(batch["label"], dtype=np.int64)
             docs_out[rows:rows + n] = np.stack(
@@ -287,7 +365,8 @@ def _write(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: 
                 by_label[c] = by_label.get(c, 0) + int(t)
             rows += n
     finally:
-        builder.finalize(m.get_idx_path(prefix))
+        builder = builder or _open_builder(prefix, tokenizer, dtype)
+        builder.finalize(indexed_dataset().get_idx_path(prefix))
         docs_out.flush()
         del docs_out
     if rows != count:
@@ -340,17 +419,19 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
 
 def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
                    schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
-                   count: int, cache_tokens: int | None = None, workers: int | None = None
-                   ) -> dict[str, Any]:
-    """Write ``batches`` (from :func:`clusterclip.export.iter_batches`) into ``directory``,
-    re-read and check it; return the format's part of the summary. ``workers``: processes
+                   count: int, cache_tokens: int | None = None, workers: int | None = None,
+                   *, corpus: Any) -> dict[str, Any]:
+    """Write ``batches`` (from :func:`clusterclip.export.iter_batches`, without texts) of
+    ``corpus`` into ``directory``, re-read and check it; return the format's part of the
+    summary. A block reads the texts of the documents not in the token cache only (a
+    schedule repeats documents: most of a long one's are there). ``workers``: processes
     tokenizing side by side (:func:`_tokenized`; the same bytes for any number); None: the
     CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
     if workers is None:
         from clusterclip.pool import available_cpus
 
         workers = 1 if count < POOL_MIN_POSITIONS else available_cpus()
-    written = _write(batches, directory, tokenizer, count, cache_tokens, workers)
+    written = _write(batches, corpus, directory, tokenizer, count, cache_tokens, workers)
     _check(directory, written, schedule, labels, first, step, count)
     return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,
             "documents": DOCUMENTS, "documents_columns": list(DOCUMENT_COLUMNS),

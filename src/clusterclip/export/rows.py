@@ -13,6 +13,20 @@ import numpy as np
 COLUMNS = ("position", "doc_index", "label", "text", "fields")
 
 
+def record_texts(corpus: Any, indices: np.ndarray) -> Any:
+    """``(index, record, text)`` of each of the ascending distinct ``indices``, read through
+    the corpus index (one pass per file); InputError for a document without text (the
+    labels that scheduled it are not this corpus's)."""
+    from clusterclip.errors import InputError
+
+    for i, rec in corpus.iter_records_at(indices):
+        text = corpus.text_of(i, rec)
+        if text is None:
+            raise InputError(f"document {i} has no text; its label says it has one "
+                             f"(labels do not belong to this corpus?)")
+        yield i, rec, text
+
+
 def _schema():
     import pyarrow as pa
 
