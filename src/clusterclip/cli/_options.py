@@ -148,10 +148,47 @@ class parsed:  # noqa: N801 - an argparse type, named like the others (integer, 
                 f"expected {' or '.join([*words, kind])}, got {text!r:.40}") from None
 
 
+class parsed_list(parsed):  # noqa: N801 - an argparse type, like parsed
+    """An argparse ``type`` that only parses comma-separated integers (``ranges``: or one
+    range 'A-B', at most 4096 values) for a list field of the options class at ``where``
+    declared with ``ranged(..., each=True)``: the options check each value's range when
+    made."""
+
+    def __init__(self, where: str, name: str, ranges: bool = False) -> None:
+        super().__init__(where, name)
+        self.ranges = ranges
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        return "integer_list"
+
+    def __call__(self, text: str) -> list[int]:
+        one = super().__call__
+        span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text) if self.ranges else None
+        if span:
+            first, last = one(span[1]), one(span[2])
+            if last - first >= 4096:
+                raise argparse.ArgumentTypeError(f"{text!r}: a range of at most 4096 values")
+            values = list(range(first, last + 1))
+        else:
+            try:
+                values = [one(x) for x in text.split(",") if x.strip()]
+            except argparse.ArgumentTypeError as e:
+                if not str(e).startswith("expected"):
+                    raise
+                values = []
+        if not values:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer or a comma-separated list of integers"
+                f"{' (or a range A-B)' if self.ranges else ''}, got {text!r:.40}")
+        return values
+
+
 #: The options classes whose fields declare the ranges of shared option groups.
 EMBED = "clusterclip.stages.embed:EmbedOptions"
 KMEANS = "clusterclip.clustering.kmeans:KMeansSettings"
 CLUSTER = "clusterclip.stages.cluster:ClusterOptions"
+SWEEP = "clusterclip.stages.cluster:SweepOptions"
 
 # One type per kind of number; every command takes its numbers through these.
 SEED = integer(0, MAX_SEED)
@@ -253,8 +290,7 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=parsed(KMEANS, "seed"), default=d.seed)
     g.add_argument("--kmeans-device", default=d.device,
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
-    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)",
-                          parsed(KMEANS, "chunk_rows"))
+    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)")
     g.add_argument("--fit-sample", type=parsed(CLUSTER, "fit_sample"), default=None,
                    metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
@@ -275,12 +311,13 @@ def kmeans_options(args: argparse.Namespace) -> dict[str, Any]:
             for f in fields(KMeansSettings)}
 
 
-def add_chunk_rows_option(g: Any, help: str, kind: Callable[[str], int] | None = None) -> None:
-    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``),
-    parsed by ``kind`` (default: :data:`ROWS`, checked as it is parsed)."""
+def add_chunk_rows_option(g: Any, help: str) -> None:
+    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``):
+    the k-means setting ``chunk_rows``, whose range
+    :class:`clusterclip.clustering.kmeans.KMeansSettings` declares and checks."""
     from clusterclip.clustering.kmeans import DEFAULT_CHUNK_ROWS
 
-    g.add_argument("--chunk-rows", type=kind or ROWS, default=DEFAULT_CHUNK_ROWS,
+    g.add_argument("--chunk-rows", type=parsed(KMEANS, "chunk_rows"), default=DEFAULT_CHUNK_ROWS,
                    help=f"{help} (default: {DEFAULT_CHUNK_ROWS})")
 
 
