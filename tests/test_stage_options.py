@@ -12,6 +12,8 @@ import typing
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import clusterclip.stages
 from clusterclip.errors import InputError
@@ -384,12 +386,13 @@ def _option_classes():
     from clusterclip.cli._demo import DemoConfig
     from clusterclip.clustering.kmeans import KMeansSettings
     from clusterclip.lm.runconfig import ExperimentConfig
+    from clusterclip.sampling.spec import ScheduleRequest, ScheduleSettings
     from clusterclip.search.fit import FitRequest
     from clusterclip.search.offline import SearchConfig
     from clusterclip.search.propose import ProposeRequest
 
     found = {ExperimentConfig, SearchConfig, FitRequest, ProposeRequest, KMeansSettings,
-             DemoConfig}
+             DemoConfig, ScheduleSettings, ScheduleRequest}
     for name in STAGES:
         module = _stage(name)
         found.add(typing.get_type_hints(module.run)["options"])
@@ -472,6 +475,16 @@ def test_no_options_class_defines_a_separate_check_method():
     (lambda: _kmeans(metric="manhattan"), "metric"),
     (lambda: _kmeans(tol=float("inf")), "tol"),
     (lambda: _stage("cluster").KMeansOptions(chunk_rows=0), "chunk_rows"),
+    (lambda: _stage("cluster").SweepOptions(ks=(4, 0, 8)), "ks"),
+    (lambda: _stage("cluster").SweepOptions(ks=[4], silhouette_sample=2), "silhouette_sample"),
+    (lambda: _stage("cluster").ClusterOptions(n_clusters=0), "n_clusters"),
+    (lambda: _stage("report").ReportOptions(clips=(4, 2**20 + 1)), "clips"),
+    (lambda: _stage("report").ReportOptions(clips=()), "clips"),
+    (lambda: _schedule(world_size=0), "world_size"),
+    (lambda: _schedule(rank=2, world_size=2), "rank"),
+    (lambda: _schedule(consumed_samples=-1), "consumed_samples"),
+    (lambda: _schedule(alpha=float("nan")), "alpha"),
+    (lambda: _stage("sample").SampleOptions(num_tokens=0), "num_tokens"),
 ])
 def test_the_configurations_and_kmeans_settings_refuse_when_made(make, param):
     """What ``.validate()`` checked, now when the configuration is made (and again when
@@ -484,6 +497,12 @@ def _experiment(**kw):
     from clusterclip.lm.runconfig import ExperimentConfig
 
     return ExperimentConfig(**kw)
+
+
+def _schedule(**kw):
+    from clusterclip.sampling.spec import ScheduleRequest
+
+    return ScheduleRequest(**{"num_samples": 10, **kw})
 
 
 def _kmeans(**kw):
@@ -513,11 +532,6 @@ def test_a_changed_configuration_is_checked_again():
         ExperimentConfig(("random",))  # type: ignore[misc]
 
 
-#: Commands whose number options still check their range in the argparse type (each to
-#: move into its options with clusterclip.limits.ranged, as experiment and search did).
-RANGED_IN_ARGPARSE = {"assign", "cluster", "report", "run", "sample"}
-
-
 def _parsers(parser, prefix=""):
     """(command, parser) of every command and subcommand (``search fit``)."""
     import argparse
@@ -541,8 +555,8 @@ def _outside(kind):
 def test_the_command_line_only_parses_the_numbers_the_options_check():
     """A number's range is declared once, on the options field that holds it: the
     argparse type of its option parses any number (its range is the field's, shown in
-    --help), and making the options refuses one outside it. The commands not moved yet are
-    listed, and the list is exact."""
+    --help), and making the options refuses one outside it: no command's argparse type
+    refuses a number for its range (list types included: ``cluster --clusters``)."""
     import argparse
 
     from clusterclip.cli import build_parser
@@ -557,8 +571,7 @@ def test_the_command_line_only_parses_the_numbers_the_options_check():
                     a.type(text)
                 except argparse.ArgumentTypeError:
                     still.add(command.split()[0])
-    assert still == RANGED_IN_ARGPARSE
-    assert not {"dedup", "demo", "embed", "experiment", "export", "group", "search"} & still
+    assert still == set()
 
 
 def test_building_the_command_line_imports_no_options_class_it_parses_for():
@@ -572,7 +585,9 @@ def test_building_the_command_line_imports_no_options_class_it_parses_for():
     code = ("import sys; from clusterclip.cli import build_parser; build_parser(); "
             "print(sorted(m for m in sys.modules if m in {'clusterclip.stages.embed', "
             "'clusterclip.stages.search', 'clusterclip.stages.experiment', "
-            "'clusterclip.search.fit', 'clusterclip.stages.dedup', 'clusterclip.stages.group'}))")
+            "'clusterclip.search.fit', 'clusterclip.stages.dedup', 'clusterclip.stages.group', "
+            "'clusterclip.stages.cluster', 'clusterclip.stages.sample', "
+            "'clusterclip.report.build'}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=child_env(), timeout=120)
     assert r.stdout.strip() == "[]", (r.stdout, r.stderr)
@@ -588,3 +603,58 @@ def test_the_help_of_search_fit_and_propose_shows_the_ranges_their_options_decla
         a = subs[command]._option_string_actions[option]
         assert "(range: %(range_text)s)" in a.help and str(a.range_text) == shown
         assert shown in " ".join(subs[command].format_help().split())
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.one_of(st.lists(st.integers(-5, 15), max_size=6).map(tuple),
+                        st.lists(st.integers(-5, 15), max_size=6)),
+       lo=st.integers(-3, 5), span=st.integers(0, 8))
+def test_a_list_field_is_checked_element_by_element(values, lo, span):
+    """``ranged(..., each=True)``: a list or tuple of at least one number, each in range,
+    else InputError naming the field and the first value outside (the reference: a loop)."""
+    from clusterclip.limits import check_ranges, ranged
+
+    hi = lo + span
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Options:
+        ks: tuple[int, ...] = ranged(lo, hi, each=True)
+
+        def __post_init__(self):
+            check_ranges(self)
+
+    bad = [v for v in values if not lo <= v <= hi]
+    if values and not bad:
+        assert Options(ks=values).ks == values
+        return
+    with pytest.raises(InputError) as e:
+        Options(ks=values)
+    assert e.value.params == ("ks",) and str(e.value).startswith("ks: ")
+    if bad:
+        assert f"{bad[0]} is out of range (an integer in {lo} .. {hi})" in str(e.value)
+
+
+def test_the_list_options_only_parse_and_the_command_shows_the_element(tmp_path, capsys):
+    """``cluster --clusters`` and ``report --choose-clip`` parse any integers; the options
+    refuse the one out of range, shown in the user's option, one line, exit 2, before
+    anything is read or written (``assign --chunk-rows`` too)."""
+    from clusterclip.cli import build_parser, main
+
+    subs = dict(_parsers(build_parser()))
+    assert subs["cluster"]._option_string_actions["--clusters"].type("3,0") == [3, 0]
+    choose = subs["report"]._option_string_actions["--choose-clip"].type
+    assert choose("0-2") == [0, 1, 2] and choose(str(2**40)) == [2**40]
+    W = tmp_path / "W"
+    for argv, shown in (
+            (["cluster", "--workdir", str(W), "--sweep", "--clusters", "8,0"],
+             "clusterclip cluster: error: --clusters: 0 is out of range (an integer in 1 .. "),
+            (["report", "--workdir", str(W), "--choose-clip", f"2,{2**20 + 1}"],
+             f"clusterclip report: error: --choose-clip: {2**20 + 1} is out of range"),
+            (["assign", "--centroids", str(tmp_path / "c.npy"), "--embeddings",
+              str(tmp_path / "e.npy"), "--out", str(tmp_path / "O"), "--chunk-rows", "0"],
+             "clusterclip assign: error: --chunk-rows: 0 is out of range")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(shown) and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []

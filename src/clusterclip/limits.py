@@ -120,8 +120,9 @@ def ranged(lo: float, hi: float, *, real: bool = False, lo_open: bool = False,
     """A dataclass field holding an integer in [lo, hi] (``real``: a finite number,
     ``lo_open``: in (lo, hi]), None when its annotation allows it (``int | None``), or one
     of ``words`` (``"auto"``); ``each``: a list or tuple of such numbers, at least one, each
-    in range (``ks=(50, 200)``): the one declaration of its range. :func:`check_ranges` checks it when the options are made; the command
-    line's option that sets it parses the number (:func:`field_range` gives its range to
+    in range (``ks=(50, 200)``): the one declaration of its range. :func:`check_ranges`
+    checks it when the options are made; the command line's option that sets it parses
+    the number (:func:`field_range` gives its range to
     ``--help``). ``field_options``: :func:`dataclasses.field`'s (``default=``).
 
     Examples
