@@ -678,10 +678,14 @@ def test_a_list_field_is_checked_element_by_element(values, lo, span):
     bad = [v for v in values if not lo <= v <= hi]
     if values and not bad:
         assert Options(ks=values).ks == values
+        assert Options(ks=np.asarray(values)).ks.tolist() == list(values)
+        assert Options(ks=range(lo, hi + 1)).ks == range(lo, hi + 1)
         return
     with pytest.raises(InputError) as e:
         Options(ks=values)
     assert e.value.params == ("ks",) and str(e.value).startswith("ks: ")
+    with pytest.raises(InputError, match="ks: expected a list"):
+        Options(ks=lo)  # a number, not a list of them
     if bad:
         assert f"{bad[0]} is out of range (an integer in {lo} .. {hi})" in str(e.value)
 

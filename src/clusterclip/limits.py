@@ -119,10 +119,10 @@ def ranged(lo: float, hi: float, *, real: bool = False, lo_open: bool = False,
            words: tuple[str, ...] = (), each: bool = False, **field_options: Any) -> Any:
     """A dataclass field holding an integer in [lo, hi] (``real``: a finite number,
     ``lo_open``: in (lo, hi]), None when its annotation allows it (``int | None``), or one
-    of ``words`` (``"auto"``); ``each``: a list or tuple of such numbers, at least one, each
-    in range (``ks=(50, 200)``): the one declaration of its range. :func:`check_ranges`
-    checks it when the options are made; the command line's option that sets it parses
-    the number (:func:`field_range` gives its range to
+    of ``words`` (``"auto"``); ``each``: a sequence of such numbers (a list, tuple, range or
+    array), at least one, each in range (``ks=(50, 200)``): the one declaration of its
+    range. :func:`check_ranges` checks it when the options are made; the command line's
+    option that sets it parses the number (:func:`field_range` gives its range to
     ``--help``). ``field_options``: :func:`dataclasses.field`'s (``default=``).
 
     Examples
@@ -166,10 +166,14 @@ def check_ranges(options: Any) -> None:
         if (value is None and optional) or (isinstance(value, str) and value in words):
             continue  # None where the field takes it, or a word (auto)
         if f.metadata.get("each"):
-            if not isinstance(value, (list, tuple)) or not value:
+            try:
+                items = [] if isinstance(value, (str, bytes)) else list(value)
+            except TypeError:  # not iterable
+                items = []
+            if not items:
                 raise InputError(f"{f.name}: expected a list of at least one number, got "
                                  f"{shown(repr(value))}", params=(f.name,))
-            for x in value:
+            for x in items:
                 _check_one(f.name, x, lo, hi, real, lo_open)
         else:
             _check_one(f.name, value, lo, hi, real, lo_open)
