@@ -160,7 +160,9 @@ def test_suggestion_follows_the_stated_rule(values):
                                                                  "the sample of 50 rows"),
     (["--clusters", "4", "--sweep-only"], "go with --sweep"),
     (["--clusters", "4", "--sweep", "--metric", "euclidean"], "cosine"),
-    (["--clusters", "4", "--sweep", "--sweep-sample", "2"], "--sweep-sample 2"),
+    (["--clusters", "4", "--sweep", "--sweep-sample", "2"],
+     "--sweep-sample: 2 is out of range (an integer in 3 .. "),
+    (["--clusters", "4,0", "--sweep"], "--clusters: 0 is out of range (an integer in 1 .. "),
 ])
 def test_bad_sweep_input_exits_2_with_one_line(workdir, capsys, args, pattern):
     try:

@@ -603,6 +603,8 @@ def test_every_numeric_option_refuses_huge_and_boundary_values_in_one_line(
             argv += ["--clusters", "2"] if command == "run" else []
         if command == "sample" and option not in ("--num-samples", "--num-tokens"):
             argv += ["--num-samples", "5"]
+        if option in ("--sweep-sample", "--silhouette-sample"):  # they go with --sweep
+            argv += ["--sweep"]
         argv += [f"{option}={text}"]
         capsys.readouterr()
         start = time.monotonic()

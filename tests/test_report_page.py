@@ -227,7 +227,7 @@ def test_rerun_reuses_the_map_and_a_new_sample_redraws_it(reported, tmp_path):
     assert main(["report", "--workdir", str(reported), "--map-sample", "0",
                  "--out", str(tmp_path / "none")]) == 0
     page = (tmp_path / "none" / "index.html").read_text(encoding="utf-8")
-    assert '"map":null' in page and "no map: --map-sample 0" in page
+    assert '"map":null' in page and "no map: map_sample 0" in page
 
 
 def test_map_sample_is_seeded_and_within_the_valid_documents():

@@ -67,8 +67,8 @@ def _write(tmp_path, name, array):
 @pytest.mark.parametrize("case,expect", [
     ("float_labels", "labels must be integers, got dtype float64"),
     ("2d_labels", "labels must be a 1-D array, got shape (10, 2)"),
-    ("clip0", "argument --clip: 0 is out of range (an integer in 1 .. 1048576)"),
-    ("zero_samples", "argument --num-samples: 0 is out of range (an integer in 1 .. "),
+    ("clip0", "error: --clip: 0 is out of range (an integer in 1 .. 1048576)"),
+    ("zero_samples", "error: --num-samples: 0 is out of range (an integer in 1 .. "),
     ("over_capacity", "exceeds capacity"),
     ("unknown_strategy", "invalid choice: 'bogus'"),
     ("missing_file", "no such file"),

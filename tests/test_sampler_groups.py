@@ -187,7 +187,7 @@ def test_run_dedup_and_sample_groups_clip_planted_copies(tmp_path, pydocs_path, 
     W = tmp_path / "W"
     base = ["run", str(corpus), "--workdir", str(W), "--clusters", "3", "--embedder", "fast"]
     assert main(base + ["--dedup", "--dedup-threshold", "2"]) == 2
-    assert "argument --dedup-threshold: 2 is out of range" in capsys.readouterr().err
+    assert "error: --dedup-threshold: 2.0 is out of range" in capsys.readouterr().err
     assert not W.exists() or not (W / "embeddings.npy").exists()  # refused before any work
     labels_n = len(texts)
     assert main(base + ["--dedup", "--num-samples", "500", "--clip", "2",

@@ -190,7 +190,7 @@ def test_cli_budget_is_byte_deterministic_and_ranks_interleave(files, strategy, 
      "argument --num-samples: not allowed with argument --num-tokens"),
     (["--num-tokens", "10000000", "--clip", "2"], "exceeds what paced can supply with "
      "--clip 2: 2 x "),
-    (["--num-tokens", "0"], "argument --num-tokens: 0 is out of range (an integer in 1 .. "),
+    (["--num-tokens", "0"], "error: --num-tokens: 0 is out of range (an integer in 1 .. "),
     (["--num-samples", "50", "--balance-by", "tokens", "--strategy", "random"],
      "strategy random does not draw by cluster"),
     (["--num-tokens", "50", "--tokenizer", "/nonexistent"],

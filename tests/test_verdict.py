@@ -249,11 +249,12 @@ def test_the_looks_are_the_seed_counts_that_can_call_a_difference():
     assert SeedRule(start=3, step=4, cap=12).counts == (3, 7, 11, 12)
     one = SeedRule(start=5, step=3, cap=5)
     assert (one.looks, one.level) == (1, 0.05)
-    assert "Bonferroni" not in one.describe("x") and "95% interval" in one.describe("x")
+    assert "Bonferroni" not in one.describe("x", option="--seeds") \
+        and "95% interval" in one.describe("x", option="--seeds")
     rule = SeedRule(start=2, step=5, cap=12, min_effect=0.01)
     assert SeedRule.of(rule.to_dict()) == rule
     assert rule.to_dict()["looks"] == 3 and rule.to_dict()["level"] == pytest.approx(0.05 / 3)
-    text = rule.describe("`a` against random on macro")
+    text = rule.describe("`a` against random on macro", option="--seeds")
     assert "its paired 98.33% interval excludes 0" in text
     assert "over the 3 planned looks at the primary (at 2, 7 and 12 seeds; Bonferroni)" in text
 

@@ -116,12 +116,13 @@ def check_real(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = F
 # -- a number's range, declared once on the options field that holds it -------------------
 
 def ranged(lo: float, hi: float, *, real: bool = False, lo_open: bool = False,
-           words: tuple[str, ...] = (), **field_options: Any) -> Any:
+           words: tuple[str, ...] = (), each: bool = False, **field_options: Any) -> Any:
     """A dataclass field holding an integer in [lo, hi] (``real``: a finite number,
     ``lo_open``: in (lo, hi]), None when its annotation allows it (``int | None``), or one
-    of ``words`` (``"auto"``): the one declaration
-    of its range. :func:`check_ranges` checks it when the options are made; the command
-    line's option that sets it parses the number (:func:`field_range` gives its range to
+    of ``words`` (``"auto"``); ``each``: a sequence of such numbers (a list, tuple, range or
+    array), at least one, each in range (``ks=(50, 200)``): the one declaration of its
+    range. :func:`check_ranges` checks it when the options are made; the command line's
+    option that sets it parses the number (:func:`field_range` gives its range to
     ``--help``). ``field_options``: :func:`dataclasses.field`'s (``default=``).
 
     Examples
@@ -139,8 +140,8 @@ def ranged(lo: float, hi: float, *, real: bool = False, lo_open: bool = False,
     """
     import dataclasses
 
-    return dataclasses.field(metadata={"range": (lo, hi, real, lo_open, words)},
-                             **field_options)
+    return dataclasses.field(metadata={"range": (lo, hi, real, lo_open, words),
+                                       "each": each}, **field_options)
 
 
 def field_range(cls: Any, name: str) -> tuple[float, float, bool, bool, tuple[str, ...]]:
@@ -153,7 +154,7 @@ def field_range(cls: Any, name: str) -> tuple[float, float, bool, bool, tuple[st
 
 def check_ranges(options: Any) -> None:
     """Check every field of ``options`` declared with :func:`ranged` (InputError naming the
-    first bad one); the values are left as given."""
+    first bad one; of a list, its first bad element); the values are left as given."""
     import dataclasses
 
     for f in dataclasses.fields(options):
@@ -164,7 +165,22 @@ def check_ranges(options: Any) -> None:
         optional = "None" in str(f.type)  # the field's annotation: ``int | None``
         if (value is None and optional) or (isinstance(value, str) and value in words):
             continue  # None where the field takes it, or a word (auto)
-        if real:
-            check_real(f.name, value, lo, hi, lo_open=lo_open)
+        if f.metadata.get("each"):
+            try:
+                items = [] if isinstance(value, (str, bytes)) else list(value)
+            except TypeError:  # not iterable
+                items = []
+            if not items:
+                raise InputError(f"{f.name}: expected a list of at least one number, got "
+                                 f"{shown(repr(value))}", params=(f.name,))
+            for x in items:
+                _check_one(f.name, x, lo, hi, real, lo_open)
         else:
-            check_int(f.name, value, int(lo), int(hi))
+            _check_one(f.name, value, lo, hi, real, lo_open)
+
+
+def _check_one(name: str, value: Any, lo: float, hi: float, real: bool, lo_open: bool) -> None:
+    if real:
+        check_real(name, value, lo, hi, lo_open=lo_open)
+    else:
+        check_int(name, value, int(lo), int(hi))

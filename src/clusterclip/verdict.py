@@ -493,8 +493,8 @@ class SeedRule:
             going &= ~done
         return seeds, measurable
 
-    def describe(self, primary: str, unit: str = "nats per token",
-                 option: str = "--seeds") -> str:
+    def describe(self, primary: str, unit: str = "nats per token", *,
+                 option: str) -> str:
         """The rule in words, for results.md.
 
         Parameters
@@ -504,7 +504,8 @@ class SeedRule:
         unit : str
             The unit of ``min_effect``.
         option : str
-            The option whose ``auto`` it is.
+            The option whose ``auto`` it is (the caller's command line's: ``--seeds``
+            of ``clusterclip experiment``).
 
         Returns
         -------

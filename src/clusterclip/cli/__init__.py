@@ -77,7 +77,7 @@ class _Parser(argparse.ArgumentParser):
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
     """Append "(default: X)" to the help of every option that has a default and does not
     already state it (store_true flags and options defaulting to None say what they do),
-    and the range of every number (clusterclip.cli._options.integer, real)."""
+    and the range of every number (clusterclip.cli._options.parsed: its options field's)."""
     for a in parser._actions:
         # the range of an option whose options class declares it is read when the help is
         # shown (the class is imported then), otherwise now

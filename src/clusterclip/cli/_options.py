@@ -8,95 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterclip.cli._paths import add_path
-from clusterclip.limits import (
-    MAX_CLIP,
-    MAX_ROWS,
-    MAX_SAMPLES,
-    MAX_SEED,
-    MAX_THREADS,
-    MAX_TOKENS,
-    MAX_WORLD,
-    field_range,
-    int_problem,
-    real_problem,
-    real_range,
-    shown,
-)
+from clusterclip.limits import field_range, real_range, shown
 
-# -- numbers: every integer and float option of every command is one of these types --------
-# (clusterclip.limits holds the bounds; tests/test_hostile_inputs.py checks that no option
-# takes a bare int or float)
-
-
-def integer(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer in [lo, hi], else argparse's one-line error (exit 2)
-    before any work. ``.bounds`` and ``.range_text`` say the range (shown in --help)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            if re.fullmatch(r"\s*[+-]?\d+\s*", text):  # more digits than int() reads
-                raise argparse.ArgumentTypeError(
-                    f"{shown(text.strip())} is out of range (an integer in {lo} .. {hi})"
-                ) from None
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r:.40}") from None
-        problem = int_problem(value, lo, hi)
-        if problem:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
-    parse.__name__ = "integer"
-    return parse
-
-
-def real(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """An argparse ``type``: a finite number in [lo, hi] (``lo_open``: (lo, hi]); nan, inf
-    and overflowing values are refused; -0 is 0.0."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r:.40}") from None
-        if real_problem(value, lo, hi, lo_open):  # as typed: 1e400, not inf
-            raise argparse.ArgumentTypeError(f"{shown(text.strip())} is out of range (a "
-                                             f"number in {real_range(lo, hi, lo_open)})")
-        return value + 0.0  # -0.0 -> 0.0
-
-    parse.bounds = (lo, hi)  # type: ignore[attr-defined]
-    parse.range_text = real_range(lo, hi, lo_open)  # type: ignore[attr-defined]
-    parse.__name__ = "real"
-    return parse
-
-
-def integer_list(lo: int, hi: int, ranges: bool = False) -> Callable[[str], list[int]]:
-    """An argparse ``type``: comma-separated integers in [lo, hi] (``ranges``: or one range
-    'A-B', at most 4096 values)."""
-    one = integer(lo, hi)
-
-    def parse(text: str) -> list[int]:
-        span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text) if ranges else None
-        if span:
-            first, last = one(span[1]), one(span[2])
-            if last - first >= 4096:
-                raise argparse.ArgumentTypeError(f"{text!r}: a range of at most 4096 values")
-            values = list(range(first, last + 1))
-        else:
-            try:
-                values = [one(x) for x in text.split(",") if x.strip()]
-            except argparse.ArgumentTypeError as e:
-                if not str(e).startswith("expected"):
-                    raise
-                raise argparse.ArgumentTypeError(
-                    f"expected an integer or a comma-separated list of integers"
-                    f"{' (or a range A-B)' if ranges else ''}, got {text!r:.40}") from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected integers in {lo} .. {hi}, got {text!r}")
-        return values
-
-    parse.bounds, parse.range_text = (lo, hi), f"{lo} .. {hi}"  # type: ignore[attr-defined]
-    parse.__name__ = "integer_list"
-    return parse
+# -- numbers: every integer and float option of every command is parsed by one of these
+# types; its range is declared once on the options field it sets (clusterclip.limits.ranged)
+# and checked when the options are made (tests/test_hostile_inputs.py checks that no option
+# takes a bare int or float, tests/test_stage_options.py that no type refuses a range)
 
 
 class parsed:  # noqa: N801 - an argparse type, named like the others (integer, real)
@@ -148,28 +65,52 @@ class parsed:  # noqa: N801 - an argparse type, named like the others (integer, 
                 f"expected {' or '.join([*words, kind])}, got {text!r:.40}") from None
 
 
+class parsed_list(parsed):  # noqa: N801 - an argparse type, like parsed
+    """An argparse ``type`` that only parses comma-separated integers (``ranges``: or one
+    range 'A-B', at most 4096 values) for a list field of the options class at ``where``
+    declared with ``ranged(..., each=True)``: the options check each value's range when
+    made."""
+
+    def __init__(self, where: str, name: str, ranges: bool = False) -> None:
+        super().__init__(where, name)
+        self.ranges = ranges
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        return "integer_list"
+
+    def __call__(self, text: str) -> list[int]:
+        one = super().__call__
+        span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text) if self.ranges else None
+        if span:
+            first, last = one(span[1]), one(span[2])
+            if last - first >= 4096:
+                raise argparse.ArgumentTypeError(f"{text!r}: a range of at most 4096 values")
+            values = list(range(first, last + 1))
+        else:
+            try:
+                values = [one(x) for x in text.split(",") if x.strip()]
+            except argparse.ArgumentTypeError as e:
+                if not str(e).startswith("expected"):
+                    raise
+                values = []
+        if not values:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer or a comma-separated list of integers"
+                f"{' (or a range A-B)' if self.ranges else ''}, got {text!r:.40}")
+        return values
+
+
 #: The options classes whose fields declare the ranges of shared option groups.
 EMBED = "clusterclip.stages.embed:EmbedOptions"
 KMEANS = "clusterclip.clustering.kmeans:KMeansSettings"
 CLUSTER = "clusterclip.stages.cluster:ClusterOptions"
-
-# One type per kind of number; every command takes its numbers through these.
-SEED = integer(0, MAX_SEED)
-CLIP = integer(1, MAX_CLIP)
-ALPHA = real(-1000.0, 1000.0)
-SAMPLES = integer(1, MAX_SAMPLES)  # a schedule's length T
-POSITION = integer(0, MAX_SAMPLES)  # a position in it (--consumed-samples)
-TOKENS = integer(1, MAX_TOKENS)  # a budget in tokens
-RANK = integer(0, MAX_WORLD - 1)
-WORLD_SIZE = integer(1, MAX_WORLD)
-ROWS = integer(1, MAX_ROWS)  # documents or rows per sample, shard, chunk or file; clusters K
-ROWS_OR_ZERO = integer(0, MAX_ROWS)  # the same, 0 meaning none or all (as each option says)
-CLUSTER_LIST = integer_list(1, MAX_ROWS)
-CLIP_LIST = integer_list(1, MAX_CLIP, ranges=True)
-SIMILARITY = real(0.0, 1.0, lo_open=True)  # a cosine similarity threshold
-FACTOR = real(0.0, 100.0)  # --tail-floor
-COUNT = integer(1, 100_000)  # --windows
-THREADS = integer(1, MAX_THREADS)
+SWEEP = "clusterclip.stages.cluster:SweepOptions"
+DEDUP = "clusterclip.stages.dedup:DedupOptions"
+#: The sampler's numbers (``sample``, ``run``): the module is the one that names the
+#: strategies, imported when the parser is built, so parsing them imports nothing more.
+SCHEDULE = "clusterclip.sampling.spec:ScheduleSettings"
+SCHEDULE_REQUEST = "clusterclip.sampling.spec:ScheduleRequest"
 
 
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
@@ -253,8 +194,7 @@ def add_kmeans_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=parsed(KMEANS, "seed"), default=d.seed)
     g.add_argument("--kmeans-device", default=d.device,
                    help="torch device for k-means: cpu, cuda, ... (default: cpu)")
-    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)",
-                          parsed(KMEANS, "chunk_rows"))
+    add_chunk_rows_option(g, "rows streamed from embeddings.npy at a time (bounds memory)")
     g.add_argument("--fit-sample", type=parsed(CLUSTER, "fit_sample"), default=None,
                    metavar="N",
                    help="fit k-means++ and Lloyd on a seeded sample of N valid rows, then "
@@ -275,12 +215,13 @@ def kmeans_options(args: argparse.Namespace) -> dict[str, Any]:
             for f in fields(KMeansSettings)}
 
 
-def add_chunk_rows_option(g: Any, help: str, kind: Callable[[str], int] | None = None) -> None:
-    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``),
-    parsed by ``kind`` (default: :data:`ROWS`, checked as it is parsed)."""
+def add_chunk_rows_option(g: Any, help: str) -> None:
+    """``--chunk-rows`` of the commands that stream embeddings (``cluster``, ``assign``):
+    the k-means setting ``chunk_rows``, whose range
+    :class:`clusterclip.clustering.kmeans.KMeansSettings` declares and checks."""
     from clusterclip.clustering.kmeans import DEFAULT_CHUNK_ROWS
 
-    g.add_argument("--chunk-rows", type=kind or ROWS, default=DEFAULT_CHUNK_ROWS,
+    g.add_argument("--chunk-rows", type=parsed(KMEANS, "chunk_rows"), default=DEFAULT_CHUNK_ROWS,
                    help=f"{help} (default: {DEFAULT_CHUNK_ROWS})")
 
 
@@ -334,12 +275,12 @@ def add_sampling_options(g: Any, *, mixture_into: Any = None, mixture_help: str)
                    help=f"default: {DEFAULT_COMMAND_STRATEGY} (beat random on held-out loss in "
                         "our runs), or the --mixture's timing; clusterclip is the paper's "
                         "method")
-    g.add_argument("--clip", type=CLIP, default=None,
+    g.add_argument("--clip", type=parsed(SCHEDULE, "clip"), default=None,
                    help="clusterclip, paced: max times any document is drawn (default: the "
                         f"--mixture's clip, else paced {DEFAULT_CLIP}, raised to fit T; "
                         "clusterclip: the recommended R for T, the rule of `clusterclip "
                         "report`)")
-    g.add_argument("--alpha", type=ALPHA, default=0.0,
+    g.add_argument("--alpha", type=parsed(SCHEDULE, "alpha"), default=0.0,
                    help="temperature/clusterclip/paced: cluster weight n_k ** alpha "
                         "(default: 0)")
     add_path(g if mixture_into is None else mixture_into, "--mixture", role="input",

@@ -8,6 +8,8 @@ from clusterclip.cli._options import add_chunk_rows_option
 from clusterclip.cli._paths import add_path
 
 HELP = "label embeddings with existing K-means centroids (writes labels.npy, scores.npy)"
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"device": "--kmeans-device"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,12 +29,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
     from clusterclip.clustering.files import assign_embeddings_file
+    from clusterclip.clustering.kmeans import KMeansSettings
     from clusterclip.workdir import LABELS, SCORES
 
-    with D.process_group(args.kmeans_device) as main_rank:
+    # assign's options are k-means settings: made (so checked) before any work
+    k = KMeansSettings(metric=args.metric, device=args.kmeans_device,
+                       chunk_rows=args.chunk_rows)
+    with D.process_group(k.device) as main_rank:
         result = assign_embeddings_file(args.centroids, args.embeddings, args.out,
-                                        metric=args.metric, device=args.kmeans_device,
-                                        chunk_rows=args.chunk_rows, valid_path=args.valid,
+                                        metric=k.metric, device=k.device,
+                                        chunk_rows=k.chunk_rows, valid_path=args.valid,
                                         names=(LABELS, SCORES))
     if main_rank:
         print(f"assign: {result['n_valid']} rows labelled with {result['n_clusters']} centroids "

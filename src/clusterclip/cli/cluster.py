@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from clusterclip.cli._options import CLUSTER_LIST, ROWS, add_kmeans_options, kmeans_options
+from clusterclip.cli._options import (
+    SWEEP,
+    add_kmeans_options,
+    kmeans_options,
+    parsed,
+    parsed_list,
+)
 from clusterclip.cli._paths import add_path
 from clusterclip.errors import InputError
 
 HELP = "cluster embeddings with K-means (work directory or a bare embeddings file)"
 #: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
 PARAM_FLAGS = {"n_clusters": "--clusters", "ks": "--clusters", "sample_size": "--sweep-sample"}
+# The ranges of --clusters, --sweep-sample and --silhouette-sample are SweepOptions' (and
+# ClusterOptions.n_clusters' for one K): the command line only parses them.
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="work directory holding embeddings.npy (from embed)")
     add_path(src, "--embeddings", role="input",
              help="a bare N x d .npy embeddings file (needs --out)")
-    p.add_argument("--clusters", type=CLUSTER_LIST, required=True,
+    p.add_argument("--clusters", type=parsed_list(SWEEP, "ks"), required=True,
                    help="number of clusters K; with --sweep a comma-separated list (50,200,1000)")
     add_path(p, "--out", role="output_dir", help="output directory for --embeddings")
     add_path(p, "--valid", role="input",
@@ -31,9 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "full data with the suggested K")
     g.add_argument("--sweep-only", action="store_true",
                    help="with --sweep: stop after the sweep (print the command for the full fit)")
-    g.add_argument("--sweep-sample", type=ROWS, default=None,
+    g.add_argument("--sweep-sample", type=parsed(SWEEP, "sample_size"), default=None,
                    help="rows in the sweep's sample (default: min(valid rows, 50000))")
-    g.add_argument("--silhouette-sample", type=ROWS, default=None,
+    g.add_argument("--silhouette-sample", type=parsed(SWEEP, "silhouette_sample"), default=None,
                    help="rows the silhouette is computed on (default: 10000)")
     add_kmeans_options(p)
 

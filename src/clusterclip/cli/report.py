@@ -6,13 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from clusterclip.cli._options import CLIP_LIST, add_overwrite_option, parsed
+from clusterclip.cli._options import add_overwrite_option, parsed, parsed_list
 from clusterclip.cli._paths import add_path
 from clusterclip.workdir import REPORT, SCHEDULE
 
 HELP = "report on clusters and training mixtures (W/report/: summary.json, plots, report.md)"
 #: The options that declare the numbers' ranges (the command line parses them).
 _REPORT = "clusterclip.report.build:ReportOptions"
+#: Parameters of the code below named otherwise here (see clusterclip.cli._flags).
+PARAM_FLAGS = {"clips": "--choose-clip"}
 
 
 def _strategies(text: str) -> list[str]:
@@ -65,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a schedule starves the tail when the smallest 25%% of clusters get "
                         "less than this times their corpus share of the last 20%% of training; "
                         "the recommended R is the smallest R that does not (default: 0.5)")
-    p.add_argument("--choose-clip", type=CLIP_LIST, default=None, metavar="RANGE",
+    p.add_argument("--choose-clip", type=parsed_list(_REPORT, "clips", ranges=True), default=None,
+                   metavar="RANGE",
                    help="choose-R: values of R to tabulate, 'A-B' or 'A,B,C' (default: 1-16, "
                         "extended to 7 past the smallest R that fits the budget)")
     p.add_argument("--map-sample", type=parsed(_REPORT, "map_sample"), default=None, metavar="N",

@@ -6,16 +6,16 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from clusterclip.cli._options import (
-    ROWS,
-    SAMPLES,
-    SIMILARITY,
-    TOKENS,
+    CLUSTER,
+    DEDUP,
+    SCHEDULE,
     add_corpus_options,
     add_embed_options,
     add_kmeans_options,
     add_sampling_options,
     add_token_options,
     check_token_options,
+    parsed,
     resolve_mixture,
 )
 from clusterclip.cli._paths import add_path
@@ -38,15 +38,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help=".jsonl / .jsonl.gz / .parquet files or folders of them")
     add_path(p, "--workdir", role="workdir", required=True,
              help="work directory for all artifacts")
-    p.add_argument("--clusters", type=ROWS, required=True, help="number of clusters K")
+    p.add_argument("--clusters", type=parsed(CLUSTER, "n_clusters"), required=True,
+                   help="number of clusters K")
     add_corpus_options(p)
     add_embed_options(p, backend_flag="--embed-backend")
     add_kmeans_options(p)
     g = p.add_argument_group("sampling (only with --num-samples or --num-tokens)")
     length = g.add_mutually_exclusive_group()
-    length.add_argument("--num-samples", type=SAMPLES, default=None,
+    length.add_argument("--num-samples", type=parsed(SCHEDULE, "num_samples"), default=None,
                         help="length T of the training schedule written to W/schedule.npy")
-    length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="B",
+    length.add_argument("--num-tokens", type=parsed(SCHEDULE, "num_tokens"), default=None,
+                        metavar="B",
                         help="token budget instead: the schedule ends at the first position "
                              "whose cumulative tokens reach B")
     add_sampling_options(g, mixture_help=(
@@ -57,16 +59,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="group near-duplicates inside each cluster (the dedup stage, "
                         "W/groups.npy) and clip by group: each group is one unit of the passes "
                         "and of the clip")
-    g.add_argument("--dedup-threshold", type=SIMILARITY, default=DEFAULT_THRESHOLD,
+    g.add_argument("--dedup-threshold", type=parsed(DEDUP, "threshold"), default=DEFAULT_THRESHOLD,
                    help=f"cosine similarity for --dedup, in (0, 1] (default: {DEFAULT_THRESHOLD})")
 
 
 def run(args: argparse.Namespace) -> int:
     from clusterclip import distributed as D
     from clusterclip.errors import InputError
+    from clusterclip.sampling.spec import ScheduleSettings
     from clusterclip.stages import pipeline
     from clusterclip.workdir import Workdir
 
+    ScheduleSettings(num_samples=args.num_samples, num_tokens=args.num_tokens,  # ranges
+                     clip=args.clip, alpha=args.alpha, seed=args.seed)  # first
     resolve_mixture(args, args.clusters)  # checked now, not after the embedding
     sampling = args.num_samples is not None or args.num_tokens is not None
     if check_token_options(args) and not sampling:
@@ -88,7 +93,6 @@ def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
     ``--num-samples`` or ``--num-tokens`` was given)."""
     from clusterclip.cli._options import kmeans_options
     from clusterclip.cli.embed import embed_options
-    from clusterclip.sampling.spec import check_clip
     from clusterclip.stages.cluster import ClusterOptions
     from clusterclip.stages.dedup import DedupOptions
     from clusterclip.stages.embed import EmbedOptions
@@ -100,17 +104,14 @@ def config(args: argparse.Namespace, sampling: bool) -> RunOptions:
     embed = EmbedOptions(inputs=tuple(args.inputs), **embed_options(args))
     cluster = ClusterOptions(n_clusters=args.clusters, fit_sample=args.fit_sample,
                              progress=progress, **kmeans_options(args))
-    if not sampling and args.clip is not None:
-        check_clip(args.clip)
     sample = SampleOptions(
         num_samples=args.num_samples, num_tokens=args.num_tokens, balance_by=args.balance_by,
         tokenizer=args.tokenizer, strategy=args.strategy, clip=args.clip, alpha=args.alpha,
         seed=args.seed, mixture=args.mixture, groups=args.dedup,
         progress=progress) if sampling else None
-    return RunOptions(
-        embed=embed, cluster=cluster, sample=sample,
-        dedup=DedupOptions(threshold=args.dedup_threshold, progress=progress)
-        if args.dedup else None)
+    dedup = DedupOptions(threshold=args.dedup_threshold, progress=progress)  # checked
+    return RunOptions(embed=embed, cluster=cluster, sample=sample,
+                      dedup=dedup if args.dedup else None)
 
 
 def _reused(stage: dict[str, Any]) -> str:

@@ -8,15 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.cli._options import (
-    POSITION,
-    RANK,
-    SAMPLES,
-    SEED,
-    TOKENS,
-    WORLD_SIZE,
+    SCHEDULE_REQUEST,
     add_sampling_options,
     add_token_options,
     check_token_options,
+    parsed,
     resolve_mixture,
 )
 from clusterclip.cli._paths import add_path
@@ -30,22 +26,23 @@ SUMMARY_MAGIC = f'{{\n  "{SUMMARY_MARK[0]}": "{SUMMARY_MARK[1]}"'.encode()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    R = SCHEDULE_REQUEST  # the options that declare the numbers' ranges
     add_path(p, "--labels", role="input", required=True,
                    help="1-D integer .npy: cluster id per document, -1 = excluded")
     length = p.add_mutually_exclusive_group(required=True)
-    length.add_argument("--num-samples", type=SAMPLES, default=None,
+    length.add_argument("--num-samples", type=parsed(R, "num_samples"), default=None,
                         help="global schedule length T")
-    length.add_argument("--num-tokens", type=TOKENS, default=None, metavar="B",
+    length.add_argument("--num-tokens", type=parsed(R, "num_tokens"), default=None, metavar="B",
                         help="token budget: the schedule ends at the first position whose "
                              "cumulative tokens reach B")
     add_token_options(p)
-    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--seed", type=parsed(R, "seed"), default=0)
     add_path(p, "--out", role="output_file", required=True,
              help="output .npy (int64 indices of this rank)")
-    p.add_argument("--rank", type=RANK, default=0)
-    p.add_argument("--world-size", type=WORLD_SIZE, default=1,
+    p.add_argument("--rank", type=parsed(R, "rank"), default=0)
+    p.add_argument("--world-size", type=parsed(R, "world_size"), default=1,
                    help="rank r writes global positions r, r+W, ...; each rank floor(T/W)")
-    p.add_argument("--consumed-samples", type=POSITION, default=0,
+    p.add_argument("--consumed-samples", type=parsed(R, "consumed_samples"), default=0,
                    help="start at this global position (resume)")
     weights = p.add_mutually_exclusive_group()
     add_path(weights, "--cluster-weights", role="input", default=None,
@@ -153,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from clusterclip.storage.outputs import check_output_file
     from clusterclip.workdir import CORPUS, GROUPS, MANIFEST, Workdir
 
+    request(args)  # the numbers' ranges, before anything is read
     with contextlib.ExitStack() as stack:
         labels = Path(args.labels).resolve()  # a link to W/labels.npy is W's labels too
         # the inputs, and the work directories they and the outputs lie in, are refused by
@@ -180,6 +178,16 @@ def run(args: argparse.Namespace) -> int:
         if needs:
             tokens, source = _token_counts(args, w)
         return _run(args, tokens, source)
+
+
+def request(args: argparse.Namespace) -> Any:
+    """The :class:`clusterclip.sampling.spec.ScheduleRequest` of the parsed options: made
+    (so checked: InputError naming the parameter, shown as its option) before any work."""
+    from clusterclip.sampling.spec import ScheduleRequest
+
+    return ScheduleRequest(num_samples=args.num_samples, num_tokens=args.num_tokens,
+                           clip=args.clip, alpha=args.alpha, seed=args.seed, rank=args.rank,
+                           world_size=args.world_size, consumed_samples=args.consumed_samples)
 
 
 def _token_counts(args: argparse.Namespace, w: Any) -> tuple[Any, dict[str, Any]]:

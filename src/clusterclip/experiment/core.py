@@ -400,7 +400,7 @@ def _announce(log: Callable[[str], None], config: ExperimentConfig, data: Experi
     busy = busy_cpus()
     if threads > 1 and busy is not None and busy > usable_cpus() - threads + 0.5:
         log(f"experiment: the machine is busy (load {busy:.1f} on {usable_cpus()} CPUs); "
-            f"{threads} threads may run much slower than --threads 1")
+            f"{threads} threads may run much slower than 1 thread")
     return est
 
 

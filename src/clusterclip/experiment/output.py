@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.experiment.verdict import seed_rule_of, verdict_lines
+from clusterclip.experiment.verdict import SEEDS_OPTION, seed_rule_of, verdict_lines
 from clusterclip.lm.metrics import METRICS, schedule_keys
 from clusterclip.verdict import LEVEL, holm, paired_difference, percent
 
@@ -233,7 +233,7 @@ def _seed_words(results: dict[str, Any]) -> str:
     c = results["config"]
     if c.get("auto_seeds"):
         rule = seed_rule_of(results)
-        text += f"; {rule.describe(what)}"
+        text += f"; {rule.describe(what, option=SEEDS_OPTION)}"
     return text + ")"
 
 

@@ -38,6 +38,11 @@ from clusterclip.verdict import (
     primary_of,
 )
 
+#: The option of ``clusterclip experiment`` that sets the seeds, spelled here once: the
+#: verdict's advice (``Run with --seeds 6``) and results.md's seed rule name it, for the
+#: user to act on (the command line's own text, kept as data for those lines).
+SEEDS_OPTION = "--seeds"
+
 
 def primary_of_results(results: dict[str, Any]) -> tuple[str, str] | None:
     """The primary of a results dict: its ``config["primary"]`` or the default."""
@@ -128,7 +133,7 @@ def experiment_decision(v: dict[str, Any], results: dict[str, Any],
     cost = "macro" if rec is not None and rec["metric"] == "micro" else "micro"
     c = results["config"]
     rule = seed_rule_of(results)
-    return first_line(fam, names={m: m for m in VERDICT_METRICS.values()}, rerun="--seeds",
+    return first_line(fam, names={m: m for m in VERDICT_METRICS.values()}, rerun=SEEDS_OPTION,
                       runs_per_seed=len(c["strategies"]),
                       how={n: " sampling" for n in c["strategies"]}, cost=cost,
                       arms="the strategies", seconds_per_run=seconds_per_run,
@@ -188,7 +193,7 @@ def verdict_lines(results: dict[str, Any], seconds_per_run: float | None = None
             f"{percent(1 - fam['level'])} confidence interval excludes 0; every other "
             f"comparison is measurable only when its Holm-adjusted p over the "
             f"{fam['family']} is below {fam['level']:.4g}"
-            + (f" ({looks}, the seeds chosen by --seeds auto)." if looks else "."))
+            + (f" ({looks}, the seeds chosen by {SEEDS_OPTION} auto)." if looks else "."))
     return lines
 
 

@@ -359,7 +359,7 @@ class ReportOptions:
     seed: int = ranged(0, MAX_SEED, default=0)
     windows: int = ranged(1, 100_000, default=50)
     tail_floor: float = ranged(0.0, 100.0, real=True, default=DEFAULT_TAIL_FLOOR)
-    clips: Sequence[int] | None = None
+    clips: Sequence[int] | None = ranged(1, MAX_CLIP, each=True, default=None)
     out: str | os.PathLike[str] | None = None
     progress: bool = False
     overwrite: bool = False

@@ -26,13 +26,18 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip import limits
 from clusterclip.errors import InputError
 from clusterclip.labels import check_labels
 from clusterclip.limits import (
+    MAX_ALPHA,
     MAX_CLIP,
     MAX_SAMPLES,
+    MAX_TOKENS,
     MAX_WEIGHT_SPAN,
     MAX_WORLD,
+    check_ranges,
+    ranged,
     shown,
     weight_span_problem,
 )
@@ -182,6 +187,50 @@ def _checked_rank(rank: Any, world_size: Any) -> tuple[int, int]:
         raise InputError(f"rank must be < world_size {world_size}, got {rank}",
                          params=("rank", "world_size"))
     return rank, world_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSettings:
+    """The numbers of a schedule's draw, their ranges declared once (checked when made,
+    InputError naming the parameter): its length ``num_samples`` or token budget
+    ``num_tokens``, the clip (None: the default clip), ``alpha`` and the ``seed`` (that of
+    the command line, whose commands share it with k-means: 0 .. 2**63 - 1). The ``sample``
+    stage's options extend them (:class:`clusterclip.stages.sample.SampleOptions`), and the
+    command line's ``sample`` and ``run`` only parse the options that set them.
+
+    Examples
+    --------
+    >>> ScheduleSettings(num_samples=1000, clip=4).clip
+    4
+    >>> ScheduleSettings(num_samples=0)
+    Traceback (most recent call last):
+    ...
+    clusterclip.errors.InputError: num_samples: 0 is out of range (an integer in 1 .. 1099511627776)
+    """
+
+    num_samples: int | None = ranged(1, MAX_SAMPLES, default=None)
+    num_tokens: int | None = ranged(1, MAX_TOKENS, default=None)
+    clip: int | None = ranged(1, MAX_CLIP, default=None)
+    alpha: float = ranged(-MAX_ALPHA, MAX_ALPHA, real=True, default=0.0)
+    seed: int = ranged(0, limits.MAX_SEED, default=0)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleRequest(ScheduleSettings):
+    """What ``clusterclip sample`` draws: the :class:`ScheduleSettings` and the share of
+    the schedule this rank writes (global positions ``consumed_samples + rank``, then
+    every ``world_size``-th; :func:`rank_share`). Checked when made."""
+
+    rank: int = ranged(0, MAX_WORLD - 1, default=0)
+    world_size: int = ranged(1, MAX_WORLD, default=1)
+    consumed_samples: int = ranged(0, MAX_SAMPLES, default=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _checked_rank(self.rank, self.world_size)
 
 
 @dataclass(frozen=True, eq=False)

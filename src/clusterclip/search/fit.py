@@ -320,7 +320,7 @@ def _write_round(tmp: Path, req: FitRequest, ws: Any, new: list[Candidate], sett
                 {"round": len(req.ratios) + 1, "runs": len(ids)})
     if draw.fmt is not None:
         if load_corpus is None:
-            raise ValueError("--format needs load_corpus")
+            raise ValueError("fmt needs load_corpus")
         export_all(load_corpus(str(req.workdir)), tmp, ws, new, ids, draw, tokenizer,
                    _stderr, "search fit")
 

@@ -358,7 +358,7 @@ def estimate(config: SearchConfig, data: ProxyData, device: str, threads: int,
     sizes = "/".join(map(str, round_sizes(config.runs, config.rounds)))
     log(f"search: {config.runs} proxies in {len(round_sizes(config.runs, config.rounds))} "
         f"rounds ({sizes}) + {n_test} test runs ({len(test_seeds(config))} fresh seeds"
-        + (", more by --test-seeds auto's rule until the verdict is resolved"
+        + (", more by the stop rule of test seeds auto until the verdict is resolved"
            if config.test_seeds == AUTO else "") + "), "
         f"{data.budget.steps} steps each of a {size(exp.model.num_parameters())}-parameter "
         f"model; estimated {format_seconds(est)} of training on {world} process(es) x "

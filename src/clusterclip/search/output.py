@@ -47,6 +47,10 @@ def _proxy(p: Any, predicted: float | None, loo: float | None) -> dict[str, Any]
             "predicted": predicted, "loo_predicted": loo}
 
 
+#: The option of ``clusterclip search`` that sets the test seeds, spelled here once: the
+#: verdict's advice and results.md's seed rule name it, for the user to act on.
+TEST_SEEDS_OPTION = "--test-seeds"
+
 #: The stop rule of ``--test-seeds auto`` (the smallest effect of interest in nats per
 #: token of the objective).
 SEED_RULE = SeedRule()
@@ -228,7 +232,7 @@ def decision_line(results: dict[str, Any], seconds_per_run: float | None = None)
                      + (f"; Holm-adjusted p {sp['p_holm']:.2g}" if sp.get("p_holm") is not None
                         else "") + ")")
     rule = results["config"].get("seed_rule")
-    return first_line(fam, names=METRIC_NAMES, rerun="--test-seeds",
+    return first_line(fam, names=METRIC_NAMES, rerun=TEST_SEEDS_OPTION,
                       runs_per_seed=len(results["test"]), how=HOW, cost="micro",
                       arms="the arms", then=then, seconds_per_run=seconds_per_run,
                       cap=SeedRule.of(rule).cap if rule else None)
@@ -460,7 +464,7 @@ def _primary_setup(results: dict[str, Any]) -> str:
             f"Holm-adjusted p over all {n} is below {rule.level if rule else 0.05:.4g} "
             "(results.json: *verdict*).")
     if rule:
-        text += f" Test seeds: {rule.describe(what, option='--test-seeds')}."
+        text += f" Test seeds: {rule.describe(what, option=TEST_SEEDS_OPTION)}."
     return text
 
 

@@ -407,7 +407,7 @@ def export_all(corpus: Any, tmp: Path, ws: ClusterSpace, cands: list[Candidate],
         export_schedule(corpus, ws.labels, schedule, tmp / "runs" / rid, fmt=draw.fmt,
                         source=str(path), doc_tokens=ws.doc_tokens,
                         tokenizer=tokenizer if draw.fmt == "megatron" else None,
-                        token_method="the tokens per document that --num-tokens counts "
+                        token_method="the tokens per document that the token budget counts "
                                      "(W's token counts: the tokenizer given, else the "
                                      "estimate)")
         log(f"{command}: {i + 1}/{len(ids)} {rid}: {len(schedule):,} positions "

@@ -56,7 +56,7 @@ class ClusterOptions(KMeansOptions):
     automatic choice, 0: every row; :func:`clusterclip.clustering.files.resolve_fit_sample`).
     Checked when made (InputError naming the parameter)."""
 
-    n_clusters: int
+    n_clusters: int = ranged(1, MAX_ROWS)
     fit_sample: int | None = ranged(0, MAX_ROWS, default=None)
 
     def __post_init__(self) -> None:
@@ -70,9 +70,9 @@ class SweepOptions(KMeansOptions):
     rows (None: ``min(valid rows, 50,000)``), silhouette on ``silhouette_sample`` rows
     (None: 10,000); see :mod:`clusterclip.clustering.sweep`."""
 
-    ks: tuple[int, ...]
-    sample_size: int | None = None
-    silhouette_sample: int | None = None
+    ks: tuple[int, ...] = ranged(1, MAX_ROWS, each=True)
+    sample_size: int | None = ranged(3, MAX_ROWS, default=None)
+    silhouette_sample: int | None = ranged(3, MAX_ROWS, default=None)
 
     def __post_init__(self) -> None:
         from clusterclip.clustering import sweep as S
@@ -81,13 +81,7 @@ class SweepOptions(KMeansOptions):
         if self.metric != "cosine":
             raise InputError(f"the sweep measures cosine clusters; got metric {self.metric}",
                              params=("metric",))
-        for name, value in (("sample_size", self.sample_size),
-                            ("silhouette_sample", self.silhouette_sample)):
-            if value is not None and value < 3:
-                raise InputError(f"{name} {value}: must be at least 3", params=(name,))
         object.__setattr__(self, "ks", tuple(sorted(set(int(k) for k in self.ks))))
-        if not self.ks:
-            raise InputError("ks: give at least one K", params=("ks",))
         if self.sample_size is None:
             object.__setattr__(self, "sample_size", S.DEFAULT_SAMPLE)
         if self.silhouette_sample is None:

@@ -101,9 +101,9 @@ def older_schedule_warning(workdir: str | os.PathLike[str]) -> str | None:
     except OSError:
         return None
     return (f"warning: exporting {sched}, older than {mix} (so not sampled from it); to "
-            f"export the mixture's schedule: clusterclip sample --labels "
-            f"{root / LABELS} --mixture {mix} --num-samples T --out S.npy, then "
-            f"export --schedule S.npy")
+            f"export the mixture's schedule: `clusterclip sample --labels "
+            f"{root / LABELS} --mixture {mix} --num-samples T --out S.npy`, then "
+            f"`clusterclip export --schedule S.npy ...`")
 
 
 def _export(w: Workdir, o: ExportOptions, sched: Path | None, tokenizer: Any

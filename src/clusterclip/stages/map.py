@@ -40,7 +40,7 @@ def run(w: Workdir, options: MapOptions) -> str | None:
 
     o = options
     if o.sample == 0:
-        return "no map: --map-sample 0"
+        return "no map: map_sample 0"
     if not w.path(EMBEDDINGS).is_file():
         return f"no map: the work directory has no {EMBEDDINGS}"
     if umap_version() is None:

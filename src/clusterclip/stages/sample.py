@@ -14,17 +14,19 @@ from typing import Any
 
 from clusterclip.errors import InputError
 from clusterclip.sampling.clip import DEFAULT_COMMAND_STRATEGY
-from clusterclip.sampling.spec import check_clip
+from clusterclip.sampling.spec import ScheduleSettings
 from clusterclip.workdir import CORPUS, GROUPS, LABELS, SCHEDULE, TOKENS, Workdir
 
 STAGE = "sample"
 
 
 @dataclass(frozen=True, kw_only=True)
-class SampleOptions:
+class SampleOptions(ScheduleSettings):
     """What the ``sample`` stage draws; checked when made (InputError naming the parameter).
 
-    One of ``num_samples`` (positions) and ``num_tokens`` (a token budget); clusters
+    The numbers of :class:`clusterclip.sampling.spec.ScheduleSettings` (their ranges
+    declared there): one of ``num_samples`` (positions) and ``num_tokens`` (a token
+    budget), ``clip``, ``alpha`` and ``seed``; clusters
     balanced by ``balance_by`` (docs or tokens), token counts from ``tokenizer`` (the
     ``tokens`` stage) or the estimate. ``strategy`` and ``clip`` as resolved against the
     ``mixture`` file (:mod:`clusterclip.sampling.mixture`), whose cluster weights replace
@@ -34,36 +36,23 @@ class SampleOptions:
     see :mod:`clusterclip.sampling.groups`).
     """
 
-    num_samples: int | None = None
-    num_tokens: int | None = None
     balance_by: str = "docs"
     tokenizer: str | None = None
     strategy: str = DEFAULT_COMMAND_STRATEGY
-    clip: int | None = None
-    alpha: float = 0.0
-    seed: int = 0
     mixture: str | None = None
     groups: bool = False
     progress: bool = False
 
     def __post_init__(self) -> None:
         from clusterclip.sampling.budget import check_balance
-        from clusterclip.sampling.spec import MAX_SEED
 
-        if self.num_samples is not None and self.num_samples <= 0:
-            raise InputError(f"num_samples {self.num_samples}: must be > 0",
-                             params=("num_samples",))
+        super().__post_init__()  # the ranges of the numbers
         check_balance(balance_by=self.balance_by, strategy=self.strategy, alpha=self.alpha,
                       has_weights=False)
-        if self.clip is not None:
-            check_clip(self.clip)
         if self.tokenizer is not None:  # a bad path fails now
             from clusterclip.tokens import load_tokenizer, tokenizer_identity
 
             tokenizer_identity(load_tokenizer(self.tokenizer))
-        if not 0 <= self.seed <= MAX_SEED:
-            raise InputError(f"seed {self.seed}: the sampler takes 0 .. 2**64 - 1",
-                             params=("seed",))
         if self.mixture is not None:  # a bad file fails now, not in the stage's work
             from clusterclip.sampling.mixture import read_mixture
 
