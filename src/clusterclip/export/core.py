@@ -70,7 +70,7 @@ WRITES = {"parquet": ("part-[0-9]*.parquet",),
 #: Extra needed by each format (named in the error when its library is missing).
 EXTRAS = {"parquet": ("pyarrow", "parquet"), "hf": ("datasets", "hf"),
           "mds": ("pyarrow", "mds"),
-          "megatron": ("megatron.core.datasets.indexed_dataset", "megatron")}
+          "megatron": (_megatron.MODULE, "megatron")}
 SUMMARY = "_export.json"
 #: Parquet writer settings, pinned so that the same inputs give byte-identical files.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": False,
@@ -79,16 +79,12 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionar
 
 
 def _require(fmt: str) -> None:
-    import warnings
-
     if fmt == "megatron":  # found without importing it (seconds), imported once needed
         _megatron.require()
         return
     module, extra = EXTRAS[fmt]
     try:
-        with warnings.catch_warnings():  # megatron.core warns on import without apex/TE
-            warnings.simplefilter("ignore")
-            __import__(module)
+        __import__(module)
     except ImportError:
         raise InputError(f"format {fmt} needs {module}; install the `{extra}` extra "
                          f"(pip install 'clusterclip[{extra}]')", params=("format",)) from None
