@@ -23,11 +23,21 @@ class DirectWriter:
     """A new binary file at ``path`` (it must not exist), written in order: ``write``,
     ``flush``, ``fileno``, ``close``, and a context manager that closes it.
 
-    The bytes are gathered in a buffer of ``chunk_bytes`` (a multiple of :data:`ALIGN`)
-    and written a full buffer at a time; :meth:`flush` writes what is gathered, padded to
-    :data:`ALIGN` and cut back to its length, so the file always holds exactly the bytes
+    The bytes are gathered in a buffer of ``chunk_bytes`` (a multiple of ``ALIGN``)
+    and written a full buffer at a time; ``flush`` writes what is gathered, padded to
+    ``ALIGN`` and cut back to its length, so the file always holds exactly the bytes
     written once flushed. ``direct=False`` (or a file system that refuses ``O_DIRECT``)
-    writes the same bytes through the page cache; :attr:`direct` says which is used.
+    writes the same bytes through the page cache; ``direct`` (the attribute) says which
+    is used.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to create (``FileExistsError`` if something is there).
+    chunk_bytes : int
+        The buffer: bytes gathered per write.
+    direct : bool
+        Try ``O_DIRECT`` (False: through the page cache).
 
     Examples
     --------
