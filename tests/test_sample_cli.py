@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from _helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from _helpers import run_cli
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
