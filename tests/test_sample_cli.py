@@ -253,6 +253,31 @@ def test_running_sample_imports_only_what_sample_needs(tmp_path):
         assert heavy not in loaded, heavy
 
 
+def test_sample_loads_openblas_with_one_thread_and_leaves_the_environment(tmp_path):
+    """``clusterclip sample`` does no linear algebra: numpy's OpenBLAS gets one thread (its
+    others spin when they start), and the environment is the user's again after; a limit
+    the user set is kept."""
+    import subprocess
+    import sys
+
+    from _helpers import child_env
+
+    np.save(tmp_path / "labels.npy", np.array([0, 1, 1, 2, 0], dtype=np.int64))
+    code = ("import os; from clusterclip.cli import main; "
+            f"main(['sample', '--labels', {str(tmp_path / 'labels.npy')!r}, "
+            f"'--num-samples', '7', '--out', {str(tmp_path / 's.npy')!r}, '--no-progress']); "
+            "from threadpoolctl import threadpool_info; "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'), "
+            "[i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas'])")
+    for user, want in ((None, "None [1]"), ("2", "2 [2]")):
+        env = {k: v for k, v in child_env().items() if k != "OPENBLAS_NUM_THREADS"}
+        if user is not None:
+            env["OPENBLAS_NUM_THREADS"] = user
+        out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                             capture_output=True, text=True).stdout.split("\n")[-2]
+        assert out == want
+
+
 def test_sample_and_the_sample_stage_draw_one_schedule_and_summary(pydocs_path, tmp_path):
     """Issue 39: ``clusterclip sample`` and the ``sample`` stage share one path (the mixture's
     exclusions and weights, the default clip and its reason, the summary's records): on
