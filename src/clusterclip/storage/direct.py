@@ -103,20 +103,19 @@ class DirectWriter:
 
     def _pwrite(self, n: int) -> None:
         """Write the buffer's first ``n`` bytes at its file offset (all of them)."""
-        view, at = self._view[:n], self._base
-        while view.nbytes:
-            try:
-                k = os.pwrite(self._fd, view, at)
-            except OSError as e:  # an alignment the file system refuses: the page cache
-                if not self.direct or e.errno != errno.EINVAL:
-                    raise
-                import fcntl
+        done = 0
+        with self._view[:n] as view:  # released on an error too (the buffer is closed)
+            while done < n:
+                try:
+                    done += os.pwrite(self._fd, view[done:], self._base + done)
+                except OSError as e:  # an alignment the file system refuses: page cache
+                    if not self.direct or e.errno != errno.EINVAL:
+                        raise
+                    import fcntl
 
-                fl = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-                fcntl.fcntl(self._fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)
-                self.direct = False
-                continue
-            view, at = view[k:], at + k
+                    fl = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+                    fcntl.fcntl(self._fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)
+                    self.direct = False
 
     def fileno(self) -> int:
         """The file descriptor."""
