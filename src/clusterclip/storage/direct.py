@@ -1,11 +1,12 @@
 """Sequential writes of a new large file around the page cache (``O_DIRECT``) where the
 file system takes them, for ``sample --out``: the bytes go from one reused aligned buffer
-to the disk, so writing a 240 MB schedule needs no 240 MB of fresh page cache. On a
-virtual machine that hands freed memory back to its host (a balloon's free page
-reporting), filling fresh page cache cost 0.8-0.9 CPU s of the process per 240 MB,
-measured (docs/scale.md, "The sampler as a whole process"); the direct writes cost
-0.01-0.08 s. Where ``O_DIRECT`` is refused (not Linux, a file system without it, an
-alignment it does not take), the same bytes are written through the page cache."""
+to the disk, so writing a 240 MB schedule needs no 240 MB of fresh page cache. On the
+project's virtual machine (whose freed memory is slow to touch again, most likely handed
+back to its host), filling fresh page cache cost up to 0.9 system CPU s per 240 MB, measured
+(docs/scale.md, "The sampler as a whole process"); the direct writes cost 0.01-0.08 s.
+Where ``O_DIRECT`` is refused (not Linux, a file system without it, an alignment it does not
+take), the same bytes are written through the page cache. On a machine whose page cache is
+cheap, the direct writes cost the disk's time instead, in the writer thread."""
 
 from __future__ import annotations
 
