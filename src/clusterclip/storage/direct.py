@@ -54,21 +54,19 @@ class DirectWriter:
                  direct: bool = True) -> None:
         if chunk_bytes <= 0 or chunk_bytes % ALIGN:
             raise ValueError(f"chunk_bytes {chunk_bytes} is not a positive multiple of {ALIGN}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        odirect = getattr(os, "O_DIRECT", 0) if direct else 0
         self.path = os.fspath(path)
-        self.direct = False
-        if odirect:
-            try:
-                self._fd = os.open(self.path, flags | odirect, 0o666)
-                self.direct = True
-            except OSError as e:  # the file system takes no O_DIRECT
-                if e.errno != errno.EINVAL:
-                    raise
-        if not self.direct:
-            self._fd = os.open(self.path, flags, 0o666)
         self._buf = mmap.mmap(-1, chunk_bytes)  # anonymous: page-aligned, reused
         self._view = memoryview(self._buf)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(self.path, flags, 0o666)
+        except BaseException:
+            self._view.release()
+            self._buf.close()
+            raise
+        # switched on once the file is made (an open with O_CREAT | O_DIRECT may make the
+        # file and then refuse the flag)
+        self.direct = direct and _set_direct(self._fd, True)
         self._base = 0  # file offset of the buffer's first byte (a multiple of chunk_bytes)
         self._fill = 0  # bytes gathered in the buffer
         self._flushed = True  # the file holds every byte written
@@ -112,11 +110,7 @@ class DirectWriter:
                 except OSError as e:  # an alignment the file system refuses: page cache
                     if not self.direct or e.errno != errno.EINVAL:
                         raise
-                    import fcntl
-
-                    fl = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-                    fcntl.fcntl(self._fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)
-                    self.direct = False
+                    self.direct = _set_direct(self._fd, False)
 
     def fileno(self) -> int:
         """The file descriptor."""
@@ -145,3 +139,23 @@ class DirectWriter:
             self.close()
         elif self._fd >= 0:  # the caller's error stands; the file is the caller's to remove
             self._release()
+
+
+def _set_direct(fd: int, on: bool) -> bool:
+    """Switch ``O_DIRECT`` on or off for ``fd``; whether it is now on (False where the
+    platform has no such flag or the file system refuses it)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return False
+    if not flag:
+        return False
+    old = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, old | flag if on else old & ~flag)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        return False
+    return on
