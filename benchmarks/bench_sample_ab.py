@@ -7,9 +7,10 @@ Issue's shape (N = 2 x 10^6 power-law labels, K = 5,000, T = 3 x 10^7, clip 20,
 ``--strategy clusterclip``), each process writing over its own tree's previous output (a rerun
 replacing its own file, as ``bench_sampler.py --sections cli`` does: its ownership record is
 checked and the old file replaced; a tree never replaces the other's, whose record it may
-read differently), ``CLUSTERCLIP_CACHE=off``, both trees byte-compiled first. Each round runs
-the base tree and this tree in an order that alternates round by round, and records wall,
-user and system CPU seconds (``RUSAGE_CHILDREN``) with the load average. The conclusion is
+read differently; ``--fresh``: each process to a new path, none replaced, all removed at the
+end), ``CLUSTERCLIP_CACHE=off``, both trees byte-compiled first. Each round runs the base
+tree and this tree in an order that alternates round by round, and records wall, user and
+system CPU seconds (``RUSAGE_CHILDREN``) with the load average. The conclusion is
 the mean paired difference (this tree - base) of the CPU seconds, and of the user CPU seconds
 alone (system time swings with the machine's page cache), each with its t interval, Holm-
 corrected for the two: measurable only when the interval excludes zero.
@@ -59,6 +60,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the other tree's src/ folder")
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--fresh", action="store_true",
+                    help="every process writes a new path (kept until the end): no rerun")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_sampler import power_law_labels
@@ -79,7 +82,8 @@ def main() -> None:
         for r in range(args.rounds):
             for name in (("base", "this") if r % 2 == 0 else ("this", "base")):
                 load = os.getloadavg()[0]
-                wall, u, sy = _run(trees[name], labels, outs[name])
+                out = outs[name].with_name(f"new-{name}-{r}.npy") if args.fresh else outs[name]
+                wall, u, sy = _run(trees[name], labels, out)
                 cpu[name].append(u + sy)
                 user[name].append(u)
                 print(f"| {r + 1} | {name} | {wall:.2f} | {u + sy:.2f} | {u:.2f} | {sy:.2f} | "

@@ -26,9 +26,10 @@ Sections (``--sections``, default all):
 * ``cli``: whole processes, each timed from the parent (interpreter start,
   imports, reading labels.npy, writing the .npy): ``clusterclip sample`` for
   every strategy (``--cli-repeat`` rounds, each process writing over the previous
-  one's output; the medians compared) against a process that draws with ``torch.multinomial``
-  (cluster-balancing weights) and saves, one that iterates
-  ``WeightedRandomSampler`` into a list and saves, and one that saves
+  one's output, or with ``--fresh`` to a new path; ``--base-src DIR``: the same
+  processes of that source tree right after ours; the medians compared) against a
+  process that draws with ``torch.multinomial`` (cluster-balancing weights) and saves,
+  one that iterates ``WeightedRandomSampler`` into a list and saves, and one that saves
   ``numpy permutation(T)``; the torch peers draw ``--peer-samples`` and their
   drawing time is scaled to T (their fixed cost counted once). Then each
   strategy's in-process generation rate (construction + ``blocks()``, fresh
@@ -246,26 +247,37 @@ STRATEGY_ROWS = ("random", "uniform", "temperature", "clusterclip", "paced")
 def _our_processes(args: argparse.Namespace, tmp: Path, labels_file: Path,
                    env: dict) -> list[tuple[str, float, float]]:
     """``clusterclip sample`` of every strategy as a whole process, ``--cli-repeat``
-    rounds over the strategies, each writing over the previous process's output (its
-    record checked, the old file replaced); each run printed, then (name, median wall s,
-    median CPU s) per strategy."""
+    rounds over the strategies, each writing over the previous process's output of its
+    code (its record checked, the old file replaced), or with ``--fresh`` to a new path
+    (the outputs removed after the last round); with ``--base-src``, the same process of
+    that code right after ours in every round. Each run printed, then (name, median wall
+    s, median CPU s) per strategy and code."""
     T = args.samples
+    codes = [("", env)] + ([(" (base)", {**env, "PYTHONPATH": str(args.base_src)})]
+                           if args.base_src else [])
     print(f"\n## whole processes, T={T:,} (wall s; CPU s of the process in brackets; "
-          f"load average when each started; {args.cli_repeat} round(s))", flush=True)
-    runs: dict[str, list[tuple[float, float]]] = {s: [] for s in STRATEGY_ROWS}
+          f"load average when each started; {args.cli_repeat} round(s); each to "
+          f"{'a fresh path' if args.fresh else 'the path the previous run of its code wrote'}"
+          f")", flush=True)
+    runs: dict[str, list[tuple[float, float]]] = {
+        s + c: [] for s in STRATEGY_ROWS for c, _ in codes}
     for r in range(args.cli_repeat):
         for strategy in STRATEGY_ROWS:
-            cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels",
-                   str(labels_file), "--strategy", strategy, "--clip", str(args.clip),
-                   "--num-samples", str(T), "--out", str(tmp / "schedule.npy"),
-                   "--no-progress"]
-            if strategy == "temperature":
-                cmd += ["--alpha", "0.5"]
-            load = os.getloadavg()[0]
-            wall, cpu, _ = _timed(cmd, env)
-            runs[strategy].append((wall, cpu))
-            print(f"| clusterclip sample --strategy {strategy} (round {r + 1}) | {wall:.2f} | "
-                  f"({cpu:.2f}) | load {load:.1f} |", flush=True)
+            for code, code_env in codes:
+                out = tmp / (f"schedule{len(code)}-{strategy}-{r}.npy" if args.fresh
+                             else f"schedule{len(code)}.npy")
+                cmd = [sys.executable, "-m", "clusterclip.cli", "sample", "--labels",
+                       str(labels_file), "--strategy", strategy, "--clip", str(args.clip),
+                       "--num-samples", str(T), "--out", str(out), "--no-progress"]
+                if strategy == "temperature":
+                    cmd += ["--alpha", "0.5"]
+                load = os.getloadavg()[0]
+                wall, cpu, _ = _timed(cmd, code_env)
+                runs[strategy + code].append((wall, cpu))
+                print(f"| clusterclip sample --strategy {strategy}{code} (round {r + 1}) | "
+                      f"{wall:.2f} | ({cpu:.2f}) | load {load:.1f} |", flush=True)
+    for old in tmp.glob("schedule*.npy"):
+        old.unlink()
     rows = [(f"clusterclip sample --strategy {s}", float(np.median([w for w, _ in t])),
              float(np.median([c for _, c in t]))) for s, t in runs.items()]
     if args.cli_repeat > 1:
@@ -284,6 +296,8 @@ def cli_section(args: argparse.Namespace, tmp: Path, labels_file: Path,
     import clusterclip
 
     compileall.compile_dir(Path(clusterclip.__file__).parent, quiet=1)
+    if args.base_src:
+        compileall.compile_dir(Path(args.base_src), quiet=1)
     rows = _our_processes(args, tmp, labels_file, env)
     P = min(T, args.peer_samples)
     peers, draw_rate = {}, {}
@@ -454,6 +468,12 @@ def main() -> None:
                    help="comma-separated: inproc, cli, resume, many, stages")
     p.add_argument("--cli-repeat", type=int, default=3,
                    help="cli: rounds of our processes (the medians are compared)")
+    p.add_argument("--base-src", type=Path, default=None,
+                   help="cli: also run clusterclip sample of this source tree (e.g. a copy "
+                        "of main's src) right after ours in every round")
+    p.add_argument("--fresh", action="store_true",
+                   help="cli: every process writes a new path (default: over the output "
+                        "of the previous process of its code, as a rerun does)")
     p.add_argument("--stages-repeat", type=int, default=5,
                    help="stages: alternated rounds of the four processes")
     p.add_argument("--worker", choices=("ours", "paced", "seek", "resume", "many", "gen"),

@@ -428,6 +428,22 @@ def test_a_write_failing_midway_is_one_line_and_leaves_nothing(tmp_path, args):
     assert {p.name for p in tmp_path.iterdir()} == before  # no output, no temporary
 
 
+@pytest.mark.parametrize("samples", [20_000, 2_000_000])  # cut at the flush; mid-stream
+def test_sample_writing_around_the_page_cache_failing_is_one_line_and_leaves_nothing(
+        tmp_path, samples):
+    """``sample --out`` writes around the page cache (O_DIRECT where taken): a write cut
+    short (a full disk) at the padded last write or at a full buffer in the writer thread
+    is one line naming --out, exit 2, and neither the file nor a temporary is left."""
+    np.save(tmp_path / "labels.npy", np.arange(5000) % 7)
+    before = {p.name for p in tmp_path.iterdir()}
+    out = tmp_path / "s.npy"
+    line = one_error_line(cli("sample", "--labels", str(tmp_path / "labels.npy"),
+                              "--num-samples", str(samples), "--out", str(out),
+                              "--no-progress", file_bytes=64 << 10))
+    assert "--out" in line and "File too large (nothing half-written is left)" in line, line
+    assert {p.name for p in tmp_path.iterdir()} == before
+
+
 @pytest.mark.parametrize("command", ["group", "export", "report", "dedup", "sample",
                                      "sample-summary", "cluster", "assign", "demo"])
 def test_an_output_below_a_regular_file_is_refused_before_any_work(tmp_path, capsys, command):

@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 from _helpers import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
@@ -131,6 +133,42 @@ def test_background_writer_keeps_the_order_and_raises_a_write_error_in_the_calle
                 out.write(b)
 
 
+@settings(max_examples=40, deadline=None)
+@given(pieces=st.lists(st.tuples(st.integers(0, 3 * 4096 + 5), st.booleans()), max_size=12),
+       chunks=st.integers(1, 3), direct=st.booleans())
+def test_direct_writer_file_is_exactly_the_bytes_written(pieces, chunks, direct):
+    """The schedule's writer (around the page cache where the file system takes O_DIRECT,
+    as /tmp here does, else through it): after every flush and at the close, the file holds
+    exactly the bytes written, whatever the pieces' sizes against the aligned buffer; the
+    digest hashed as written is the file's, and its identity lets a reread skip the hash."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    from clusterclip.storage.digests import HashingWriter, sha256_file
+    from clusterclip.storage.direct import ALIGN, DirectWriter
+
+    rng = np.random.default_rng(len(pieces))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "x.bin"
+        expect = b""
+        with DirectWriter(path, chunk_bytes=chunks * ALIGN, direct=direct) as raw:
+            f = HashingWriter(raw)
+            for size, flush in pieces:
+                data = rng.integers(0, 256, size, dtype=np.uint8)
+                assert f.write(data.data) == size
+                expect += data.tobytes()
+                if flush:
+                    raw.flush()
+                    assert path.read_bytes() == expect
+            digest = f.finish()
+        assert path.read_bytes() == expect
+        assert digest == hashlib.sha256(expect).hexdigest() == sha256_file(path)
+        with pytest.raises(FileExistsError):  # a new file only: nothing there is replaced
+            DirectWriter(path)
+        assert path.read_bytes() == expect
+
+
 # -- issue 16: the defaults follow the evidence, and say so ---------------------------------
 def test_the_default_is_paced_at_r4_raised_to_fit_and_says_why(labels_file, tmp_path, capsys):
     path, labels = labels_file
@@ -213,6 +251,31 @@ def test_running_sample_imports_only_what_sample_needs(tmp_path):
     for heavy in ("torch", "clusterclip.embedding", "clusterclip.clustering",
                   "clusterclip.stages", "importlib.metadata"):
         assert heavy not in loaded, heavy
+
+
+def test_sample_loads_openblas_with_one_thread_and_leaves_the_environment(tmp_path):
+    """``clusterclip sample`` does no linear algebra: numpy's OpenBLAS gets one thread (its
+    others spin when they start), and the environment is the user's again after; a limit
+    the user set is kept."""
+    import subprocess
+    import sys
+
+    from _helpers import child_env
+
+    np.save(tmp_path / "labels.npy", np.array([0, 1, 1, 2, 0], dtype=np.int64))
+    code = ("import os; from clusterclip.cli import main; "
+            f"main(['sample', '--labels', {str(tmp_path / 'labels.npy')!r}, "
+            f"'--num-samples', '7', '--out', {str(tmp_path / 's.npy')!r}, '--no-progress']); "
+            "from threadpoolctl import threadpool_info; "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'), "
+            "[i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas'])")
+    for user, want in ((None, "None [1]"), ("2", "2 [2]")):
+        env = {k: v for k, v in child_env().items() if k != "OPENBLAS_NUM_THREADS"}
+        if user is not None:
+            env["OPENBLAS_NUM_THREADS"] = user
+        out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                             capture_output=True, text=True).stdout.split("\n")[-2]
+        assert out == want
 
 
 def test_sample_and_the_sample_stage_draw_one_schedule_and_summary(pydocs_path, tmp_path):
