@@ -429,11 +429,10 @@ def test_a_write_failing_midway_is_one_line_and_leaves_nothing(tmp_path, args):
 
 
 @pytest.mark.parametrize("samples", [20_000, 2_000_000])  # cut at the flush; mid-stream
-def test_sample_writing_around_the_page_cache_failing_is_one_line_and_leaves_nothing(
-        tmp_path, samples):
-    """``sample --out`` writes around the page cache (O_DIRECT where taken): a write cut
-    short (a full disk) at the padded last write or at a full buffer in the writer thread
-    is one line naming --out, exit 2, and neither the file nor a temporary is left."""
+def test_sample_writing_cut_short_is_one_line_and_leaves_nothing(tmp_path, samples):
+    """A write of ``sample --out`` cut short (a full disk) at the last write or in the
+    writer thread mid-stream is one line naming --out, exit 2, and neither the file nor a
+    temporary is left."""
     np.save(tmp_path / "labels.npy", np.arange(5000) % 7)
     before = {p.name for p in tmp_path.iterdir()}
     out = tmp_path / "s.npy"

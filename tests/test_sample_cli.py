@@ -133,42 +133,6 @@ def test_background_writer_keeps_the_order_and_raises_a_write_error_in_the_calle
                 out.write(b)
 
 
-@settings(max_examples=40, deadline=None)
-@given(pieces=st.lists(st.tuples(st.integers(0, 3 * 4096 + 5), st.booleans()), max_size=12),
-       chunks=st.integers(1, 3), direct=st.booleans())
-def test_direct_writer_file_is_exactly_the_bytes_written(pieces, chunks, direct):
-    """The schedule's writer (around the page cache where the file system takes O_DIRECT,
-    as /tmp here does, else through it): after every flush and at the close, the file holds
-    exactly the bytes written, whatever the pieces' sizes against the aligned buffer; the
-    digest hashed as written is the file's, and its identity lets a reread skip the hash."""
-    import hashlib
-    import tempfile
-    from pathlib import Path
-
-    from clusterclip.storage.digests import HashingWriter, sha256_file
-    from clusterclip.storage.direct import ALIGN, DirectWriter
-
-    rng = np.random.default_rng(len(pieces))
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "x.bin"
-        expect = b""
-        with DirectWriter(path, chunk_bytes=chunks * ALIGN, direct=direct) as raw:
-            f = HashingWriter(raw)
-            for size, flush in pieces:
-                data = rng.integers(0, 256, size, dtype=np.uint8)
-                assert f.write(data.data) == size
-                expect += data.tobytes()
-                if flush:
-                    raw.flush()
-                    assert path.read_bytes() == expect
-            digest = f.finish()
-        assert path.read_bytes() == expect
-        assert digest == hashlib.sha256(expect).hexdigest() == sha256_file(path)
-        with pytest.raises(FileExistsError):  # a new file only: nothing there is replaced
-            DirectWriter(path)
-        assert path.read_bytes() == expect
-
-
 # -- issue 16: the defaults follow the evidence, and say so ---------------------------------
 def test_the_default_is_paced_at_r4_raised_to_fit_and_says_why(labels_file, tmp_path, capsys):
     path, labels = labels_file

@@ -15,7 +15,6 @@ from clusterclip.sampling.spec import SamplerSpec, mixture_defaults, rank_share
 from clusterclip.sampling.stream import BaseSampler
 from clusterclip.storage.atomic import atomic_path
 from clusterclip.storage.digests import HashingWriter
-from clusterclip.storage.direct import DirectWriter
 from clusterclip.storage.outputs import check_free_space
 
 
@@ -108,13 +107,11 @@ def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool
 
         bar = tqdm(total=n, desc="sample", unit="idx", unit_scale=True, leave=False)
     try:
-        with atomic_path(path) as tmp, DirectWriter(tmp) as raw:
+        with atomic_path(path) as tmp, open(tmp, "wb") as raw:
             # The .npy header, then the blocks appended in order: the bytes of
             # np.save, with memory bounded by a block (sequential writes cost a
-            # quarter of filling a memory map, whose page faults dominated), around
-            # the page cache where the file system allows (no fresh page cache to
-            # fill: clusterclip.storage.direct). Hashed as written (in the writer's
-            # thread), for the output's ownership record.
+            # quarter of filling a memory map, whose page faults dominated). Hashed as
+            # written (in the writer's thread), for the output's ownership record.
             f = HashingWriter(raw)
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
