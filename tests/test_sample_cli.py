@@ -8,8 +8,6 @@ import json
 import numpy as np
 import pytest
 from _helpers import run_cli
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
