@@ -1,4 +1,4 @@
-"""Bounded Lloyd passes (Hamerly's bounds, cosine on CPU): the brute-force labels, fewer products."""
+"""Bounded Lloyd passes (Hamerly, cosine on CPU): brute-force labels, fewer products."""
 
 from __future__ import annotations
 
