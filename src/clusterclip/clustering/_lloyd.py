@@ -90,9 +90,8 @@ def lloyd(engine: Engine, C: Any, *, max_iter: int, tol: float, n_clusters: int,
 
         bar = tqdm(total=max_iter + 1, desc=desc, unit="pass", leave=False)
     check_finite = True
-    bounds = engine.bounds()  # this run's; a new run starts from none
     for it in range(max_iter + 1):
-        p = engine.run(C, accumulate=it < max_iter, check_finite=check_finite, bounds=bounds)
+        p = engine.run(C, accumulate=it < max_iter, check_finite=check_finite)
         check_finite = False
         f = p.objective_sum / p.n_valid
         history.append(f)
@@ -113,7 +112,7 @@ def lloyd(engine: Engine, C: Any, *, max_iter: int, tol: float, n_clusters: int,
         if n_reseed == 0:
             break
         reseeds.append(n_reseed)
-        p = engine.run(C, accumulate=False, check_finite=False, bounds=bounds)
+        p = engine.run(C, accumulate=False, check_finite=False)
         history.append(p.objective_sum / p.n_valid)
         repairs += 1
     if bar is not None:
