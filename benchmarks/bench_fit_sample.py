@@ -25,9 +25,8 @@ the ``fast`` embeddings of ``bench_scale.py``'s corpus and its topics.
         --k 256 --samples 65536,131072,262144
 
 With ``--base-src DIR`` (say a copy of main's ``src``) every fit runs once more with
-that source tree, in alternating rounds (``--rounds``), and a line per assignment pass
-says its CPU seconds and the share of rows multiplied by the centroids (a pass with
-bounds, :mod:`clusterclip.clustering._bounds`, multiplies fewer; ``-`` is every row).
+that source tree, in alternating rounds (``--rounds``). A line per assignment pass of
+each fit says its CPU seconds (the sample's passes, then the pass over every row).
 ``--samples`` may hold ``0``: the full fit.
 
     python benchmarks/bench_fit_sample.py --embeddings W/embeddings.npy --k 1024 \
@@ -73,8 +72,7 @@ def worker(a: argparse.Namespace) -> dict:
 
 
 def _record_passes() -> list[dict]:
-    """Wrap the k-means engine's pass to record each pass's CPU seconds and the rows it
-    multiplied (``None``: every row; a tree without bounds never says)."""
+    """Wrap the k-means engine's pass to record each pass's CPU seconds and rows."""
     from clusterclip.clustering._passes import Engine
 
     passes: list[dict] = []
@@ -83,9 +81,7 @@ def _record_passes() -> list[dict]:
     def timed(self, *args, **kw):
         c0 = time.process_time()
         p = run(self, *args, **kw)
-        done = p.extra.get("recomputed") if kw.get("bounds") is not None else None
-        passes.append({"cpu_s": time.process_time() - c0, "rows": int(self.reader.n),
-                       "recomputed": done})
+        passes.append({"cpu_s": time.process_time() - c0, "rows": int(self.reader.n)})
         return p
 
     Engine.run = timed
@@ -167,7 +163,7 @@ def _fit(a: argparse.Namespace, root: Path, data: Path, truth: np.ndarray | None
         keep = labels >= 0
         r["nmi_truth"] = nmi(truth[keep], labels[keep]) if truth is not None else float("nan")
         full = root / "labels-0.npy"
-        r["nmi_full"] = nmi(np.load(full)[keep], labels[keep]) if full.is_file() else 1.0
+        r["nmi_full"] = nmi(np.load(full)[keep], labels[keep]) if full.is_file() else np.nan
     print(json.dumps({k: v for k, v in r.items() if k != "passes"}), file=sys.stderr)
     return r
 
@@ -179,7 +175,7 @@ def _table(a: argparse.Namespace, rows: list[dict]) -> None:
           f"load average {os.getloadavg()[0]:.2f}")
     print("| fit | tree | round | wall s | CPU s | init CPU s | passes CPU s | iterations "
           "| objective (every row) | vs first | sample objective | NMI vs truth "
-          "| NMI vs first | peak RSS GiB |")
+          "| NMI vs full | peak RSS GiB |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: | ---: |")
     for r in rows:
@@ -196,15 +192,13 @@ def _table(a: argparse.Namespace, rows: list[dict]) -> None:
 
 
 def _passes_lines(rows: list[dict]) -> None:
-    """A line per assignment pass of each fit: CPU seconds and the share multiplied."""
+    """A line per assignment pass of each fit: its CPU seconds and rows."""
     for r in rows:
         if "error" in r:
             continue
-        print(f"\n{r['method']}, {r['tree']}, round {r['round']}: pass, CPU s, "
-              f"share of rows multiplied")
+        print(f"\n{r['method']}, {r['tree']}, round {r['round']}: pass, CPU s, rows")
         for i, q in enumerate(r["passes"]):
-            share = "-" if q["recomputed"] is None else f"{q['recomputed'] / q['rows']:.3f}"
-            print(f"  {i:>3} {q['cpu_s']:>8.2f} {share:>6}")
+            print(f"  {i:>3} {q['cpu_s']:>8.2f} {q['rows']:>10,}")
 
 
 if __name__ == "__main__":
