@@ -23,6 +23,14 @@ the ``fast`` embeddings of ``bench_scale.py``'s corpus and its topics.
         --samples 65536,131072,262144
     python benchmarks/bench_fit_sample.py --embeddings W/embeddings.npy --truth topics.npy \
         --k 256 --samples 65536,131072,262144
+
+With ``--base-src DIR`` (say a copy of main's ``src``) every fit runs once more with
+that source tree, in alternating rounds (``--rounds``). A line per assignment pass of
+each fit says its CPU seconds (the sample's passes, then the pass over every row).
+``--samples`` may hold ``0``: the full fit.
+
+    python benchmarks/bench_fit_sample.py --embeddings W/embeddings.npy --k 1024 \
+        --samples 0 --skip-full --base-src /tmp/base-src --rounds 2
 """
 
 from __future__ import annotations
@@ -42,9 +50,11 @@ from bench_kmeans import make_data, peak_rss_gib
 def worker(a: argparse.Namespace) -> dict:
     import torch
 
+    import clusterclip
     from clusterclip.clustering import KMeans
 
     torch.set_num_threads(a.threads)
+    passes = _record_passes()
     X = np.load(a.data, mmap_mode="r")
     valid_path = Path(a.data).with_name("valid.npy")
     valid = np.load(valid_path) if valid_path.is_file() else None
@@ -57,7 +67,25 @@ def worker(a: argparse.Namespace) -> dict:
     return {"method": "full" if m is None else f"sample {m:,}", "wall_s": wall, "cpu_s": cpu,
             "objective": km.objective_, "sample_objective": km.sample_objective_,
             "n_iter": km.n_iter_, "peak_rss_gib": peak_rss_gib(),
-            "sample_fit_s": km.sample_seconds_}
+            "sample_fit_s": km.sample_seconds_, "init_cpu_s": km.init_cpu_seconds_,
+            "passes": passes, "src": str(Path(clusterclip.__file__).parents[1])}
+
+
+def _record_passes() -> list[dict]:
+    """Wrap the k-means engine's pass to record each pass's CPU seconds and rows."""
+    from clusterclip.clustering._passes import Engine
+
+    passes: list[dict] = []
+    run = Engine.run
+
+    def timed(self, *args, **kw):
+        c0 = time.process_time()
+        p = run(self, *args, **kw)
+        passes.append({"cpu_s": time.process_time() - c0, "rows": int(self.reader.n)})
+        return p
+
+    Engine.run = timed
+    return passes
 
 
 def nmi(a: np.ndarray, b: np.ndarray) -> float:
@@ -85,6 +113,9 @@ def main() -> None:
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--sample", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--base-src", help="also fit with this source tree (e.g. main's src)")
+    p.add_argument("--rounds", type=int, default=1, help="with --base-src: paired rounds")
+    p.add_argument("--skip-full", action="store_true", help="no full fit (unless in --samples)")
     a = p.parse_args()
     if a.worker:
         print(json.dumps(worker(a)))
@@ -103,40 +134,71 @@ def main() -> None:
                          labels=root / "truth.npy")
         truth = np.load(root / "truth.npy")
     root.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for m in [0] + [int(x) for x in a.samples.split(",")]:
-        out = root / f"labels-{m}.npy"
-        cmd = [sys.executable, __file__, "--worker", "--data", str(data), "--k", str(a.k),
-               "--threads", str(a.threads), "--sample", str(m), "--out", str(out)]
-        saved = root / f"result-{m}.json"
-        if a.reuse and saved.is_file() and out.is_file():
-            r = json.loads(saved.read_text())
-        else:
-            r = run_worker(cmd, f"sample {m}", a.threads, a.timeout)
-            if "error" not in r:
-                saved.write_text(json.dumps(r))
+    runs = [(m, tree, rnd) for rnd in range(a.rounds if a.base_src else 1)
+            for m in ([] if a.skip_full else [0]) + [int(x) for x in a.samples.split(",")]
+            for tree in (["ours"] + (["base"] if a.base_src else []))]
+    rows = [_fit(a, root, data, truth, m, tree, rnd) for m, tree, rnd in runs]
+    _table(a, rows)
+    _passes_lines(rows)
+
+
+def _fit(a: argparse.Namespace, root: Path, data: Path, truth: np.ndarray | None, m: int,
+         tree: str, rnd: int) -> dict:
+    """One fit in its own process (``tree``: this checkout's src or ``--base-src``)."""
+    tag = f"{m}" if tree == "ours" and rnd == 0 else f"{m}-{tree}-{rnd}"
+    out, saved = root / f"labels-{tag}.npy", root / f"result-{tag}.json"
+    cmd = [sys.executable, __file__, "--worker", "--data", str(data), "--k", str(a.k),
+           "--threads", str(a.threads), "--sample", str(m), "--out", str(out)]
+    if a.reuse and saved.is_file() and out.is_file():
+        r = json.loads(saved.read_text())
+    else:
+        src = a.base_src if tree == "base" else str(Path(__file__).parents[1] / "src")
+        os.environ["PYTHONPATH"] = src
+        r = run_worker(cmd, f"sample {m}", a.threads, a.timeout)
         if "error" not in r:
-            labels = np.load(out)
-            keep = labels >= 0
-            r["nmi_truth"] = nmi(truth[keep], labels[keep]) if truth is not None else float("nan")
-            r["nmi_full"] = nmi(np.load(root / "labels-0.npy")[keep], labels[keep]) if m else 1.0
-        rows.append(r)
-        print(json.dumps(r), file=sys.stderr)
+            saved.write_text(json.dumps(r))
+    r.update(tree=tree, round=rnd)
+    if "error" not in r:
+        labels = np.load(out)
+        keep = labels >= 0
+        r["nmi_truth"] = nmi(truth[keep], labels[keep]) if truth is not None else float("nan")
+        full = root / "labels-0.npy"
+        r["nmi_full"] = nmi(np.load(full)[keep], labels[keep]) if full.is_file() else np.nan
+    print(json.dumps({k: v for k, v in r.items() if k != "passes"}), file=sys.stderr)
+    return r
+
+
+def _table(a: argparse.Namespace, rows: list[dict]) -> None:
     full = rows[0]
     what = str(a.embeddings) if a.embeddings else f"blobs={a.blobs or a.k}"
-    print(f"N={a.n:,} d={a.d} K={a.k} {what} threads={a.threads}")
-    print("| fit | wall s | CPU s | iterations | objective (every row) | vs full "
-          "| sample objective | NMI vs truth | NMI vs full | peak RSS GiB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"N={a.n:,} d={a.d} K={a.k} {what} threads={a.threads} "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print("| fit | tree | round | wall s | CPU s | init CPU s | passes CPU s | iterations "
+          "| objective (every row) | vs first | sample objective | NMI vs truth "
+          "| NMI vs full | peak RSS GiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: | ---: |")
     for r in rows:
         if "error" in r:
-            print(f"| {r['method']} | error: {r['error']} |||||||||")
+            print(f"| {r['method']} | {r['tree']} | error: {r['error']} ||||||||||||")
             continue
         gap = 100 * (r["objective"] - full["objective"]) / full["objective"]
         so = "-" if r["sample_objective"] is None else f"{r['sample_objective']:.5f}"
-        print(f"| {r['method']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['n_iter']} "
+        lloyd = sum(q["cpu_s"] for q in r["passes"])
+        print(f"| {r['method']} | {r['tree']} | {r['round']} | {r['wall_s']:.1f} "
+              f"| {r['cpu_s']:.1f} | {r['init_cpu_s']:.1f} | {lloyd:.1f} | {r['n_iter']} "
               f"| {r['objective']:.5f} | {gap:+.3f}% | {so} | {r['nmi_truth']:.4f} "
               f"| {r['nmi_full']:.4f} | {r['peak_rss_gib']:.2f} |")
+
+
+def _passes_lines(rows: list[dict]) -> None:
+    """A line per assignment pass of each fit: its CPU seconds and rows."""
+    for r in rows:
+        if "error" in r:
+            continue
+        print(f"\n{r['method']}, {r['tree']}, round {r['round']}: pass, CPU s, rows")
+        for i, q in enumerate(r["passes"]):
+            print(f"  {i:>3} {q['cpu_s']:>8.2f} {q['rows']:>10,}")
 
 
 if __name__ == "__main__":
