@@ -96,6 +96,30 @@ def worker_pool(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...
     pool.join()
 
 
+@contextlib.contextmanager
+def progress_queue(update: Callable[[Any], Any]) -> Iterator[Any]:
+    """A queue for workers' progress (pass it in their ``initargs``): what they put on it
+    is handed to ``update`` by a thread of this process until the block ends (start the
+    :func:`worker_pool` inside the block, so that its workers are done first)."""
+    import multiprocessing
+    import threading
+
+    queue = multiprocessing.get_context("spawn").Queue()
+
+    def follow() -> None:
+        for n in iter(queue.get, None):
+            update(n)
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        yield queue
+    finally:
+        queue.put(None)
+        # Bounded: a worker terminated on an error may have left the queue unusable.
+        reader.join(timeout=10)
+
+
 def pooled(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...],
            fn: Callable[[Any, Any], T], items: list[Any],
            serial: Callable[[Any], T]) -> Iterator[T]:
