@@ -120,6 +120,40 @@ def progress_queue(update: Callable[[Any], Any]) -> Iterator[Any]:
         reader.join(timeout=10)
 
 
+@contextlib.contextmanager
+def in_background(fn: Callable[[], T], enabled: bool = True) -> Iterator[Callable[[], T]]:
+    """``fn()`` computed by a thread of this process while the block runs (say, waiting on
+    a :func:`worker_pool` while this process does other work); yields ``result()``, which
+    waits for it and returns it (or raises its error). Not ``enabled``: ``result()`` calls
+    ``fn`` itself. Leaving the block, by an exception too, waits for the thread."""
+    import threading
+
+    if not enabled:
+        yield fn
+        return
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller of result()
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    try:
+        yield result
+    finally:
+        thread.join()
+
+
 def pooled(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...],
            fn: Callable[[Any, Any], T], items: list[Any],
            serial: Callable[[Any], T]) -> Iterator[T]:

@@ -9,6 +9,7 @@ complete.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ from clusterclip.limits import (
     check_ranges,
     ranged,
 )
+from clusterclip.pool import in_background
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
 from clusterclip.report.readable import FILE as CLUSTERS_MD
@@ -39,6 +41,7 @@ from clusterclip.report.readable import (
     readable_clusters,
     render_clusters_md,
 )
+from clusterclip.report.reading import report_workers
 from clusterclip.report.stats import (
     CHUNK,
     DOC_SAMPLE,
@@ -775,27 +778,32 @@ def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Count
     from clusterclip.storage.outputs import atomic_output_dir
 
     c = _load(src, opts, counted)
-    map_note = make_map()
     scores = _load_scores(src, c.labels)
-    readable = readable_clusters(c.corpus, c.labels, scores, c.k, seed=opts.seed,
-                                 progress=opts.progress, field=opts.label_field,
-                                 workers=opts.workers)
+    # The corpus pass (worker processes) runs while this process makes the map and the
+    # schedules: none of them depends on another.
+    read = functools.partial(readable_clusters, c.corpus, c.labels, scores, c.k,
+                             seed=opts.seed, progress=opts.progress, field=opts.label_field,
+                             workers=opts.workers)
+    with in_background(read, c.corpus is not None and
+                       report_workers(opts.workers, c.n) > 1) as readable_now:
+        map_note = make_map()
+        if counted.source and counted.source.get("note"):
+            c.notes.append(counted.source["note"])
+        sched = _Schedules()
+        if c.schedule is not None:
+            _given_schedule(c, opts, sched)
+        for strategy in _report_strategies(src.mixture, opts):
+            if strategy == MIXTURE:
+                _mixture_schedule(src.mixture, c, opts, sched)
+            else:
+                _generated_schedule(c, opts, strategy, sched)
+        choose = _choose_section(c, opts)
+        points = _map_points(src, c) if map_note is None else None
+        readable = readable_now()
     coded = readable.pop("field")
     agreement, majority = (_label_agreement(*coded, c.labels, opts.label_field)
                            if coded is not None else (None, None))
-    if counted.source and counted.source.get("note"):
-        c.notes.append(counted.source["note"])
-    sched = _Schedules()
-    if c.schedule is not None:
-        _given_schedule(c, opts, sched)
-    for strategy in _report_strategies(src.mixture, opts):
-        if strategy == MIXTURE:
-            _mixture_schedule(src.mixture, c, opts, sched)
-        else:
-            _generated_schedule(c, opts, strategy, sched)
-    choose = _choose_section(c, opts)
     examples = _examples(readable, scores, c.sizes, c.corpus, majority)
-    points = _map_points(src, c) if map_note is None else None
     if map_note:
         c.notes.append(map_note)
     summary = _summary(src, target, c, opts, sched, choose, readable, agreement, examples)
