@@ -45,8 +45,7 @@ def _same(a: Path, b: Path) -> bool:
 
 def _interval(diffs: list[float], tests: int) -> tuple[float, float, float]:
     """Mean of ``diffs`` and its two-sided t-interval at level 0.05 / ``tests``
-    (Bonferroni over
-    ``tests`` comparisons: at least as strict as Holm)."""
+    (Bonferroni over ``tests`` comparisons: at least as strict as Holm)."""
     from scipy import stats
 
     m = statistics.fmean(diffs)
@@ -103,7 +102,7 @@ def main() -> None:
         m, lo, hi = _interval([f(o) - f(b) for o, b in zip(ours, base, strict=True)], 2)
         verdict = ("measurably less" if hi < 0 else "measurably more" if lo > 0
                    else "no measurable difference")
-        print(f"2 cores, ours - base, {what}: {m:+.1f} s (95% interval, Holm over 2: "
+        print(f"2 cores, ours - base, {what}: {m:+.1f} s (95% interval, Bonferroni over 2: "
               f"{lo:+.1f} to {hi:+.1f} s): {verdict}")
     print(f"reports byte-identical to the base's: {same}")
 

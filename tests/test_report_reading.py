@@ -109,3 +109,32 @@ def test_worker_processes_give_the_one_process_result(tmp_path):
     assert two.codes.tolist() == one.codes.tolist() and two.values == one.values
     codes, values = corpus.field_codes("topic")
     assert one.codes.tolist() == codes.tolist() and one.values == values
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_in_background_returns_the_result_or_its_error(enabled):
+    import threading
+
+    from clusterclip.pool import in_background
+
+    ran_in = []
+
+    def work():
+        ran_in.append(threading.current_thread() is threading.main_thread())
+        return 42
+
+    with in_background(work, enabled) as result:
+        assert result() == 42
+    assert ran_in == [not enabled]
+
+    def fail():
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"), in_background(fail, enabled) as result:
+        result()
+    # Leaving the block by another error waits for the thread: its work is done.
+    done = threading.Event()
+    with pytest.raises(KeyError), in_background(lambda: done.wait(0.2) or done.set(),
+                                                enabled):
+        raise KeyError("main")
+    assert done.is_set() == enabled
