@@ -125,7 +125,9 @@ def in_background(fn: Callable[[], T], enabled: bool = True) -> Iterator[Callabl
     """``fn()`` computed by a thread of this process while the block runs (say, waiting on
     a :func:`worker_pool` while this process does other work); yields ``result()``, which
     waits for it and returns it (or raises its error). Not ``enabled``: ``result()`` calls
-    ``fn`` itself. Leaving the block, by an exception too, waits for the thread."""
+    ``fn`` itself. Leaving the block waits for the thread, unless by an exception (Ctrl-C
+    included): then the thread, a daemon, is left to end with the process (a
+    :func:`worker_pool` it holds is ended by ``multiprocessing`` at exit)."""
     import threading
 
     if not enabled:
@@ -148,10 +150,8 @@ def in_background(fn: Callable[[], T], enabled: bool = True) -> Iterator[Callabl
             raise box["error"]
         return box["value"]
 
-    try:
-        yield result
-    finally:
-        thread.join()
+    yield result
+    thread.join()
 
 
 def pooled(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...],
