@@ -213,18 +213,19 @@ def merge_counts(parts: Sequence[TermCounts], num_clusters: int, min_df: int = M
                           np.array([], dtype=object), np.zeros(0, dtype=np.int64))
     terms = np.array(sorted(set().union(*(p.terms.tolist() for p in parts))), dtype=object)
     column = {t: j for j, t in enumerate(terms.tolist())}
-    rows, cols, data = [], [], []
     df = np.zeros(terms.size, dtype=np.int64)
+    total = None
     for p in parts:
+        # Both term lists are sorted, so the columns keep their order in each row: the
+        # part's CSR arrays serve as they are (no copy of its counts in another layout).
         where = np.array([column[t] for t in p.terms.tolist()], dtype=np.int64)
-        coo = p.counts.tocoo()
-        rows.append(coo.row)
-        cols.append(where[coo.col])
-        data.append(coo.data)
+        counts = sp.csr_matrix(p.counts, dtype=np.int64)
+        counts.sort_indices()
+        m = sp.csr_matrix((counts.data, where[counts.indices], counts.indptr),
+                          shape=(k, terms.size))
+        total = m if total is None else total + m
         df[where] += p.doc_freq
-    total = sp.coo_matrix((np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(k, terms.size)).tocsc()
-    total.sum_duplicates()
+    total = total.tocsc()
     return _vocabulary(total, terms, df, min_df, max_features)
 
 
