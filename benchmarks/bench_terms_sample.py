@@ -33,7 +33,7 @@ import numpy as np
 
 from clusterclip.corpus import Corpus
 from clusterclip.report.build import load_labels
-from clusterclip.report.readable import TEXT_BLOCK, _text_blocks
+from clusterclip.report.reading import read_corpus
 from clusterclip.report.terms import TOP_TERMS, sample_order, sampled_terms
 from clusterclip.verdict import paired_difference
 from clusterclip.workdir import CENTROIDS, CORPUS, LABELS
@@ -42,7 +42,8 @@ from clusterclip.workdir import CENTROIDS, CORPUS, LABELS
 def _terms(corpus, labels, k, per_cluster, first_round, seed, n_terms=TOP_TERMS):
     t0 = time.process_time()
     order = sample_order(labels, k, per_cluster, seed, ordered=first_round is not None)
-    got = sampled_terms(order, lambda idx: _text_blocks(corpus, labels, idx, TEXT_BLOCK),
+    # One process (workers=1), so that the process's CPU time is all of it.
+    got = sampled_terms(order, lambda idx: read_corpus(corpus, labels, idx, k, workers=1).counts,
                         first_round, n_terms)
     return got, time.process_time() - t0
 

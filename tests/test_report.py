@@ -193,6 +193,19 @@ def test_given_schedule_pool_matches_clip_positions(workdir, tmp_path, capsys):
     assert s["clip_events"]["clusters_clipped"] == sampler.summary()["clusters_clipped"]
 
 
+def test_report_is_the_same_for_any_number_of_workers(workdir, full_report, tmp_path):
+    """``--workers 2`` reads the corpus (terms and --label-field) in two processes: every
+    file of the report has the bytes of the one-process report (600 documents: one by
+    default)."""
+    out = tmp_path / "rep"
+    assert main(["report", "--workdir", str(workdir), "--label-field", "label",
+                 "--out", str(out), "--workers", "2"]) == 0
+    names = sorted(p.name for p in full_report.iterdir())
+    assert names == sorted(p.name for p in out.iterdir())
+    for name in names:
+        assert (out / name).read_bytes() == (full_report / name).read_bytes(), name
+
+
 def test_label_agreement_matches_sklearn(workdir, full_report):
     from clusterclip.corpus import Corpus
 

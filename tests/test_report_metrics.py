@@ -105,7 +105,7 @@ def test_report_label_agreement_counts_chunks_like_the_arrays(tmp_path, monkeypa
     corpus = Corpus.scan(tmp_path / "d.jsonl", progress=False)
     labels = rng.integers(-1, 4, size=40).astype(np.int32)
     monkeypatch.setattr(build, "CHUNK", chunk)
-    got, majority = build._label_agreement(corpus, labels, "topic")
+    got, majority = build._label_agreement(*corpus.field_codes("topic"), labels, "topic")
     keep = np.array(["topic" in r for r in rows]) & (labels >= 0)
     names = np.array([str(r.get("topic")) for r in rows])
     assert got == {"field": "topic", **cluster_label_agreement(labels[keep], names[keep]),

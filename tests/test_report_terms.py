@@ -38,6 +38,11 @@ def _blocks(labels, texts, size):
         yield np.asarray(labels[s:s + size]), texts[s:s + size]
 
 
+def _counting(read, k):
+    """sampled_terms' ``count`` from a reader of ``(labels, texts)`` blocks."""
+    return lambda idx: count_terms(read(idx), k, 1, None)
+
+
 def _reference_top_terms(labels, texts, k, n, min_df=2):
     """One document at a time with dicts: counts, document frequency, the c-TF-IDF formula."""
     analyze = make_vectorizer().build_analyzer()
@@ -247,7 +252,7 @@ def test_rounds_match_the_slow_reference(case, cap, first, seed, block, n):
         assert np.all(np.diff(indices) > 0)  # each round: one pass in file order
         return _blocks(labels[indices], [texts[i] for i in indices], block)
 
-    got = sampled_terms(order, read, first, n)
+    got = sampled_terms(order, _counting(read, k), first, n)
     want, want_read, want_rounds = _reference_rounds(labels.tolist(), texts, k, cap, first,
                                                      seed, n)
     assert got.terms == want
@@ -257,7 +262,7 @@ def test_rounds_match_the_slow_reference(case, cap, first, seed, block, n):
     small = got.sizes <= min(first, cap)
     assert (got.read[small] == got.sizes[small]).all()
     assert (got.read <= np.minimum(got.sizes, cap)).all()
-    again = sampled_terms(sample_order(labels, k, cap, seed), read, first, n)
+    again = sampled_terms(sample_order(labels, k, cap, seed), _counting(read, k), first, n)
     assert again.terms == got.terms and again.read.tolist() == got.read.tolist()
 
 
@@ -277,7 +282,7 @@ def test_a_cluster_stops_when_its_top_set_is_unchanged_whatever_its_order():
         calls.append(indices.tolist())
         return _blocks(labels[indices], [texts[i] for i in indices], 3)
 
-    first = sampled_terms(order, read, 2, 2)
+    first = sampled_terms(order, _counting(read, 2), 2, 2)
     assert calls == [[0, 1, 8, 9], [2, 3]]
     assert first.read.tolist() == [4, 2] and first.rounds == 2
     assert first.terms == [["beta", "alpha"], ["delta", "omega"]]
@@ -291,14 +296,15 @@ def test_one_round_is_the_fixed_sample():
     order = sample_order(labels, 3, 20, 4)
     assert order.indices.tolist() == indices.tolist()
     assert sorted(order.place[order.labels == 1].tolist()) == list(range(taken[1]))
-    got = sampled_terms(order, lambda idx: _blocks(labels[idx], [texts[i] for i in idx], 9),
-                        None)
+    def read(idx):
+        return _blocks(labels[idx], [texts[i] for i in idx], 9)
+
+    got = sampled_terms(order, _counting(read, 3), None)
     unordered = sample_order(labels, 3, 20, 4, ordered=False)
     assert unordered.place is None and unordered.indices.tolist() == indices.tolist()
-    assert sampled_terms(unordered, lambda idx: _blocks(labels[idx], [texts[i] for i in idx],
-                                                        9), None).terms == got.terms
+    assert sampled_terms(unordered, _counting(read, 3), None).terms == got.terms
     with pytest.raises(ValueError, match="ordered=True"):
-        sampled_terms(unordered, lambda idx: iter(()), 5)
+        sampled_terms(unordered, _counting(lambda idx: iter(()), 3), 5)
     want = count_terms(_blocks(labels[indices], [texts[i] for i in indices], 9), 3)
     assert got.terms == top_terms(want, 10, sizes / taken) and got.rounds == 1
     assert round_ends(None, 20) == [20] and round_ends(50, 20) == [20]

@@ -107,7 +107,7 @@ def test_label_agreement_streamed_equals_reference(tmp_path_factory, data):
         values[0] = "a"
     corpus = _corpus(tmp_path_factory.mktemp("r"), values, len(values) // 2)
     got, got_majority = _agreement_reference(values, labels)
-    result, majority = _label_agreement(corpus, labels, "topic")
+    result, majority = _label_agreement(*corpus.field_codes("topic"), labels, "topic")
     assert {k: result[k] for k in got} == got
     assert majority == got_majority
 

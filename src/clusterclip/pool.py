@@ -96,6 +96,64 @@ def worker_pool(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...
     pool.join()
 
 
+@contextlib.contextmanager
+def progress_queue(update: Callable[[Any], Any]) -> Iterator[Any]:
+    """A queue for workers' progress (pass it in their ``initargs``): what they put on it
+    is handed to ``update`` by a thread of this process until the block ends (start the
+    :func:`worker_pool` inside the block, so that its workers are done first)."""
+    import multiprocessing
+    import threading
+
+    queue = multiprocessing.get_context("spawn").Queue()
+
+    def follow() -> None:
+        for n in iter(queue.get, None):
+            update(n)
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        yield queue
+    finally:
+        queue.put(None)
+        # Bounded: a worker terminated on an error may have left the queue unusable.
+        reader.join(timeout=10)
+
+
+@contextlib.contextmanager
+def in_background(fn: Callable[[], T], enabled: bool = True) -> Iterator[Callable[[], T]]:
+    """``fn()`` computed by a thread of this process while the block runs (say, waiting on
+    a :func:`worker_pool` while this process does other work); yields ``result()``, which
+    waits for it and returns it (or raises its error). Not ``enabled``: ``result()`` calls
+    ``fn`` itself. Leaving the block waits for the thread, unless by an exception (Ctrl-C
+    included): then the thread, a daemon, is left to end with the process (a
+    :func:`worker_pool` it holds is ended by ``multiprocessing`` at exit)."""
+    import threading
+
+    if not enabled:
+        yield fn
+        return
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller of result()
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    yield result
+    thread.join()
+
+
 def pooled(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...],
            fn: Callable[[Any, Any], T], items: list[Any],
            serial: Callable[[Any], T]) -> Iterator[T]:

@@ -74,6 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-sample", type=parsed(_REPORT, "map_sample"), default=None, metavar="N",
                    help="documents on the map of index.html: a seeded sample of at most N "
                         "(default: 100,000; 0: no map); projected once (UMAP), kept in W/map/")
+    p.add_argument("--workers", type=parsed(_REPORT, "workers"), default=None, metavar="N",
+                   help="processes reading the corpus for the top terms and --label-field "
+                        "side by side (the same report for any N; default: the CPUs this "
+                        "process may use, 1 below 32,768 documents to read)")
     add_path(p, "--out", role="output_dir", default=None,
              default_from=lambda a: str(Path(a.workdir) / REPORT),
                    help="report directory (default: W/report); replaced only when new, empty "
@@ -100,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         **({} if args.clip is None else {"clip": args.clip}),
         windows=args.windows, tail_floor=args.tail_floor,
         clips=args.choose_clip, out=args.out, progress=sys.stderr.isatty() and not args.no_progress,
-        overwrite=args.overwrite, **({} if args.map_sample is None
+        overwrite=args.overwrite, workers=args.workers,
+        **({} if args.map_sample is None
                                      else {"map_sample": args.map_sample}))
     if not root.is_dir():
         raise InputError(f"work directory {root} does not exist")

@@ -74,6 +74,9 @@ class Corpus:
         self.stats = stats
         self._ids = ids
         self._ids_path: Path | None = None
+        #: The folder :meth:`load` read the index from (None: built by :meth:`scan`), for
+        #: worker processes that load it again.
+        self.directory: Path | None = None
         self.file_id = arrays["file_id"]
         self.address = arrays["address"]
         self.nbytes = arrays["nbytes"]
@@ -270,26 +273,13 @@ class Corpus:
         """
         from tqdm import tqdm
 
-        codes = np.full(len(self), -1, dtype=np.int32)
-        index: dict[str, int] = {}
-        buf = array.array("i")
+        coder = FieldCoder()
         records = tqdm(self.iter_records(columns=[name]), total=len(self), unit="doc",
                        desc=f"reading field {name}", unit_scale=True, leave=False,
                        disable=not progress, mininterval=0.5)
-        for i, rec in records:
-            v = rec.get(name)
-            if v is None:
-                buf.append(-1)
-            else:
-                key = str(v)
-                c = index.get(key)
-                if c is None:
-                    c = index[key] = len(index)
-                buf.append(c)
-            if len(buf) == _CHUNK or i == len(self) - 1:
-                codes[i + 1 - len(buf):i + 1] = np.frombuffer(buf, dtype=np.int32)
-                buf = array.array("i")
-        return codes, list(index)
+        for _, rec in records:
+            coder.add(rec.get(name))
+        return coder.result()
 
     def _values_at(self, indices: Sequence[int] | np.ndarray, name: str, text: bool
                    ) -> list[Any]:
@@ -351,11 +341,37 @@ class Corpus:
             raise InputError(f"{d}: corpus index version {meta.get('version')} "
                              f"is not {INDEX_VERSION}; re-run embed")
         corpus = cls(meta["files"], arrays, meta["text_field"], meta["id_field"], meta["stats"])
+        corpus.directory = d
         if meta.get("id_field"):
             if not (d / "ids.jsonl").is_file():
                 raise InputError(f"{d}: not a corpus index (ids.jsonl is missing)")
             corpus._ids_path = d / "ids.jsonl"
         return corpus
+
+
+class FieldCoder:
+    """The values of one field, document after document, as integer codes (see
+    :meth:`Corpus.field_codes`): 4 bytes per document plus the distinct values."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}
+        self._codes = array.array("i")
+
+    def add(self, value: Any) -> None:
+        """The next document's value (None: missing)."""
+        if value is None:
+            self._codes.append(-1)
+            return
+        key = str(value)
+        code = self._index.get(key)
+        if code is None:
+            code = self._index[key] = len(self._index)
+        self._codes.append(code)
+
+    def result(self) -> tuple[np.ndarray, list[str]]:
+        """``codes`` int32 (-1: missing) and the distinct ``values`` (``str(v)``) in order
+        of first appearance (the last call: no value is added after it)."""
+        return np.frombuffer(self._codes, dtype=np.int32), list(self._index)
 
 
 # -- scanning ------------------------------------------------------------------------

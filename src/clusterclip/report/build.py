@@ -9,6 +9,7 @@ complete.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -26,9 +27,11 @@ from clusterclip.limits import (
     MAX_ROWS,
     MAX_SAMPLES,
     MAX_SEED,
+    MAX_THREADS,
     check_ranges,
     ranged,
 )
+from clusterclip.pool import in_background
 from clusterclip.report.page import verdict_text
 from clusterclip.report.projection import DEFAULT_MAP_SAMPLE
 from clusterclip.report.readable import FILE as CLUSTERS_MD
@@ -38,6 +41,7 @@ from clusterclip.report.readable import (
     readable_clusters,
     render_clusters_md,
 )
+from clusterclip.report.reading import report_workers
 from clusterclip.report.stats import (
     CHUNK,
     DOC_SAMPLE,
@@ -265,11 +269,13 @@ def _examples(readable: dict[str, Any], scores: np.ndarray | None, sizes: np.nda
     return out
 
 
-def _label_agreement(corpus, labels: np.ndarray, field: str, progress: bool = False
+def _label_agreement(codes: np.ndarray, values: list[str], labels: np.ndarray, field: str
                      ) -> tuple[dict[str, Any], dict[int, str]]:
+    """NMI, ARI and purity of the clusters against ``field``, whose value of every document
+    is ``values[codes[i]]`` (-1: missing; :meth:`~clusterclip.corpus.Corpus.field_codes`),
+    and each cluster's majority value."""
     from clusterclip.report.metrics import table_agreement
 
-    codes, values = corpus.field_codes(field, progress)  # streamed: 4 bytes per document
     k = int(labels.max()) + 1
     # Documents per (cluster, value), counted a chunk at a time (no N-long temporaries).
     table = np.zeros(k * (len(values) + 1), dtype=np.int64)
@@ -347,7 +353,10 @@ class ReportOptions:
     ``map_sample``: documents on the page's map (at most; 0: no map), a sample drawn
     with ``map_seed`` and projected by the ``map`` stage
     (:mod:`~clusterclip.stages.map`); a seed of its own, so that a report with
-    another sampler ``seed`` reuses the map.
+    another sampler ``seed`` reuses the map; ``workers``: processes reading the corpus
+    for the top terms and ``label_field`` (None: the CPUs this process may use, one for
+    a small corpus: :func:`~clusterclip.report.reading.report_workers`; the same report
+    for any number).
     """
 
     schedule: str | os.PathLike[str] | None = None
@@ -365,6 +374,7 @@ class ReportOptions:
     overwrite: bool = False
     map_sample: int = ranged(0, MAX_ROWS, default=DEFAULT_MAP_SAMPLE)
     map_seed: int = 0
+    workers: int | None = ranged(1, MAX_THREADS, default=None)
 
     def strategy_list(self) -> list[str]:
         """The strategies to generate, checked against the sampler's (and ``mixture``:
@@ -768,26 +778,32 @@ def write_report(src: Sources, opts: ReportOptions, target: Path, counted: Count
     from clusterclip.storage.outputs import atomic_output_dir
 
     c = _load(src, opts, counted)
-    map_note = make_map()
-    agreement, majority = (_label_agreement(c.corpus, c.labels, opts.label_field,
-                                            opts.progress)
-                           if opts.label_field is not None else (None, None))
     scores = _load_scores(src, c.labels)
-    readable = readable_clusters(c.corpus, c.labels, scores, c.k, seed=opts.seed,
-                                 progress=opts.progress)
-    if counted.source and counted.source.get("note"):
-        c.notes.append(counted.source["note"])
-    sched = _Schedules()
-    if c.schedule is not None:
-        _given_schedule(c, opts, sched)
-    for strategy in _report_strategies(src.mixture, opts):
-        if strategy == MIXTURE:
-            _mixture_schedule(src.mixture, c, opts, sched)
-        else:
-            _generated_schedule(c, opts, strategy, sched)
-    choose = _choose_section(c, opts)
+    # The corpus pass (worker processes) runs while this process makes the map and the
+    # schedules: none of them depends on another.
+    read = functools.partial(readable_clusters, c.corpus, c.labels, scores, c.k,
+                             seed=opts.seed, progress=opts.progress, field=opts.label_field,
+                             workers=opts.workers)
+    with in_background(read, c.corpus is not None and
+                       report_workers(opts.workers, c.n) > 1) as readable_now:
+        map_note = make_map()
+        if counted.source and counted.source.get("note"):
+            c.notes.append(counted.source["note"])
+        sched = _Schedules()
+        if c.schedule is not None:
+            _given_schedule(c, opts, sched)
+        for strategy in _report_strategies(src.mixture, opts):
+            if strategy == MIXTURE:
+                _mixture_schedule(src.mixture, c, opts, sched)
+            else:
+                _generated_schedule(c, opts, strategy, sched)
+        choose = _choose_section(c, opts)
+        points = _map_points(src, c) if map_note is None else None
+        readable = readable_now()
+    coded = readable.pop("field")
+    agreement, majority = (_label_agreement(*coded, c.labels, opts.label_field)
+                           if coded is not None else (None, None))
     examples = _examples(readable, scores, c.sizes, c.corpus, majority)
-    points = _map_points(src, c) if map_note is None else None
     if map_note:
         c.notes.append(map_note)
     summary = _summary(src, target, c, opts, sched, choose, readable, agreement, examples)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from clusterclip.report.reading import TEXT_BLOCK, read_corpus
 from clusterclip.report.terms import (
     MAX_FEATURES,
     MIN_DF,
@@ -34,7 +35,6 @@ from clusterclip.report.terms import (
     sampled_terms,
 )
 
-TEXT_BLOCK = 4096  # documents per CountVectorizer call
 SNIPPET_CHARS = 200  # per document in clusters.md (and the report's examples)
 CSV_SNIPPET_CHARS = 100
 FILE = "clusters.md"
@@ -44,26 +44,12 @@ VOCABULARY_RULE = (f"c-TF-IDF over lowercased tokens matching `{TOKEN_PATTERN}` 
                    f"{MAX_FEATURES:,} most frequent)")
 
 
-def _text_blocks(corpus, labels: np.ndarray, indices: np.ndarray, block: int
-                 ) -> Iterator[tuple[np.ndarray, list[str | None]]]:
-    """``(labels, texts)`` of the documents ``indices`` (ascending), ``block`` at a time,
-    read in one pass over the files (a gzip file is decompressed once)."""
-    texts: list[str | None] = []
-    start = 0
-    for _, t in corpus.iter_texts_at(indices):
-        texts.append(t)
-        if len(texts) == block:
-            yield np.asarray(labels[indices[start:start + block]], dtype=np.int64), texts
-            start, texts = start + block, []
-    if texts:
-        yield np.asarray(labels[indices[start:]], dtype=np.int64), texts
-
-
 def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: int,
                       block: int = TEXT_BLOCK, seed: int = 0,
                       per_cluster: int = TERMS_PER_CLUSTER,
                       first_round: int | None = TERMS_FIRST_ROUND,
-                      progress: bool = False) -> dict[str, Any]:
+                      progress: bool = False, field: str | None = None,
+                      workers: int | None = None) -> dict[str, Any]:
     """Top terms and nearest documents of every cluster.
 
     ``corpus`` a :class:`~clusterclip.corpus.Corpus` (None: no terms, no texts),
@@ -71,29 +57,36 @@ def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: 
     nearest documents). The terms come from at most ``per_cluster`` documents of
     each cluster, drawn with ``seed`` and read in rounds from ``first_round`` documents
     until the terms are stable (:func:`~clusterclip.report.terms.sampled_terms`; None: one
-    round); ``progress``: a progress bar of the documents read for them (its total: the
-    most the rounds can read). Returns ``terms`` (K lists of strings), ``nearest`` (K
-    int64 arrays of document indices), ``snippets`` (document index -> one line of at most
-    :data:`SNIPPET_CHARS` characters) and ``terms_sample`` (None without a corpus, else
-    :func:`~clusterclip.report.terms.sample_summary`).
+    round); ``progress``: a progress bar of the documents read for them. ``field``: the
+    corpus field read in the same pass as the first round's texts, for every document
+    (:func:`~clusterclip.report.reading.read_corpus`, by ``workers`` processes: the same
+    result for any number). Returns ``terms`` (K lists of strings), ``nearest`` (K int64
+    arrays of document indices), ``snippets`` (document index -> one line of at most
+    :data:`SNIPPET_CHARS` characters), ``terms_sample`` (None without a corpus, else
+    :func:`~clusterclip.report.terms.sample_summary`) and ``field`` (None without
+    ``field``, else its ``(codes, values)`` as
+    :meth:`~clusterclip.corpus.Corpus.field_codes` returns them).
     """
     terms: list[list[str]] = [[] for _ in range(k)]
     nearest = [np.zeros(0, dtype=np.int64) for _ in range(k)]
     snippets: dict[int, str] = {}
-    sample = None
+    sample = coded = None
     if corpus is not None:
-        from tqdm import tqdm
-
         order = sample_order(labels, k, per_cluster, seed,
                              ordered=len(round_ends(first_round, per_cluster)) > 1)
-        with tqdm(total=int(order.taken.sum()), desc="top terms", unit="doc",
-                  unit_scale=True, leave=False, disable=not progress) as bar:
-            def read(indices):
-                for b in _text_blocks(corpus, labels, indices, block):
-                    yield b
-                    bar.update(len(b[1]))
+        fields: list[tuple[np.ndarray | None, list[str] | None]] = []
 
-            got = sampled_terms(order, read, first_round)
+        def count(indices: np.ndarray):
+            got = read_corpus(corpus, labels, indices, k, None if fields else field,
+                              workers, block, progress)
+            fields.append((got.codes, got.values))
+            return got.counts
+
+        got = sampled_terms(order, count, first_round)
+        if field is not None:
+            if not fields:  # no round ran (no document in a cluster): the field alone
+                count(np.zeros(0, dtype=np.int64))
+            coded = fields[0]
         terms = got.terms
         sample = sample_summary(got, first_round, per_cluster, seed)
     if scores is not None:
@@ -102,7 +95,8 @@ def readable_clusters(corpus, labels: np.ndarray, scores: np.ndarray | None, k: 
             wanted = np.unique(np.concatenate(nearest)) if k else np.zeros(0, np.int64)
             for i, t in corpus.iter_texts_at(wanted):
                 snippets[int(i)] = one_line(t, SNIPPET_CHARS)
-    return {"terms": terms, "nearest": nearest, "snippets": snippets, "terms_sample": sample}
+    return {"terms": terms, "nearest": nearest, "snippets": snippets, "terms_sample": sample,
+            "field": coded}
 
 
 def csv_columns(readable: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:

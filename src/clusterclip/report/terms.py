@@ -43,7 +43,7 @@ so the report reads one round (:data:`TERMS_FIRST_ROUND` is None).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -167,7 +167,9 @@ class TermCounter:
 
     def result(self, min_df: int = MIN_DF, max_features: int | None = MAX_FEATURES
                ) -> TermCounts:
-        """The counts restricted to the vocabulary rule, columns in alphabetical term order."""
+        """The counts restricted to the vocabulary rule, columns in alphabetical term order
+        (``min_df=1, max_features=None``: every term seen, as :func:`merge_counts` takes
+        them)."""
         import scipy.sparse as sp
 
         self._fold()
@@ -177,15 +179,54 @@ class TermCounter:
             return TermCounts(sp.csr_matrix((self.num_clusters, 0), dtype=np.int64),
                               np.array([], dtype=object), np.zeros(0, dtype=np.int64))
         order = np.array([self._index[t] for t in terms.tolist()], dtype=np.int64)
-        counts = self._total.tocsc()[:, order]
-        df = self._df[order]
-        freq = np.asarray(counts.sum(axis=0)).ravel()
-        keep = np.flatnonzero(df >= min_df)
-        if max_features is not None and keep.size > max_features:
-            # Most frequent first; ties to the alphabetically first (columns are sorted).
-            top = keep[np.lexsort((keep, -freq[keep]))][:max_features]
-            keep = np.sort(top)
-        return TermCounts(counts[:, keep].tocsr(), terms[keep], df[keep])
+        return _vocabulary(self._total.tocsc()[:, order], terms, self._df[order], min_df,
+                           max_features)
+
+
+def _vocabulary(counts, terms: np.ndarray, df: np.ndarray, min_df: int,
+                max_features: int | None) -> TermCounts:
+    """``counts`` (sparse CSC, K x V, columns in alphabetical ``terms`` order) restricted to
+    the terms in at least ``min_df`` documents, of those the ``max_features`` most
+    frequent (ties: alphabetical)."""
+    freq = np.asarray(counts.sum(axis=0)).ravel()
+    keep = np.flatnonzero(df >= min_df)
+    if max_features is not None and keep.size > max_features:
+        # Most frequent first; ties to the alphabetically first (columns are sorted).
+        top = keep[np.lexsort((keep, -freq[keep]))][:max_features]
+        keep = np.sort(top)
+    return TermCounts(counts[:, keep].tocsr(), terms[keep], df[keep])
+
+
+def merge_counts(parts: Sequence[TermCounts], num_clusters: int, min_df: int = MIN_DF,
+                 max_features: int | None = MAX_FEATURES) -> TermCounts:
+    """The sum of ``parts``, each the counts of its own documents with every term seen
+    (:meth:`TermCounter.result` with ``min_df=1, max_features=None``), with the vocabulary
+    rule applied to the sum: the counts of all their documents, as one
+    :class:`TermCounter` fed them all would give, whatever the parts and their order
+    (integer sums)."""
+    import scipy.sparse as sp
+
+    k = int(num_clusters)
+    parts = [p for p in parts if p.terms.size]
+    if not parts:
+        return TermCounts(sp.csr_matrix((k, 0), dtype=np.int64),
+                          np.array([], dtype=object), np.zeros(0, dtype=np.int64))
+    terms = np.array(sorted(set().union(*(p.terms.tolist() for p in parts))), dtype=object)
+    column = {t: j for j, t in enumerate(terms.tolist())}
+    df = np.zeros(terms.size, dtype=np.int64)
+    total = None
+    for p in parts:
+        # Both term lists are sorted, so the columns keep their order in each row: the
+        # part's CSR arrays serve as they are (no copy of its counts in another layout).
+        where = np.array([column[t] for t in p.terms.tolist()], dtype=np.int64)
+        counts = sp.csr_matrix(p.counts, dtype=np.int64)
+        counts.sort_indices()
+        m = sp.csr_matrix((counts.data, where[counts.indices], counts.indptr),
+                          shape=(k, terms.size))
+        total = m if total is None else total + m
+        df[where] += p.doc_freq
+    total = total.tocsc()
+    return _vocabulary(total, terms, df, min_df, max_features)
 
 
 def count_terms(blocks: Iterable[tuple[np.ndarray, Sequence[str | None]]], num_clusters: int,
@@ -375,21 +416,23 @@ class SampledTerms:
     rounds: int
 
 
-def sampled_terms(order: SampleOrder, read_blocks, first_round: int | None,
-                  n: int = TOP_TERMS) -> SampledTerms:
+def sampled_terms(order: SampleOrder, count: Callable[[np.ndarray], TermCounts],
+                  first_round: int | None, n: int = TOP_TERMS) -> SampledTerms:
     """Top terms from as much of the sample ``order`` as they need.
 
     Round r reads, of each cluster still open, its documents at places
-    ``ends[r-1] .. ends[r] - 1`` (:func:`round_ends` up to the sample's cap; one pass in
-    file order: ``read_blocks(indices)`` yields ``(labels, texts)`` blocks of the
-    ascending ``indices``). After each round the top ``n`` terms are computed from every
-    document read (a sampled cluster's counts scaled by ``n_k / m_k``); a cluster closes
-    when its sample is read or when its top-``n`` set equals the one after the round
-    before. Returns the last round's terms. Counting is exact whatever the rounds, so the
-    result is :func:`top_terms` of the documents read.
+    ``ends[r-1] .. ends[r] - 1`` (:func:`round_ends` up to the sample's cap):
+    ``count(indices)`` returns the term counts of the ascending ``indices``, every term
+    seen (:meth:`TermCounter.result` with ``min_df=1, max_features=None``; one pass in file
+    order: :func:`clusterclip.report.reading.read_corpus`). After each round the top ``n``
+    terms are computed from every document read (:func:`merge_counts`; a sampled cluster's
+    counts scaled by ``n_k / m_k``); a cluster closes when its sample is read or when its
+    top-``n`` set equals the one after the round before. Returns the last round's terms.
+    Counting is exact whatever the rounds, so the result is :func:`top_terms` of the
+    documents read.
     """
     k = order.sizes.size
-    counter = TermCounter(k)
+    parts: list[TermCounts] = []
     read = np.zeros(k, dtype=np.int64)
     open_ = order.taken > 0
     terms: list[list[str]] = [[] for _ in range(k)]
@@ -403,13 +446,12 @@ def sampled_terms(order: SampleOrder, read_blocks, first_round: int | None,
         pick = open_[order.labels]
         if len(ends) > 1:
             pick &= (order.place >= lo) & (order.place < hi)
-        for labels, texts in read_blocks(order.indices[pick]):
-            counter.update(labels, texts)
+        parts = [merge_counts([*parts, count(order.indices[pick])], k, 1, None)]
         read += np.bincount(order.labels[pick], minlength=k)
         weights = None
         if (read < order.sizes).any():
             weights = np.divide(order.sizes, read, out=np.ones(k), where=read > 0)
-        now = top_terms(counter.result(), n, weights)
+        now = top_terms(merge_counts(parts, k), n, weights)
         if rounds:
             open_ &= np.array([set(a) != set(b) for a, b in zip(now, terms, strict=True)])
         open_ &= read < order.taken
