@@ -456,6 +456,17 @@ def embed_workers(workers: int | None, embedder: str, documents: int) -> int:
         return workers
     if documents < POOL_MIN_DOCUMENTS:
         return 1
+    return scan_workers(None)
+
+
+def scan_workers(workers: int | None) -> int:
+    """Worker processes that scan a rank's share of the corpus (any embedder;
+    :func:`clusterclip.corpus.scan_into` keeps a small corpus in one process): ``workers``
+    when given, else the CPUs this process may use
+    (:func:`clusterclip.pool.available_cpus`) shared by the ranks on this node
+    (``LOCAL_WORLD_SIZE`` under ``torchrun``)."""
+    if workers is not None:
+        return workers
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     return max(1, available_cpus() // max(1, local))
 
@@ -546,12 +557,13 @@ class EmbedPaths:
 
 def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: int,
                   n_clusters: int | None, corpus_opts: dict[str, Any], progress: bool,
-                  check_corpus: Callable[[dict[str, Any]], None] | None = None
-                  ) -> list[str | None]:
+                  check_corpus: Callable[[dict[str, Any]], None] | None = None,
+                  workers: int | None = None) -> list[str | None]:
     """``W/corpus`` and the shard plan ``W/embed/plan.json`` (at ``paths``) for the inputs
     of fingerprint ``fp``: reused when the plan is current (a resume), else the corpus is
-    scanned again, every rank a share of the files. Returns the texts when one process
-    scanned a corpus small enough to keep them (else an empty list)."""
+    scanned again, every rank a share of the files (:func:`scan_workers` processes each).
+    Returns the texts when one process scanned a corpus small enough to keep them (else an
+    empty list)."""
     shard_dir, corpus_dir = paths.shards, paths.corpus
 
 
@@ -591,7 +603,7 @@ def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: i
     if D.on_main(plan):
         # Every rank scans a share of the files; rank 0 writes the index.
         stats = scan_into(corpus_dir, inputs, progress=progress, check=check,
-                          texts=kept, **corpus_opts)
+                          texts=kept, workers=scan_workers(workers), **corpus_opts)
 
         def start() -> None:
             write_marker(corpus_dir, STAGE)
