@@ -575,7 +575,7 @@ def scan_into(directory: str | os.PathLike[str],
     Parquet file). Under ``torchrun`` every rank calls this (a collective) and scans its
     share of the parts (:func:`~clusterclip.distributed.balanced_shares` by size); each
     process scans its share with ``workers`` worker processes when it holds more than one
-    part and at least twice :data:`PART_MIN_BYTES` (else alone), each part into a folder of
+    part and at least :data:`POOL_MIN_BYTES` (else alone), each part into a folder of
     its own beside ``directory`` (``.NAME.clusterclip-PID-scan.tmp``, PID of rank 0: a
     killed run's is removed by the next one). Then rank 0 computes the stats, calls
     ``check(stats)`` (which may raise InputError: nothing is written then) and concatenates
@@ -617,7 +617,7 @@ def scan_into(directory: str | os.PathLike[str],
         return _scan_part(options, (parts[i], files_in[parts[i].fid], scratch), bar, kept)
 
     def many(items: list[int]) -> Iterator[_FileScan]:
-        big = sum(parts[i].size for i in items) >= 2 * PART_MIN_BYTES
+        big = sum(parts[i].size for i in items) >= POOL_MIN_BYTES
         jobs = [(parts[i], files_in[parts[i].fid], scratch) for i in items]
         done = pooled(workers if big else 1, _scan_options, options, _scan_job, jobs,
                       serial=lambda job: _scan_part(options, job, bar, kept))
@@ -641,9 +641,12 @@ def scan_into(directory: str | os.PathLike[str],
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-#: The least bytes of a part of :func:`scan_into` cut from one plain JSON Lines file (a
-#: second of scanning or so on one core), and half the least a process hands to workers.
+#: The least bytes of a part of :func:`scan_into` cut from one plain JSON Lines file
+#: (a quarter of a second of scanning or so on one core).
 PART_MIN_BYTES = 1 << 25
+#: The least bytes of its share of the corpus a process hands to worker processes (each
+#: starts in a fraction of a second: below this, one process is as quick).
+POOL_MIN_BYTES = 2 * PART_MIN_BYTES
 
 
 @dataclass(frozen=True)
