@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _helpers import run_cli, torchrun_cli
+from _helpers import child_env, run_cli, torchrun, torchrun_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -257,3 +257,43 @@ def test_worker_processes_scan_a_file_in_parts_into_the_bytes_of_one_scan(tmp_pa
         scan_into(tmp_path / "three", [files[1], bad], workers=2, progress=False)
     assert str(e.value).startswith(f"{bad}:31: invalid JSON")
     assert not (tmp_path / "three").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+_RANKS_SCAN = """
+import os, sys
+from clusterclip import distributed as D
+from clusterclip.corpus import index
+from clusterclip.errors import InputError
+
+index.PART_MIN_BYTES, index.POOL_MIN_BYTES = int(os.environ["CC_PART"]), 1 << 40
+created = D.init_from_env()
+out, files = sys.argv[1], sys.argv[2:]
+try:
+    index.scan_into(out, files, id_field="id", skip_bad_lines="CC_SKIP" in os.environ,
+                    progress=False)
+except InputError as e:
+    print(f"rank {D.rank_and_world()[0]}: {e}")
+D.shutdown(created)
+"""
+
+
+def test_torchrun_ranks_share_the_parts_of_one_file(tmp_path):
+    """Two gloo ranks, each scanning its byte ranges of a file cut in parts: the index of
+    one scan; a bad line in rank 1's part stops both ranks with its line in the file."""
+    pytest.importorskip("torch")
+    files = hostile_corpus(tmp_path / "in")
+    part = str(Path(files[3]).stat().st_size // 3)  # d.jsonl in three parts
+    Corpus.scan(files, id_field="id", skip_bad_lines=True, progress=False).save(tmp_path / "one")
+    script = tmp_path / "scan.py"
+    script.write_text(_RANKS_SCAN)
+    r = torchrun(script, tmp_path / "two", *files, env=child_env(CC_PART=part, CC_SKIP="1"),
+                 timeout=240)
+    assert r.returncode == 0 and "rank" not in r.stdout, r.stderr[-3000:]
+    same_tree(tmp_path / "one", tmp_path / "two")
+    r = torchrun(script, tmp_path / "three", files[3], env=child_env(CC_PART=part),
+                 timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = sorted(r.stdout.splitlines())
+    assert said == [f"rank {k}: {files[3]}:61: field 'text' is int, expected a string "
+                    "(skip_bad_lines skips and counts such lines)" for k in (0, 1)]
+    assert not (tmp_path / "three").exists()
