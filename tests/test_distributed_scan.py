@@ -240,6 +240,30 @@ def test_a_scan_in_byte_ranges_writes_the_bytes_and_errors_of_one_scan(
                 assert str(e.value) == error and not out.exists()
 
 
+def test_only_a_large_plain_file_is_cut_and_a_small_corpus_stays_in_one_process(tmp_path):
+    """Gzip and Parquet files stay whole parts, a plain one is cut at line starts into parts
+    of PART_MIN_BYTES or more on average; with the default thresholds a small corpus is one part per
+    file, scanned in this process (the only one that can keep the texts)."""
+    from clusterclip.corpus import index
+
+    files = [Path(f) for f in hostile_corpus(tmp_path / "in")]
+    with part_sizes(100, 1 << 40):
+        parts = index._parts(files, 4)
+    sizes = [f.stat().st_size for f in files]
+    assert [p.fid for p in parts if p.span is None] == [1, 2, 4]  # gzip, Parquet, empty
+    for fid in (0, 3):
+        spans = [p.span for p in parts if p.fid == fid]
+        assert len(spans) == 4 and spans[0][0] == 0 and spans[-1][1] == sizes[fid]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        data = files[fid].read_bytes()
+        assert all(data[lo - 1:lo] == b"\n" for lo, _ in spans[1:])  # at line starts
+    assert [(p.fid, p.span) for p in index._parts(files, 4)] == [(f, None) for f in range(5)]
+    kept: list = []
+    scan_into(tmp_path / "ix", files, workers=2, texts=kept, skip_bad_lines=True,
+              progress=False)
+    assert len(kept) == 140
+
+
 def test_worker_processes_scan_a_file_in_parts_into_the_bytes_of_one_scan(tmp_path):
     """A real pool of 2 processes over the parts of a file cut in 4 and the other files:
     the index of one scan, no texts kept; a bad line in a later part is named by its line

@@ -570,9 +570,9 @@ def scan_into(directory: str | os.PathLike[str],
     and ``torchrun`` ranks.
 
     The work is in parts: a file each, but a plain JSON Lines file of at least twice
-    :data:`PART_MIN_BYTES` is cut at line starts into up to ``workers`` x ranks byte ranges
-    of at least that size (a gzip file cannot be entered midway: it stays whole, as does a
-    Parquet file). Under ``torchrun`` every rank calls this (a collective) and scans its
+    :data:`PART_MIN_BYTES` is cut at line starts into up to ``workers`` x ranks near-equal
+    byte ranges of about that size or more (a gzip file cannot be entered midway: it stays
+    whole, as does a Parquet file). Under ``torchrun`` every rank calls this (a collective) and scans its
     share of the parts (:func:`~clusterclip.distributed.balanced_shares` by size); each
     process scans its share with ``workers`` worker processes when it holds more than one
     part and at least :data:`POOL_MIN_BYTES` (else alone), each part into a folder of
@@ -662,9 +662,10 @@ class _Part:
 
 def _parts(files_in: list[Path], pieces: int) -> list[_Part]:
     """The parts of :func:`scan_into` over ``files_in``, in corpus order: a plain JSON
-    Lines file in up to ``pieces`` byte ranges of at least :data:`PART_MIN_BYTES`, cut at
-    line starts (:func:`~clusterclip.corpus.readers.line_starts`; ranges left empty by a
-    long line are dropped), any other file whole."""
+    Lines file in up to ``pieces`` near-equal byte ranges, :data:`PART_MIN_BYTES` or more
+    each before they are cut at line starts
+    (:func:`~clusterclip.corpus.readers.line_starts`; ranges left empty by a long line are
+    dropped), any other file whole."""
     out: list[_Part] = []
     for fid, path in enumerate(files_in):
         size = _size(path)
