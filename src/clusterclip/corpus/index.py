@@ -572,8 +572,9 @@ def scan_into(directory: str | os.PathLike[str],
     The work is in parts: a file each, but a plain JSON Lines file of at least twice
     :data:`PART_MIN_BYTES` is cut at line starts into up to ``workers`` x ranks near-equal
     byte ranges of about that size or more (a gzip file cannot be entered midway: it stays
-    whole, as does a Parquet file). Under ``torchrun`` every rank calls this (a collective) and scans its
-    share of the parts (:func:`~clusterclip.distributed.balanced_shares` by size); each
+    whole, as does a Parquet file). Under ``torchrun`` every rank calls this (a
+    collective) and scans its share of the parts
+    (:func:`~clusterclip.distributed.balanced_shares` by size); each
     process scans its share with ``workers`` worker processes when it holds more than one
     part and at least :data:`POOL_MIN_BYTES` (else alone), each part into a folder of
     its own beside ``directory`` (``.NAME.clusterclip-PID-scan.tmp``, PID of rank 0: a
