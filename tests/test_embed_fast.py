@@ -363,3 +363,27 @@ def test_the_embed_stage_writes_the_same_bytes_with_any_number_of_workers(
         assert info["shards_computed"] == info["shards"] and info["workers"] == workers
         got.append([(tmp / f"w{workers}" / f).read_bytes() for f in EMBED_OUTPUTS])
     assert got[0] == got[1]
+
+
+def test_a_shared_table_reaches_a_pickled_copy_through_a_file_with_the_same_bytes(tmp_path):
+    """``StaticEmbedder.shared_table``: inside it a pickle (a worker's state) leaves the
+    31 MB table out and the copy reads it from the file, the same bytes and vectors; the
+    file is removed on leaving, and a pickle made then carries the table again."""
+    import pickle
+
+    from clusterclip.embedding.static import StaticEmbedder
+
+    _cached_table()
+    emb = StaticEmbedder(progress=False)
+    emb.prepare(["a first sample text", "and a second one"])
+    with emb.shared_table(tmp_path):
+        (held,) = tmp_path.iterdir()
+        assert held.name.startswith(".table.clusterclip-") and held.name.endswith(".tmp")
+        blob = pickle.dumps(emb)
+        assert len(blob) < emb.table.nbytes // 10
+        copy = pickle.loads(blob)
+    assert not list(tmp_path.iterdir())
+    assert copy.table.tobytes() == emb.table.tobytes() and copy._table_file is None
+    texts = ["the cat sat", "data. science", ""]
+    assert copy.encode(texts).tobytes() == emb.encode(texts).tobytes()
+    assert len(pickle.dumps(emb)) > emb.table.nbytes

@@ -508,9 +508,12 @@ def embed_shards_pooled(corpus: Corpus, corpus_dir: Path, embedder: Embedder,
 
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()
+        # The fast embedder's table reaches the workers through a file, not their pipes.
+        share = getattr(embedder, "shared_table", None)
         try:
-            with worker_pool(workers, _embed_worker_state,
-                             (corpus_dir, embedder, shard_dir, bounds, dtype, queue)) as imap:
+            with (share(shard_dir) if share is not None else contextlib.nullcontext()), \
+                    worker_pool(workers, _embed_worker_state,
+                                (corpus_dir, embedder, shard_dir, bounds, dtype, queue)) as imap:
                 done = sum(imap(_embed_worker_shards, parts))
         finally:
             queue.put(None)
