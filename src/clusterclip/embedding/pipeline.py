@@ -17,7 +17,8 @@ shards whatever the corpus's size. A shard counts only when its ``.done`` record
 (written atomically after its rows) and the rows file is the one the records describe (a
 rows file made anew starts with no records), so a killed run resumes at the missing shards
 and never counts half-written rows. Under ``torchrun`` every process scans a share of the
-input files, then embeds every P-th missing shard into the one rows file; nothing is merged.
+input files (a large plain file in byte ranges: :func:`clusterclip.corpus.scan_into`), then
+embeds every P-th missing shard into the one rows file; nothing is merged.
 
 A shard is what an embedder's :meth:`~clusterclip.embedding.base.Embedder.encode` gets in
 one call: MiniLM and ``hf`` sort it by length into padded batches. In fp32 a document's
@@ -564,7 +565,7 @@ def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: i
                   workers: int | None = None) -> list[str | None]:
     """``W/corpus`` and the shard plan ``W/embed/plan.json`` (at ``paths``) for the inputs
     of fingerprint ``fp``: reused when the plan is current (a resume), else the corpus is
-    scanned again, every rank a share of the files (:func:`scan_workers` processes each).
+    scanned again, every rank a share of its parts (:func:`scan_workers` processes each).
     Returns the texts when one process scanned a corpus small enough to keep them (else an
     empty list)."""
     shard_dir, corpus_dir = paths.shards, paths.corpus
@@ -604,7 +605,8 @@ def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: i
     # once, not again for the sample and the shards).
     kept: list[str | None] = []
     if D.on_main(plan):
-        # Every rank scans a share of the files; rank 0 writes the index.
+        # Every rank scans a share of the parts (files, byte ranges of large ones), with
+        # worker processes; rank 0 writes the index.
         stats = scan_into(corpus_dir, inputs, progress=progress, check=check,
                           texts=kept, workers=scan_workers(workers), **corpus_opts)
 
