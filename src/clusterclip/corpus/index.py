@@ -573,10 +573,9 @@ def scan_into(directory: str | os.PathLike[str],
     :data:`PART_MIN_BYTES` is cut at line starts into up to ``workers`` x ranks near-equal
     byte ranges of about that size or more (a gzip file cannot be entered midway: it stays
     whole, as does a Parquet file). Under ``torchrun`` every rank calls this (a
-    collective) and scans its share of the parts
-    (:func:`~clusterclip.distributed.balanced_shares` by size); each
-    process scans its share with ``workers`` worker processes when it holds more than one
-    part and at least :data:`POOL_MIN_BYTES` (else alone), each part into a folder of
+    collective) and scans its share of the parts (balanced by size), with ``workers``
+    worker processes when it holds more than one part and at least :data:`POOL_MIN_BYTES`
+    (else alone), each part into a folder of
     its own beside ``directory`` (``.NAME.clusterclip-PID-scan.tmp``, PID of rank 0: a
     killed run's is removed by the next one). Then rank 0 computes the stats, calls
     ``check(stats)`` (which may raise InputError: nothing is written then) and concatenates
