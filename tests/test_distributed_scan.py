@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import filecmp
 import json
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,7 @@ def test_worker_processes_scan_a_file_in_parts_into_the_bytes_of_one_scan(tmp_pa
         scan_into(tmp_path / "three", [files[1], bad], workers=2, progress=False)
     assert str(e.value).startswith(f"{bad}:31: invalid JSON")
     assert not (tmp_path / "three").exists() and not list(tmp_path.glob(".*.tmp"))
+    assert not multiprocessing.active_children()  # the workers stopped with the error
 
 
 _RANKS_SCAN = """

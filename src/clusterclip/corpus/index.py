@@ -10,6 +10,7 @@ files in the order given, folders expanded in sorted order.
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import shutil
@@ -715,9 +716,10 @@ def _scan_part(options: tuple[Any, ...], job: tuple[_Part, Path, Path], bar: Any
 
 
 def _counted(scans: Iterable[_FileScan], bar: Any) -> Iterator[_FileScan]:
-    for got in scans:
-        bar.update(got.record["documents"])
-        yield got
+    with _closing(scans):
+        for got in scans:
+            bar.update(got.record["documents"])
+            yield got
 
 
 def _checked(parts: list[_Part], files_in: list[Path], scans: Iterable[_FileScan]
@@ -725,12 +727,25 @@ def _checked(parts: list[_Part], files_in: list[Path], scans: Iterable[_FileScan
     """``scans`` of ``parts`` (in order, from the first), raising the first one's failure
     as the InputError a scan of its whole file raises (its line numbered in the file)."""
     line0 = 0
-    for i, got in enumerate(scans):
-        if i and parts[i].fid != parts[i - 1].fid:
-            line0 = 0
-        _raise_failure(files_in[parts[i].fid], got, line0)
-        line0 += got.lines
-        yield got
+    with _closing(scans):
+        for i, got in enumerate(scans):
+            if i and parts[i].fid != parts[i - 1].fid:
+                line0 = 0
+            _raise_failure(files_in[parts[i].fid], got, line0)
+            line0 += got.lines
+            yield got
+
+
+@contextlib.contextmanager
+def _closing(scans: Iterable[Any]) -> Iterator[None]:
+    """Close the generator ``scans`` on leaving (its worker processes stop at once when an
+    error leaves early, not when the error's traceback is freed)."""
+    try:
+        yield
+    finally:
+        close = getattr(scans, "close", None)
+        if close is not None:
+            close()
 
 
 def _by_file(parts: list[_Part], scans: list[_FileScan]) -> tuple[list[_FileScan], list[int]]:
