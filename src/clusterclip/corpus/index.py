@@ -10,6 +10,7 @@ files in the order given, folders expanded in sorted order.
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import shutil
@@ -129,8 +130,10 @@ class Corpus:
         bar = tqdm(desc="scanning corpus", unit="doc", disable=not progress, leave=False)
         try:
             for fid, path in enumerate(files_in):
-                scans.append(_scan_file(fid, path, text_field, id_field, skip_bad_lines, cols,
-                                        ids, bar, want_keys=all(f.keys is None for f in scans)))
+                scans.append(_scan_file(fid, path, None, text_field, id_field, skip_bad_lines,
+                                        cols, ids, bar,
+                                        want_keys=all(f.keys is None for f in scans)))
+                _raise_failure(path, scans[-1], 0)
         finally:
             bar.close()  # also on error, so the message starts on a clean line
         files, stats = _combine(scans, ignored, text_field, id_field)
@@ -378,18 +381,41 @@ class FieldCoder:
 
 _TYPECODES = {"file_id": "i", "address": "q", "nbytes": "q", "line": "q", "valid": "b",
               "text_len": "i"}
+# A file's counts in its record, summed over its parts.
+_COUNTS = ("documents", "empty", "bad_lines", "blank_lines")
 _DTYPES = {"file_id": np.int32, "address": np.int64, "nbytes": np.int64, "line": np.int64,
            "valid": np.bool_, "text_len": np.int32}
 
 
 @dataclass
 class _FileScan:
-    """What a scan learnt about one file besides its documents' columns."""
+    """What a scan learnt about one file (or one byte range of one: a part of
+    :func:`scan_into`) besides its documents' columns; line numbers count from the first
+    line it read."""
 
     record: dict[str, Any]  # the file's entry in ``Corpus.files`` ("first" set later)
-    bad_examples: list[str]  # its first bad lines (up to _MAX_EXAMPLES)
+    bad_examples: list[tuple[int, str]]  # its first bad lines (up to _MAX_EXAMPLES)
     field_seen: bool  # some document has the text field
     keys: list[str] | None  # fields of its first document without the text field
+    lines: int = 0  # lines read
+    # Why it stopped short: (line, or None when the message names no line; message; params)
+    failure: tuple[int | None, str, tuple[str, ...]] | None = None
+
+
+class _NoBar:
+    """A progress bar that shows nothing (a worker process's scan)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+def _raise_failure(path: Path, scan: _FileScan, line0: int) -> None:
+    """The InputError that stopped ``scan`` of ``path`` (a part whose first line is line
+    ``line0 + 1`` of the file), if any."""
+    if scan.failure is not None:
+        line, message, params = scan.failure
+        where = "" if line is None else f"{path}:{line0 + line}: "
+        raise InputError(where + message, params=params)
 
 
 def _inputs(paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
@@ -422,37 +448,59 @@ class _KeptTexts:
                 self.out.append(text)
 
 
-def _scan_file(fid: int, path: Path, text_field: str, id_field: str | None,
-               skip_bad_lines: bool, cols: dict[str, array.array], ids: list[Any] | None,
-               bar: Any, want_keys: bool, texts: _KeptTexts | None = None) -> _FileScan:
-    """Scan file number ``fid``, appending its documents to ``cols`` (and ``ids``, and their
-    texts to ``texts``)."""
+def _scan_file(fid: int, path: Path, span: tuple[int, int] | None, text_field: str,
+               id_field: str | None, skip_bad_lines: bool, cols: dict[str, array.array],
+               ids: list[Any] | None, bar: Any, want_keys: bool,
+               texts: _KeptTexts | None = None) -> _FileScan:
+    """Scan file number ``fid`` (only the lines starting in bytes ``span`` when given:
+    :func:`clusterclip.corpus.readers.scan_jsonl`), appending its documents to ``cols``
+    (and ``ids``, and their texts to ``texts``). A line or file it cannot take stops it:
+    the returned scan's ``failure`` says why (:func:`_raise_failure`)."""
     kind = readers.kind_of(path)
-    try:
-        st = path.stat()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: cannot read (permission denied)")
-    rec = {"path": str(path), "kind": kind, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+    rec = {"path": str(path), "kind": kind, "size": 0, "mtime_ns": 0,
            "documents": 0, "empty": 0, "bad_lines": 0, "blank_lines": 0}
     out = _FileScan(rec, [], False, None)
-    if kind == "parquet":
-        items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
-    else:
-        items = readers.scan_jsonl(path, kind, text_field, id_field)
+    try:
+        try:
+            st = path.stat()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read ({e.strerror})") from None
+        if not os.access(path, os.R_OK):
+            raise InputError(f"{path}: cannot read (permission denied)")
+        rec["size"], rec["mtime_ns"] = st.st_size, st.st_mtime_ns
+        if kind == "parquet":
+            items: Iterator[Any] = readers.scan_parquet(path, text_field, id_field)
+        else:
+            items = readers.scan_jsonl(path, kind, text_field, id_field, span)
+        _take_items(out, items, path, kind, fid, skip_bad_lines, cols, ids, bar, want_keys,
+                    texts)
+    except InputError as e:
+        out.failure = (None, str(e), e.params)
+    return out
+
+
+def _take_items(out: _FileScan, items: Iterator[Any], path: Path, kind: str | None, fid: int,
+                skip_bad_lines: bool, cols: dict[str, array.array], ids: list[Any] | None,
+                bar: Any, want_keys: bool, texts: _KeptTexts | None) -> None:
+    """:func:`_scan_file`'s loop over one file's ``items``."""
+    rec = out.record
     for item in items:
         if isinstance(item, readers.Blank):
             rec["blank_lines"] += 1
+            out.lines += 1
             continue
+        out.lines = item.line
         if isinstance(item, readers.BadLine):
+            if item.fatal:
+                out.failure = (item.line, item.reason, ())
+                return
             if not skip_bad_lines:
-                raise InputError(f"{path}:{item.line}: {item.reason} "
-                                 f"(skip_bad_lines skips and counts such lines)",
-                                 params=("skip_bad_lines",))
+                out.failure = (item.line, f"{item.reason} (skip_bad_lines skips and counts "
+                                          "such lines)", ("skip_bad_lines",))
+                return
             rec["bad_lines"] += 1
             if len(out.bad_examples) < _MAX_EXAMPLES:
-                out.bad_examples.append(f"{path}:{item.line}: {item.reason}")
+                out.bad_examples.append((item.line, item.reason))
             continue
         ok = _has_text(item.text)
         out.field_seen = out.field_seen or item.has_field
@@ -472,7 +520,6 @@ def _scan_file(fid: int, path: Path, text_field: str, id_field: str | None,
         if not ok:
             rec["empty"] += 1
         bar.update()
-    return out
 
 
 def _combine(scans: list[_FileScan], ignored: list[str], text_field: str,
@@ -499,7 +546,8 @@ def _combine(scans: list[_FileScan], ignored: list[str], text_field: str,
         "empty": totals["empty"],
         "bad_lines": totals["bad_lines"],
         "blank_lines": totals["blank_lines"],
-        "bad_line_examples": [e for f in scans for e in f.bad_examples][:_MAX_EXAMPLES],
+        "bad_line_examples": [f"{f.record['path']}:{line}: {reason}" for f in scans
+                              for line, reason in f.bad_examples][:_MAX_EXAMPLES],
         "ignored_files": ignored,
         "text_field": text_field,
         "id_field": id_field,
@@ -533,57 +581,76 @@ def scan_into(directory: str | os.PathLike[str],
               text_field: str = "text", id_field: str | None = None,
               skip_bad_lines: bool = False, progress: bool = True,
               check: Callable[[dict[str, Any]], None] | None = None,
-              texts: list[str | None] | None = None) -> dict[str, Any]:
+              texts: list[str | None] | None = None, workers: int = 1) -> dict[str, Any]:
     """Index ``paths`` into ``directory``: the files :meth:`Corpus.scan` then
-    :meth:`Corpus.save` write, byte for byte, with the files shared among the ranks.
+    :meth:`Corpus.save` write, byte for byte, with the work shared among worker processes
+    and ``torchrun`` ranks.
 
-    Under ``torchrun`` every rank calls this (a collective): each scans its share of the
-    files (:func:`~clusterclip.distributed.balanced_shares` by size) into a folder per file
-    beside ``directory`` (``.NAME.clusterclip-PID-scan.tmp``, PID of rank 0: a killed
-    run's is removed by the next one), then rank 0 computes the stats, calls ``check(stats)``
-    (which may raise InputError: nothing is written then) and concatenates the files' columns
-    into ``directory``, replaced atomically. Errors are those of :meth:`Corpus.scan`: the
-    first bad line in file order, as an InputError on every rank. Returns the stats on
-    every rank.
+    The work is in parts: a file each, but a plain JSON Lines file of at least twice
+    :data:`PART_MIN_BYTES` is cut at line starts into up to ``workers`` x ranks near-equal
+    byte ranges of about that size or more (a gzip file cannot be entered midway: it stays
+    whole, as does a Parquet file). Under ``torchrun`` every rank calls this (a
+    collective) and scans its share of the parts (balanced by size), with ``workers``
+    worker processes when it holds more than one part and at least :data:`POOL_MIN_BYTES`
+    (else alone), each part into a folder of
+    its own beside ``directory`` (``.NAME.clusterclip-PID-scan.tmp``, PID of rank 0: a
+    killed run's is removed by the next one). Then rank 0 computes the stats, calls
+    ``check(stats)`` (which may raise InputError: nothing is written then) and concatenates
+    the parts' columns into ``directory``, replaced atomically, each part's line numbers
+    moved on by the lines of the parts before it in its file. Errors are those of
+    :meth:`Corpus.scan`: the first bad line in file order, named by its line in the file,
+    as an InputError on every rank. Returns the stats on every rank.
 
     ``texts``: an empty list the scan fills with every document's text in corpus order
     (None where excluded), so that a stage that reads them next need not read the files
-    again, when it ran on one process and they total at most :data:`KEEP_TEXT_CHARS`
-    characters; otherwise it stays empty.
+    again, when one process scanned every part and they total at most
+    :data:`KEEP_TEXT_CHARS` characters; otherwise it stays empty.
     """
     from tqdm import tqdm
 
     from clusterclip import distributed as D
+    from clusterclip.pool import pooled
 
     out = Path(directory)
     files_in, ignored = D.on_main(lambda: _inputs(paths, text_field))
     scratch = out.parent / f".{out.name}.clusterclip-{D.on_main(os.getpid)}-scan.tmp"
+    rank, world = D.rank_and_world()
 
-    def fresh() -> list[int]:
+    def fresh() -> list[_Part]:
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
-        return [_size(p) for p in files_in]
+        return _parts(files_in, world * max(1, workers))
 
-    sizes = D.on_main(fresh)
-    rank, world = D.rank_and_world()
+    parts = D.on_main(fresh)
     desc = "scanning corpus" if world == 1 else f"scanning corpus (rank {rank})"
     bar = tqdm(desc=desc, unit="doc", disable=not progress, leave=False)
     if texts is not None:
         texts.clear()
-    # One process scans the files in order: their texts append in corpus order.
+    # One process scans the parts in order: their texts append in corpus order.
     kept = _KeptTexts(texts, KEEP_TEXT_CHARS) if texts is not None and world == 1 else None
+    options = (text_field, id_field, skip_bad_lines)
 
-    def one(fid: int) -> _FileScan:
-        return _scan_part(fid, files_in[fid], scratch / f"{fid:07d}", text_field, id_field,
-                          skip_bad_lines, bar, kept)
+    def one(i: int) -> _FileScan:
+        return _scan_part(options, (parts[i], files_in[parts[i].fid], scratch), bar, kept)
+
+    def many(items: list[int]) -> Iterator[_FileScan]:
+        big = sum(parts[i].size for i in items) >= POOL_MIN_BYTES
+        jobs = [(parts[i], files_in[parts[i].fid], scratch) for i in items]
+        done = pooled(workers if big else 1, _scan_options, options, _scan_job, jobs,
+                      serial=lambda job: _scan_part(options, job, bar, kept))
+        if big and workers > 1 and len(items) > 1:
+            done = _counted(done, bar)  # from workers: the bar moves a part at a time
+        # One process holds every part: it raises the first failure in order, at once.
+        return _checked(parts, files_in, done) if world == 1 else done
 
     try:
         try:
-            scans = D.map_in_order(one, sizes)
+            scans = list(_checked(parts, files_in,
+                                  D.map_in_order(one, [p.size for p in parts], many=many)))
         finally:
             bar.close()
 
-        return D.on_main(lambda: _write_index(out, scratch, scans, ignored, text_field,
+        return D.on_main(lambda: _write_index(out, scratch, parts, scans, ignored, text_field,
                                               id_field, check))
     finally:
         D.barrier()  # every rank is done with the scratch folder
@@ -591,45 +658,155 @@ def scan_into(directory: str | os.PathLike[str],
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _scan_part(fid: int, path: Path, part: Path, text_field: str, id_field: str | None,
-               skip_bad_lines: bool, bar: Any, kept: _KeptTexts | None) -> _FileScan:
-    """Scan one input file into its own folder ``part`` of :func:`scan_into`'s scratch
-    (a column ``.npy`` each, and ``ids.jsonl`` with ``id_field``)."""
+#: The least bytes of a part of :func:`scan_into` cut from one plain JSON Lines file
+#: (a quarter of a second of scanning or so on one core).
+PART_MIN_BYTES = 1 << 25
+#: The least bytes of its share of the corpus a process hands to worker processes (each
+#: starts in a fraction of a second: below this, one process is as quick).
+POOL_MIN_BYTES = 2 * PART_MIN_BYTES
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One piece of :func:`scan_into`'s work: file ``fid`` (``size`` bytes to scan), or
+    only its lines starting in bytes ``span``; ``name``: its folder in the scratch."""
+
+    fid: int
+    span: tuple[int, int] | None
+    size: int
+    name: str
+
+
+def _parts(files_in: list[Path], pieces: int) -> list[_Part]:
+    """The parts of :func:`scan_into` over ``files_in``, in corpus order: a plain JSON
+    Lines file in up to ``pieces`` near-equal byte ranges, :data:`PART_MIN_BYTES` or more
+    each before they are cut at line starts
+    (:func:`~clusterclip.corpus.readers.line_starts`; ranges left empty by a long line are
+    dropped), any other file whole."""
+    out: list[_Part] = []
+    for fid, path in enumerate(files_in):
+        size = _size(path)
+        n = min(pieces, size // PART_MIN_BYTES) if readers.kind_of(path) == "jsonl" else 1
+        if n < 2:
+            out.append(_Part(fid, None, size, f"{len(out):07d}"))
+            continue
+        starts = [0, *readers.line_starts(path, [size * k // n for k in range(1, n)]), size]
+        for lo, hi in zip(starts, starts[1:], strict=False):
+            if hi > lo:
+                out.append(_Part(fid, (lo, hi), hi - lo, f"{len(out):07d}"))
+    return out
+
+
+def _scan_options(*options: Any) -> tuple[Any, ...]:
+    """A scan worker's state (:func:`clusterclip.pool.worker_pool`): the scan's options."""
+    return options
+
+
+def _scan_job(options: tuple[Any, ...], job: tuple[_Part, Path, Path]) -> _FileScan:
+    """A worker process's scan of one part (no progress bar, no texts kept)."""
+    return _scan_part(options, job, _NoBar(), None)
+
+
+def _scan_part(options: tuple[Any, ...], job: tuple[_Part, Path, Path], bar: Any,
+               kept: _KeptTexts | None) -> _FileScan:
+    """Scan one part of :func:`scan_into` (``job``: the part, its file, the scratch folder)
+    into its own folder in the scratch (a column ``.npy`` each, and ``ids.jsonl`` with
+    ``id_field``); nothing is written when it fails."""
+    text_field, id_field, skip_bad_lines = options
+    part, path, scratch = job
     cols = _columns()
     ids: list[Any] | None = [] if id_field else None
-    got = _scan_file(fid, path, text_field, id_field, skip_bad_lines, cols, ids,
-                     bar, want_keys=True, texts=kept)
-    part.mkdir()
+    got = _scan_file(part.fid, path, part.span, text_field, id_field, skip_bad_lines, cols,
+                     ids, bar, want_keys=True, texts=kept)
+    if got.failure is not None:
+        return got
+    folder = scratch / part.name
+    folder.mkdir()
     for k, c in cols.items():
         raw = np.frombuffer(c, dtype=np.int8 if k == "valid" else _DTYPES[k])
-        np.save(part / f"{k}.npy", raw.astype(_DTYPES[k], copy=False))
+        np.save(folder / f"{k}.npy", raw.astype(_DTYPES[k], copy=False))
     if ids is not None:
-        with open(part / "ids.jsonl", "w", encoding="utf-8") as fh:
+        with open(folder / "ids.jsonl", "w", encoding="utf-8") as fh:
             fh.writelines(_id_line(i) for i in ids)
     return got
 
 
-def _write_index(out: Path, scratch: Path, scans: list[_FileScan], ignored: list[str],
-                 text_field: str, id_field: str | None,
+def _counted(scans: Iterable[_FileScan], bar: Any) -> Iterator[_FileScan]:
+    with _closing(scans):
+        for got in scans:
+            bar.update(got.record["documents"])
+            yield got
+
+
+def _checked(parts: list[_Part], files_in: list[Path], scans: Iterable[_FileScan]
+             ) -> Iterator[_FileScan]:
+    """``scans`` of ``parts`` (in order, from the first), raising the first one's failure
+    as the InputError a scan of its whole file raises (its line numbered in the file)."""
+    line0 = 0
+    with _closing(scans):
+        for i, got in enumerate(scans):
+            if i and parts[i].fid != parts[i - 1].fid:
+                line0 = 0
+            _raise_failure(files_in[parts[i].fid], got, line0)
+            line0 += got.lines
+            yield got
+
+
+@contextlib.contextmanager
+def _closing(scans: Iterable[Any]) -> Iterator[None]:
+    """Close the generator ``scans`` on leaving (its worker processes stop at once when an
+    error leaves early, not when the error's traceback is freed)."""
+    try:
+        yield
+    finally:
+        close = getattr(scans, "close", None)
+        if close is not None:
+            close()
+
+
+def _by_file(parts: list[_Part], scans: list[_FileScan]) -> tuple[list[_FileScan], list[int]]:
+    """The scans of whole files from those of their ``parts``, and the lines of its file
+    before each part."""
+    files: list[_FileScan] = []
+    line0: list[int] = []
+    for i, (part, got) in enumerate(zip(parts, scans, strict=True)):
+        if i == 0 or part.fid != parts[i - 1].fid:
+            files.append(_FileScan({**got.record, **dict.fromkeys(_COUNTS, 0)}, [], False, None))
+        f = files[-1]
+        line0.append(f.lines)
+        for k in _COUNTS:
+            f.record[k] += got.record[k]
+        room = _MAX_EXAMPLES - len(f.bad_examples)
+        f.bad_examples.extend((f.lines + line, why) for line, why in got.bad_examples[:room])
+        f.field_seen = f.field_seen or got.field_seen
+        f.keys = f.keys if f.keys is not None else got.keys
+        f.lines += got.lines
+    return files, line0
+
+
+def _write_index(out: Path, scratch: Path, parts: list[_Part], scans: list[_FileScan],
+                 ignored: list[str], text_field: str, id_field: str | None,
                  check: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
-    """On rank 0: the stats of every file's scan, ``check(stats)``, then the files' parts
-    in ``scratch`` concatenated into the index ``out`` (replaced atomically)."""
+    """On rank 0: the stats of every part's scan, ``check(stats)``, then the parts'
+    folders in ``scratch`` concatenated into the index ``out`` (replaced atomically)."""
     from clusterclip.storage.atomic import atomic_path
 
-    files, stats = _combine(scans, ignored, text_field, id_field)
-    parts = [scratch / f"{fid:07d}" for fid in range(len(files))]
+    file_scans, line0 = _by_file(parts, scans)
+    files, stats = _combine(file_scans, ignored, text_field, id_field)
+    folders = [scratch / p.name for p in parts]
     if id_field:
-        stats.update(_id_stats(_read_ids(parts)))
+        stats.update(_id_stats(_read_ids(folders)))
     if check is not None:
         check(stats)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for k in _ARRAYS:
-            _concatenate([p / f"{k}.npy" for p in parts], tmp / f"{k}.npy",
-                         np.dtype(_DTYPES[k]), stats["documents"])
+            _concatenate([p / f"{k}.npy" for p in folders], tmp / f"{k}.npy",
+                         np.dtype(_DTYPES[k]), stats["documents"],
+                         line0 if k == "line" else None)
         if id_field:
             with open(tmp / "ids.jsonl", "wb") as fh:
-                for p in parts:
+                for p in folders:
                     with open(p / "ids.jsonl", "rb") as src:
                         shutil.copyfileobj(src, fh)
         _write_meta(tmp, text_field, id_field, files, stats)
@@ -649,15 +826,19 @@ def _size(path: Path) -> int:
         return 0  # the scan itself says why it cannot read it
 
 
-def _concatenate(parts: list[Path], out: Path, dtype: np.dtype, n: int) -> None:
+def _concatenate(parts: list[Path], out: Path, dtype: np.dtype, n: int,
+                 plus: list[int] | None = None) -> None:
     """Write the 1-D ``.npy`` files ``parts`` one after another as one ``.npy`` of ``n``
-    values, streaming (the bytes ``np.save`` writes for their concatenation)."""
+    values, streaming (the bytes ``np.save`` writes for their concatenation), ``plus[j]``
+    added to every value of part ``j`` when given."""
     with open(out, "wb") as fh:
         np.lib.format.write_array_header_1_0(
             fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                  "shape": (n,)})
-        for p in parts:
-            a = np.load(p, allow_pickle=False)  # one file's column: 8 B per document at most
+        for j, p in enumerate(parts):
+            a = np.load(p, allow_pickle=False)  # one part's column: 8 B per document at most
+            if plus is not None and plus[j]:
+                a += plus[j]
             if a.size:
                 fh.write(memoryview(np.ascontiguousarray(a)).cast("B"))
 

@@ -121,10 +121,12 @@ class Record:
 
 @dataclass
 class BadLine:
-    """A line that is not a document: ``reason`` says why."""
+    """A line that is not a document: ``reason`` says why. ``fatal``: the file cannot be
+    read on from it (a read error), which skipping bad lines does not skip."""
 
     line: int
     reason: str
+    fatal: bool = False
 
 
 class Blank:
@@ -195,43 +197,84 @@ def _open_jsonl(path: Path, kind: str):
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def scan_jsonl(path: Path, kind: str, text_field: str,
-               id_field: str | None) -> Iterator[Record | BadLine | Blank]:
-    """Yield one item per line of a JSON Lines file (plain or gzip), streaming."""
+def scan_jsonl(path: Path, kind: str, text_field: str, id_field: str | None,
+               span: tuple[int, int] | None = None) -> Iterator[Record | BadLine | Blank]:
+    """Yield one item per line of a JSON Lines file (plain or gzip), streaming.
+
+    ``span``: only the lines of a plain file that start in bytes ``[lo, hi)``, ``lo`` a
+    line's start (:func:`line_starts`); their line numbers count from 1 at ``lo``, their
+    addresses from the file's start. A read error ends the items with a fatal
+    :class:`BadLine`.
+    """
+    lo, hi = span if span is not None else (0, None)
     f = _open_jsonl(path, kind)
-    pos = 0
-    line = 0
+    pos, line = lo, 0
     try:
         with f:
-            while True:
+            if lo:
+                f.seek(lo)
+            while hi is None or pos < hi:
                 try:
                     raw = f.readline()
                 except (OSError, EOFError, zlib.error) as e:
-                    raise InputError(f"{path}:{line + 1}: cannot read ({e})") from None
+                    yield BadLine(line + 1, f"cannot read ({e})", fatal=True)
+                    return
                 if not raw:
                     return
                 line += 1
                 start, size = pos, len(raw)
                 pos += size
-                if line == 1 and raw.startswith(_BOM):
+                if start == 0 and raw.startswith(_BOM):
                     start += len(_BOM)
                     raw = raw[len(_BOM):]
-                if not raw.strip():
-                    yield BLANK
-                    continue
-                obj = _parse_object(raw, line)
-                if isinstance(obj, BadLine):
-                    yield obj
-                    continue
-                got = _text_of(obj, text_field, line)
-                if isinstance(got, BadLine):
-                    yield got
-                    continue
-                text, has = got
-                doc_id = obj.get(id_field) if id_field else None
-                yield Record(start, len(raw), line, text, doc_id, has)
+                yield _line_item(raw, line, start, text_field, id_field)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _line_item(raw: bytes, line: int, start: int, text_field: str,
+               id_field: str | None) -> Record | BadLine | Blank:
+    """What line number ``line`` (the bytes ``raw``, at byte ``start``) holds."""
+    if not raw.strip():
+        return BLANK
+    obj = _parse_object(raw, line)
+    if isinstance(obj, BadLine):
+        return obj
+    got = _text_of(obj, text_field, line)
+    if isinstance(got, BadLine):
+        return got
+    text, has = got
+    doc_id = obj.get(id_field) if id_field else None
+    return Record(start, len(raw), line, text, doc_id, has)
+
+
+def line_starts(path: Path, cuts: Iterable[int]) -> list[int]:
+    """For each byte offset in ``cuts`` (ascending, inside a plain file), the start of the
+    first line that starts at or after it (the file's size when none does): where a scan
+    of the file can be cut so that every line falls in one piece."""
+    out: list[int] = []
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            for c in cuts:
+                if c <= 0:
+                    out.append(0)
+                    continue
+                f.seek(c - 1)  # the line starts at c when byte c - 1 ends one
+                at = c - 1
+                while True:
+                    chunk = f.read(1 << 16)
+                    nl = chunk.find(b"\n")
+                    if nl >= 0:
+                        out.append(min(at + nl + 1, size))
+                        break
+                    if not chunk:
+                        out.append(size)
+                        break
+                    at += len(chunk)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    return out
 
 
 def read_jsonl_lines(path: Path, kind: str, addresses: Iterable[tuple[int, int]]

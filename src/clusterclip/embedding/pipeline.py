@@ -17,7 +17,8 @@ shards whatever the corpus's size. A shard counts only when its ``.done`` record
 (written atomically after its rows) and the rows file is the one the records describe (a
 rows file made anew starts with no records), so a killed run resumes at the missing shards
 and never counts half-written rows. Under ``torchrun`` every process scans a share of the
-input files, then embeds every P-th missing shard into the one rows file; nothing is merged.
+input files (a large plain file in byte ranges: :func:`clusterclip.corpus.scan_into`), then
+embeds every P-th missing shard into the one rows file; nothing is merged.
 
 A shard is what an embedder's :meth:`~clusterclip.embedding.base.Embedder.encode` gets in
 one call: MiniLM and ``hf`` sort it by length into padded batches. In fp32 a document's
@@ -456,68 +457,109 @@ def embed_workers(workers: int | None, embedder: str, documents: int) -> int:
         return workers
     if documents < POOL_MIN_DOCUMENTS:
         return 1
+    return scan_workers(None)
+
+
+def scan_workers(workers: int | None) -> int:
+    """Worker processes that scan a rank's share of the corpus (any embedder;
+    :func:`clusterclip.corpus.scan_into` keeps a small corpus in one process): ``workers``
+    when given, else the CPUs this process may use
+    (:func:`clusterclip.pool.available_cpus`) shared by the ranks on this node
+    (``LOCAL_WORLD_SIZE`` under ``torchrun``)."""
+    if workers is not None:
+        return workers
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     return max(1, available_cpus() // max(1, local))
 
 
-def embed_shards_pooled(corpus: Corpus, corpus_dir: Path, embedder: Embedder,
-                        shard_dir: Path, shards: list[int], *, workers: int,
-                        bounds: np.ndarray, dtype: str, progress: bool = True,
-                        desc: str = "embedding", known: dict[int, str] | None = None) -> int:
-    """:func:`embed_shards` of ``corpus`` (loaded from ``corpus_dir``) by ``workers``
-    processes (:func:`clusterclip.pool.worker_pool`), each holding a copy of ``embedder``
-    and embedding every ``workers``-th of ``shards`` in one pass over the corpus files. Each
-    shard writes its own rows, and a document's vector depends on its text alone, so the
-    rows file gets the same bytes for any number of workers. The parent shows one progress
-    bar. Returns documents embedded."""
+@dataclass(frozen=True)
+class EmbedPool:
+    """Worker processes started by :func:`embed_pool`: ``imap``
+    (:func:`clusterclip.pool.worker_pool`), the queue on which they report documents
+    embedded, and how many they are."""
+
+    imap: Callable[..., Iterator[Any]]
+    queue: Any
+    workers: int
+
+
+@contextlib.contextmanager
+def embed_pool(workers: int, corpus_dir: Path, shard_dir: Path, bounds: np.ndarray,
+               dtype: str) -> Iterator[EmbedPool | None]:
+    """``workers`` processes for :func:`embed_shards_pooled` (None for one: it embeds in
+    this process), each holding the corpus index at ``corpus_dir``; started before the
+    embedder is made, so that their start-up runs while this process makes and fits it.
+    Leaving by an exception terminates them."""
+    if workers <= 1:
+        yield None
+        return
     import multiprocessing
+
+    queue = multiprocessing.get_context("spawn").Queue()
+    with worker_pool(workers, _embed_worker_state,
+                     (corpus_dir, shard_dir, bounds, dtype, queue)) as imap:
+        yield EmbedPool(imap, queue, workers)
+
+
+def embed_shards_pooled(corpus: Corpus, embedder: Embedder, shard_dir: Path,
+                        shards: list[int], *, pool: EmbedPool | None, bounds: np.ndarray,
+                        dtype: str, progress: bool = True, desc: str = "embedding",
+                        known: dict[int, str] | None = None) -> int:
+    """:func:`embed_shards` by the processes of ``pool`` (:func:`embed_pool`; in this
+    process when None), each receiving a copy of ``embedder`` and embedding every
+    ``workers``-th of ``shards`` in one pass over the corpus files. Each shard writes its
+    own rows, and a document's vector depends on its text alone, so the rows file gets the
+    same bytes for any number of workers. The parent shows one progress bar. Returns
+    documents embedded."""
     import threading
 
     from tqdm import tqdm
 
-    workers = max(1, min(workers, len(shards)))
-    if workers == 1:
+    workers = 1 if pool is None else max(1, min(pool.workers, len(shards)))
+    if pool is None or workers == 1:
         return embed_shards(corpus, embedder, shard_dir, shards,
                             bounds=bounds, dtype=dtype, progress=progress, desc=desc,
                             known=known)
     # Worker w embeds shards[w::workers], with the texts already read of those shards.
     worker_of = {s: j % workers for j, s in enumerate(shards)}
-    parts: list[tuple[list[int], dict[int, str]]] = [(shards[w::workers], {})
-                                                     for w in range(workers)]
+    parts: list[tuple[Embedder, list[int], dict[int, str]]] = [
+        (embedder, shards[w::workers], {}) for w in range(workers)]
     for i, t in (known or {}).items():
         w = worker_of.get(int(np.searchsorted(bounds, i, side="right")) - 1)
         if w is not None:
-            parts[w][1][i] = t
-    queue = multiprocessing.get_context("spawn").Queue()
+            parts[w][2][i] = t
     total = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in shards)
+    # The fast embedder's table reaches the workers through a file, not in each task.
+    share = getattr(embedder, "shared_table", None)
     with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
         def follow() -> None:
-            for n in iter(queue.get, None):
+            for n in iter(pool.queue.get, None):
                 bar.update(n)
 
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()
         try:
-            with worker_pool(workers, _embed_worker_state,
-                             (corpus_dir, embedder, shard_dir, bounds, dtype, queue)) as imap:
-                done = sum(imap(_embed_worker_shards, parts))
+            with share(shard_dir) if share is not None else contextlib.nullcontext():
+                done = sum(pool.imap(_embed_worker_shards, parts))
         finally:
-            queue.put(None)
+            pool.queue.put(None)
             # Bounded: a worker terminated on an error may have left the queue unusable.
             reader.join(timeout=10)
     return done
 
 
-def _embed_worker_state(corpus_dir: Path, embedder: Embedder, shard_dir: Path,
-                        bounds: np.ndarray, dtype: str, queue: Any) -> dict[str, Any]:
-    return {"corpus": Corpus.load(corpus_dir), "embedder": embedder, "shard_dir": shard_dir,
-            "bounds": bounds, "dtype": dtype, "queue": queue}
+def _embed_worker_state(corpus_dir: Path, shard_dir: Path, bounds: np.ndarray, dtype: str,
+                        queue: Any) -> dict[str, Any]:
+    import clusterclip.embedding.static  # noqa: F401  (the embedder a task brings: fast)
+
+    return {"corpus": Corpus.load(corpus_dir), "shard_dir": shard_dir, "bounds": bounds,
+            "dtype": dtype, "queue": queue}
 
 
 def _embed_worker_shards(state: dict[str, Any],
-                         part: tuple[list[int], dict[int, str]]) -> int:
-    shards, known = part
-    return embed_shards(state["corpus"], state["embedder"], state["shard_dir"], shards,
+                         part: tuple[Embedder, list[int], dict[int, str]]) -> int:
+    embedder, shards, known = part
+    return embed_shards(state["corpus"], embedder, state["shard_dir"], shards,
                         bounds=state["bounds"], dtype=state["dtype"], known=known,
                         on_batch=state["queue"].put)
 
@@ -546,12 +588,13 @@ class EmbedPaths:
 
 def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: int,
                   n_clusters: int | None, corpus_opts: dict[str, Any], progress: bool,
-                  check_corpus: Callable[[dict[str, Any]], None] | None = None
-                  ) -> list[str | None]:
+                  check_corpus: Callable[[dict[str, Any]], None] | None = None,
+                  workers: int | None = None) -> list[str | None]:
     """``W/corpus`` and the shard plan ``W/embed/plan.json`` (at ``paths``) for the inputs
     of fingerprint ``fp``: reused when the plan is current (a resume), else the corpus is
-    scanned again, every rank a share of the files. Returns the texts when one process
-    scanned a corpus small enough to keep them (else an empty list)."""
+    scanned again, every rank a share of its parts (:func:`scan_workers` processes each).
+    Returns the texts when one process scanned a corpus small enough to keep them (else an
+    empty list)."""
     shard_dir, corpus_dir = paths.shards, paths.corpus
 
 
@@ -589,9 +632,10 @@ def index_corpus(paths: EmbedPaths, inputs: list[str], fp: str, *, shard_size: i
     # once, not again for the sample and the shards).
     kept: list[str | None] = []
     if D.on_main(plan):
-        # Every rank scans a share of the files; rank 0 writes the index.
+        # Every rank scans a share of the parts (files, byte ranges of large ones), with
+        # worker processes; rank 0 writes the index.
         stats = scan_into(corpus_dir, inputs, progress=progress, check=check,
-                          texts=kept, **corpus_opts)
+                          texts=kept, workers=scan_workers(workers), **corpus_opts)
 
         def start() -> None:
             write_marker(corpus_dir, STAGE)
@@ -623,17 +667,6 @@ def embed_rows(paths: EmbedPaths, fp: str, params: dict[str, Any], *, progress: 
     if kept is not None and len(kept) == len(corpus):
         known = {i: t for i, t in enumerate(kept) if t is not None}
 
-    # Rank 0 loads first: a first use builds the cached table, ONNX export or tuned table.
-    emb, tuning = None, None
-    for turn in (0, 1):
-        if (rank == 0) == (turn == 0):
-            emb, tuning = stage_embedder(params, corpus, progress=progress and rank == 0,
-                                         trust_remote_code=trust_remote_code, known=known,
-                                         prepare=False)
-        D.barrier()
-    assert emb is not None
-    _prepare(emb, corpus, known)
-
     n = len(corpus)
     bounds = shard_bounds(n, shard_size)
     n_shards = len(bounds) - 1
@@ -641,18 +674,26 @@ def embed_rows(paths: EmbedPaths, fp: str, params: dict[str, Any], *, progress: 
     def done(s: int) -> bool:
         return shard_is_done(shard_dir, s, int(bounds[s]), int(bounds[s + 1]))
 
-    def missing() -> list[int]:
-        allocate_rows(shard_dir, n, emb.dim, dtype)
-        return [s for s in range(n_shards) if not done(s)]
+    # The workers' count from the shards without a record now (making the rows file anew
+    # below removes every record: then it is the count for fewer shards than there are to
+    # embed, never more workers than wanted); they start before the embedder is made.
+    waiting = D.on_main(lambda: [s for s in range(n_shards) if not done(s)])[rank::world]
+    waiting_docs = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in waiting)
+    n_workers = max(1, min(embed_workers(workers, embedder, waiting_docs), len(waiting)))
+    with embed_pool(n_workers, paths.corpus, shard_dir, bounds, dtype) as pool:
+        emb, tuning = _rank_embedder(params, corpus, progress=progress and rank == 0,
+                                     trust_remote_code=trust_remote_code, known=known)
 
-    todo = D.on_main(missing)
-    mine = todo[rank::world]
-    desc = "embedding" if world == 1 else f"embedding (rank {rank})"
-    todo_docs = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in mine)
-    n_workers = max(1, min(embed_workers(workers, embedder, todo_docs), len(mine)))
-    embedded = embed_shards_pooled(corpus, paths.corpus, emb, shard_dir, mine,
-                                   workers=n_workers, bounds=bounds,
-                                   dtype=dtype, progress=progress, desc=desc, known=known)
+        def missing() -> list[int]:
+            allocate_rows(shard_dir, n, emb.dim, dtype)
+            return [s for s in range(n_shards) if not done(s)]
+
+        todo = D.on_main(missing)
+        mine = todo[rank::world]
+        desc = "embedding" if world == 1 else f"embedding (rank {rank})"
+        embedded = embed_shards_pooled(corpus, emb, shard_dir, mine, pool=pool,
+                                       bounds=bounds, dtype=dtype, progress=progress,
+                                       desc=desc, known=known)
     counts = D.gather_objects(embedded)
     D.barrier()
 
@@ -676,6 +717,24 @@ def embed_rows(paths: EmbedPaths, fp: str, params: dict[str, Any], *, progress: 
                 **_runtime_info(emb, tuning)}
 
     return D.on_main(finish)
+
+
+def _rank_embedder(params: dict[str, Any], corpus: Corpus, *, progress: bool,
+                   trust_remote_code: bool, known: dict[int, str]
+                   ) -> tuple[Embedder, dict[str, Any] | None]:
+    """:func:`stage_embedder` on every rank, fitted on the sample; rank 0 loads first: a
+    first use builds the cached table, ONNX export or tuned table."""
+    rank, _ = D.rank_and_world()
+    emb, tuning = None, None
+    for turn in (0, 1):
+        if (rank == 0) == (turn == 0):
+            emb, tuning = stage_embedder(params, corpus, progress=progress,
+                                         trust_remote_code=trust_remote_code, known=known,
+                                         prepare=False)
+        D.barrier()
+    assert emb is not None
+    _prepare(emb, corpus, known)
+    return emb, tuning
 
 
 def stage_embedder(params: dict[str, Any], corpus: Corpus, *, device: str | None = None,

@@ -30,11 +30,13 @@ embedder never imports torch once the table is cached. The vectors of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, compress, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -283,23 +285,50 @@ class StaticEmbedder(Embedder):
         self.n_sample = 0
         # Mean vector of prepare()'s sample (distilled table): subtracted, then renormalised.
         self.centre: np.ndarray | None = None
+        # The file holding the table while shared_table() lends it to worker processes.
+        self._table_file: str | None = None
         self._forget_sample()
         self._reset_cache()
 
     def __getstate__(self) -> dict[str, Any]:
         """For worker processes (:func:`clusterclip.embedding.pipeline.embed_shards` with
-        workers): the table, tokenizer, weights and centre as they are; the word caches
-        start empty there (the vectors do not depend on them) and the tuning plan, whose
-        teacher is no longer needed once the table is tuned, is dropped."""
+        workers): the table (or, inside :meth:`shared_table`, the file holding it),
+        tokenizer, weights and centre as they are; the word caches start empty there (the
+        vectors do not depend on them) and the tuning plan, whose teacher is no longer
+        needed once the table is tuned, is dropped."""
         state = dict(self.__dict__)
         state.update(_kernel=self._kernel is not None, tune_plan=None,
                      _words_cache=None, _chunks_cache=None)
+        if self._table_file is not None:
+            state["table"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        if self.table is None:
+            self.table = np.load(state["_table_file"], allow_pickle=False)
+        self._table_file = None
         self._kernel = _kernel if state["_kernel"] else None
         self._reset_cache()
+
+    @contextlib.contextmanager
+    def shared_table(self, folder: Path) -> Iterator[None]:
+        """While inside, a pickled copy of this embedder (a worker process's) reads the
+        table from a file written once into ``folder`` instead of receiving its 31 MB in
+        the pickle, which a process start sends through a pipe, one worker after another.
+        The file (``.table.clusterclip-PID-*.tmp``: a killed run's is a stale temporary)
+        is removed on leaving; the copies' tables are the same bytes."""
+        fd, name = tempfile.mkstemp(prefix=f".table.clusterclip-{os.getpid()}-",
+                                    suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.save(fh, self.table, allow_pickle=False)
+            self._table_file = name
+            yield
+        finally:
+            self._table_file = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
 
     def identity(self) -> dict[str, Any]:
         ident = {**super().identity(), "static_version": STATIC_VERSION,

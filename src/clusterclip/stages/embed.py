@@ -42,8 +42,9 @@ class EmbedOptions:
     :func:`clusterclip.embedding.pipeline.make_embedder`. ``shard_size``: documents per
     resumable shard; ``keep_shards``: keep ``W/embed/`` at the end. ``workers``: processes
     that embed with ``--embedder fast`` (None: the CPUs this process may use,
-    :func:`clusterclip.embedding.pipeline.embed_workers`); not part of the stage's identity,
-    since any number gives the same bytes.
+    :func:`clusterclip.embedding.pipeline.embed_workers`) and that scan a large corpus
+    (:func:`~clusterclip.embedding.pipeline.scan_workers`); not part of the stage's
+    identity, since any number gives the same bytes.
     """
 
     inputs: tuple[str, ...] = ()
@@ -125,7 +126,8 @@ def run(w: Workdir, options: EmbedOptions, *, n_clusters: int | None = None,
         fp = run.fingerprint
         kept = index_corpus(paths, list(o.inputs), fp, shard_size=o.shard_size,
                             n_clusters=n_clusters, corpus_opts=corpus_opts,
-                            progress=o.progress, check_corpus=check_corpus)
+                            progress=o.progress, check_corpus=check_corpus,
+                            workers=o.workers)
         return embed_rows(paths, fp, params, progress=o.progress,
                           trust_remote_code=o.trust_remote_code, kept=kept,
                           workers=o.workers)
