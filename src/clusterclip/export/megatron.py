@@ -62,6 +62,13 @@ CACHE_TOKENS = 1 << 25
 #: Positions from which worker processes tokenize by default (below, starting them, a
 #: second or two each, would cost more than they save).
 POOL_MIN_POSITIONS = 1 << 16
+#: Documents per job of the worker processes: a block's documents missing from the cache go
+#: out in jobs of at most this many (a fraction of a second of tokenizing each), so that no
+#: worker waits long for another's last job (the first blocks hold most of the new
+#: documents: one job per block left one worker tokenizing alone for a quarter of the time).
+JOB_DOCUMENTS = 512
+#: Tokens per read of the re-read check (megatron.core's reader; 8 MiB as uint16).
+CHECK_TOKENS = 1 << 22
 
 
 #: The module the ``.bin``/``.idx`` are written and re-read with (the ``megatron`` extra).
@@ -221,6 +228,28 @@ def _texts(corpus: Any, docs: np.ndarray) -> list[str]:
     return [text for _, _, text in record_texts(corpus, docs)]
 
 
+def _corpus_part(corpus: Any, docs: np.ndarray) -> Any:
+    """A :class:`clusterclip.corpus.Corpus` of the ascending distinct ``docs`` of ``corpus``
+    only (document ``k`` of the part is ``docs[k]``): what a worker process needs to read
+    their texts itself, a few arrays of ``len(docs)`` and the files they are in, not the
+    whole index. InputError (naming the corpus's own document) for one without text."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.export.rows import no_text
+
+    valid = np.asarray(corpus.valid[docs], dtype=bool)
+    if not valid.all():
+        raise no_text(int(docs[np.argmin(valid)]))
+    fids = np.asarray(corpus.file_id[docs])
+    used, local = np.unique(fids, return_inverse=True)  # docs ascending: files in order
+    firsts = np.searchsorted(local, np.arange(len(used))).tolist()
+    files = [{**corpus.files[f], "first": a} for f, a in zip(used.tolist(), firsts,
+                                                             strict=True)]
+    arrays = {"file_id": local.astype(np.int32), "address": corpus.address[docs],
+              "nbytes": corpus.nbytes[docs], "line": corpus.line[docs], "valid": valid,
+              "text_len": corpus.text_lengths[docs]}
+    return Corpus(files, arrays, corpus.text_field, None, {})
+
+
 def _block_tokens(encoder: Any, corpus: Any, docs: np.ndarray, cache: _TokenCache, eod: int,
                   dtype: Any) -> tuple[list[np.ndarray], np.ndarray]:
     """(token arrays of the block's distinct documents, index of each position's array);
@@ -264,7 +293,7 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: An
     wanted: dict[int, int] = {}
     fresh: dict[int, np.ndarray] = {}
 
-    def jobs() -> Iterator[list[str]]:
+    def jobs() -> Iterator[Any]:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
             uniq, inverse = np.unique(docs, return_inverse=True)
@@ -275,14 +304,22 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: An
                 if d not in wanted:
                     send.append(k)
                 wanted[d] = wanted.get(d, 0) + 1
-            ahead.append((batch, docs, uniq, arrays, send, inverse))
-            yield _texts(corpus, uniq[send])
+            parts = [send[a:a + JOB_DOCUMENTS] for a in range(0, len(send), JOB_DOCUMENTS)]
+            ahead.append((batch, docs, uniq, arrays, send, inverse, max(1, len(parts))))
+            for part in parts or [[]]:
+                yield _corpus_part(corpus, uniq[part])
 
     with worker_pool(workers, _tokenizer_state, (encoder, eod, dtype)) as imap:
+        done: list[np.ndarray] = []  # the tokens of the first queued block's jobs back so far
+        taken = 0  # how many of its jobs
         for block in imap(_tokenize_job, jobs()):
-            batch, docs, uniq, arrays, send, inverse = ahead.popleft()
-            fresh.update((int(uniq[k]), arr)
-                         for k, arr in zip(send, _split(*block), strict=True))
+            done.extend(_split(*block))
+            taken += 1
+            if taken < ahead[0][-1]:
+                continue
+            batch, docs, uniq, arrays, send, inverse, _ = ahead.popleft()
+            fresh.update((int(uniq[k]), arr) for k, arr in zip(send, done, strict=True))
+            done, taken = [], 0
             for k in (k for k, a in enumerate(arrays) if a is None):
                 d = int(uniq[k])
                 arrays[k] = fresh[d]
@@ -299,16 +336,16 @@ def _tokenizer_state(encoder: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]
     return encoder, eod, dtype
 
 
-def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _tokenize_job(state: tuple[Any, int, Any], part: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of every document of ``part`` (:func:`_corpus_part`), its texts read here."""
     encoder, eod, dtype = state
-    return token_block(encoder, texts, eod, dtype)
+    return token_block(encoder, _texts(part, np.arange(len(part))), eod, dtype)
 
 
 def _add_block(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
     """``builder.add_document(doc, [len(doc)])`` for each of the block's documents (``tokens``
     end to end, ``lengths``), in one write: the same ``.bin`` and ``.idx``."""
-    builder.data_file.write(tokens.tobytes())
+    builder.data_file.write(tokens.data)  # the array's own bytes, not a copy
     start = len(builder.sequence_lengths)
     builder.sequence_lengths.extend(lengths.tolist())
     builder.document_indices.extend(range(start + 1, start + len(lengths) + 1))
@@ -354,8 +391,8 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
                       else np.zeros(0, dtype))
             builder = builder or _open_builder(prefix, tokenizer, dtype)
             _add_block(builder, tokens, lengths)
-            h_tokens.update(tokens.tobytes())  # the same digest as one update per document
-            h_lengths.update(lengths.tobytes())
+            h_tokens.update(tokens.data)  # the same digest as one update per document
+            h_lengths.update(lengths.data)
             lab = np.asarray(batch["label"], dtype=np.int64)
             docs_out[rows:rows + n] = np.stack(
                 [np.asarray(batch["position"], dtype=np.int64), docs, lab], axis=1)
@@ -376,14 +413,25 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
             "tokens_by_label": {str(c): by_label[c] for c in sorted(by_label)}}
 
 
-def read_tokens(prefix: str | os.PathLike[str], block: int = 1 << 14) -> Iterator[np.ndarray]:
-    """The documents of an indexed dataset, in order, read with megatron.core's
-    ``IndexedDataset`` (contiguous slices of ``block`` documents; read, not memory-mapped,
-    so that memory holds one slice, and an empty ``.bin`` can be read too)."""
-    m = indexed_dataset()
-    ds = m.IndexedDataset(str(prefix), mmap=False)
-    for a in range(0, len(ds), block):
-        yield from ds[a:min(len(ds), a + block)]
+def _tokens_hash(ds: Any, lengths: np.ndarray, bin_path: Path) -> str | None:
+    """The hash of every document's tokens as ``ds`` (megatron.core's ``IndexedDataset``)
+    reads them, in order, or None when its pointers do not lay the documents end to end from
+    the start of the ``.bin`` and the file holds anything else. Each document is read at its
+    pointer, so with the pointers checked the documents' tokens are the file's: read in
+    slices of :data:`CHECK_TOKENS` tokens with megatron's own reader, one hash update each
+    (the digest of one update per document)."""
+    size = np.dtype(ds.index.dtype).itemsize
+    ends = np.cumsum(lengths) * size
+    pointers = np.asarray(ds.index.sequence_pointers, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    if (not np.array_equal(pointers[1:], ends[:-1]) or pointers[:1].any()
+            or bin_path.stat().st_size != total):
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    for a in range(0, total // size, CHECK_TOKENS):
+        h.update(ds.bin_reader.read(dtype=ds.index.dtype, offset=a * size,
+                                    count=min(CHECK_TOKENS, total // size - a)).data)
+    return h.hexdigest()
 
 
 def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, labels: np.ndarray,
@@ -399,11 +447,8 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
     if ds.index.dtype != written["dtype"]:
         raise RuntimeError(f"{where} has tokens of {ds.index.dtype}, not {written['dtype']}")
     lengths = np.asarray(ds.sequence_lengths, dtype=np.int64)
-    h_tokens = hashlib.blake2b(digest_size=16)
-    for arr in read_tokens(prefix):
-        h_tokens.update(arr.tobytes())
-    if (hashlib.blake2b(lengths.tobytes(), digest_size=16).hexdigest() != written["lengths_hash"]
-            or h_tokens.hexdigest() != written["tokens_hash"]):
+    if (hashlib.blake2b(lengths.data, digest_size=16).hexdigest() != written["lengths_hash"]
+            or _tokens_hash(ds, lengths, Path(m.get_bin_path(prefix))) != written["tokens_hash"]):
         raise RuntimeError(f"{where}: the tokens re-read are not the tokens written")
     docs = np.load(directory / DOCUMENTS, mmap_mode="r")
     want = np.arange(first, first + count * step, step, dtype=np.int64)
