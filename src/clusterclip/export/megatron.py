@@ -342,23 +342,29 @@ def _tokenize_job(state: tuple[Any, int, Any], part: Any) -> tuple[np.ndarray, n
     return token_block(encoder, _texts(part, np.arange(len(part))), eod, dtype)
 
 
-def _add_block(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
+def _add_block(builder: Any, data: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
     """``builder.add_document(doc, [len(doc)])`` for each of the block's documents (``tokens``
-    end to end, ``lengths``), in one write: the same ``.bin`` and ``.idx``."""
-    builder.data_file.write(tokens.data)  # the array's own bytes, not a copy
+    end to end, ``lengths``), in one write to ``data`` (the builder's ``.bin``, hashed as it
+    goes): the same ``.bin`` and ``.idx``."""
+    data.write(tokens.data)  # the array's own bytes, not a copy
     start = len(builder.sequence_lengths)
     builder.sequence_lengths.extend(lengths.tolist())
     builder.document_indices.extend(range(start + 1, start + len(lengths) + 1))
 
 
-def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> Any:
+def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> tuple[Any, Any]:
     """megatron.core's ``IndexedDatasetBuilder`` for ``prefix`` (RuntimeError if its dtype
-    for this vocabulary is not :func:`token_dtype`'s)."""
+    for this vocabulary is not :func:`token_dtype`'s) and a
+    :class:`clusterclip.storage.digests.HashingWriter` over its ``.bin``: the file's SHA-256
+    as it is written, for the check and for the output folder's record (not read again)."""
+    from clusterclip.storage.digests import HashingWriter
+
     m = indexed_dataset()
     if m.DType.optimal_dtype(len(tokenizer)) != dtype:
         raise RuntimeError(f"megatron.core picks {m.DType.optimal_dtype(len(tokenizer))} for "
                            f"{len(tokenizer)} ids, not {dtype}")
-    return m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    builder = m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    return builder, HashingWriter(builder.data_file)
 
 
 def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path,
@@ -376,7 +382,7 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
     prefix = str(directory / PREFIX)
     docs_out = np.lib.format.open_memmap(directory / DOCUMENTS, mode="w+", dtype="<i8",
                                          shape=(count, len(DOCUMENT_COLUMNS)))
-    builder = None
+    opened = None
     h_tokens, h_lengths = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
     by_label: dict[int, int] = {}
     cache = _TokenCache(CACHE_TOKENS if cache_tokens is None else cache_tokens)
@@ -389,8 +395,8 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
             tokens = (np.concatenate([arrays[j] for j in inverse.tolist()]) if n
                       else np.zeros(0, dtype))
-            builder = builder or _open_builder(prefix, tokenizer, dtype)
-            _add_block(builder, tokens, lengths)
+            opened = opened or _open_builder(prefix, tokenizer, dtype)
+            _add_block(*opened, tokens, lengths)
             h_tokens.update(tokens.data)  # the same digest as one update per document
             h_lengths.update(lengths.data)
             lab = np.asarray(batch["label"], dtype=np.int64)
@@ -402,24 +408,26 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
                 by_label[c] = by_label.get(c, 0) + int(t)
             rows += n
     finally:
-        builder = builder or _open_builder(prefix, tokenizer, dtype)
+        builder, data = opened or _open_builder(prefix, tokenizer, dtype)
+        bin_sha256 = data.finish()  # flushed: the file as it stays (finalize closes it)
         builder.finalize(indexed_dataset().get_idx_path(prefix))
         docs_out.flush()
         del docs_out
     if rows != count:
         raise RuntimeError(f"{rows} documents written, {count} positions to export")
     return {"dtype": dtype, "eod": eod, "rows": rows, "tokens_hash": h_tokens.hexdigest(),
+            "bin_sha256": bin_sha256,
             "lengths_hash": h_lengths.hexdigest(),
             "tokens_by_label": {str(c): by_label[c] for c in sorted(by_label)}}
 
 
-def _tokens_hash(ds: Any, lengths: np.ndarray, bin_path: Path) -> str | None:
-    """The hash of every document's tokens as ``ds`` (megatron.core's ``IndexedDataset``)
+def _tokens_digest(ds: Any, lengths: np.ndarray, bin_path: Path) -> str | None:
+    """The SHA-256 of every document's tokens as ``ds`` (megatron.core's ``IndexedDataset``)
     reads them, in order, or None when its pointers do not lay the documents end to end from
-    the start of the ``.bin`` and the file holds anything else. Each document is read at its
-    pointer, so with the pointers checked the documents' tokens are the file's: read in
-    slices of :data:`CHECK_TOKENS` tokens with megatron's own reader, one hash update each
-    (the digest of one update per document)."""
+    the start of the ``.bin`` or the file holds anything else. Each document is read at its
+    pointer, so with the pointers checked the documents' tokens are the file's bytes: read
+    in slices of :data:`CHECK_TOKENS` tokens with megatron's own reader, one hash update
+    each (the digest of one update per document: equal to the ``.bin``'s as written)."""
     size = np.dtype(ds.index.dtype).itemsize
     ends = np.cumsum(lengths) * size
     pointers = np.asarray(ds.index.sequence_pointers, dtype=np.int64)
@@ -427,7 +435,7 @@ def _tokens_hash(ds: Any, lengths: np.ndarray, bin_path: Path) -> str | None:
     if (not np.array_equal(pointers[1:], ends[:-1]) or pointers[:1].any()
             or bin_path.stat().st_size != total):
         return None
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     for a in range(0, total // size, CHECK_TOKENS):
         h.update(ds.bin_reader.read(dtype=ds.index.dtype, offset=a * size,
                                     count=min(CHECK_TOKENS, total // size - a)).data)
@@ -448,7 +456,8 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
         raise RuntimeError(f"{where} has tokens of {ds.index.dtype}, not {written['dtype']}")
     lengths = np.asarray(ds.sequence_lengths, dtype=np.int64)
     if (hashlib.blake2b(lengths.data, digest_size=16).hexdigest() != written["lengths_hash"]
-            or _tokens_hash(ds, lengths, Path(m.get_bin_path(prefix))) != written["tokens_hash"]):
+            or _tokens_digest(ds, lengths, Path(m.get_bin_path(prefix)))
+            != written["bin_sha256"]):
         raise RuntimeError(f"{where}: the tokens re-read are not the tokens written")
     docs = np.load(directory / DOCUMENTS, mmap_mode="r")
     want = np.arange(first, first + count * step, step, dtype=np.int64)
