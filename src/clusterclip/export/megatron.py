@@ -30,9 +30,12 @@ of the export's time).
 
 Built in a temporary folder, re-read with ``megatron.core``'s ``IndexedDataset``
 and checked before it is moved into place: one sequence per document, the
-number of documents equal to this rank's positions, the sequence lengths and
-an order-sensitive hash of every token equal to what was written, and the
-sidecar equal to the schedule's positions, documents and labels.
+number of documents equal to this rank's positions, the sequence lengths equal
+to what was written, the documents laid end to end in the ``.bin`` and every
+token re-read with megatron's reader (in large slices) hashing to the SHA-256 of
+the ``.bin`` as it was written (taken while writing, also the output folder's
+record of the file), and the sidecar equal to the schedule's positions,
+documents and labels.
 """
 
 from __future__ import annotations
@@ -270,13 +273,15 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: An
                                    np.ndarray]]:
     """``(batch, docs, arrays, inverse)`` of each block in order (:func:`_block_tokens`).
 
-    With ``workers`` > 1 the texts not in the cache are tokenized by worker processes
-    (:func:`clusterclip.pool.worker_pool`, each holding a copy of ``encoder``: with a fast
-    tokenizer its :class:`clusterclip.tokens.BackendIds`, so that a worker imports
-    ``tokenizers``, not ``transformers``), a few blocks ahead of the one written, each job's
-    tokens coming back as one array and its lengths (:func:`token_block`); a text's tokens
+    With ``workers`` > 1 the documents not in the cache are read and tokenized by worker
+    processes (:func:`clusterclip.pool.worker_pool`, each holding a copy of ``encoder``:
+    with a fast tokenizer its :class:`clusterclip.tokens.BackendIds`, so that a worker
+    imports ``tokenizers``, not ``transformers``), a few jobs ahead of the block written: a
+    block's documents go out in jobs of at most :data:`JOB_DOCUMENTS`, each a
+    :func:`_corpus_part` from which the worker reads their texts itself, and each job's
+    tokens come back as one array and its lengths (:func:`token_block`); a text's tokens
     do not depend on who tokenized it or when, so the output is the same for any number of
-    workers (only which repeats the cache saves may differ)."""
+    workers and any job size (only which repeats the cache saves may differ)."""
     if workers <= 1:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
@@ -479,8 +484,9 @@ def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tok
     ``corpus`` into ``directory``, re-read and check it; return the format's part of the
     summary. A block reads the texts of the documents not in the token cache only (a
     schedule repeats documents: most of a long one's are there). ``workers``: processes
-    tokenizing side by side (:func:`_tokenized`; the same bytes for any number); None: the
-    CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
+    reading and tokenizing side by side (:func:`_tokenized`; the same bytes for any
+    number); None: the CPUs this process may use, one below :data:`POOL_MIN_POSITIONS`
+    positions."""
     if workers is None:
         from clusterclip.pool import available_cpus
 
