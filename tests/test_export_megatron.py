@@ -160,6 +160,23 @@ def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positi
         assert (tmp / "w1" / name).read_bytes() == (tmp / "w2" / name).read_bytes()
 
 
+def test_worker_processes_read_a_gzip_input_from_one_plain_copy(bundled, tmp_path, tok,
+                                                                capfd):
+    """Workers read a job's texts themselves, and a gzip file cannot seek: a one-block export
+    by 2 workers decompresses the bundled .jsonl.gz once into a scratch copy (as an export of
+    many blocks does) instead of once per job, and writes the bytes of one process."""
+    corpus, labels, schedule = bundled
+    assert [f["kind"] for f in corpus.files] == ["jsonl.gz"]
+    for w in (1, 2):
+        export_schedule(corpus, labels, schedule, tmp_path / f"w{w}", fmt="megatron",
+                        tokenizer=tok, block=len(schedule), workers=w)
+        err = capfd.readouterr().err
+        assert ("read by worker processes" in err) == (w == 2), err
+    for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes()
+    assert ".plain" not in {p.name for p in (tmp_path / "w2").iterdir()}
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_a_corpus_part_reads_the_texts_of_its_documents(multi, data):

@@ -476,6 +476,16 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
     del ds
 
 
+def pool_workers(workers: int | None, count: int) -> int:
+    """The processes that tokenize an export of ``count`` positions: ``workers`` when given,
+    else the CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
+    if workers is not None:
+        return workers
+    from clusterclip.pool import available_cpus
+
+    return 1 if count < POOL_MIN_POSITIONS else available_cpus()
+
+
 def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
                    schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
                    count: int, cache_tokens: int | None = None, workers: int | None = None,
@@ -487,10 +497,7 @@ def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tok
     reading and tokenizing side by side (:func:`_tokenized`; the same bytes for any
     number); None: the CPUs this process may use, one below :data:`POOL_MIN_POSITIONS`
     positions."""
-    if workers is None:
-        from clusterclip.pool import available_cpus
-
-        workers = 1 if count < POOL_MIN_POSITIONS else available_cpus()
+    workers = pool_workers(workers, count)
     written = _write(batches, corpus, directory, tokenizer, count, cache_tokens, workers)
     _check(directory, written, schedule, labels, first, step, count)
     return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,
