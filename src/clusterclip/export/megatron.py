@@ -68,7 +68,7 @@ POOL_MIN_POSITIONS = 1 << 16
 #: Documents per job of the worker processes: a block's documents missing from the cache go
 #: out in jobs of at most this many (a fraction of a second of tokenizing each), so that no
 #: worker waits long for another's last job (the first blocks hold most of the new
-#: documents: one job per block left one worker tokenizing alone for a quarter of the time).
+#: documents: one job per block left one worker tokenizing a fifth of them alone).
 JOB_DOCUMENTS = 512
 #: Tokens per read of the re-read check (megatron.core's reader; 8 MiB as uint16).
 CHECK_TOKENS = 1 << 22
