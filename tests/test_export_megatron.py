@@ -5,6 +5,7 @@ tokenizing each text again, exact counts), and what Megatron's GPTDataset does w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import types
 import warnings
@@ -85,6 +86,12 @@ def test_megatron_round_trip_in_schedule_order(data, request, tmp_path, tok):
     _check(out, tok, corpus, labels, schedule, np.arange(len(schedule)), s)
     assert s["files"] == ["text_document.bin", "text_document.idx", "documents.npy"]
     assert s["eod_token_id"] == tok.sep_token_id and s["token_dtype"] == "uint16"
+    # the folder's record holds the .bin's SHA-256, taken as it was written
+    from clusterclip.storage.records import read_marker
+
+    binf = out / "text_document.bin"
+    assert read_marker(out)["files"]["text_document.bin"] == {
+        "sha256": hashlib.sha256(binf.read_bytes()).hexdigest(), "size": binf.stat().st_size}
 
 
 def test_token_cache_evicts_and_output_is_unchanged(multi, tmp_path, tok, monkeypatch):
@@ -130,24 +137,63 @@ def test_bytes_are_deterministic(multi, tmp_path, tok):
 
 
 @settings(max_examples=3, deadline=None)
-@given(st.integers(40, 500), st.integers(7, 120), st.sampled_from([None, 2000]))
+@given(st.integers(40, 500), st.integers(7, 120), st.sampled_from([None, 2000]),
+       st.integers(1, 60))
 def test_two_workers_write_the_bytes_of_one(multi, tmp_path_factory, tok, positions, block,
-                                            cache):
+                                            cache, job):
     """Issue 40: with 2 processes tokenizing blocks ahead of the writer, the .bin/.idx, the
     sidecar and the summary are byte for byte those of 1, for any schedule and block (blocks
-    in flight share the documents they both lack: tokenized once), and with a token cache
-    so small that blocks read again the texts of documents it evicted."""
+    in flight share the documents they both lack: tokenized once), with a block's documents
+    split into jobs of any size (each worker reading its job's texts from the plain, gzip
+    and Parquet files itself), and with a token cache so small that blocks send again
+    documents it evicted."""
     from unittest import mock
 
     corpus, labels, schedule = multi
     tmp = tmp_path_factory.mktemp("workers")
     for w in (1, 2):
         with mock.patch.object(mg, "CACHE_TOKENS", cache if w == 2 and cache else
-                               mg.CACHE_TOKENS):
+                               mg.CACHE_TOKENS), mock.patch.object(mg, "JOB_DOCUMENTS", job):
             export_schedule(corpus, labels, schedule[:positions], tmp / f"w{w}",
                             fmt="megatron", tokenizer=tok, block=block, workers=w)
     for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
         assert (tmp / "w1" / name).read_bytes() == (tmp / "w2" / name).read_bytes()
+
+
+def test_worker_processes_read_a_gzip_input_from_one_plain_copy(bundled, tmp_path, tok,
+                                                                capfd):
+    """Workers read a job's texts themselves, and a gzip file cannot seek: a one-block export
+    by 2 workers decompresses the bundled .jsonl.gz once into a scratch copy (as an export of
+    many blocks does) instead of once per job, and writes the bytes of one process."""
+    corpus, labels, schedule = bundled
+    assert [f["kind"] for f in corpus.files] == ["jsonl.gz"]
+    for w in (1, 2):
+        export_schedule(corpus, labels, schedule, tmp_path / f"w{w}", fmt="megatron",
+                        tokenizer=tok, block=len(schedule), workers=w)
+        err = capfd.readouterr().err
+        assert ("read by worker processes" in err) == (w == 2), err
+    for name in ("text_document.bin", "text_document.idx", "documents.npy", "_export.json"):
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes()
+    assert ".plain" not in {p.name for p in (tmp_path / "w2").iterdir()}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_a_corpus_part_reads_the_texts_of_its_documents(multi, data):
+    """What a worker receives instead of texts: a part of the corpus index holding only the
+    job's documents (of any of the three files), from which it reads their texts; a
+    document without text is refused, naming the corpus's own document number."""
+    corpus = multi[0]
+    with_text = np.flatnonzero(corpus.valid)
+    pick = data.draw(st.lists(st.sampled_from(with_text.tolist()), max_size=40, unique=True))
+    docs = np.array(sorted(pick), dtype=np.int64)
+    part = mg._corpus_part(corpus, docs)
+    assert len(part) == len(docs)
+    assert mg._texts(part, np.arange(len(part))) == corpus.texts(docs)
+    without = np.flatnonzero(~np.asarray(corpus.valid))
+    bad = int(data.draw(st.sampled_from(without.tolist())))
+    with pytest.raises(ValueError, match=f"document {bad} has no text"):
+        mg._corpus_part(corpus, np.array(sorted({*pick, bad}), dtype=np.int64))
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +276,9 @@ def test_verification_catches_changed_tokens_and_rows(multi, tmp_path, tok):
     binf = d / "text_document.bin"
     good = binf.read_bytes()
     binf.write_bytes(good[:100] + bytes([good[100] ^ 1]) + good[101:])
+    with pytest.raises(RuntimeError, match="tokens re-read are not the tokens written"):
+        mg._check(d, written, schedule, labels, 0, 1, n)
+    binf.write_bytes(good + good[:2])  # one token more than the index holds
     with pytest.raises(RuntimeError, match="tokens re-read are not the tokens written"):
         mg._check(d, written, schedule, labels, 0, 1, n)
     binf.write_bytes(good)

@@ -289,9 +289,12 @@ def export_schedule(corpus: Any, labels: np.ndarray, schedule: np.ndarray,
         "path": str(Path(schedule_file).resolve()), "sha256": sha256_file(schedule_file)}}
     out = check_output_dir(out, "export", overwrite=overwrite)
     blocks = -(-count // block)
-    check_free_space(out, space_needed(corpus, schedule, fmt, rank, world_size, blocks))
+    # worker processes read a gzip input once per job: a scratch copy, as for many blocks
+    pooled = fmt == "megatron" and _megatron.pool_workers(n_workers, count) > 1
+    check_free_space(out, space_needed(corpus, schedule, fmt, rank, world_size,
+                                       max(blocks, 2) if pooled else blocks))
     with atomic_output_dir(out, "export", overwrite=overwrite) as tmp, \
-            _seekable(corpus, tmp / ".plain", blocks=blocks) as source_corpus:
+            _seekable(corpus, tmp / ".plain", blocks=blocks, pooled=pooled) as source_corpus:
         batches = iter_batches(source_corpus, labels, schedule, rank, world_size, block,
                                texts=fmt != "megatron")
         if fmt == "megatron":
@@ -388,12 +391,14 @@ def space_needed(corpus: Any, schedule: np.ndarray, fmt: str, rank: int, world_s
 
 
 @contextlib.contextmanager
-def _seekable(corpus: Any, scratch: Path, blocks: int) -> Iterator[Any]:
+def _seekable(corpus: Any, scratch: Path, blocks: int, pooled: bool = False
+              ) -> Iterator[Any]:
     """``corpus``, with each gzip JSON Lines file decompressed once into ``scratch`` when the
-    export reads more than one block (a gzip file cannot seek: every block would decompress
-    it again from its start); ``scratch`` is removed on the way out."""
+    export reads more than one block or its texts are read by worker processes (``pooled``:
+    a job each; a gzip file cannot seek: every read would decompress it again from its
+    start); ``scratch`` is removed on the way out."""
     gz = [i for i, f in enumerate(corpus.files) if f["kind"] == "jsonl.gz"]
-    if blocks <= 1 or not gz:
+    if (blocks <= 1 and not pooled) or not gz:
         yield corpus
         return
     from tqdm import tqdm
@@ -404,7 +409,8 @@ def _seekable(corpus: Any, scratch: Path, blocks: int) -> Iterator[Any]:
         for i in gz:
             src = Path(files[i]["path"])
             dst = scratch / f"{i:05d}.jsonl"
-            print(f"export: decompressing {src} once for random access ({blocks} blocks)",
+            why = f"{blocks} blocks" + (", read by worker processes" if pooled else "")
+            print(f"export: decompressing {src} once for random access ({why})",
                   file=sys.stderr, flush=True)
             try:
                 with gzip.open(src, "rb") as fin, open(dst, "wb") as fout, \

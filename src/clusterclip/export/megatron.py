@@ -30,9 +30,12 @@ of the export's time).
 
 Built in a temporary folder, re-read with ``megatron.core``'s ``IndexedDataset``
 and checked before it is moved into place: one sequence per document, the
-number of documents equal to this rank's positions, the sequence lengths and
-an order-sensitive hash of every token equal to what was written, and the
-sidecar equal to the schedule's positions, documents and labels.
+number of documents equal to this rank's positions, the sequence lengths equal
+to what was written, the documents laid end to end in the ``.bin`` and every
+token re-read with megatron's reader (in large slices) hashing to the SHA-256 of
+the ``.bin`` as it was written (taken while writing, also the output folder's
+record of the file), and the sidecar equal to the schedule's positions,
+documents and labels.
 """
 
 from __future__ import annotations
@@ -62,6 +65,13 @@ CACHE_TOKENS = 1 << 25
 #: Positions from which worker processes tokenize by default (below, starting them, a
 #: second or two each, would cost more than they save).
 POOL_MIN_POSITIONS = 1 << 16
+#: Documents per job of the worker processes: a block's documents missing from the cache go
+#: out in jobs of at most this many (a fraction of a second of tokenizing each), so that no
+#: worker waits long for another's last job (the first blocks hold most of the new
+#: documents: one job per block left one worker tokenizing a fifth of them alone).
+JOB_DOCUMENTS = 512
+#: Tokens per read of the re-read check (megatron.core's reader; 8 MiB as uint16).
+CHECK_TOKENS = 1 << 22
 
 
 #: The module the ``.bin``/``.idx`` are written and re-read with (the ``megatron`` extra).
@@ -221,6 +231,28 @@ def _texts(corpus: Any, docs: np.ndarray) -> list[str]:
     return [text for _, _, text in record_texts(corpus, docs)]
 
 
+def _corpus_part(corpus: Any, docs: np.ndarray) -> Any:
+    """A :class:`clusterclip.corpus.Corpus` of the ascending distinct ``docs`` of ``corpus``
+    only (document ``k`` of the part is ``docs[k]``): what a worker process needs to read
+    their texts itself, a few arrays of ``len(docs)`` and the files they are in, not the
+    whole index. InputError (naming the corpus's own document) for one without text."""
+    from clusterclip.corpus import Corpus
+    from clusterclip.export.rows import no_text
+
+    valid = np.asarray(corpus.valid[docs], dtype=bool)
+    if not valid.all():
+        raise no_text(int(docs[np.argmin(valid)]))
+    fids = np.asarray(corpus.file_id[docs])
+    used, local = np.unique(fids, return_inverse=True)  # docs ascending: files in order
+    firsts = np.searchsorted(local, np.arange(len(used))).tolist()
+    files = [{**corpus.files[f], "first": a} for f, a in zip(used.tolist(), firsts,
+                                                             strict=True)]
+    arrays = {"file_id": local.astype(np.int32), "address": corpus.address[docs],
+              "nbytes": corpus.nbytes[docs], "line": corpus.line[docs], "valid": valid,
+              "text_len": corpus.text_lengths[docs]}
+    return Corpus(files, arrays, corpus.text_field, None, {})
+
+
 def _block_tokens(encoder: Any, corpus: Any, docs: np.ndarray, cache: _TokenCache, eod: int,
                   dtype: Any) -> tuple[list[np.ndarray], np.ndarray]:
     """(token arrays of the block's distinct documents, index of each position's array);
@@ -241,13 +273,15 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: An
                                    np.ndarray]]:
     """``(batch, docs, arrays, inverse)`` of each block in order (:func:`_block_tokens`).
 
-    With ``workers`` > 1 the texts not in the cache are tokenized by worker processes
-    (:func:`clusterclip.pool.worker_pool`, each holding a copy of ``encoder``: with a fast
-    tokenizer its :class:`clusterclip.tokens.BackendIds`, so that a worker imports
-    ``tokenizers``, not ``transformers``), a few blocks ahead of the one written, each job's
-    tokens coming back as one array and its lengths (:func:`token_block`); a text's tokens
+    With ``workers`` > 1 the documents not in the cache are read and tokenized by worker
+    processes (:func:`clusterclip.pool.worker_pool`, each holding a copy of ``encoder``:
+    with a fast tokenizer its :class:`clusterclip.tokens.BackendIds`, so that a worker
+    imports ``tokenizers``, not ``transformers``), a few jobs ahead of the block written: a
+    block's documents go out in jobs of at most :data:`JOB_DOCUMENTS`, each a
+    :func:`_corpus_part` from which the worker reads their texts itself, and each job's
+    tokens come back as one array and its lengths (:func:`token_block`); a text's tokens
     do not depend on who tokenized it or when, so the output is the same for any number of
-    workers (only which repeats the cache saves may differ)."""
+    workers and any job size (only which repeats the cache saves may differ)."""
     if workers <= 1:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
@@ -264,7 +298,7 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: An
     wanted: dict[int, int] = {}
     fresh: dict[int, np.ndarray] = {}
 
-    def jobs() -> Iterator[list[str]]:
+    def jobs() -> Iterator[Any]:
         for batch in batches:
             docs = np.asarray(batch["doc_index"], dtype=np.int64)
             uniq, inverse = np.unique(docs, return_inverse=True)
@@ -275,14 +309,22 @@ def _tokenized(batches: Iterator[dict[str, list[Any]]], corpus: Any, encoder: An
                 if d not in wanted:
                     send.append(k)
                 wanted[d] = wanted.get(d, 0) + 1
-            ahead.append((batch, docs, uniq, arrays, send, inverse))
-            yield _texts(corpus, uniq[send])
+            parts = [send[a:a + JOB_DOCUMENTS] for a in range(0, len(send), JOB_DOCUMENTS)]
+            ahead.append((batch, docs, uniq, arrays, send, inverse, max(1, len(parts))))
+            for part in parts or [[]]:
+                yield _corpus_part(corpus, uniq[part])
 
     with worker_pool(workers, _tokenizer_state, (encoder, eod, dtype)) as imap:
+        done: list[np.ndarray] = []  # the tokens of the first queued block's jobs back so far
+        taken = 0  # how many of its jobs
         for block in imap(_tokenize_job, jobs()):
-            batch, docs, uniq, arrays, send, inverse = ahead.popleft()
-            fresh.update((int(uniq[k]), arr)
-                         for k, arr in zip(send, _split(*block), strict=True))
+            done.extend(_split(*block))
+            taken += 1
+            if taken < ahead[0][-1]:
+                continue
+            batch, docs, uniq, arrays, send, inverse, _ = ahead.popleft()
+            fresh.update((int(uniq[k]), arr) for k, arr in zip(send, done, strict=True))
+            done, taken = [], 0
             for k in (k for k, a in enumerate(arrays) if a is None):
                 d = int(uniq[k])
                 arrays[k] = fresh[d]
@@ -299,29 +341,35 @@ def _tokenizer_state(encoder: Any, eod: int, dtype: Any) -> tuple[Any, int, Any]
     return encoder, eod, dtype
 
 
-def _tokenize_job(state: tuple[Any, int, Any], texts: list[str]
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _tokenize_job(state: tuple[Any, int, Any], part: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of every document of ``part`` (:func:`_corpus_part`), its texts read here."""
     encoder, eod, dtype = state
-    return token_block(encoder, texts, eod, dtype)
+    return token_block(encoder, _texts(part, np.arange(len(part))), eod, dtype)
 
 
-def _add_block(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
+def _add_block(builder: Any, data: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
     """``builder.add_document(doc, [len(doc)])`` for each of the block's documents (``tokens``
-    end to end, ``lengths``), in one write: the same ``.bin`` and ``.idx``."""
-    builder.data_file.write(tokens.tobytes())
+    end to end, ``lengths``), in one write to ``data`` (the builder's ``.bin``, hashed as it
+    goes): the same ``.bin`` and ``.idx``."""
+    data.write(tokens.data)  # the array's own bytes, not a copy
     start = len(builder.sequence_lengths)
     builder.sequence_lengths.extend(lengths.tolist())
     builder.document_indices.extend(range(start + 1, start + len(lengths) + 1))
 
 
-def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> Any:
+def _open_builder(prefix: str, tokenizer: Any, dtype: Any) -> tuple[Any, Any]:
     """megatron.core's ``IndexedDatasetBuilder`` for ``prefix`` (RuntimeError if its dtype
-    for this vocabulary is not :func:`token_dtype`'s)."""
+    for this vocabulary is not :func:`token_dtype`'s) and a
+    :class:`clusterclip.storage.digests.HashingWriter` over its ``.bin``: the file's SHA-256
+    as it is written, for the check and for the output folder's record (not read again)."""
+    from clusterclip.storage.digests import HashingWriter
+
     m = indexed_dataset()
     if m.DType.optimal_dtype(len(tokenizer)) != dtype:
         raise RuntimeError(f"megatron.core picks {m.DType.optimal_dtype(len(tokenizer))} for "
                            f"{len(tokenizer)} ids, not {dtype}")
-    return m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    builder = m.IndexedDatasetBuilder(m.get_bin_path(prefix), dtype=dtype)
+    return builder, HashingWriter(builder.data_file)
 
 
 def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path,
@@ -339,7 +387,7 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
     prefix = str(directory / PREFIX)
     docs_out = np.lib.format.open_memmap(directory / DOCUMENTS, mode="w+", dtype="<i8",
                                          shape=(count, len(DOCUMENT_COLUMNS)))
-    builder = None
+    opened = None
     h_tokens, h_lengths = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
     by_label: dict[int, int] = {}
     cache = _TokenCache(CACHE_TOKENS if cache_tokens is None else cache_tokens)
@@ -352,10 +400,10 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
             lengths = np.array([len(a) for a in arrays], dtype=np.int64)[inverse]
             tokens = (np.concatenate([arrays[j] for j in inverse.tolist()]) if n
                       else np.zeros(0, dtype))
-            builder = builder or _open_builder(prefix, tokenizer, dtype)
-            _add_block(builder, tokens, lengths)
-            h_tokens.update(tokens.tobytes())  # the same digest as one update per document
-            h_lengths.update(lengths.tobytes())
+            opened = opened or _open_builder(prefix, tokenizer, dtype)
+            _add_block(*opened, tokens, lengths)
+            h_tokens.update(tokens.data)  # the same digest as one update per document
+            h_lengths.update(lengths.data)
             lab = np.asarray(batch["label"], dtype=np.int64)
             docs_out[rows:rows + n] = np.stack(
                 [np.asarray(batch["position"], dtype=np.int64), docs, lab], axis=1)
@@ -365,25 +413,38 @@ def _write(batches: Iterator[dict[str, list[Any]]], corpus: Any, directory: Path
                 by_label[c] = by_label.get(c, 0) + int(t)
             rows += n
     finally:
-        builder = builder or _open_builder(prefix, tokenizer, dtype)
+        builder, data = opened or _open_builder(prefix, tokenizer, dtype)
+        bin_sha256 = data.finish()  # flushed: the file as it stays (finalize closes it)
         builder.finalize(indexed_dataset().get_idx_path(prefix))
         docs_out.flush()
         del docs_out
     if rows != count:
         raise RuntimeError(f"{rows} documents written, {count} positions to export")
     return {"dtype": dtype, "eod": eod, "rows": rows, "tokens_hash": h_tokens.hexdigest(),
+            "bin_sha256": bin_sha256,
             "lengths_hash": h_lengths.hexdigest(),
             "tokens_by_label": {str(c): by_label[c] for c in sorted(by_label)}}
 
 
-def read_tokens(prefix: str | os.PathLike[str], block: int = 1 << 14) -> Iterator[np.ndarray]:
-    """The documents of an indexed dataset, in order, read with megatron.core's
-    ``IndexedDataset`` (contiguous slices of ``block`` documents; read, not memory-mapped,
-    so that memory holds one slice, and an empty ``.bin`` can be read too)."""
-    m = indexed_dataset()
-    ds = m.IndexedDataset(str(prefix), mmap=False)
-    for a in range(0, len(ds), block):
-        yield from ds[a:min(len(ds), a + block)]
+def _tokens_digest(ds: Any, lengths: np.ndarray, bin_path: Path) -> str | None:
+    """The SHA-256 of every document's tokens as ``ds`` (megatron.core's ``IndexedDataset``)
+    reads them, in order, or None when its pointers do not lay the documents end to end from
+    the start of the ``.bin`` or the file holds anything else. Each document is read at its
+    pointer, so with the pointers checked the documents' tokens are the file's bytes: read
+    in slices of :data:`CHECK_TOKENS` tokens with megatron's own reader, one hash update
+    each (the digest of one update per document: equal to the ``.bin``'s as written)."""
+    size = np.dtype(ds.index.dtype).itemsize
+    ends = np.cumsum(lengths) * size
+    pointers = np.asarray(ds.index.sequence_pointers, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    if (not np.array_equal(pointers[1:], ends[:-1]) or pointers[:1].any()
+            or bin_path.stat().st_size != total):
+        return None
+    h = hashlib.sha256()
+    for a in range(0, total // size, CHECK_TOKENS):
+        h.update(ds.bin_reader.read(dtype=ds.index.dtype, offset=a * size,
+                                    count=min(CHECK_TOKENS, total // size - a)).data)
+    return h.hexdigest()
 
 
 def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, labels: np.ndarray,
@@ -399,11 +460,9 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
     if ds.index.dtype != written["dtype"]:
         raise RuntimeError(f"{where} has tokens of {ds.index.dtype}, not {written['dtype']}")
     lengths = np.asarray(ds.sequence_lengths, dtype=np.int64)
-    h_tokens = hashlib.blake2b(digest_size=16)
-    for arr in read_tokens(prefix):
-        h_tokens.update(arr.tobytes())
-    if (hashlib.blake2b(lengths.tobytes(), digest_size=16).hexdigest() != written["lengths_hash"]
-            or h_tokens.hexdigest() != written["tokens_hash"]):
+    if (hashlib.blake2b(lengths.data, digest_size=16).hexdigest() != written["lengths_hash"]
+            or _tokens_digest(ds, lengths, Path(m.get_bin_path(prefix)))
+            != written["bin_sha256"]):
         raise RuntimeError(f"{where}: the tokens re-read are not the tokens written")
     docs = np.load(directory / DOCUMENTS, mmap_mode="r")
     want = np.arange(first, first + count * step, step, dtype=np.int64)
@@ -417,6 +476,16 @@ def _check(directory: Path, written: dict[str, Any], schedule: np.ndarray, label
     del ds
 
 
+def pool_workers(workers: int | None, count: int) -> int:
+    """The processes that tokenize an export of ``count`` positions: ``workers`` when given,
+    else the CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
+    if workers is not None:
+        return workers
+    from clusterclip.pool import available_cpus
+
+    return 1 if count < POOL_MIN_POSITIONS else available_cpus()
+
+
 def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tokenizer: Any,
                    schedule: np.ndarray, labels: np.ndarray, first: int, step: int,
                    count: int, cache_tokens: int | None = None, workers: int | None = None,
@@ -425,12 +494,10 @@ def write_verified(batches: Iterator[dict[str, list[Any]]], directory: Path, tok
     ``corpus`` into ``directory``, re-read and check it; return the format's part of the
     summary. A block reads the texts of the documents not in the token cache only (a
     schedule repeats documents: most of a long one's are there). ``workers``: processes
-    tokenizing side by side (:func:`_tokenized`; the same bytes for any number); None: the
-    CPUs this process may use, one below :data:`POOL_MIN_POSITIONS` positions."""
-    if workers is None:
-        from clusterclip.pool import available_cpus
-
-        workers = 1 if count < POOL_MIN_POSITIONS else available_cpus()
+    reading and tokenizing side by side (:func:`_tokenized`; the same bytes for any
+    number); None: the CPUs this process may use, one below :data:`POOL_MIN_POSITIONS`
+    positions."""
+    workers = pool_workers(workers, count)
     written = _write(batches, corpus, directory, tokenizer, count, cache_tokens, workers)
     _check(directory, written, schedule, labels, first, step, count)
     return {"files": [f"{PREFIX}.bin", f"{PREFIX}.idx", DOCUMENTS], "data_prefix": PREFIX,

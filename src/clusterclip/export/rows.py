@@ -17,14 +17,19 @@ def record_texts(corpus: Any, indices: np.ndarray) -> Any:
     """``(index, record, text)`` of each of the ascending distinct ``indices``, read through
     the corpus index (one pass per file); InputError for a document without text (the
     labels that scheduled it are not this corpus's)."""
-    from clusterclip.errors import InputError
-
     for i, rec in corpus.iter_records_at(indices):
         text = corpus.text_of(i, rec)
         if text is None:
-            raise InputError(f"document {i} has no text; its label says it has one "
-                             f"(labels do not belong to this corpus?)")
+            raise no_text(i)
         yield i, rec, text
+
+
+def no_text(i: int) -> Any:
+    """The InputError for document ``i`` scheduled but without text."""
+    from clusterclip.errors import InputError
+
+    return InputError(f"document {i} has no text; its label says it has one "
+                      f"(labels do not belong to this corpus?)")
 
 
 def _schema():
