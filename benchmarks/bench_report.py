@@ -100,6 +100,10 @@ def main() -> None:
     base, ours = rows[("base", "2 cores")], rows[("ours", "2 cores")]
     for what, f in (("wall", lambda g: g[0]), ("CPU", lambda g: g[1] + g[2])):
         m, lo, hi = _interval([f(o) - f(b) for o, b in zip(ours, base, strict=True)], 2)
+        if len(ours) < 2:  # one round: no spread, so no interval and no verdict
+            print(f"2 cores, ours - base, {what}: {m:+.1f} s in one round (no interval: "
+                  f"repeat with --repeat 2 or more to test it)")
+            continue
         verdict = ("measurably less" if hi < 0 else "measurably more" if lo > 0
                    else "no measurable difference")
         print(f"2 cores, ours - base, {what}: {m:+.1f} s (95% interval, Bonferroni over 2: "
