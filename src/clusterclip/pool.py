@@ -96,15 +96,20 @@ def worker_pool(workers: int, init: Callable[..., Any], initargs: tuple[Any, ...
     pool.join()
 
 
-@contextlib.contextmanager
-def progress_queue(update: Callable[[Any], Any]) -> Iterator[Any]:
-    """A queue for workers' progress (pass it in their ``initargs``): what they put on it
-    is handed to ``update`` by a thread of this process until the block ends (start the
-    :func:`worker_pool` inside the block, so that its workers are done first)."""
+def progress_queue() -> Any:
+    """A queue on which worker processes report progress (pass it in their ``initargs``;
+    :func:`following` hands what they put on it to a progress bar)."""
     import multiprocessing
-    import threading
 
-    queue = multiprocessing.get_context("spawn").Queue()
+    return multiprocessing.get_context("spawn").Queue()
+
+
+@contextlib.contextmanager
+def following(queue: Any, update: Callable[[Any], Any]) -> Iterator[None]:
+    """What workers put on ``queue`` (:func:`progress_queue`) handed to ``update`` by a
+    thread of this process until the block ends (run the workers' tasks inside the block,
+    so that they are done first)."""
+    import threading
 
     def follow() -> None:
         for n in iter(queue.get, None):
@@ -113,7 +118,7 @@ def progress_queue(update: Callable[[Any], Any]) -> Iterator[Any]:
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
     try:
-        yield queue
+        yield
     finally:
         queue.put(None)
         # Bounded: a worker terminated on an error may have left the queue unusable.

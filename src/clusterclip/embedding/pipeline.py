@@ -47,7 +47,7 @@ from clusterclip.corpus.index import META as INDEX_META
 from clusterclip.corpus.index import foreign_files
 from clusterclip.embedding.base import DEFAULT_BATCH_SIZE, MINILM_MAX_LENGTH, Embedder
 from clusterclip.errors import InputError
-from clusterclip.pool import available_cpus, worker_pool
+from clusterclip.pool import available_cpus, following, progress_queue, worker_pool
 from clusterclip.storage.arrays import save_npy
 from clusterclip.storage.atomic import atomic_path, write_json
 from clusterclip.storage.jsonfile import read_json
@@ -493,9 +493,7 @@ def embed_pool(workers: int, corpus_dir: Path, shard_dir: Path, bounds: np.ndarr
     if workers <= 1:
         yield None
         return
-    import multiprocessing
-
-    queue = multiprocessing.get_context("spawn").Queue()
+    queue = progress_queue()
     with worker_pool(workers, _embed_worker_state,
                      (corpus_dir, shard_dir, bounds, dtype, queue)) as imap:
         yield EmbedPool(imap, queue, workers)
@@ -511,8 +509,6 @@ def embed_shards_pooled(corpus: Corpus, embedder: Embedder, shard_dir: Path,
     own rows, and a document's vector depends on its text alone, so the rows file gets the
     same bytes for any number of workers. The parent shows one progress bar. Returns
     documents embedded."""
-    import threading
-
     from tqdm import tqdm
 
     workers = 1 if pool is None else max(1, min(pool.workers, len(shards)))
@@ -531,21 +527,10 @@ def embed_shards_pooled(corpus: Corpus, embedder: Embedder, shard_dir: Path,
     total = sum(int(corpus.valid[bounds[s]:bounds[s + 1]].sum()) for s in shards)
     # The fast embedder's table reaches the workers through a file, not in each task.
     share = getattr(embedder, "shared_table", None)
-    with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar:
-        def follow() -> None:
-            for n in iter(pool.queue.get, None):
-                bar.update(n)
-
-        reader = threading.Thread(target=follow, daemon=True)
-        reader.start()
-        try:
-            with share(shard_dir) if share is not None else contextlib.nullcontext():
-                done = sum(pool.imap(_embed_worker_shards, parts))
-        finally:
-            pool.queue.put(None)
-            # Bounded: a worker terminated on an error may have left the queue unusable.
-            reader.join(timeout=10)
-    return done
+    with tqdm(total=total, desc=desc, unit="doc", disable=not progress) as bar, \
+            following(pool.queue, bar.update), \
+            share(shard_dir) if share is not None else contextlib.nullcontext():
+        return sum(pool.imap(_embed_worker_shards, parts))
 
 
 def _embed_worker_state(corpus_dir: Path, shard_dir: Path, bounds: np.ndarray, dtype: str,

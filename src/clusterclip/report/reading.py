@@ -207,9 +207,10 @@ def _run(corpus, shares: list[list[Piece]], field: str | None, k: int, block: in
     if len(shares) <= 1:
         state = {"corpus": corpus, "field": field, "k": k, "block": block, "done": done}
         return [_read_share(state, s) for s in shares]
-    from clusterclip.pool import progress_queue, worker_pool
+    from clusterclip.pool import following, progress_queue, worker_pool
 
-    with progress_queue(done) as queue, \
+    queue = progress_queue()
+    with following(queue, done), \
             worker_pool(len(shares), _worker_state,
                         (corpus.directory, field, k, block, queue)) as imap:
         return list(imap(_read_share, shares))
