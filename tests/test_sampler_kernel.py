@@ -278,8 +278,14 @@ def test_kernel_refuses_bad_arrays_instead_of_reading_out_of_bounds():
                             np.empty(1, np.int64))
     assert ctx[9] == TAG_PASS
     with pytest.raises(ValueError):  # streams computed ahead: 5 words per cluster
-        kernel.take_grouped(ctx[:10] + (np.zeros(5 * 3 - 1, np.uint64),), np.array([1]),
-                            np.array([1]), np.array([0]), np.empty(1, np.int64))
+        kernel.take_grouped(ctx[:10] + (np.zeros(5 * 3 - 1, np.uint64),) + ctx[11:],
+                            np.array([1]), np.array([1]), np.array([0]),
+                            np.empty(1, np.int64))
+    with pytest.raises(ValueError):  # groups loaded ahead: a buffer like the passes'
+        kernel.take_grouped(ctx[:11] + (np.empty(ctx[6].size - 1, ctx[6].dtype),
+                                        np.full(3, -1, np.int64), np.zeros(3, np.int64)),
+                            np.array([1]), np.array([1]), np.array([0]),
+                            np.empty(1, np.int64))
 
 
 @needs_kernel
@@ -297,3 +303,100 @@ def test_kernel_equals_numpy_path_with_zero_cluster_weights(strategy):
                       np.arange(labels.size))
     groups = np.where(labels[groups] == labels, groups, np.arange(labels.size))
     _both(labels, 9000, {**kw, "groups": groups}, 1000, consumed=77, state_at=700)
+
+
+# --------------------------------------------- groups loaded ahead, blocks given back
+@contextlib.contextmanager
+def helper_from(n, drain=False):
+    """draw's helper thread on calls of ``n`` draws or more, whatever this machine's CPUs
+    (its groups loaded ahead are the engines' ``nxt``); ``drain``: each call waits for
+    the groups its helper was asked for, so that the next calls copy them for certain."""
+    old, old_ahead = kernel.helper_min(n, drain), _engine.load_ahead
+    _engine.load_ahead = lambda nbytes: True
+    try:
+        yield
+    finally:
+        kernel.helper_min(*old)
+        _engine.load_ahead = old_ahead
+
+
+needs_helper = pytest.mark.skipif(kernel is None or not kernel.HELPER,
+                                  reason="the kernel has no helper thread here")
+
+
+@needs_kernel
+@needs_helper
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 60), st.integers(200, 6000), st.integers(0, 2**31),
+       st.sampled_from(["uniform", "temperature", "clusterclip"]), st.integers(1, 6),
+       st.floats(0.1, 1.0), st.sampled_from([1, 64, 4096]), st.sampled_from([1, 300, 1 << 14]),
+       st.booleans())
+def test_groups_loaded_ahead_change_no_draw(k, n, seed, strategy, clip, frac, helper_min,
+                                            blocks, drain):
+    # A helper thread loads each cluster's next group while the draws run; the draws
+    # copy it when it came first, else load it themselves: the same schedule, summary
+    # and state as the numpy path whichever came first, on calls of any length.
+    labels = np.random.default_rng(seed).integers(0, k, n) ** 2 % (k + 1)  # skewed sizes
+    T = max(1, int(frac * clip * n))
+    kw = {"strategy": strategy, "clip": clip, "seed": seed}
+    if strategy == "temperature":
+        kw["alpha"] = 0.5
+    with helper_from(helper_min, drain):
+        _both(labels, T, kw, blocks, state_at=T // 3)
+
+
+@needs_kernel
+@needs_helper
+@pytest.mark.parametrize("strategy", ["uniform", "clusterclip", "temperature"])
+def test_groups_loaded_ahead_are_the_groups(strategy):
+    # every group the helper published in nxt is the group the numpy path loads
+    labels = np.random.default_rng(2).integers(0, 40, 60_000) ** 2 % 1201
+    s = ClusterClipSampler(labels, 400_000, strategy=strategy, clip=12, seed=3,
+                           cache_dir=False, **({"alpha": 0.5} if strategy == "temperature"
+                                               else {}))
+    with helper_from(1 << 12, drain=True):
+        for _ in s.blocks(1 << 16):
+            pass
+    ctx = s._engine._kctx()
+    nxt, nxt_group = ctx[11], ctx[12]
+    published = np.flatnonzero(nxt_group >= 0)
+    assert published.size > 10  # the helper ran
+    with numpy_path():
+        ref = ClusterClipSampler(labels, 400_000, strategy=strategy, clip=12, seed=3,
+                                 cache_dir=False)._engine
+    ref._ensure_cur()
+    for k in published.tolist():
+        ref._load_group(k, int(nxt_group[k]))
+        a, b = int(ref.seg_off[k]), int(ref.seg_off[k + 1])
+        assert np.array_equal(nxt[a:b], ref._cur[a:b]), k
+
+
+@needs_kernel
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.booleans(), min_size=1, max_size=40),
+       st.sampled_from(["uniform", "clusterclip", "paced", "random"]),
+       st.sampled_from([1, 2]))
+def test_blocks_given_back_never_change_blocks_held(seed, give, strategy, world):
+    # The .npy writer gives back each block once written, and later blocks are drawn
+    # into its memory: a block the caller still holds (or any view of it) never changes,
+    # and the schedule is the one drawn without giving back.
+    labels = np.random.default_rng(seed).integers(-1, 30, 3000)
+    kw = {"strategy": strategy, "clip": 5, "seed": seed, "world_size": world,
+          "cache_dir": False}
+    T = 4 * int((labels >= 0).sum())
+    want = np.concatenate(list(make_sampler(labels, T, **kw).blocks(700)))
+    s = make_sampler(labels, T, **kw)
+    held, got = [], []
+    for i, b in enumerate(s.blocks(700)):
+        got.append(b.copy())
+        if give[i % len(give)]:
+            s._give_back(b)
+        else:
+            held.append((b, b[1:], b.copy()))
+        del b
+    assert np.array_equal(np.concatenate(got), want)
+    for b, view, copy in held:
+        assert np.array_equal(b, copy) and np.array_equal(view, copy[1:])
+    foreign = np.zeros(700, np.int64)
+    s._give_back(foreign)  # not the sampler's: never drawn into
+    assert not any(x is foreign for x in getattr(s._engine, "_spares", []))

@@ -24,6 +24,8 @@ fallback; ``CLUSTERCLIP_KERNEL=off`` forces it).
 from __future__ import annotations
 
 import math
+import os
+import weakref
 
 import numpy as np
 
@@ -41,7 +43,7 @@ from clusterclip.sampling._rng import (
     SFC64Lanes,
 )
 
-KERNEL_VERSION = 9  # the _kernel.c this code calls (its VERSION)
+KERNEL_VERSION = 10  # the _kernel.c this code calls (its VERSION)
 # the optional compiled kernel (setup.py); the numpy path below is the reference
 _kernel = load_kernel("clusterclip.sampling._kernel", KERNEL_VERSION)
 
@@ -58,6 +60,20 @@ def kernel_enabled() -> bool:
 # 2**22) + 16 K entries. With a clip R, at most R passes are made together (a
 # cluster never has more). Part of the schedule's definition.
 GROUP_ELEMS = 2048
+
+
+def load_ahead(nbytes: int) -> bool:
+    """Whether the kernel's draws load each cluster's next group ahead, on a second
+    thread into a second buffer of the passes' ``nbytes``: where the kernel has that
+    thread, this process may use two CPUs or more, and the buffer is at most
+    ``LOAD_AHEAD_MAX_BYTES``. The schedule is the same either way."""
+    if _kernel is None or not _kernel.HELPER or nbytes > LOAD_AHEAD_MAX_BYTES:
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return cpus >= 2
 
 
 def stable_order(keys: np.ndarray, top: int) -> np.ndarray:
@@ -88,6 +104,8 @@ def passes_per_group(sizes: np.ndarray, clip: int | None) -> np.ndarray:
 
 MAX_BLOCK = 1 << 18  # draws per sub-block: big enough to amortise O(K) work, cache friendly
 MIN_BLOCK = 256
+# the largest pass buffer whose groups are loaded ahead (a second buffer of its size)
+LOAD_AHEAD_MAX_BYTES = 1 << 30
 GUIDE_BITS = 16  # weighted choice: a guide table of up to 2**16 entries over the top bits
 # Cost model (us, measured on the reference machine) choosing between SFC64 lanes and
 # one numpy shuffle per cluster for loading groups of passes (see _load_groups).
@@ -110,6 +128,8 @@ class ClusterEngine:
     clip : int or None. A cluster leaves the pool once it has ``clip * n_k`` draws.
     """
 
+    LOAD_AHEAD = True  # the kernel's draws may load groups ahead on a second thread
+
     def __init__(self, docs_by_cluster: np.ndarray, sizes: np.ndarray, seed: int,
                  weights: np.ndarray | None = None, clip: int | None = None) -> None:
         self.docs = docs_by_cluster
@@ -131,6 +151,8 @@ class ClusterEngine:
         self._cur_group: np.ndarray | None = None
         self._use_kernel = kernel_enabled()
         self._kc: tuple | None = None  # the kernel's view of the arrays above
+        self._spares: list[np.ndarray] = []  # blocks of documents given back
+        self._handed: list[weakref.ref] = []  # the last blocks made (only those come back)
         self.reset(0, None)
 
     def fresh(self) -> ClusterEngine:
@@ -148,6 +170,7 @@ class ClusterEngine:
                        else np.array(counts, dtype=np.int64))
         self._blk_start = self.pos
         self._blk_choice = np.empty(0, np.uint32)
+        self._own_choice = False
         self._rebuild_pool()
 
     def _rebuild_pool(self) -> None:
@@ -280,7 +303,7 @@ class ClusterEngine:
         (``keep``: keep their clusters, ``_blk_choice``, even without ``gather``)."""
         if self._use_kernel:
             return self._advance_kernel(n, gather, keep)
-        out = np.empty(n, np.int64) if gather else None
+        out = self._out_buffer(n) if gather else None
         chosen: list[np.ndarray] = []  # cluster of each draw, in runs
         pending: list[np.ndarray] = []  # runs whose documents are not gathered yet
         pending_n = 0
@@ -360,8 +383,16 @@ class ClusterEngine:
         """:meth:`advance` by the compiled kernel: the same draws one at a time in C,
         back here only at a clip (the pool changes) and at variate chunk ends."""
         ctx = self._kctx() if gather else None
-        out = np.empty(n, np.int64) if gather else None
-        choice = np.empty(n, np.uint32) if gather or keep else None
+        out = self._out_buffer(n) if gather else None
+        # the clusters of a gathered block are this engine's alone (for counts_at):
+        # the last block's array is written over by the next block's
+        choice = None
+        if gather and self._own_choice and self._blk_choice.size >= n:
+            choice = self._blk_choice[:n]
+        elif gather or keep:
+            choice = np.empty(n, np.uint32)
+        self._blk_start, self._blk_choice = self.pos, np.empty(0, np.uint32)
+        self._own_choice = gather
         start, done = self.pos, 0
         events = np.empty(2 * 4096, np.int64)  # clips handled in C: (cluster, draw) pairs
         while done < n:
@@ -394,16 +425,49 @@ class ClusterEngine:
         return out
 
     # ------------------------------------------------------------- documents
+    def give_back(self, block: np.ndarray) -> None:
+        """``block``, documents this engine returned, is no longer used by anyone: its
+        memory may hold a later block's (fresh memory costs page faults). The caller
+        keeps no reference to it or to any view of it."""
+        base = block if block.base is None else block.base
+        if len(self._spares) < 2 and any(r() is base for r in self._handed):
+            self._spares.append(base)
+
+    def _out_buffer(self, n: int) -> np.ndarray:
+        """(n,) int64 for documents: a block given back if one is large enough."""
+        try:
+            spare = self._spares.pop()
+        except IndexError:
+            spare = None
+        if spare is not None and spare.size >= n:
+            return spare[:n]
+        out = np.empty(n, np.int64)
+        self._handed = [r for r in self._handed[-3:] if r() is not None] + [weakref.ref(out)]
+        return out
+
     def _kctx(self) -> tuple:
-        """The arrays the kernel reads and the passes it writes (see _kernel.c)."""
+        """The arrays the kernel reads and the passes it writes (see _kernel.c); with
+        ``nxt`` where :func:`load_ahead` says so (a buffer like the passes', where a
+        thread loads each cluster's next group while the draws run)."""
         if self._kc is None:
             cur = self._ensure_cur()
+            ahead = self.LOAD_AHEAD and load_ahead(cur.nbytes)
             self._kc = (np.ascontiguousarray(self.docs), self.offsets, self.sizes,
                         self.passes_per_group, self.seg_off, self.group_len, cur,
                         self._cur_group, self.seed, TAG_PASS,
-                        np.full(5 * self.K, np.iinfo(np.uint64).max, np.uint64))
+                        np.full(5 * self.K, np.iinfo(np.uint64).max, np.uint64),
+                        np.empty_like(cur) if ahead else None,
+                        np.full(self.K, -1, np.int64) if ahead else None,
+                        self._last_group() if ahead else None)
             _kernel.ahead_fill(self._kc, self.counts)  # first loads: streams 4 at a time
         return self._kc
+
+    def _last_group(self) -> np.ndarray:
+        """(K,) int64: the last group of passes of each cluster a draw can load (all
+        of them without a clip)."""
+        if self.clip is None:
+            return np.full(self.K, np.iinfo(np.int64).max, np.int64)
+        return -(-int(self.clip) // np.maximum(self.passes_per_group, 1)) - 1
 
     def _ensure_cur(self) -> np.ndarray:
         if self._cur is None:
@@ -553,6 +617,7 @@ class ClusterEngine:
         state = self.__dict__.copy()
         state["_cur"] = state["_cur_group"] = None  # rebuilt lazily from counts
         state["_kc"] = None
+        state["_spares"], state["_handed"] = [], []
         return state
 
 
@@ -698,6 +763,8 @@ class PacedEngine(ClusterEngine):
     the counts at any position come from a binary search over x (O(K log K)),
     with no replay.
     """
+
+    LOAD_AHEAD = False  # its windows load groups outside draw
 
     def __init__(self, docs_by_cluster: np.ndarray, sizes: np.ndarray, seed: int,
                  weights: np.ndarray | None, clip: int, num_samples: int,

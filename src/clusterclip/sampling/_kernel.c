@@ -14,7 +14,8 @@
  *     (vectorised), and kept per cluster for the next load (ahead_fill: the
  *     first streams of a fresh engine);
  *   - draw: the per-draw loop of ClusterEngine.advance (cluster choice by
- *     multiply-shift or guide table, counts, the clip, the document);
+ *     multiply-shift or guide table, counts, the clip, the document), with a helper
+ *     thread loading each cluster's next group ahead in a second buffer (nxt);
  *   - take_grouped: ClusterEngine._docs_grouped;
  *   - shuffle: EpochEngine's epoch permutations (Generator.shuffle, prefetched);
  *   - paced_window: one key window of PacedEngine (keys, counting sort, documents).
@@ -27,6 +28,12 @@
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+#include <stddef.h>
+#include <stdlib.h>
+#ifndef _WIN32
+#include <pthread.h>
+#define HAVE_HELPER 1
+#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 1)
@@ -246,9 +253,15 @@ static void (*sfc_keyed_x4)(uint64_t, uint64_t, const uint64_t *, const uint64_t
 
 /* ------------------------------------------------------------------ context */
 /* The engine's arrays, in this order (a tuple from _engine.ClusterEngine._kctx):
- * docs, offsets, sizes, ppg, seg_off, group_len, cur, cur_group, seed, tag, ahead.
+ * docs, offsets, sizes, ppg, seg_off, group_len, cur, cur_group, seed, tag, ahead,
+ * then nxt, nxt_group and last_group, or None, None and None.
  * ahead (uint64, 5 K): per cluster, a group g and the keyed stream (k, g) after its
- * discarded outputs (g = 2**64 - 1: none), computed ahead in batches of 4. */
+ * discarded outputs (g = 2**64 - 1: none), computed ahead in batches of 4.
+ * nxt (like cur) and nxt_group (int64, K): a group loaded ahead by draw's helper
+ * thread: nxt[seg_off[k] : seg_off[k] + G n] holds group nxt_group[k] of cluster k
+ * when that is >= 0 (written by the helper only, read once it is published);
+ * last_group (int64, K): the last group of cluster k a draw can load (its clip). */
+typedef struct helper helper_t;
 typedef struct {
     Py_buffer b_docs, b_off, b_sizes, b_ppg, b_seg, b_glen, b_cur, b_cg;
     int nbuf;
@@ -264,11 +277,16 @@ typedef struct {
     uint64_t *ahead;
     int nq; /* clusters (and groups) queued for the next batch of 4 streams */
     uint64_t qk[4], qg[4];
+    Py_buffer b_nxt, b_ng, b_lg;
+    void *nxt; /* NULL: no groups loaded ahead */
+    int64_t *nxt_group;
+    const int64_t *last_group;
+    helper_t *helper; /* while draw's helper thread runs: where loads ask for the next */
 } ctx_t;
 
 static void ctx_release(ctx_t *c) {
-    Py_buffer *bs[9] = {&c->b_docs, &c->b_off, &c->b_sizes, &c->b_ppg, &c->b_seg,
-                        &c->b_glen, &c->b_cur, &c->b_cg, &c->b_ahead};
+    Py_buffer *bs[12] = {&c->b_docs, &c->b_off, &c->b_sizes, &c->b_ppg, &c->b_seg,  &c->b_glen,
+                         &c->b_cur, &c->b_cg, &c->b_ahead, &c->b_nxt, &c->b_ng, &c->b_lg};
     for (int i = 0; i < c->nbuf; i++) PyBuffer_Release(bs[i]);
     c->nbuf = 0;
 }
@@ -288,8 +306,8 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t itemsize,
 
 static int ctx_get(PyObject *t, ctx_t *c) {
     memset(c, 0, sizeof(*c));
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 11) {
-        PyErr_SetString(PyExc_TypeError, "_kernel: context must be an 11-tuple");
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 14) {
+        PyErr_SetString(PyExc_TypeError, "_kernel: context must be a 14-tuple");
         return -1;
     }
     Py_buffer *bs[8] = {&c->b_docs, &c->b_off, &c->b_sizes, &c->b_ppg,
@@ -346,6 +364,31 @@ static int ctx_get(PyObject *t, ctx_t *c) {
         ctx_release(c);
         return -1;
     }
+    if (PyTuple_GET_ITEM(t, 11) != Py_None) {
+        if (get_buf(PyTuple_GET_ITEM(t, 11), &c->b_nxt, 1, c->b_cur.itemsize, "nxt") < 0) {
+            ctx_release(c);
+            return -1;
+        }
+        c->nbuf = 10;
+        if (get_buf(PyTuple_GET_ITEM(t, 12), &c->b_ng, 1, 8, "nxt_group") < 0) {
+            ctx_release(c);
+            return -1;
+        }
+        c->nbuf = 11;
+        if (get_buf(PyTuple_GET_ITEM(t, 13), &c->b_lg, 0, 8, "last_group") < 0) {
+            ctx_release(c);
+            return -1;
+        }
+        c->nbuf = 12;
+        if (c->b_nxt.len != c->b_cur.len || c->b_ng.len / 8 < c->K || c->b_lg.len / 8 < c->K) {
+            PyErr_SetString(PyExc_ValueError, "_kernel: inconsistent engine arrays");
+            ctx_release(c);
+            return -1;
+        }
+        c->nxt = c->b_nxt.buf;
+        c->nxt_group = c->b_ng.buf;
+        c->last_group = c->b_lg.buf;
+    }
     c->seed = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 8));
     c->tag = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 9));
     if (PyErr_Occurred()) {
@@ -355,7 +398,172 @@ static int ctx_get(PyObject *t, ctx_t *c) {
     return 0;
 }
 
-/* Group g of cluster k's passes into cur[seg_off[k] : seg_off[k] + G n]. */
+/* The G passes of a group of cluster k (n > 1 documents) into dst (cur or nxt) at
+ * seg_off[k], each its documents shuffled by r, pass after pass. */
+static void group_into(const ctx_t *c, void *dst, int64_t k, sfc64 *r) {
+    const int64_t n = c->sizes[k], G = c->ppg[k], o = c->offsets[k], so = c->seg_off[k];
+    for (int64_t p = 0; p < G; p++) {
+        int64_t at = so + p * n;
+#define SHUFFLE(T, D)                                                   \
+    {                                                                   \
+        T *row = (T *)dst + at;                                         \
+        const D *src = (const D *)c->docs + o;                          \
+        for (int64_t i = 0; i < n; i++) row[i] = (T)src[i];             \
+        int64_t i = n - 1;                                              \
+        for (; i > 0xffffffffLL; i--) { /* beyond 32 bits: 64-bit draws */ \
+            int64_t j = (int64_t)sfc_interval(r, (uint64_t)i);          \
+            T x = row[i];                                               \
+            row[i] = row[j];                                            \
+            row[j] = x;                                                 \
+        }                                                               \
+        /* sfc_interval(i) with the mask kept across steps (i falls) */ \
+        uint32_t mask = (uint32_t)mask_of((uint64_t)i);                 \
+        for (; i > 0; i--) {                                            \
+            uint32_t v;                                                 \
+            if ((uint32_t)i <= (mask >> 1)) mask >>= 1;                 \
+            while ((v = (sfc_next32(r) & mask)) > (uint32_t)i) {        \
+            }                                                           \
+            T x = row[i];                                               \
+            row[i] = row[v];                                            \
+            row[v] = x;                                                 \
+        }                                                               \
+    }
+        if (c->cur32) {
+            if (c->docs32) SHUFFLE(int32_t, int32_t) else SHUFFLE(int32_t, int64_t)
+        } else {
+            if (c->docs32) SHUFFLE(int64_t, int32_t) else SHUFFLE(int64_t, int64_t)
+        }
+#undef SHUFFLE
+    }
+}
+
+/* ------------------------------------------------------- groups loaded ahead
+ * While draw runs a long call with nxt (two CPUs or more), a helper thread loads
+ * group g + 1 of a cluster into nxt as soon as the draws load its group g into cur;
+ * the draws' next load of that cluster is then a copy. The helper publishes a group
+ * in nxt_group after writing it (-1 while it writes: a sequence lock), and only the
+ * helper writes nxt; what it computes is the same group, so the draws are the same
+ * whether or not it came first. */
+#ifdef HAVE_HELPER
+#define LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define HQ 4096 /* requests waiting at most; more are dropped (loaded by the draws) */
+#define AHEAD_MIN_ITEMS 256 /* the smallest group loaded ahead */
+static Py_ssize_t helper_min = 1 << 15; /* draws of a call from which a helper starts */
+static int helper_drain = 0; /* tests: each call's requests loaded before it returns */
+struct helper {
+    ctx_t *c;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t head, tail; /* requests [head, tail) of the ring, under mu */
+    int stop, idle, drain; /* drain: at stop, the requests waiting are loaded first */
+    int64_t qk[HQ], qg[HQ];
+};
+
+/* Whether group g of cluster k is loaded ahead: one a draw can load, of enough items
+ * to outweigh asking (a small one is loaded by the draws in about that time). */
+static inline int worth_ahead(const ctx_t *c, int64_t k, int64_t g) {
+    return g <= c->last_group[k] && c->group_len[k] >= AHEAD_MIN_ITEMS && c->sizes[k] > 1;
+}
+
+static void helper_ask(helper_t *h, int64_t k, int64_t g) {
+    pthread_mutex_lock(&h->mu);
+    if (h->tail - h->head < HQ) {
+        h->qk[h->tail % HQ] = k;
+        h->qg[h->tail % HQ] = g;
+        h->tail++;
+        if (h->idle) pthread_cond_signal(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void *helper_run(void *arg) {
+    helper_t *h = arg;
+    ctx_t *c = h->c;
+    for (;;) {
+        uint64_t ks[4], gs[4];
+        int m = 0;
+        pthread_mutex_lock(&h->mu);
+        while (h->head == h->tail && !h->stop) {
+            h->idle = 1;
+            pthread_cond_wait(&h->cv, &h->mu);
+            h->idle = 0;
+        }
+        const int quit = h->stop && (!h->drain || h->head == h->tail);
+        for (; !quit && m < 4 && h->head < h->tail; h->head++) {
+            const int64_t k = h->qk[h->head % HQ], g = h->qg[h->head % HQ];
+            if (c->nxt_group[k] == g) continue; /* loaded already (it is ours to write) */
+            ks[m] = (uint64_t)k;
+            gs[m++] = (uint64_t)g;
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (quit) break;
+        uint64_t st[4][4];
+        if (m == 4) {
+            sfc_keyed_x4(c->seed, c->tag, ks, gs, st);
+        } else {
+            for (int l = 0; l < m; l++) {
+                sfc64 r;
+                sfc_keyed(&r, c->seed, c->tag, ks[l], gs[l]);
+                memcpy(st[l], r.s, sizeof(r.s));
+            }
+        }
+        for (int l = 0; l < m; l++) {
+            sfc64 r;
+            memcpy(r.s, st[l], sizeof(r.s));
+            r.has32 = 0;
+            r.buf = 0;
+            __atomic_store_n(&c->nxt_group[ks[l]], (int64_t)-1, __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_RELEASE);
+            group_into(c, c->nxt, (int64_t)ks[l], &r);
+            __atomic_store_n(&c->nxt_group[ks[l]], (int64_t)gs[l], __ATOMIC_RELEASE);
+        }
+    }
+    return NULL;
+}
+
+/* A helper for the draws of c (NULL if no thread could start). */
+static helper_t *helper_start(ctx_t *c) {
+    helper_t *h = malloc(sizeof(helper_t));
+    if (!h) return NULL;
+    memset(h, 0, offsetof(helper_t, qk));
+    h->c = c;
+    h->drain = helper_drain;
+    if (pthread_mutex_init(&h->mu, NULL)) {
+        free(h);
+        return NULL;
+    }
+    if (pthread_cond_init(&h->cv, NULL)) {
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return NULL;
+    }
+    if (pthread_create(&h->th, NULL, helper_run, h)) {
+        pthread_cond_destroy(&h->cv);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* Stops the helper (its waiting requests dropped, the group it writes finished). */
+static void helper_stop(helper_t *h) {
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->th, NULL);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}
+#else
+#define LOAD_ACQ(p) (*(p))
+#endif
+
+/* Group g of cluster k's passes into cur[seg_off[k] : seg_off[k] + G n]: a copy of
+ * nxt's when the helper loaded it there, else computed here. */
 static void load_group(ctx_t *c, int64_t k, int64_t g) {
     const int64_t n = c->sizes[k], G = c->ppg[k], o = c->offsets[k], so = c->seg_off[k];
     if (n == 1) {
@@ -367,61 +575,46 @@ static void load_group(ctx_t *c, int64_t k, int64_t g) {
                 ((int64_t *)c->cur)[so + p] = d;
         }
     } else if (n > 1) {
-        sfc64 r;
-        uint64_t *a = c->ahead + 5 * k;
-        if (a[0] == (uint64_t)g) { /* computed ahead */
-            memcpy(r.s, a + 1, sizeof(r.s));
-            r.has32 = 0;
-            r.buf = 0;
-        } else {
-            sfc_keyed(&r, c->seed, c->tag, (uint64_t)k, (uint64_t)g);
+        int done = 0;
+        if (c->nxt && LOAD_ACQ(&c->nxt_group[k]) == g) {
+            const size_t isz = c->cur32 ? 4 : 8;
+            memcpy((char *)c->cur + so * isz, (const char *)c->nxt + so * isz,
+                   (size_t)(G * n) * isz);
+#ifdef HAVE_HELPER
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            done = __atomic_load_n(&c->nxt_group[k], __ATOMIC_RELAXED) == g;
+#else
+            done = 1;
+#endif
         }
-        /* the stream of the cluster's next group, with 3 others */
-        c->qk[c->nq] = (uint64_t)k;
-        c->qg[c->nq] = (uint64_t)g + 1;
-        if (++c->nq == 4) {
-            uint64_t st[4][4];
-            sfc_keyed_x4(c->seed, c->tag, c->qk, c->qg, st);
-            for (int l = 0; l < 4; l++) {
-                uint64_t *al = c->ahead + 5 * c->qk[l];
-                al[0] = c->qg[l];
-                memcpy(al + 1, st[l], sizeof(st[l]));
-            }
-            c->nq = 0;
-        }
-        for (int64_t p = 0; p < G; p++) {
-            int64_t at = so + p * n;
-#define SHUFFLE(T, D)                                                   \
-    {                                                                   \
-        T *row = (T *)c->cur + at;                                      \
-        const D *src = (const D *)c->docs + o;                          \
-        for (int64_t i = 0; i < n; i++) row[i] = (T)src[i];             \
-        int64_t i = n - 1;                                              \
-        for (; i > 0xffffffffLL; i--) { /* beyond 32 bits: 64-bit draws */ \
-            int64_t j = (int64_t)sfc_interval(&r, (uint64_t)i);         \
-            T x = row[i];                                               \
-            row[i] = row[j];                                            \
-            row[j] = x;                                                 \
-        }                                                               \
-        /* sfc_interval(i) with the mask kept across steps (i falls) */ \
-        uint32_t mask = (uint32_t)mask_of((uint64_t)i);                 \
-        for (; i > 0; i--) {                                            \
-            uint32_t v;                                                 \
-            if ((uint32_t)i <= (mask >> 1)) mask >>= 1;                 \
-            while ((v = (sfc_next32(&r) & mask)) > (uint32_t)i) {       \
-            }                                                           \
-            T x = row[i];                                               \
-            row[i] = row[v];                                            \
-            row[v] = x;                                                 \
-        }                                                               \
-    }
-            if (c->cur32) {
-                if (c->docs32) SHUFFLE(int32_t, int32_t) else SHUFFLE(int32_t, int64_t)
+        if (!done) {
+            sfc64 r;
+            uint64_t *a = c->ahead + 5 * k;
+            if (a[0] == (uint64_t)g) { /* computed ahead */
+                memcpy(r.s, a + 1, sizeof(r.s));
+                r.has32 = 0;
+                r.buf = 0;
             } else {
-                if (c->docs32) SHUFFLE(int64_t, int32_t) else SHUFFLE(int64_t, int64_t)
+                sfc_keyed(&r, c->seed, c->tag, (uint64_t)k, (uint64_t)g);
             }
-#undef SHUFFLE
+            /* the stream of the cluster's next group, with 3 others */
+            c->qk[c->nq] = (uint64_t)k;
+            c->qg[c->nq] = (uint64_t)g + 1;
+            if (++c->nq == 4) {
+                uint64_t st[4][4];
+                sfc_keyed_x4(c->seed, c->tag, c->qk, c->qg, st);
+                for (int l = 0; l < 4; l++) {
+                    uint64_t *al = c->ahead + 5 * c->qk[l];
+                    al[0] = c->qg[l];
+                    memcpy(al + 1, st[l], sizeof(st[l]));
+                }
+                c->nq = 0;
+            }
+            group_into(c, c->cur, k, &r);
         }
+#ifdef HAVE_HELPER
+        if (c->helper && worth_ahead(c, k, g + 1)) helper_ask(c->helper, k, g + 1);
+#endif
     }
     c->cur_group[k] = g;
 }
@@ -584,6 +777,14 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
             Py_ssize_t i = 0, start = 0;
             int64_t hit = -1;
             Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_HELPER
+            if (gather && c.nxt && n >= helper_min) c.helper = helper_start(&c);
+            if (c.helper) /* what the last call's helper left: the next group of each */
+                for (Py_ssize_t k = 0; k < c.K; k++)
+                    if (c.cur_group[k] >= 0 && LOAD_ACQ(&c.nxt_group[k]) != c.cur_group[k] + 1 &&
+                        worth_ahead(&c, k, c.cur_group[k] + 1))
+                        helper_ask(c.helper, k, c.cur_group[k] + 1);
+#endif
             uint64_t mm = (uint64_t)m;
             int64_t ringL[RING], ringK[RING];
 #define STAGE1(s)                                                           \
@@ -719,6 +920,12 @@ static PyObject *k_draw(PyObject *self, PyObject *args) {
 #undef STAGE2
 #undef STAGE3
 #undef STAGE4
+#ifdef HAVE_HELPER
+            if (c.helper) {
+                helper_stop(c.helper);
+                c.helper = NULL;
+            }
+#endif
             Py_END_ALLOW_THREADS
             if (bad)
                 PyErr_SetString(PyExc_ValueError, "_kernel: bad pool or guide entry");
@@ -1051,7 +1258,29 @@ static PyObject *k_streams4(PyObject *self, PyObject *args) {
     return Py_BuildValue("(sN)", cur, av);
 }
 
+/* helper_min([n[, drain]]) -> (n, drain) as they were: the draws of a call from which
+ * draw starts its helper thread, and whether a call waits for every group its helper
+ * was asked for (tests: the helper on short calls, its groups used for certain). */
+static PyObject *k_helper_min(PyObject *self, PyObject *args) {
+    Py_ssize_t n = -1;
+    int drain = -1;
+    if (!PyArg_ParseTuple(args, "|ni", &n, &drain)) return NULL;
+#ifdef HAVE_HELPER
+    PyObject *old = Py_BuildValue("(ni)", helper_min, helper_drain);
+    if (n >= 1) helper_min = n;
+    if (drain >= 0) helper_drain = drain != 0;
+    return old;
+#else
+    (void)n;
+    (void)drain;
+    return Py_BuildValue("(ni)", (Py_ssize_t)-1, 0);
+#endif
+}
+
 static PyMethodDef methods[] = {
+    {"helper_min", k_helper_min, METH_VARARGS,
+     "helper_min([n[, drain]]) -> (n, drain): when draw's helper thread starts, and "
+     "whether calls wait for its groups"},
     {"ahead_fill", k_ahead_fill, METH_VARARGS,
      "ahead_fill(ctx, counts): the streams of every cluster's next group, computed ahead"},
     {"streams4", k_streams4, METH_VARARGS,
@@ -1077,7 +1306,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel",
 
 /* Bumped with every change of an entry point or of what it computes: _engine.py
  * ignores a stale build (an in-place .so older than its source) and says so. */
-#define KERNEL_VERSION 9
+#define KERNEL_VERSION 10
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     init_person();
@@ -1089,7 +1318,13 @@ PyMODINIT_FUNC PyInit__kernel(void) {
         sfc_keyed_x4 = sfc_keyed_x4_avx2;
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "VERSION", KERNEL_VERSION) < 0) {
+#ifdef HAVE_HELPER
+    const int helper = 1;
+#else
+    const int helper = 0;
+#endif
+    if (m && (PyModule_AddIntConstant(m, "VERSION", KERNEL_VERSION) < 0 ||
+              PyModule_AddIntConstant(m, "HELPER", helper) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -83,7 +83,7 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     sampler = make()
     n = rank_share(stop, spec.rank, spec.world_size, spec.consumed_samples)[1]
     check_free_space(path, 128 + 8 * n, "the schedule", option="")
-    _write_npy(path, sampler.blocks(), n, progress)
+    _write_npy(path, sampler.blocks(), n, progress, written=sampler._give_back)
     summary = sampler.summary()
     if stop < plan["num_samples"]:
         summary = _cut_summary(summary, labels, make(rank=0, world_size=1, consumed_samples=0),
@@ -98,9 +98,11 @@ def write_schedule(labels: Any, path: str | os.PathLike[str], *, num_samples: in
     return summary
 
 
-def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool) -> None:
+def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool,
+               written: Any = None) -> None:
     """Write the first ``n`` indices of ``blocks`` (int64 arrays) as an ``.npy`` at
-    ``path``, atomically, with a progress bar if ``progress``."""
+    ``path``, atomically, with a progress bar if ``progress``; ``written(block)`` is
+    called (in the writer's thread) with each block once it is written."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -116,14 +118,15 @@ def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
                     "fortran_order": False, "shape": (n,)})
-            with _BackgroundWriter(f) as out:
+            with _BackgroundWriter(f, written) as out:
                 i = 0
                 for block in blocks:
-                    block = block[:n - i]
-                    out.write(np.ascontiguousarray(block, "<i8"))
-                    i += block.size
+                    size = min(block.size, n - i)
+                    out.write(np.ascontiguousarray(block[:size], "<i8"))
+                    del block  # the writer's, and given back once written
+                    i += size
                     if bar is not None:
-                        bar.update(block.size)
+                        bar.update(size)
                     if i >= n:
                         break
             if i != n:
@@ -140,11 +143,12 @@ class _BackgroundWriter:
     as much as drawing it). At most ``depth`` blocks wait; an error of the write is raised
     in the caller, at its next ``write`` or on leaving the ``with``."""
 
-    def __init__(self, f: Any, depth: int = 2) -> None:
+    def __init__(self, f: Any, written: Any = None, depth: int = 2) -> None:
         import queue
         import threading
 
         self._f = f
+        self._written = written
         self._q: Any = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="write_schedule", daemon=True)
@@ -154,8 +158,11 @@ class _BackgroundWriter:
             if self._error is None:  # after an error, drain so that the caller never blocks
                 try:
                     self._f.write(block.data)
+                    if self._written is not None:
+                        self._written(block)
                 except BaseException as e:  # noqa: BLE001 - re-raised in the caller
                     self._error = e
+            del block
 
     def write(self, block: np.ndarray) -> None:
         if self._error is not None:

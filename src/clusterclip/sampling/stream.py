@@ -207,6 +207,16 @@ class BaseSampler:
             self._taken += blk.size
             yield blk
 
+    def _give_back(self, block: np.ndarray) -> None:
+        """``block``, yielded by :meth:`blocks`, is used no more by the caller (nor any
+        view of it): a later block may be written into its memory (fresh memory costs
+        page faults; the ``.npy`` writer gives back what it wrote)."""
+        if self._buf.size and np.may_share_memory(block, self._buf):
+            return  # still this stream's buffer
+        give = getattr(getattr(self, "_engine", None), "give_back", None)
+        if give is not None:
+            give(block)
+
     # ----------------------------------------------------------------- state
     def _config(self) -> dict[str, Any]:
         raise NotImplementedError
