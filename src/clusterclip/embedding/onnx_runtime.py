@@ -53,6 +53,7 @@ from clusterclip.embedding.transformer import (
     transformer_folder,
 )
 from clusterclip.errors import InputError
+from clusterclip.pool import available_cpus
 from clusterclip.storage.atomic import atomic_path, write_json
 from clusterclip.storage.cache import cache_dir
 from clusterclip.storage.digests import fingerprint, sha256_file
@@ -82,10 +83,7 @@ def cpu_threads() -> int:
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
+    cpus = available_cpus()
     local = os.environ.get("LOCAL_WORLD_SIZE", "1")
     return max(1, cpus // max(1, int(local) if local.isdigit() else 1))
 

@@ -24,7 +24,6 @@ fallback; ``CLUSTERCLIP_KERNEL=off`` forces it).
 from __future__ import annotations
 
 import math
-import os
 import weakref
 
 import numpy as np
@@ -32,6 +31,7 @@ import numpy as np
 from clusterclip.errors import InputError
 from clusterclip.kernels import kernels_enabled, load_kernel
 from clusterclip.limits import MAX_CLIP, MAX_ROWS
+from clusterclip.pool import available_cpus
 from clusterclip.sampling._rng import (
     CHUNK,
     TAG_EPOCH,
@@ -69,11 +69,7 @@ def load_ahead(nbytes: int) -> bool:
     ``LOAD_AHEAD_MAX_BYTES``. The schedule is the same either way."""
     if _kernel is None or not _kernel.HELPER or nbytes > LOAD_AHEAD_MAX_BYTES:
         return False
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return cpus >= 2
+    return available_cpus() >= 2
 
 
 def stable_order(keys: np.ndarray, top: int) -> np.ndarray:
