@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
 from _helpers import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterclip import ClusterClipSampler
 from clusterclip.cli import main
@@ -129,6 +132,39 @@ def test_background_writer_keeps_the_order_and_raises_a_write_error_in_the_calle
         with _BackgroundWriter(f, depth=1) as out:
             for b in blocks:
                 out.write(b)
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=st.lists(st.integers(0, 40_000), min_size=1, max_size=12),
+       header=st.integers(0, 300))
+def test_background_writer_starts_the_writeback_of_every_byte_it_wrote(tmp_path_factory,
+                                                                      sizes, header):
+    """With the file's descriptor, the writer starts the disk writes of each block as it
+    goes (so that the move onto an existing file has nothing left to flush): the ranges it
+    asks for cover the file once, in order, and the bytes are those written."""
+    from clusterclip.sampling import schedule
+
+    path = tmp_path_factory.mktemp("wb") / "x.bin"
+    blocks = [np.arange(n, dtype="<i8") * (i + 1) for i, n in enumerate(sizes)]
+    asked: list[tuple[int, int]] = []
+    real = schedule.start_writeback
+    schedule.start_writeback = lambda fd, a, b: (asked.append((a, b)), real(fd, a, b))
+    try:
+        with open(path, "wb") as f:
+            f.write(b"h" * header)  # left in the buffer or not: counted once it is out
+            with schedule._BackgroundWriter(f, fd=f.fileno(), depth=1) as out:
+                for b in blocks:
+                    out.write(b)
+            f.flush()
+            size = os.fstat(f.fileno()).st_size
+    finally:
+        schedule.start_writeback = real
+    assert path.read_bytes() == b"h" * header + np.concatenate(blocks).tobytes()
+    assert len(asked) == len(blocks)
+    assert asked[0][0] == 0 and all(a[1] == b[0] for a, b in zip(asked, asked[1:], strict=False))
+    assert all(a <= b for a, b in asked)
+    # everything but what may still sit in the file object's buffer (under 8 KiB)
+    assert asked[-1][1] <= size and size - asked[-1][1] < 8192
 
 
 # -- issue 16: the defaults follow the evidence, and say so ---------------------------------

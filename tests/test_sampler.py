@@ -273,6 +273,29 @@ def test_variates_generated_ahead_are_those_of_the_chunk_asked_for(seed, asks, r
         assert np.array_equal(got, ChoiceVariates(seed).get(cid * CHUNK + off, n))
 
 
+def _stream_chunks(seed: int, n: int) -> list[bytes]:
+    v = ChoiceVariates(seed)
+    return [v.get(c * CHUNK, 16).tobytes() for c in range(n)]
+
+
+def test_variates_ahead_come_from_one_thread_per_process_and_a_forked_child_gets_its_own():
+    """Every ChoiceVariates of a process queues its chunks ahead to one thread (a thread
+    started per chunk cost a scheduling wait each time): streaming from several instances
+    leaves one such thread; a forked child (a DataLoader worker) starts its own and gets
+    the same variates."""
+    import multiprocessing
+    import threading
+
+    want = {s: [ChoiceVariates(s).get(c * CHUNK, 16).tobytes() for c in range(5)]
+            for s in (1, 2, 3)}
+    assert all(_stream_chunks(s, 5) == want[s] for s in (1, 2, 3))
+    ahead = [t for t in threading.enumerate() if t.name == "choice_variates"]
+    assert len(ahead) == 1 and ahead[0].daemon
+    if "fork" in multiprocessing.get_all_start_methods():
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            assert pool.apply_async(_stream_chunks, (2, 5)).get(timeout=120) == want[2]
+
+
 @settings(max_examples=6, deadline=None)
 @given(size=st.integers(1000, 3 * CHUNK), strategy=st.sampled_from(["clusterclip", "uniform"]))
 def test_blocks_of_any_size_are_the_same_bytes_over_several_chunks(size, strategy):

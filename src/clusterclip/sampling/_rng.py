@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
+import queue
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -153,6 +156,42 @@ class CounterUniforms:
         self.__init__(state["seed"], state["tag"], state["n_streams"])
 
 
+_AHEAD: tuple[int, Any] | None = None  # (pid, queue) of the thread making chunks ahead
+_AHEAD_LOCK = threading.Lock()
+
+
+def _ahead_thread_put(job: tuple[Any, int, list[np.ndarray], Any]) -> bool:
+    """Queue ``job`` = (make, chunk, out, done) for this process's thread making chunks
+    ahead (started on first use, again in a forked child): it appends ``make(chunk)`` to
+    ``out`` (nothing on an error: the chunk is then made on demand) and sets ``done``.
+    False when no thread can be started (the interpreter shutting down)."""
+    global _AHEAD
+    with _AHEAD_LOCK:
+        if _AHEAD is None or _AHEAD[0] != os.getpid():
+            jobs: Any = queue.SimpleQueue()
+            thread = threading.Thread(target=_make_ahead, args=(jobs,),
+                                      name="choice_variates", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:
+                return False
+            _AHEAD = (os.getpid(), jobs)
+        _AHEAD[1].put(job)
+    return True
+
+
+def _make_ahead(jobs: Any) -> None:
+    while True:
+        make, cid, out, done = jobs.get()
+        try:
+            out.append(make(cid))
+        except BaseException:  # noqa: BLE001, S110 - the caller makes the chunk itself
+            pass
+        finally:
+            done.set()
+        del make, out, done
+
+
 class ChoiceVariates:
     """Uniform uint32 variates indexed by global draw position.
 
@@ -161,14 +200,15 @@ class ChoiceVariates:
     One chunk (4 MiB) is cached. Once two consecutive chunks were asked for (a
     stream), the next one is generated ahead in a thread while the caller draws
     from this one (numpy generates without the GIL): the same variates, off the
-    caller's time.
+    caller's time. One thread per process serves every instance (starting a thread per
+    chunk cost the caller a scheduling wait each time the cores were busy).
     """
 
     def __init__(self, seed: int) -> None:
         self.seed = int(seed)
         self._chunk_id = -1
         self._chunk = np.empty(0, np.uint32)
-        self._ahead: tuple[int, Any, list[np.ndarray]] | None = None  # chunk, thread, out
+        self._ahead: tuple[int, Any, list[np.ndarray]] | None = None  # chunk, done, out
 
     def _make(self, cid: int) -> np.ndarray:
         bitgen = keyed_generator(self.seed, TAG_CHOICE, cid).bit_generator
@@ -179,16 +219,10 @@ class ChoiceVariates:
         return raw.view("<u4").astype(np.uint32, copy=False)
 
     def _generate_ahead(self, cid: int) -> None:
-        import threading
-
         out: list[np.ndarray] = []
-        thread = threading.Thread(target=lambda: out.append(self._make(cid)),
-                                  name="choice_variates", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # no new thread (the interpreter shutting down): made on demand
-            return
-        self._ahead = (cid, thread, out)
+        done = threading.Event()
+        if _ahead_thread_put((self._make, cid, out, done)):
+            self._ahead = (cid, done, out)
 
     def get(self, t: int, n: int) -> np.ndarray:
         cid, off = divmod(int(t), CHUNK)
@@ -197,7 +231,7 @@ class ChoiceVariates:
         if cid != self._chunk_id:
             ahead, self._ahead = self._ahead, None
             if ahead is not None:
-                ahead[1].join()
+                ahead[1].wait()
             streaming = cid == self._chunk_id + 1 and cid > 0  # two in a row: a stream
             self._chunk = (ahead[2][0] if ahead is not None and ahead[0] == cid and ahead[2]
                            else self._make(cid))

@@ -13,7 +13,7 @@ from clusterclip.sampling.budget import plan_schedule
 from clusterclip.sampling.factory import make_sampler
 from clusterclip.sampling.spec import SamplerSpec, mixture_defaults, rank_share
 from clusterclip.sampling.stream import BaseSampler
-from clusterclip.storage.atomic import atomic_path
+from clusterclip.storage.atomic import atomic_path, start_writeback
 from clusterclip.storage.digests import HashingWriter
 from clusterclip.storage.outputs import check_free_space
 
@@ -118,7 +118,7 @@ def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
                     "fortran_order": False, "shape": (n,)})
-            with _BackgroundWriter(f, written) as out:
+            with _BackgroundWriter(f, written, raw.fileno()) as out:
                 i = 0
                 for block in blocks:
                     size = min(block.size, n - i)
@@ -141,9 +141,12 @@ class _BackgroundWriter:
     """Writes arrays to ``f`` in order from one thread while the caller computes the next
     (the sampler's kernel releases the GIL; copying a block into the page cache costs about
     as much as drawing it). At most ``depth`` blocks wait; an error of the write is raised
-    in the caller, at its next ``write`` or on leaving the ``with``."""
+    in the caller, at its next ``write`` or on leaving the ``with``. With ``fd`` (the file
+    ``f`` writes to), the disk writes of each block are started from this thread as well
+    (:func:`start_writeback`), not left to the move onto an existing file."""
 
-    def __init__(self, f: Any, written: Any = None, depth: int = 2) -> None:
+    def __init__(self, f: Any, written: Any = None, fd: int | None = None,
+                 depth: int = 2) -> None:
         import queue
         import threading
 
@@ -151,6 +154,8 @@ class _BackgroundWriter:
         self._written = written
         self._q: Any = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
+        self._fd = fd
+        self._started = 0  # bytes of fd whose writeback was started
         self._thread = threading.Thread(target=self._run, name="write_schedule", daemon=True)
 
     def _run(self) -> None:
@@ -158,6 +163,10 @@ class _BackgroundWriter:
             if self._error is None:  # after an error, drain so that the caller never blocks
                 try:
                     self._f.write(block.data)
+                    if self._fd is not None:
+                        stop = os.lseek(self._fd, 0, os.SEEK_CUR)  # what left the buffer
+                        start_writeback(self._fd, self._started, stop)
+                        self._started = stop
                     if self._written is not None:
                         self._written(block)
                 except BaseException as e:  # noqa: BLE001 - re-raised in the caller

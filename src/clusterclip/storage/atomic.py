@@ -63,6 +63,33 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
+_SYNC_FILE_RANGE: Any = None  # libc's sync_file_range, once looked up (False: none)
+
+
+def start_writeback(fd: int, start: int, stop: int) -> None:
+    """Start writing bytes ``start .. stop`` of the open file ``fd`` to disk, without
+    waiting for them (Linux's ``sync_file_range``; nothing where it is missing).
+
+    For a large file written to a temporary and then moved onto an existing one: ext4
+    writes the temporary's unwritten pages out inside that move (``auto_da_alloc``, its
+    guard against empty files after a crash), 0.16 s for 240 MB here, at the end of the
+    command. Started as the file is written, from the thread that writes it, that work
+    overlaps the rest; what is on disk and when it is final are unchanged."""
+    global _SYNC_FILE_RANGE
+    if _SYNC_FILE_RANGE is None:
+        _SYNC_FILE_RANGE = False
+        if hasattr(os, "posix_fadvise"):  # a Linux-like libc
+            import ctypes
+
+            with contextlib.suppress(AttributeError, OSError):
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+                _SYNC_FILE_RANGE = fn
+    if _SYNC_FILE_RANGE and stop > start:
+        _SYNC_FILE_RANGE(fd, start, stop - start, 2)  # SYNC_FILE_RANGE_WRITE; advice only
+
+
 def pid_alive(pid: int) -> bool:
     """False only when no process ``pid`` exists (ours counts as alive)."""
     if pid == os.getpid():
