@@ -167,6 +167,29 @@ def test_background_writer_starts_the_writeback_of_every_byte_it_wrote(tmp_path_
     assert asked[-1][1] <= size and size - asked[-1][1] < 8192
 
 
+def test_the_schedule_starts_its_writeback_only_when_it_replaces_a_file(tmp_path):
+    """A new path is left to the kernel's writeback (no CPU of ours); over an existing
+    file, the one case whose final move would flush it, every block's writes are started
+    as it is written. The bytes are np.save's either way."""
+    from clusterclip.sampling import schedule
+
+    blocks = [np.arange(i * 1000, (i + 1) * 1000, dtype=np.int64) for i in range(6)]
+    asked: list[tuple[int, int]] = []
+    real = schedule.start_writeback
+    schedule.start_writeback = lambda fd, a, b: (asked.append((a, b)), real(fd, a, b))
+    out = tmp_path / "s.npy"
+    try:
+        schedule._write_npy(out, iter(blocks), 5500, False)
+        assert asked == []
+        schedule._write_npy(out, iter(blocks), 5500, False)
+        assert len(asked) == 6 and asked[0][0] == 0
+    finally:
+        schedule.start_writeback = real
+    ref = tmp_path / "ref.npy"
+    np.save(ref, np.concatenate(blocks)[:5500])
+    assert out.read_bytes() == ref.read_bytes()
+
+
 # -- issue 16: the defaults follow the evidence, and say so ---------------------------------
 def test_the_default_is_paced_at_r4_raised_to_fit_and_says_why(labels_file, tmp_path, capsys):
     path, labels = labels_file

@@ -118,7 +118,11 @@ def _write_npy(path: str | os.PathLike[str], blocks: Any, n: int, progress: bool
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")),
                     "fortran_order": False, "shape": (n,)})
-            with _BackgroundWriter(f, written, raw.fileno()) as out:
+            # Over an existing file, ext4 flushes the new one inside the final move:
+            # its disk writes are started as the blocks are written instead (a new
+            # path is left to the kernel's own writeback, off this process's time).
+            replacing = os.path.isfile(path)
+            with _BackgroundWriter(f, written, raw.fileno() if replacing else None) as out:
                 i = 0
                 for block in blocks:
                     size = min(block.size, n - i)
