@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -134,6 +136,21 @@ def test_background_writer_keeps_the_order_and_raises_a_write_error_in_the_calle
                 out.write(b)
 
 
+@contextlib.contextmanager
+def _writeback_asked() -> Iterator[list[tuple[int, int]]]:
+    """The (start, stop) ranges the schedule writer asks start_writeback for, in order,
+    while the block runs (each still passed on to the real one)."""
+    from clusterclip.sampling import schedule
+
+    asked: list[tuple[int, int]] = []
+    real = schedule.start_writeback
+    schedule.start_writeback = lambda fd, a, b: (asked.append((a, b)), real(fd, a, b))
+    try:
+        yield asked
+    finally:
+        schedule.start_writeback = real
+
+
 @settings(max_examples=20, deadline=None)
 @given(sizes=st.lists(st.integers(0, 40_000), min_size=1, max_size=12),
        header=st.integers(0, 300))
@@ -146,19 +163,13 @@ def test_background_writer_starts_the_writeback_of_every_byte_it_wrote(tmp_path_
 
     path = tmp_path_factory.mktemp("wb") / "x.bin"
     blocks = [np.arange(n, dtype="<i8") * (i + 1) for i, n in enumerate(sizes)]
-    asked: list[tuple[int, int]] = []
-    real = schedule.start_writeback
-    schedule.start_writeback = lambda fd, a, b: (asked.append((a, b)), real(fd, a, b))
-    try:
-        with open(path, "wb") as f:
-            f.write(b"h" * header)  # left in the buffer or not: counted once it is out
-            with schedule._BackgroundWriter(f, fd=f.fileno(), depth=1) as out:
-                for b in blocks:
-                    out.write(b)
-            f.flush()
-            size = os.fstat(f.fileno()).st_size
-    finally:
-        schedule.start_writeback = real
+    with _writeback_asked() as asked, open(path, "wb") as f:
+        f.write(b"h" * header)  # left in the buffer or not: counted once it is out
+        with schedule._BackgroundWriter(f, fd=f.fileno(), depth=1) as out:
+            for b in blocks:
+                out.write(b)
+        f.flush()
+        size = os.fstat(f.fileno()).st_size
     assert path.read_bytes() == b"h" * header + np.concatenate(blocks).tobytes()
     assert len(asked) == len(blocks)
     assert asked[0][0] == 0 and all(a[1] == b[0] for a, b in zip(asked, asked[1:], strict=False))
@@ -174,17 +185,12 @@ def test_the_schedule_starts_its_writeback_only_when_it_replaces_a_file(tmp_path
     from clusterclip.sampling import schedule
 
     blocks = [np.arange(i * 1000, (i + 1) * 1000, dtype=np.int64) for i in range(6)]
-    asked: list[tuple[int, int]] = []
-    real = schedule.start_writeback
-    schedule.start_writeback = lambda fd, a, b: (asked.append((a, b)), real(fd, a, b))
     out = tmp_path / "s.npy"
-    try:
+    with _writeback_asked() as asked:
         schedule._write_npy(out, iter(blocks), 5500, False)
         assert asked == []
         schedule._write_npy(out, iter(blocks), 5500, False)
         assert len(asked) == 6 and asked[0][0] == 0
-    finally:
-        schedule.start_writeback = real
     ref = tmp_path / "ref.npy"
     np.save(ref, np.concatenate(blocks)[:5500])
     assert out.read_bytes() == ref.read_bytes()
